@@ -1,0 +1,68 @@
+# vitbench — every target that needs Python depends on the install stamp, so any target can come first.
+PYTHON     ?= python3
+VENV       := .venv
+PY         := $(VENV)/bin/python
+STAMP      := $(VENV)/.installed
+# The torch build this machine's registry serves; set TORCH_SPEC= to keep your own torch install.
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+EXTRAS     ?= test
+
+# Run settings (CONTRACT §1); empty means "the program's default".
+DATASET   ?=
+EPOCHS    ?=
+SEEDS     ?=
+DEVICE    ?= auto
+DTYPE     ?=
+COMPILE   ?= 0
+EXECUTOR  ?= local
+DATA_ROOT ?=
+PRESET    ?=
+INIT      ?=
+OUT       ?= results
+DRY_RUN   ?= 0
+PYTEST_ARGS ?=
+
+opt = $(if $(strip $(2)),$(1) $(2))
+RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) \
+  --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --executor $(EXECUTOR) \
+  $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) --out $(OUT) \
+  $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run)
+
+.PHONY: install test ablations ablate-patch ablate-heads ablate-depth ablate-pos ablate-norm ablate-attn \
+        train bench bench-speed report clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(if $(strip $(TORCH_SPEC)),$(VENV)/bin/pip install --quiet $(TORCH_SPEC))
+	$(VENV)/bin/pip install --quiet -e '.[$(EXTRAS)]'
+	touch $@
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+ablations: $(STAMP)
+	$(PY) -m ablations sweep patch heads depth $(RUN_ARGS)
+	$(MAKE) report OUT=$(OUT)
+
+ablate-patch ablate-heads ablate-depth ablate-pos ablate-norm ablate-attn: $(STAMP)
+	$(PY) -m ablations sweep $(patsubst ablate-%,%,$@) $(RUN_ARGS)
+
+train: $(STAMP)
+	$(PY) -m ablations train $(call opt,--preset,$(PRESET)) $(RUN_ARGS) $(ARGS)
+
+bench: $(STAMP)
+	$(PY) -m pytest bench/test_bench_backends.py -p no:cacheprovider --benchmark-enable \
+	  --benchmark-json=$(OUT)/bench/pytest-benchmark.json $(PYTEST_ARGS)
+	$(PY) -m bench convert-json $(OUT)/bench/pytest-benchmark.json $(OUT)/bench/pytest-benchmark.csv
+
+bench-speed: $(STAMP)
+	$(PY) -m bench.vs_timm
+
+report: $(STAMP)
+	$(PY) -m ablations report --out $(OUT)
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .benchmarks

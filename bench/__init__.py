@@ -1,0 +1,1 @@
+"""Measuring any nn.Module: FLOPs, parameters, time, memory, utilisation, MFU, environment."""

@@ -1,0 +1,68 @@
+"""Wall-clock timing of one step, honest on CPU and CUDA.
+
+CUDA steps are bracketed by CUDA events and synchronised, so the time is the device's, never a bare
+host clock around an asynchronous launch. Warm-up steps (which include any torch.compile compilation,
+cuDNN autotuning and allocator growth) are run and discarded before timing.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    warmup: int = 3            # discarded steps (compilation happens here)
+    min_repeats: int = 10      # timed steps at least ...
+    min_time_s: float = 1.0    # ... and until this much time was timed ...
+    max_repeats: int = 500     # ... but never more than this many
+
+
+@dataclass(frozen=True)
+class Timing:
+    times_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times_ms)
+
+    @property
+    def iqr_ms(self) -> float:
+        q1, q3 = np.percentile(self.times_ms, [25, 75])
+        return float(q3 - q1)
+
+    def throughput(self, items_per_step: int) -> float:
+        return items_per_step / (self.median_ms / 1e3)
+
+
+def _time_one(step: Callable[[], object], device: torch.device) -> float:
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    t0 = time.perf_counter()
+    step()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def time_steps(step: Callable[[], object], device: torch.device | str = "cpu",
+               cfg: TimingConfig = TimingConfig()) -> Timing:
+    """Run `step` cfg.warmup times untimed, then time it until both repeat and time floors are met."""
+    device = torch.device(device)
+    for _ in range(cfg.warmup):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    times: list[float] = []
+    while len(times) < cfg.max_repeats and (len(times) < cfg.min_repeats or sum(times) < cfg.min_time_s * 1e3):
+        times.append(_time_one(step, device))
+    return Timing(tuple(times))

@@ -1,0 +1,55 @@
+"""Invalid configs and inputs fail at construction with a message naming the field and the value."""
+
+import pytest
+import torch
+
+from vit import PRESETS, ViTConfig, VisionTransformer
+
+INVALID = [
+    (dict(embed_dim=130, num_heads=4), r"embed_dim=130.*num_heads=4"),
+    (dict(img_size=30, patch_size=4), r"img_size=30.*patch_size=4"),
+    (dict(img_size=0), r"img_size.*0"),
+    (dict(patch_size=-4), r"patch_size.*-4"),
+    (dict(in_chans=0), r"in_chans.*0"),
+    (dict(num_classes=0), r"num_classes.*0"),
+    (dict(embed_dim=-8), r"embed_dim.*-8"),
+    (dict(depth=0), r"depth.*0"),
+    (dict(num_heads=0), r"num_heads.*0"),
+    (dict(depth=2.5), r"depth.*2\.5"),
+    (dict(mlp_ratio=0.0), r"mlp_ratio.*0\.0"),
+    (dict(dropout=1.0), r"dropout.*1\.0"),
+    (dict(attn_dropout=-0.1), r"attn_dropout.*-0\.1"),
+    (dict(attn="flash"), r"attn='flash'.*bmm.*einops.*loop.*sdpa"),
+    (dict(pos="rope"), r"pos='rope'.*learned"),
+    (dict(norm="sandwich"), r"norm='sandwich'.*post.*pre"),
+    (dict(embed_dim=30, num_heads=3, pos="sincos2d"), r"embed_dim=30.*sincos2d.*4"),
+    (dict(embed_dim=27, num_heads=3, pos="sinusoidal"), r"embed_dim=27.*sinusoidal.*2"),
+    (dict(qkv_bias="yes"), r"qkv_bias.*yes"),
+]
+
+
+@pytest.mark.parametrize("changes,message", INVALID, ids=[next(iter(c)) + str(i) for i, (c, _) in enumerate(INVALID)])
+def test_invalid_config_raises_naming_field_and_value(changes, message):
+    with pytest.raises(ValueError, match=message):
+        ViTConfig(**changes)
+
+
+def test_replace_rejects_unknown_field():
+    with pytest.raises(ValueError, match="'heads'"):
+        ViTConfig().replace(heads=3)
+
+
+def test_wrong_input_shape_names_expected_and_actual():
+    model = VisionTransformer(ViTConfig(img_size=16, patch_size=4, in_chans=3, embed_dim=16, depth=1,
+                                        num_heads=2))
+    with pytest.raises(ValueError, match=r"\(B, 3, 16, 16\).*\(2, 1, 16, 16\)"):
+        model(torch.randn(2, 1, 16, 16))
+    with pytest.raises(ValueError, match=r"\(B, 3, 16, 16\).*\(3, 16, 16\)"):
+        model(torch.randn(3, 16, 16))
+
+
+def test_presets_are_valid_and_derived_sizes_consistent():
+    for name, cfg in PRESETS.items():
+        assert isinstance(cfg, ViTConfig), name
+        assert cfg.tokens == (cfg.img_size // cfg.patch_size) ** 2 + 1
+    assert PRESETS["vit_small_patch16_224"].tokens == 197

@@ -1,0 +1,69 @@
+"""After load_timm_weights, logits equal timm's; parameter counts equal timm's."""
+
+import pytest
+import timm
+import torch
+from timm.models.vision_transformer import VisionTransformer as TimmViT
+
+from vit import ATTENTION_BACKENDS, PRESETS, ViTConfig, VisionTransformer, load_timm_weights
+
+
+def n_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def small_timm_pair():
+    kwargs = dict(img_size=20, patch_size=4, in_chans=1, num_classes=7, embed_dim=30, depth=3,
+                  num_heads=5, mlp_ratio=2.0, qkv_bias=False)
+    return TimmViT(**kwargs), ViTConfig(**kwargs)
+
+
+@pytest.mark.parametrize("preset", ["vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224"])
+def test_preset_parameter_count_equals_timm(preset):
+    with torch.device("meta"):
+        theirs = timm.create_model(preset, pretrained=False)
+        ours = VisionTransformer(PRESETS[preset])
+    assert n_params(ours) == n_params(theirs)
+
+
+@pytest.mark.parametrize("backend", sorted(ATTENTION_BACKENDS))
+def test_vit_tiny_logits_equal_timm(backend):
+    theirs = timm.create_model("vit_tiny_patch16_224", pretrained=False).eval()
+    ours = VisionTransformer(PRESETS["vit_tiny_patch16_224"].replace(attn=backend)).eval()
+    load_timm_weights(ours, theirs.state_dict())
+    images = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        assert (ours(images) - theirs(images)).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("backend", sorted(ATTENTION_BACKENDS))
+def test_custom_timm_vit_logits_equal(backend):
+    theirs, cfg = small_timm_pair()
+    theirs.eval()
+    ours = VisionTransformer(cfg.replace(attn=backend)).eval()
+    assert n_params(ours) == n_params(theirs)
+    load_timm_weights(ours, theirs.state_dict())
+    images = torch.randn(4, 1, 20, 20)
+    with torch.no_grad():
+        assert (ours(images) - theirs(images)).abs().max().item() < 1e-5
+
+
+def test_shape_mismatch_names_key_and_both_shapes():
+    theirs, cfg = small_timm_pair()
+    ours = VisionTransformer(cfg.replace(embed_dim=35))
+    with pytest.raises(ValueError, match=r"cls_token.*\(1, 1, 30\).*\(1, 1, 35\)"):
+        load_timm_weights(ours, theirs.state_dict())
+
+
+def test_fixed_positions_refuse_a_learned_pos_embed():
+    theirs, cfg = small_timm_pair()
+    with pytest.raises(ValueError, match="pos='sincos2d'"):
+        load_timm_weights(VisionTransformer(cfg.replace(embed_dim=40, pos="sincos2d")), theirs.state_dict())
+
+
+def test_unsupported_timm_features_are_named():
+    theirs = TimmViT(img_size=16, patch_size=4, embed_dim=16, depth=1, num_heads=2, init_values=1e-5)
+    ours = VisionTransformer(ViTConfig(img_size=16, patch_size=4, embed_dim=16, depth=1, num_heads=2,
+                                       num_classes=1000))
+    with pytest.raises(ValueError, match=r"blocks\.0\.ls1\.gamma"):
+        load_timm_weights(ours, theirs.state_dict())

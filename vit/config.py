@@ -1,0 +1,130 @@
+"""`ViTConfig`, the single source of every size and variant of the model, and `PRESETS`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .attention import ATTENTION_BACKENDS
+from .blocks import NORM_PLACEMENTS
+from .position import POSITION_ENCODINGS
+
+_POSITIVE_INTS = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads")
+_CHOICES = {"attn": ATTENTION_BACKENDS, "pos": POSITION_ENCODINGS, "norm": NORM_PLACEMENTS}
+
+
+@dataclass(frozen=True)
+class ViTConfig:
+    """Every hyperparameter of a `VisionTransformer`.
+
+    img_size: side of the square input image, pixels. patch_size: side of a square patch, pixels.
+    in_chans: input channels. num_classes: classifier outputs. embed_dim: token width D.
+    depth: number of transformer blocks. num_heads: attention heads (D must split evenly).
+    mlp_ratio: MLP hidden width / D. attn: attention backend ("loop" | "bmm" | "einops" | "sdpa").
+    pos: position encoding ("learned" | "sinusoidal" | "sincos2d" | "none").
+    norm: LayerNorm placement ("pre" | "post"). qkv_bias: bias on the fused qkv projection.
+    dropout: dropout after embeddings, attention output projection and MLP.
+    attn_dropout: dropout on the attention probabilities.
+
+    Invalid values raise `ValueError` naming the field and the value.
+    """
+
+    img_size: int = 32
+    patch_size: int = 4
+    in_chans: int = 3
+    num_classes: int = 10
+    embed_dim: int = 128
+    depth: int = 6
+    num_heads: int = 4
+    mlp_ratio: float = 4.0
+    attn: str = "sdpa"
+    pos: str = "learned"
+    norm: str = "pre"
+    qkv_bias: bool = True
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in _POSITIVE_INTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"ViTConfig.{name} must be a positive int, got {value!r}")
+        for name, registry in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in registry:
+                raise ValueError(f"ViTConfig.{name}={value!r} is unknown; choose one of {sorted(registry)}")
+        if not isinstance(self.mlp_ratio, (int, float)) or isinstance(self.mlp_ratio, bool) or self.mlp_ratio <= 0:
+            raise ValueError(f"ViTConfig.mlp_ratio must be a positive number, got {self.mlp_ratio!r}")
+        if int(self.embed_dim * self.mlp_ratio) < 1:
+            raise ValueError(f"ViTConfig.mlp_ratio={self.mlp_ratio!r} gives an MLP of width 0 at embed_dim={self.embed_dim}")
+        for name in ("dropout", "attn_dropout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"ViTConfig.{name} must be in [0, 1), got {value!r}")
+        if not isinstance(self.qkv_bias, bool):
+            raise ValueError(f"ViTConfig.qkv_bias must be a bool, got {self.qkv_bias!r}")
+        if self.embed_dim % self.num_heads:
+            raise ValueError(
+                f"ViTConfig.embed_dim={self.embed_dim} is not divisible by num_heads={self.num_heads}")
+        if self.img_size % self.patch_size:
+            raise ValueError(
+                f"ViTConfig.img_size={self.img_size} is not divisible by patch_size={self.patch_size}")
+        multiple = POSITION_ENCODINGS[self.pos].dim_multiple
+        if self.embed_dim % multiple:
+            raise ValueError(
+                f"ViTConfig.embed_dim={self.embed_dim} cannot be split by pos={self.pos!r}, "
+                f"which needs a multiple of {multiple}")
+
+    @property
+    def grid_size(self) -> int:
+        """Patches along one side of the image."""
+        return self.img_size // self.patch_size
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid_size**2
+
+    @property
+    def tokens(self) -> int:
+        """Sequence length T: patches + the CLS token."""
+        return self.num_patches + 1
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
+
+    @property
+    def mlp_dim(self) -> int:
+        return int(self.embed_dim * self.mlp_ratio)
+
+    def replace(self, **changes: Any) -> "ViTConfig":
+        """A copy with `changes` applied (validated); an unknown field raises `ValueError`."""
+        unknown = sorted(set(changes) - set(self.to_dict()))
+        if unknown:
+            raise ValueError(f"ViTConfig has no field {unknown[0]!r}; fields are {sorted(self.to_dict())}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _timm(embed_dim: int, depth: int, num_heads: int) -> ViTConfig:
+    # timm's ImageNet ViTs: 224 px, 16 px patches, 1000 classes, fused attention.
+    return ViTConfig(img_size=224, patch_size=16, in_chans=3, num_classes=1000,
+                     embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=4.0)
+
+
+# Presets are data. The timm names mirror timm's configs; the small ones are where the default
+# sweeps start (28 px single-channel digits; 32 px RGB for CIFAR).
+PRESETS: dict[str, ViTConfig] = {
+    "vit_tiny_patch16_224": _timm(192, 12, 3),
+    "vit_small_patch16_224": _timm(384, 12, 6),
+    "vit_base_patch16_224": _timm(768, 12, 12),
+    "vit_mnist": ViTConfig(img_size=28, patch_size=4, in_chans=1, num_classes=10,
+                           embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0),
+    "vit_digits": ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10,
+                            embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0),
+    "vit_cifar": ViTConfig(img_size=32, patch_size=4, in_chans=3, num_classes=10,
+                           embed_dim=192, depth=6, num_heads=3, mlp_ratio=2.0),
+}

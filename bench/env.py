@@ -1,0 +1,56 @@
+"""Environment columns of every row, and the stable run id."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import json
+import socket
+import subprocess
+from pathlib import Path
+
+import torch
+
+from .mfu import device_name
+
+
+@functools.lru_cache(maxsize=1)
+def git_sha() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent, timeout=10)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """`auto` → cuda if available else cpu. Asking for CUDA without one is an error that says so."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ValueError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from err
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {name!r} asked for, but torch {torch.__version__} sees no CUDA GPU here; "
+                             f"use DEVICE=cpu or DEVICE=auto")
+        if (device.index or 0) >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r} asked for, but only {torch.cuda.device_count()} GPU(s) are visible")
+    elif device.type != "cpu":
+        raise ValueError(f"device {name!r} is not supported: use auto, cpu, cuda or cuda:N")
+    return device
+
+
+def environment(device: torch.device) -> dict[str, str]:
+    return {"started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "git_sha": git_sha(), "host": socket.gethostname(), "device": device.type,
+            "device_name": device_name(device), "torch_version": torch.__version__}
+
+
+def run_id(fields: dict) -> str:
+    """Stable 12-hex hash of everything that defines a row (key order does not matter)."""
+    blob = json.dumps(fields, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]

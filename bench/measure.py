@@ -1,0 +1,112 @@
+"""Measure one model: cost, time, memory, utilisation and MFU of an inference or training step."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .flops import count_macs, param_count
+from .memory import peak_mem_mb
+from .mfu import DTYPES, matmul_peak_flops, mfu
+from .timing import Timing, TimingConfig, time_steps
+from .utilisation import UtilSampler, reader_for
+
+MODES = ("infer", "train")
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """mode: "infer" (eval, inference_mode) or "train" (forward, backward, AdamW step).
+    dtype: "fp32", or "bf16"/"fp16" autocast. compile: wrap in torch.compile (compiled in the warm-up).
+    """
+
+    mode: str = "infer"
+    batch_size: int = 8
+    dtype: str = "fp32"
+    compile: bool = False
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    measure_memory: bool = True
+    measure_mfu: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode={self.mode!r} is unknown; choose one of {list(MODES)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r} is unknown; choose one of {list(DTYPES)}")
+        if not isinstance(self.batch_size, int) or self.batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
+
+
+def autocast(device: torch.device, dtype: str):
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=DTYPES[dtype])
+
+
+def make_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, mcfg: MeasureConfig,
+              device: torch.device) -> tuple[Callable[[], object], list[object]]:
+    """The step to time, and the objects alive across steps (for the memory tracker)."""
+    runner = torch.compile(model) if mcfg.compile else model
+    if mcfg.mode == "infer":
+        model.eval()
+
+        def infer() -> torch.Tensor:
+            with torch.inference_mode(), autocast(device, mcfg.dtype):
+                return runner(images)
+        return infer, [model, images]
+
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler(device.type, enabled=mcfg.dtype == "fp16" and device.type == "cuda")
+
+    def train() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(device, mcfg.dtype):
+            loss = F.cross_entropy(runner(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return train, [model, optimizer, images, labels]
+
+
+def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: int, mcfg: MeasureConfig,
+            device: torch.device) -> dict[str, object]:
+    """Speed columns of CONTRACT §3 for `model` on inputs of `input_shape` (C, H, W), batch mcfg.batch_size.
+
+    Raises what the step raises (an out-of-memory error included); the caller records it.
+    """
+    model = model.to(device)
+    images = torch.randn(mcfg.batch_size, *input_shape, device=device)
+    labels = torch.randint(0, num_classes, (mcfg.batch_size,), device=device)
+    step, alive = make_step(model, images, labels, mcfg, device)
+    timing: Timing
+    with UtilSampler(reader_for(device)) as sampler:
+        timing = time_steps(step, device, mcfg.timing)
+    util = sampler.summary()
+    row: dict[str, object] = {
+        "mode": mcfg.mode, "batch_size": mcfg.batch_size, "dtype": mcfg.dtype, "compile": int(mcfg.compile),
+        "throughput_img_s": timing.throughput(mcfg.batch_size), "step_ms_median": timing.median_ms,
+        "step_ms_iqr": timing.iqr_ms, "repeats": len(timing.times_ms),
+        "util_pct": util.get("util_pct"), "util_source": util["util_source"],
+        "gpu_mem_used_mb": util.get("gpu_mem_used_mb"), "power_w": util.get("power_w"),
+    }
+    row["peak_mem_mb"] = peak_mem_mb(step, device, alive) if mcfg.measure_memory else None
+    return row
+
+
+def cost(model: nn.Module, input_shape: tuple[int, int, int]) -> dict[str, float]:
+    """params, gmacs (one image's forward), gflops = 2 × gmacs."""
+    example = torch.zeros(1, *input_shape, device=next(model.parameters()).device)
+    gmacs = count_macs(model, example) / 1e9
+    return {"params": param_count(model), "gmacs": gmacs, "gflops": 2 * gmacs}
+
+
+def add_mfu(row: dict[str, object], device: torch.device) -> None:
+    """Fill row["mfu"] from gflops, throughput and the cached matmul peak of (device, dtype)."""
+    peak = matmul_peak_flops(device, str(row["dtype"]))
+    row["mfu"] = mfu(float(row["gflops"]), float(row["throughput_img_s"]), str(row["mode"]), peak)

@@ -1,0 +1,68 @@
+"""Model FLOP utilisation against the matmul peak measured on this device and dtype.
+
+The peak is the best FLOP/s of a square matmul (n = 2048 on CPU, 8192 on CUDA) in that dtype, measured
+once per (device name, dtype, thread count, torch version) and cached in a JSON file
+(`$VITBENCH_CACHE`, default `~/.cache/vitbench/matmul_peak.json`). A training step is counted as
+3 × the forward FLOPs (forward, and a backward of twice its cost).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from .timing import TimingConfig, time_steps
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TRAIN_FLOP_FACTOR = 3
+
+
+def cache_path() -> Path:
+    return Path(os.environ.get("VITBENCH_CACHE", Path.home() / ".cache" / "vitbench")) / "matmul_peak.json"
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def measure_matmul_peak(device: torch.device, dtype: str, n: int | None = None) -> float:
+    """Best FLOP/s of an n×n @ n×n product in `dtype` on `device`."""
+    n = n or (8192 if device.type == "cuda" else 2048)
+    a = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
+    b = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
+    timing = time_steps(lambda: a @ b, device, TimingConfig(warmup=2, min_repeats=5, min_time_s=0.5, max_repeats=50))
+    return 2 * n**3 / (min(timing.times_ms) / 1e3)
+
+
+def matmul_peak_flops(device: torch.device, dtype: str) -> float:
+    key = f"{device_name(device)}|{dtype}|threads={torch.get_num_threads()}|torch={torch.__version__}"
+    path = cache_path()
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    if key not in cache:
+        cache[key] = measure_matmul_peak(device, dtype)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(path)
+    return cache[key]
+
+
+def mfu(gflops_per_image: float, throughput_img_s: float, mode: str, peak_flops: float) -> float:
+    factor = TRAIN_FLOP_FACTOR if mode == "train" else 1
+    return gflops_per_image * 1e9 * factor * throughput_img_s / peak_flops

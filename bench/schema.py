@@ -1,0 +1,16 @@
+"""The fixed column names of the result tables (CONTRACT §3), in the order files are written."""
+
+IDENTITY = ["run_id", "started_at", "git_sha", "host", "device", "device_name", "torch_version", "dtype",
+            "compile", "status", "error"]
+CONFIG = ["img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
+          "mlp_ratio", "attn", "pos", "norm", "tokens"]
+COST = ["params", "gmacs", "gflops"]
+SPEED = ["mode", "batch_size", "throughput_img_s", "step_ms_median", "step_ms_iqr", "peak_mem_mb",
+         "util_pct", "util_source", "mfu"]
+TRAINING = ["sweep", "dataset", "seed", "epochs", "lr", "train_time_s", "train_loss", "test_loss",
+            "test_acc", "best_test_acc", "train_throughput_img_s", "init"]
+
+BENCH_COLUMNS = IDENTITY + CONFIG + COST + SPEED + ["gpu_mem_used_mb", "power_w", "repeats"]
+ABLATION_COLUMNS = IDENTITY + CONFIG + COST + SPEED + TRAINING
+HISTORY_COLUMNS = ["run_id", "epoch", "lr", "train_loss", "test_loss", "test_acc", "elapsed_s"]
+STATUSES = ("ok", "oom", "diverged", "error")

@@ -1,0 +1,100 @@
+"""Device utilisation sampled in a background thread during the timed region.
+
+A reader returns instantaneous figures; `UtilSampler` polls it every `interval_s` and averages.
+- `NvmlReader`: GPU utilisation %, memory used (MiB) and power (W) from NVML (`nvidia-ml-py`).
+- `CpuReader`: this process's CPU time over wall time since the last read, as % of the usable cores;
+  its samples carry the interval they cover, so the mean is the utilisation of the whole region.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Protocol
+
+import torch
+
+
+class Reader(Protocol):
+    source: str
+
+    def read(self) -> dict[str, float]: ...
+
+
+class CpuReader:
+    source = "cpu"
+
+    def __init__(self) -> None:
+        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self._last = (time.perf_counter(), time.process_time())
+
+    def read(self) -> dict[str, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        (wall0, cpu0), self._last = self._last, (wall, cpu)
+        interval = max(wall - wall0, 1e-9)
+        return {"util_pct": min(100.0, 100.0 * (cpu - cpu0) / interval / self.cores), "interval_s": interval}
+
+
+class NvmlReader:
+    source = "nvml"
+
+    def __init__(self, device_index: int = 0) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        self._nvml = pynvml
+        self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+
+    def read(self) -> dict[str, float]:
+        nvml, h = self._nvml, self._handle
+        return {"util_pct": float(nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                "gpu_mem_used_mb": nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20,
+                "power_w": nvml.nvmlDeviceGetPowerUsage(h) / 1e3}
+
+
+def reader_for(device: torch.device) -> Reader:
+    """NVML on CUDA, process CPU otherwise; if NVML cannot start, say so and fall back to CPU."""
+    if device.type == "cuda":
+        try:
+            return NvmlReader(device.index or 0)
+        except Exception as err:  # driver without NVML, or the package missing
+            import warnings
+
+            warnings.warn(f"NVML unavailable ({err}); util_pct falls back to process CPU utilisation")
+    return CpuReader()
+
+
+class UtilSampler:
+    """`with UtilSampler(reader) as s: ...` then `s.summary()` → mean of every figure, and `util_source`."""
+
+    def __init__(self, reader: Reader, interval_s: float = 0.05) -> None:
+        self.reader, self.interval_s = reader, interval_s
+        self.samples: list[dict[str, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.samples.append(self.reader.read())
+
+    def __enter__(self) -> "UtilSampler":
+        self.reader.read()  # start the reader's interval here
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(self.reader.read())  # the tail since the last tick
+
+    def summary(self) -> dict[str, float | str]:
+        """Mean of each figure, weighted by the interval a sample covers where the reader says it."""
+        keys = sorted({k for s in self.samples for k in s} - {"interval_s"})
+        out: dict[str, float | str] = {}
+        for key in keys:
+            pairs = [(s[key], s.get("interval_s", 1.0)) for s in self.samples if key in s]
+            out[key] = sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
+        out["util_source"] = self.reader.source
+        out["util_samples"] = len(self.samples)
+        return out

@@ -1,0 +1,167 @@
+"""Measurement: FLOPs against the closed form, the utilisation sampler, timing, OOM rows, CSV columns."""
+
+import random
+import time
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from bench.csvio import read_rows
+from bench.flops import closed_form_macs, count_macs
+from bench.grid import GridPoint, img_size_for_tokens, run_grid
+from bench.measure import MeasureConfig
+from bench.memory import peak_mem_mb
+from bench.schema import BENCH_COLUMNS, CONFIG, COST, IDENTITY, SPEED
+from bench.timing import TimingConfig, time_steps
+from bench.utilisation import UtilSampler
+from vit import ATTENTION_BACKENDS, ViTConfig, VisionTransformer
+
+FAST = TimingConfig(warmup=1, min_repeats=2, min_time_s=0.0)
+
+
+def random_configs(n, seed=7):
+    rng = random.Random(seed)
+    for _ in range(n):
+        heads = rng.choice([1, 3, 4, 6])
+        patch = rng.choice([2, 4, 7])
+        yield ViTConfig(img_size=patch * rng.choice([2, 3, 5]), patch_size=patch, in_chans=rng.choice([1, 3]),
+                        num_classes=rng.choice([2, 10, 100]), embed_dim=heads * rng.choice([4, 16]),
+                        depth=rng.choice([1, 2, 4]), num_heads=heads, mlp_ratio=rng.choice([1.5, 4.0]))
+
+
+@pytest.mark.parametrize("cfg", list(random_configs(5)), ids=lambda c: f"T{c.tokens}D{c.embed_dim}L{c.depth}")
+def test_gmacs_identical_across_backends_and_equal_to_closed_form(cfg):
+    counts = {}
+    for backend in ATTENTION_BACKENDS:
+        model = VisionTransformer(cfg.replace(attn=backend))
+        counts[backend] = count_macs(model, torch.zeros(1, cfg.in_chans, cfg.img_size, cfg.img_size))
+    assert len(set(counts.values())) == 1, counts
+    assert counts["sdpa"] == pytest.approx(closed_form_macs(cfg), rel=0.01)
+
+
+def test_sdpa_attention_products_are_counted():
+    cfg = ViTConfig(img_size=32, patch_size=4, embed_dim=60, depth=2, num_heads=3, attn="sdpa")
+    with_products = count_macs(VisionTransformer(cfg), torch.zeros(1, 3, 32, 32))
+    attention_products = cfg.depth * 2 * cfg.tokens**2 * cfg.embed_dim
+    assert with_products == closed_form_macs(cfg)
+    assert attention_products / with_products > 0.1  # a loss fvcore alone would cause is not small
+
+
+class FakeReader:
+    source = "fake"
+
+    def __init__(self, values):
+        self.values, self.calls = list(values), 0
+
+    def read(self):
+        self.calls += 1
+        return {"util_pct": self.values[min(self.calls - 1, len(self.values) - 1)], "power_w": 100.0}
+
+
+def test_sampler_aggregates_what_it_read():
+    reader = FakeReader([0.0, 10.0, 20.0, 30.0, 40.0, 40.0, 40.0, 40.0, 40.0, 40.0, 40.0, 40.0])
+    with UtilSampler(reader, interval_s=0.01) as sampler:
+        time.sleep(0.2)
+    summary = sampler.summary()
+    read = [min(i, 4) * 10.0 for i in range(1, reader.calls)]  # the first read only starts the interval
+    assert summary["util_pct"] == pytest.approx(sum(read) / len(read))
+    assert summary["power_w"] == 100.0 and summary["util_source"] == "fake"
+    assert summary["util_samples"] == reader.calls - 1 >= 5
+
+
+def test_sleep_is_timed_within_5_percent():
+    timing = time_steps(lambda: time.sleep(0.05), "cpu", TimingConfig(warmup=1, min_repeats=10, min_time_s=0))
+    assert timing.median_ms == pytest.approx(50.0, rel=0.05)
+    assert timing.throughput(10) == pytest.approx(200.0, rel=0.05)
+
+
+class OOMOnBackend(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.inner = VisionTransformer(cfg)
+        self.explode = cfg.attn == "einops"
+
+    def forward(self, x):
+        if self.explode:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (injected)")
+        return self.inner(x)
+
+
+def grid(cfg, backends, mode="infer"):
+    return [GridPoint(cfg.replace(attn=b), MeasureConfig(mode=mode, batch_size=2, timing=FAST,
+                                                          measure_mfu=False)) for b in backends]
+
+
+def test_injected_oom_gives_oom_row_and_grid_continues(tmp_path):
+    cfg = ViTConfig(img_size=8, patch_size=4, in_chans=1, num_classes=3, embed_dim=8, depth=1, num_heads=2)
+    out = tmp_path / "bench" / "grid.csv"
+    rows = run_grid(grid(cfg, ["bmm", "einops", "sdpa"]), torch.device("cpu"), out, build=OOMOnBackend)
+    table = read_rows(out)
+    assert list(table["status"]) == ["ok", "oom", "ok"]
+    assert "injected" in table.loc[1, "error"]
+    assert table.loc[[0, 2], "throughput_img_s"].gt(0).all() and pd.isna(table.loc[1, "throughput_img_s"])
+    assert len(rows) == 3
+
+
+def test_bench_csv_has_contract_columns(tmp_path):
+    cfg = ViTConfig(img_size=8, patch_size=4, in_chans=1, num_classes=3, embed_dim=8, depth=1, num_heads=2)
+    out = tmp_path / "b.csv"
+    run_grid(grid(cfg, ["sdpa"], mode="train"), torch.device("cpu"), out)
+    table = read_rows(out)
+    assert set(IDENTITY + CONFIG + COST + SPEED) <= set(table.columns)
+    assert list(table.columns[: len(BENCH_COLUMNS)]) == BENCH_COLUMNS
+    row = table.iloc[0]
+    assert row["status"] == "ok" and row["gflops"] == pytest.approx(2 * row["gmacs"])
+    assert row["util_source"] == "cpu" and 0 < row["util_pct"] <= 100.5 and row["peak_mem_mb"] > 0
+
+
+def test_tokens_must_be_a_square_grid_plus_cls():
+    assert img_size_for_tokens(197, 16) == 224
+    with pytest.raises(ValueError, match="tokens=64.*50 or 65"):
+        img_size_for_tokens(64, 16)
+
+
+def test_bmm_peak_memory_exceeds_sdpa_by_a_score_matrix_at_197_tokens():
+    cfg = ViTConfig(img_size=224, patch_size=16, embed_dim=384, depth=1, num_heads=6, num_classes=10)
+    batch = 4
+    images = torch.randn(batch, 3, 224, 224)
+    peaks = {}
+    for backend in ("bmm", "sdpa"):
+        model = VisionTransformer(cfg.replace(attn=backend)).eval()
+        with torch.inference_mode():
+            peaks[backend] = peak_mem_mb(lambda: model(images), torch.device("cpu"), [model, images])
+    score_matrix_mb = batch * cfg.num_heads * cfg.tokens**2 * 4 / 2**20
+    assert peaks["bmm"] - peaks["sdpa"] >= score_matrix_mb
+
+
+@pytest.mark.parametrize("backend", ["loop", "bmm", "einops"])
+def test_explicit_backend_memory_grows_quadratically_with_tokens(backend):
+    # activation memory above the parameters, at grids 8 and 16 (65 and 257 tokens); T² dominates
+    cfg = ViTConfig(img_size=128, patch_size=16, embed_dim=32, depth=1, num_heads=8, num_classes=10, attn=backend)
+    extra = {}
+    for img in (128, 256):
+        model = VisionTransformer(cfg.replace(img_size=img)).eval()
+        images = torch.randn(2, 3, img, img)
+        with torch.inference_mode():
+            extra[img] = peak_mem_mb(lambda: model(images), torch.device("cpu"), [model, images]) \
+                - sum(p.numel() for p in model.parameters()) * 4 / 2**20
+    tokens_ratio = 257 / 65
+    growth = extra[256] / extra[128]
+    assert growth > tokens_ratio * 2, growth  # well above linear; quadratic would be ≈ 15.6
+
+
+def test_cpu_utilisation_of_a_busy_loop_and_of_sleep():
+    from bench.utilisation import CpuReader
+
+    reader = CpuReader()
+    with UtilSampler(reader, interval_s=0.02) as busy:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.3:
+            pass
+    with UtilSampler(CpuReader(), interval_s=0.02) as idle:
+        time.sleep(0.3)
+    one_core = 100.0 / reader.cores
+    assert busy.summary()["util_pct"] == pytest.approx(one_core, rel=0.25)
+    assert idle.summary()["util_pct"] < 0.2 * one_core

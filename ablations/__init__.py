@@ -1,0 +1,1 @@
+"""Data, training, sweep specs and the sweep runner: the ablations behind `make ablations`."""

@@ -1,0 +1,196 @@
+"""python -m ablations: sweeps, single training runs and the report.
+
+    python -m ablations sweep patch heads depth [--dataset mnist5k] [--seeds 0,1,2] [--dry-run]
+    python -m ablations train --preset vit_mnist --set depth=6 --set lr=1e-3
+    python -m ablations report [--out results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.csvio import read_rows
+from bench.env import resolve_device
+from bench.flops import count_macs
+from bench.mfu import DTYPES
+from vit import PRESETS, ViTConfig, VisionTransformer
+
+from .data import DATASETS, load_dataset
+from .runner import EXECUTORS, RunOptions, csv_paths, finished_ids, make_tasks, run_sweep
+from .specs import Point, SpecError, available_sweeps, find_spec, load_spec
+from .train import TrainConfig
+
+MODEL_FIELDS = {f.name for f in dataclasses.fields(ViTConfig)}
+TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds must be comma-separated integers, got {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError("seeds must name at least one seed")
+    return seeds
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", default="mnist5k", choices=sorted(DATASETS))
+    p.add_argument("--data-root", default="data", help="where torchvision datasets live (DATA_ROOT)")
+    p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
+    p.add_argument("--epochs", type=int, help="override the spec's epochs")
+    p.add_argument("--seeds", type=_seeds, default=(0,), help="comma-separated, e.g. 0,1,2")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", choices=["auto", *DTYPES], help="default auto: bf16 on CUDA, fp32 on CPU")
+    p.add_argument("--compile", type=int, choices=[0, 1], default=0)
+    p.add_argument("--executor", default="local", choices=sorted(EXECUTORS))
+    p.add_argument("--init", help="a timm checkpoint to start from (not yet supported)")
+    p.add_argument("--out", default="results")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and what is done; train nothing")
+
+
+def _train_changes(args: argparse.Namespace) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    if args.epochs is not None:
+        changes["epochs"] = args.epochs
+    if args.dtype:
+        changes["dtype"] = args.dtype
+    if args.compile:
+        changes["compile"] = True
+    return changes
+
+
+def _options(args: argparse.Namespace) -> RunOptions:
+    return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
+                      device=args.device, out=args.out)
+
+
+def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
+    done = finished_ids(csv_paths(options.out, sweep)[0])
+    print(f"sweep {sweep}: {len(points)} points × {len(options.seeds)} seed(s)")
+    print(f"  {'factor':<16} {'seed':>4} {'params':>10} {'GMACs':>9} {'tokens':>6}  run_id        done")
+    for task in make_tasks(points, options):
+        cfg = task.point.model
+        macs = count_macs(VisionTransformer(cfg), __import__("torch").zeros(1, cfg.in_chans, cfg.img_size, cfg.img_size))
+        params = sum(p.numel() for p in VisionTransformer(cfg).parameters())
+        label = f"{task.point.factor}={task.point.value}"
+        print(f"  {label:<16} {task.seed:>4} {params:>10,} {macs / 1e9:>9.5f} {cfg.tokens:>6}  {task.run_id}  "
+              f"{'yes' if task.run_id in done else 'no'}")
+
+
+def _summary(results: list[dict[str, Any]], elapsed: float) -> None:
+    print(f"\nDone in {elapsed / 60:.1f} min.")
+    for r in results:
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items())) or "nothing new"
+        print(f"  {r['sweep']:<8} {r['planned']} runs: {r['skipped']} already done, {statuses}")
+        print(f"           rows → {r['csv']}   epochs → {r['history']}   weights → {r['weights']}/")
+    print("Next: make report (figures and results/REPORT.md from these CSVs)")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    try:
+        resolve_device(args.device)
+        specs = [load_spec(find_spec(name)) for name in args.sweeps]
+        data = load_dataset(args.dataset, args.data_root, args.download)
+        plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes, _train_changes(args)))
+                 for s in specs]  # every point of every sweep validated before any training
+    except (SpecError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.init:
+        print("error: --init (fine-tuning from a timm checkpoint) is not implemented yet", file=sys.stderr)
+        return 2
+    options = _options(args)
+    if args.dry_run:
+        for name, points in plans:
+            _dry_run(name, points, options)
+        return 0
+    t0 = time.perf_counter()
+    executor = EXECUTORS[args.executor]()
+    results = [run_sweep(name, points, options, executor) for name, points in plans]
+    _summary(results, time.perf_counter() - t0)
+    return 0
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text  # a bare word such as sdpa or post
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    model_changes, train_changes = {}, _train_changes(args)
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"error: --set {item!r} is not key=value", file=sys.stderr)
+            return 2
+        if key in MODEL_FIELDS:
+            model_changes[key] = _parse_value(value)
+        elif key in TRAIN_FIELDS:
+            train_changes[key] = _parse_value(value)
+        else:
+            print(f"error: --set {key}: not a ViTConfig or TrainConfig field; model: {sorted(MODEL_FIELDS)}, "
+                  f"train: {sorted(TRAIN_FIELDS)}", file=sys.stderr)
+            return 2
+    try:
+        resolve_device(args.device)
+        data = load_dataset(args.dataset, args.data_root, args.download)
+        model = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
+                                             num_classes=data.num_classes, **model_changes)
+        train_cfg = dataclasses.replace(TrainConfig(), **train_changes)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.init:
+        print("error: --init (fine-tuning from a timm checkpoint) is not implemented yet", file=sys.stderr)
+        return 2
+    points = [Point("train", "preset", args.preset, model, train_cfg)]
+    options = _options(args)
+    if args.dry_run:
+        _dry_run("train", points, options)
+        return 0
+    t0 = time.perf_counter()
+    result = run_sweep("train", points, options, EXECUTORS[args.executor]())
+    _summary([result], time.perf_counter() - t0)
+    table = read_rows(result["csv"])
+    print(table.tail(len(args.seeds))[["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs",
+                                       "throughput_img_s"]].to_string(index=False))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import build_report
+
+    path = build_report(Path(args.out))
+    print(f"report → {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ablations", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sweep = sub.add_parser("sweep", help=f"run sweeps: {', '.join(available_sweeps())} or a .toml path")
+    sweep.add_argument("sweeps", nargs="+")
+    _common(sweep)
+    one = sub.add_parser("train", help="one config: a preset plus --set overrides; row in train.csv")
+    one.add_argument("--preset", default="vit_mnist", choices=sorted(PRESETS))
+    one.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a ViTConfig or TrainConfig field (repeatable)")
+    _common(one)
+    report = sub.add_parser("report", help="figures and REPORT.md from the CSVs; never trains")
+    report.add_argument("--out", default="results")
+    args = parser.parse_args(argv)
+    return {"sweep": cmd_sweep, "train": cmd_train, "report": cmd_report}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

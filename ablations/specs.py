@@ -1,0 +1,133 @@
+"""Sweep specs: one TOML file per sweep, validated whole before the first run.
+
+    [sweep]
+    factor = "patch_size"          # a ViTConfig field
+    values = [2, 4, 7, 14]         # one run per value (and per seed)
+    values_by_img_size = { 32 = [2, 4, 8, 16] }   # optional: other values for other image sizes
+    [model]                        # the base: a preset plus overrides
+    preset = "vit_mnist"
+    embed_dim = 64
+    [train]                        # TrainConfig fields
+    epochs = 15
+
+The dataset fixes img_size, in_chans and num_classes of the base. An unknown key, a bad value, or a
+point whose config is invalid raises `SpecError` naming the file, the point and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vit import PRESETS, ViTConfig
+
+from .train import TrainConfig
+
+SPEC_DIR = Path(__file__).resolve().parent / "sweeps"
+_SECTIONS = {"sweep": {"factor", "values", "values_by_img_size", "description"},
+             "model": {"preset", *(f.name for f in dataclasses.fields(ViTConfig))},
+             "train": {f.name for f in dataclasses.fields(TrainConfig)}}
+DATASET_FIELDS = ("img_size", "in_chans", "num_classes")
+
+
+class SpecError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Point:
+    sweep: str
+    factor: str
+    value: Any
+    model: ViTConfig
+    train: TrainConfig
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    path: Path
+    factor: str
+    values: tuple[Any, ...]
+    values_by_img_size: dict[int, tuple[Any, ...]]
+    preset: str
+    model_overrides: dict[str, Any]
+    train_overrides: dict[str, Any]
+
+    def points(self, img_size: int, in_chans: int, num_classes: int,
+               train_changes: dict[str, Any] | None = None) -> list[Point]:
+        """Every point for a dataset of this shape; any invalid point raises SpecError before any work."""
+        values = self.values_by_img_size.get(img_size, self.values)
+        try:
+            train_cfg = dataclasses.replace(TrainConfig(**self.train_overrides), **(train_changes or {}))
+        except (TypeError, ValueError) as err:
+            raise SpecError(f"{self.path}: [train]: {err}") from None
+        points = []
+        for value in values:
+            changes = {**self.model_overrides, "img_size": img_size, "in_chans": in_chans,
+                       "num_classes": num_classes, self.factor: value}
+            try:
+                model = PRESETS[self.preset].replace(**changes)
+            except ValueError as err:
+                raise SpecError(f"{self.path}: point {self.factor}={value!r}: {err}") from None
+            points.append(Point(self.name, self.factor, value, model, train_cfg))
+        return points
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"no sweep spec at {path}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{path}: not valid TOML: {err}") from None
+    for section, table in data.items():
+        if section not in _SECTIONS:
+            raise SpecError(f"{path}: unknown section [{section}]; sections are {sorted(_SECTIONS)}")
+        unknown = sorted(set(table) - _SECTIONS[section])
+        if unknown:
+            raise SpecError(f"{path}: [{section}] has unknown key {unknown[0]!r}; known: {sorted(_SECTIONS[section])}")
+    sweep, model = data.get("sweep", {}), dict(data.get("model", {}))
+    factor = sweep.get("factor")
+    if factor not in {f.name for f in dataclasses.fields(ViTConfig)} - set(DATASET_FIELDS) - {"img_size"}:
+        raise SpecError(f"{path}: [sweep] factor={factor!r} is not a ViTConfig field a sweep can vary")
+    values = sweep.get("values")
+    if not isinstance(values, list) or not values:
+        raise SpecError(f"{path}: [sweep] values must be a non-empty list, got {values!r}")
+    if len(set(map(repr, values))) != len(values):
+        raise SpecError(f"{path}: [sweep] values has duplicates: {values!r}")
+    by_size = {}
+    for size, vals in sweep.get("values_by_img_size", {}).items():
+        if not str(size).isdigit() or not isinstance(vals, list) or not vals:
+            raise SpecError(f"{path}: [sweep] values_by_img_size.{size} must map an image size to a non-empty list")
+        by_size[int(size)] = tuple(vals)
+    preset = model.pop("preset", "vit_mnist")
+    if preset not in PRESETS:
+        raise SpecError(f"{path}: [model] preset={preset!r} is unknown; choose one of {sorted(PRESETS)}")
+    fixed = sorted(set(model) & set(DATASET_FIELDS))
+    if fixed:
+        raise SpecError(f"{path}: [model] {fixed[0]} is set by the dataset, not the spec")
+    train = data.get("train", {})
+    try:
+        TrainConfig(**train)
+    except (TypeError, ValueError) as err:
+        raise SpecError(f"{path}: [train]: {err}") from None
+    return SweepSpec(path.stem, path, factor, tuple(values), by_size, preset, model, dict(train))
+
+
+def available_sweeps() -> list[str]:
+    return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+
+
+def find_spec(name: str, spec_dir: Path = SPEC_DIR) -> Path:
+    path = Path(name)
+    if path.suffix == ".toml":
+        return path
+    candidate = spec_dir / f"{name}.toml"
+    if not candidate.exists():
+        raise SpecError(f"no sweep named {name!r} in {spec_dir}; available: {available_sweeps()}")
+    return candidate

@@ -1,0 +1,170 @@
+"""The trainer: AdamW, linear warm-up then cosine, label smoothing, gradient clipping, autocast.
+
+Seeded and reproducible on CPU: the seed fixes the initial weights, the batch order and the
+augmentation (one generator each); the same seed on the same machine gives the same accuracy.
+A non-finite loss stops the run with `Diverged`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from bench.measure import autocast
+from bench.mfu import DTYPES
+
+from .data import Dataset
+
+
+class Diverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """epochs, batch_size; lr: peak AdamW rate after `warmup_epochs` of linear warm-up, then cosine to 0.
+    weight_decay (AdamW, not on biases/norms/tokens), label_smoothing, grad_clip (max global norm, 0 = off).
+    dtype: "fp32" or "bf16"/"fp16" autocast ("auto": bf16 on CUDA, fp32 on CPU). compile: torch.compile.
+    """
+
+    epochs: int = 15
+    batch_size: int = 128
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    warmup_epochs: float = 1.0
+    label_smoothing: float = 0.1
+    grad_clip: float = 1.0
+    dtype: str = "auto"
+    compile: bool = False
+    eval_batch_size: int = 500
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "eval_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TrainConfig.{name} must be a positive int, got {value!r}")
+        for name in ("lr", "weight_decay", "warmup_epochs", "label_smoothing", "grad_clip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+                raise ValueError(f"TrainConfig.{name} must be a finite number ≥ 0, got {value!r}")
+        if self.lr <= 0:
+            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr!r}")
+        if self.label_smoothing >= 1:
+            raise ValueError(f"TrainConfig.label_smoothing must be < 1, got {self.label_smoothing!r}")
+        if self.dtype not in ("auto", *DTYPES):
+            raise ValueError(f"TrainConfig.dtype={self.dtype!r} is unknown; choose auto, {', '.join(DTYPES)}")
+
+    def resolved_dtype(self, device: torch.device) -> str:
+        return ("bf16" if device.type == "cuda" else "fp32") if self.dtype == "auto" else self.dtype
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    train_loss: float
+    test_loss: float
+    test_acc: float
+    best_test_acc: float
+    train_time_s: float
+    train_throughput_img_s: float
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def lr_at(step: int, total_steps: int, warmup_steps: int, peak: float) -> float:
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """No decay on biases, norms, CLS token and position embeddings (1-D or token tensors)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim <= 1 or name in ("cls_token", "pos_embed.weight") else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str, batch_size: int) -> tuple[float, float]:
+    model.eval()
+    total_loss, correct = 0.0, 0
+    for i in range(0, len(data.test_y), batch_size):
+        x = data.normalize(data.test_x[i:i + batch_size].to(device))
+        y = data.test_y[i:i + batch_size].to(device)
+        with autocast(device, dtype):
+            logits = model(x)
+        total_loss += F.cross_entropy(logits.float(), y, reduction="sum").item()
+        correct += (logits.argmax(-1) == y).sum().item()
+    n = len(data.test_y)
+    return total_loss / n, correct / n
+
+
+def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
+          on_epoch: Callable[[dict[str, float]], None] | None = None, progress: bool = True) -> TrainResult:
+    """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch."""
+    dtype = cfg.resolved_dtype(device)
+    model = model.to(device)
+    runner = torch.compile(model) if cfg.compile else model
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16" and device.type == "cuda")
+    order_gen = torch.Generator().manual_seed(seed)
+    aug_gen = torch.Generator().manual_seed(seed + 1)
+    train_x, train_y = data.train_x.to(device), data.train_y.to(device)
+    n = len(train_y)
+    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    total_steps = cfg.epochs * steps_per_epoch
+    warmup_steps = max(1, round(cfg.warmup_epochs * steps_per_epoch))
+    history: list[dict[str, float]] = []
+    best_acc, step, train_time, images_seen = 0.0, 0, 0.0, 0
+    epochs = tqdm(range(1, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
+    for epoch in epochs:
+        model.train()
+        t0 = time.perf_counter()
+        order = torch.randperm(n, generator=order_gen).to(device)
+        loss_sum = 0.0
+        for i in range(0, n, cfg.batch_size):
+            idx = order[i:i + cfg.batch_size]
+            x = data.normalize(data.augment(train_x[idx], aug_gen))
+            lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            with autocast(device, dtype):
+                loss = F.cross_entropy(runner(x), train_y[idx], label_smoothing=cfg.label_smoothing)
+            if not torch.isfinite(loss):
+                raise Diverged(f"loss became {loss.item()} at epoch {epoch}, step {step} (lr {lr:.3g})")
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            if cfg.grad_clip:
+                scaler.unscale_(optimizer)
+                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+            loss_sum += loss.item() * len(idx)
+            step += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        train_time += time.perf_counter() - t0
+        images_seen += n
+        test_loss, test_acc = evaluate(runner, data, device, dtype, cfg.eval_batch_size)
+        best_acc = max(best_acc, test_acc)
+        record = {"epoch": epoch, "lr": lr, "train_loss": loss_sum / n, "test_loss": test_loss,
+                  "test_acc": test_acc, "elapsed_s": train_time}
+        history.append(record)
+        if on_epoch:
+            on_epoch(record)
+        epochs.set_postfix(loss=f"{record['train_loss']:.3f}", acc=f"{test_acc:.4f}")
+    last = history[-1]
+    return TrainResult(last["train_loss"], last["test_loss"], last["test_acc"], best_acc, train_time,
+                       images_seen / train_time, history)

@@ -10,7 +10,10 @@ SPEED = ["mode", "batch_size", "throughput_img_s", "step_ms_median", "step_ms_iq
 TRAINING = ["sweep", "dataset", "seed", "epochs", "lr", "train_time_s", "train_loss", "test_loss",
             "test_acc", "best_test_acc", "train_throughput_img_s", "init"]
 
-BENCH_COLUMNS = IDENTITY + CONFIG + COST + SPEED + ["gpu_mem_used_mb", "power_w", "repeats"]
-ABLATION_COLUMNS = IDENTITY + CONFIG + COST + SPEED + TRAINING
+# beyond the contract: what the sampler and timer also saw, and the rest of ViTConfig
+EXTRA = ["gpu_mem_used_mb", "power_w", "repeats", "qkv_bias", "dropout", "attn_dropout"]
+
+BENCH_COLUMNS = IDENTITY + CONFIG + COST + SPEED + EXTRA
+ABLATION_COLUMNS = IDENTITY + CONFIG + COST + SPEED + TRAINING + EXTRA
 HISTORY_COLUMNS = ["run_id", "epoch", "lr", "train_loss", "test_loss", "test_acc", "elapsed_s"]
 STATUSES = ("ok", "oom", "diverged", "error")

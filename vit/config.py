@@ -121,7 +121,7 @@ PRESETS: dict[str, ViTConfig] = {
     "vit_tiny_patch16_224": _timm(192, 12, 3),
     "vit_small_patch16_224": _timm(384, 12, 6),
     "vit_base_patch16_224": _timm(768, 12, 12),
-    "vit_mnist": ViTConfig(img_size=28, patch_size=4, in_chans=1, num_classes=10,
+    "vit_mnist": ViTConfig(img_size=28, patch_size=7, in_chans=1, num_classes=10,
                            embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0),
     "vit_digits": ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10,
                             embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0),

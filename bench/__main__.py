@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from vit import ATTENTION_BACKENDS, PRESETS
 
 from .csvio import append_row
-from .env import environment, resolve_device
+from .env import environment, resolve_device, run_id
 from .grid import expand_grid, run_grid
 from .measure import MODES
 from .mfu import DTYPES, matmul_peak_flops
@@ -58,10 +59,12 @@ def convert_json(json_path: Path, csv_path: Path) -> int:
     written = 0
     for bench in data.get("benchmarks", []):
         info, stats = bench.get("extra_info", {}), bench["stats"]
-        device = resolve_device(info.get("device", "cpu")) if info.get("device") == "cuda" else None
-        row = {**(environment(device) if device else {}), **info}
+        device = torch.device(info.get("device", "cpu"))
+        # the environment of this machine describes the run only if it has that kind of device
+        env = environment(device) if device.type == "cpu" or torch.cuda.is_available() else {"device": device.type}
+        row = {**env, **info}
         row.update(started_at=data.get("datetime", row.get("started_at")),
-                   run_id=bench.get("fullname", bench["name"]), status="ok", error="",
+                   run_id=run_id({**info, "benchmark": bench["name"]}), status="ok", error="",
                    step_ms_median=stats["median"] * 1e3, step_ms_iqr=stats["iqr"] * 1e3,
                    throughput_img_s=info["batch_size"] / stats["median"], repeats=stats["rounds"])
         append_row(csv_path, {k: v for k, v in row.items() if k in BENCH_COLUMNS}, BENCH_COLUMNS)

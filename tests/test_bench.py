@@ -165,3 +165,20 @@ def test_cpu_utilisation_of_a_busy_loop_and_of_sleep():
     one_core = 100.0 / reader.cores
     assert busy.summary()["util_pct"] == pytest.approx(one_core, rel=0.25)
     assert idle.summary()["util_pct"] < 0.2 * one_core
+
+
+def test_pytest_benchmark_json_converts_to_contract_rows(tmp_path):
+    import json
+
+    from bench.__main__ import convert_json
+
+    info = {**ViTConfig().to_dict(), "tokens": 65, "params": 10, "gmacs": 0.5, "gflops": 1.0, "mode": "infer",
+            "batch_size": 8, "dtype": "fp32", "compile": 0, "device": "cpu", "backend": "sdpa"}
+    doc = {"datetime": "2026-01-01T00:00:00", "benchmarks": [
+        {"name": "test_step[sdpa]", "fullname": "bench/x.py::test_step[sdpa]", "extra_info": info,
+         "stats": {"median": 0.02, "iqr": 0.001, "rounds": 5}}]}
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    assert convert_json(tmp_path / "b.json", tmp_path / "b.csv") == 1
+    row = read_rows(tmp_path / "b.csv").iloc[0]
+    assert row["throughput_img_s"] == pytest.approx(400.0) and row["step_ms_median"] == pytest.approx(20.0)
+    assert row["device"] == "cpu" and row["device_name"] and row["attn"] == "sdpa" and row["status"] == "ok"

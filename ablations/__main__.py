@@ -15,9 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bench.csvio import read_rows
 from bench.env import resolve_device
-from bench.flops import count_macs
+from bench.flops import count_macs, param_count
 from bench.mfu import DTYPES
 from vit import PRESETS, ViTConfig, VisionTransformer
 
@@ -66,6 +68,12 @@ def _train_changes(args: argparse.Namespace) -> dict[str, Any]:
     return changes
 
 
+def _check_device(args: argparse.Namespace) -> None:
+    """Raises ValueError for a device that is not there; warns about reduced precision on a CPU."""
+    if resolve_device(args.device).type == "cpu" and args.dtype in ("bf16", "fp16"):
+        print(f"note: {args.dtype} autocast on a CPU can be hundreds of times slower than fp32", file=sys.stderr)
+
+
 def _options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
                       device=args.device, out=args.out)
@@ -77,8 +85,9 @@ def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
     print(f"  {'factor':<16} {'seed':>4} {'params':>10} {'GMACs':>9} {'tokens':>6}  run_id        done")
     for task in make_tasks(points, options):
         cfg = task.point.model
-        macs = count_macs(VisionTransformer(cfg), __import__("torch").zeros(1, cfg.in_chans, cfg.img_size, cfg.img_size))
-        params = sum(p.numel() for p in VisionTransformer(cfg).parameters())
+        model = VisionTransformer(cfg)
+        macs = count_macs(model, torch.zeros(1, cfg.in_chans, cfg.img_size, cfg.img_size))
+        params = param_count(model)
         label = f"{task.point.factor}={task.point.value}"
         print(f"  {label:<16} {task.seed:>4} {params:>10,} {macs / 1e9:>9.5f} {cfg.tokens:>6}  {task.run_id}  "
               f"{'yes' if task.run_id in done else 'no'}")
@@ -95,7 +104,7 @@ def _summary(results: list[dict[str, Any]], elapsed: float) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     try:
-        resolve_device(args.device)
+        _check_device(args)
         specs = [load_spec(find_spec(name)) for name in args.sweeps]
         data = load_dataset(args.dataset, args.data_root, args.download)
         plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes, _train_changes(args)))
@@ -141,7 +150,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                   f"train: {sorted(TRAIN_FIELDS)}", file=sys.stderr)
             return 2
     try:
-        resolve_device(args.device)
+        _check_device(args)
         data = load_dataset(args.dataset, args.data_root, args.download)
         model = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
                                              num_classes=data.num_classes, **model_changes)

@@ -16,6 +16,12 @@ import seaborn as sns  # noqa: E402
 
 from bench.csvio import read_rows  # noqa: E402
 
+import torch  # noqa: E402
+
+from vit import ViTConfig, VisionTransformer  # noqa: E402
+
+from . import figures as figs  # noqa: E402
+from .data import load_dataset  # noqa: E402
 from .specs import SPEC_DIR, load_spec  # noqa: E402
 
 SWEEPS = ("patch", "heads", "depth", "pos", "norm", "attn")
@@ -88,12 +94,55 @@ def sweep_figure(rows: pd.DataFrame, factor: str, path: Path) -> None:
     plt.close(fig)
 
 
+FACTOR_KEY = {"patch": "patch_size", "heads": "num_heads", "depth": "depth", "pos": "pos", "norm": "norm",
+              "attn": "attn"}
+_CONFIG_FIELDS = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
+                  "mlp_ratio", "attn", "pos", "norm")
+
+
+def _config(row: pd.Series) -> ViTConfig:
+    fields = {k: row[k] for k in _CONFIG_FIELDS}
+    for k in ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads"):
+        fields[k] = int(fields[k])
+    return ViTConfig(**{**fields, "mlp_ratio": float(fields["mlp_ratio"])})
+
+
+def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path) -> list[str]:
+    """Position-embedding similarity and attention maps from saved weights of the pos sweep."""
+    lines = ["## inside the model", ""]
+    rows = tables.get("pos")
+    if rows is None or not (rows["status"] == "ok").any():
+        return lines + ["_Needs `results/ablations/pos.csv` and its weights: `make ablate-pos` produces them._", ""]
+    ok = rows[rows["status"] == "ok"]
+    weights = {r.pos: out / "ablations" / "weights" / "pos" / f"{r.run_id}.pt" for _, r in ok.iterrows()}
+    weights = {k: v for k, v in weights.items() if v.exists()}
+    encodings = {}
+    for name in ("learned", "sinusoidal", "sincos2d"):
+        match = ok[ok["pos"] == name]
+        if len(match) and name in weights:
+            cfg = _config(match.iloc[0])
+            model = VisionTransformer(cfg)
+            model.load_state_dict(torch.load(weights[name], weights_only=True))
+            encodings[name] = model.pos_embed.weight[0].detach()
+    if encodings:
+        grid = _config(ok.iloc[0]).grid_size
+        sim = figs.position_similarity(encodings, grid, figures / "position-similarity.png")
+        lines += [f"![position similarity](figures/{sim.name})", ""]
+    if "learned" in weights:
+        row = ok[ok["pos"] == "learned"].iloc[0]
+        data = load_dataset(str(row["dataset"]))
+        images = data.normalize(data.test_x[:4])
+        maps = figs.attention_maps(_config(row), weights["learned"], images, figures / "attention.png")
+        lines += [f"![attention maps](figures/{maps.name})", ""]
+    return lines
+
+
 def build_report(out: Path) -> Path:
     out = Path(out)
     ablations, figures = out / "ablations", out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     tables = {s: read_rows(ablations / f"{s}.csv") for s in SWEEPS if (ablations / f"{s}.csv").exists()}
-    all_rows = pd.concat(tables.values()) if tables else pd.DataFrame()
+    all_rows = pd.concat(tables.values(), ignore_index=True) if tables else pd.DataFrame()
     lines = ["# vitbench report", ""]
     if all_rows.empty:
         lines += ["No ablation results yet: run `make ablations` (patch, heads, depth) or a `make ablate-*` target.", ""]
@@ -116,11 +165,25 @@ def build_report(out: Path) -> Path:
             sweep_figure(rows, factor, fig)
             lines += [_finding(table, factor), "", _markdown(table, factor), "",
                       f"![{sweep}](figures/{fig.name})", ""]
+            history_csv = ablations / f"{sweep}-history.csv"
+            if history_csv.exists():
+                curves = figs.learning_curves(read_rows(history_csv), rows, factor, figures / f"{sweep}-curves.png")
+                lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
         if len(failed):
             lines.append(f"Failed runs ({len(failed)}), not counted above:")
             for _, r in failed.iterrows():
                 lines.append(f"- {factor}={r[factor]} seed {r['seed']}: **{r['status']}** {r['error']}")
             lines.append("")
+    if not all_rows.empty and (all_rows["status"] == "ok").any():
+        lines += ["## accuracy against compute", ""]
+        ok = all_rows[all_rows["status"] == "ok"]
+        front = figs.pareto_front(ok)
+        pareto = figs.accuracy_vs_gflops(all_rows, figures / "pareto.png")
+        lines += ["Pareto front (no run is both cheaper and more accurate): " + ", ".join(
+            f"{r.sweep} {FACTOR_KEY.get(r.sweep, 'run')}={r[FACTOR_KEY[r.sweep]] if r.sweep in FACTOR_KEY else r.run_id} "
+            f"({r.gflops:.5f} GFLOPs, {r.test_acc * 100:.1f}%)" for _, r in front.iterrows()) + ".", "",
+            f"![pareto](figures/{pareto.name})", ""]
+        lines += _inside_the_model(out, tables, figures)
     bench_csv = out / "bench" / "backends.csv"
     lines.append("## attention backends (bench)")
     if bench_csv.exists():
@@ -134,7 +197,8 @@ def build_report(out: Path) -> Path:
             rate, mem = by_t["throughput_img_s"].median(), by_t["peak_mem_mb"].median()
             lines.append(f"| {attn} | " + " | ".join(f"{rate.get(t, float('nan')):.2f}" for t in tokens) + " | "
                          + " | ".join(f"{mem.get(t, float('nan')):.1f}" for t in tokens) + " |")
-        lines.append("")
+        scaling = figs.backend_scaling(bench, figures / "backends.png")
+        lines += ["", f"![backends](figures/{scaling.name})", ""]
     else:
         lines += [f"_Missing: `{bench_csv}`; `python -m bench run --tokens 65,197,785 --name backends` produces it._", ""]
     path = out / "REPORT.md"

@@ -42,3 +42,12 @@ def test_sweep_table_means_match_pandas():
                          "peak_mem_mb": 1.0, "mfu": 0.1, "train_time_s": [1.0, 3.0, 2.0, 2.0]})
     table = sweep_table(rows, "depth")
     assert table.loc[1, "acc_mean"] == 60.0 and table.loc[2, "acc_std"] == 0.0 and table.loc[1, "train_s"] == 2.0
+
+
+def test_pareto_front_keeps_only_undominated_runs_even_with_repeated_index():
+    from ablations.figures import pareto_front
+
+    points = pd.DataFrame({"gflops": [1.0, 2.0, 3.0, 2.5, 0.5], "test_acc": [0.80, 0.90, 0.85, 0.95, 0.70]},
+                          index=[0, 1, 0, 1, 2])
+    front = pareto_front(points)
+    assert list(zip(front.gflops, front.test_acc)) == [(0.5, 0.70), (1.0, 0.80), (2.0, 0.90), (2.5, 0.95)]

@@ -27,7 +27,17 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path: Path) -> Path:
+def log_axis(ax, which: str = "y") -> None:
+    """Log scale with 1-2-5 plain-number labels and no minor labels (they collide on short axes)."""
+    getattr(ax, f"set_{which}scale")("log")
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
+def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path: Path,
+                    order: list | None = None) -> Path:
     """Test accuracy and train loss per epoch, one line per factor value (mean over seeds)."""
     # a run killed after writing its history and rerun appears twice: keep the last record per epoch
     history = history.drop_duplicates(["run_id", "epoch"], keep="last")
@@ -36,7 +46,8 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
     data["test accuracy (%)"] = data["test_acc"] * 100
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     for ax, col in zip(axes, ["test accuracy (%)", "train_loss"]):
-        sns.lineplot(data=data, x="epoch", y=col, hue=data[factor].astype(str), ax=ax, errorbar=None)
+        sns.lineplot(data=data, x="epoch", y=col, hue=data[factor].astype(str), ax=ax, errorbar=None,
+                     hue_order=[str(v) for v in order] if order else None)
         ax.set_ylabel(col.replace("_", " "))
         ax.legend(title=factor, fontsize=8)
         ax.grid(alpha=0.3)
@@ -63,7 +74,7 @@ def accuracy_vs_gflops(rows: pd.DataFrame, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     sns.scatterplot(data=ok, x="gflops", y="test accuracy (%)", hue="sweep", style="sweep", s=60, ax=ax)
     ax.plot(front["gflops"], front["test_acc"] * 100, "k--", lw=1, label="Pareto front")
-    ax.set_xscale("log")
+    log_axis(ax, "x")
     ax.set_xlabel("GFLOPs per image (forward)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
@@ -79,15 +90,10 @@ def backend_scaling(bench: pd.DataFrame, path: Path) -> Path:
     fig, axes = plt.subplots(1, len(cols), figsize=(4.5 * len(cols), 3.6))
     for ax, (col, label) in zip(axes, cols):
         sns.lineplot(data=ok, x="tokens", y=col, hue="attn", style="attn", markers=True, ax=ax, errorbar=None)
-        ax.set_xscale("log")
-        if col != "util_pct":
-            ax.set_yscale("log")
+        log_axis(ax, "x")
         ax.set_xticks(sorted(ok["tokens"].unique()), labels=[str(t) for t in sorted(ok["tokens"].unique())])
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         if col != "util_pct":
-            ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            log_axis(ax)
         ax.set_xlabel("tokens (patches + 1)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, which="both")

@@ -29,11 +29,16 @@ FACTOR_LABEL = {"patch_size": "patch size (px)", "num_heads": "attention heads",
                 "pos": "position encoding", "norm": "norm placement", "attn": "attention backend"}
 
 
-def _factor(sweep: str) -> str:
-    return load_spec(SPEC_DIR / f"{sweep}.toml").factor
+def _factor_and_order(sweep: str, rows: pd.DataFrame) -> tuple[str, list]:
+    """The sweep's factor, and its values in the spec's order (values the spec lacks go last, sorted)."""
+    spec = load_spec(SPEC_DIR / f"{sweep}.toml")
+    present = list(rows.loc[rows["status"] == "ok", spec.factor].unique())
+    listed = [v for vals in (spec.values, *spec.values_by_img_size.values()) for v in vals]
+    order = [v for v in dict.fromkeys(listed) if v in present]
+    return spec.factor, order + sorted(v for v in present if v not in order)
 
 
-def sweep_table(rows: pd.DataFrame, factor: str) -> pd.DataFrame:
+def sweep_table(rows: pd.DataFrame, factor: str, order: list | None = None) -> pd.DataFrame:
     """One line per factor value over ok runs: accuracy mean ± std over seeds and the cost columns."""
     ok = rows[rows["status"] == "ok"]
     grouped = ok.groupby(factor, sort=True)
@@ -48,7 +53,7 @@ def sweep_table(rows: pd.DataFrame, factor: str) -> pd.DataFrame:
         "mfu": grouped["mfu"].median(),
         "train_s": grouped["train_time_s"].mean(),
     })
-    return table
+    return table.reindex(order) if order else table
 
 
 def _markdown(table: pd.DataFrame, factor: str) -> str:
@@ -70,7 +75,7 @@ def _finding(table: pd.DataFrame, factor: str) -> str:
             f"{table.loc[last, 'acc_mean'] - table.loc[first, 'acc_mean']:+.2f} points.")
 
 
-def sweep_figure(rows: pd.DataFrame, factor: str, path: Path) -> None:
+def sweep_figure(rows: pd.DataFrame, factor: str, path: Path, order: list | None = None) -> None:
     ok = rows[rows["status"] == "ok"].copy()
     ok["test accuracy (%)"] = ok["test_acc"] * 100
     panels = [("test accuracy (%)", False), ("gmacs", True), ("throughput_img_s", True),
@@ -80,11 +85,12 @@ def sweep_figure(rows: pd.DataFrame, factor: str, path: Path) -> None:
     numeric = pd.api.types.is_numeric_dtype(ok[factor])
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), sharex=True)
     for ax, (col, log) in zip(axes, panels):
-        sns.pointplot(data=ok, x=factor, y=col, errorbar=("ci", 95), ax=ax, native_scale=numeric, marker="o")
+        sns.pointplot(data=ok, x=factor, y=col, errorbar=("ci", 95), ax=ax, native_scale=numeric, marker="o",
+                      order=None if numeric else order)
         ax.set_ylabel(labels.get(col, col))
         ax.set_xlabel(FACTOR_LABEL.get(factor, factor))
         if log:
-            ax.set_yscale("log")
+            figs.log_axis(ax)
         if numeric:
             ax.set_xticks(sorted(ok[factor].unique()))
         ax.grid(alpha=0.3)
@@ -157,17 +163,19 @@ def build_report(out: Path) -> Path:
         if sweep not in tables:
             lines += [f"_Missing: `{ablations / (sweep + '.csv')}` does not exist; `make ablate-{sweep}` produces it._", ""]
             continue
-        rows, factor = tables[sweep], _factor(sweep)
+        rows = tables[sweep]
+        factor, order = _factor_and_order(sweep, rows)
         failed = rows[rows["status"] != "ok"]
         if (rows["status"] == "ok").any():
-            table = sweep_table(rows, factor)
+            table = sweep_table(rows, factor, order)
             fig = figures / f"{sweep}.png"
-            sweep_figure(rows, factor, fig)
+            sweep_figure(rows, factor, fig, order)
             lines += [_finding(table, factor), "", _markdown(table, factor), "",
                       f"![{sweep}](figures/{fig.name})", ""]
             history_csv = ablations / f"{sweep}-history.csv"
             if history_csv.exists():
-                curves = figs.learning_curves(read_rows(history_csv), rows, factor, figures / f"{sweep}-curves.png")
+                curves = figs.learning_curves(read_rows(history_csv), rows, factor,
+                                              figures / f"{sweep}-curves.png", order)
                 lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
         if len(failed):
             lines.append(f"Failed runs ({len(failed)}), not counted above:")

@@ -21,7 +21,7 @@ from bench.csvio import read_rows
 from bench.env import resolve_device
 from bench.flops import count_macs, param_count
 from bench.mfu import DTYPES
-from vit import PRESETS, ViTConfig, VisionTransformer
+from vit import PRESETS, ViTConfig, VisionTransformer, checkpoint_id, init_from_checkpoint
 
 from .data import DATASETS, load_dataset
 from .runner import EXECUTORS, RunOptions, csv_paths, finished_ids, make_tasks, run_sweep
@@ -52,7 +52,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["auto", *DTYPES], help="default auto: bf16 on CUDA, fp32 on CPU")
     p.add_argument("--compile", type=int, choices=[0, 1], default=0)
     p.add_argument("--executor", default="local", choices=sorted(EXECUTORS))
-    p.add_argument("--init", help="a timm checkpoint to start from (not yet supported)")
+    p.add_argument("--init", help="a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from")
     p.add_argument("--out", default="results")
     p.add_argument("--dry-run", action="store_true", help="list the runs and what is done; train nothing")
 
@@ -76,7 +76,15 @@ def _check_device(args: argparse.Namespace) -> None:
 
 def _options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
-                      device=args.device, out=args.out)
+                      device=args.device, out=args.out, init=args.init or "",
+                      init_id=checkpoint_id(args.init) if args.init else "")
+
+
+def _check_init(args: argparse.Namespace, points: list[Point]) -> None:
+    """Load the checkpoint into every point's model before any training: a mismatch fails here."""
+    if args.init:
+        for point in points:
+            init_from_checkpoint(VisionTransformer(point.model), args.init, log=lambda message: None)
 
 
 def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
@@ -109,11 +117,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         data = load_dataset(args.dataset, args.data_root, args.download)
         plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes, _train_changes(args)))
                  for s in specs]  # every point of every sweep validated before any training
+        for _, points in plans:
+            _check_init(args, points)
     except (SpecError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.init:
-        print("error: --init (fine-tuning from a timm checkpoint) is not implemented yet", file=sys.stderr)
         return 2
     options = _options(args)
     if args.dry_run:
@@ -155,11 +162,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         model = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
                                              num_classes=data.num_classes, **model_changes)
         train_cfg = dataclasses.replace(TrainConfig(), **train_changes)
+        _check_init(args, [Point("train", "preset", args.preset, model, train_cfg)])
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.init:
-        print("error: --init (fine-tuning from a timm checkpoint) is not implemented yet", file=sys.stderr)
         return 2
     points = [Point("train", "preset", args.preset, model, train_cfg)]
     options = _options(args)

@@ -26,7 +26,7 @@ from bench.grid import classify_failure
 from bench.measure import MeasureConfig, add_mfu, cost, measure
 from bench.schema import ABLATION_COLUMNS, HISTORY_COLUMNS
 from bench.timing import TimingConfig
-from vit import VisionTransformer
+from vit import VisionTransformer, init_from_checkpoint
 
 from .data import Dataset, load_dataset
 from .specs import Point
@@ -44,6 +44,8 @@ class RunOptions:
     infer_batch_size: int = 256
     measure_mfu: bool = True
     progress: bool = True
+    init: str = ""     # a timm checkpoint file to start every run from
+    init_id: str = ""  # its name and sha256 prefix (vit.checkpoint_id), part of each run's identity
 
 
 @dataclass(frozen=True)
@@ -62,13 +64,15 @@ class Outcome:
     weights: bytes | None = None  # torch.save of the state dict
 
 
-def task_key(point: Point, dataset: str, seed: int) -> dict[str, Any]:
-    """What defines a run: the model, the training, the data and the seed (not the device or time)."""
-    return {"model": point.model.to_dict(), "train": point.train.to_dict(), "dataset": dataset, "seed": seed}
+def task_key(point: Point, dataset: str, seed: int, init_id: str = "") -> dict[str, Any]:
+    """What defines a run: the model, the training, the data, the seed and the starting weights."""
+    key = {"model": point.model.to_dict(), "train": point.train.to_dict(), "dataset": dataset, "seed": seed}
+    return {**key, "init": init_id} if init_id else key
 
 
 def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
-    return [Task(p, s, run_id(task_key(p, options.dataset, s)), options) for p in points for s in options.seeds]
+    return [Task(p, s, run_id(task_key(p, options.dataset, s, options.init_id)), options)
+            for p in points for s in options.seeds]
 
 
 def csv_paths(out: str | Path, sweep: str) -> tuple[Path, Path, Path]:
@@ -103,12 +107,14 @@ def execute(task: Task) -> Outcome:
                            "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset,
                            "seed": task.seed, "epochs": point.train.epochs, "lr": point.train.lr,
                            "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
-                           "init": ""}
+                           "init": options.init_id}
     history: list[dict[str, Any]] = []
     try:
         data = _dataset(options)
         torch.manual_seed(task.seed)
         model = VisionTransformer(point.model)
+        if options.init:
+            init_from_checkpoint(model, options.init, log=tqdm.write)
         row.update(cost(model, (point.model.in_chans, point.model.img_size, point.model.img_size)))
         result = train(model, data, point.train, task.seed, device, progress=options.progress)
         history = [{"run_id": task.run_id, **h} for h in result.history]

@@ -5,9 +5,11 @@ from .blocks import NORM_PLACEMENTS, Block
 from .config import PRESETS, ViTConfig
 from .model import VisionTransformer
 from .position import POSITION_ENCODINGS, sincos_2d, sinusoidal_1d
-from .timm_interop import load_timm_weights, timm_to_vit_keys
+from .timm_interop import (adapt_timm_state_dict, checkpoint_id, init_from_checkpoint, load_timm_weights,
+                           read_checkpoint, timm_to_vit_keys)
 
 __all__ = [
     "ATTENTION_BACKENDS", "Attention", "Block", "NORM_PLACEMENTS", "POSITION_ENCODINGS", "PRESETS",
-    "ViTConfig", "VisionTransformer", "load_timm_weights", "sincos_2d", "sinusoidal_1d", "timm_to_vit_keys",
+    "ViTConfig", "VisionTransformer", "adapt_timm_state_dict", "checkpoint_id", "init_from_checkpoint",
+    "load_timm_weights", "read_checkpoint", "sincos_2d", "sinusoidal_1d", "timm_to_vit_keys",
 ]

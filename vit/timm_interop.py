@@ -6,7 +6,10 @@ lives in the position module as `pos_embed.weight`.
 
 from __future__ import annotations
 
-from typing import Mapping
+import hashlib
+import math
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
 
 import torch
 from torch import Tensor
@@ -21,7 +24,8 @@ def timm_to_vit_keys(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
     return {_RENAME.get(k, k): v for k, v in state_dict.items()}
 
 
-def load_timm_weights(model: VisionTransformer, state_dict: Mapping[str, Tensor]) -> VisionTransformer:
+def load_timm_weights(model: VisionTransformer, state_dict: Mapping[str, Tensor],
+                      missing_ok: Iterable[str] = ()) -> VisionTransformer:
     """Copy a timm ViT state dict (fused `qkv`, CLS token, learned `pos_embed`) into `model`, in place.
 
     Every key must match a parameter of the same shape: an unexpected or missing key, or a shape that
@@ -31,6 +35,10 @@ def load_timm_weights(model: VisionTransformer, state_dict: Mapping[str, Tensor]
         raise ValueError(f"load_timm_weights needs a vit.VisionTransformer, got {type(model).__name__}")
     source = timm_to_vit_keys(state_dict)
     target = model.state_dict()
+    blocks = {int(k.split(".")[1]) for k in source if k.startswith("blocks.")}
+    if blocks and max(blocks) + 1 != model.cfg.depth:
+        raise ValueError(f"depth mismatch: checkpoint has {max(blocks) + 1} blocks (blocks.0 … blocks.{max(blocks)}), "
+                         f"the model depth={model.cfg.depth}")
     unexpected = sorted(set(source) - set(target))
     if "pos_embed.weight" in unexpected:
         raise ValueError(f"checkpoint has a learned pos_embed but the model has pos={model.cfg.pos!r}; "
@@ -38,7 +46,7 @@ def load_timm_weights(model: VisionTransformer, state_dict: Mapping[str, Tensor]
     if unexpected:
         raise ValueError(f"checkpoint key(s) not in the model: {unexpected[:5]} "
                          f"(timm features this model lacks, e.g. layer scale, qk-norm, registers, fc_norm)")
-    missing = sorted(set(target) - set(source))
+    missing = sorted(set(target) - set(source) - set(missing_ok))
     if missing:
         raise ValueError(f"checkpoint lacks key(s) {missing[:5]}")
     for key, value in source.items():
@@ -46,5 +54,67 @@ def load_timm_weights(model: VisionTransformer, state_dict: Mapping[str, Tensor]
             raise ValueError(f"shape mismatch at {key!r}: checkpoint {tuple(value.shape)}, "
                              f"model {tuple(target[key].shape)}")
     with torch.no_grad():
-        model.load_state_dict(source, strict=True)
+        model.load_state_dict(source, strict=not set(missing_ok))
     return model
+
+
+CHECKPOINT_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Tensor]:
+    """A state dict from `.pth`/`.pt`/`.bin` (torch.load, weights_only) or `.safetensors`."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    if path.suffix not in CHECKPOINT_SUFFIXES:
+        raise ValueError(f"checkpoint {path}: unknown format {path.suffix!r}; use one of {CHECKPOINT_SUFFIXES}")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    for wrapper in ("model", "state_dict", "model_ema"):  # training checkpoints wrap the weights
+        if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
+            state = state[wrapper]
+    return dict(state)
+
+
+def checkpoint_id(path: str | Path) -> str:
+    """`<file name>:<sha256 prefix>`, what a result row records as its `init`."""
+    path = Path(path).expanduser()
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return f"{path.name}:{digest}"
+
+
+def adapt_timm_state_dict(model: VisionTransformer, state_dict: Mapping[str, Tensor],
+                          log: Callable[[str], None] = print) -> tuple[dict[str, Tensor], list[str]]:
+    """Fit a timm checkpoint to `model`: resample a learned pos_embed to the model's patch grid (timm's
+    `resample_abs_pos_embed`, bicubic, CLS position kept apart), and drop a head of another class count
+    (the model's fresh head stays). Returns the state dict and the keys the model keeps its own values for.
+    """
+    from timm.layers import resample_abs_pos_embed
+
+    cfg, state, keep = model.cfg, dict(state_dict), []
+    pos = state.get("pos_embed")
+    if pos is not None and cfg.pos == "learned" and pos.shape[1] != cfg.tokens and pos.shape[-1] == cfg.embed_dim:
+        old = math.isqrt(pos.shape[1] - 1)
+        if old * old != pos.shape[1] - 1:
+            raise ValueError(f"pos_embed of shape {tuple(pos.shape)} is not a square grid plus CLS")
+        state["pos_embed"] = resample_abs_pos_embed(pos, [cfg.grid_size, cfg.grid_size], num_prefix_tokens=1)
+        log(f"init: resampled pos_embed from a {old}×{old} to a {cfg.grid_size}×{cfg.grid_size} patch grid "
+            f"(bicubic, CLS position kept)")
+    head = state.get("head.weight")
+    if head is not None and head.shape[0] != cfg.num_classes and head.shape[1:] == (cfg.embed_dim,):
+        state.pop("head.weight")
+        state.pop("head.bias", None)
+        keep = ["head.weight", "head.bias"]
+        log(f"init: checkpoint head has {head.shape[0]} classes, the model {cfg.num_classes}: head freshly initialised")
+    return state, keep
+
+
+def init_from_checkpoint(model: VisionTransformer, path: str | Path,
+                         log: Callable[[str], None] = print) -> VisionTransformer:
+    """Load a timm ViT checkpoint file into `model`, adapting grid and head; other mismatches raise."""
+    state, keep = adapt_timm_state_dict(model, read_checkpoint(path), log)
+    return load_timm_weights(model, state, missing_ok=keep)

@@ -1,0 +1,116 @@
+"""Fine-tuning from timm checkpoints: file formats, grid resampling, head re-init, mismatches,
+linear probe and layer-wise lr decay. Checkpoints are small timm ViTs the tests write."""
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from timm.layers import resample_abs_pos_embed
+from timm.models.vision_transformer import VisionTransformer as TimmViT
+
+from ablations.__main__ import main as ablations_main
+from ablations.data import load_dataset
+from ablations.runner import RunOptions, run_sweep
+from ablations.specs import Point
+from ablations.train import TrainConfig, param_groups, train
+from bench.csvio import read_rows
+from vit import ViTConfig, VisionTransformer, init_from_checkpoint
+
+KW = dict(img_size=16, patch_size=4, in_chans=3, num_classes=10, embed_dim=32, depth=3, num_heads=4, mlp_ratio=2.0)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def timm_model():
+    torch.manual_seed(0)
+    return TimmViT(**KW).eval()
+
+
+def save(model, path):
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(path)) if path.suffix == ".safetensors" else torch.save(state, path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors", ".bin"])
+def test_same_size_checkpoint_reproduces_timm_logits(tmp_path, timm_model, suffix):
+    path = save(timm_model, tmp_path / f"ckpt{suffix}")
+    ours = init_from_checkpoint(VisionTransformer(ViTConfig(**KW)), path, log=lambda m: None).eval()
+    images = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        assert (ours(images) - timm_model(images)).abs().max().item() < 1e-5
+
+
+def test_larger_image_resamples_positions_and_trains_with_init_recorded(tmp_path, timm_model):
+    path = save(timm_model, tmp_path / "ckpt.pth")
+    logs = []
+    cfg = ViTConfig(**{**KW, "img_size": 32})
+    model = init_from_checkpoint(VisionTransformer(cfg), path, log=logs.append)
+    expected = resample_abs_pos_embed(timm_model.pos_embed.detach(), [8, 8], num_prefix_tokens=1)
+    torch.testing.assert_close(model.pos_embed.weight.detach(), expected)
+    assert any("4×4 to a 8×8" in m for m in logs)
+
+    from vit import checkpoint_id
+
+    point = Point("ft", "img_size", 32, cfg, TrainConfig(epochs=1, batch_size=64))
+    run_sweep("ft", [point], RunOptions(dataset="synthetic", out=str(tmp_path / "out"), progress=False,
+                                        infer_batch_size=16, measure_mfu=False, init=str(path),
+                                        init_id=checkpoint_id(path)))
+    row = read_rows(tmp_path / "out" / "ablations" / "ft.csv").iloc[0]
+    assert row["status"] == "ok" and row["init"].startswith("ckpt.pth:") and len(row["init"]) == 9 + 12
+
+
+def test_other_width_fails_before_training_naming_key_and_shapes(tmp_path, timm_model, capsys):
+    path = save(timm_model, tmp_path / "ckpt.pth")
+    with pytest.raises(ValueError, match=r"cls_token.*\(1, 1, 32\).*\(1, 1, 64\)"):
+        init_from_checkpoint(VisionTransformer(ViTConfig(**{**KW, "embed_dim": 64})), path, log=lambda m: None)
+    with pytest.raises(ValueError, match=r"depth mismatch: checkpoint has 3 blocks.*depth=4"):
+        init_from_checkpoint(VisionTransformer(ViTConfig(**{**KW, "depth": 4})), path, log=lambda m: None)
+    # through the CLI: exit 2 before any training, nothing written
+    assert ablations_main(["train", "--preset", "vit_digits", "--dataset", "synthetic", "--init", str(path),
+                           "--out", str(tmp_path / "out")]) == 2
+    assert "depth mismatch" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_other_class_count_reinitialises_only_the_head(tmp_path, timm_model):
+    path = save(timm_model, tmp_path / "ckpt.pth")
+    logs = []
+    torch.manual_seed(5)
+    model = init_from_checkpoint(VisionTransformer(ViTConfig(**{**KW, "num_classes": 3})), path, log=logs.append)
+    source = timm_model.state_dict()
+    for name, value in model.state_dict().items():
+        if name.startswith("head."):
+            assert value.shape[0] == 3
+        else:
+            assert torch.equal(value, source["pos_embed" if name == "pos_embed.weight" else name]), name
+    assert any("head freshly initialised" in m for m in logs)
+
+
+def test_linear_probe_leaves_everything_but_the_head_unchanged(tmp_path, timm_model):
+    path = save(timm_model, tmp_path / "ckpt.pth")
+    data = load_dataset("synthetic")
+    model = init_from_checkpoint(VisionTransformer(ViTConfig(**{**KW, "img_size": 32})), path, log=lambda m: None)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    train(model, data, TrainConfig(epochs=1, batch_size=64, freeze="all_but_head"), 0, torch.device("cpu"),
+          progress=False)
+    after = model.state_dict()
+    for name in before:
+        assert torch.equal(before[name], after[name]) != name.startswith("head."), name
+
+
+def test_layer_decay_scales_each_block():
+    model = VisionTransformer(ViTConfig(**KW))
+    groups = param_groups(model, 0.05, layer_decay=0.5)
+    scales = {g["layer"]: g["lr_scale"] for g in groups}
+    assert scales == {0: 0.5**4, 1: 0.5**3, 2: 0.5**2, 3: 0.5, 4: 1.0}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for g in groups:
+        for p in g["params"]:
+            n = names[id(p)]
+            assert g["layer"] == (0 if n.startswith(("patch_embed", "cls_token", "pos_embed"))
+                                  else int(n.split(".")[1]) + 1 if n.startswith("blocks.") else 4)
+            assert (g["weight_decay"] == 0.0) == (p.ndim <= 1 or n in ("cls_token", "pos_embed.weight"))
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))

@@ -18,6 +18,7 @@ EXECUTOR  ?= local
 DATA_ROOT ?=
 PRESET    ?=
 INIT      ?=
+PRETRAINED ?=
 OUT       ?= results
 DRY_RUN   ?= 0
 PYTEST_ARGS ?=
@@ -25,7 +26,7 @@ PYTEST_ARGS ?=
 opt = $(if $(strip $(2)),$(1) $(2))
 RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) \
   --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --executor $(EXECUTOR) \
-  $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) --out $(OUT) \
+  $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run)
 
 .PHONY: install test ablations ablate-patch ablate-heads ablate-depth ablate-pos ablate-norm ablate-attn \

@@ -53,6 +53,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", type=int, choices=[0, 1], default=0)
     p.add_argument("--executor", default="local", choices=sorted(EXECUTORS))
     p.add_argument("--init", help="a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from")
+    p.add_argument("--pretrained", help="a timm model name whose pretrained weights timm downloads (network)")
     p.add_argument("--out", default="results")
     p.add_argument("--dry-run", action="store_true", help="list the runs and what is done; train nothing")
 
@@ -74,17 +75,39 @@ def _check_device(args: argparse.Namespace) -> None:
         print(f"note: {args.dtype} autocast on a CPU can be hundreds of times slower than fp32", file=sys.stderr)
 
 
-def _options(args: argparse.Namespace) -> RunOptions:
+def _options(args: argparse.Namespace, init: str = "") -> RunOptions:
+    init = args.init or init
+    init_id = f"timm:{args.pretrained}" if args.pretrained else (checkpoint_id(init) if init else "")
     return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
-                      device=args.device, out=args.out, init=args.init or "",
-                      init_id=checkpoint_id(args.init) if args.init else "")
+                      device=args.device, out=args.out, init=init, init_id=init_id)
 
 
-def _check_init(args: argparse.Namespace, points: list[Point]) -> None:
-    """Load the checkpoint into every point's model before any training: a mismatch fails here."""
+def _fetch_pretrained(args: argparse.Namespace) -> None:
+    """PRETRAINED=<timm name>: timm downloads the weights (network needed); they become args.init."""
+    if not args.pretrained:
+        return
     if args.init:
+        raise ValueError("give INIT (a file) or PRETRAINED (a timm name), not both")
+    import timm
+
+    target = Path.home() / ".cache" / "vitbench" / "pretrained" / f"{args.pretrained}.pth"
+    if not target.exists():
+        try:
+            model = timm.create_model(args.pretrained, pretrained=True)
+        except Exception as err:
+            raise ValueError(f"could not fetch timm weights {args.pretrained!r} ({type(err).__name__}: "
+                             f"{str(err)[:200]}); with no network, download the checkpoint file yourself and pass "
+                             f"INIT=<file> (--init)") from None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), target)
+    args.init = str(target)
+
+
+def _check_init(init: str, points: list[Point]) -> None:
+    """Load the checkpoint into every point's model before any training: a mismatch fails here."""
+    if init:
         for point in points:
-            init_from_checkpoint(VisionTransformer(point.model), args.init, log=lambda message: None)
+            init_from_checkpoint(VisionTransformer(point.model), init, log=lambda message: None)
 
 
 def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
@@ -117,19 +140,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         data = load_dataset(args.dataset, args.data_root, args.download)
         plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes, _train_changes(args)))
                  for s in specs]  # every point of every sweep validated before any training
-        for _, points in plans:
-            _check_init(args, points)
+        _fetch_pretrained(args)
+        for spec, (_, points) in zip(specs, plans):
+            _check_init(args.init or spec.init, points)
     except (SpecError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    options = _options(args)
+    options = {spec.name: _options(args, spec.init) for spec in specs}
     if args.dry_run:
         for name, points in plans:
-            _dry_run(name, points, options)
+            _dry_run(name, points, options[name])
         return 0
     t0 = time.perf_counter()
     executor = EXECUTORS[args.executor]()
-    results = [run_sweep(name, points, options, executor) for name, points in plans]
+    results = [run_sweep(name, points, options[name], executor) for name, points in plans]
     _summary(results, time.perf_counter() - t0)
     return 0
 
@@ -162,7 +186,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         model = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
                                              num_classes=data.num_classes, **model_changes)
         train_cfg = dataclasses.replace(TrainConfig(), **train_changes)
-        _check_init(args, [Point("train", "preset", args.preset, model, train_cfg)])
+        _fetch_pretrained(args)
+        _check_init(args.init, [Point("train", "preset", args.preset, model, train_cfg)])
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@
     factor = "patch_size"          # a ViTConfig field
     values = [2, 4, 7, 14]         # one run per value (and per seed)
     values_by_img_size = { 32 = [2, 4, 8, 16] }   # optional: other values for other image sizes
+    init = "vit_small.pth"         # optional: a timm checkpoint every run starts from
     [model]                        # the base: a preset plus overrides
     preset = "vit_mnist"
     embed_dim = 64
@@ -27,7 +28,7 @@ from vit import PRESETS, ViTConfig
 from .train import TrainConfig
 
 SPEC_DIR = Path(__file__).resolve().parent / "sweeps"
-_SECTIONS = {"sweep": {"factor", "values", "values_by_img_size", "description"},
+_SECTIONS = {"sweep": {"factor", "values", "values_by_img_size", "description", "init"},
              "model": {"preset", *(f.name for f in dataclasses.fields(ViTConfig))},
              "train": {f.name for f in dataclasses.fields(TrainConfig)}}
 DATASET_FIELDS = ("img_size", "in_chans", "num_classes")
@@ -56,6 +57,7 @@ class SweepSpec:
     preset: str
     model_overrides: dict[str, Any]
     train_overrides: dict[str, Any]
+    init: str = ""  # a timm checkpoint every run starts from (relative paths: from the spec's folder)
 
     def points(self, img_size: int, in_chans: int, num_classes: int,
                train_changes: dict[str, Any] | None = None) -> list[Point]:
@@ -116,7 +118,13 @@ def load_spec(path: str | Path) -> SweepSpec:
         TrainConfig(**train)
     except (TypeError, ValueError) as err:
         raise SpecError(f"{path}: [train]: {err}") from None
-    return SweepSpec(path.stem, path, factor, tuple(values), by_size, preset, model, dict(train))
+    init = sweep.get("init", "")
+    if init:
+        init_path = (path.parent / Path(init).expanduser()).resolve()
+        if not init_path.is_file():
+            raise SpecError(f"{path}: [sweep] init={init!r}: no file at {init_path}")
+        init = str(init_path)
+    return SweepSpec(path.stem, path, factor, tuple(values), by_size, preset, model, dict(train), init)
 
 
 def available_sweeps() -> list[str]:

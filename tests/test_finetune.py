@@ -114,3 +114,27 @@ def test_layer_decay_scales_each_block():
                                   else int(n.split(".")[1]) + 1 if n.startswith("blocks.") else 4)
             assert (g["weight_decay"] == 0.0) == (p.ndim <= 1 or n in ("cls_token", "pos_embed.weight"))
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_spec_init_key_starts_every_run_from_the_checkpoint(tmp_path, timm_model):
+    save(timm_model, tmp_path / "ckpt.pth")
+    spec = tmp_path / "ftspec.toml"
+    spec.write_text('[sweep]\nfactor = "depth"\nvalues = [3]\ninit = "ckpt.pth"\n[model]\npreset = "vit_digits"\n'
+                    'embed_dim = 32\nnum_heads = 4\npatch_size = 4\nmlp_ratio = 2.0\n[train]\nepochs = 1\n')
+    assert ablations_main(["sweep", str(spec), "--dataset", "synthetic", "--out", str(tmp_path / "out")]) == 0
+    row = read_rows(tmp_path / "out" / "ablations" / "ftspec.csv").iloc[0]
+    assert row["status"] == "ok" and row["init"].startswith("ckpt.pth:")
+    spec.write_text(spec.read_text().replace("ckpt.pth", "missing.pth"))
+    assert ablations_main(["sweep", str(spec), "--dataset", "synthetic", "--out", str(tmp_path / "o2")]) == 2
+
+
+def test_pretrained_without_network_says_to_pass_init(tmp_path, monkeypatch, capsys):
+    import huggingface_hub.constants
+
+    # the hub reads HF_HUB_OFFLINE at import; set its constant so no request is tried (as with no network)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert ablations_main(["train", "--preset", "vit_digits", "--dataset", "synthetic",
+                           "--pretrained", "vit_tiny_patch16_224", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "vit_tiny_patch16_224" in err and "INIT=<file>" in err

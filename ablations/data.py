@@ -14,7 +14,7 @@ zero padding for all, horizontal flip for CIFAR only (digits are not mirror-symm
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -37,6 +37,7 @@ class Dataset:
     std: tuple[float, ...]
     crop_padding: int
     flip: bool
+    _stats: dict = field(default_factory=dict, repr=False, compare=False)  # device -> (mean, std) tensors
 
     @property
     def in_chans(self) -> int:
@@ -47,8 +48,10 @@ class Dataset:
         return self.train_x.shape[-1]
 
     def normalize(self, x: Tensor) -> Tensor:
-        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
+        if x.device not in self._stats:  # built once per device, not on every training step
+            self._stats[x.device] = (torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1),
+                                     torch.tensor(self.std, device=x.device).view(1, -1, 1, 1))
+        mean, std = self._stats[x.device]
         return (x - mean) / std
 
     def augment(self, x: Tensor, generator: torch.Generator) -> Tensor:

@@ -5,7 +5,7 @@ PY         := $(VENV)/bin/python
 STAMP      := $(VENV)/.installed
 # The torch build this machine's registry serves; set TORCH_SPEC= to keep your own torch install.
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
-EXTRAS     ?= test
+EXTRAS     ?= test,ray
 
 # Run settings (CONTRACT §1); empty means "the program's default".
 DATASET   ?=
@@ -15,6 +15,9 @@ DEVICE    ?= auto
 DTYPE     ?=
 COMPILE   ?= 0
 EXECUTOR  ?= local
+CPUS_PER_TASK ?=
+GPUS_PER_TASK ?=
+MAX_RETRIES ?=
 DATA_ROOT ?=
 PRESET    ?=
 INIT      ?=
@@ -26,6 +29,7 @@ PYTEST_ARGS ?=
 opt = $(if $(strip $(2)),$(1) $(2))
 RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) \
   --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --executor $(EXECUTOR) \
+  $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) $(call opt,--gpus-per-task,$(GPUS_PER_TASK)) $(call opt,--max-retries,$(MAX_RETRIES)) \
   $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run)
 

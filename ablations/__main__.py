@@ -24,7 +24,7 @@ from bench.mfu import DTYPES
 from vit import PRESETS, ViTConfig, VisionTransformer, checkpoint_id, init_from_checkpoint
 
 from .data import DATASETS, load_dataset
-from .runner import EXECUTORS, RunOptions, csv_paths, finished_ids, make_tasks, run_sweep
+from .runner import EXECUTORS, Executor, ExecutorOptions, RunOptions, csv_paths, finished_ids, make_tasks, run_sweep
 from .specs import Point, SpecError, available_sweeps, find_spec, load_spec
 from .train import TrainConfig
 
@@ -51,7 +51,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", choices=["auto", *DTYPES], help="default auto: bf16 on CUDA, fp32 on CPU")
     p.add_argument("--compile", type=int, choices=[0, 1], default=0)
-    p.add_argument("--executor", default="local", choices=sorted(EXECUTORS))
+    p.add_argument("--executor", default="local", choices=sorted(EXECUTORS),
+                   help="where runs happen: local (this process) or ray (RAY_ADDRESS, or a local cluster)")
+    p.add_argument("--cpus-per-task", type=float, help="CPUs each run asks the executor for (ray default 1)")
+    p.add_argument("--gpus-per-task", type=float,
+                   help="GPUs each run asks for (ray default: 1 where the cluster has GPUs, else 0)")
+    p.add_argument("--max-retries", type=int, default=2, help="re-runs of a run whose worker died (default 2)")
     p.add_argument("--init", help="a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from")
     p.add_argument("--pretrained", help="a timm model name whose pretrained weights timm downloads (network)")
     p.add_argument("--out", default="results")
@@ -124,6 +129,28 @@ def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
               f"{'yes' if task.run_id in done else 'no'}")
 
 
+def _start_executor(args: argparse.Namespace) -> Executor:
+    """Build and start the executor; raises ValueError (missing Ray, unreachable cluster) before any run."""
+    executor = EXECUTORS[args.executor](ExecutorOptions(cpus_per_task=args.cpus_per_task,
+                                                        gpus_per_task=args.gpus_per_task,
+                                                        max_retries=args.max_retries))
+    print(executor.start(), file=sys.stderr)
+    return executor
+
+
+def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
+             options: dict[str, RunOptions]) -> list[dict[str, Any]] | None:
+    try:
+        executor = _start_executor(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
+    try:
+        return [run_sweep(name, points, options[name], executor) for name, points in plans]
+    finally:
+        executor.close()
+
+
 def _summary(results: list[dict[str, Any]], elapsed: float) -> None:
     print(f"\nDone in {elapsed / 60:.1f} min.")
     for r in results:
@@ -152,8 +179,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             _dry_run(name, points, options[name])
         return 0
     t0 = time.perf_counter()
-    executor = EXECUTORS[args.executor]()
-    results = [run_sweep(name, points, options[name], executor) for name, points in plans]
+    results = _run_all(args, plans, options)
+    if results is None:
+        return 2
     _summary(results, time.perf_counter() - t0)
     return 0
 
@@ -197,8 +225,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         _dry_run("train", points, options)
         return 0
     t0 = time.perf_counter()
-    result = run_sweep("train", points, options, EXECUTORS[args.executor]())
-    _summary([result], time.perf_counter() - t0)
+    results = _run_all(args, [("train", points)], {"train": options})
+    if results is None:
+        return 2
+    result = results[0]
+    _summary(results, time.perf_counter() - t0)
     table = read_rows(result["csv"])
     print(table.tail(len(args.seeds))[["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs",
                                        "throughput_img_s"]].to_string(index=False))

@@ -99,15 +99,28 @@ def _dataset(options: RunOptions) -> Dataset:
     return _DATA_CACHE[key]
 
 
+def base_row(task: Task, device: torch.device) -> dict[str, Any]:
+    """The columns a run has before it trains: environment, config and identity."""
+    point, options = task.point, task.options
+    return {**environment(device), **point.model.to_dict(), "tokens": point.model.tokens,
+            "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset,
+            "seed": task.seed, "epochs": point.train.epochs, "lr": point.train.lr,
+            "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
+            "init": options.init_id}
+
+
+def lost_outcome(task: Task, message: str) -> Outcome:
+    """The `error` row for a run whose worker never reported back (killed, node lost)."""
+    row = base_row(task, torch.device("cpu"))
+    row.update(host="", device=task.options.device, device_name="", status="error", error=message[:500])
+    return Outcome(row)
+
+
 def execute(task: Task) -> Outcome:
     """Train and measure one run; never raises for a failure of the run itself."""
     point, options = task.point, task.options
     device = resolve_device(options.device)
-    row: dict[str, Any] = {**environment(device), **point.model.to_dict(), "tokens": point.model.tokens,
-                           "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset,
-                           "seed": task.seed, "epochs": point.train.epochs, "lr": point.train.lr,
-                           "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
-                           "init": options.init_id}
+    row = base_row(task, device)
     history: list[dict[str, Any]] = []
     try:
         data = _dataset(options)
@@ -137,19 +150,65 @@ def execute(task: Task) -> Outcome:
     return Outcome(row, history)
 
 
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """How an executor places runs. cpus/gpus_per_task: None = the executor's default (Ray: one GPU per
+    task where the cluster has GPUs, else one CPU); max_retries: re-runs of a task whose worker died;
+    address: a cluster to join (Ray: also RAY_ADDRESS); local_cpus: CPUs of a local cluster it starts."""
+    cpus_per_task: float | None = None
+    gpus_per_task: float | None = None
+    max_retries: int = 2
+    address: str | None = None
+    local_cpus: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("cpus_per_task", "gpus_per_task"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ValueError(f"{name} must be ≥ 0, got {value!r}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be ≥ 0, got {self.max_retries!r}")
+        if self.local_cpus is not None and self.local_cpus < 1:
+            raise ValueError(f"local_cpus must be ≥ 1, got {self.local_cpus!r}")
+
+
 class Executor(Protocol):
-    """Runs tasks somewhere and yields (task, outcome) as each finishes. Ray or Slurm can implement it."""
+    """The seam between the runner and where runs happen (local process, Ray; Slurm via submitit could
+    implement it too). `start` connects and fails early with a clear message; `run` yields
+    (task, outcome) as each task finishes, in any order, and turns a task that never reports back into
+    `lost_outcome`; `close` lets go of what `start` took. Only the driver, which consumes the yields, writes files."""
+
+    def start(self) -> str: ...
+
+    def close(self) -> None: ...
 
     def run(self, tasks: list[Task], fn: Callable[[Task], Outcome]) -> Iterator[tuple[Task, Outcome]]: ...
 
 
 class LocalExecutor:
+    """Runs tasks one after another in this process."""
+
+    def __init__(self, options: ExecutorOptions | None = None) -> None:
+        self.options = options or ExecutorOptions()
+
+    def start(self) -> str:
+        return f"local: this process, {torch.get_num_threads()} threads"
+
+    def close(self) -> None:
+        pass
+
     def run(self, tasks, fn):
         for task in tasks:
             yield task, fn(task)
 
 
-EXECUTORS: dict[str, Callable[[], Executor]] = {"local": LocalExecutor}
+def _ray_executor(options: ExecutorOptions | None = None) -> Executor:
+    from .ray_executor import RayExecutor  # Ray is an optional extra: imported only when asked for
+
+    return RayExecutor(options)
+
+
+EXECUTORS: dict[str, Callable[[ExecutorOptions | None], Executor]] = {"local": LocalExecutor, "ray": _ray_executor}
 
 
 def record(outcome: Outcome, csv_path: Path, history_path: Path, weights_dir: Path) -> None:
@@ -173,13 +232,16 @@ def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Ex
     done = finished_ids(csv_path)
     todo = [t for t in tasks if t.run_id not in done]
     statuses: dict[str, int] = {}
+    executor = executor or LocalExecutor()
+    remote = getattr(executor, "remote", False)
     bar = tqdm(total=len(todo), desc=f"sweep {sweep}", unit="run", disable=not options.progress)
-    for task, outcome in (executor or LocalExecutor()).run(todo, fn):
+    for task, outcome in executor.run(todo, fn):
         record(outcome, csv_path, history_path, weights_dir)
         status = outcome.row["status"]
         statuses[status] = statuses.get(status, 0) + 1
         acc = outcome.row.get("test_acc")
-        bar.set_postfix_str(f"{task.point.factor}={task.point.value} seed={task.seed}: {status}"
+        where = f" on {outcome.row.get('host') or '?'}" if remote else ""
+        bar.set_postfix_str(f"{task.point.factor}={task.point.value} seed={task.seed}{where}: {status}"
                             + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
         bar.update()
     bar.close()

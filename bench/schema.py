@@ -17,3 +17,7 @@ BENCH_COLUMNS = IDENTITY + CONFIG + COST + SPEED + EXTRA
 ABLATION_COLUMNS = IDENTITY + CONFIG + COST + SPEED + TRAINING + EXTRA
 HISTORY_COLUMNS = ["run_id", "epoch", "lr", "train_loss", "test_loss", "test_acc", "elapsed_s"]
 STATUSES = ("ok", "oom", "diverged", "error")
+
+# what differs between two runs of one config: when, where and how fast (not what was computed)
+MEASURED = ["started_at", "host", "throughput_img_s", "step_ms_median", "step_ms_iqr", "peak_mem_mb", "util_pct",
+            "mfu", "train_time_s", "train_throughput_img_s", "gpu_mem_used_mb", "power_w", "repeats"]

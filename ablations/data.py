@@ -88,8 +88,9 @@ def load_mnist5k(data_root: Path, download: bool) -> Dataset:
 
     x, y = mnist_data()                                   # (5000, 784) in 0..255, (5000,)
     xtr, xte, ytr, yte = _stratified_split(x.reshape(-1, 1, 28, 28), y, test_size=1000)
+    # ±1 px, not ±2: with 4,000 images a 2 px shift moved the default recipe's accuracy from 95.2% to 93.7%
     return Dataset("mnist5k", *_tensors(xtr, ytr, 255.0), *_tensors(xte, yte, 255.0), 10,
-                   (0.1307,), (0.3081,), crop_padding=2, flip=False)
+                   (0.1307,), (0.3081,), crop_padding=1, flip=False)
 
 
 def load_digits(data_root: Path, download: bool) -> Dataset:

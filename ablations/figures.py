@@ -139,14 +139,19 @@ def rollout(attns: list[torch.Tensor]) -> torch.Tensor:
 
 
 def attention_maps(cfg: ViTConfig, weights_path: Path, images: torch.Tensor, path: Path) -> Path:
-    """Per head, the last block's CLS attention over the patch grid, and the rollout, for a few images."""
+    """Per head, the last block's attention over the patch grid from what the head reads (the CLS token,
+    or with pool="avg" the mean over the patch tokens' rows), and the rollout, for a few images."""
     model = VisionTransformer(cfg).eval()
     model.load_state_dict(torch.load(weights_path, weights_only=True))
     with torch.no_grad():
         _, attns = model(images, return_attn=True)
     g, heads, n = cfg.grid_size, cfg.num_heads, len(images)
-    roll = rollout(attns)[:, 0, 1:].reshape(n, g, g)
-    last = attns[-1][:, :, 0, 1:].reshape(n, heads, g, g)
+
+    def query(a: torch.Tensor) -> torch.Tensor:  # (..., T, T) -> (..., N): attention paid to the patches
+        return a[..., 0, 1:] if cfg.pool == "cls" else a[..., 1:, 1:].mean(-2)
+
+    roll = query(rollout(attns)).reshape(n, g, g)
+    last = query(attns[-1]).reshape(n, heads, g, g)
     fig, axes = plt.subplots(n, heads + 2, figsize=(1.6 * (heads + 2), 1.7 * n), squeeze=False)
     for i in range(n):
         axes[i, 0].imshow(images[i].mean(0), cmap="gray")
@@ -158,5 +163,6 @@ def attention_maps(cfg: ViTConfig, weights_path: Path, images: torch.Tensor, pat
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.suptitle(f"CLS attention, last block (patch {cfg.patch_size}, {cfg.grid_size}×{cfg.grid_size} grid)")
+    who = "CLS" if cfg.pool == "cls" else "mean patch-token"
+    fig.suptitle(f"{who} attention, last block (patch {cfg.patch_size}, {cfg.grid_size}×{cfg.grid_size} grid)")
     return _save(fig, path)

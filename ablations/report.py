@@ -24,9 +24,10 @@ from . import figures as figs  # noqa: E402
 from .data import load_dataset  # noqa: E402
 from .specs import SPEC_DIR, load_spec  # noqa: E402
 
-SWEEPS = ("patch", "heads", "depth", "pos", "norm", "attn")
+SWEEPS = ("patch", "heads", "depth", "pos", "norm", "pool", "attn")
 FACTOR_LABEL = {"patch_size": "patch size (px)", "num_heads": "attention heads", "depth": "depth (blocks)",
-                "pos": "position encoding", "norm": "norm placement", "attn": "attention backend"}
+                "pos": "position encoding", "norm": "norm placement", "pool": "head input (pooling)",
+                "attn": "attention backend"}
 
 
 def _factor_and_order(sweep: str, rows: pd.DataFrame) -> tuple[str, list]:
@@ -101,13 +102,15 @@ def sweep_figure(rows: pd.DataFrame, factor: str, path: Path, order: list | None
 
 
 FACTOR_KEY = {"patch": "patch_size", "heads": "num_heads", "depth": "depth", "pos": "pos", "norm": "norm",
-              "attn": "attn"}
+              "pool": "pool", "attn": "attn"}
 _CONFIG_FIELDS = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
                   "mlp_ratio", "attn", "pos", "norm")
 
 
 def _config(row: pd.Series) -> ViTConfig:
     fields = {k: row[k] for k in _CONFIG_FIELDS}
+    if isinstance(row.get("pool"), str):  # tables written before `pool` existed have CLS pooling
+        fields["pool"] = row["pool"]
     for k in ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads"):
         fields[k] = int(fields[k])
     return ViTConfig(**{**fields, "mlp_ratio": float(fields["mlp_ratio"])})

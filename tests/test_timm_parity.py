@@ -67,3 +67,18 @@ def test_unsupported_timm_features_are_named():
                                        num_classes=1000))
     with pytest.raises(ValueError, match=r"blocks\.0\.ls1\.gamma"):
         load_timm_weights(ours, theirs.state_dict())
+
+
+@pytest.mark.parametrize("backend", ["bmm", "sdpa"])
+def test_average_pooling_equals_timm_global_pool_avg(backend):
+    kwargs = dict(img_size=16, patch_size=4, in_chans=2, num_classes=5, embed_dim=24, depth=2, num_heads=3)
+    theirs = TimmViT(**kwargs, global_pool="avg").eval()  # fc_norm after the mean, CLS token kept
+    ours = VisionTransformer(ViTConfig(**kwargs, pool="avg", attn=backend)).eval()
+    assert n_params(ours) == n_params(theirs)
+    load_timm_weights(ours, theirs.state_dict())
+    images = torch.randn(3, 2, 16, 16)
+    with torch.no_grad():
+        assert (ours(images) - theirs(images)).abs().max().item() < 1e-5
+    # a CLS-pooled checkpoint into an average-pooled model names the pool, not just a key
+    with pytest.raises(ValueError, match="build it with pool='cls'"):
+        load_timm_weights(ours, TimmViT(**kwargs).state_dict())

@@ -11,7 +11,8 @@ from .blocks import NORM_PLACEMENTS
 from .position import POSITION_ENCODINGS
 
 _POSITIVE_INTS = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads")
-_CHOICES = {"attn": ATTENTION_BACKENDS, "pos": POSITION_ENCODINGS, "norm": NORM_PLACEMENTS}
+POOLS = ("cls", "avg")
+_CHOICES = {"attn": ATTENTION_BACKENDS, "pos": POSITION_ENCODINGS, "norm": NORM_PLACEMENTS, "pool": POOLS}
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,9 @@ class ViTConfig:
     depth: number of transformer blocks. num_heads: attention heads (D must split evenly).
     mlp_ratio: MLP hidden width / D. attn: attention backend ("loop" | "bmm" | "einops" | "sdpa").
     pos: position encoding ("learned" | "sinusoidal" | "sincos2d" | "none").
-    norm: LayerNorm placement ("pre" | "post"). qkv_bias: bias on the fused qkv projection.
+    norm: LayerNorm placement ("pre" | "post").
+    pool: what the head reads: "cls" (the CLS token, ViT) or "avg" (the mean of the patch tokens, then
+    LayerNorm: timm's global_pool="avg" with fc_norm; the CLS token stays in the sequence). qkv_bias: bias on the fused qkv projection.
     dropout: dropout after embeddings, attention output projection and MLP.
     attn_dropout: dropout on the attention probabilities.
 
@@ -41,6 +44,7 @@ class ViTConfig:
     attn: str = "sdpa"
     pos: str = "learned"
     norm: str = "pre"
+    pool: str = "cls"
     qkv_bias: bool = True
     dropout: float = 0.0
     attn_dropout: float = 0.0
@@ -122,7 +126,7 @@ PRESETS: dict[str, ViTConfig] = {
     "vit_small_patch16_224": _timm(384, 12, 6),
     "vit_base_patch16_224": _timm(768, 12, 12),
     "vit_mnist": ViTConfig(img_size=28, patch_size=7, in_chans=1, num_classes=10,
-                           embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0),
+                           embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="avg"),
     "vit_digits": ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10,
                             embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0),
     "vit_cifar": ViTConfig(img_size=32, patch_size=4, in_chans=3, num_classes=10,

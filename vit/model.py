@@ -1,4 +1,4 @@
-"""The Vision Transformer: patchify → CLS + positions → blocks → norm → head on the CLS token."""
+"""The Vision Transformer: patchify → CLS + positions → blocks → norm → head on the CLS token (or the mean token)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ class VisionTransformer(nn.Module):
         self.pos_drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
         final_norm = self.blocks[0].placement.final_norm
-        self.norm = nn.LayerNorm(cfg.embed_dim, eps=LN_EPS) if final_norm else nn.Identity()
+        # timm's layout: the final LN before CLS pooling (`norm`), after average pooling (`fc_norm`)
+        self.norm = nn.LayerNorm(cfg.embed_dim, eps=LN_EPS) if final_norm and cfg.pool == "cls" else nn.Identity()
+        self.fc_norm = nn.LayerNorm(cfg.embed_dim, eps=LN_EPS) if final_norm and cfg.pool == "avg" else nn.Identity()
         self.head = nn.Linear(cfg.embed_dim, cfg.num_classes)
         self.reset_parameters()
 
@@ -72,5 +74,7 @@ class VisionTransformer(nn.Module):
         for block in self.blocks:
             x, probs = block(x, return_attn)
             attns.append(probs)
-        logits = self.head(self.norm(x)[:, 0])                                # (B, num_classes)
+        x = self.norm(x)
+        pooled = x[:, 0] if self.cfg.pool == "cls" else x[:, 1:].mean(dim=1)    # (B, D)
+        logits = self.head(self.fc_norm(pooled))                              # (B, num_classes)
         return (logits, attns) if return_attn else logits

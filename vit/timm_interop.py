@@ -43,9 +43,14 @@ def load_timm_weights(model: VisionTransformer, state_dict: Mapping[str, Tensor]
     if "pos_embed.weight" in unexpected:
         raise ValueError(f"checkpoint has a learned pos_embed but the model has pos={model.cfg.pos!r}; "
                          f"build it with pos='learned'")
+    for key, pool in (("fc_norm.weight", "avg"), ("norm.weight", "cls")):
+        if key in unexpected:
+            raise ValueError(f"checkpoint has {key!r}, the final norm of timm's global_pool={pool!r} "
+                             f"(fc_norm after average pooling, norm before CLS pooling), but the model has "
+                             f"pool={model.cfg.pool!r}; build it with pool={pool!r}")
     if unexpected:
         raise ValueError(f"checkpoint key(s) not in the model: {unexpected[:5]} "
-                         f"(timm features this model lacks, e.g. layer scale, qk-norm, registers, fc_norm)")
+                         f"(timm features this model lacks, e.g. layer scale, qk-norm, registers)")
     missing = sorted(set(target) - set(source) - set(missing_ok))
     if missing:
         raise ValueError(f"checkpoint lacks key(s) {missing[:5]}")

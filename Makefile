@@ -50,7 +50,7 @@ test: $(STAMP)
 
 ablations: $(STAMP)
 	$(PY) -m ablations sweep patch heads depth $(RUN_ARGS)
-	$(MAKE) report OUT=$(OUT)
+	$(if $(filter 1 yes true,$(DRY_RUN)),,$(MAKE) report OUT=$(OUT))
 
 ablate-patch ablate-heads ablate-depth ablate-pos ablate-norm ablate-pool ablate-attn: $(STAMP)
 	$(PY) -m ablations sweep $(patsubst ablate-%,%,$@) $(RUN_ARGS)

@@ -71,7 +71,10 @@ class RayExecutor:
                 ray.init(address=address, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as err:
                 where = f"the Ray cluster at {address!r} (RAY_ADDRESS)" if address else "a local Ray cluster"
-                raise ValueError(f"could not start or join {where}: {err}") from None
+                hint = ("; is `ray start --head` running there? Clusters started by Ray ≥ 2.59 use token "
+                        "authentication: set RAY_AUTH_MODE=token here, with the head's token (`ray get-auth-token`) "
+                        "in RAY_AUTH_TOKEN or ~/.ray/auth_token") if address else ""
+                raise ValueError(f"could not start or join {where}: {err}{hint}") from None
             self._started_here = True
         resources = ray.cluster_resources()
         nodes = sum(1 for n in ray.nodes() if n.get("Alive"))

@@ -6,7 +6,7 @@
     values_by_img_size = { 32 = [2, 4, 8, 16] }   # optional: other values for other image sizes
     init = "vit_small.pth"         # optional: a timm checkpoint every run starts from
     [model]                        # the base: a preset plus overrides
-    preset = "vit_mnist"
+    preset = "auto"                # default: the dataset's base (28 px vit_mnist, 8 px vit_digits, 32 px vit_cifar)
     embed_dim = 64
     [train]                        # TrainConfig fields
     epochs = 15
@@ -38,6 +38,11 @@ class SpecError(ValueError):
     pass
 
 
+# `preset = "auto"` (the default): the base model for the dataset's image size, so one spec serves
+# mnist5k/mnist/fashion-mnist (28 px), digits (8 px) and CIFAR/synthetic (32 px)
+BASE_PRESETS = {28: "vit_mnist", 8: "vit_digits", 32: "vit_cifar"}
+
+
 @dataclass(frozen=True)
 class Point:
     sweep: str
@@ -63,6 +68,12 @@ class SweepSpec:
                train_changes: dict[str, Any] | None = None) -> list[Point]:
         """Every point for a dataset of this shape; any invalid point raises SpecError before any work."""
         values = self.values_by_img_size.get(img_size, self.values)
+        preset = self.preset
+        if preset == "auto":
+            if img_size not in BASE_PRESETS:
+                raise SpecError(f"{self.path}: [model] preset=auto has no base for {img_size} px images "
+                                f"(bases: {BASE_PRESETS}); name a preset in [model]")
+            preset = BASE_PRESETS[img_size]
         try:
             train_cfg = dataclasses.replace(TrainConfig(**self.train_overrides), **(train_changes or {}))
         except (TypeError, ValueError) as err:
@@ -72,7 +83,7 @@ class SweepSpec:
             changes = {**self.model_overrides, "img_size": img_size, "in_chans": in_chans,
                        "num_classes": num_classes, self.factor: value}
             try:
-                model = PRESETS[self.preset].replace(**changes)
+                model = PRESETS[preset].replace(**changes)
             except ValueError as err:
                 raise SpecError(f"{self.path}: point {self.factor}={value!r}: {err}") from None
             points.append(Point(self.name, self.factor, value, model, train_cfg))
@@ -107,9 +118,9 @@ def load_spec(path: str | Path) -> SweepSpec:
         if not str(size).isdigit() or not isinstance(vals, list) or not vals:
             raise SpecError(f"{path}: [sweep] values_by_img_size.{size} must map an image size to a non-empty list")
         by_size[int(size)] = tuple(vals)
-    preset = model.pop("preset", "vit_mnist")
-    if preset not in PRESETS:
-        raise SpecError(f"{path}: [model] preset={preset!r} is unknown; choose one of {sorted(PRESETS)}")
+    preset = model.pop("preset", "auto")
+    if preset != "auto" and preset not in PRESETS:
+        raise SpecError(f"{path}: [model] preset={preset!r} is unknown; choose auto or one of {sorted(PRESETS)}")
     fixed = sorted(set(model) & set(DATASET_FIELDS))
     if fixed:
         raise SpecError(f"{path}: [model] {fixed[0]} is set by the dataset, not the spec")

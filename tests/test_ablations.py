@@ -232,3 +232,27 @@ def test_dry_run_lists_points_and_trains_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("depth=1") == 2 and out.count("depth=2") == 2 and "no" in out
     assert not (tmp_path / "ablations").exists()
+
+
+@pytest.mark.parametrize("img_size,in_chans,base", [(28, 1, "vit_mnist"), (8, 1, "vit_digits"), (32, 3, "vit_cifar")])
+def test_every_shipped_sweep_is_valid_for_every_dataset_size(img_size, in_chans, base):
+    from ablations.specs import available_sweeps, find_spec
+    from vit import PRESETS
+
+    names = available_sweeps()
+    assert {"patch", "heads", "depth", "pos", "norm", "pool", "attn"} <= set(names)
+    for name in names:
+        spec = load_spec(find_spec(name))
+        points = spec.points(img_size, in_chans, 10)  # raises SpecError on any invalid point
+        assert points and all(p.model.img_size == img_size and p.model.in_chans == in_chans for p in points)
+        # preset auto: apart from the factor, each point is the dataset's base model
+        base_cfg = PRESETS[base].replace(img_size=img_size, in_chans=in_chans, num_classes=10)
+        for p in points:
+            assert p.model == base_cfg.replace(**{spec.factor: p.value}), (name, p.value)
+
+
+def test_preset_auto_without_a_base_for_the_image_size_says_so(tmp_path):
+    spec = tmp_path / "a.toml"
+    spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1]\n')
+    with pytest.raises(SpecError, match=r"a\.toml.*preset=auto has no base for 20 px"):
+        load_spec(spec).points(20, 1, 10)

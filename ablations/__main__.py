@@ -131,8 +131,9 @@ def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
 
 def _start_executor(args: argparse.Namespace) -> Executor:
     """Build and start the executor; raises ValueError (missing Ray, unreachable cluster) before any run."""
+    gpus = 0.0 if args.gpus_per_task is None and args.device == "cpu" else args.gpus_per_task  # DEVICE=cpu: no GPU
     executor = EXECUTORS[args.executor](ExecutorOptions(cpus_per_task=args.cpus_per_task,
-                                                        gpus_per_task=args.gpus_per_task,
+                                                        gpus_per_task=gpus,
                                                         max_retries=args.max_retries))
     print(executor.start(), file=sys.stderr)
     return executor

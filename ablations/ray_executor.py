@@ -1,7 +1,7 @@
 """Runs a sweep's tasks on a Ray cluster (`EXECUTOR=ray`, `--executor ray`); Ray is the optional extra `ray`.
 
-- Cluster: `address` or `RAY_ADDRESS` joins a running cluster (`ray start --head` on one node,
-  `ray start --address=<head>:6379` on the others); without either a local one is started here.
+- Cluster: `RAY_ADDRESS` joins a running cluster (`ray start --head` on one node,
+  `ray start --address=<head>:6379` on the others); without it a local one is started here.
   Joining a cluster ships this checkout's `vit`, `bench` and `ablations` packages with the job
   (`runtime_env py_modules`), so the nodes need only the dependencies, not the repository.
 - Placement: one GPU per task where the cluster has GPUs, else one CPU (`cpus_per_task`,
@@ -39,8 +39,7 @@ def _run_on_worker(fn: Callable[[Task], Outcome], task: Task, data: Dataset, thr
     to the task's CPUs, then run the same function the local executor runs."""
     import torch
 
-    if threads > 0:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
     _DATA_CACHE[(task.options.dataset, task.options.data_root)] = data
     return fn(dataclasses.replace(task, options=dataclasses.replace(task.options, progress=False)))
 
@@ -55,7 +54,7 @@ class RayExecutor:
     def start(self) -> str:
         """Join or start the cluster; a missing Ray or an unreachable address fails here, before any run."""
         ray = _import_ray()
-        address = self.options.address or os.environ.get("RAY_ADDRESS") or None
+        address = os.environ.get("RAY_ADDRESS") or None  # ray.init reads it too; here it picks what to ship
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True,
                                       "configure_logging": True, "logging_level": "warning"}
@@ -65,8 +64,6 @@ class RayExecutor:
                 import vit
 
                 kwargs["runtime_env"] = {"py_modules": [str(Path(m.__file__).parent) for m in (vit, bench, ablations)]}
-            else:
-                kwargs["num_cpus"] = self.options.local_cpus
             try:
                 ray.init(address=address, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as err:

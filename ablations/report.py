@@ -103,19 +103,6 @@ def sweep_figure(rows: pd.DataFrame, factor: str, path: Path, order: list | None
 
 FACTOR_KEY = {"patch": "patch_size", "heads": "num_heads", "depth": "depth", "pos": "pos", "norm": "norm",
               "pool": "pool", "attn": "attn"}
-_CONFIG_FIELDS = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
-                  "mlp_ratio", "attn", "pos", "norm")
-
-
-def _config(row: pd.Series) -> ViTConfig:
-    fields = {k: row[k] for k in _CONFIG_FIELDS}
-    if isinstance(row.get("pool"), str):  # tables written before `pool` existed have CLS pooling
-        fields["pool"] = row["pool"]
-    for k in ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads"):
-        fields[k] = int(fields[k])
-    return ViTConfig(**{**fields, "mlp_ratio": float(fields["mlp_ratio"])})
-
-
 def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path) -> list[str]:
     """Position-embedding similarity and attention maps from saved weights of the pos sweep."""
     lines = ["## inside the model", ""]
@@ -129,19 +116,19 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path)
     for name in ("learned", "sinusoidal", "sincos2d"):
         match = ok[ok["pos"] == name]
         if len(match) and name in weights:
-            cfg = _config(match.iloc[0])
+            cfg = ViTConfig.from_row(match.iloc[0])
             model = VisionTransformer(cfg)
             model.load_state_dict(torch.load(weights[name], weights_only=True))
             encodings[name] = model.pos_embed.weight[0].detach()
     if encodings:
-        grid = _config(ok.iloc[0]).grid_size
+        grid = ViTConfig.from_row(ok.iloc[0]).grid_size
         sim = figs.position_similarity(encodings, grid, figures / "position-similarity.png")
         lines += [f"![position similarity](figures/{sim.name})", ""]
     if "learned" in weights:
         row = ok[ok["pos"] == "learned"].iloc[0]
         data = load_dataset(str(row["dataset"]))
         images = data.normalize(data.test_x[:4])
-        maps = figs.attention_maps(_config(row), weights["learned"], images, figures / "attention.png")
+        maps = figs.attention_maps(ViTConfig.from_row(row), weights["learned"], images, figures / "attention.png")
         lines += [f"![attention maps](figures/{maps.name})", ""]
     return lines
 

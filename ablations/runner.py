@@ -153,13 +153,10 @@ def execute(task: Task) -> Outcome:
 @dataclass(frozen=True)
 class ExecutorOptions:
     """How an executor places runs. cpus/gpus_per_task: None = the executor's default (Ray: one GPU per
-    task where the cluster has GPUs, else one CPU); max_retries: re-runs of a task whose worker died;
-    address: a cluster to join (Ray: also RAY_ADDRESS); local_cpus: CPUs of a local cluster it starts."""
+    task where the cluster has GPUs, else one CPU); max_retries: re-runs of a task whose worker died."""
     cpus_per_task: float | None = None
     gpus_per_task: float | None = None
     max_retries: int = 2
-    address: str | None = None
-    local_cpus: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("cpus_per_task", "gpus_per_task"):
@@ -168,8 +165,6 @@ class ExecutorOptions:
                 raise ValueError(f"{name} must be ≥ 0, got {value!r}")
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be ≥ 0, got {self.max_retries!r}")
-        if self.local_cpus is not None and self.local_cpus < 1:
-            raise ValueError(f"local_cpus must be ≥ 1, got {self.local_cpus!r}")
 
 
 class Executor(Protocol):

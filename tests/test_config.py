@@ -53,3 +53,18 @@ def test_presets_are_valid_and_derived_sizes_consistent():
         assert isinstance(cfg, ViTConfig), name
         assert cfg.tokens == (cfg.img_size // cfg.patch_size) ** 2 + 1
     assert PRESETS["vit_small_patch16_224"].tokens == 197
+
+
+def test_from_row_inverts_to_dict_through_a_csv(tmp_path):
+    from bench.csvio import append_row, read_rows
+
+    cfgs = [ViTConfig(img_size=28, patch_size=7, in_chans=1, embed_dim=48, num_heads=3, mlp_ratio=2.5,
+                      pos="sincos2d", norm="post", pool="avg", qkv_bias=False, dropout=0.1),
+            ViTConfig()]
+    path = tmp_path / "t.csv"
+    for cfg in cfgs:
+        append_row(path, cfg.to_dict(), list(cfg.to_dict()))
+    rows = read_rows(path)
+    assert [ViTConfig.from_row(r) for _, r in rows.iterrows()] == cfgs
+    # a table written before a field existed (no `pool` column) gets that field's default
+    assert ViTConfig.from_row(rows.drop(columns="pool").iloc[0]) == cfgs[0].replace(pool="cls")

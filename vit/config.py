@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from .attention import ATTENTION_BACKENDS
 from .blocks import NORM_PLACEMENTS
@@ -111,6 +112,18 @@ class ViTConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "ViTConfig":
+        """The inverse of `to_dict` for a result-table row: every field the row has (blank cells and
+        columns older tables lack keep the default), cast to the field's type (numpy scalars from pandas)."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            value = row.get(f.name)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            values[f.name] = type(f.default)(value.item() if hasattr(value, "item") else value)
+        return cls(**values)
 
 
 def _timm(embed_dim: int, depth: int, num_heads: int) -> ViTConfig:

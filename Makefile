@@ -33,7 +33,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(cal
   $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run)
 
-.PHONY: install test ablations ablate-patch ablate-heads ablate-depth ablate-pos ablate-norm ablate-pool ablate-attn \
+.PHONY: install test ablations ablate-patch ablate-heads ablate-depth ablate-pos ablate-norm ablate-pool ablate-stem ablate-attn \
         train bench bench-speed report clean
 
 install: $(STAMP)
@@ -52,7 +52,7 @@ ablations: $(STAMP)
 	$(PY) -m ablations sweep patch heads depth $(RUN_ARGS)
 	$(if $(filter 1 yes true,$(DRY_RUN)),,$(MAKE) report OUT=$(OUT))
 
-ablate-patch ablate-heads ablate-depth ablate-pos ablate-norm ablate-pool ablate-attn: $(STAMP)
+ablate-patch ablate-heads ablate-depth ablate-pos ablate-norm ablate-pool ablate-stem ablate-attn: $(STAMP)
 	$(PY) -m ablations sweep $(patsubst ablate-%,%,$@) $(RUN_ARGS)
 
 train: $(STAMP)

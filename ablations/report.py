@@ -24,10 +24,10 @@ from . import figures as figs  # noqa: E402
 from .data import load_dataset  # noqa: E402
 from .specs import SPEC_DIR, load_spec  # noqa: E402
 
-SWEEPS = ("patch", "heads", "depth", "pos", "norm", "pool", "attn")
+SWEEPS = ("patch", "heads", "depth", "pos", "norm", "pool", "stem", "attn")
 FACTOR_LABEL = {"patch_size": "patch size (px)", "num_heads": "attention heads", "depth": "depth (blocks)",
                 "pos": "position encoding", "norm": "norm placement", "pool": "head input (pooling)",
-                "attn": "attention backend"}
+                "stem": "stem (image → tokens)", "attn": "attention backend"}
 
 
 def _factor_and_order(sweep: str, rows: pd.DataFrame) -> tuple[str, list]:
@@ -102,7 +102,7 @@ def sweep_figure(rows: pd.DataFrame, factor: str, path: Path, order: list | None
 
 
 FACTOR_KEY = {"patch": "patch_size", "heads": "num_heads", "depth": "depth", "pos": "pos", "norm": "norm",
-              "pool": "pool", "attn": "attn"}
+              "pool": "pool", "stem": "stem", "attn": "attn"}
 def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path) -> list[str]:
     """Position-embedding similarity and attention maps from saved weights of the pos sweep."""
     lines = ["## inside the model", ""]

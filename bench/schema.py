@@ -11,7 +11,7 @@ TRAINING = ["sweep", "dataset", "seed", "epochs", "lr", "train_time_s", "train_l
             "test_acc", "best_test_acc", "train_throughput_img_s", "init"]
 
 # beyond the contract: what the sampler and timer also saw, and the rest of ViTConfig
-EXTRA = ["gpu_mem_used_mb", "power_w", "repeats", "qkv_bias", "dropout", "attn_dropout", "pool"]
+EXTRA = ["gpu_mem_used_mb", "power_w", "repeats", "qkv_bias", "dropout", "attn_dropout", "pool", "stem"]
 
 BENCH_COLUMNS = IDENTITY + CONFIG + COST + SPEED + EXTRA
 ABLATION_COLUMNS = IDENTITY + CONFIG + COST + SPEED + TRAINING + EXTRA

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from bench.csvio import read_rows
-from bench.flops import closed_form_macs, count_macs
+from bench.flops import closed_form_macs, count_macs, stem_macs
 from bench.grid import GridPoint, img_size_for_tokens, run_grid
 from bench.measure import MeasureConfig
 from bench.memory import peak_mem_mb
@@ -39,6 +39,18 @@ def test_gmacs_identical_across_backends_and_equal_to_closed_form(cfg):
         counts[backend] = count_macs(model, torch.zeros(1, cfg.in_chans, cfg.img_size, cfg.img_size))
     assert len(set(counts.values())) == 1, counts
     assert counts["sdpa"] == pytest.approx(closed_form_macs(cfg), rel=0.01)
+
+
+@pytest.mark.parametrize("img,patch,chans,dim", [(28, 7, 1, 64), (28, 14, 1, 64), (32, 4, 3, 48), (8, 1, 1, 16),
+                                                 (9, 3, 2, 24), (64, 16, 3, 32)])
+def test_conv_stem_macs_equal_closed_form_exactly(img, patch, chans, dim):
+    cfg = ViTConfig(img_size=img, patch_size=patch, in_chans=chans, embed_dim=dim, depth=2, num_heads=4,
+                    stem="conv", pool="avg")
+    counted = count_macs(VisionTransformer(cfg), torch.zeros(1, chans, img, img))
+    assert counted == closed_form_macs(cfg)
+    # the stem is what differs from the patchify ViT of the same grid
+    patchify = count_macs(VisionTransformer(cfg.replace(stem="patch")), torch.zeros(1, chans, img, img))
+    assert counted - patchify == stem_macs(cfg) - stem_macs(cfg.replace(stem="patch"))
 
 
 def test_sdpa_attention_products_are_counted():

@@ -25,6 +25,10 @@ INVALID = [
     (dict(embed_dim=30, num_heads=3, pos="sincos2d"), r"embed_dim=30.*sincos2d.*4"),
     (dict(embed_dim=27, num_heads=3, pos="sinusoidal"), r"embed_dim=27.*sinusoidal.*2"),
     (dict(qkv_bias="yes"), r"qkv_bias.*yes"),
+    (dict(stem="resnet"), r"stem='resnet'.*conv.*patch"),
+    # 2 stride-2 convolutions make 12 px a 3×3 grid, but 12 / 3 = 4 patches a side
+    (dict(img_size=12, patch_size=3, stem="conv"), r"stem='conv' with patch_size=3.*3×3 grid.*4×4"),
+    (dict(img_size=64, patch_size=32, embed_dim=8, num_heads=2, stem="conv"), r"embed_dim=8.*4 times"),
 ]
 
 
@@ -59,7 +63,7 @@ def test_from_row_inverts_to_dict_through_a_csv(tmp_path):
     from bench.csvio import append_row, read_rows
 
     cfgs = [ViTConfig(img_size=28, patch_size=7, in_chans=1, embed_dim=48, num_heads=3, mlp_ratio=2.5,
-                      pos="sincos2d", norm="post", pool="avg", qkv_bias=False, dropout=0.1),
+                      pos="sincos2d", norm="post", pool="avg", stem="conv", qkv_bias=False, dropout=0.1),
             ViTConfig()]
     path = tmp_path / "t.csv"
     for cfg in cfgs:
@@ -68,3 +72,14 @@ def test_from_row_inverts_to_dict_through_a_csv(tmp_path):
     assert [ViTConfig.from_row(r) for _, r in rows.iterrows()] == cfgs
     # a table written before a field existed (no `pool` column) gets that field's default
     assert ViTConfig.from_row(rows.drop(columns="pool").iloc[0]) == cfgs[0].replace(pool="cls")
+
+
+@pytest.mark.parametrize("img,patch,convs,grid", [(28, 7, 3, 4), (28, 14, 4, 2), (28, 4, 2, 7), (32, 4, 2, 8),
+                                                   (8, 2, 1, 4), (224, 16, 4, 14), (9, 3, 2, 3), (8, 1, 0, 8)])
+def test_conv_stem_halves_to_the_patch_grid(img, patch, convs, grid):
+    cfg = ViTConfig(img_size=img, patch_size=patch, in_chans=1, embed_dim=64, num_heads=4, stem="conv")
+    assert cfg.stem_convs == convs and cfg.grid_size == grid
+    assert cfg.stem_channels == tuple(64 // 2 ** (convs - 1 - i) for i in range(convs))
+    with torch.no_grad():
+        tokens = VisionTransformer(cfg).patch_embed(torch.randn(2, 1, img, img))
+    assert tokens.shape == (2, grid * grid, 64)

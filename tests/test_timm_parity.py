@@ -3,9 +3,10 @@
 import pytest
 import timm
 import torch
+from torch import nn
 from timm.models.vision_transformer import VisionTransformer as TimmViT
 
-from vit import ATTENTION_BACKENDS, PRESETS, ViTConfig, VisionTransformer, load_timm_weights
+from vit import ATTENTION_BACKENDS, PRESETS, ViTConfig, VisionTransformer, load_timm_weights, timm_to_vit_keys
 
 
 def n_params(model):
@@ -82,3 +83,38 @@ def test_average_pooling_equals_timm_global_pool_avg(backend):
     # a CLS-pooled checkpoint into an average-pooled model names the pool, not just a key
     with pytest.raises(ValueError, match="build it with pool='cls'"):
         load_timm_weights(ours, TimmViT(**kwargs).state_dict())
+
+
+def timm_conv_stem_vit(cfg):
+    """timm's own pieces: HybridEmbed over a Sequential of ConvNormAct (3×3, stride 2, BN, ReLU)."""
+    from functools import partial
+
+    from timm.layers import ConvNormAct, HybridEmbed
+
+    chans = (cfg.in_chans, *cfg.stem_channels)
+    backbone = nn.Sequential(*(ConvNormAct(a, b, kernel_size=3, stride=2, padding=1, norm_layer=nn.BatchNorm2d,
+                                           act_layer=nn.ReLU) for a, b in zip(chans, chans[1:])))
+    return TimmViT(img_size=cfg.img_size, patch_size=1, in_chans=cfg.in_chans, num_classes=cfg.num_classes,
+                   embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads, mlp_ratio=cfg.mlp_ratio,
+                   global_pool="avg" if cfg.pool == "avg" else "token",
+                   embed_layer=partial(HybridEmbed, backbone=backbone))
+
+
+@pytest.mark.parametrize("patch,pool", [(7, "avg"), (4, "cls")])
+def test_conv_stem_equals_timm_hybrid_embed(patch, pool):
+    cfg = PRESETS["vit_mnist"].replace(patch_size=patch, pool=pool)
+    assert cfg.stem == "conv"
+    theirs = timm_conv_stem_vit(cfg)
+    ours = VisionTransformer(cfg)
+    assert n_params(ours) == n_params(theirs)
+    assert set(ours.state_dict()) == set(timm_to_vit_keys(theirs.state_dict()))
+    theirs.train()
+    with torch.no_grad():
+        for _ in range(3):  # BatchNorm running statistics away from their initial 0 / 1
+            theirs(torch.randn(8, 1, 28, 28) * 2 + 0.5)
+    load_timm_weights(ours, theirs.state_dict())
+    images = torch.randn(4, 1, 28, 28)
+    with torch.no_grad():
+        for mode in (False, True):  # running statistics (eval) and batch statistics (train)
+            ours.train(mode), theirs.train(mode)
+            assert (ours(images) - theirs(images)).abs().max().item() < 1e-5

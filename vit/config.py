@@ -13,7 +13,9 @@ from .position import POSITION_ENCODINGS
 
 _POSITIVE_INTS = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads")
 POOLS = ("cls", "avg")
-_CHOICES = {"attn": ATTENTION_BACKENDS, "pos": POSITION_ENCODINGS, "norm": NORM_PLACEMENTS, "pool": POOLS}
+STEMS = ("patch", "conv")
+_CHOICES = {"attn": ATTENTION_BACKENDS, "pos": POSITION_ENCODINGS, "norm": NORM_PLACEMENTS, "pool": POOLS,
+            "stem": STEMS}
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,11 @@ class ViTConfig:
     pos: position encoding ("learned" | "sinusoidal" | "sincos2d" | "none").
     norm: LayerNorm placement ("pre" | "post").
     pool: what the head reads: "cls" (the CLS token, ViT) or "avg" (the mean of the patch tokens, then
-    LayerNorm: timm's global_pool="avg" with fc_norm; the CLS token stays in the sequence). qkv_bias: bias on the fused qkv projection.
+    LayerNorm: timm's global_pool="avg" with fc_norm; the CLS token stays in the sequence).
+    stem: how images become tokens: "patch" (ViT: one patch_size×patch_size convolution of stride
+    patch_size) or "conv" (Xiao et al. 2021, "Early convolutions help transformers see better":
+    ⌈log2 patch_size⌉ 3×3 stride-2 convolutions, each with BatchNorm and ReLU, channels doubling up to
+    embed_dim, then a 1×1 projection; the same token grid as "patch"). qkv_bias: bias on the fused qkv projection.
     dropout: dropout after embeddings, attention output projection and MLP.
     attn_dropout: dropout on the attention probabilities.
 
@@ -46,6 +52,7 @@ class ViTConfig:
     pos: str = "learned"
     norm: str = "pre"
     pool: str = "cls"
+    stem: str = "patch"
     qkv_bias: bool = True
     dropout: float = 0.0
     attn_dropout: float = 0.0
@@ -75,11 +82,38 @@ class ViTConfig:
         if self.img_size % self.patch_size:
             raise ValueError(
                 f"ViTConfig.img_size={self.img_size} is not divisible by patch_size={self.patch_size}")
+        if self.stem == "conv":
+            self._check_conv_stem()
         multiple = POSITION_ENCODINGS[self.pos].dim_multiple
         if self.embed_dim % multiple:
             raise ValueError(
                 f"ViTConfig.embed_dim={self.embed_dim} cannot be split by pos={self.pos!r}, "
                 f"which needs a multiple of {multiple}")
+
+    def _check_conv_stem(self) -> None:
+        side = self.img_size
+        for _ in range(self.stem_convs):
+            side = -(-side // 2)  # a 3×3 stride-2 convolution with padding 1: ⌈side / 2⌉
+        if side != self.grid_size:
+            raise ValueError(
+                f"ViTConfig.stem='conv' with patch_size={self.patch_size}: its {self.stem_convs} stride-2 "
+                f"convolutions turn img_size={self.img_size} into a {side}×{side} grid, not the "
+                f"{self.grid_size}×{self.grid_size} of the patches; use a power-of-2 patch_size or stem='patch'")
+        if self.stem_channels and self.stem_channels[0] < 1:
+            raise ValueError(
+                f"ViTConfig.stem='conv' halves embed_dim={self.embed_dim} {self.stem_convs - 1} times for its "
+                f"first convolution, leaving no channels; use a larger embed_dim or patch_size")
+
+    @property
+    def stem_convs(self) -> int:
+        """The number of 3×3 stride-2 convolutions of the conv stem: ⌈log2 patch_size⌉."""
+        return (self.patch_size - 1).bit_length()
+
+    @property
+    def stem_channels(self) -> tuple[int, ...]:
+        """Output channels of each conv-stem convolution: doubling, the last one embed_dim (timm's tiers)."""
+        n = self.stem_convs
+        return tuple(self.embed_dim // 2 ** (n - 1 - i) for i in range(n))
 
     @property
     def grid_size(self) -> int:
@@ -139,7 +173,7 @@ PRESETS: dict[str, ViTConfig] = {
     "vit_small_patch16_224": _timm(384, 12, 6),
     "vit_base_patch16_224": _timm(768, 12, 12),
     "vit_mnist": ViTConfig(img_size=28, patch_size=7, in_chans=1, num_classes=10,
-                           embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="avg"),
+                           embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="avg", stem="conv"),
     "vit_digits": ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10,
                             embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0),
     "vit_cifar": ViTConfig(img_size=32, patch_size=4, in_chans=3, num_classes=10,

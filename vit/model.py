@@ -1,4 +1,4 @@
-"""The Vision Transformer: patchify → CLS + positions → blocks → norm → head on the CLS token (or the mean token)."""
+"""The Vision Transformer: patchify (or a conv stem) → CLS + positions → blocks → norm → head on the CLS token (or the mean token)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,37 @@ class PatchEmbed(nn.Module):
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, C, H, W) -> (B, N, D), row-major patches
 
 
+class ConvBNReLU(nn.Module):
+    """3×3 stride-2 convolution, BatchNorm, ReLU (timm's `ConvNormAct` names: conv, bn)."""
+
+    def __init__(self, in_chans: int, out_chans: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_chans, out_chans, 3, stride=2, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(out_chans)
+        self.act = nn.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.act(self.bn(self.conv(x)))
+
+
+class ConvStem(nn.Module):
+    """Xiao et al. 2021's convolutional stem: `cfg.stem_convs` ConvBNReLU layers halving the image each
+    time, channels `cfg.stem_channels` (doubling, the last one D), then a 1×1 projection to D. The token
+    grid equals the patchify stem's. Names follow timm's `HybridEmbed` (`backbone`, `proj`)."""
+
+    def __init__(self, cfg: ViTConfig) -> None:
+        super().__init__()
+        chans = (cfg.in_chans, *cfg.stem_channels)
+        self.backbone = nn.Sequential(*(ConvBNReLU(a, b) for a, b in zip(chans, chans[1:])))
+        self.proj = nn.Conv2d(chans[-1], cfg.embed_dim, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.backbone(x)).flatten(2).transpose(1, 2)  # (B, N, D), row-major grid
+
+
+STEMS = {"patch": PatchEmbed, "conv": ConvStem}
+
+
 class VisionTransformer(nn.Module):
     """ViT (Dosovitskiy et al.) built from one `ViTConfig`; parameter names follow timm's.
 
@@ -35,7 +66,7 @@ class VisionTransformer(nn.Module):
         if not isinstance(cfg, ViTConfig):
             raise ValueError(f"VisionTransformer needs a ViTConfig, got {type(cfg).__name__}")
         self.cfg = cfg
-        self.patch_embed = PatchEmbed(cfg)
+        self.patch_embed = STEMS[cfg.stem](cfg)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.embed_dim))
         self.pos_embed = POSITION_ENCODINGS[cfg.pos].build(cfg)
         self.pos_drop = nn.Dropout(cfg.dropout)

@@ -164,5 +164,6 @@ def attention_maps(cfg: ViTConfig, weights_path: Path, images: torch.Tensor, pat
         ax.set_xticks([])
         ax.set_yticks([])
     who = "CLS" if cfg.pool == "cls" else "mean patch-token"
-    fig.suptitle(f"{who} attention, last block (patch {cfg.patch_size}, {cfg.grid_size}×{cfg.grid_size} grid)")
+    stem = "" if cfg.stem == "patch" else f", {cfg.stem} stem"
+    fig.suptitle(f"{who} attention, last block (patch {cfg.patch_size}{stem}, {cfg.grid_size}×{cfg.grid_size} grid)")
     return _save(fig, path)

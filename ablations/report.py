@@ -67,10 +67,12 @@ def _markdown(table: pd.DataFrame, factor: str) -> str:
 
 
 def _finding(table: pd.DataFrame, factor: str) -> str:
-    best = table["acc_mean"].idxmax()
+    top = table["acc_mean"].max()
+    best = [str(v) for v in table.index[table["acc_mean"].round(6) == round(top, 6)]]
     first, last = table.index[0], table.index[-1]
     ratio = lambda col: table.loc[last, col] / table.loc[first, col]  # noqa: E731
-    return (f"Best: {factor}={best} at {table.loc[best, 'acc_mean']:.2f}% test accuracy. "
+    tie = f" (tied: {len(best)} values)" if len(best) > 1 else ""
+    return (f"Best: {factor}={', '.join(best)} at {top:.2f}% test accuracy{tie}. "
             f"From {factor}={first} to {factor}={last}: GMACs ×{ratio('gmacs'):.2f}, inference img/s "
             f"×{ratio('img_s'):.2f}, train time ×{ratio('train_s'):.2f}, accuracy "
             f"{table.loc[last, 'acc_mean'] - table.loc[first, 'acc_mean']:+.2f} points.")

@@ -51,3 +51,14 @@ def test_pareto_front_keeps_only_undominated_runs_even_with_repeated_index():
                           index=[0, 1, 0, 1, 2])
     front = pareto_front(points)
     assert list(zip(front.gflops, front.test_acc)) == [(0.5, 0.70), (1.0, 0.80), (2.0, 0.90), (2.5, 0.95)]
+
+
+def test_finding_names_every_value_tied_for_best():
+    from ablations.report import _finding
+
+    rows = pd.DataFrame({"status": ["ok"] * 3, "attn": ["loop", "bmm", "sdpa"], "seed": 0,
+                         "test_acc": [0.975, 0.979, 0.979], "params": 1, "gmacs": 1.0,
+                         "throughput_img_s": [1.0, 2.0, 4.0], "peak_mem_mb": 1.0, "mfu": 0.1, "train_time_s": 1.0})
+    text = _finding(sweep_table(rows, "attn", ["loop", "bmm", "sdpa"]), "attn")
+    assert text.startswith("Best: attn=bmm, sdpa at 97.90% test accuracy (tied: 2 values).")
+    assert "inference img/s ×4.00" in text

@@ -118,3 +118,8 @@ def test_conv_stem_equals_timm_hybrid_embed(patch, pool):
         for mode in (False, True):  # running statistics (eval) and batch statistics (train)
             ours.train(mode), theirs.train(mode)
             assert (ours(images) - theirs(images)).abs().max().item() < 1e-5
+    # a checkpoint of the other stem names the stem, not just a missing key
+    with pytest.raises(ValueError, match="stem='conv'; build it with stem='patch'"):
+        load_timm_weights(ours, VisionTransformer(cfg.replace(stem="patch")).state_dict())
+    with pytest.raises(ValueError, match="has a conv stem .* stem='patch'; build it with stem='conv'"):
+        load_timm_weights(VisionTransformer(cfg.replace(stem="patch")), theirs.state_dict())

@@ -40,6 +40,11 @@ def load_timm_weights(model: VisionTransformer, state_dict: Mapping[str, Tensor]
         raise ValueError(f"depth mismatch: checkpoint has {max(blocks) + 1} blocks (blocks.0 … blocks.{max(blocks)}), "
                          f"the model depth={model.cfg.depth}")
     unexpected = sorted(set(source) - set(target))
+    has_conv_stem = any(k.startswith("patch_embed.backbone.") for k in source)
+    if has_conv_stem != (model.cfg.stem == "conv"):
+        stem, keys = ("conv", "patch_embed.backbone.*") if has_conv_stem else ("patch", "no patch_embed.backbone.*")
+        raise ValueError(f"checkpoint has a {stem} stem ({keys}) but the model has stem={model.cfg.stem!r}; "
+                         f"build it with stem={stem!r}")
     if "pos_embed.weight" in unexpected:
         raise ValueError(f"checkpoint has a learned pos_embed but the model has pos={model.cfg.pos!r}; "
                          f"build it with pos='learned'")

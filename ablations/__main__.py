@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import sys
 import time
@@ -20,6 +19,7 @@ import torch
 from bench.csvio import read_rows
 from bench.env import resolve_device
 from bench.flops import count_macs, param_count
+from bench.grid import parse_overrides
 from bench.mfu import DTYPES
 from vit import PRESETS, ViTConfig, VisionTransformer, checkpoint_id, init_from_checkpoint
 
@@ -187,24 +187,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text  # a bare word such as sdpa or post
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     model_changes, train_changes = {}, _train_changes(args)
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            print(f"error: --set {item!r} is not key=value", file=sys.stderr)
-            return 2
+    try:
+        overrides = parse_overrides(args.set)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for key, value in overrides.items():
         if key in MODEL_FIELDS:
-            model_changes[key] = _parse_value(value)
+            model_changes[key] = value
         elif key in TRAIN_FIELDS:
-            train_changes[key] = _parse_value(value)
+            train_changes[key] = value
         else:
             print(f"error: --set {key}: not a ViTConfig or TrainConfig field; model: {sorted(MODEL_FIELDS)}, "
                   f"train: {sorted(TRAIN_FIELDS)}", file=sys.stderr)

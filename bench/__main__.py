@@ -1,6 +1,7 @@
 """python -m bench: measure a config or a grid and append CONTRACT §3 rows to $OUT/bench/<name>.csv.
 
     python -m bench run --preset vit_small_patch16_224 --attn loop,bmm,einops,sdpa --tokens 65,197,785
+    python -m bench run --preset vit_mnist --set stem=patch --set depth=6 --mode infer,train
     python -m bench convert-json results/bench/pytest-benchmark.json results/bench/pytest-benchmark.csv
     python -m bench peak --dtype fp32
 """
@@ -19,7 +20,7 @@ from vit import ATTENTION_BACKENDS, PRESETS
 
 from .csvio import append_row
 from .env import environment, resolve_device, run_id
-from .grid import expand_grid, run_grid
+from .grid import expand_grid, parse_overrides, run_grid
 from .measure import MODES
 from .mfu import DTYPES, matmul_peak_flops
 from .schema import BENCH_COLUMNS
@@ -39,7 +40,7 @@ def _run(args: argparse.Namespace) -> None:
     try:
         device = resolve_device(args.device)
         timing = TimingConfig(warmup=args.warmup, min_repeats=args.repeats, min_time_s=args.min_time_s)
-        points = expand_grid(PRESETS[args.preset], args.attn, args.tokens or [0], args.batch_size,
+        points = expand_grid(PRESETS[args.preset].replace(**parse_overrides(args.set)), args.attn, args.tokens or [0], args.batch_size,
                              args.dtype, args.mode, bool(args.compile), timing)
     except ValueError as err:
         raise SystemExit(f"error: {err}")
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="measure a config or a grid")
     run.add_argument("--preset", default="vit_small_patch16_224", choices=sorted(PRESETS))
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a ViTConfig field of the preset, e.g. --set stem=patch (repeatable)")
     run.add_argument("--attn", type=_list(str), default=list(ATTENTION_BACKENDS))
     run.add_argument("--tokens", type=_list(int), default=[], help="e.g. 65,197,785 (patches + 1); default: the preset's")
     run.add_argument("--batch-size", type=_list(int), default=[8])

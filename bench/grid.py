@@ -6,13 +6,14 @@ goes on; every row is appended as soon as it is measured.
 
 from __future__ import annotations
 
+import ast
 import gc
 import itertools
 import math
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 import torch
 from tqdm import tqdm
@@ -74,6 +75,25 @@ def measure_point(point: GridPoint, device: torch.device,
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return row
+
+
+def parse_value(text: str) -> Any:
+    """A `--set key=value` value: a Python literal (6, 1e-3, True) or else the bare word (sdpa, conv)."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """`["depth=6", "stem=patch"]` → `{"depth": 6, "stem": "patch"}`; an item without `=` raises ValueError."""
+    changes = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r} is not key=value")
+        changes[key] = parse_value(value)
+    return changes
 
 
 def expand_grid(base: ViTConfig, backends: list[str], tokens: list[int], batch_sizes: list[int],

@@ -194,3 +194,22 @@ def test_pytest_benchmark_json_converts_to_contract_rows(tmp_path):
     row = read_rows(tmp_path / "b.csv").iloc[0]
     assert row["throughput_img_s"] == pytest.approx(400.0) and row["step_ms_median"] == pytest.approx(20.0)
     assert row["device"] == "cpu" and row["device_name"] and row["attn"] == "sdpa" and row["status"] == "ok"
+
+
+def test_bench_cli_set_overrides_the_preset_and_bad_overrides_fail_first(tmp_path, capsys):
+    from bench.__main__ import main
+
+    fast = ["--attn", "bmm", "--warmup", "0", "--repeats", "1", "--min-time-s", "0", "--out", str(tmp_path)]
+    # vit_mnist's conv stem cannot reach an 8×8 grid of 7 px patches (56 px): the error names stem
+    with pytest.raises(SystemExit, match="stem='conv' with patch_size=7.*stem='patch'"):
+        main(["run", "--preset", "vit_mnist", "--tokens", "65", *fast])
+    with pytest.raises(SystemExit, match="no field 'stems'"):
+        main(["run", "--preset", "vit_mnist", "--set", "stems=patch", *fast])
+    with pytest.raises(SystemExit, match="'depth' is not key=value"):
+        main(["run", "--preset", "vit_mnist", "--set", "depth", *fast])
+    assert not (tmp_path / "bench").exists()  # nothing measured before the grid was valid
+    main(["run", "--preset", "vit_mnist", "--set", "stem=patch", "--set", "depth=2", "--tokens", "65", *fast])
+    row = read_rows(tmp_path / "bench" / "grid.csv").iloc[0]
+    assert (row["stem"], row["depth"], row["tokens"], row["img_size"], row["status"]) == ("patch", 2, 65, 56, "ok")
+    cfg = ViTConfig.from_row(row)
+    assert row["gmacs"] == pytest.approx(closed_form_macs(cfg) / 1e9)

@@ -59,6 +59,7 @@ train: $(STAMP)
 	$(PY) -m ablations train $(call opt,--preset,$(PRESET)) $(RUN_ARGS) $(ARGS)
 
 bench: $(STAMP)
+	mkdir -p $(OUT)/bench
 	$(PY) -m pytest bench/test_bench_backends.py -p no:cacheprovider --benchmark-enable \
 	  --benchmark-json=$(OUT)/bench/pytest-benchmark.json $(PYTEST_ARGS)
 	$(PY) -m bench convert-json $(OUT)/bench/pytest-benchmark.json $(OUT)/bench/pytest-benchmark.csv

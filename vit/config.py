@@ -33,7 +33,8 @@ class ViTConfig:
     stem: how images become tokens: "patch" (ViT: one patch_size×patch_size convolution of stride
     patch_size) or "conv" (Xiao et al. 2021, "Early convolutions help transformers see better":
     ⌈log2 patch_size⌉ 3×3 stride-2 convolutions, each with BatchNorm and ReLU, channels doubling up to
-    embed_dim, then a 1×1 projection; the same token grid as "patch"). qkv_bias: bias on the fused qkv projection.
+    embed_dim, then a 1×1 projection; the same token grid as "patch").
+    qkv_bias: bias on the fused qkv projection.
     dropout: dropout after embeddings, attention output projection and MLP.
     attn_dropout: dropout on the attention probabilities.
 
@@ -102,7 +103,7 @@ class ViTConfig:
         if self.stem_channels and self.stem_channels[0] < 1:
             raise ValueError(
                 f"ViTConfig.stem='conv' halves embed_dim={self.embed_dim} {self.stem_convs - 1} times for its "
-                f"first convolution, leaving no channels; use a larger embed_dim or patch_size")
+                f"first convolution, leaving no channels; use a larger embed_dim or a smaller patch_size")
 
     @property
     def stem_convs(self) -> int:

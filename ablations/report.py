@@ -5,6 +5,7 @@ Every sentence with a number in it is computed from the tables; the same CSVs gi
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import matplotlib
@@ -76,6 +77,15 @@ def _finding(table: pd.DataFrame, factor: str) -> str:
             f"From {factor}={first} to {factor}={last}: GMACs ×{ratio('gmacs'):.2f}, inference img/s "
             f"×{ratio('img_s'):.2f}, train time ×{ratio('train_s'):.2f}, accuracy "
             f"{table.loc[last, 'acc_mean'] - table.loc[first, 'acc_mean']:+.2f} points.")
+
+
+def _base_line(rows: pd.DataFrame, factor: str) -> str:
+    """What the sweep held fixed: every model field and training column with one value across its ok runs."""
+    ok = rows[rows["status"] == "ok"]
+    fields = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr"]
+    fixed = [f"{name}={ok[name].iloc[0]}" for name in fields
+             if name != factor and name in ok and ok[name].nunique(dropna=False) == 1]
+    return "Held fixed: " + ", ".join(fixed) + "."
 
 
 def sweep_figure(rows: pd.DataFrame, factor: str, path: Path, order: list | None = None) -> None:
@@ -162,7 +172,7 @@ def build_report(out: Path) -> Path:
             table = sweep_table(rows, factor, order)
             fig = figures / f"{sweep}.png"
             sweep_figure(rows, factor, fig, order)
-            lines += [_finding(table, factor), "", _markdown(table, factor), "",
+            lines += [_finding(table, factor), "", _base_line(rows, factor), "", _markdown(table, factor), "",
                       f"![{sweep}](figures/{fig.name})", ""]
             history_csv = ablations / f"{sweep}-history.csv"
             if history_csv.exists():

@@ -30,6 +30,9 @@ def test_report_tables_hold_means_and_name_failures_and_missing(tmp_path):
     assert "depth=3 seed 0: **diverged** loss became nan" in text
     assert "| 3 |" not in text  # a failed run is never a row of zeros
     assert "Best: depth=2 at 96.00%" in text and "GMACs ×2.00" in text
+    # what the sweep held fixed is stated; the factor and columns that vary are not
+    held = next(line for line in text.splitlines() if line.startswith("Held fixed:"))
+    assert "dataset=digits" in held and "depth=" not in held
     assert "`make ablate-patch` produces it" in text and "`make ablate-heads` produces it" in text
     assert (tmp_path / "figures" / "depth.png").stat().st_size < 300_000
     first = text

@@ -113,8 +113,6 @@ def sweep_figure(rows: pd.DataFrame, factor: str, path: Path, order: list | None
     plt.close(fig)
 
 
-FACTOR_KEY = {"patch": "patch_size", "heads": "num_heads", "depth": "depth", "pos": "pos", "norm": "norm",
-              "pool": "pool", "stem": "stem", "attn": "attn"}
 def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path) -> list[str]:
     """Position-embedding similarity and attention maps from saved weights of the pos sweep."""
     lines = ["## inside the model", ""]
@@ -160,6 +158,7 @@ def build_report(out: Path) -> Path:
                   f"git {newest.git_sha}",
                   f"- data: {', '.join(sorted(all_rows['dataset'].astype(str).unique()))}; runs from "
                   f"{all_rows['started_at'].min()} to {all_rows['started_at'].max()}", ""]
+    factors: dict[str, str] = {}
     for sweep in SWEEPS:
         lines.append(f"## {sweep}")
         if sweep not in tables:
@@ -167,6 +166,7 @@ def build_report(out: Path) -> Path:
             continue
         rows = tables[sweep]
         factor, order = _factor_and_order(sweep, rows)
+        factors[sweep] = factor
         failed = rows[rows["status"] != "ok"]
         if (rows["status"] == "ok").any():
             table = sweep_table(rows, factor, order)
@@ -190,7 +190,7 @@ def build_report(out: Path) -> Path:
         front = figs.pareto_front(ok)
         pareto = figs.accuracy_vs_gflops(all_rows, figures / "pareto.png")
         lines += ["Pareto front (no run is both cheaper and more accurate): " + ", ".join(
-            f"{r.sweep} {FACTOR_KEY.get(r.sweep, 'run')}={r[FACTOR_KEY[r.sweep]] if r.sweep in FACTOR_KEY else r.run_id} "
+            f"{r.sweep} {factors.get(r.sweep, 'run')}={r[factors[r.sweep]] if r.sweep in factors else r.run_id} "
             f"({r.gflops:.5f} GFLOPs, {r.test_acc * 100:.1f}%)" for _, r in front.iterrows()) + ".", "",
             f"![pareto](figures/{pareto.name})", ""]
         lines += _inside_the_model(out, tables, figures)

@@ -40,8 +40,9 @@ def _run(args: argparse.Namespace) -> None:
     try:
         device = resolve_device(args.device)
         timing = TimingConfig(warmup=args.warmup, min_repeats=args.repeats, min_time_s=args.min_time_s)
-        points = expand_grid(PRESETS[args.preset].replace(**parse_overrides(args.set)), args.attn, args.tokens or [0], args.batch_size,
-                             args.dtype, args.mode, bool(args.compile), timing)
+        base = PRESETS[args.preset].replace(**parse_overrides(args.set))
+        points = expand_grid(base, args.attn, args.tokens or [0], args.batch_size, args.dtype, args.mode,
+                             bool(args.compile), timing)
     except ValueError as err:
         raise SystemExit(f"error: {err}")
     if device.type == "cpu" and any(d != "fp32" for d in args.dtype):

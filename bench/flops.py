@@ -91,12 +91,9 @@ def stem_macs(cfg) -> int:
     N, D = cfg.num_patches, cfg.embed_dim
     if cfg.stem == "patch":
         return N * cfg.in_chans * cfg.patch_size**2 * D
-    side, chans, total = cfg.img_size, cfg.in_chans, 0
-    for out in cfg.stem_channels:
-        side = -(-side // 2)
-        total += side * side * chans * 9 * out
-        chans = out
-    return total + N * chans * D
+    chans = (cfg.in_chans, *cfg.stem_channels)
+    convs = sum(side * side * c_in * 9 * c_out for side, c_in, c_out in zip(cfg.stem_sides, chans, chans[1:]))
+    return convs + N * chans[-1] * D
 
 
 def param_count(model: nn.Module) -> int:

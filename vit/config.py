@@ -92,9 +92,7 @@ class ViTConfig:
                 f"which needs a multiple of {multiple}")
 
     def _check_conv_stem(self) -> None:
-        side = self.img_size
-        for _ in range(self.stem_convs):
-            side = -(-side // 2)  # a 3×3 stride-2 convolution with padding 1: ⌈side / 2⌉
+        side = self.stem_sides[-1] if self.stem_convs else self.img_size
         if side != self.grid_size:
             raise ValueError(
                 f"ViTConfig.stem='conv' with patch_size={self.patch_size}: its {self.stem_convs} stride-2 "
@@ -109,6 +107,14 @@ class ViTConfig:
     def stem_convs(self) -> int:
         """The number of 3×3 stride-2 convolutions of the conv stem: ⌈log2 patch_size⌉."""
         return (self.patch_size - 1).bit_length()
+
+    @property
+    def stem_sides(self) -> tuple[int, ...]:
+        """Output side of each conv-stem convolution: a 3×3 stride-2 convolution with padding 1 maps s to ⌈s / 2⌉."""
+        sides = [self.img_size]
+        for _ in range(self.stem_convs):
+            sides.append(-(-sides[-1] // 2))
+        return tuple(sides[1:])
 
     @property
     def stem_channels(self) -> tuple[int, ...]:

@@ -1,4 +1,5 @@
-"""The Vision Transformer: patchify (or a conv stem) → CLS + positions → blocks → norm → head on the CLS token (or the mean token)."""
+"""The Vision Transformer: patchify (or a conv stem) → CLS + positions → blocks → norm → head on the
+CLS token (or the mean of the patch tokens)."""
 
 from __future__ import annotations
 

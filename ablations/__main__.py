@@ -1,6 +1,7 @@
 """python -m ablations: sweeps, single training runs and the report.
 
     python -m ablations sweep patch heads depth [--dataset mnist5k] [--seeds 0,1,2] [--dry-run]
+    python -m ablations sweep depth --seeds 0 --cost-rounds 0   # one seed, no cost phase
     python -m ablations train --preset vit_mnist --set depth=6 --set lr=1e-3
     python -m ablations report [--out results]
 """
@@ -18,13 +19,14 @@ import torch
 
 from bench.csvio import read_rows
 from bench.env import resolve_device
-from bench.flops import count_macs, param_count
 from bench.grid import parse_overrides
+from bench.measure import cost
 from bench.mfu import DTYPES
 from vit import PRESETS, ViTConfig, VisionTransformer, checkpoint_id, init_from_checkpoint
 
 from .data import DATASETS, load_dataset
-from .runner import EXECUTORS, Executor, ExecutorOptions, RunOptions, csv_paths, finished_ids, make_tasks, run_sweep
+from .cost import CostPlan
+from .runner import EXECUTORS, Executor, ExecutorOptions, RunOptions, SweepPaths, finished_ids, make_tasks, run_sweep
 from .specs import Point, SpecError, available_sweeps, find_spec, load_spec
 from .train import TrainConfig
 
@@ -39,7 +41,16 @@ def _seeds(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"seeds must be comma-separated integers, got {text!r}") from None
     if not seeds:
         raise argparse.ArgumentTypeError("seeds must name at least one seed")
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"seeds name a seed twice: {text!r}")
     return seeds
+
+
+def _rounds(text: str) -> int:
+    try:
+        return CostPlan(rounds=int(text)).rounds
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"cost rounds must be an integer ≥ 0, got {text!r}") from None
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -47,7 +58,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-root", default="data", help="where torchvision datasets live (DATA_ROOT)")
     p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
     p.add_argument("--epochs", type=int, help="override the spec's epochs")
-    p.add_argument("--seeds", type=_seeds, default=(0,), help="comma-separated, e.g. 0,1,2")
+    p.add_argument("--seeds", type=_seeds, default=(0, 1, 2),
+                   help="comma-separated training seeds (default 0,1,2: the report's intervals and tests need them)")
+    p.add_argument("--cost-rounds", type=_rounds, default=CostPlan().rounds,
+                   help=f"interleaved rounds of the cost phase that times every point side by side before "
+                        f"training (default {CostPlan().rounds}; 0 skips it and leaves the speed columns empty)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", choices=["auto", *DTYPES], help="default auto: bf16 on CUDA, fp32 on CPU")
     p.add_argument("--compile", type=int, choices=[0, 1], default=0)
@@ -84,7 +99,8 @@ def _options(args: argparse.Namespace, init: str = "") -> RunOptions:
     init = args.init or init
     init_id = f"timm:{args.pretrained}" if args.pretrained else (checkpoint_id(init) if init else "")
     return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
-                      device=args.device, out=args.out, init=init, init_id=init_id)
+                      device=args.device, out=args.out, init=init, init_id=init_id,
+                      cost=CostPlan(rounds=args.cost_rounds))
 
 
 def _fetch_pretrained(args: argparse.Namespace) -> None:
@@ -116,16 +132,17 @@ def _check_init(init: str, points: list[Point]) -> None:
 
 
 def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
-    done = finished_ids(csv_paths(options.out, sweep)[0])
+    done = finished_ids(SweepPaths.of(options.out, sweep).rows)
     print(f"sweep {sweep}: {len(points)} points × {len(options.seeds)} seed(s)")
     print(f"  {'factor':<16} {'seed':>4} {'params':>10} {'GMACs':>9} {'tokens':>6}  run_id        done")
+    costs = {}
     for task in make_tasks(points, options):
         cfg = task.point.model
-        model = VisionTransformer(cfg)
-        macs = count_macs(model, torch.zeros(1, cfg.in_chans, cfg.img_size, cfg.img_size))
-        params = param_count(model)
+        if task.point.value not in costs:
+            costs[task.point.value] = cost(VisionTransformer(cfg), (cfg.in_chans, cfg.img_size, cfg.img_size))
+        c = costs[task.point.value]
         label = f"{task.point.factor}={task.point.value}"
-        print(f"  {label:<16} {task.seed:>4} {params:>10,} {macs / 1e9:>9.5f} {cfg.tokens:>6}  {task.run_id}  "
+        print(f"  {label:<16} {task.seed:>4} {c['params']:>10,} {c['gmacs']:>9.5f} {cfg.tokens:>6}  {task.run_id}  "
               f"{'yes' if task.run_id in done else 'no'}")
 
 
@@ -156,8 +173,10 @@ def _summary(results: list[dict[str, Any]], elapsed: float) -> None:
     print(f"\nDone in {elapsed / 60:.1f} min.")
     for r in results:
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items())) or "nothing new"
+        paths = r["paths"]
         print(f"  {r['sweep']:<8} {r['planned']} runs: {r['skipped']} already done, {statuses}")
-        print(f"           rows → {r['csv']}   epochs → {r['history']}   weights → {r['weights']}/")
+        print(f"           rows → {paths.rows}   epochs → {paths.history}   cost → {paths.cost}")
+        print(f"           weights → {paths.weights}/   test predictions → {paths.preds}/")
     print("Next: make report (figures and results/REPORT.md from these CSVs)")
 
 
@@ -223,11 +242,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     results = _run_all(args, [("train", points)], {"train": options})
     if results is None:
         return 2
-    result = results[0]
     _summary(results, time.perf_counter() - t0)
-    table = read_rows(result["csv"])
-    print(table.tail(len(args.seeds))[["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs",
-                                       "throughput_img_s"]].to_string(index=False))
+    table = read_rows(results[0]["paths"].rows)
+    mine = [t.run_id for t in make_tasks(points, options)]  # this command's runs, trained now or before
+    table = table[table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
+    print(table[["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs",
+                 "throughput_img_s"]].to_string(index=False))
     return 0
 
 

@@ -12,18 +12,20 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from bench.csvio import read_rows  # noqa: E402
-
 import torch  # noqa: E402
 
+from bench.csvio import read_rows  # noqa: E402
+from bench.rounds import Spread  # noqa: E402
 from vit import ViTConfig, VisionTransformer  # noqa: E402
 
 from . import figures as figs  # noqa: E402
+from . import findings  # noqa: E402
 from .data import load_dataset  # noqa: E402
+from .runner import SweepPaths  # noqa: E402
 from .specs import SPEC_DIR, load_spec  # noqa: E402
+from .stats import ALPHA, POWER, REPLICATES  # noqa: E402
 
 SWEEPS = ("patch", "heads", "depth", "pos", "norm", "pool", "stem", "attn")
 FACTOR_LABEL = {"patch_size": "patch size (px)", "num_heads": "attention heads", "depth": "depth (blocks)",
@@ -40,45 +42,6 @@ def _factor_and_order(sweep: str, rows: pd.DataFrame) -> tuple[str, list]:
     return spec.factor, order + sorted(v for v in present if v not in order)
 
 
-def sweep_table(rows: pd.DataFrame, factor: str, order: list | None = None) -> pd.DataFrame:
-    """One line per factor value over ok runs: accuracy mean ± std over seeds and the cost columns."""
-    ok = rows[rows["status"] == "ok"]
-    grouped = ok.groupby(factor, sort=True)
-    table = pd.DataFrame({
-        "seeds": grouped["seed"].nunique(),
-        "acc_mean": grouped["test_acc"].mean() * 100,
-        "acc_std": grouped["test_acc"].std(ddof=1).fillna(0.0) * 100,
-        "params": grouped["params"].first(),
-        "gmacs": grouped["gmacs"].first(),
-        "img_s": grouped["throughput_img_s"].median(),
-        "peak_mb": grouped["peak_mem_mb"].median(),
-        "mfu": grouped["mfu"].median(),
-        "train_s": grouped["train_time_s"].mean(),
-    })
-    return table.reindex(order) if order else table
-
-
-def _markdown(table: pd.DataFrame, factor: str) -> str:
-    head = f"| {factor} | seeds | test acc % (mean ± std) | params | GMACs | img/s | peak MB | MFU | train s |"
-    lines = [head, "|" + "---|" * 9]
-    for value, r in table.iterrows():
-        lines.append(f"| {value} | {int(r.seeds)} | {r.acc_mean:.2f} ± {r.acc_std:.2f} | {int(r.params):,} | "
-                     f"{r.gmacs:.4f} | {r.img_s:,.0f} | {r.peak_mb:.1f} | {r.mfu:.3f} | {r.train_s:.1f} |")
-    return "\n".join(lines)
-
-
-def _finding(table: pd.DataFrame, factor: str) -> str:
-    top = table["acc_mean"].max()
-    best = [str(v) for v in table.index[table["acc_mean"].round(6) == round(top, 6)]]
-    first, last = table.index[0], table.index[-1]
-    ratio = lambda col: table.loc[last, col] / table.loc[first, col]  # noqa: E731
-    tie = f" (tied: {len(best)} values)" if len(best) > 1 else ""
-    return (f"Best: {factor}={', '.join(best)} at {top:.2f}% test accuracy{tie}. "
-            f"From {factor}={first} to {factor}={last}: GMACs ×{ratio('gmacs'):.2f}, inference img/s "
-            f"×{ratio('img_s'):.2f}, train time ×{ratio('train_s'):.2f}, accuracy "
-            f"{table.loc[last, 'acc_mean'] - table.loc[first, 'acc_mean']:+.2f} points.")
-
-
 def _base_line(rows: pd.DataFrame, factor: str) -> str:
     """What the sweep held fixed: every model field and training column with one value across its ok runs."""
     ok = rows[rows["status"] == "ok"]
@@ -88,26 +51,39 @@ def _base_line(rows: pd.DataFrame, factor: str) -> str:
     return "Held fixed: " + ", ".join(fixed) + "."
 
 
-def sweep_figure(rows: pd.DataFrame, factor: str, path: Path, order: list | None = None) -> None:
-    ok = rows[rows["status"] == "ok"].copy()
-    ok["test accuracy (%)"] = ok["test_acc"] * 100
-    panels = [("test accuracy (%)", False), ("gmacs", True), ("throughput_img_s", True),
-              ("peak_mem_mb", False), ("train_time_s", False)]
-    labels = {"gmacs": "GMACs / image", "throughput_img_s": "inference img/s", "peak_mem_mb": "peak memory (MB)",
-              "train_time_s": "train time (s)"}
-    numeric = pd.api.types.is_numeric_dtype(ok[factor])
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), sharex=True)
-    for ax, (col, log) in zip(axes, panels):
-        sns.pointplot(data=ok, x=factor, y=col, errorbar=("ci", 95), ax=ax, native_scale=numeric, marker="o",
-                      order=None if numeric else order)
-        ax.set_ylabel(labels.get(col, col))
-        ax.set_xlabel(FACTOR_LABEL.get(factor, factor))
+def sweep_figure(f: findings.SweepFindings, path: Path) -> None:
+    """Accuracy with the table's 95 % intervals, GMACs, and the cost figures as median with IQR bars."""
+    data = findings.setting_rows(f)
+    numeric = all(isinstance(d["value"], (int, float)) for d in data)
+    x = [d["value"] for d in data] if numeric else list(range(len(data)))
+
+    def bars(ax, centre, low, high):
+        centre, low, high = (np.asarray(v, dtype=float) for v in (centre, low, high))
+        ax.errorbar(x, centre, yerr=[centre - low, high - centre], fmt="o-", capsize=4)
+
+    def spread(key):
+        got = [d[key] if d[key] is not None else Spread.of([]) for d in data]
+        return [g.median for g in got], [g.q1 for g in got], [g.q3 for g in got]
+
+    accs = [d["acc"] for d in data]
+    panels = [("test accuracy (%) [95 % interval]", False,
+               ([100 * a.mean for a in accs], [100 * a.low for a in accs], [100 * a.high for a in accs])),
+              ("GMACs / image", True, ([d["gmacs"] for d in data],) * 3),
+              ("inference img/s [IQR]", True, spread("infer")),
+              ("training-step img/s [IQR]", True, spread("train")),
+              ("training-step peak MB", False, spread("mem")),
+              ("training run wall s [IQR]", False, spread("train_s"))]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.7 * len(panels), 3.4))
+    for ax, (label, log, (centre, low, high)) in zip(axes, panels):
+        bars(ax, centre, low, high)
+        ax.set_ylabel(label)
+        ax.set_xlabel(FACTOR_LABEL.get(f.factor, f.factor))
         if log:
             figs.log_axis(ax)
-        if numeric:
-            ax.set_xticks(sorted(ok[factor].unique()))
+        ax.set_xticks(x, labels=[str(d["value"]) for d in data])
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{FACTOR_LABEL.get(factor, factor)} sweep (mean and 95% interval over seeds)")
+    fig.suptitle(f"{FACTOR_LABEL.get(f.factor, f.factor)} sweep: accuracy over seeds ({f.settings[0].acc.kind}); "
+                 f"speed over cost-phase rounds")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -143,6 +119,64 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path)
     return lines
 
 
+def _sweep_section(sweep: str, rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths,
+                   figures: Path) -> list[str]:
+    ok = rows[rows["status"] == "ok"]
+    cost = findings.newest_complete_phase(read_rows(paths.cost) if paths.cost.exists() else None)
+    f = findings.analyse(rows, factor, order, paths.preds, cost)
+    seeds = sorted({int(s) for s in ok["seed"]})
+    devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
+    test = f"{f.test_size:,} test images" if f.test_size else "test-set size not recorded"
+    fig = figures / f"{sweep}.png"
+    sweep_figure(f, fig)
+    lines = [f"Seeds {', '.join(map(str, seeds))}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
+             f"{test}; device {devices}.", "",
+             findings.verdict_sentence(f), "", findings.cost_sentence(f), "", _base_line(rows, factor), "",
+             findings.table_markdown(f), ""]
+    if f.comparisons:
+        lines += ["Pairwise comparisons (paired bootstrap over seeds and test images; see Method):", "",
+                  findings.comparisons_markdown(f), ""]
+    lines += [f"![{sweep}](figures/{fig.name})", ""]
+    if paths.history.exists():
+        curves = figs.learning_curves(read_rows(paths.history), rows, factor, figures / f"{sweep}-curves.png", order)
+        lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
+    return lines
+
+
+METHOD = f"""## Method
+
+- **Seeds.** Each setting is trained once per seed; the seed fixes the initial weights, the batch order
+  and the augmentation. The test set is fixed (the same images for every run).
+- **Accuracy intervals.** With two or more seeds: the 95 % t-interval of the mean over seeds
+  (training variation; the test set is held fixed). With one seed: the exact binomial
+  (Clopper–Pearson) 95 % interval over the test images, labelled as such.
+- **Comparisons.** Every pair of settings of a sweep by a two-level paired bootstrap
+  ({REPLICATES:,} replicates, fixed random seed, so the report is deterministic): each replicate
+  draws the test images with replacement, the same draw for both settings (paired), and
+  independently for each setting its seeds with replacement, the seed-level deviations scaled by
+  √(s/(s−1)) so that s seeds do not understate the seed variance. The p-value is two-sided, from the
+  null-centred replicates: P(|d* − d| ≥ |d|). The p-values of all pairs of a sweep are adjusted
+  together by Holm's step-down method.
+- **Verdicts.** A sweep names a best setting only if the setting with the highest mean is better than
+  every other setting at α = {ALPHA} after Holm's adjustment. Otherwise it names the settings it
+  cannot be told apart from and the smallest difference the sweep could have detected:
+  (z₁₋α/2m + z_power) × the median bootstrap standard error of its pairs, at {POWER:.0%} power and
+  the strictest Holm level α/m for m pairs.
+- **Cost.** Before training, every point of a sweep is measured side by side in interleaved rounds
+  (each round measures every point once, the starting point rotating) with nothing else of the sweep
+  running: an inference step and a training step (forward, backward, AdamW). Figures are the median
+  over rounds with [Q1, Q3]; a ratio between two settings is printed only where their IQRs do not
+  overlap, otherwise "same within noise". Peak memory is the tensor-level peak of one step (CUDA
+  allocator, or MemTracker on the CPU), taken in the first round: it is the same every time.
+  MFU = achieved FLOP/s ÷ the device's measured matmul peak (a training step counts 3 × the forward).
+- **References.** S. Holm (1979), A simple sequentially rejective multiple test procedure, Scand. J.
+  Statist. 6:65–70. P. Hall and S. R. Wilson (1991), Two guidelines for bootstrap hypothesis testing,
+  Biometrics 47:757–762. A. C. Davison and D. V. Hinkley (1997), Bootstrap Methods and their
+  Application, Cambridge University Press, §3.8 (hierarchical data). X. Bouthillier et al. (2021),
+  Accounting for variance in machine learning benchmarks, MLSys.
+"""
+
+
 def build_report(out: Path) -> Path:
     out = Path(out)
     ablations, figures = out / "ablations", out / "figures"
@@ -169,16 +203,7 @@ def build_report(out: Path) -> Path:
         factors[sweep] = factor
         failed = rows[rows["status"] != "ok"]
         if (rows["status"] == "ok").any():
-            table = sweep_table(rows, factor, order)
-            fig = figures / f"{sweep}.png"
-            sweep_figure(rows, factor, fig, order)
-            lines += [_finding(table, factor), "", _base_line(rows, factor), "", _markdown(table, factor), "",
-                      f"![{sweep}](figures/{fig.name})", ""]
-            history_csv = ablations / f"{sweep}-history.csv"
-            if history_csv.exists():
-                curves = figs.learning_curves(read_rows(history_csv), rows, factor,
-                                              figures / f"{sweep}-curves.png", order)
-                lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
+            lines += _sweep_section(sweep, rows, factor, order, SweepPaths.of(out, sweep), figures)
         if len(failed):
             lines.append(f"Failed runs ({len(failed)}), not counted above:")
             for _, r in failed.iterrows():
@@ -211,6 +236,7 @@ def build_report(out: Path) -> Path:
         lines += ["", f"![backends](figures/{scaling.name})", ""]
     else:
         lines += [f"_Missing: `{bench_csv}`; `python -m bench run --tokens 65,197,785 --name backends` produces it._", ""]
+    lines.append(METHOD)
     path = out / "REPORT.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -1,10 +1,12 @@
 """The sweep runner: every point × seed becomes one run; each finished run is one CSV row.
 
-Resume: a run whose `run_id` already has an `ok` row in `<out>/ablations/<sweep>.csv` is skipped.
-Faults: a run that diverges, runs out of memory or raises is recorded with its status and the sweep
-goes on. Writes: only the driver writes (history rows, then weights, then the result row, each
-append atomic), so a kill at any instant leaves every earlier row whole, and an executor that runs
-tasks elsewhere (Ray) needs no shared filesystem.
+Before training, the sweep's cost phase (`ablations.cost`) measures every point's speed side by side;
+each training row carries its config's figures. Resume: a run whose `run_id` already has an `ok` row
+in `<out>/ablations/<sweep>.csv` is skipped. Faults: a run that diverges, runs out of memory or raises
+is recorded with its status and the sweep goes on. Writes: only the driver writes (history rows, then
+test predictions and weights, then the result row, each append atomic), so a kill at any instant
+leaves every earlier row whole, and an executor that runs tasks elsewhere (Ray) needs no shared
+filesystem.
 """
 
 from __future__ import annotations
@@ -17,17 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
 from bench.csvio import append_row, read_rows
 from bench.env import environment, resolve_device, run_id
 from bench.grid import classify_failure
-from bench.measure import MeasureConfig, add_mfu, cost, measure
+from bench.measure import cost
 from bench.schema import ABLATION_COLUMNS, HISTORY_COLUMNS
-from bench.timing import TimingConfig
 from vit import VisionTransformer, init_from_checkpoint
 
+from .cost import CostPlan, model_key, row_figures, run_cost_phase
 from .data import Dataset, load_dataset
 from .specs import Point
 from .train import Diverged, train
@@ -38,11 +41,10 @@ class RunOptions:
     dataset: str = "mnist5k"
     data_root: str = "data"
     download: bool = False
-    seeds: tuple[int, ...] = (0,)
+    seeds: tuple[int, ...] = (0, 1, 2)
     device: str = "auto"
     out: str = "results"
-    infer_batch_size: int = 256
-    measure_mfu: bool = True
+    cost: CostPlan = field(default_factory=CostPlan)
     progress: bool = True
     init: str = ""     # a timm checkpoint file to start every run from
     init_id: str = ""  # its name and sha256 prefix (vit.checkpoint_id), part of each run's identity
@@ -55,6 +57,7 @@ class Task:
     seed: int
     run_id: str
     options: RunOptions
+    cost: dict[str, Any] = field(default_factory=dict)  # the config's speed columns from the cost phase
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Outcome:
     row: dict[str, Any]
     history: list[dict[str, Any]] = field(default_factory=list)
     weights: bytes | None = None  # torch.save of the state dict
+    preds: bytes | None = None    # np.savez of the final model's test predictions and the labels
 
 
 def task_key(point: Point, dataset: str, seed: int, init_id: str = "") -> dict[str, Any]:
@@ -75,9 +79,32 @@ def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
             for p in points for s in options.seeds]
 
 
-def csv_paths(out: str | Path, sweep: str) -> tuple[Path, Path, Path]:
-    base = Path(out) / "ablations"
-    return base / f"{sweep}.csv", base / f"{sweep}-history.csv", base / "weights" / sweep
+@dataclass(frozen=True)
+class SweepPaths:
+    """Where a sweep's outputs live under `<out>/ablations/`."""
+    rows: Path      # <sweep>.csv: one row per run
+    history: Path   # <sweep>-history.csv: one row per epoch of each run
+    cost: Path      # <sweep>-cost.csv: one row per point, mode and round of the cost phase
+    weights: Path   # weights/<sweep>/<run_id>.pt
+    preds: Path     # preds/<sweep>/<run_id>.npz: `pred` and `target`, one entry per test image
+
+    @classmethod
+    def of(cls, out: str | Path, sweep: str) -> "SweepPaths":
+        base = Path(out) / "ablations"
+        return cls(base / f"{sweep}.csv", base / f"{sweep}-history.csv", base / f"{sweep}-cost.csv",
+                   base / "weights" / sweep, base / "preds" / sweep)
+
+
+def save_preds(preds: torch.Tensor, targets: torch.Tensor) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, pred=preds.numpy().astype(np.int32), target=targets.numpy().astype(np.int32))
+    return buffer.getvalue()
+
+
+def load_preds(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(pred, target) of one run, as `record` wrote them."""
+    with np.load(path) as data:
+        return data["pred"], data["target"]
 
 
 def finished_ids(csv_path: Path) -> set[str]:
@@ -131,17 +158,12 @@ def execute(task: Task) -> Outcome:
         row.update(cost(model, (point.model.in_chans, point.model.img_size, point.model.img_size)))
         result = train(model, data, point.train, task.seed, device, progress=options.progress)
         history = [{"run_id": task.run_id, **h} for h in result.history]
-        row.update({k: v for k, v in dataclasses.asdict(result).items() if k != "history"})
+        row.update(result.row())
+        row.update(task.cost)
         buffer = io.BytesIO()
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
-        speed = measure(model, (data.in_chans, data.img_size, data.img_size), point.model.num_classes,
-                        MeasureConfig(mode="infer", batch_size=options.infer_batch_size, dtype=row["dtype"],
-                                      timing=TimingConfig(warmup=2, min_repeats=5, min_time_s=0.5)), device)
-        row.update(speed)
-        if options.measure_mfu:
-            add_mfu(row, device)
         row.update(status="ok", error="")
-        return Outcome(row, history, buffer.getvalue())
+        return Outcome(row, history, buffer.getvalue(), save_preds(result.test_preds, data.test_y))
     except Diverged as err:
         row.update(status="diverged", error=str(err))
     except Exception as err:
@@ -206,32 +228,42 @@ def _ray_executor(options: ExecutorOptions | None = None) -> Executor:
 EXECUTORS: dict[str, Callable[[ExecutorOptions | None], Executor]] = {"local": LocalExecutor, "ray": _ray_executor}
 
 
-def record(outcome: Outcome, csv_path: Path, history_path: Path, weights_dir: Path) -> None:
-    """History, then weights, then the row: the row is the commit mark of a run."""
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def record(outcome: Outcome, paths: SweepPaths) -> None:
+    """History, then predictions and weights, then the row: the row is the commit mark of a run."""
     for h in outcome.history:
-        append_row(history_path, h, HISTORY_COLUMNS)
+        append_row(paths.history, h, HISTORY_COLUMNS)
+    if outcome.preds is not None:
+        _write_atomic(paths.preds / f"{outcome.row['run_id']}.npz", outcome.preds)
     if outcome.weights is not None:
-        weights_dir.mkdir(parents=True, exist_ok=True)
-        final = weights_dir / f"{outcome.row['run_id']}.pt"
-        tmp = final.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(outcome.weights)
-        tmp.replace(final)
-    append_row(csv_path, outcome.row, ABLATION_COLUMNS)
+        _write_atomic(paths.weights / f"{outcome.row['run_id']}.pt", outcome.weights)
+    append_row(paths.rows, outcome.row, ABLATION_COLUMNS)
 
 
 def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Executor | None = None,
               fn: Callable[[Task], Outcome] = execute) -> dict[str, Any]:
     """Run every missing point × seed of `sweep`; returns counts and paths for the summary."""
-    csv_path, history_path, weights_dir = csv_paths(options.out, sweep)
+    paths = SweepPaths.of(options.out, sweep)
     tasks = make_tasks(points, options)
-    done = finished_ids(csv_path)
+    done = finished_ids(paths.rows)
     todo = [t for t in tasks if t.run_id not in done]
+    if todo and options.cost.rounds:
+        phase = run_cost_phase(sweep, points, options.cost, resolve_device(options.device), paths.cost,
+                               progress=options.progress)
+        figures = row_figures(phase)
+        todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in todo]
     statuses: dict[str, int] = {}
     executor = executor or LocalExecutor()
     remote = getattr(executor, "remote", False)
     bar = tqdm(total=len(todo), desc=f"sweep {sweep}", unit="run", disable=not options.progress)
     for task, outcome in executor.run(todo, fn):
-        record(outcome, csv_path, history_path, weights_dir)
+        record(outcome, paths)
         status = outcome.row["status"]
         statuses[status] = statuses.get(status, 0) + 1
         acc = outcome.row.get("test_acc")
@@ -241,4 +273,4 @@ def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Ex
         bar.update()
     bar.close()
     return {"sweep": sweep, "planned": len(tasks), "skipped": len(tasks) - len(todo), "statuses": statuses,
-            "csv": csv_path, "history": history_path, "weights": weights_dir}
+            "paths": paths}

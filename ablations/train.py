@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 from tqdm import tqdm
 
 from bench.measure import autocast
@@ -87,6 +87,12 @@ class TrainResult:
     train_time_s: float
     train_throughput_img_s: float
     history: list[dict[str, float]] = field(default_factory=list)
+    test_preds: Tensor | None = None  # (n_test,) the final model's class index for each test image
+
+    def row(self) -> dict[str, float]:
+        """The result-table columns: the scalars, and the test-set size."""
+        scalars = {k: v for k, v in asdict(self).items() if k not in ("history", "test_preds")}
+        return {**scalars, "test_size": None if self.test_preds is None else len(self.test_preds)}
 
 
 def lr_at(step: int, total_steps: int, warmup_steps: int, peak: float) -> float:
@@ -137,18 +143,21 @@ def freeze_all_but_head(model: nn.Module) -> None:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str, batch_size: int) -> tuple[float, float]:
+def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str,
+             batch_size: int) -> tuple[float, float, Tensor]:
+    """Test loss, test accuracy, and the predicted class of every test image (on the CPU)."""
     model.eval()
-    total_loss, correct = 0.0, 0
+    total_loss, preds = 0.0, []
     for i in range(0, len(data.test_y), batch_size):
         x = data.normalize(data.test_x[i:i + batch_size].to(device))
         y = data.test_y[i:i + batch_size].to(device)
         with autocast(device, dtype):
             logits = model(x)
         total_loss += F.cross_entropy(logits.float(), y, reduction="sum").item()
-        correct += (logits.argmax(-1) == y).sum().item()
+        preds.append(logits.argmax(-1).cpu())
+    pred = torch.cat(preds)
     n = len(data.test_y)
-    return total_loss / n, correct / n
+    return total_loss / n, (pred == data.test_y).sum().item() / n, pred
 
 
 def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
@@ -199,7 +208,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
             torch.cuda.synchronize(device)
         train_time += time.perf_counter() - t0
         images_seen += n
-        test_loss, test_acc = evaluate(runner, data, device, dtype, cfg.eval_batch_size)
+        test_loss, test_acc, test_preds = evaluate(runner, data, device, dtype, cfg.eval_batch_size)
         best_acc = max(best_acc, test_acc)
         record = {"epoch": epoch, "lr": lr, "train_loss": loss_sum / n, "test_loss": test_loss,
                   "test_acc": test_acc, "elapsed_s": train_time}
@@ -209,4 +218,4 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
         epochs.set_postfix(loss=f"{record['train_loss']:.3f}", acc=f"{test_acc:.4f}")
     last = history[-1]
     return TrainResult(last["train_loss"], last["test_loss"], last["test_acc"], best_acc, train_time,
-                       images_seen / train_time, history)
+                       images_seen / train_time, history, test_preds)

@@ -17,6 +17,7 @@ import torch
 
 from ablations.__main__ import main as ablations_main
 from ablations.data import load_dataset
+from ablations.cost import CostPlan
 from ablations.runner import RunOptions, run_sweep
 from ablations.specs import Point, SpecError, load_spec
 from ablations.train import TrainConfig, train
@@ -42,7 +43,7 @@ def write_spec(path: Path, factor: str, values: str, model: str = "", train: str
 
 def sweep_cmd(spec: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--out", str(out),
-            "--device", "cpu"]
+            "--device", "cpu", "--seeds", "0", "--cost-rounds", "1"]
 
 
 def test_sigkill_mid_sweep_then_rerun_trains_only_missing_points(tmp_path):
@@ -121,7 +122,7 @@ def test_diverging_run_is_recorded_and_the_next_point_runs(tmp_path):
     points = [Point("div", "lr", lr, TINY, TrainConfig(epochs=1, batch_size=32, lr=lr, grad_clip=0.0))
               for lr in (1e6, 1e-3)]
     summary = run_sweep("div", points, RunOptions(dataset="digits", out=str(tmp_path), progress=False,
-                                                  infer_batch_size=16, measure_mfu=False))
+                                                  seeds=(0,), cost=CostPlan(rounds=0)))
     table = read_rows(tmp_path / "ablations" / "div.csv")
     assert list(table["status"]) == ["diverged", "ok"]
     assert "loss became" in table.loc[0, "error"] and pd.isna(table.loc[0, "test_acc"])

@@ -9,6 +9,7 @@ from timm.models.vision_transformer import VisionTransformer as TimmViT
 
 from ablations.__main__ import main as ablations_main
 from ablations.data import load_dataset
+from ablations.cost import CostPlan
 from ablations.runner import RunOptions, run_sweep
 from ablations.specs import Point
 from ablations.train import TrainConfig, param_groups, train
@@ -57,7 +58,7 @@ def test_larger_image_resamples_positions_and_trains_with_init_recorded(tmp_path
 
     point = Point("ft", "img_size", 32, cfg, TrainConfig(epochs=1, batch_size=64))
     run_sweep("ft", [point], RunOptions(dataset="synthetic", out=str(tmp_path / "out"), progress=False,
-                                        infer_batch_size=16, measure_mfu=False, init=str(path),
+                                        seeds=(0,), cost=CostPlan(rounds=0), init=str(path),
                                         init_id=checkpoint_id(path)))
     row = read_rows(tmp_path / "out" / "ablations" / "ft.csv").iloc[0]
     assert row["status"] == "ok" and row["init"].startswith("ckpt.pth:") and len(row["init"]) == 9 + 12
@@ -121,7 +122,8 @@ def test_spec_init_key_starts_every_run_from_the_checkpoint(tmp_path, timm_model
     spec = tmp_path / "ftspec.toml"
     spec.write_text('[sweep]\nfactor = "depth"\nvalues = [3]\ninit = "ckpt.pth"\n[model]\npreset = "vit_digits"\n'
                     'embed_dim = 32\nnum_heads = 4\npatch_size = 4\nmlp_ratio = 2.0\n[train]\nepochs = 1\n')
-    assert ablations_main(["sweep", str(spec), "--dataset", "synthetic", "--out", str(tmp_path / "out")]) == 0
+    assert ablations_main(["sweep", str(spec), "--dataset", "synthetic", "--out", str(tmp_path / "out"),
+                           "--seeds", "0", "--cost-rounds", "0"]) == 0
     row = read_rows(tmp_path / "out" / "ablations" / "ftspec.csv").iloc[0]
     assert row["status"] == "ok" and row["init"].startswith("ckpt.pth:")
     spec.write_text(spec.read_text().replace("ckpt.pth", "missing.pth"))

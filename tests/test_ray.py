@@ -16,6 +16,7 @@ from ray import cloudpickle
 
 from ablations.__main__ import main as ablations_main
 from ablations.ray_executor import RayExecutor
+from ablations.cost import CostPlan
 from ablations.runner import ExecutorOptions, LocalExecutor, RunOptions, Task, execute, run_sweep
 from ablations.specs import Point
 from ablations.train import TrainConfig
@@ -43,8 +44,8 @@ def depth_points(sweep: str, *depths: int) -> list[Point]:
 
 
 def options(out: Path, seeds=(0,)) -> RunOptions:
-    return RunOptions(dataset="digits", out=str(out), seeds=seeds, progress=False, infer_batch_size=16,
-                      measure_mfu=False)
+    return RunOptions(dataset="digits", out=str(out), seeds=seeds, progress=False,
+                      cost=CostPlan(rounds=0))
 
 
 def ray_executor(**kw) -> RayExecutor:
@@ -110,7 +111,7 @@ def test_cli_ray_sweep_resumes_and_trains_only_missing_points(tmp_path, capsys):
     spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1, 2]\n[model]\npreset = "vit_digits"\n'
                     '[train]\nepochs = 1\nbatch_size = 128\n')
     args = ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--executor", "ray",
-            "--cpus-per-task", "1", "--device", "cpu"]
+            "--cpus-per-task", "1", "--device", "cpu", "--seeds", "0", "--cost-rounds", "1"]
     assert ablations_main(args) == 0
     first = read_rows(tmp_path / "ablations" / "d.csv")
     assert list(first["status"]) == ["ok", "ok"]

@@ -1,0 +1,185 @@
+"""A sweep's cost phase: every point's speed, memory and MFU measured side by side, before any training.
+
+Speed is a property of a configuration, not of a seed or of trained weights, so each distinct model of
+a sweep is measured once per round, in interleaved rounds (`bench.rounds`), with nothing else of the
+sweep running: an inference step at `infer_batch_size` and a training step (forward, backward, AdamW)
+at the sweep's training batch size. Each round of each point and mode is one row of
+`<out>/ablations/<sweep>-cost.csv`, appended as it is measured. Peak memory is taken in the first
+round only: the allocator's peak of a fixed step is the same every time.
+
+The rows of one phase share a `phase_id`, a hash of everything that defines the measurement (the
+models, batch sizes, dtype, rounds, timing, device). A rerun that finds a complete phase with the same
+id reuses it; a phase cut short by a kill is incomplete and measured again whole, so a sweep's points
+are always compared within one sitting. The training rows then carry their config's inference figures:
+the median over rounds, with the interquartile range over rounds as `step_ms_iqr`, and
+`cost_rounds`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from bench.csvio import append_row, read_rows
+from bench.env import environment, run_id
+from bench.grid import classify_failure
+from bench.measure import MeasureConfig, add_mfu, cost, measure
+from bench.rounds import Spread, interleaved
+from bench.schema import COST_COLUMNS
+from bench.timing import TimingConfig
+from vit import ViTConfig, VisionTransformer
+
+from .specs import Point
+
+
+@dataclass(frozen=True)
+class CostPlan:
+    """rounds: interleaved rounds (0 = no cost phase; the rows' speed columns stay empty).
+    infer_batch_size: images per inference step. timing: per item and round. measure_mfu: against the
+    device's measured matmul peak."""
+    rounds: int = 5
+    infer_batch_size: int = 256
+    timing: TimingConfig = field(default_factory=lambda: TimingConfig(warmup=3, min_repeats=5, min_time_s=0.25))
+    measure_mfu: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
+            raise ValueError(f"cost rounds must be an int ≥ 0, got {self.rounds!r}")
+        if isinstance(self.infer_batch_size, bool) or not isinstance(self.infer_batch_size, int) \
+                or self.infer_batch_size < 1:
+            raise ValueError(f"infer batch size must be a positive int, got {self.infer_batch_size!r}")
+
+
+def model_key(cfg: ViTConfig) -> str:
+    return run_id(cfg.to_dict())
+
+
+@dataclass(frozen=True)
+class _Item:
+    cfg: ViTConfig
+    mode: str
+    mcfg: MeasureConfig
+
+
+def _items(points: list[Point], plan: CostPlan, device: torch.device) -> list[_Item]:
+    models = {model_key(p.model): p for p in points}  # seeds share a model; so may values of a sweep
+    items = []
+    for p in models.values():
+        dtype, compile_ = p.train.resolved_dtype(device), p.train.compile
+        for mode, batch in (("infer", plan.infer_batch_size), ("train", p.train.batch_size)):
+            items.append(_Item(p.model, mode, MeasureConfig(mode=mode, batch_size=batch, dtype=dtype,
+                                                            compile=compile_, timing=plan.timing)))
+    return items
+
+
+def phase_id(sweep: str, items: list[_Item], plan: CostPlan, device: torch.device) -> str:
+    env = environment(device)
+    return run_id({"sweep": sweep, "items": [(i.cfg.to_dict(), dataclasses.asdict(i.mcfg)) for i in items],
+                   "rounds": plan.rounds, "device_name": env["device_name"], "torch": env["torch_version"]})
+
+
+def _complete_phase(csv_path: Path, pid: str, expected: int) -> pd.DataFrame | None:
+    if not csv_path.exists():
+        return None
+    rows = read_rows(csv_path)
+    if rows.empty or "phase_id" not in rows:
+        return None
+    phase = rows[rows["phase_id"].astype(str) == pid]
+    return phase if len(phase) >= expected else None
+
+
+def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], device: torch.device,
+                  first_round: bool, plan: CostPlan) -> dict[str, Any]:
+    cfg, mcfg = item.cfg, dataclasses.replace(item.mcfg, measure_memory=first_round)
+    row: dict[str, Any] = {**costs}
+    try:
+        row.update(measure(model, (cfg.in_chans, cfg.img_size, cfg.img_size), cfg.num_classes, mcfg, device))
+        if plan.measure_mfu:
+            add_mfu(row, device)
+        row.update(status="ok", error="")
+    except Exception as err:  # an out-of-memory point is a row, and the phase goes on
+        row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
+        if row["status"] == "error":
+            traceback.print_exc()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return row
+
+
+def run_cost_phase(sweep: str, points: list[Point], plan: CostPlan, device: torch.device, csv_path: Path,
+                   progress: bool = True) -> pd.DataFrame:
+    """The rows of this sweep's complete cost phase: found in `csv_path`, or measured now and appended."""
+    items = _items(points, plan, device)
+    pid = phase_id(sweep, items, plan, device)
+    found = _complete_phase(csv_path, pid, plan.rounds * len(items))
+    if found is not None:
+        return found
+    models, costs = {}, {}
+    for item in items:
+        key = model_key(item.cfg)
+        if key not in models:
+            torch.manual_seed(0)
+            models[key] = VisionTransformer(item.cfg)
+            costs[key] = cost(models[key], (item.cfg.in_chans, item.cfg.img_size, item.cfg.img_size))
+    env = environment(device)
+    rows = []
+    bar = tqdm(total=plan.rounds * len(items), desc=f"cost {sweep}", unit="step", leave=False, disable=not progress)
+    for r, item in interleaved(items, plan.rounds):
+        key = model_key(item.cfg)
+        row = {**env, **item.cfg.to_dict(), "tokens": item.cfg.tokens, "sweep": sweep, "phase_id": pid,
+               "round": r, "rounds": plan.rounds, "phase_items": len(items), "dtype": item.mcfg.dtype,
+               "compile": int(item.mcfg.compile), "mode": item.mode, "batch_size": item.mcfg.batch_size,
+               "run_id": run_id({"phase_id": pid, "model": key, "mode": item.mode, "round": r})}
+        row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan))
+        append_row(csv_path, row, COST_COLUMNS)
+        rows.append(row)
+        bar.update()
+    bar.close()
+    del models
+    gc.collect()
+    return pd.DataFrame(rows)
+
+
+SPEED_FIGURES = ("throughput_img_s", "step_ms_median", "peak_mem_mb", "mfu", "util_pct", "gpu_mem_used_mb",
+                 "power_w")
+
+
+def spreads(phase: pd.DataFrame, by: list[str]) -> dict[tuple, dict[str, Spread]]:
+    """{group: {figure: Spread over rounds}} for the ok rows of one phase, grouped by `by` columns."""
+    ok = phase[phase["status"] == "ok"]
+    out = {}
+    for key, group in ok.groupby(by, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        out[key] = {f: Spread.of(group[f].astype(float)) for f in SPEED_FIGURES if f in group}
+    return out
+
+
+def row_figures(phase: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """{model_key: the inference speed columns of a training row}: medians over rounds, the IQR of the
+    per-round step times as step_ms_iqr."""
+    figures = {}
+    ok = phase[(phase["status"] == "ok") & (phase["mode"] == "infer")]
+    for key, group in _by_model(ok).items():
+        median = {f: _or_none(Spread.of(group[f].astype(float)).median) for f in SPEED_FIGURES if f in group}
+        step = Spread.of(group["step_ms_median"].astype(float))
+        figures[key] = {**median, "mode": "infer", "batch_size": int(group["batch_size"].iloc[0]),
+                        "step_ms_iqr": step.iqr, "util_source": group["util_source"].iloc[0],
+                        "repeats": int(group["repeats"].sum()), "cost_rounds": step.n}
+    return figures
+
+
+def _or_none(value: float) -> float | None:
+    return None if value != value else value
+
+
+def _by_model(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    keys = rows.apply(lambda r: model_key(ViTConfig.from_row(r)), axis=1)
+    return {k: rows[keys == k] for k in dict.fromkeys(keys)}

@@ -1,0 +1,206 @@
+"""What a sweep's tables support: per setting an accuracy interval and cost spreads, across settings the
+paired comparisons and a verdict, and the sentences the report prints. Pure functions of the CSVs and
+the saved test predictions (`ablations.stats`, `bench.rounds`); `report.py` lays them out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Hashable
+
+import numpy as np
+import pandas as pd
+
+from bench.rounds import Spread, ratio_or_noise
+
+from .stats import ALPHA, POWER, REPLICATES, Comparison, Interval, Verdict, accuracy_interval, compare_settings, verdict
+
+
+@dataclass
+class Setting:
+    value: Hashable
+    seeds: list[int]
+    acc: Interval
+    params: int
+    gmacs: float
+    train_s: Spread                                            # over seeds
+    infer: dict[str, Spread] = field(default_factory=dict)     # cost phase, over rounds
+    train: dict[str, Spread] = field(default_factory=dict)
+
+
+@dataclass
+class SweepFindings:
+    factor: str
+    settings: list[Setting]
+    test_size: int | None
+    cost_source: str                       # "cost phase, N rounds" or why not
+    comparisons: list[Comparison] | None   # None: no test (reason in `no_test`)
+    verdict: Verdict | None
+    no_test: str = ""
+
+
+def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, np.ndarray] | None, str]:
+    """{value: (seeds, n) 0/1 array of correct test images}, or None and the reason there is none."""
+    from .runner import load_preds
+
+    missing = [rid for rid in ok["run_id"].astype(str) if not (preds_dir / f"{rid}.npz").exists()]
+    if missing:
+        return None, (f"{len(missing)} of {len(ok)} runs have no saved test predictions (runs from before "
+                      f"predictions were kept, or files removed; rerun them)")
+    correct: dict[Hashable, list[np.ndarray]] = {}
+    target0 = None
+    for _, r in ok.iterrows():
+        pred, target = load_preds(preds_dir / f"{r['run_id']}.npz")
+        if target0 is None:
+            target0 = target
+        elif len(target) != len(target0) or not np.array_equal(target, target0):
+            return None, "the runs were evaluated on different test sets, so they cannot be paired image by image"
+        correct.setdefault(r[factor], []).append((pred == target).astype(float))
+    return {k: np.stack(v) for k, v in correct.items()}, ""
+
+
+def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_phase: pd.DataFrame | None,
+            replicates: int = REPLICATES) -> SweepFindings:
+    ok = rows[rows["status"] == "ok"]
+    test_size = _test_size(ok)
+    infer, train = _cost_spreads(cost_phase, factor)
+    settings = []
+    for value in order:
+        g = ok[ok[factor] == value]
+        settings.append(Setting(value, sorted(int(s) for s in g["seed"]), accuracy_interval(g["test_acc"], test_size),
+                                int(g["params"].iloc[0]), float(g["gmacs"].iloc[0]),
+                                Spread.of(g["train_time_s"].astype(float)),
+                                infer.get(value, {}), train.get(value, {})))
+    source = (f"cost phase, {int(cost_phase['rounds'].iloc[0])} interleaved rounds" if cost_phase is not None
+              else "no cost phase found (run the sweep with --cost-rounds ≥ 1)")
+    findings = SweepFindings(factor, settings, test_size, source, None, None)
+    if len(settings) < 2:
+        findings.no_test = "one setting only: nothing to compare"
+        return findings
+    correct, reason = load_correct(ok, factor, preds_dir)
+    if correct is None:
+        findings.no_test = reason
+        return findings
+    findings.test_size = next(iter(correct.values())).shape[1]
+    findings.comparisons = compare_settings({v: correct[v] for v in order}, replicates=replicates)
+    findings.verdict = verdict({s.value: s.acc.mean for s in settings}, findings.comparisons)
+    return findings
+
+
+def _test_size(ok: pd.DataFrame) -> int | None:
+    if "test_size" not in ok or ok["test_size"].isna().all():
+        return None
+    return int(ok["test_size"].dropna().iloc[0])
+
+
+def _cost_spreads(phase: pd.DataFrame | None, factor: str) -> tuple[dict, dict]:
+    out: tuple[dict, dict] = ({}, {})
+    if phase is None:
+        return out
+    ok = phase[phase["status"] == "ok"]
+    for i, mode in enumerate(("infer", "train")):
+        for value, g in ok[ok["mode"] == mode].groupby(factor, sort=False):
+            out[i][value] = {f: Spread.of(g[f].astype(float)) for f in ("throughput_img_s", "step_ms_median",
+                                                                         "peak_mem_mb", "mfu") if f in g}
+    return out
+
+
+def newest_complete_phase(cost: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The newest cost phase whose every planned row is there (a phase cut short by a kill is not)."""
+    if cost is None or cost.empty or "phase_id" not in cost:
+        return None
+    complete = [g for _, g in cost.groupby("phase_id", sort=False)
+                if len(g) >= int(g["rounds"].iloc[0]) * int(g["phase_items"].iloc[0])]
+    return max(complete, key=lambda g: str(g["started_at"].max())) if complete else None
+
+
+# --- sentences -------------------------------------------------------------------------------------
+
+def pct(x: float) -> str:
+    return f"{100 * x:.2f}"
+
+
+def interval_text(i: Interval) -> str:
+    return f"{pct(i.mean)} [{pct(i.low)}, {pct(i.high)}]" if not math.isnan(i.low) else pct(i.mean)
+
+
+def verdict_sentence(f: SweepFindings) -> str:
+    factor = f.factor
+    if f.verdict is None:
+        return f"**No verdict**: {f.no_test}. Intervals only; no setting is named best."
+    v, m = f.verdict, len(f.comparisons or [])
+    best = next(s for s in f.settings if s.value == v.best)
+    p_of = {(c.a, c.b): c.p_holm for c in f.comparisons or []}
+    p = lambda other: p_of.get((v.best, other), p_of.get((other, v.best)))  # noqa: E731
+    budget = (f"{_seeds_text(f)} × {f.test_size:,} test images" if f.test_size else _seeds_text(f))
+    if v.winner:
+        return (f"**Best: {factor}={v.best}** at {interval_text(best.acc)} % test accuracy: better than every "
+                f"other setting after Holm's adjustment over {m} pair(s) (largest adjusted p = "
+                f"{max(p(o) for o in v.beats):.3g}; {budget}).")
+    tied = ", ".join(f"{factor}={o} (p = {p(o):.3g})" for o in v.tied_with)
+    beats = (f"; it is better than " + ", ".join(f"{factor}={o} (p = {p(o):.3g})" for o in v.beats)) if v.beats else ""
+    return (f"**No single best {factor} at this budget.** The highest mean, {factor}={v.best} "
+            f"({pct(best.acc.mean)} %), cannot be told apart from {tied}{beats} (Holm-adjusted). Differences "
+            f"smaller than about {100 * v.detectable:.1f} points could not be detected ({POWER:.0%} power, "
+            f"α = {ALPHA} with Holm over {m} pair(s); {budget}).")
+
+
+def _seeds_text(f: SweepFindings) -> str:
+    counts = sorted({len(s.seeds) for s in f.settings})
+    return f"{'–'.join(map(str, counts))} seed(s) per setting"
+
+
+def cost_sentence(f: SweepFindings) -> str:
+    first, last = f.settings[0], f.settings[-1]
+    label = lambda s: f"{f.factor}={s.value}"  # noqa: E731
+
+    def figure(mode: str, col: str) -> str:
+        a, b = getattr(last, mode).get(col), getattr(first, mode).get(col)
+        return ratio_or_noise(a, b) if a is not None and b is not None else "not measured"
+
+    return (f"From {label(first)} to {label(last)}: GMACs ×{last.gmacs / first.gmacs:.2f}; inference img/s "
+            f"{figure('infer', 'throughput_img_s')}; training-step img/s {figure('train', 'throughput_img_s')}; "
+            f"training-step peak memory {figure('train', 'peak_mem_mb')}; wall time of a training run "
+            f"{ratio_or_noise(last.train_s, first.train_s)}.")
+
+
+def _spread_text(s: Spread | None, fmt: str) -> str:
+    if s is None or not s.n:
+        return "—"
+    if s.n == 1 or s.iqr == 0:
+        return format(s.median, fmt)
+    return f"{format(s.median, fmt)} [{format(s.q1, fmt)}, {format(s.q3, fmt)}]"
+
+
+def table_markdown(f: SweepFindings) -> str:
+    kinds = sorted({s.acc.kind for s in f.settings})
+    head = (f"| {f.factor} | seeds | test acc % [95 % interval] | params | GMACs | infer img/s [IQR] | "
+            f"train img/s [IQR] | peak MB infer / train | MFU infer | train run s [IQR] |")
+    lines = [head, "|" + "---|" * 10]
+    for s in f.settings:
+        mem = " / ".join(_spread_text(d.get("peak_mem_mb"), ".1f") for d in (s.infer, s.train))
+        lines.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)} | {s.params:,} | {s.gmacs:.4f} | "
+                     f"{_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
+                     f"{_spread_text(s.train.get('throughput_img_s'), ',.0f')} | {mem} | "
+                     f"{_spread_text(s.infer.get('mfu'), '.3f')} | {_spread_text(s.train_s, '.1f')} |")
+    lines += ["", f"Accuracy intervals: {'; '.join(kinds)}. Speed: {f.cost_source}, median [Q1, Q3]."]
+    return "\n".join(lines)
+
+
+def comparisons_markdown(f: SweepFindings) -> str:
+    if not f.comparisons:
+        return ""
+    lines = [f"| {f.factor} a | {f.factor} b | a − b (points) [95 % bootstrap interval] | p | Holm-adjusted p |",
+             "|---|---|---|---|---|"]
+    for c in f.comparisons:
+        lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}] | "
+                     f"{c.p:.3g} | {c.p_holm:.3g} |")
+    return "\n".join(lines)
+
+
+def setting_rows(f: SweepFindings) -> list[dict[str, Any]]:
+    """One dict per setting, for the figure: value, accuracy interval, cost spreads."""
+    return [{"value": s.value, "acc": s.acc, "gmacs": s.gmacs, "infer": s.infer.get("throughput_img_s"),
+             "train": s.train.get("throughput_img_s"), "mem": s.train.get("peak_mem_mb"), "train_s": s.train_s}
+            for s in f.settings]

@@ -1,0 +1,148 @@
+"""Statistics behind the report's intervals and verdicts: seeds and test images, compared honestly.
+
+A sweep's accuracy varies for two reasons: the training seed (initial weights, batch order,
+augmentation) and the finite test set (1,000 images in mnist5k: one accuracy's binomial standard error
+there is about 0.5 points). Every setting is evaluated on the same test images, so two settings can be
+compared image by image, which removes the variation they share.
+
+- `accuracy_interval`: 95 % t-interval of the mean over seeds (training variation; the test set is
+  fixed); with one seed, the exact binomial (Clopper–Pearson) interval over the test images.
+- `compare_settings`: every pair of settings by a two-level paired bootstrap (Davison & Hinkley 1997,
+  §3.8, hierarchical data; as advocated for ML benchmarks by Bouthillier et al. 2021): each replicate
+  draws the test images with replacement (the same draw for both settings: paired) and, independently
+  per setting, the seeds with replacement. With s seeds the seed-level deviations are scaled by
+  √(s/(s−1)), so the seed variance is not understated (a plain bootstrap of 3 seeds shrinks it by 2/3).
+  The p-value is two-sided from the null-centred replicates, P(|d* − d| ≥ |d|) (Hall & Wilson 1991).
+  p-values of all pairs of a sweep are adjusted together by Holm's step-down method (Holm 1979).
+- `verdict`: names a best setting only if it beats every other one after the adjustment; otherwise
+  which settings it cannot be told apart from, and the smallest difference the sweep could detect
+  (80 % power at the strictest Holm level) from the bootstrap standard error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Hashable, Mapping, Sequence
+
+import numpy as np
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+
+ALPHA = 0.05
+POWER = 0.80
+REPLICATES = 4000
+BOOTSTRAP_SEED = 0  # fixed: the same CSVs and predictions give the same report
+
+
+@dataclass(frozen=True)
+class Interval:
+    """mean, low, high: fractions in [0, 1]. kind: what the interval covers, for the reader."""
+    mean: float
+    low: float
+    high: float
+    kind: str
+
+
+def accuracy_interval(accs: Sequence[float], test_size: int | None = None, confidence: float = 0.95) -> Interval:
+    """t-interval over seeds (≥ 2 seeds), or the exact binomial interval of one run over its test images."""
+    accs = np.asarray(accs, dtype=float)
+    if len(accs) == 0:
+        raise ValueError("accuracy_interval needs at least one accuracy")
+    mean = float(accs.mean())
+    if len(accs) >= 2:
+        half = sps.t.ppf(0.5 + confidence / 2, len(accs) - 1) * accs.std(ddof=1) / math.sqrt(len(accs))
+        return Interval(mean, mean - half, mean + half, f"t over {len(accs)} seeds")
+    if test_size:
+        ci = sps.binomtest(round(mean * test_size), test_size).proportion_ci(confidence, method="exact")
+        return Interval(mean, ci.low, ci.high, f"binomial over {test_size} test images (1 seed)")
+    return Interval(mean, math.nan, math.nan, "none (1 seed, test-set size unknown)")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Setting a against b: diff = acc(a) − acc(b) (fractions), its bootstrap 95 % interval, standard
+    error and p-value, and the p-value after Holm's adjustment over every pair of the sweep."""
+    a: Hashable
+    b: Hashable
+    diff: float
+    low: float
+    high: float
+    se: float
+    p: float
+    p_holm: float
+
+
+def _replicate_means(correct: np.ndarray, image_weights: np.ndarray, seed_draws: np.ndarray) -> np.ndarray:
+    """Accuracy of one setting in each replicate. correct: (s, n) 0/1; image_weights: (R, n), each row
+    the multiplicities of a resample of the n images divided by n; seed_draws: (s, R) seed indices."""
+    per_seed = correct @ image_weights.T                          # (s, R): each seed's accuracy on each resample
+    if len(correct) == 1:
+        return per_seed[0]
+    centre = per_seed.mean(0)                                     # (R,)
+    drawn = np.take_along_axis(per_seed, seed_draws, axis=0).mean(0)
+    scale = math.sqrt(len(correct) / (len(correct) - 1))          # unbiased seed variance
+    return centre + scale * (drawn - centre)
+
+
+def compare_settings(correct: Mapping[Hashable, np.ndarray], replicates: int = REPLICATES,
+                     seed: int = BOOTSTRAP_SEED) -> list[Comparison]:
+    """Every pair of settings. correct[setting]: (seeds, n) array, 1 where that seed's model classified
+    test image i correctly; every setting must be evaluated on the same n images in the same order."""
+    arrays = {k: np.atleast_2d(np.asarray(v, dtype=float)) for k, v in correct.items()}
+    sizes = {a.shape[1] for a in arrays.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"settings were evaluated on different numbers of test images: {sorted(sizes)}")
+    n = sizes.pop()
+    rng = np.random.default_rng(seed)
+    image_weights = rng.multinomial(n, np.full(n, 1.0 / n), size=replicates) / n   # (R, n), paired across settings
+    boot = {k: _replicate_means(a, image_weights, rng.integers(0, len(a), size=(len(a), replicates)))
+            for k, a in arrays.items()}
+    observed = {k: float(a.mean()) for k, a in arrays.items()}
+    pairs = []
+    for a, b in itertools.combinations(arrays, 2):
+        d, dstar = observed[a] - observed[b], boot[a] - boot[b]
+        p = (1 + np.count_nonzero(np.abs(dstar - d) >= abs(d) - 1e-12)) / (replicates + 1)
+        low, high = np.percentile(dstar, [2.5, 97.5])
+        pairs.append((a, b, d, float(low), float(high), float(dstar.std(ddof=1)), float(p)))
+    adjusted = holm([p[-1] for p in pairs])
+    return [Comparison(*pair, p_holm=float(q)) for pair, q in zip(pairs, adjusted)]
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (statsmodels' implementation)."""
+    if len(pvalues) == 0:
+        return []
+    return list(multipletests(pvalues, method="holm")[1])
+
+
+def detectable_difference(se: float, comparisons: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The difference a two-sided test at the strictest Holm level α/m detects with `power`, given the
+    standard error of the difference: (z_{1−α/2m} + z_power) · se."""
+    return (sps.norm.ppf(1 - alpha / (2 * max(comparisons, 1))) + sps.norm.ppf(power)) * se
+
+
+@dataclass(frozen=True)
+class Verdict:
+    best: Hashable                      # the setting with the highest mean accuracy
+    winner: bool                        # it beats every other setting after Holm's adjustment
+    tied_with: tuple[Hashable, ...]     # settings it cannot be told apart from
+    beats: tuple[Hashable, ...]         # settings it is shown better than
+    detectable: float                   # smallest detectable difference (fraction), median over pairs
+
+
+def verdict(means: Mapping[Hashable, float], comparisons: Sequence[Comparison], alpha: float = ALPHA) -> Verdict:
+    best = max(means, key=lambda k: means[k])
+    tied, beats = [], []
+    for c in comparisons:
+        if best not in (c.a, c.b):
+            continue
+        other = c.b if c.a == best else c.a
+        (beats if c.p_holm < alpha else tied).append(other)
+    order = list(means)
+    tied.sort(key=order.index)
+    beats.sort(key=order.index)
+    se = float(np.median([c.se for c in comparisons])) if comparisons else math.nan
+    return Verdict(best, winner=bool(comparisons) and not tied, tied_with=tuple(tied), beats=tuple(beats),
+                   detectable=detectable_difference(se, len(comparisons), alpha))

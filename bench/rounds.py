@@ -1,0 +1,60 @@
+"""Alternatives timed side by side: interleaved rounds, then median and interquartile range per item.
+
+Timing one configuration after another lets drift of the machine (thermal state, other load, a
+background job) land on some of them only. In interleaved rounds every item is measured once per
+round, the round's starting item rotating, so drift hits all items alike; each item's figure is the
+median over rounds with the interquartile range as its spread. Two items are called different only
+when their IQRs do not overlap; otherwise they are the same within noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence, TypeVar
+
+import numpy as np
+
+Item = TypeVar("Item")
+
+
+def interleaved(items: Sequence[Item], rounds: int) -> Iterator[tuple[int, Item]]:
+    """(round, item) in measuring order: every item once per round, round r starting at item r mod k."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be ≥ 1, got {rounds!r}")
+    k = len(items)
+    for r in range(rounds):
+        for i in range(k):
+            yield r, items[(r + i) % k]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median and quartiles of one item's figures over rounds."""
+    median: float
+    q1: float
+    q3: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Spread":
+        values = np.asarray([v for v in values if v == v], dtype=float)  # drop NaN (a failed round)
+        if not len(values):
+            return cls(float("nan"), float("nan"), float("nan"), 0)
+        q1, med, q3 = np.percentile(values, [25, 50, 75])
+        return cls(float(med), float(q1), float(q3), len(values))
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    def overlaps(self, other: "Spread") -> bool:
+        return self.q1 <= other.q3 and other.q1 <= self.q3
+
+
+def ratio_or_noise(new: Spread, old: Spread, fmt: Callable[[float], str] = lambda r: f"×{r:.2f}") -> str:
+    """`new / old` as a ratio where the two IQRs are apart, else "same within noise"."""
+    if not (new.n and old.n) or old.median == 0:
+        return "not measured"
+    if new.overlaps(old):
+        return "same within noise (IQRs overlap)"
+    return fmt(new.median / old.median)

@@ -7,10 +7,11 @@ STAMP      := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 EXTRAS     ?= test,ray
 
-# Run settings (CONTRACT §1); empty means "the program's default".
+# Run settings; empty means "the program's default" (SEEDS: 0,1,2; COST_ROUNDS: 5).
 DATASET   ?=
 EPOCHS    ?=
 SEEDS     ?=
+COST_ROUNDS ?=
 DEVICE    ?= auto
 DTYPE     ?=
 COMPILE   ?= 0
@@ -28,6 +29,7 @@ PYTEST_ARGS ?=
 
 opt = $(if $(strip $(2)),$(1) $(2))
 RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) \
+  $(call opt,--cost-rounds,$(COST_ROUNDS)) \
   --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --executor $(EXECUTOR) \
   $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) $(call opt,--gpus-per-task,$(GPUS_PER_TASK)) $(call opt,--max-retries,$(MAX_RETRIES)) \
   $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \

@@ -174,7 +174,8 @@ def _summary(results: list[dict[str, Any]], elapsed: float) -> None:
     for r in results:
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items())) or "nothing new"
         paths = r["paths"]
-        print(f"  {r['sweep']:<8} {r['planned']} runs: {r['skipped']} already done, {statuses}")
+        reused = f", {r['reused']} reused from other sweeps (same run_id)" if r.get("reused") else ""
+        print(f"  {r['sweep']:<8} {r['planned']} runs: {r['skipped']} already done{reused}, {statuses}")
         print(f"           rows → {paths.rows}   epochs → {paths.history}   cost → {paths.cost}")
         print(f"           weights → {paths.weights}/   test predictions → {paths.preds}/")
     print("Next: make report (figures and results/REPORT.md from these CSVs)")

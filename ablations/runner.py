@@ -246,6 +246,38 @@ def record(outcome: Outcome, paths: SweepPaths) -> None:
     append_row(paths.rows, outcome.row, ABLATION_COLUMNS)
 
 
+def _finished_elsewhere(paths: SweepPaths, sweep: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """{run_id: (other sweep, its ok row)} over the other sweeps of the same results root whose
+    predictions and weights are on disk: runs this sweep need not train again."""
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for csv in sorted(paths.rows.parent.glob("*.csv")):
+        other = csv.stem
+        if other == sweep or other.endswith(("-history", "-cost")):
+            continue
+        theirs = SweepPaths.of(paths.rows.parents[1], other)
+        table = read_rows(csv)
+        if table.empty or "status" not in table:
+            continue
+        for _, r in table[table["status"] == "ok"].iterrows():
+            rid = str(r["run_id"])
+            if (theirs.preds / f"{rid}.npz").exists() and (theirs.weights / f"{rid}.pt").exists():
+                found.setdefault(rid, (other, {k: (None if v != v else v) for k, v in r.items()}))
+    return found
+
+
+def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths) -> Outcome:
+    """The outcome of a run already finished in sweep `other`: the same run_id means the same model,
+    training, data, seed and initial weights, so its row, history, predictions and weights are this
+    run's. The row takes this sweep's name and cost-phase figures, and names where it was trained."""
+    theirs = SweepPaths.of(paths.rows.parents[1], other)
+    history = read_rows(theirs.history)
+    history = history[history["run_id"].astype(str) == task.run_id].drop_duplicates("epoch", keep="last")
+    row = {**row, **task.cost, "sweep": task.point.sweep, "reused_from": other}
+    return Outcome(row, [{k: (None if v != v else v) for k, v in h.items()} for _, h in history.iterrows()],
+                   (theirs.weights / f"{task.run_id}.pt").read_bytes(),
+                   (theirs.preds / f"{task.run_id}.npz").read_bytes())
+
+
 def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Executor | None = None,
               fn: Callable[[Task], Outcome] = execute) -> dict[str, Any]:
     """Run every missing point × seed of `sweep`; returns counts and paths for the summary."""
@@ -259,6 +291,11 @@ def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Ex
         figures = row_figures(phase)
         todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in todo]
     statuses: dict[str, int] = {}
+    elsewhere = _finished_elsewhere(paths, sweep) if todo else {}
+    reused = [t for t in todo if t.run_id in elsewhere]
+    for task in reused:
+        record(reuse(task, *elsewhere[task.run_id], paths), paths)
+    todo = [t for t in todo if t.run_id not in elsewhere]
     executor = executor or LocalExecutor()
     remote = getattr(executor, "remote", False)
     bar = tqdm(total=len(todo), desc=f"sweep {sweep}", unit="run", disable=not options.progress)
@@ -272,5 +309,5 @@ def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Ex
                             + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
         bar.update()
     bar.close()
-    return {"sweep": sweep, "planned": len(tasks), "skipped": len(tasks) - len(todo), "statuses": statuses,
-            "paths": paths}
+    return {"sweep": sweep, "planned": len(tasks), "skipped": len(tasks) - len(todo) - len(reused),
+            "reused": len(reused), "statuses": statuses, "paths": paths}

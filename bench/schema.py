@@ -8,7 +8,7 @@ COST = ["params", "gmacs", "gflops"]
 SPEED = ["mode", "batch_size", "throughput_img_s", "step_ms_median", "step_ms_iqr", "peak_mem_mb",
          "util_pct", "util_source", "mfu"]
 TRAINING = ["sweep", "dataset", "seed", "epochs", "lr", "train_time_s", "train_loss", "test_loss",
-            "test_acc", "best_test_acc", "train_throughput_img_s", "init", "test_size", "cost_rounds"]
+            "test_acc", "best_test_acc", "train_throughput_img_s", "init", "test_size", "cost_rounds", "reused_from"]
 
 # beyond the contract: what the sampler and timer also saw, and the rest of ViTConfig
 EXTRA = ["gpu_mem_used_mb", "power_w", "repeats", "qkv_bias", "dropout", "attn_dropout", "pool", "stem"]

@@ -2,8 +2,9 @@
 
     python -m bench.vs_timm [--preset vit_small_patch16_224] [--batch-size 8] [--rounds 7]
 
-Models are timed in interleaved rounds (each round times every model once), so drift of the machine
-(thermal, other load) hits all of them alike; the figure per model is the median over rounds.
+Models are timed in interleaved rounds (`bench.rounds`: each round times every model once, the
+starting model rotating), so drift of the machine (thermal, other load) hits all of them alike; the
+figure per model is the median over rounds.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer, load_timm_weights
 
+from .rounds import interleaved
 from .timing import TimingConfig, time_steps
 
 
@@ -45,9 +47,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     with torch.inference_mode():
         for name, model in models.items():  # one untimed pass each: allocator, oneDNN primitives
             model(images)
-        for r in range(args.rounds):
-            for name, model in models.items():
-                per_round[name].append(time_steps(lambda: model(images), "cpu", timing).median_ms)
+        for _, name in interleaved(list(models), args.rounds):
+            per_round[name].append(time_steps(lambda: models[name](images), "cpu", timing).median_ms)
     img_s = {name: args.batch_size / (statistics.median(ms) / 1e3) for name, ms in per_round.items()}
 
     print(f"{args.preset}, eager fp32 inference, batch {args.batch_size}, {torch.get_num_threads()} threads, "

@@ -1,50 +1,133 @@
-"""The report builds from small CSVs: expected means, failed rows named, missing sweeps named, deterministic."""
+"""The report from constructed CSVs and predictions: intervals, verdicts that follow the evidence, ratios
+only outside the noise, failed and missing sweeps named, the method stated, and deterministic output."""
 
+import math
+
+import numpy as np
 import pandas as pd
+import pytest
+import torch
 
-from ablations.report import build_report, sweep_table
-from bench.csvio import append_row
-from bench.schema import ABLATION_COLUMNS
+from ablations.findings import analyse, newest_complete_phase
+from ablations.report import build_report
+from ablations.runner import SweepPaths, save_preds
+from bench.csvio import append_row, read_rows
+from bench.schema import ABLATION_COLUMNS, COST_COLUMNS
 
-
-def write_depth_rows(path):
-    accs = {1: [0.90, 0.92], 2: [0.95, 0.97]}
-    for depth, values in accs.items():
-        for seed, acc in enumerate(values):
-            append_row(path, {"run_id": f"d{depth}s{seed}", "status": "ok", "error": "", "depth": depth,
-                              "seed": seed, "test_acc": acc, "params": 1000 * depth, "gmacs": 0.01 * depth,
-                              "throughput_img_s": 500 / depth, "peak_mem_mb": 10.0 * depth, "mfu": 0.1,
-                              "train_time_s": 5.0 * depth, "started_at": f"2026-01-0{depth}T00:00:0{seed}",
-                              "device": "cpu", "device_name": "test cpu", "torch_version": "x", "git_sha": "abc",
-                              "dataset": "digits"}, ABLATION_COLUMNS)
-    append_row(path, {"run_id": "d3s0", "status": "diverged", "error": "loss became nan", "depth": 3, "seed": 0,
-                      "started_at": "2026-01-03T00:00:00", "device": "cpu", "device_name": "test cpu",
-                      "torch_version": "x", "git_sha": "abc", "dataset": "digits"}, ABLATION_COLUMNS)
+N_TEST = 1000
+ENV = {"device": "cpu", "device_name": "test cpu", "torch_version": "x", "git_sha": "abc", "dataset": "digits"}
 
 
-def test_report_tables_hold_means_and_name_failures_and_missing(tmp_path):
-    write_depth_rows(tmp_path / "ablations" / "depth.csv")
-    path = build_report(tmp_path)
-    text = path.read_text()
-    assert "| 1 | 2 | 91.00 ± 1.41 |" in text and "| 2 | 2 | 96.00 ± 1.41 |" in text
-    assert "depth=3 seed 0: **diverged** loss became nan" in text
-    assert "| 3 |" not in text  # a failed run is never a row of zeros
-    assert "Best: depth=2 at 96.00%" in text and "GMACs ×2.00" in text
-    # what the sweep held fixed is stated; the factor and columns that vary are not
+def write_run(out, depth, seed, correct_mask, status="ok", error=""):
+    """One run of the `depth` sweep: its row and (for ok runs) its predictions; correct_mask: (N_TEST,) bool."""
+    paths = SweepPaths.of(out, "depth")
+    run_id = f"d{depth}s{seed}"
+    row = {"run_id": run_id, "status": status, "error": error, "depth": depth, "seed": seed, "sweep": "depth",
+           "started_at": f"2026-01-0{depth}T00:00:0{seed}", "epochs": 1, "lr": 0.002, **ENV}
+    if status == "ok":
+        target = torch.arange(N_TEST) % 10
+        pred = torch.where(torch.as_tensor(correct_mask), target, (target + 1) % 10)
+        paths.preds.mkdir(parents=True, exist_ok=True)
+        (paths.preds / f"{run_id}.npz").write_bytes(save_preds(pred, target))
+        row.update(test_acc=float(np.mean(correct_mask)), test_size=N_TEST, params=1000 * depth,
+                   gmacs=0.01 * depth, gflops=0.02 * depth, train_time_s=5.0 * depth + seed)
+    append_row(paths.rows, row, ABLATION_COLUMNS)
+
+
+def mask(wrong):
+    m = np.ones(N_TEST, dtype=bool)
+    m[list(wrong)] = False
+    return m
+
+
+def write_cost(out, throughput_by_depth, phase="p1", rounds=5):
+    for depth, values in throughput_by_depth.items():
+        for mode in ("infer", "train"):
+            for r in range(rounds):
+                append_row(SweepPaths.of(out, "depth").cost,
+                           {"run_id": f"{phase}{depth}{mode}{r}", "phase_id": phase, "round": r, "rounds": rounds,
+                            "phase_items": 2 * len(throughput_by_depth), "depth": depth, "mode": mode,
+                            "status": "ok", "throughput_img_s": values[r], "step_ms_median": 1000 / values[r],
+                            "peak_mem_mb": 10.0 * depth if r == 0 else None, "started_at": "2026-01-01T00:00:00",
+                            **ENV}, COST_COLUMNS)
+
+
+def ten_points_apart(out):
+    for seed in range(3):
+        write_run(out, 1, seed, mask(range(150 + 10 * seed)))   # 85, 84, 83 %
+        write_run(out, 2, seed, mask(range(50 + 5 * seed)))     # 95, 94.5, 94 %
+    write_run(out, 3, 0, None, status="diverged", error="loss became nan")
+
+
+def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tmp_path):
+    ten_points_apart(tmp_path)
+    write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [100, 104, 99, 101, 103]})
+    text = build_report(tmp_path).read_text()
+    assert "**Best: depth=2** at 94.50 [" in text and "better than every other setting" in text
+    half = 4.302652729911275 * np.std([0.95, 0.945, 0.94], ddof=1) / math.sqrt(3) * 100
+    assert f"| 2 | 3 | 94.50 [{94.5 - half:.2f}, {94.5 + half:.2f}] |" in text
+    assert "Seeds 0, 1, 2; digits, 1,000 test images; device cpu (test cpu)." in text
+    assert "Accuracy intervals: t over 3 seeds." in text
+    # IQRs apart: the ratio is printed, and GMACs always (they are exact)
+    assert "GMACs ×2.00; inference img/s ×0.50" in text
+    assert "depth=3 seed 0: **diverged** loss became nan" in text and "| 3 |" not in text
     held = next(line for line in text.splitlines() if line.startswith("Held fixed:"))
     assert "dataset=digits" in held and "depth=" not in held
     assert "`make ablate-patch` produces it" in text and "`make ablate-heads` produces it" in text
+    assert "## Method" in text and "Holm" in text and "Hall and S. R. Wilson (1991)" in text
     assert (tmp_path / "figures" / "depth.png").stat().st_size < 300_000
-    first = text
-    assert build_report(tmp_path).read_text() == first
+    assert build_report(tmp_path).read_text() == text  # deterministic, bootstrap included
 
 
-def test_sweep_table_means_match_pandas():
-    rows = pd.DataFrame({"status": ["ok"] * 4, "depth": [1, 1, 2, 2], "seed": [0, 1, 0, 1],
-                         "test_acc": [0.5, 0.7, 0.8, 0.8], "params": 1, "gmacs": 1.0, "throughput_img_s": 1.0,
-                         "peak_mem_mb": 1.0, "mfu": 0.1, "train_time_s": [1.0, 3.0, 2.0, 2.0]})
-    table = sweep_table(rows, "depth")
-    assert table.loc[1, "acc_mean"] == 60.0 and table.loc[2, "acc_std"] == 0.0 and table.loc[1, "train_s"] == 2.0
+def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
+    for seed in range(3):
+        write_run(tmp_path, 1, seed, mask(range(20)))
+        write_run(tmp_path, 2, seed, mask(range(23)))
+    text = build_report(tmp_path).read_text()
+    assert "**No single best depth at this budget.**" in text and "Best:" not in text
+    assert "cannot be told apart from depth=2" in text
+    assert "Differences smaller than about" in text and "could not be detected" in text
+
+
+def test_cost_ratio_is_suppressed_when_the_iqrs_overlap(tmp_path):
+    ten_points_apart(tmp_path)
+    write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [150, 260, 180, 210, 120]})
+    text = build_report(tmp_path).read_text()
+    assert "inference img/s same within noise (IQRs overlap)" in text
+    assert "inference img/s ×" not in text
+
+
+def test_runs_without_predictions_get_intervals_but_no_verdict(tmp_path):
+    ten_points_apart(tmp_path)
+    (SweepPaths.of(tmp_path, "depth").preds / "d1s0.npz").unlink()
+    text = build_report(tmp_path).read_text()
+    assert "**No verdict**: 1 of 6 runs have no saved test predictions" in text and "Best:" not in text
+    assert "| 2 | 3 | 94.50 [" in text
+
+
+def test_one_seed_is_labelled_with_the_binomial_interval_of_the_test_set(tmp_path):
+    write_run(tmp_path, 1, 0, mask(range(150)))
+    write_run(tmp_path, 2, 0, mask(range(50)))
+    text = build_report(tmp_path).read_text()
+    assert "binomial over 1000 test images (1 seed)" in text
+    assert "**Best: depth=2**" in text  # 10 points on 1,000 paired images is beyond the noise even with one seed
+
+
+def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(tmp_path):
+    ten_points_apart(tmp_path)
+    write_cost(tmp_path, {1: [1, 1, 1, 1, 1], 2: [1, 1, 1, 1, 1]}, phase="old")
+    write_cost(tmp_path, {1: [9, 9, 9, 9, 9], 2: [9, 9, 9, 9, 9]}, phase="cut", rounds=5)
+    cost = read_rows(SweepPaths.of(tmp_path, "depth").cost)
+    cost = cost[~((cost["phase_id"] == "cut") & (cost["round"] == 4))]  # the newer phase was cut short
+    phase = newest_complete_phase(cost)
+    assert set(phase["phase_id"]) == {"old"}
+    rows = read_rows(SweepPaths.of(tmp_path, "depth").rows)
+    f = analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, phase)
+    ok = rows[rows["status"] == "ok"]
+    for s in f.settings:
+        assert s.acc.mean == pytest.approx(ok.loc[ok["depth"] == s.value, "test_acc"].mean())
+        assert s.infer["throughput_img_s"].median == 1
+    assert f.test_size == N_TEST and len(f.comparisons) == 1
 
 
 def test_pareto_front_keeps_only_undominated_runs_even_with_repeated_index():
@@ -54,14 +137,3 @@ def test_pareto_front_keeps_only_undominated_runs_even_with_repeated_index():
                           index=[0, 1, 0, 1, 2])
     front = pareto_front(points)
     assert list(zip(front.gflops, front.test_acc)) == [(0.5, 0.70), (1.0, 0.80), (2.0, 0.90), (2.5, 0.95)]
-
-
-def test_finding_names_every_value_tied_for_best():
-    from ablations.report import _finding
-
-    rows = pd.DataFrame({"status": ["ok"] * 3, "attn": ["loop", "bmm", "sdpa"], "seed": 0,
-                         "test_acc": [0.975, 0.979, 0.979], "params": 1, "gmacs": 1.0,
-                         "throughput_img_s": [1.0, 2.0, 4.0], "peak_mem_mb": 1.0, "mfu": 0.1, "train_time_s": 1.0})
-    text = _finding(sweep_table(rows, "attn", ["loop", "bmm", "sdpa"]), "attn")
-    assert text.startswith("Best: attn=bmm, sdpa at 97.90% test accuracy (tied: 2 values).")
-    assert "inference img/s ×4.00" in text

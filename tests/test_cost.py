@@ -1,0 +1,113 @@
+"""Side-by-side cost: interleaved order, medians and IQRs recomputed from the rows, ratios suppressed
+inside the noise, and a cost phase that is reused when complete and measured again whole when not."""
+
+import numpy as np
+import pytest
+import torch
+
+from ablations.cost import CostPlan, model_key, row_figures, run_cost_phase
+from ablations.specs import Point
+from ablations.train import TrainConfig
+from bench.csvio import read_rows
+from bench.rounds import Spread, interleaved, ratio_or_noise
+from bench.timing import TimingConfig
+from vit import ViTConfig
+
+TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
+                 mlp_ratio=1.0)
+PLAN = CostPlan(rounds=3, infer_batch_size=8, timing=TimingConfig(warmup=1, min_repeats=2, min_time_s=0.0),
+                measure_mfu=False)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
+
+
+def test_interleaved_rounds_measure_every_item_once_per_round_with_a_rotating_start():
+    order = list(interleaved(["a", "b", "c"], 4))
+    assert [item for _, item in order] == list("abc" "bca" "cab" "abc")
+    assert [r for r, _ in order] == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
+    with pytest.raises(ValueError, match="rounds"):
+        list(interleaved(["a"], 0))
+
+
+def test_spread_is_median_and_quartiles_and_skips_failed_rounds():
+    s = Spread.of([5.0, 1.0, 3.0, float("nan"), 2.0, 4.0])
+    assert (s.median, s.q1, s.q3, s.n) == (3.0, 2.0, 4.0, 5)
+    assert s.iqr == 2.0 and Spread.of([]).n == 0
+
+
+def test_throughput_ratio_is_printed_only_where_the_iqrs_do_not_overlap():
+    fast, slow = Spread.of([200, 210, 205, 198, 202]), Spread.of([100, 104, 99, 101, 103])
+    noisy = Spread.of([150, 260, 180, 210, 120])  # its IQR reaches into fast's
+    assert ratio_or_noise(slow, fast) == f"×{101 / 202:.2f}"
+    assert ratio_or_noise(noisy, fast) == "same within noise (IQRs overlap)"
+    assert ratio_or_noise(fast, Spread.of([])) == "not measured"
+
+
+def points():
+    train = TrainConfig(epochs=1, batch_size=16)
+    return [Point("c", "depth", d, TINY.replace(depth=d), train) for d in (1, 2)]
+
+
+def test_cost_phase_rows_are_per_point_mode_and_round_and_reused_when_complete(tmp_path):
+    csv = tmp_path / "c-cost.csv"
+    phase = run_cost_phase("c", points(), PLAN, torch.device("cpu"), csv, progress=False)
+    table = read_rows(csv)
+    assert len(table) == len(phase) == 3 * 2 * 2 and (table["status"] == "ok").all()
+    assert table["phase_id"].nunique() == 1
+    assert sorted(table.groupby(["depth", "mode"]).size().unique()) == [3]  # every point and mode, every round
+    assert set(table.loc[table["mode"] == "train", "batch_size"]) == {16}
+    assert set(table.loc[table["mode"] == "infer", "batch_size"]) == {8}
+    # memory is taken once (round 0), time every round
+    assert table.loc[table["round"] == 0, "peak_mem_mb"].notna().all()
+    assert table.loc[table["round"] > 0, "peak_mem_mb"].isna().all()
+    # round r starts with item r mod 4: the measuring order rotates
+    firsts = table.groupby("round").head(1)[["depth", "mode"]].apply(tuple, axis=1).tolist()
+    assert firsts == [(1, "infer"), (1, "train"), (2, "infer")]
+
+    again = run_cost_phase("c", points(), PLAN, torch.device("cpu"), csv, progress=False)
+    assert len(read_rows(csv)) == 12 and len(again) == 12  # complete: reused, nothing measured
+
+
+def test_a_phase_cut_short_is_measured_again_whole(tmp_path):
+    csv = tmp_path / "c-cost.csv"
+    run_cost_phase("c", points(), PLAN, torch.device("cpu"), csv, progress=False)
+    lines = csv.read_text().splitlines(keepends=True)
+    csv.write_text("".join(lines[:-3]))  # killed during the last round
+    phase = run_cost_phase("c", points(), PLAN, torch.device("cpu"), csv, progress=False)
+    assert len(phase) == 12 and len(read_rows(csv)) == 9 + 12
+
+
+def test_row_figures_are_the_medians_over_rounds_of_the_phase_rows(tmp_path):
+    csv = tmp_path / "c-cost.csv"
+    run_cost_phase("c", points(), PLAN, torch.device("cpu"), csv, progress=False)
+    table = read_rows(csv)
+    figures = row_figures(table)
+    for p in points():
+        rows = table[(table["depth"] == p.model.depth) & (table["mode"] == "infer")]
+        got = figures[model_key(p.model)]
+        assert got["throughput_img_s"] == pytest.approx(np.median(rows["throughput_img_s"]))
+        assert got["step_ms_median"] == pytest.approx(np.median(rows["step_ms_median"]))
+        q1, q3 = np.percentile(rows["step_ms_median"], [25, 75])
+        assert got["step_ms_iqr"] == pytest.approx(q3 - q1)
+        assert got["peak_mem_mb"] == pytest.approx(rows["peak_mem_mb"].dropna().iloc[0])
+        assert got["cost_rounds"] == 3 and got["mode"] == "infer" and got["batch_size"] == 8
+
+
+@pytest.mark.parametrize("kwargs,message", [({"rounds": -1}, "cost rounds"), ({"rounds": 1.5}, "cost rounds"),
+                                            ({"infer_batch_size": 0}, "infer batch size")])
+def test_bad_cost_plans_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CostPlan(**kwargs)
+
+
+def test_cli_refuses_bad_cost_rounds_and_repeated_seeds_before_any_work(tmp_path, capsys):
+    from ablations.__main__ import main
+
+    for args, message in ((["--cost-rounds", "-2"], "cost rounds"), (["--seeds", "0,1,0"], "seeds name a seed twice")):
+        with pytest.raises(SystemExit) as info:
+            main(["sweep", "depth", "--dataset", "digits", "--out", str(tmp_path), *args])
+        assert info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "ablations").exists()

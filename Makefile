@@ -20,6 +20,7 @@ CPUS_PER_TASK ?=
 GPUS_PER_TASK ?=
 MAX_RETRIES ?=
 DATA_ROOT ?=
+DOWNLOAD  ?= 0
 PRESET    ?=
 INIT      ?=
 PRETRAINED ?=
@@ -33,7 +34,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(cal
   --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --executor $(EXECUTOR) \
   $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) $(call opt,--gpus-per-task,$(GPUS_PER_TASK)) $(call opt,--max-retries,$(MAX_RETRIES)) \
   $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
-  $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run)
+  $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download)
 
 .PHONY: install test ablations ablate-patch ablate-heads ablate-depth ablate-pos ablate-norm ablate-pool ablate-stem ablate-attn \
         train bench bench-speed report clean
@@ -70,7 +71,7 @@ bench-speed: $(STAMP)
 	$(PY) -m bench.vs_timm
 
 report: $(STAMP)
-	$(PY) -m ablations report --out $(OUT)
+	$(PY) -m ablations report --out $(OUT) $(call opt,--data-root,$(DATA_ROOT))
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .benchmarks

@@ -27,7 +27,7 @@ from vit import PRESETS, ViTConfig, VisionTransformer, checkpoint_id, init_from_
 from .data import DATASETS, load_dataset
 from .cost import CostPlan
 from .runner import EXECUTORS, Executor, ExecutorOptions, RunOptions, SweepPaths, finished_ids, make_tasks, run_sweep
-from .specs import Point, SpecError, available_sweeps, find_spec, load_spec
+from .specs import DATASET_FIELDS, Point, SpecError, available_sweeps, find_spec, load_spec
 from .train import TrainConfig
 
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ViTConfig)}
@@ -215,6 +215,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for key, value in overrides.items():
+        if key in DATASET_FIELDS:
+            print(f"error: --set {key}={value}: {key} is fixed by the dataset (DATASET={args.dataset}), which "
+                  f"sets img_size, in_chans and num_classes of the model; choose another DATASET, or a preset of "
+                  f"another patch grid (a timm checkpoint's pos_embed is resampled to it)", file=sys.stderr)
+            return 2
         if key in MODEL_FIELDS:
             model_changes[key] = value
         elif key in TRAIN_FIELDS:
@@ -255,7 +260,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import build_report
 
-    path = build_report(Path(args.out))
+    path = build_report(Path(args.out), data_root=args.data_root)
     print(f"report → {path}")
     return 0
 
@@ -274,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     _common(one)
     report = sub.add_parser("report", help="figures and REPORT.md from the CSVs; never trains")
     report.add_argument("--out", default="results")
+    report.add_argument("--data-root", default="data",
+                        help="where torchvision datasets live, for the attention maps' few test images (DATA_ROOT)")
     args = parser.parse_args(argv)
     return {"sweep": cmd_sweep, "train": cmd_train, "report": cmd_report}[args.command](args)
 

@@ -89,7 +89,7 @@ def sweep_figure(f: findings.SweepFindings, path: Path) -> None:
     plt.close(fig)
 
 
-def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path) -> list[str]:
+def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path, data_root: Path) -> list[str]:
     """Position-embedding similarity and attention maps from saved weights of the pos sweep."""
     lines = ["## inside the model", ""]
     rows = tables.get("pos")
@@ -112,7 +112,11 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path)
         lines += [f"![position similarity](figures/{sim.name})", ""]
     if "learned" in weights:
         row = ok[ok["pos"] == "learned"].iloc[0]
-        data = load_dataset(str(row["dataset"]))
+        try:
+            data = load_dataset(str(row["dataset"]), data_root)
+        except (FileNotFoundError, ValueError, RuntimeError) as err:
+            return lines + [f"_Attention maps skipped: they draw four {row['dataset']} test images, and none could "
+                            f"be read ({err}). Pass DATA_ROOT=<folder> to `make report` (--data-root)._", ""]
         images = data.normalize(data.test_x[:4])
         maps = figs.attention_maps(ViTConfig.from_row(row), weights["learned"], images, figures / "attention.png")
         lines += [f"![attention maps](figures/{maps.name})", ""]
@@ -177,7 +181,8 @@ METHOD = f"""## Method
 """
 
 
-def build_report(out: Path) -> Path:
+def build_report(out: Path, data_root: str | Path = "data") -> Path:
+    """Figures and REPORT.md under `out`; `data_root` is read only for the attention maps' test images."""
     out = Path(out)
     ablations, figures = out / "ablations", out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
@@ -218,7 +223,7 @@ def build_report(out: Path) -> Path:
             f"{r.sweep} {factors.get(r.sweep, 'run')}={r[factors[r.sweep]] if r.sweep in factors else r.run_id} "
             f"({r.gflops:.5f} GFLOPs, {r.test_acc * 100:.1f}%)" for _, r in front.iterrows()) + ".", "",
             f"![pareto](figures/{pareto.name})", ""]
-        lines += _inside_the_model(out, tables, figures)
+        lines += _inside_the_model(out, tables, figures, Path(data_root))
     bench_csv = out / "bench" / "backends.csv"
     lines.append("## attention backends (bench)")
     if bench_csv.exists():

@@ -18,7 +18,11 @@ point whose config is invalid raises `SpecError` naming the file, the point and 
 from __future__ import annotations
 
 import dataclasses
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
+    import tomli as tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

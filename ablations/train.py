@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +56,7 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"TrainConfig.{name} must be a positive int, got {value!r}")
-        for name in ("lr", "weight_decay", "warmup_epochs", "label_smoothing", "grad_clip"):
+        for name in ("weight_decay", "warmup_epochs", "label_smoothing", "grad_clip"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
                 raise ValueError(f"TrainConfig.{name} must be a finite number ≥ 0, got {value!r}")
@@ -64,8 +64,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.layer_decay must be in (0, 1], got {self.layer_decay!r}")
         if self.freeze not in ("none", "all_but_head"):
             raise ValueError(f"TrainConfig.freeze={self.freeze!r} is unknown; choose none or all_but_head")
-        if self.lr <= 0:
-            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < math.inf:
+            raise ValueError(f"TrainConfig.lr must be a finite number > 0, got {self.lr!r}")
         if self.label_smoothing >= 1:
             raise ValueError(f"TrainConfig.label_smoothing must be < 1, got {self.label_smoothing!r}")
         if self.dtype not in ("auto", *DTYPES):
@@ -142,6 +142,16 @@ def freeze_all_but_head(model: nn.Module) -> None:
         p.requires_grad_(name.startswith("head."))
 
 
+def train_mode(model: nn.Module, cfg: TrainConfig) -> None:
+    """`model.train()`, except that a frozen part stays in eval mode: a linear probe's features must not
+    move, and BatchNorm (the conv stem's) would otherwise update its running statistics in train mode."""
+    model.train()
+    if cfg.freeze == "all_but_head":
+        for name, child in model.named_children():
+            if name != "head":
+                child.eval()
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str,
              batch_size: int) -> tuple[float, float, Tensor]:
@@ -161,7 +171,7 @@ def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str,
 
 
 def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
-          on_epoch: Callable[[dict[str, float]], None] | None = None, progress: bool = True) -> TrainResult:
+          progress: bool = True) -> TrainResult:
     """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch."""
     dtype = cfg.resolved_dtype(device)
     model = model.to(device)
@@ -181,7 +191,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     best_acc, step, train_time, images_seen = 0.0, 0, 0.0, 0
     epochs = tqdm(range(1, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
     for epoch in epochs:
-        model.train()
+        train_mode(model, cfg)
         t0 = time.perf_counter()
         order = torch.randperm(n, generator=order_gen).to(device)
         loss_sum = 0.0
@@ -213,8 +223,6 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
         record = {"epoch": epoch, "lr": lr, "train_loss": loss_sum / n, "test_loss": test_loss,
                   "test_acc": test_acc, "elapsed_s": train_time}
         history.append(record)
-        if on_epoch:
-            on_epoch(record)
         epochs.set_postfix(loss=f"{record['train_loss']:.3f}", acc=f"{test_acc:.4f}")
     last = history[-1]
     return TrainResult(last["train_loss"], last["test_loss"], last["test_acc"], best_acc, train_time,

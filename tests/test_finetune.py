@@ -102,6 +102,23 @@ def test_linear_probe_leaves_everything_but_the_head_unchanged(tmp_path, timm_mo
         assert torch.equal(before[name], after[name]) != name.startswith("head."), name
 
 
+def test_linear_probe_with_a_conv_stem_keeps_its_batchnorm_statistics():
+    # the patch stem has no BatchNorm, so only a conv stem shows whether frozen modules stay in eval mode
+    data = load_dataset("synthetic")
+    model = VisionTransformer(ViTConfig(**{**KW, "img_size": 32, "stem": "conv", "pool": "avg"}))
+    bn = model.patch_embed.backbone[0].bn
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    train(model, data, TrainConfig(epochs=1, batch_size=64, freeze="all_but_head"), 0, torch.device("cpu"),
+          progress=False)
+    assert int(bn.num_batches_tracked) == 0
+    for name, value in model.state_dict().items():
+        assert torch.equal(before[name], value) != name.startswith("head."), name
+    # without freezing, the same training does move them: the check above can fail
+    train(model, data, TrainConfig(epochs=1, batch_size=64), 0, torch.device("cpu"), progress=False)
+    assert int(bn.num_batches_tracked) > 0 and not torch.equal(before["patch_embed.backbone.0.bn.running_mean"],
+                                                               bn.running_mean)
+
+
 def test_layer_decay_scales_each_block():
     model = VisionTransformer(ViTConfig(**KW))
     groups = param_groups(model, 0.05, layer_decay=0.5)

@@ -137,3 +137,19 @@ def test_pareto_front_keeps_only_undominated_runs_even_with_repeated_index():
                           index=[0, 1, 0, 1, 2])
     front = pareto_front(points)
     assert list(zip(front.gflops, front.test_acc)) == [(0.5, 0.70), (1.0, 0.80), (2.0, 0.90), (2.5, 0.95)]
+
+
+def test_report_without_the_data_root_skips_the_attention_maps_and_says_why(tmp_path):
+    from vit import PRESETS, VisionTransformer
+
+    cfg = PRESETS["vit_cifar"]
+    paths = SweepPaths.of(tmp_path, "pos")
+    paths.weights.mkdir(parents=True)
+    torch.save(VisionTransformer(cfg).state_dict(), paths.weights / "p0.pt")
+    append_row(paths.rows, {**ENV, **cfg.to_dict(), "dataset": "cifar10", "run_id": "p0", "status": "ok",
+                            "error": "", "seed": 0, "sweep": "pos", "test_acc": 0.5, "test_size": 100, "params": 1,
+                            "gmacs": 0.1, "gflops": 0.2, "train_time_s": 1.0, "started_at": "2026-01-01T00:00:00"},
+               ABLATION_COLUMNS)
+    text = build_report(tmp_path, data_root=tmp_path / "no-data").read_text()
+    assert "position similarity" in text  # drawn from the weights alone
+    assert "Attention maps skipped" in text and "DATA_ROOT" in text

@@ -26,7 +26,9 @@ from vit import PRESETS, ViTConfig, VisionTransformer, checkpoint_id, init_from_
 
 from .data import DATASETS, load_dataset
 from .cost import CostPlan
-from .runner import EXECUTORS, Executor, ExecutorOptions, RunOptions, SweepPaths, finished_ids, make_tasks, run_sweep
+from .executors import EXECUTORS, Executor, ExecutorOptions
+from .runner import SweepPaths, finished_ids, run_sweep
+from .tasks import RunOptions, make_tasks
 from .specs import DATASET_FIELDS, Point, SpecError, available_sweeps, find_spec, load_spec
 from .train import TrainConfig
 

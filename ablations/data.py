@@ -14,6 +14,7 @@ zero padding for all, horizontal flip for CIFAR only (digits are not mirror-symm
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -154,3 +155,9 @@ def load_dataset(name: str, data_root: str | Path = "data", download: bool = Fal
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}")
     return DATASETS[name](Path(data_root), download)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_dataset(name: str, data_root: str = "data", download: bool = False) -> Dataset:
+    """`load_dataset`, once per process for each (name, root): a sweep's runs share the tensors."""
+    return load_dataset(name, data_root, download)

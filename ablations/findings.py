@@ -14,6 +14,7 @@ import pandas as pd
 
 from bench.rounds import Spread, ratio_or_noise
 
+from .runner import load_preds
 from .stats import ALPHA, POWER, REPLICATES, Comparison, Interval, Verdict, accuracy_interval, compare_settings, verdict
 
 
@@ -42,8 +43,6 @@ class SweepFindings:
 
 def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, np.ndarray] | None, str]:
     """{value: (seeds, n) 0/1 array of correct test images}, or None and the reason there is none."""
-    from .runner import load_preds
-
     missing = [rid for rid in ok["run_id"].astype(str) if not (preds_dir / f"{rid}.npz").exists()]
     if missing:
         return None, (f"{len(missing)} of {len(ok)} runs have no saved test predictions (runs from before "

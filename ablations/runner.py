@@ -15,68 +15,28 @@ import dataclasses
 import io
 import os
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from bench.csvio import append_row, read_rows
-from bench.env import environment, resolve_device, run_id
+from bench.env import resolve_device
 from bench.grid import classify_failure
 from bench.measure import cost
 from bench.schema import ABLATION_COLUMNS, HISTORY_COLUMNS
 from vit import VisionTransformer, init_from_checkpoint
 
-from .cost import CostPlan, model_key, row_figures, run_cost_phase
-from .data import Dataset, load_dataset
+from .cost import model_key, row_figures, run_cost_phase
+from .data import Dataset, cached_dataset
+from .executors.base import Executor, ExecutorOptions
+from .executors.local import LocalExecutor
 from .specs import Point
+from .tasks import Outcome, RunOptions, Task, base_row, make_tasks
 from .train import Diverged, train
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    dataset: str = "mnist5k"
-    data_root: str = "data"
-    download: bool = False
-    seeds: tuple[int, ...] = (0, 1, 2)
-    device: str = "auto"
-    out: str = "results"
-    cost: CostPlan = field(default_factory=CostPlan)
-    progress: bool = True
-    init: str = ""     # a timm checkpoint file to start every run from
-    init_id: str = ""  # its name and sha256 prefix (vit.checkpoint_id), part of each run's identity
-
-
-@dataclass(frozen=True)
-class Task:
-    """Everything a worker needs to train one run; picklable."""
-    point: Point
-    seed: int
-    run_id: str
-    options: RunOptions
-    cost: dict[str, Any] = field(default_factory=dict)  # the config's speed columns from the cost phase
-
-
-@dataclass
-class Outcome:
-    row: dict[str, Any]
-    history: list[dict[str, Any]] = field(default_factory=list)
-    weights: bytes | None = None  # torch.save of the state dict
-    preds: bytes | None = None    # np.savez of the final model's test predictions and the labels
-
-
-def task_key(point: Point, dataset: str, seed: int, init_id: str = "") -> dict[str, Any]:
-    """What defines a run: the model, the training, the data, the seed and the starting weights."""
-    key = {"model": point.model.to_dict(), "train": point.train.to_dict(), "dataset": dataset, "seed": seed}
-    return {**key, "init": init_id} if init_id else key
-
-
-def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
-    return [Task(p, s, run_id(task_key(p, options.dataset, s, options.init_id)), options)
-            for p in points for s in options.seeds]
 
 
 @dataclass(frozen=True)
@@ -116,41 +76,18 @@ def finished_ids(csv_path: Path) -> set[str]:
     return set(table.loc[table["status"] == "ok", "run_id"].astype(str))
 
 
-_DATA_CACHE: dict[tuple[str, str], Dataset] = {}
+def load_data(options: RunOptions) -> Dataset:
+    """A task's dataset, loaded once per process."""
+    return cached_dataset(options.dataset, options.data_root, options.download)
 
 
-def _dataset(options: RunOptions) -> Dataset:
-    key = (options.dataset, options.data_root)
-    if key not in _DATA_CACHE:
-        _DATA_CACHE[key] = load_dataset(options.dataset, options.data_root, options.download)
-    return _DATA_CACHE[key]
-
-
-def base_row(task: Task, device: torch.device) -> dict[str, Any]:
-    """The columns a run has before it trains: environment, config and identity."""
-    point, options = task.point, task.options
-    return {**environment(device), **point.model.to_dict(), "tokens": point.model.tokens,
-            "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset,
-            "seed": task.seed, "epochs": point.train.epochs, "lr": point.train.lr,
-            "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
-            "init": options.init_id}
-
-
-def lost_outcome(task: Task, message: str) -> Outcome:
-    """The `error` row for a run whose worker never reported back (killed, node lost)."""
-    row = base_row(task, torch.device("cpu"))
-    row.update(host="", device=task.options.device, device_name="", status="error", error=message[:500])
-    return Outcome(row)
-
-
-def execute(task: Task) -> Outcome:
-    """Train and measure one run; never raises for a failure of the run itself."""
+def execute(task: Task, data: Dataset) -> Outcome:
+    """Train one run on `data`; never raises for a failure of the run itself."""
     point, options = task.point, task.options
     device = resolve_device(options.device)
     row = base_row(task, device)
     history: list[dict[str, Any]] = []
     try:
-        data = _dataset(options)
         torch.manual_seed(task.seed)
         model = VisionTransformer(point.model)
         if options.init:
@@ -170,62 +107,6 @@ def execute(task: Task) -> Outcome:
         row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
         traceback.print_exc()
     return Outcome(row, history)
-
-
-@dataclass(frozen=True)
-class ExecutorOptions:
-    """How an executor places runs. cpus/gpus_per_task: None = the executor's default (Ray: one GPU per
-    task where the cluster has GPUs, else one CPU); max_retries: re-runs of a task whose worker died."""
-    cpus_per_task: float | None = None
-    gpus_per_task: float | None = None
-    max_retries: int = 2
-
-    def __post_init__(self) -> None:
-        for name in ("cpus_per_task", "gpus_per_task"):
-            value = getattr(self, name)
-            if value is not None and not value >= 0:
-                raise ValueError(f"{name} must be ≥ 0, got {value!r}")
-        if self.max_retries < 0:
-            raise ValueError(f"max_retries must be ≥ 0, got {self.max_retries!r}")
-
-
-class Executor(Protocol):
-    """The seam between the runner and where runs happen (local process, Ray; Slurm via submitit could
-    implement it too). `start` connects and fails early with a clear message; `run` yields
-    (task, outcome) as each task finishes, in any order, and turns a task that never reports back into
-    `lost_outcome`; `close` lets go of what `start` took. Only the driver, which consumes the yields, writes files."""
-
-    def start(self) -> str: ...
-
-    def close(self) -> None: ...
-
-    def run(self, tasks: list[Task], fn: Callable[[Task], Outcome]) -> Iterator[tuple[Task, Outcome]]: ...
-
-
-class LocalExecutor:
-    """Runs tasks one after another in this process."""
-
-    def __init__(self, options: ExecutorOptions | None = None) -> None:
-        self.options = options or ExecutorOptions()
-
-    def start(self) -> str:
-        return f"local: this process, {torch.get_num_threads()} threads"
-
-    def close(self) -> None:
-        pass
-
-    def run(self, tasks, fn):
-        for task in tasks:
-            yield task, fn(task)
-
-
-def _ray_executor(options: ExecutorOptions | None = None) -> Executor:
-    from .ray_executor import RayExecutor  # Ray is an optional extra: imported only when asked for
-
-    return RayExecutor(options)
-
-
-EXECUTORS: dict[str, Callable[[ExecutorOptions | None], Executor]] = {"local": LocalExecutor, "ray": _ray_executor}
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -279,7 +160,7 @@ def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths) -> Out
 
 
 def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Executor | None = None,
-              fn: Callable[[Task], Outcome] = execute) -> dict[str, Any]:
+              fn: Callable[[Task, Dataset], Outcome] = execute) -> dict[str, Any]:
     """Run every missing point × seed of `sweep`; returns counts and paths for the summary."""
     paths = SweepPaths.of(options.out, sweep)
     tasks = make_tasks(points, options)
@@ -296,15 +177,14 @@ def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Ex
     for task in reused:
         record(reuse(task, *elsewhere[task.run_id], paths), paths)
     todo = [t for t in todo if t.run_id not in elsewhere]
-    executor = executor or LocalExecutor()
-    remote = getattr(executor, "remote", False)
+    executor = executor or LocalExecutor(ExecutorOptions())
     bar = tqdm(total=len(todo), desc=f"sweep {sweep}", unit="run", disable=not options.progress)
-    for task, outcome in executor.run(todo, fn):
+    for task, outcome in executor.run(todo, fn, load_data):
         record(outcome, paths)
         status = outcome.row["status"]
         statuses[status] = statuses.get(status, 0) + 1
         acc = outcome.row.get("test_acc")
-        where = f" on {outcome.row.get('host') or '?'}" if remote else ""
+        where = f" on {outcome.row.get('host') or '?'}" if executor.remote else ""
         bar.set_postfix_str(f"{task.point.factor}={task.point.value} seed={task.seed}{where}: {status}"
                             + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
         bar.update()

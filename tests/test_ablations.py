@@ -18,7 +18,8 @@ import torch
 from ablations.__main__ import main as ablations_main
 from ablations.data import load_dataset
 from ablations.cost import CostPlan
-from ablations.runner import RunOptions, run_sweep
+from ablations.runner import run_sweep
+from ablations.tasks import RunOptions
 from ablations.specs import Point, SpecError, load_spec
 from ablations.train import TrainConfig, train
 from bench.csvio import append_row, read_rows

@@ -10,7 +10,8 @@ from timm.models.vision_transformer import VisionTransformer as TimmViT
 from ablations.__main__ import main as ablations_main
 from ablations.data import load_dataset
 from ablations.cost import CostPlan
-from ablations.runner import RunOptions, run_sweep
+from ablations.runner import run_sweep
+from ablations.tasks import RunOptions
 from ablations.specs import Point
 from ablations.train import TrainConfig, param_groups, train
 from bench.csvio import read_rows

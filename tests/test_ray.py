@@ -10,19 +10,23 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import ray
 import torch
-from ray import cloudpickle
 
-from ablations.__main__ import main as ablations_main
-from ablations.ray_executor import RayExecutor
-from ablations.cost import CostPlan
-from ablations.runner import ExecutorOptions, LocalExecutor, RunOptions, Task, execute, run_sweep
-from ablations.specs import Point
-from ablations.train import TrainConfig
-from bench.csvio import read_rows
-from bench.schema import MEASURED
-from vit import ViTConfig
+ray = pytest.importorskip("ray", reason="EXECUTOR=ray needs the optional extra: pip install -e '.[ray]'")
+from ray import cloudpickle  # noqa: E402
+
+from ablations.__main__ import main as ablations_main  # noqa: E402
+from ablations.executors import ExecutorOptions  # noqa: E402
+from ablations.executors.local import LocalExecutor  # noqa: E402
+from ablations.executors.ray import RayExecutor  # noqa: E402
+from ablations.cost import CostPlan  # noqa: E402
+from ablations.runner import execute, run_sweep  # noqa: E402
+from ablations.tasks import RunOptions, Task  # noqa: E402
+from ablations.specs import Point  # noqa: E402
+from ablations.train import TrainConfig  # noqa: E402
+from bench.csvio import read_rows  # noqa: E402
+from bench.schema import MEASURED  # noqa: E402
+from vit import ViTConfig  # noqa: E402
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
                  mlp_ratio=1.0)
@@ -81,13 +85,13 @@ def test_ray_gives_the_same_rows_history_and_weights_as_local(tmp_path):
         assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def killing_execute(task: Task, marker_dir: str):
+def killing_execute(task: Task, data, marker_dir: str):
     """depth 2: the worker dies on its first attempt only; depth 3: on every attempt; others run."""
     marker = Path(marker_dir) / f"attempt-{task.point.value}"
     if task.point.value == 3 or (task.point.value == 2 and not marker.exists()):
         marker.touch()
         os.kill(os.getpid(), signal.SIGKILL)
-    return execute(task)
+    return execute(task, data)
 
 
 def test_killed_worker_is_retried_then_recorded_as_error(tmp_path):

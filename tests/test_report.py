@@ -70,7 +70,7 @@ def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tm
     assert "Accuracy intervals: t over 3 seeds." in text
     # IQRs apart: the ratio is printed, and GMACs always (they are exact)
     assert "GMACs ×2.00; inference img/s ×0.50" in text
-    assert "depth=3 seed 0: **diverged** loss became nan" in text and "| 3 |" not in text
+    assert "depth=3 seed 0: **diverged** loss became nan" in text and "\n| 3 |" not in text
     held = next(line for line in text.splitlines() if line.startswith("Held fixed:"))
     assert "dataset=digits" in held and "depth=" not in held
     assert "`make ablate-patch` produces it" in text and "`make ablate-heads` produces it" in text

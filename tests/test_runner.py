@@ -6,7 +6,8 @@ import pytest
 
 from ablations.cost import CostPlan
 from ablations.data import load_dataset
-from ablations.runner import RunOptions, SweepPaths, execute, load_preds, run_sweep
+from ablations.runner import SweepPaths, execute, load_preds, run_sweep
+from ablations.tasks import RunOptions
 from ablations.specs import Point
 from ablations.train import TrainConfig
 from bench.csvio import read_rows
@@ -47,9 +48,9 @@ def test_a_run_finished_in_another_sweep_is_reused_not_trained_again(tmp_path):
     run_sweep("a", depth_points("a", 1, 2), options(tmp_path))
     trained = []
 
-    def counting(task):
+    def counting(task, data):
         trained.append(task.point.value)
-        return execute(task)
+        return execute(task, data)
 
     summary = run_sweep("b", depth_points("b", 2, 3), options(tmp_path), fn=counting)
     assert trained == [3, 3] and summary["reused"] == 2 and summary["statuses"] == {"ok": 2}

@@ -6,8 +6,8 @@
   (`runtime_env py_modules`), so the nodes need only the dependencies, not the repository.
 - Placement: one GPU per task where the cluster has GPUs, else one CPU (`cpus_per_task`,
   `gpus_per_task` override); each task sets torch's thread count to the CPUs it was given.
-- Data: the driver loads the dataset once and puts it in Ray's object store; workers read it from
-  there, so no node needs DATA_ROOT. Results (row, history, weights) come back to the driver, which
+- Data: the driver loads the dataset once and puts it in Ray's object store, and an INIT checkpoint's
+  bytes likewise; workers read both from there, so no node needs DATA_ROOT or the driver's files. Results (row, history, weights) come back to the driver, which
   alone writes files: no shared filesystem.
 - Faults: a task whose worker process dies (killed, out of host memory, node lost) is retried up to
   `max_retries` times by Ray, then recorded as an `error` row; the other tasks go on.
@@ -18,10 +18,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-from .data import Dataset
-from .runner import ExecutorOptions, Outcome, Task, _DATA_CACHE, _dataset, lost_outcome
+from ..data import Dataset
+from ..tasks import Outcome, Task, lost_outcome
+from .base import ExecutorOptions, Loader, RunFn
 
 INSTALL_HINT = "EXECUTOR=ray needs Ray: pip install -e '.[ray]' (or pip install 'ray>=2.9')"
 
@@ -34,14 +35,21 @@ def _import_ray():
     return ray
 
 
-def _run_on_worker(fn: Callable[[Task], Outcome], task: Task, data: Dataset, threads: int) -> Outcome:
-    """The body of each Ray task: seed the dataset cache from the object store, size torch's thread pool
-    to the task's CPUs, then run the same function the local executor runs."""
+def _run_on_worker(fn: RunFn, task: Task, data: Dataset, threads: int, init: bytes | None) -> Outcome:
+    """The body of each Ray task: size torch's thread pool to the task's CPUs, put the driver's INIT
+    checkpoint (its bytes) in a local file, then run the same function the local executor runs."""
+    import tempfile
+
     import torch
 
     torch.set_num_threads(threads)
-    _DATA_CACHE[(task.options.dataset, task.options.data_root)] = data
-    return fn(dataclasses.replace(task, options=dataclasses.replace(task.options, progress=False)))
+    options = dataclasses.replace(task.options, progress=False)
+    with tempfile.TemporaryDirectory() as folder:
+        if init is not None:
+            local = Path(folder) / Path(task.options.init).name
+            local.write_bytes(init)
+            options = dataclasses.replace(options, init=str(local))
+        return fn(dataclasses.replace(task, options=options), data)
 
 
 class RayExecutor:
@@ -89,19 +97,21 @@ class RayExecutor:
                              f"{resources.get('CPU', 0):g} CPUs and {resources.get('GPU', 0):g} GPUs: no run could start")
         return cpus, gpus
 
-    def run(self, tasks: list[Task], fn: Callable[[Task], Outcome]) -> Iterator[tuple[Task, Outcome]]:
+    def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, Outcome]]:
         ray = _import_ray()
         if not ray.is_initialized():
             self.start()
         cpus, gpus = self._placement(ray.cluster_resources())
         remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=self.options.max_retries)(_run_on_worker)
-        data_refs = {}
-        for task in tasks:  # one copy of each dataset in the object store, loaded by the driver
+        data_refs, init_refs = {}, {}
+        for task in tasks:  # one copy of each dataset and checkpoint in the object store, read by the driver
             key = (task.options.dataset, task.options.data_root)
             if key not in data_refs:
-                data_refs[key] = ray.put(_dataset(task.options))
+                data_refs[key] = ray.put(load(task.options))
+            if task.options.init and task.options.init not in init_refs:
+                init_refs[task.options.init] = ray.put(Path(task.options.init).read_bytes())
         pending = {remote.remote(fn, task, data_refs[(task.options.dataset, task.options.data_root)],
-                                 max(1, int(cpus))): task for task in tasks}
+                                 max(1, int(cpus)), init_refs.get(task.options.init)): task for task in tasks}
         try:
             while pending:
                 (ref,), _ = ray.wait(list(pending), num_returns=1)

@@ -1,0 +1,39 @@
+"""The executor protocol and its options (`ablations.executors` says what an executor does)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol
+
+from ..data import Dataset
+from ..tasks import Outcome, RunOptions, Task
+
+RunFn = Callable[[Task, Dataset], Outcome]
+Loader = Callable[[RunOptions], Dataset]
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """How an executor places runs. cpus/gpus_per_task: None = the executor's default (Ray: one GPU per
+    task where the cluster has GPUs, else one CPU); max_retries: re-runs of a task whose worker died."""
+    cpus_per_task: float | None = None
+    gpus_per_task: float | None = None
+    max_retries: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("cpus_per_task", "gpus_per_task"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ValueError(f"{name} must be ≥ 0, got {value!r}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be ≥ 0, got {self.max_retries!r}")
+
+
+class Executor(Protocol):
+    remote: bool  # runs tasks on other hosts: progress lines name the host of each run
+
+    def start(self) -> str: ...
+
+    def close(self) -> None: ...
+
+    def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, Outcome]]: ...

@@ -1,0 +1,74 @@
+"""What a run is: the options of a sweep, one task (point × seed) and its outcome; picklable, so an
+executor can run a task anywhere and send its outcome back to the driver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+
+from bench.env import environment, run_id
+
+from .cost import CostPlan
+from .specs import Point
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    dataset: str = "mnist5k"
+    data_root: str = "data"
+    download: bool = False
+    seeds: tuple[int, ...] = (0, 1, 2)
+    device: str = "auto"
+    out: str = "results"
+    cost: CostPlan = field(default_factory=CostPlan)
+    progress: bool = True
+    init: str = ""     # a timm checkpoint file to start every run from
+    init_id: str = ""  # its name and sha256 prefix (vit.checkpoint_id), part of each run's identity
+
+
+@dataclass(frozen=True)
+class Task:
+    """Everything a worker needs to train one run; picklable."""
+    point: Point
+    seed: int
+    run_id: str
+    options: RunOptions
+    cost: dict[str, Any] = field(default_factory=dict)  # the config's speed columns from the cost phase
+
+
+@dataclass
+class Outcome:
+    row: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    weights: bytes | None = None  # torch.save of the state dict
+    preds: bytes | None = None    # np.savez of the final model's test predictions and the labels
+
+
+def task_key(point: Point, dataset: str, seed: int, init_id: str = "") -> dict[str, Any]:
+    """What defines a run: the model, the training, the data, the seed and the starting weights."""
+    key = {"model": point.model.to_dict(), "train": point.train.to_dict(), "dataset": dataset, "seed": seed}
+    return {**key, "init": init_id} if init_id else key
+
+
+def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
+    return [Task(p, s, run_id(task_key(p, options.dataset, s, options.init_id)), options)
+            for p in points for s in options.seeds]
+
+
+def base_row(task: Task, device: torch.device) -> dict[str, Any]:
+    """The columns a run has before it trains: environment, config and identity."""
+    point, options = task.point, task.options
+    return {**environment(device), **point.model.to_dict(), "tokens": point.model.tokens,
+            "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset,
+            "seed": task.seed, "epochs": point.train.epochs, "lr": point.train.lr,
+            "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
+            "init": options.init_id}
+
+
+def lost_outcome(task: Task, message: str) -> Outcome:
+    """The `error` row for a run whose worker never reported back (killed, node lost)."""
+    row = base_row(task, torch.device("cpu"))
+    row.update(host="", device=task.options.device, device_name="", status="error", error=message[:500])
+    return Outcome(row)

@@ -36,8 +36,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(cal
   $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download)
 
-.PHONY: install test ablations ablate-patch ablate-heads ablate-depth ablate-pos ablate-norm ablate-pool ablate-stem ablate-attn \
-        train bench bench-speed report clean
+.PHONY: install test ablations train bench bench-speed report clean
 
 install: $(STAMP)
 
@@ -51,12 +50,16 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# the sweeps marked `default = true` in ablations/sweeps/*.toml (patch, heads, depth), then the report
 ablations: $(STAMP)
-	$(PY) -m ablations sweep patch heads depth $(RUN_ARGS)
+	$(PY) -m ablations sweep default $(RUN_ARGS)
 	$(if $(filter 1 yes true,$(DRY_RUN)),,$(MAKE) report OUT=$(OUT))
 
-ablate-patch ablate-heads ablate-depth ablate-pos ablate-norm ablate-pool ablate-stem ablate-attn: $(STAMP)
-	$(PY) -m ablations sweep $(patsubst ablate-%,%,$@) $(RUN_ARGS)
+# one target per ablations/sweeps/<name>.toml: a new sweep is a new TOML file and nothing else
+SWEEP_NAMES := $(basename $(notdir $(wildcard ablations/sweeps/*.toml)))
+.PHONY: $(addprefix ablate-,$(SWEEP_NAMES))
+$(addprefix ablate-,$(SWEEP_NAMES)): ablate-%: $(STAMP)
+	$(PY) -m ablations sweep $* $(RUN_ARGS)
 
 train: $(STAMP)
 	$(PY) -m ablations train $(call opt,--preset,$(PRESET)) $(RUN_ARGS) $(ARGS)

@@ -1,6 +1,6 @@
 """python -m ablations: sweeps, single training runs and the report.
 
-    python -m ablations sweep patch heads depth [--dataset mnist5k] [--seeds 0,1,2] [--dry-run]
+    python -m ablations sweep default [--dataset mnist5k] [--seeds 0,1,2] [--dry-run]   # patch heads depth
     python -m ablations sweep depth --seeds 0 --cost-rounds 0   # one seed, no cost phase
     python -m ablations train --preset vit_mnist --set depth=6 --set lr=1e-3
     python -m ablations report [--out results]
@@ -29,7 +29,7 @@ from .cost import CostPlan
 from .executors import EXECUTORS, Executor, ExecutorOptions
 from .runner import SweepPaths, finished_ids, run_sweep
 from .tasks import RunOptions, make_tasks
-from .specs import DATASET_FIELDS, Point, SpecError, available_sweeps, find_spec, load_spec
+from .specs import DATASET_FIELDS, Point, SpecError, available_sweeps, default_sweeps, find_spec, load_spec
 from .train import TrainConfig
 
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ViTConfig)}
@@ -186,7 +186,8 @@ def _summary(results: list[dict[str, Any]], elapsed: float) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         _check_device(args)
-        specs = [load_spec(find_spec(name)) for name in args.sweeps]
+        names = [n for arg in args.sweeps for n in (default_sweeps() if arg == "default" else [arg])]
+        specs = [load_spec(find_spec(name)) for name in dict.fromkeys(names)]
         data = load_dataset(args.dataset, args.data_root, args.download)
         plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes, _train_changes(args)))
                  for s in specs]  # every point of every sweep validated before any training
@@ -271,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ablations", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sweep = sub.add_parser("sweep", help=f"run sweeps: {', '.join(available_sweeps())} or a .toml path")
+    sweep = sub.add_parser("sweep", help=f"run sweeps: {', '.join(available_sweeps())}, a .toml path, or default "
+                                         f"({' '.join(default_sweeps())}: what make ablations runs)")
     sweep.add_argument("sweeps", nargs="+")
     _common(sweep)
     one = sub.add_parser("train", help="one config: a preset plus --set overrides; row in train.csv")

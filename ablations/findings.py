@@ -138,7 +138,7 @@ def verdict_sentence(f: SweepFindings) -> str:
                 f"other setting after Holm's adjustment over {m} pair(s) (largest adjusted p = "
                 f"{max(p(o) for o in v.beats):.3g}; {budget}).")
     tied = ", ".join(f"{factor}={o} (p = {p(o):.3g})" for o in v.tied_with)
-    beats = (f"; it is better than " + ", ".join(f"{factor}={o} (p = {p(o):.3g})" for o in v.beats)) if v.beats else ""
+    beats = ("; it is better than " + ", ".join(f"{factor}={o} (p = {p(o):.3g})" for o in v.beats)) if v.beats else ""
     return (f"**No single best {factor} at this budget.** The highest mean, {factor}={v.best} "
             f"({pct(best.acc.mean)} %), cannot be told apart from {tied}{beats} (Holm-adjusted). Differences "
             f"smaller than about {100 * v.detectable:.1f} points could not be detected ({POWER:.0%} power, "

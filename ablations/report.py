@@ -24,22 +24,15 @@ from . import figures as figs  # noqa: E402
 from . import findings  # noqa: E402
 from .data import load_dataset  # noqa: E402
 from .runner import SweepPaths  # noqa: E402
-from .specs import SPEC_DIR, load_spec  # noqa: E402
+from .specs import SPEC_DIR, SweepSpec, available_sweeps, load_spec  # noqa: E402
 from .stats import ALPHA, POWER, REPLICATES  # noqa: E402
 
-SWEEPS = ("patch", "heads", "depth", "pos", "norm", "pool", "stem", "attn")
-FACTOR_LABEL = {"patch_size": "patch size (px)", "num_heads": "attention heads", "depth": "depth (blocks)",
-                "pos": "position encoding", "norm": "norm placement", "pool": "head input (pooling)",
-                "stem": "stem (image → tokens)", "attn": "attention backend"}
-
-
-def _factor_and_order(sweep: str, rows: pd.DataFrame) -> tuple[str, list]:
-    """The sweep's factor, and its values in the spec's order (values the spec lacks go last, sorted)."""
-    spec = load_spec(SPEC_DIR / f"{sweep}.toml")
+def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
+    """The sweep's values in the spec's order (values the spec lacks go last, sorted)."""
     present = list(rows.loc[rows["status"] == "ok", spec.factor].unique())
     listed = [v for vals in (spec.values, *spec.values_by_img_size.values()) for v in vals]
     order = [v for v in dict.fromkeys(listed) if v in present]
-    return spec.factor, order + sorted(v for v in present if v not in order)
+    return order + sorted(v for v in present if v not in order)
 
 
 def _base_line(rows: pd.DataFrame, factor: str) -> str:
@@ -51,7 +44,7 @@ def _base_line(rows: pd.DataFrame, factor: str) -> str:
     return "Held fixed: " + ", ".join(fixed) + "."
 
 
-def sweep_figure(f: findings.SweepFindings, path: Path) -> None:
+def sweep_figure(f: findings.SweepFindings, path: Path, label: str) -> None:
     """Accuracy with the table's 95 % intervals, GMACs, and the cost figures as median with IQR bars."""
     data = findings.setting_rows(f)
     numeric = all(isinstance(d["value"], (int, float)) for d in data)
@@ -77,12 +70,12 @@ def sweep_figure(f: findings.SweepFindings, path: Path) -> None:
     for ax, (label, log, (centre, low, high)) in zip(axes, panels):
         bars(ax, centre, low, high)
         ax.set_ylabel(label)
-        ax.set_xlabel(FACTOR_LABEL.get(f.factor, f.factor))
+        ax.set_xlabel(label)
         if log:
             figs.log_axis(ax)
         ax.set_xticks(x, labels=[str(d["value"]) for d in data])
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{FACTOR_LABEL.get(f.factor, f.factor)} sweep: accuracy over seeds ({f.settings[0].acc.kind}); "
+    fig.suptitle(f"{label} sweep: accuracy over seeds ({f.settings[0].acc.kind}); "
                  f"speed over cost-phase rounds")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
@@ -123,8 +116,8 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path,
     return lines
 
 
-def _sweep_section(sweep: str, rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths,
-                   figures: Path) -> list[str]:
+def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path) -> list[str]:
+    sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
     ok = rows[rows["status"] == "ok"]
     cost = findings.newest_complete_phase(read_rows(paths.cost) if paths.cost.exists() else None)
     f = findings.analyse(rows, factor, order, paths.preds, cost)
@@ -132,7 +125,7 @@ def _sweep_section(sweep: str, rows: pd.DataFrame, factor: str, order: list, pat
     devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
     test = f"{f.test_size:,} test images" if f.test_size else "test-set size not recorded"
     fig = figures / f"{sweep}.png"
-    sweep_figure(f, fig)
+    sweep_figure(f, fig, spec.label)
     lines = [f"Seeds {', '.join(map(str, seeds))}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "",
              findings.verdict_sentence(f), "", findings.cost_sentence(f), "", _base_line(rows, factor), "",
@@ -186,11 +179,12 @@ def build_report(out: Path, data_root: str | Path = "data") -> Path:
     out = Path(out)
     ablations, figures = out / "ablations", out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    tables = {s: read_rows(ablations / f"{s}.csv") for s in SWEEPS if (ablations / f"{s}.csv").exists()}
+    specs = {name: load_spec(SPEC_DIR / f"{name}.toml") for name in available_sweeps()}
+    tables = {s: read_rows(ablations / f"{s}.csv") for s in specs if (ablations / f"{s}.csv").exists()}
     all_rows = pd.concat(tables.values(), ignore_index=True) if tables else pd.DataFrame()
     lines = ["# vitbench report", ""]
     if all_rows.empty:
-        lines += ["No ablation results yet: run `make ablations` (patch, heads, depth) or a `make ablate-*` target.", ""]
+        lines += ["No ablation results yet: run `make ablations` or a `make ablate-*` target.", ""]
     else:
         newest = all_rows.sort_values("started_at").iloc[-1]
         lines += [f"- device: {newest.device} ({newest.device_name}); torch {newest.torch_version}; "
@@ -198,17 +192,19 @@ def build_report(out: Path, data_root: str | Path = "data") -> Path:
                   f"- data: {', '.join(sorted(all_rows['dataset'].astype(str).unique()))}; runs from "
                   f"{all_rows['started_at'].min()} to {all_rows['started_at'].max()}", ""]
     factors: dict[str, str] = {}
-    for sweep in SWEEPS:
-        lines.append(f"## {sweep}")
+    for sweep, spec in specs.items():
+        lines.append(f"## {sweep}: {spec.label}")
+        if spec.description:
+            lines += ["", f"_{spec.description}_"]
+        lines.append("")
         if sweep not in tables:
             lines += [f"_Missing: `{ablations / (sweep + '.csv')}` does not exist; `make ablate-{sweep}` produces it._", ""]
             continue
         rows = tables[sweep]
-        factor, order = _factor_and_order(sweep, rows)
-        factors[sweep] = factor
+        factor = factors[sweep] = spec.factor
         failed = rows[rows["status"] != "ok"]
         if (rows["status"] == "ok").any():
-            lines += _sweep_section(sweep, rows, factor, order, SweepPaths.of(out, sweep), figures)
+            lines += _sweep_section(spec, rows, SweepPaths.of(out, sweep), figures)
         if len(failed):
             lines.append(f"Failed runs ({len(failed)}), not counted above:")
             for _, r in failed.iterrows():

@@ -1,6 +1,9 @@
 """Sweep specs: one TOML file per sweep, validated whole before the first run.
 
     [sweep]
+    label = "patch size (px)"      # optional: how figures and the report name the factor
+    description = "tokens against detail"   # optional: one line under the report's heading
+    default = true                 # optional: one of the sweeps `make ablations` runs
     factor = "patch_size"          # a ViTConfig field
     values = [2, 4, 7, 14]         # one run per value (and per seed)
     values_by_img_size = { 32 = [2, 4, 8, 16] }   # optional: other values for other image sizes
@@ -11,7 +14,9 @@
     [train]                        # TrainConfig fields
     epochs = 15
 
-The dataset fixes img_size, in_chans and num_classes of the base. An unknown key, a bad value, or a
+A new sweep is one new TOML file in `ablations/sweeps/` and nothing else: `make ablate-<name>`, the
+report's section and the spec tests find it there. The dataset fixes img_size, in_chans and
+num_classes of the base. An unknown key, a bad value, or a
 point whose config is invalid raises `SpecError` naming the file, the point and the field.
 """
 
@@ -32,7 +37,7 @@ from vit import PRESETS, ViTConfig
 from .train import TrainConfig
 
 SPEC_DIR = Path(__file__).resolve().parent / "sweeps"
-_SECTIONS = {"sweep": {"factor", "values", "values_by_img_size", "description", "init"},
+_SECTIONS = {"sweep": {"factor", "values", "values_by_img_size", "description", "label", "default", "init"},
              "model": {"preset", *(f.name for f in dataclasses.fields(ViTConfig))},
              "train": {f.name for f in dataclasses.fields(TrainConfig)}}
 DATASET_FIELDS = ("img_size", "in_chans", "num_classes")
@@ -67,6 +72,9 @@ class SweepSpec:
     model_overrides: dict[str, Any]
     train_overrides: dict[str, Any]
     init: str = ""  # a timm checkpoint every run starts from (relative paths: from the spec's folder)
+    label: str = ""        # the factor as figures name it; default: the factor
+    description: str = ""
+    default: bool = False  # run by `make ablations`
 
     def points(self, img_size: int, in_chans: int, num_classes: int,
                train_changes: dict[str, Any] | None = None) -> list[Point]:
@@ -139,11 +147,21 @@ def load_spec(path: str | Path) -> SweepSpec:
         if not init_path.is_file():
             raise SpecError(f"{path}: [sweep] init={init!r}: no file at {init_path}")
         init = str(init_path)
-    return SweepSpec(path.stem, path, factor, tuple(values), by_size, preset, model, dict(train), init)
+    for key, kind in (("label", str), ("description", str), ("default", bool)):
+        if key in sweep and not isinstance(sweep[key], kind):
+            raise SpecError(f"{path}: [sweep] {key} must be a {kind.__name__}, got {sweep[key]!r}")
+    return SweepSpec(path.stem, path, factor, tuple(values), by_size, preset, model, dict(train), init,
+                     sweep.get("label", factor), sweep.get("description", ""), sweep.get("default", False))
 
 
-def available_sweeps() -> list[str]:
-    return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+def available_sweeps(spec_dir: Path = SPEC_DIR) -> list[str]:
+    """Every sweep name, the `default = true` ones (those `make ablations` runs) first, each group by name."""
+    specs = [load_spec(p) for p in sorted(spec_dir.glob("*.toml"))]
+    return [s.name for s in sorted(specs, key=lambda s: (not s.default, s.name))]
+
+
+def default_sweeps(spec_dir: Path = SPEC_DIR) -> list[str]:
+    return [name for name in available_sweeps(spec_dir) if load_spec(spec_dir / f"{name}.toml").default]
 
 
 def find_spec(name: str, spec_dir: Path = SPEC_DIR) -> Path:

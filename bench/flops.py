@@ -81,7 +81,7 @@ def count_macs(model: nn.Module, example: torch.Tensor) -> int:
 
 def closed_form_macs(cfg) -> int:
     """The ViT formula in this module's docstring, for a `vit.ViTConfig`."""
-    N, T, D, M = cfg.num_patches, cfg.tokens, cfg.embed_dim, cfg.mlp_dim
+    T, D, M = cfg.tokens, cfg.embed_dim, cfg.mlp_dim
     per_block = 3 * T * D * D + 2 * T * T * D + T * D * D + 2 * T * D * M
     return stem_macs(cfg) + cfg.depth * per_block + D * cfg.num_classes
 

@@ -1,4 +1,5 @@
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,3 +18,10 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """‖a − b‖ / ‖b‖ in float64."""
     a, b = a.detach().double(), b.detach().double()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def write_spec(path: Path, factor: str, values: str, model: str = "", train: str = "epochs = 1") -> Path:
+    """A sweep spec on the vit_digits base, for tests."""
+    path.write_text(f'[sweep]\nfactor = "{factor}"\nvalues = {values}\n\n[model]\npreset = "vit_digits"\n{model}\n\n'
+                    f"[train]\n{train}\n")
+    return path

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ablations.__main__ import main as ablations_main
 from bench.csvio import read_rows
+from conftest import write_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["--preset", "vit_digits", "--dataset", "digits", "--epochs", "1", "--cost-rounds", "0", "--device", "cpu"]
@@ -48,3 +49,12 @@ def test_specs_read_toml_without_tomllib_through_the_backport():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-1500:]
     assert out.stdout.split() == ["tomli", "depth"]
+
+
+def test_dry_run_lists_points_and_trains_nothing(tmp_path, capsys):
+    spec = write_spec(tmp_path / "d.toml", "depth", "[1, 2]")
+    assert ablations_main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--dry-run",
+                           "--seeds", "0,1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("depth=1") == 2 and out.count("depth=2") == 2 and "no" in out
+    assert not (tmp_path / "ablations").exists()

@@ -1,8 +1,17 @@
-"""The sweep runner: every run keeps its test predictions; a run finished in another sweep is reused."""
+"""The sweep runner: a SIGKILL mid-sweep loses nothing finished and a rerun trains only what is missing; a
+diverging run is recorded; every run keeps its test predictions; a run finished in another sweep is reused."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from ablations.cost import CostPlan
 from ablations.data import load_dataset
@@ -11,8 +20,10 @@ from ablations.tasks import RunOptions
 from ablations.specs import Point
 from ablations.train import TrainConfig
 from bench.csvio import read_rows
+from conftest import write_spec
 from vit import ViTConfig
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
                  mlp_ratio=1.0)
 FAST = TrainConfig(epochs=1, batch_size=128)
@@ -78,3 +89,48 @@ def test_a_run_whose_files_are_gone_is_trained_again_rather_than_reused(tmp_path
         f.unlink()
     summary = run_sweep("b", depth_points("b", 2), options(tmp_path, seeds=(0,)))
     assert summary["reused"] == 0 and summary["statuses"] == {"ok": 1}
+
+
+def sweep_cmd(spec: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--out", str(out),
+            "--device", "cpu", "--seeds", "0", "--cost-rounds", "1"]
+
+
+def test_sigkill_mid_sweep_then_rerun_trains_only_missing_points(tmp_path):
+    spec = write_spec(tmp_path / "depthk.toml", "depth", "[1, 2, 3]")
+    out = tmp_path / "out"
+    csv = out / "ablations" / "depthk.csv"
+    env = {**os.environ, "VITBENCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(sweep_cmd(spec, out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (csv.exists() and len(read_rows(csv)) >= 1):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = read_rows(csv)
+    assert 1 <= len(first) < 3, "the kill should land mid-sweep"
+
+    rerun = subprocess.run(sweep_cmd(spec, out), env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"{len(first)} already done" in rerun.stdout
+    table = read_rows(csv)
+    assert len(table) == 3 and (table["status"] == "ok").all()
+    assert table["run_id"].is_unique and sorted(table["depth"]) == [1, 2, 3]
+    # the rows written before the kill are untouched: not trained again
+    pd.testing.assert_frame_equal(table.iloc[: len(first)].reset_index(drop=True), first)
+    history = read_rows(out / "ablations" / "depthk-history.csv")
+    assert set(history["run_id"]) == set(table["run_id"])
+    weights = torch.load(out / "ablations" / "weights" / "depthk" / f"{table.run_id[0]}.pt", weights_only=True)
+    assert "blocks.0.attn.qkv.weight" in weights
+
+
+def test_diverging_run_is_recorded_and_the_next_point_runs(tmp_path):
+    points = [Point("div", "lr", lr, TINY, TrainConfig(epochs=1, batch_size=32, lr=lr, grad_clip=0.0))
+              for lr in (1e6, 1e-3)]
+    summary = run_sweep("div", points, RunOptions(dataset="digits", out=str(tmp_path), progress=False,
+                                                  seeds=(0,), cost=CostPlan(rounds=0)))
+    table = read_rows(tmp_path / "ablations" / "div.csv")
+    assert list(table["status"]) == ["diverged", "ok"]
+    assert "loss became" in table.loc[0, "error"] and pd.isna(table.loc[0, "test_acc"])
+    assert 0 <= table.loc[1, "test_acc"] <= 1
+    assert summary["statuses"] == {"diverged": 1, "ok": 1}

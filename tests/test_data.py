@@ -1,0 +1,94 @@
+"""Datasets: the real on-disk formats of torchvision's loaders, the fixed mnist5k split, seeded augmentation,
+and a missing dataset named with the way to get it."""
+
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ablations.__main__ import main as ablations_main
+from ablations.data import load_dataset
+
+
+def test_cifar10_with_empty_root_names_path_and_download_flag(tmp_path):
+    with pytest.raises(FileNotFoundError, match=rf"{tmp_path}.*cifar-10-batches-py.*--download"):
+        load_dataset("cifar10", tmp_path)
+
+
+def test_cli_reports_missing_dataset_before_training(tmp_path, capsys):
+    assert ablations_main(["sweep", "depth", "--dataset", "cifar10", "--data-root", str(tmp_path),
+                           "--out", str(tmp_path / "out")]) == 2
+    assert "DOWNLOAD=1" in capsys.readouterr().err
+
+
+def write_cifar(root: Path, n: int = 20):
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    batches = {}
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        labels = rng.integers(0, 10, n).tolist()
+        with open(folder / name, "wb") as f:
+            pickle.dump({"data": data, "labels": labels}, f)
+        batches[name] = (data, labels)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": [f"c{i}" for i in range(10)]}, f)
+    return batches
+
+
+def test_cifar10_loader_reads_the_real_format(tmp_path, monkeypatch):
+    import torchvision
+
+    # the files are ours, so torchvision's md5 checks of the official archive cannot pass
+    monkeypatch.setattr(torchvision.datasets.CIFAR10, "_check_integrity", lambda self: True)
+    monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda *a, **k: True)
+    batches = write_cifar(tmp_path)
+    data = load_dataset("cifar10", tmp_path)
+    assert data.train_x.shape == (100, 3, 32, 32) and data.test_x.shape == (20, 3, 32, 32)
+    raw, labels = batches["test_batch"]
+    expected = torch.as_tensor(raw.reshape(-1, 3, 32, 32)).float() / 255  # CHW planes in the pickle
+    torch.testing.assert_close(data.test_x, expected)
+    assert data.test_y.tolist() == labels and data.flip and data.num_classes == 10
+
+
+def write_idx(path: Path, array: np.ndarray):
+    magic = 2051 if array.ndim == 3 else 2049
+    with open(path, "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape) + array.tobytes())
+
+
+def test_mnist_loader_reads_idx_files(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    images = {s: rng.integers(0, 256, (n, 28, 28), dtype=np.uint8) for s, n in (("train", 30), ("t10k", 10))}
+    labels = {s: rng.integers(0, 10, len(images[s]), dtype=np.uint8) for s in images}
+    for split in images:
+        write_idx(raw / f"{split}-images-idx3-ubyte", images[split])
+        write_idx(raw / f"{split}-labels-idx1-ubyte", labels[split])
+    data = load_dataset("mnist", tmp_path)
+    torch.testing.assert_close(data.test_x[:, 0], torch.as_tensor(images["t10k"]).float() / 255)
+    assert data.train_y.tolist() == labels["train"].tolist() and not data.flip and data.in_chans == 1
+
+
+def test_mnist5k_split_is_fixed_and_stratified():
+    a, b = load_dataset("mnist5k"), load_dataset("mnist5k")
+    assert len(a.train_y) == 4000 and len(a.test_y) == 1000
+    assert torch.equal(a.test_x, b.test_x)
+    assert a.test_y.bincount().tolist() == [100] * 10
+
+
+def test_augmentation_is_a_shift_and_seeded():
+    data = load_dataset("digits")
+    x = data.train_x[:16]
+    out1 = data.augment(x, torch.Generator().manual_seed(0))
+    out2 = data.augment(x, torch.Generator().manual_seed(0))
+    assert torch.equal(out1, out2) and out1.shape == x.shape
+    # each output is the input shifted by at most the padding: some shift in [-1, 1]² matches exactly
+    padded = torch.nn.functional.pad(x, (1, 1, 1, 1))
+    for i in range(16):
+        assert any(torch.equal(out1[i], padded[i, :, dy:dy + 8, dx:dx + 8]) for dy in range(3) for dx in range(3))

@@ -1,0 +1,98 @@
+"""Sweep specs: validated whole before any run, errors that name file, point and field; every shipped
+sweep valid for every dataset size; a new TOML file alone is a new sweep."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ablations.__main__ import main as ablations_main
+from ablations.report import build_report
+from ablations.specs import SPEC_DIR, SpecError, available_sweeps, default_sweeps, load_spec
+from conftest import write_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
+
+
+def test_spec_with_invalid_point_fails_before_any_training(tmp_path, capsys):
+    spec = write_spec(tmp_path / "badheads.toml", "num_heads", "[2, 3, 4]", model="embed_dim = 32")
+    out = tmp_path / "out"
+    assert ablations_main(["sweep", str(spec), "--dataset", "digits", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "badheads.toml" in err and "num_heads=3" in err and "embed_dim=32" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text,message", [
+    ('[sweep]\nfactor = "depth"\nvalues = [1]\nvalue = 3\n', "unknown key 'value'"),
+    ('[sweep]\nfactor = "depht"\nvalues = [1]\n', "factor='depht'"),
+    ('[sweep]\nfactor = "depth"\nvalues = [1]\n[train]\nepochs = 0\n', "TrainConfig.epochs"),
+    ('[sweep]\nfactor = "depth"\nvalues = [1]\n[model]\nimg_size = 32\n', "img_size is set by the dataset"),
+    ('[sweeps]\n', "unknown section"),
+])
+def test_spec_errors_name_file_and_field(tmp_path, text, message):
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=message) as info:
+        load_spec(path)
+    assert "s.toml" in str(info.value)
+
+
+@pytest.mark.parametrize("img_size,in_chans,base", [(28, 1, "vit_mnist"), (8, 1, "vit_digits"), (32, 3, "vit_cifar")])
+def test_every_shipped_sweep_is_valid_for_every_dataset_size(img_size, in_chans, base):
+    from ablations.specs import available_sweeps, find_spec
+    from vit import PRESETS
+
+    names = available_sweeps()
+    assert {"patch", "heads", "depth", "pos", "norm", "pool", "attn"} <= set(names)
+    for name in names:
+        spec = load_spec(find_spec(name))
+        points = spec.points(img_size, in_chans, 10)  # raises SpecError on any invalid point
+        assert points and all(p.model.img_size == img_size and p.model.in_chans == in_chans for p in points)
+        # preset auto: apart from the factor, each point is the dataset's base model
+        base_cfg = PRESETS[base].replace(img_size=img_size, in_chans=in_chans, num_classes=10)
+        for p in points:
+            assert p.model == base_cfg.replace(**{spec.factor: p.value}), (name, p.value)
+
+
+def test_preset_auto_without_a_base_for_the_image_size_says_so(tmp_path):
+    spec = tmp_path / "a.toml"
+    spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1]\n')
+    with pytest.raises(SpecError, match=r"a\.toml.*preset=auto has no base for 20 px"):
+        load_spec(spec).points(20, 1, 10)
+
+
+def test_shipped_sweeps_label_their_factor_and_mark_what_make_ablations_runs():
+    assert default_sweeps() == ["depth", "heads", "patch"]
+    assert available_sweeps()[:3] == default_sweeps()  # then the others, by name
+    assert load_spec(SPEC_DIR / "patch.toml").label == "patch size (px)"
+    bad = SPEC_DIR.parent / "bad-label.toml"
+    try:
+        bad.write_text('[sweep]\nfactor = "depth"\nvalues = [1]\ndefault = "yes"\n')
+        with pytest.raises(SpecError, match="default must be a bool"):
+            load_spec(bad)
+    finally:
+        bad.unlink()
+
+
+def test_a_new_toml_file_alone_gives_a_make_target_a_report_section_and_spec_coverage(tmp_path):
+    name = "zz_throwaway_mlp"
+    path = SPEC_DIR / f"{name}.toml"
+    path.write_text('[sweep]\nlabel = "MLP ratio"\nfactor = "mlp_ratio"\nvalues = [1.0, 2.0]\n[train]\nepochs = 1\n')
+    try:
+        assert name in available_sweeps() and name not in default_sweeps()
+        dry = subprocess.run(["make", "-n", f"ablate-{name}"], cwd=ROOT, capture_output=True, text=True)
+        assert dry.returncode == 0 and f"-m ablations sweep {name} " in dry.stdout.splitlines()[-1]
+        for img_size, in_chans in ((28, 1), (8, 1), (32, 3)):  # what the shipped-sweeps test checks of each file
+            assert len(load_spec(path).points(img_size, in_chans, 10)) == 2
+        assert ablations_main(["sweep", name, "--dataset", "digits", "--seeds", "0", "--cost-rounds", "0",
+                               "--device", "cpu", "--out", str(tmp_path)]) == 0
+        text = build_report(tmp_path).read_text()
+        assert f"## {name}: MLP ratio" in text and "\n| 1.0 | 1 |" in text and "\n| 2.0 | 1 |" in text
+    finally:
+        path.unlink()

@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 import torch  # noqa: E402
 
-from vit import ViTConfig, VisionTransformer  # noqa: E402
+from vit import POOLINGS, ViTConfig, VisionTransformer  # noqa: E402
 
 DPI = 80
 
@@ -147,8 +147,7 @@ def attention_maps(cfg: ViTConfig, weights_path: Path, images: torch.Tensor, pat
         _, attns = model(images, return_attn=True)
     g, heads, n = cfg.grid_size, cfg.num_heads, len(images)
 
-    def query(a: torch.Tensor) -> torch.Tensor:  # (..., T, T) -> (..., N): attention paid to the patches
-        return a[..., 0, 1:] if cfg.pool == "cls" else a[..., 1:, 1:].mean(-2)
+    query = POOLINGS[cfg.pool].query  # (..., T, T) -> (..., N): attention paid to the patches
 
     roll = query(rollout(attns)).reshape(n, g, g)
     last = query(attns[-1]).reshape(n, heads, g, g)
@@ -163,7 +162,7 @@ def attention_maps(cfg: ViTConfig, weights_path: Path, images: torch.Tensor, pat
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
-    who = "CLS" if cfg.pool == "cls" else "mean patch-token"
+    who = POOLINGS[cfg.pool].reader
     stem = "" if cfg.stem == "patch" else f", {cfg.stem} stem"
     fig.suptitle(f"{who} attention, last block (patch {cfg.patch_size}{stem}, {cfg.grid_size}×{cfg.grid_size} grid)")
     return _save(fig, path)

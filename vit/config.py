@@ -9,12 +9,12 @@ from typing import Any, Mapping
 
 from .attention import ATTENTION_BACKENDS
 from .blocks import NORM_PLACEMENTS
+from .pooling import POOLINGS
 from .position import POSITION_ENCODINGS
+from .stems import STEMS
 
 _POSITIVE_INTS = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads")
-POOLS = ("cls", "avg")
-STEMS = ("patch", "conv")
-_CHOICES = {"attn": ATTENTION_BACKENDS, "pos": POSITION_ENCODINGS, "norm": NORM_PLACEMENTS, "pool": POOLS,
+_CHOICES = {"attn": ATTENTION_BACKENDS, "pos": POSITION_ENCODINGS, "norm": NORM_PLACEMENTS, "pool": POOLINGS,
             "stem": STEMS}
 
 
@@ -83,25 +83,12 @@ class ViTConfig:
         if self.img_size % self.patch_size:
             raise ValueError(
                 f"ViTConfig.img_size={self.img_size} is not divisible by patch_size={self.patch_size}")
-        if self.stem == "conv":
-            self._check_conv_stem()
+        STEMS[self.stem].check(self)
         multiple = POSITION_ENCODINGS[self.pos].dim_multiple
         if self.embed_dim % multiple:
             raise ValueError(
                 f"ViTConfig.embed_dim={self.embed_dim} cannot be split by pos={self.pos!r}, "
                 f"which needs a multiple of {multiple}")
-
-    def _check_conv_stem(self) -> None:
-        side = self.stem_sides[-1] if self.stem_convs else self.img_size
-        if side != self.grid_size:
-            raise ValueError(
-                f"ViTConfig.stem='conv' with patch_size={self.patch_size}: its {self.stem_convs} stride-2 "
-                f"convolutions turn img_size={self.img_size} into a {side}×{side} grid, not the "
-                f"{self.grid_size}×{self.grid_size} of the patches; use a power-of-2 patch_size or stem='patch'")
-        if self.stem_channels and self.stem_channels[0] < 1:
-            raise ValueError(
-                f"ViTConfig.stem='conv' halves embed_dim={self.embed_dim} {self.stem_convs - 1} times for its "
-                f"first convolution, leaving no channels; use a larger embed_dim or a smaller patch_size")
 
     @property
     def stem_convs(self) -> int:

@@ -36,7 +36,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(cal
   $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download)
 
-.PHONY: install test ablations train bench bench-speed report clean
+.PHONY: install test ablations train bench bench-tokens bench-speed report clean
 
 install: $(STAMP)
 
@@ -69,6 +69,10 @@ bench: $(STAMP)
 	$(PY) -m pytest bench/test_bench_backends.py -p no:cacheprovider --benchmark-enable \
 	  --benchmark-json=$(OUT)/bench/pytest-benchmark.json $(PYTEST_ARGS)
 	$(PY) -m bench convert-json $(OUT)/bench/pytest-benchmark.json $(OUT)/bench/pytest-benchmark.csv
+
+# throughput and memory of the four backends against sequence length: $(OUT)/bench/backends.csv
+bench-tokens: $(STAMP)
+	$(PY) -m bench run --tokens 65,197,785 --name backends --out $(OUT) $(ARGS)
 
 bench-speed: $(STAMP)
 	$(PY) -m bench.vs_timm

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from bench.csvio import append_row, read_rows
 from bench.env import environment, run_id
 from bench.grid import classify_failure
-from bench.measure import MeasureConfig, add_mfu, cost, measure
+from bench.measure import MeasureConfig, cost, measure
 from bench.rounds import Spread, interleaved
 from bench.schema import COST_COLUMNS
 from bench.timing import TimingConfig
@@ -98,12 +98,11 @@ def _complete_phase(csv_path: Path, pid: str, expected: int) -> pd.DataFrame | N
 
 def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], device: torch.device,
                   first_round: bool, plan: CostPlan) -> dict[str, Any]:
-    cfg, mcfg = item.cfg, dataclasses.replace(item.mcfg, measure_memory=first_round)
+    cfg, mcfg = item.cfg, dataclasses.replace(item.mcfg, measure_memory=first_round, measure_mfu=plan.measure_mfu)
     row: dict[str, Any] = {**costs}
     try:
-        row.update(measure(model, (cfg.in_chans, cfg.img_size, cfg.img_size), cfg.num_classes, mcfg, device))
-        if plan.measure_mfu:
-            add_mfu(row, device)
+        row.update(measure(model, (cfg.in_chans, cfg.img_size, cfg.img_size), cfg.num_classes, mcfg, device,
+                           gflops=float(costs["gflops"])))
         row.update(status="ok", error="")
     except Exception as err:  # an out-of-memory point is a row, and the phase goes on
         row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])

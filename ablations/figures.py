@@ -5,25 +5,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
 import matplotlib.ticker
+import numpy as np
+import pandas as pd
+import seaborn as sns
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-import torch  # noqa: E402
-
-from vit import POOLINGS, ViTConfig, VisionTransformer  # noqa: E402
+from vit import POOLINGS, ViTConfig, VisionTransformer
 
 DPI = 80
 
 
-def _save(fig, path: Path) -> Path:
+def subplots(*args, figsize: tuple[float, float], **kwargs):
+    """`pyplot.subplots` without pyplot: a bare Figure needs no GUI backend and no global state."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*args, **kwargs)
+
+
+def save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
-    plt.close(fig)
     return path
 
 
@@ -44,7 +46,7 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
     ok = rows.loc[rows["status"] == "ok", ["run_id", factor]]
     data = history.merge(ok, on="run_id")
     data["test accuracy (%)"] = data["test_acc"] * 100
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, axes = subplots(1, 2, figsize=(9, 3.4))
     for ax, col in zip(axes, ["test accuracy (%)", "train_loss"]):
         sns.lineplot(data=data, x="epoch", y=col, hue=data[factor].astype(str), ax=ax, errorbar=None,
                      hue_order=[str(v) for v in order] if order else None)
@@ -53,7 +55,7 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
         ax.grid(alpha=0.3)
     axes[1].set_yscale("log")
     fig.suptitle(f"learning curves, {factor} sweep")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
@@ -71,7 +73,7 @@ def accuracy_vs_gflops(rows: pd.DataFrame, path: Path) -> Path:
     ok = rows[rows["status"] == "ok"].copy()
     ok["test accuracy (%)"] = ok["test_acc"] * 100
     front = pareto_front(ok)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = subplots(figsize=(6, 4))
     sns.scatterplot(data=ok, x="gflops", y="test accuracy (%)", hue="sweep", style="sweep", s=60, ax=ax)
     ax.plot(front["gflops"], front["test_acc"] * 100, "k--", lw=1, label="Pareto front")
     log_axis(ax, "x")
@@ -79,7 +81,7 @@ def accuracy_vs_gflops(rows: pd.DataFrame, path: Path) -> Path:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     ax.set_title("accuracy against compute, every run")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def backend_scaling(bench: pd.DataFrame, path: Path) -> Path:
@@ -87,7 +89,7 @@ def backend_scaling(bench: pd.DataFrame, path: Path) -> Path:
     cols = [("throughput_img_s", "throughput (img/s)"), ("peak_mem_mb", "peak memory (MB)")]
     if ok["util_source"].eq("nvml").any():
         cols.append(("util_pct", "GPU utilisation (%)"))
-    fig, axes = plt.subplots(1, len(cols), figsize=(4.5 * len(cols), 3.6))
+    fig, axes = subplots(1, len(cols), figsize=(4.5 * len(cols), 3.6))
     for ax, (col, label) in zip(axes, cols):
         sns.lineplot(data=ok, x="tokens", y=col, hue="attn", style="attn", markers=True, ax=ax, errorbar=None)
         log_axis(ax, "x")
@@ -99,7 +101,7 @@ def backend_scaling(bench: pd.DataFrame, path: Path) -> Path:
         ax.grid(alpha=0.3, which="both")
     names = sorted(ok["device_name"].astype(str).unique())
     fig.suptitle(f"attention backends: {', '.join(names)}, {', '.join(sorted(ok['dtype'].unique()))}")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _cosine_grid(pos: torch.Tensor, grid: int) -> np.ndarray:
@@ -109,7 +111,7 @@ def _cosine_grid(pos: torch.Tensor, grid: int) -> np.ndarray:
 
 def position_similarity(tables: dict[str, torch.Tensor], grid: int, path: Path) -> Path:
     """ViT paper Fig. 7: for each patch, cosine similarity of its position vector with every other."""
-    fig, axes = plt.subplots(1, len(tables), figsize=(3.6 * len(tables), 3.8))
+    fig, axes = subplots(1, len(tables), figsize=(3.6 * len(tables), 3.8))
     for ax, (name, pos) in zip(np.atleast_1d(axes), tables.items()):
         sims = _cosine_grid(pos, grid)
         mosaic = sims.transpose(0, 2, 1, 3).reshape(grid * grid, grid * grid)  # row-major tiles
@@ -123,7 +125,6 @@ def position_similarity(tables: dict[str, torch.Tensor], grid: int, path: Path) 
     fig.colorbar(im, ax=axes, shrink=0.8, label="cosine similarity")
     fig.suptitle("position-embedding similarity: tile (i, j) = patch (i, j) against every patch")
     fig.savefig(path, dpi=DPI)
-    plt.close(fig)
     return path
 
 
@@ -151,7 +152,7 @@ def attention_maps(cfg: ViTConfig, weights_path: Path, images: torch.Tensor, pat
 
     roll = query(rollout(attns)).reshape(n, g, g)
     last = query(attns[-1]).reshape(n, heads, g, g)
-    fig, axes = plt.subplots(n, heads + 2, figsize=(1.6 * (heads + 2), 1.7 * n), squeeze=False)
+    fig, axes = subplots(n, heads + 2, figsize=(1.6 * (heads + 2), 1.7 * n), squeeze=False)
     for i in range(n):
         axes[i, 0].imshow(images[i].mean(0), cmap="gray")
         for h in range(heads):
@@ -165,4 +166,4 @@ def attention_maps(cfg: ViTConfig, weights_path: Path, images: torch.Tensor, pat
     who = POOLINGS[cfg.pool].reader
     stem = "" if cfg.stem == "patch" else f", {cfg.stem} stem"
     fig.suptitle(f"{who} attention, last block (patch {cfg.patch_size}{stem}, {cfg.grid_size}×{cfg.grid_size} grid)")
-    return _save(fig, path)
+    return save(fig, path)

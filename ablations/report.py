@@ -8,24 +8,20 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
+from bench.csvio import read_rows
+from bench.rounds import Spread
+from vit import ViTConfig, VisionTransformer
 
-from bench.csvio import read_rows  # noqa: E402
-from bench.rounds import Spread  # noqa: E402
-from vit import ViTConfig, VisionTransformer  # noqa: E402
-
-from . import figures as figs  # noqa: E402
-from . import findings  # noqa: E402
-from .data import load_dataset  # noqa: E402
-from .runner import SweepPaths  # noqa: E402
-from .specs import SPEC_DIR, SweepSpec, available_sweeps, load_spec  # noqa: E402
-from .stats import ALPHA, POWER, REPLICATES  # noqa: E402
+from . import figures as figs
+from . import findings
+from .data import load_dataset
+from .runner import SweepPaths
+from .specs import SPEC_DIR, SweepSpec, available_sweeps, load_spec
+from .stats import ALPHA, POWER, REPLICATES
 
 def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
     """The sweep's values in the spec's order (values the spec lacks go last, sorted)."""
@@ -66,7 +62,7 @@ def sweep_figure(f: findings.SweepFindings, path: Path, label: str) -> None:
               ("training-step img/s [IQR]", True, spread("train")),
               ("training-step peak MB", False, spread("mem")),
               ("training run wall s [IQR]", False, spread("train_s"))]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.7 * len(panels), 3.4))
+    fig, axes = figs.subplots(1, len(panels), figsize=(3.7 * len(panels), 3.4))
     for ax, (label, log, (centre, low, high)) in zip(axes, panels):
         bars(ax, centre, low, high)
         ax.set_ylabel(label)
@@ -77,9 +73,7 @@ def sweep_figure(f: findings.SweepFindings, path: Path, label: str) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(f"{label} sweep: accuracy over seeds ({f.settings[0].acc.kind}); "
                  f"speed over cost-phase rounds")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    figs.save(fig, path)
 
 
 def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path, data_root: Path) -> list[str]:
@@ -137,6 +131,43 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     if paths.history.exists():
         curves = figs.learning_curves(read_rows(paths.history), rows, factor, figures / f"{sweep}-curves.png", order)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
+    return lines
+
+
+def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
+    """`make bench` (pytest-benchmark: each backend's forward and training step) and `make bench-tokens`
+    (throughput and memory against sequence length)."""
+    lines = ["## attention backends (bench)", ""]
+    suite = bench_dir / "pytest-benchmark.csv"
+    if suite.exists():
+        ok = read_rows(suite)
+        ok = ok[ok["status"] == "ok"]
+        lines += [f"`make bench` ({', '.join(sorted(ok['device_name'].astype(str).unique()))}, "
+                  f"{', '.join(sorted(ok['dtype'].astype(str).unique()))}; median step over pytest-benchmark's rounds):",
+                  "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU |", "|---|---|---|---|---|---|---|"]
+        for _, r in ok.sort_values(["tokens", "mode", "attn"]).iterrows():
+            lines.append(f"| {r.tokens} | {r.batch_size} | {r['mode']} | {r.attn} | {r.throughput_img_s:,.1f} | "
+                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {r.get('mfu', float('nan')):.3f} |")
+        lines.append("")
+    else:
+        lines += [f"_Missing: `{suite}`; `make bench` produces it._", ""]
+    tokens_csv = bench_dir / "backends.csv"
+    if tokens_csv.exists():
+        bench = read_rows(tokens_csv)
+        ok = bench[bench["status"] == "ok"]
+        tokens = sorted(ok["tokens"].unique())
+        lines += ["Against sequence length (`make bench-tokens`):", "",
+                  "| attn | " + " | ".join(f"img/s @ {t} tok" for t in tokens) + " | "
+                  + " | ".join(f"peak MB @ {t} tok" for t in tokens) + " |", "|" + "---|" * (1 + 2 * len(tokens))]
+        for attn, g in ok.groupby("attn"):
+            by_t = g.groupby("tokens")
+            rate, mem = by_t["throughput_img_s"].median(), by_t["peak_mem_mb"].median()
+            lines.append(f"| {attn} | " + " | ".join(f"{rate.get(t, float('nan')):.2f}" for t in tokens) + " | "
+                         + " | ".join(f"{mem.get(t, float('nan')):.1f}" for t in tokens) + " |")
+        scaling = figs.backend_scaling(bench, figures / "backends.png")
+        lines += ["", f"![backends](figures/{scaling.name})", ""]
+    else:
+        lines += [f"_Missing: `{tokens_csv}`; `make bench-tokens` produces it._", ""]
     return lines
 
 
@@ -220,23 +251,7 @@ def build_report(out: Path, data_root: str | Path = "data") -> Path:
             f"({r.gflops:.5f} GFLOPs, {r.test_acc * 100:.1f}%)" for _, r in front.iterrows()) + ".", "",
             f"![pareto](figures/{pareto.name})", ""]
         lines += _inside_the_model(out, tables, figures, Path(data_root))
-    bench_csv = out / "bench" / "backends.csv"
-    lines.append("## attention backends (bench)")
-    if bench_csv.exists():
-        bench = read_rows(bench_csv)
-        ok = bench[bench["status"] == "ok"]
-        tokens = sorted(ok["tokens"].unique())
-        lines += ["", "| attn | " + " | ".join(f"img/s @ {t} tok" for t in tokens) + " | "
-                  + " | ".join(f"peak MB @ {t} tok" for t in tokens) + " |", "|" + "---|" * (1 + 2 * len(tokens))]
-        for attn, g in ok.groupby("attn"):
-            by_t = g.groupby("tokens")
-            rate, mem = by_t["throughput_img_s"].median(), by_t["peak_mem_mb"].median()
-            lines.append(f"| {attn} | " + " | ".join(f"{rate.get(t, float('nan')):.2f}" for t in tokens) + " | "
-                         + " | ".join(f"{mem.get(t, float('nan')):.1f}" for t in tokens) + " |")
-        scaling = figs.backend_scaling(bench, figures / "backends.png")
-        lines += ["", f"![backends](figures/{scaling.name})", ""]
-    else:
-        lines += [f"_Missing: `{bench_csv}`; `python -m bench run --tokens 65,197,785 --name backends` produces it._", ""]
+    lines += _bench_section(out / "bench", figures)
     lines.append(METHOD)
     path = out / "REPORT.md"
     path.write_text("\n".join(lines) + "\n")

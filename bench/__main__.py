@@ -21,8 +21,8 @@ from vit import ATTENTION_BACKENDS, PRESETS
 from .csvio import append_row
 from .env import environment, resolve_device, run_id
 from .grid import expand_grid, parse_overrides, run_grid
-from .measure import MODES
-from .mfu import DTYPES, matmul_peak_flops
+from .measure import MODES, add_mfu
+from .mfu import DTYPES, device_name, matmul_peak_flops
 from .schema import BENCH_COLUMNS
 from .timing import TimingConfig
 
@@ -62,13 +62,17 @@ def convert_json(json_path: Path, csv_path: Path) -> int:
     for bench in data.get("benchmarks", []):
         info, stats = bench.get("extra_info", {}), bench["stats"]
         device = torch.device(info.get("device", "cpu"))
-        # the environment of this machine describes the run only if it has that kind of device
-        env = environment(device) if device.type == "cpu" or torch.cuda.is_available() else {"device": device.type}
+        measured_on = info.get("device_name") or data.get("machine_info", {}).get("cpu", {}).get("brand_raw")
+        # this machine's environment and matmul peak describe the run only if it ran on this very device
+        here = (device.type == "cpu" or torch.cuda.is_available()) and measured_on == device_name(device)
+        env = environment(device) if here else {"device": device.type, "device_name": measured_on or ""}
         row = {**env, **info}
         row.update(started_at=data.get("datetime", row.get("started_at")),
                    run_id=run_id({**info, "benchmark": bench["name"]}), status="ok", error="",
                    step_ms_median=stats["median"] * 1e3, step_ms_iqr=stats["iqr"] * 1e3,
                    throughput_img_s=info["batch_size"] / stats["median"], repeats=stats["rounds"])
+        if "gflops" in row and here:
+            add_mfu(row, device)
         append_row(csv_path, {k: v for k, v in row.items() if k in BENCH_COLUMNS}, BENCH_COLUMNS)
         written += 1
     return written

@@ -22,7 +22,7 @@ from vit import ViTConfig, VisionTransformer
 
 from .csvio import append_row
 from .env import environment, run_id
-from .measure import MeasureConfig, add_mfu, cost, measure
+from .measure import MeasureConfig, cost, measure
 from .schema import BENCH_COLUMNS
 
 
@@ -62,9 +62,7 @@ def measure_point(point: GridPoint, device: torch.device,
     try:
         model = build(cfg)
         row.update(cost(model, shape))
-        row.update(measure(model, shape, cfg.num_classes, mcfg, device))
-        if mcfg.measure_mfu:
-            add_mfu(row, device)
+        row.update(measure(model, shape, cfg.num_classes, mcfg, device, gflops=float(row["gflops"])))
         row.update(status="ok", error="")
     except Exception as err:  # recorded, never lost: the grid goes on
         row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])

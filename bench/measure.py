@@ -31,7 +31,7 @@ class MeasureConfig:
     compile: bool = False
     timing: TimingConfig = field(default_factory=TimingConfig)
     measure_memory: bool = True
-    measure_mfu: bool = True
+    measure_mfu: bool = True    # needs the forward GFLOPs: measure(..., gflops=cost(...)["gflops"])
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -75,8 +75,9 @@ def make_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, mcfg
 
 
 def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: int, mcfg: MeasureConfig,
-            device: torch.device) -> dict[str, object]:
-    """Speed columns of CONTRACT §3 for `model` on inputs of `input_shape` (C, H, W), batch mcfg.batch_size.
+            device: torch.device, gflops: float | None = None) -> dict[str, object]:
+    """Speed columns for `model` on inputs of `input_shape` (C, H, W), batch mcfg.batch_size; with
+    `mcfg.measure_mfu` and the forward `gflops` of one image (`cost`), the MFU too.
 
     Raises what the step raises (an out-of-memory error included); the caller records it.
     """
@@ -96,6 +97,8 @@ def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: in
         "gpu_mem_used_mb": util.get("gpu_mem_used_mb"), "power_w": util.get("power_w"),
     }
     row["peak_mem_mb"] = peak_mem_mb(step, device, alive) if mcfg.measure_memory else None
+    if mcfg.measure_mfu and gflops is not None:
+        add_mfu({**row, "gflops": gflops}, device, into=row)
     return row
 
 
@@ -106,7 +109,9 @@ def cost(model: nn.Module, input_shape: tuple[int, int, int]) -> dict[str, float
     return {"params": param_count(model), "gmacs": gmacs, "gflops": 2 * gmacs}
 
 
-def add_mfu(row: dict[str, object], device: torch.device) -> None:
-    """Fill row["mfu"] from gflops, throughput and the cached matmul peak of (device, dtype)."""
+def add_mfu(row: dict[str, object], device: torch.device, into: dict[str, object] | None = None) -> None:
+    """Set `mfu` (in `into`, default `row`) from the row's gflops, throughput, mode and dtype and the
+    cached matmul peak of (device, dtype)."""
     peak = matmul_peak_flops(device, str(row["dtype"]))
-    row["mfu"] = mfu(float(row["gflops"]), float(row["throughput_img_s"]), str(row["mode"]), peak)
+    (row if into is None else into)["mfu"] = mfu(float(row["gflops"]), float(row["throughput_img_s"]),
+                                                 str(row["mode"]), peak)

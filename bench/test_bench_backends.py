@@ -12,6 +12,7 @@ import torch
 
 from bench.env import resolve_device
 from bench.measure import MeasureConfig, cost, make_step
+from bench.mfu import device_name
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer
 
 DEVICE = resolve_device("auto")
@@ -43,5 +44,5 @@ def test_step(benchmark, backend, config, mode):
 
     benchmark.extra_info.update({**cfg.to_dict(), **row, "tokens": cfg.tokens, "mode": mode,
                                  "batch_size": batch_size, "dtype": DTYPE, "compile": 0,
-                                 "device": DEVICE.type, "backend": backend})
+                                 "device": DEVICE.type, "device_name": device_name(DEVICE), "backend": backend})
     benchmark.pedantic(synced_step, warmup_rounds=1, rounds=5 if config == "small" else 3, iterations=1)

@@ -80,13 +80,15 @@ def test_sampler_aggregates_what_it_read():
     read = [min(i, 4) * 10.0 for i in range(1, reader.calls)]  # the first read only starts the interval
     assert summary["util_pct"] == pytest.approx(sum(read) / len(read))
     assert summary["power_w"] == 100.0 and summary["util_source"] == "fake"
-    assert summary["util_samples"] == reader.calls - 1 >= 5
+    assert summary["util_samples"] == reader.calls - 1 >= 2  # ~20 on an idle machine; fewer under load
 
 
-def test_sleep_is_timed_within_5_percent():
+def test_sleep_is_timed_from_below_and_tightly():
+    # a sleep never ends early; under load it may end late, so the bound above is looser than below
     timing = time_steps(lambda: time.sleep(0.05), "cpu", TimingConfig(warmup=1, min_repeats=10, min_time_s=0))
-    assert timing.median_ms == pytest.approx(50.0, rel=0.05)
-    assert timing.throughput(10) == pytest.approx(200.0, rel=0.05)
+    assert 50.0 <= timing.median_ms <= 60.0
+    assert timing.throughput(10) == pytest.approx(10 / (timing.median_ms / 1e3))
+    assert 10 <= len(timing.times_ms) and min(timing.times_ms) >= 50.0
 
 
 class OOMOnBackend(nn.Module):
@@ -213,3 +215,28 @@ def test_bench_cli_set_overrides_the_preset_and_bad_overrides_fail_first(tmp_pat
     assert (row["stem"], row["depth"], row["tokens"], row["img_size"], row["status"]) == ("patch", 2, 65, 56, "ok")
     cfg = ViTConfig.from_row(row)
     assert row["gmacs"] == pytest.approx(closed_form_macs(cfg) / 1e9)
+
+
+def test_convert_json_adds_mfu_only_for_a_run_on_this_device(tmp_path, monkeypatch):
+    import json
+
+    from bench.__main__ import convert_json
+    from bench.mfu import device_name
+
+    here = device_name(torch.device("cpu"))
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path))
+    key = f"{here}|fp32|threads={torch.get_num_threads()}|torch={torch.__version__}"
+    (tmp_path / "matmul_peak.json").write_text(json.dumps({key: 1e11}))  # a known peak: 100 GFLOP/s
+    info = {"device": "cpu", "dtype": "fp32", "mode": "train", "batch_size": 8, "gflops": 0.5, "gmacs": 0.25,
+            "attn": "sdpa", "tokens": 17}
+    stats = {"median": 0.04, "iqr": 0.002, "rounds": 5}
+    data = {"datetime": "2026-01-01T00:00:00", "benchmarks": [
+        {"name": "here", "stats": stats, "extra_info": {**info, "device_name": here}},
+        {"name": "elsewhere", "stats": stats, "extra_info": {**info, "device_name": "Some Other CPU"}}]}
+    (tmp_path / "b.json").write_text(json.dumps(data))
+    assert convert_json(tmp_path / "b.json", tmp_path / "b.csv") == 2
+    rows = read_rows(tmp_path / "b.csv")
+    # 0.5 GFLOPs × 3 (a training step) × 200 img/s ÷ 100 GFLOP/s
+    assert rows.loc[0, "mfu"] == pytest.approx(0.5e9 * 3 * (8 / 0.04) / 1e11)
+    assert rows.loc[0, "throughput_img_s"] == pytest.approx(200.0) and rows.loc[0, "step_ms_iqr"] == pytest.approx(2.0)
+    assert pd.isna(rows.loc[1, "mfu"]) and rows.loc[1, "device_name"] == "Some Other CPU"

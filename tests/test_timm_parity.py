@@ -27,10 +27,10 @@ def test_preset_parameter_count_equals_timm(preset):
     assert n_params(ours) == n_params(theirs)
 
 
-@pytest.mark.parametrize("backend", sorted(ATTENTION_BACKENDS))
-def test_vit_tiny_logits_equal_timm(backend):
+def test_vit_tiny_logits_equal_timm_at_224_px():
+    # one backend at full size; the four backends are compared with timm on the small model below
     theirs = timm.create_model("vit_tiny_patch16_224", pretrained=False).eval()
-    ours = VisionTransformer(PRESETS["vit_tiny_patch16_224"].replace(attn=backend)).eval()
+    ours = VisionTransformer(PRESETS["vit_tiny_patch16_224"].replace(attn="sdpa")).eval()
     load_timm_weights(ours, theirs.state_dict())
     images = torch.randn(2, 3, 224, 224)
     with torch.no_grad():

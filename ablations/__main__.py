@@ -4,6 +4,7 @@
     python -m ablations sweep depth --seeds 0 --cost-rounds 0   # one seed, no cost phase
     python -m ablations train --preset vit_mnist --set depth=6 --set lr=1e-3
     python -m ablations report [--out results]
+    python -m ablations columns > docs/columns.md
 """
 
 from __future__ import annotations
@@ -268,6 +269,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_columns(args: argparse.Namespace) -> int:
+    from .schema import columns_markdown
+
+    print(columns_markdown(), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ablations", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -285,8 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--out", default="results")
     report.add_argument("--data-root", default="data",
                         help="where torchvision datasets live, for the attention maps' few test images (DATA_ROOT)")
+    sub.add_parser("columns", help="the column dictionary of every result table, as markdown (docs/columns.md)")
     args = parser.parse_args(argv)
-    return {"sweep": cmd_sweep, "train": cmd_train, "report": cmd_report}[args.command](args)
+    return {"sweep": cmd_sweep, "train": cmd_train, "report": cmd_report, "columns": cmd_columns}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from bench.env import environment, run_id
 from bench.grid import classify_failure
 from bench.measure import MeasureConfig, cost, measure
 from bench.rounds import Spread, interleaved
-from bench.schema import COST_COLUMNS
+from .schema import COST_COLUMNS
 from bench.timing import TimingConfig
 from vit import ViTConfig, VisionTransformer
 

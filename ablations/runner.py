@@ -27,7 +27,7 @@ from bench.csvio import append_row, read_rows
 from bench.env import resolve_device
 from bench.grid import classify_failure
 from bench.measure import cost
-from bench.schema import ABLATION_COLUMNS, HISTORY_COLUMNS
+from .schema import ABLATION_COLUMNS, HISTORY_COLUMNS
 from vit import VisionTransformer, init_from_checkpoint
 
 from .cost import model_key, row_figures, run_cost_phase

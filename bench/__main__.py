@@ -1,4 +1,4 @@
-"""python -m bench: measure a config or a grid and append CONTRACT §3 rows to $OUT/bench/<name>.csv.
+"""python -m bench: measure a config or a grid and append rows (docs/columns.md) to $OUT/bench/<name>.csv.
 
     python -m bench run --preset vit_small_patch16_224 --attn loop,bmm,einops,sdpa --tokens 65,197,785
     python -m bench run --preset vit_mnist --set stem=patch --set depth=6 --mode infer,train
@@ -56,7 +56,7 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def convert_json(json_path: Path, csv_path: Path) -> int:
-    """pytest-benchmark JSON → CONTRACT §3 rows (one per benchmark)."""
+    """pytest-benchmark JSON → measurement rows (one per benchmark)."""
     data = json.loads(Path(json_path).read_text())
     written = 0
     for bench in data.get("benchmarks", []):
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--min-time-s", type=float, default=1.0)
     run.add_argument("--out", default="results")
     run.add_argument("--name", default="grid", help="the CSV's name under $OUT/bench/")
-    conv = sub.add_parser("convert-json", help="pytest-benchmark JSON to a CSV of CONTRACT rows")
+    conv = sub.add_parser("convert-json", help="pytest-benchmark JSON to a CSV of measurement rows")
     conv.add_argument("json_path", type=Path)
     conv.add_argument("csv_path", type=Path)
     peak = sub.add_parser("peak", help="measure (or read the cached) matmul peak")

@@ -51,7 +51,7 @@ class GridPoint:
 
 def measure_point(point: GridPoint, device: torch.device,
                   build: Callable[[ViTConfig], torch.nn.Module] = VisionTransformer) -> dict[str, object]:
-    """One CONTRACT §3 row; failures become a row with status oom/error instead of an exception."""
+    """One measurement row (docs/columns.md); failures become a row with status oom/error, not an exception."""
     cfg, mcfg = point.cfg, point.mcfg
     row: dict[str, object] = {**environment(device), **cfg.to_dict(), "tokens": cfg.tokens,
                               "mode": mcfg.mode, "batch_size": mcfg.batch_size, "dtype": mcfg.dtype,

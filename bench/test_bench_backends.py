@@ -2,7 +2,7 @@
 
 Two configs: `small` (the MNIST sweep config) and `vit_s16` (ViT-S/16 at 224 px). Batch sizes are
 kept small on CPU. CUDA work is synchronised inside the measured function, so the time is the device's.
-Each benchmark's `extra_info` carries what `python -m bench convert-json` needs for a CONTRACT row.
+Each benchmark's `extra_info` carries what `python -m bench convert-json` needs for a measurement row.
 """
 
 from __future__ import annotations

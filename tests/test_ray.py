@@ -25,7 +25,7 @@ from ablations.tasks import RunOptions, Task  # noqa: E402
 from ablations.specs import Point  # noqa: E402
 from ablations.train import TrainConfig  # noqa: E402
 from bench.csvio import read_rows  # noqa: E402
-from bench.schema import MEASURED  # noqa: E402
+from ablations.schema import MEASURED  # noqa: E402
 from vit import ViTConfig  # noqa: E402
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,

@@ -12,7 +12,7 @@ from ablations.findings import analyse, newest_complete_phase
 from ablations.report import build_report
 from ablations.runner import SweepPaths, save_preds
 from bench.csvio import append_row, read_rows
-from bench.schema import ABLATION_COLUMNS, COST_COLUMNS
+from ablations.schema import ABLATION_COLUMNS, COST_COLUMNS
 
 N_TEST = 1000
 ENV = {"device": "cpu", "device_name": "test cpu", "torch_version": "x", "git_sha": "abc", "dataset": "digits"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .attention import ATTENTION_BACKENDS
@@ -18,45 +18,44 @@ _CHOICES = {"attn": ATTENTION_BACKENDS, "pos": POSITION_ENCODINGS, "norm": NORM_
             "stem": STEMS}
 
 
+def _doc(unit: str, meaning: str) -> dict[str, str]:
+    return {"unit": unit, "doc": meaning}
+
+
 @dataclass(frozen=True)
 class ViTConfig:
-    """Every hyperparameter of a `VisionTransformer`.
-
-    img_size: side of the square input image, pixels. patch_size: side of a square patch, pixels.
-    in_chans: input channels. num_classes: classifier outputs. embed_dim: token width D.
-    depth: number of transformer blocks. num_heads: attention heads (D must split evenly).
-    mlp_ratio: MLP hidden width / D. attn: attention backend ("loop" | "bmm" | "einops" | "sdpa").
-    pos: position encoding ("learned" | "sinusoidal" | "sincos2d" | "none").
-    norm: LayerNorm placement ("pre" | "post").
-    pool: what the head reads: "cls" (the CLS token, ViT) or "avg" (the mean of the patch tokens, then
-    LayerNorm: timm's global_pool="avg" with fc_norm; the CLS token stays in the sequence).
-    stem: how images become tokens: "patch" (ViT: one patch_size×patch_size convolution of stride
-    patch_size) or "conv" (Xiao et al. 2021, "Early convolutions help transformers see better":
-    ⌈log2 patch_size⌉ 3×3 stride-2 convolutions, each with BatchNorm and ReLU, channels doubling up to
-    embed_dim, then a 1×1 projection; the same token grid as "patch").
-    qkv_bias: bias on the fused qkv projection.
-    dropout: dropout after embeddings, attention output projection and MLP.
-    attn_dropout: dropout on the attention probabilities.
+    """Every hyperparameter of a `VisionTransformer`, each field documented beside it (its metadata
+    also gives the unit, and the column dictionary `docs/columns.md` is rendered from it).
 
     Invalid values raise `ValueError` naming the field and the value.
     """
 
-    img_size: int = 32
-    patch_size: int = 4
-    in_chans: int = 3
-    num_classes: int = 10
-    embed_dim: int = 128
-    depth: int = 6
-    num_heads: int = 4
-    mlp_ratio: float = 4.0
-    attn: str = "sdpa"
-    pos: str = "learned"
-    norm: str = "pre"
-    pool: str = "cls"
-    stem: str = "patch"
-    qkv_bias: bool = True
-    dropout: float = 0.0
-    attn_dropout: float = 0.0
+    img_size: int = field(default=32, metadata=_doc("px", "side of the square input image"))
+    patch_size: int = field(default=4, metadata=_doc("px", "side of a square patch: the token grid is img_size / patch_size"))
+    in_chans: int = field(default=3, metadata=_doc("", "input channels"))
+    num_classes: int = field(default=10, metadata=_doc("", "classifier outputs"))
+    embed_dim: int = field(default=128, metadata=_doc("", "token width D"))
+    depth: int = field(default=6, metadata=_doc("", "number of transformer blocks"))
+    num_heads: int = field(default=4, metadata=_doc("", "attention heads; embed_dim must split evenly"))
+    mlp_ratio: float = field(default=4.0, metadata=_doc("", "MLP hidden width / embed_dim"))
+    attn: str = field(default="sdpa", metadata=_doc(
+        "", "attention backend, one function written four ways: loop (per head), bmm, einops, sdpa "
+            "(F.scaled_dot_product_attention)"))
+    pos: str = field(default="learned", metadata=_doc(
+        "", "position encoding: learned, sinusoidal (1-D, Vaswani et al.), sincos2d (2-D, MAE), none"))
+    norm: str = field(default="pre", metadata=_doc(
+        "", "LayerNorm placement: pre (LN → sublayer → residual, final LN; ViT) or post (residual → LN)"))
+    pool: str = field(default="cls", metadata=_doc(
+        "", "what the head reads: cls (the CLS token, ViT) or avg (the mean of the patch tokens, then "
+            "LayerNorm: timm's global_pool='avg' with fc_norm; the CLS token stays in the sequence)"))
+    stem: str = field(default="patch", metadata=_doc(
+        "", "how images become tokens: patch (one patch_size × patch_size convolution of stride patch_size) "
+            "or conv (Xiao et al. 2021: ⌈log2 patch_size⌉ 3×3 stride-2 convolutions with BatchNorm and "
+            "ReLU, channels doubling up to embed_dim, then a 1×1 projection; the same token grid)"))
+    qkv_bias: bool = field(default=True, metadata=_doc("", "bias on the fused qkv projection"))
+    dropout: float = field(default=0.0, metadata=_doc(
+        "", "dropout after the embeddings, the attention output projection and the MLP"))
+    attn_dropout: float = field(default=0.0, metadata=_doc("", "dropout on the attention probabilities"))
 
     def __post_init__(self) -> None:
         for name in _POSITIVE_INTS:

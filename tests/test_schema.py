@@ -1,0 +1,31 @@
+"""The column dictionary: every column of every table defined once, with a meaning, and docs/columns.md
+rendered from the code (regenerate with `python -m ablations columns > docs/columns.md`)."""
+
+import dataclasses
+from pathlib import Path
+
+from ablations.schema import ABLATION_COLUMNS, COST_COLUMNS, HISTORY_COLUMNS, TABLES, columns_markdown
+from bench.schema import BENCH_COLUMNS
+from vit import ViTConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_docs_columns_md_is_what_the_code_renders():
+    assert (ROOT / "docs" / "columns.md").read_text() == columns_markdown(), \
+        "docs/columns.md is out of date: python -m ablations columns > docs/columns.md"
+
+
+def test_every_column_is_defined_with_a_meaning_and_named_once_per_table():
+    for path, _, table in TABLES:
+        assert len({c.name for c in table}) == len(table), path
+        assert all(c.meaning.strip() for c in table), [c.name for c in table if not c.meaning.strip()]
+    text = columns_markdown()
+    for name in {*BENCH_COLUMNS, *ABLATION_COLUMNS, *COST_COLUMNS, *HISTORY_COLUMNS}:
+        assert f"| `{name}` |" in text or f"- `{name}`:" in text, name
+
+
+def test_model_columns_are_viTconfig_fields_documented_where_they_are_declared():
+    fields = [f.name for f in dataclasses.fields(ViTConfig)]
+    assert BENCH_COLUMNS[BENCH_COLUMNS.index("img_size"):][:len(fields)] == fields
+    assert all(f.metadata.get("doc") for f in dataclasses.fields(ViTConfig))

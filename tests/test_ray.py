@@ -141,3 +141,30 @@ def test_missing_ray_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     with pytest.raises(ValueError, match=r"pip install -e '\.\[ray\]'"):
         RayExecutor().start()
+
+
+def checking_execute(task: Task, data, driver_path: str, driver_bytes: bytes):
+    """Fails the run unless the worker starts from its own copy of the driver's INIT checkpoint."""
+    if task.options.init == driver_path or Path(task.options.init).read_bytes() != driver_bytes:
+        raise AssertionError(f"worker opened {task.options.init!r}, not a shipped copy")
+    return execute(task, data)
+
+
+def test_init_checkpoint_reaches_workers_as_bytes_not_as_the_drivers_path(tmp_path):
+    from functools import partial
+
+    from timm.models.vision_transformer import VisionTransformer as TimmViT
+
+    from vit import checkpoint_id
+
+    path = tmp_path / "driver-only" / "ckpt.pth"
+    path.parent.mkdir()
+    torch.save(TimmViT(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
+                       mlp_ratio=1.0).state_dict(), path)
+    opts = RunOptions(dataset="digits", out=str(tmp_path / "out"), seeds=(0,), progress=False,
+                      cost=CostPlan(rounds=0), init=str(path), init_id=checkpoint_id(path))
+    summary = run_sweep("init", depth_points("init", 1), opts, ray_executor(),
+                        fn=partial(checking_execute, driver_path=str(path), driver_bytes=path.read_bytes()))
+    assert summary["statuses"] == {"ok": 1}
+    row = read_rows(tmp_path / "out" / "ablations" / "init.csv").iloc[0]
+    assert row["init"] == checkpoint_id(path)

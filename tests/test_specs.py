@@ -86,8 +86,9 @@ def test_a_new_toml_file_alone_gives_a_make_target_a_report_section_and_spec_cov
     path.write_text('[sweep]\nlabel = "MLP ratio"\nfactor = "mlp_ratio"\nvalues = [1.0, 2.0]\n[train]\nepochs = 1\n')
     try:
         assert name in available_sweeps() and name not in default_sweeps()
-        dry = subprocess.run(["make", "-n", f"ablate-{name}"], cwd=ROOT, capture_output=True, text=True)
-        assert dry.returncode == 0 and f"-m ablations sweep {name} " in dry.stdout.splitlines()[-1]
+        dry = subprocess.run(["make", "-n", "--no-print-directory", f"ablate-{name}"], cwd=ROOT, capture_output=True,
+                             text=True)
+        assert dry.returncode == 0 and f"-m ablations sweep {name} " in dry.stdout
         for img_size, in_chans in ((28, 1), (8, 1), (32, 3)):  # what the shipped-sweeps test checks of each file
             assert len(load_spec(path).points(img_size, in_chans, 10)) == 2
         assert ablations_main(["sweep", name, "--dataset", "digits", "--seeds", "0", "--cost-rounds", "0",

@@ -28,6 +28,7 @@ class Setting:
     train_s: Spread                                            # over seeds
     infer: dict[str, Spread] = field(default_factory=dict)     # cost phase, over rounds
     train: dict[str, Spread] = field(default_factory=dict)
+    reused_from: tuple[str, ...] = ()                          # sweeps its runs were copied from
 
 
 @dataclass
@@ -67,10 +68,11 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     settings = []
     for value in order:
         g = ok[ok[factor] == value]
+        reused = tuple(sorted(g["reused_from"].dropna().astype(str).unique())) if "reused_from" in g else ()
         settings.append(Setting(value, sorted(int(s) for s in g["seed"]), accuracy_interval(g["test_acc"], test_size),
                                 int(g["params"].iloc[0]), float(g["gmacs"].iloc[0]),
                                 Spread.of(g["train_time_s"].astype(float)),
-                                infer.get(value, {}), train.get(value, {})))
+                                infer.get(value, {}), train.get(value, {}), reused))
     source = (f"cost phase, {int(cost_phase['rounds'].iloc[0])} interleaved rounds" if cost_phase is not None
               else "no cost phase found (run the sweep with --cost-rounds ≥ 1)")
     findings = SweepFindings(factor, settings, test_size, source, None, None)
@@ -158,10 +160,11 @@ def cost_sentence(f: SweepFindings) -> str:
         a, b = getattr(last, mode).get(col), getattr(first, mode).get(col)
         return ratio_or_noise(a, b) if a is not None and b is not None else "not measured"
 
+    wall = ("not compared (one side was trained in another sweep, at another time)"
+            if first.reused_from or last.reused_from else ratio_or_noise(last.train_s, first.train_s))
     return (f"From {label(first)} to {label(last)}: GMACs ×{last.gmacs / first.gmacs:.2f}; inference img/s "
             f"{figure('infer', 'throughput_img_s')}; training-step img/s {figure('train', 'throughput_img_s')}; "
-            f"training-step peak memory {figure('train', 'peak_mem_mb')}; wall time of a training run "
-            f"{ratio_or_noise(last.train_s, first.train_s)}.")
+            f"training-step peak memory {figure('train', 'peak_mem_mb')}; wall time of a training run {wall}.")
 
 
 def _spread_text(s: Spread | None, fmt: str) -> str:
@@ -182,8 +185,14 @@ def table_markdown(f: SweepFindings) -> str:
         lines.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)} | {s.params:,} | {s.gmacs:.4f} | "
                      f"{_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
                      f"{_spread_text(s.train.get('throughput_img_s'), ',.0f')} | {mem} | "
-                     f"{_spread_text(s.infer.get('mfu'), '.3f')} | {_spread_text(s.train_s, '.1f')} |")
-    lines += ["", f"Accuracy intervals: {'; '.join(kinds)}. Speed: {f.cost_source}, median [Q1, Q3]."]
+                     f"{_spread_text(s.infer.get('mfu'), '.3f')} | {_spread_text(s.train_s, '.1f')}"
+                     f"{' †' if s.reused_from else ''} |")
+    lines += ["", f"Accuracy intervals: {'; '.join(kinds)}. Speed: {f.cost_source}, median [Q1, Q3]; training "
+                  f"run wall time: over seeds, each run alone, not interleaved."]
+    reused = sorted({sweep for s in f.settings for sweep in s.reused_from})
+    if reused:
+        lines.append(f"† copied from the {', '.join(reused)} sweep's identical runs (same run_id, so the same "
+                     f"result): trained at another time, so their wall time is not side by side with the others'.")
     return "\n".join(lines)
 
 

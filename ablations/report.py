@@ -63,9 +63,9 @@ def sweep_figure(f: findings.SweepFindings, path: Path, label: str) -> None:
               ("training-step peak MB", False, spread("mem")),
               ("training run wall s [IQR]", False, spread("train_s"))]
     fig, axes = figs.subplots(1, len(panels), figsize=(3.7 * len(panels), 3.4))
-    for ax, (label, log, (centre, low, high)) in zip(axes, panels):
+    for ax, (ylabel, log, (centre, low, high)) in zip(axes, panels):
         bars(ax, centre, low, high)
-        ax.set_ylabel(label)
+        ax.set_ylabel(ylabel)
         ax.set_xlabel(label)
         if log:
             figs.log_axis(ax)
@@ -134,6 +134,10 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     return lines
 
 
+def _or_dash(value, fmt: str) -> str:
+    return "—" if value is None or value != value else format(value, fmt)
+
+
 def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
     """`make bench` (pytest-benchmark: each backend's forward and training step) and `make bench-tokens`
     (throughput and memory against sequence length)."""
@@ -147,7 +151,7 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
                   "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU |", "|---|---|---|---|---|---|---|"]
         for _, r in ok.sort_values(["tokens", "mode", "attn"]).iterrows():
             lines.append(f"| {r.tokens} | {r.batch_size} | {r['mode']} | {r.attn} | {r.throughput_img_s:,.1f} | "
-                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {r.get('mfu', float('nan')):.3f} |")
+                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {_or_dash(r.get('mfu'), '.3f')} |")
         lines.append("")
     else:
         lines += [f"_Missing: `{suite}`; `make bench` produces it._", ""]

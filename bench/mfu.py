@@ -1,13 +1,17 @@
 """Model FLOP utilisation against the matmul peak measured on this device and dtype.
 
-The peak is the best FLOP/s of a square matmul (n = 2048 on CPU, 8192 on CUDA) in that dtype, measured
-once per (device name, dtype, thread count, torch version) and cached in a JSON file
-(`$VITBENCH_CACHE`, default `~/.cache/vitbench/matmul_peak.json`). A training step is counted as
+The peak is the best FLOP/s of a square matmul (n = 2048 on CPU, 8192 on CUDA) in that dtype, kept per
+(device name, dtype, thread count, torch version) in a JSON file (`$VITBENCH_CACHE`, default
+`~/.cache/vitbench/matmul_peak.json`). Other load can only make a measured peak too low (an MFU above
+1 is the symptom: once a peak of 134 GFLOP/s was cached for a 2-core CPU whose idle best is 181), so
+each process measures once more on first use and the file keeps the best ever seen. A training step is counted as
 3 × the forward FLOPs (forward, and a backward of twice its cost).
 """
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import json
 import os
 from pathlib import Path
@@ -47,16 +51,21 @@ def measure_matmul_peak(device: torch.device, dtype: str, n: int | None = None) 
     return 2 * n**3 / (min(timing.times_ms) / 1e3)
 
 
+@functools.lru_cache(maxsize=None)
 def matmul_peak_flops(device: torch.device, dtype: str) -> float:
+    """The best matmul FLOP/s seen on this device and dtype: measured once per process, then the higher of
+    that and the cached value, which is kept."""
     key = f"{device_name(device)}|{dtype}|threads={torch.get_num_threads()}|torch={torch.__version__}"
     path = cache_path()
-    try:
-        cache = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    if key not in cache:
-        cache[key] = measure_matmul_peak(device, dtype)
-        path.parent.mkdir(parents=True, exist_ok=True)
+    measured = measure_matmul_peak(device, dtype)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:  # concurrent processes update the file in turn
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            cache = json.loads(path.read_text())
+        except (OSError, ValueError):
+            cache = {}
+        cache[key] = max(measured, cache.get(key, 0.0))
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(cache, indent=1))
         tmp.replace(path)

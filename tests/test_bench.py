@@ -227,6 +227,10 @@ def test_convert_json_adds_mfu_only_for_a_run_on_this_device(tmp_path, monkeypat
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path))
     key = f"{here}|fp32|threads={torch.get_num_threads()}|torch={torch.__version__}"
     (tmp_path / "matmul_peak.json").write_text(json.dumps({key: 1e11}))  # a known peak: 100 GFLOP/s
+    from bench import mfu
+
+    mfu.matmul_peak_flops.cache_clear()
+    monkeypatch.setattr(mfu, "measure_matmul_peak", lambda d, t, n=None: 1e9)  # lower: the cached best stays
     info = {"device": "cpu", "dtype": "fp32", "mode": "train", "batch_size": 8, "gflops": 0.5, "gmacs": 0.25,
             "attn": "sdpa", "tokens": 17}
     stats = {"median": 0.04, "iqr": 0.002, "rounds": 5}
@@ -240,3 +244,21 @@ def test_convert_json_adds_mfu_only_for_a_run_on_this_device(tmp_path, monkeypat
     assert rows.loc[0, "mfu"] == pytest.approx(0.5e9 * 3 * (8 / 0.04) / 1e11)
     assert rows.loc[0, "throughput_img_s"] == pytest.approx(200.0) and rows.loc[0, "step_ms_iqr"] == pytest.approx(2.0)
     assert pd.isna(rows.loc[1, "mfu"]) and rows.loc[1, "device_name"] == "Some Other CPU"
+    mfu.matmul_peak_flops.cache_clear()
+
+
+def test_matmul_peak_keeps_the_best_seen_so_a_peak_measured_under_load_is_corrected(tmp_path, monkeypatch):
+    import json
+
+    from bench import mfu
+
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path))
+    device = torch.device("cpu")
+    key = f"{mfu.device_name(device)}|fp32|threads={torch.get_num_threads()}|torch={torch.__version__}"
+    (tmp_path / "matmul_peak.json").write_text(json.dumps({key: 134e9}))  # cached while the machine was busy
+    for measured, expected in ((181e9, 181e9), (150e9, 181e9)):  # an idle process corrects it; a busy one cannot
+        mfu.matmul_peak_flops.cache_clear()
+        monkeypatch.setattr(mfu, "measure_matmul_peak", lambda d, t, n=None: measured)
+        assert mfu.matmul_peak_flops(device, "fp32") == expected
+        assert json.loads((tmp_path / "matmul_peak.json").read_text())[key] == expected
+    mfu.matmul_peak_flops.cache_clear()

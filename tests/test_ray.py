@@ -115,7 +115,7 @@ def test_cli_ray_sweep_resumes_and_trains_only_missing_points(tmp_path, capsys):
     spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1, 2]\n[model]\npreset = "vit_digits"\n'
                     '[train]\nepochs = 1\nbatch_size = 128\n')
     args = ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--executor", "ray",
-            "--cpus-per-task", "1", "--device", "cpu", "--seeds", "0", "--cost-rounds", "1"]
+            "--cpus-per-task", "1", "--device", "cpu", "--seeds", "0", "--cost-rounds", "0"]
     assert ablations_main(args) == 0
     first = read_rows(tmp_path / "ablations" / "d.csv")
     assert list(first["status"]) == ["ok", "ok"]

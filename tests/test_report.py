@@ -153,3 +153,37 @@ def test_report_without_the_data_root_skips_the_attention_maps_and_says_why(tmp_
     text = build_report(tmp_path, data_root=tmp_path / "no-data").read_text()
     assert "position similarity" in text  # drawn from the weights alone
     assert "Attention maps skipped" in text and "DATA_ROOT" in text
+
+
+def test_reused_runs_are_marked_and_their_wall_time_not_compared(tmp_path):
+    ten_points_apart(tmp_path)
+    rows = read_rows(SweepPaths.of(tmp_path, "depth").rows)
+    rows["reused_from"] = rows["reused_from"].astype(object)
+    rows.loc[rows["depth"] == 2, "reused_from"] = "heads"  # as if depth=2 had been copied from the heads sweep
+    SweepPaths.of(tmp_path, "depth").rows.unlink()
+    for _, r in rows.iterrows():
+        append_row(SweepPaths.of(tmp_path, "depth").rows, {k: v for k, v in r.items() if v == v}, ABLATION_COLUMNS)
+    text = build_report(tmp_path).read_text()
+    assert "wall time of a training run not compared (one side was trained in another sweep" in text
+    assert "| 11.0 [10.5, 11.5] † |" in text and "† copied from the heads sweep's identical runs" in text
+    assert "**Best: depth=2**" in text  # the accuracy verdict is unaffected: the same run_id is the same result
+
+
+def test_sweep_figure_names_the_factor_on_every_axis(tmp_path):
+    from ablations.report import sweep_figure
+
+    ten_points_apart(tmp_path)
+    rows = read_rows(SweepPaths.of(tmp_path, "depth").rows)
+    f = analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, None)
+    import ablations.figures as figs
+
+    captured = {}
+    real_save = figs.save
+    figs.save = lambda fig, path: captured.setdefault("fig", fig) or real_save(fig, path)
+    try:
+        sweep_figure(f, tmp_path / "d.png", "depth (blocks)")
+    finally:
+        figs.save = real_save
+    fig = captured["fig"]
+    assert {ax.get_xlabel() for ax in fig.axes} == {"depth (blocks)"}
+    assert fig._suptitle.get_text().startswith("depth (blocks) sweep")

@@ -33,10 +33,10 @@ from bench.env import environment, run_id
 from bench.grid import classify_failure
 from bench.measure import MeasureConfig, cost, measure
 from bench.rounds import Spread, interleaved
-from .schema import COST_COLUMNS
 from bench.timing import TimingConfig
 from vit import ViTConfig, VisionTransformer
 
+from .schema import COST_COLUMNS
 from .specs import Point
 
 
@@ -151,14 +151,14 @@ SPEED_FIGURES = ("throughput_img_s", "step_ms_median", "peak_mem_mb", "mfu", "ut
                  "power_w")
 
 
+def _spread_of(rows: pd.DataFrame) -> dict[str, Spread]:
+    return {f: Spread.of(rows[f].astype(float)) for f in SPEED_FIGURES if f in rows}
+
+
 def spreads(phase: pd.DataFrame, by: list[str]) -> dict[tuple, dict[str, Spread]]:
     """{group: {figure: Spread over rounds}} for the ok rows of one phase, grouped by `by` columns."""
     ok = phase[phase["status"] == "ok"]
-    out = {}
-    for key, group in ok.groupby(by, sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        out[key] = {f: Spread.of(group[f].astype(float)) for f in SPEED_FIGURES if f in group}
-    return out
+    return {key if isinstance(key, tuple) else (key,): _spread_of(group) for key, group in ok.groupby(by, sort=False)}
 
 
 def row_figures(phase: pd.DataFrame) -> dict[str, dict[str, Any]]:
@@ -167,11 +167,12 @@ def row_figures(phase: pd.DataFrame) -> dict[str, dict[str, Any]]:
     figures = {}
     ok = phase[(phase["status"] == "ok") & (phase["mode"] == "infer")]
     for key, group in _by_model(ok).items():
-        median = {f: _or_none(Spread.of(group[f].astype(float)).median) for f in SPEED_FIGURES if f in group}
-        step = Spread.of(group["step_ms_median"].astype(float))
-        figures[key] = {**median, "mode": "infer", "batch_size": int(group["batch_size"].iloc[0]),
-                        "step_ms_iqr": step.iqr, "util_source": group["util_source"].iloc[0],
-                        "repeats": int(group["repeats"].sum()), "cost_rounds": step.n}
+        spread = _spread_of(group)
+        step = spread["step_ms_median"]
+        figures[key] = {**{f: _or_none(s.median) for f, s in spread.items()}, "mode": "infer",
+                        "batch_size": int(group["batch_size"].iloc[0]), "step_ms_iqr": step.iqr,
+                        "util_source": group["util_source"].iloc[0], "repeats": int(group["repeats"].sum()),
+                        "cost_rounds": step.n}
     return figures
 
 

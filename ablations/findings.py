@@ -14,6 +14,7 @@ import pandas as pd
 
 from bench.rounds import Spread, ratio_or_noise
 
+from .cost import spreads
 from .runner import load_preds
 from .stats import ALPHA, POWER, REPLICATES, Comparison, Interval, Verdict, accuracy_interval, compare_settings, verdict
 
@@ -96,15 +97,11 @@ def _test_size(ok: pd.DataFrame) -> int | None:
 
 
 def _cost_spreads(phase: pd.DataFrame | None, factor: str) -> tuple[dict, dict]:
-    out: tuple[dict, dict] = ({}, {})
-    if phase is None:
-        return out
-    ok = phase[phase["status"] == "ok"]
-    for i, mode in enumerate(("infer", "train")):
-        for value, g in ok[ok["mode"] == mode].groupby(factor, sort=False):
-            out[i][value] = {f: Spread.of(g[f].astype(float)) for f in ("throughput_img_s", "step_ms_median",
-                                                                         "peak_mem_mb", "mfu") if f in g}
-    return out
+    """({value: figures} of the inference step, {value: figures} of the training step)."""
+    by = spreads(phase, ["mode", factor]) if phase is not None else {}
+    infer = {value: figures for (mode, value), figures in by.items() if mode == "infer"}
+    train = {value: figures for (mode, value), figures in by.items() if mode == "train"}
+    return infer, train
 
 
 def newest_complete_phase(cost: pd.DataFrame | None) -> pd.DataFrame | None:

@@ -27,13 +27,13 @@ from bench.csvio import append_row, read_rows
 from bench.env import resolve_device
 from bench.grid import classify_failure
 from bench.measure import cost
-from .schema import ABLATION_COLUMNS, HISTORY_COLUMNS
 from vit import VisionTransformer, init_from_checkpoint
 
 from .cost import model_key, row_figures, run_cost_phase
 from .data import Dataset, cached_dataset
 from .executors.base import Executor, ExecutorOptions
 from .executors.local import LocalExecutor
+from .schema import ABLATION_COLUMNS, HISTORY_COLUMNS
 from .specs import Point
 from .tasks import Outcome, RunOptions, Task, base_row, make_tasks
 from .train import Diverged, train

@@ -98,7 +98,7 @@ def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: in
     }
     row["peak_mem_mb"] = peak_mem_mb(step, device, alive) if mcfg.measure_memory else None
     if mcfg.measure_mfu and gflops is not None:
-        add_mfu({**row, "gflops": gflops}, device, into=row)
+        row["mfu"] = mfu(gflops, timing.throughput(mcfg.batch_size), mcfg.mode, matmul_peak_flops(device, mcfg.dtype))
     return row
 
 
@@ -109,9 +109,7 @@ def cost(model: nn.Module, input_shape: tuple[int, int, int]) -> dict[str, float
     return {"params": param_count(model), "gmacs": gmacs, "gflops": 2 * gmacs}
 
 
-def add_mfu(row: dict[str, object], device: torch.device, into: dict[str, object] | None = None) -> None:
-    """Set `mfu` (in `into`, default `row`) from the row's gflops, throughput, mode and dtype and the
-    cached matmul peak of (device, dtype)."""
+def add_mfu(row: dict[str, object], device: torch.device) -> None:
+    """Fill row["mfu"] from gflops, throughput and the cached matmul peak of (device, dtype)."""
     peak = matmul_peak_flops(device, str(row["dtype"]))
-    (row if into is None else into)["mfu"] = mfu(float(row["gflops"]), float(row["throughput_img_s"]),
-                                                 str(row["mode"]), peak)
+    row["mfu"] = mfu(float(row["gflops"]), float(row["throughput_img_s"]), str(row["mode"]), peak)

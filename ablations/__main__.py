@@ -28,11 +28,12 @@ from vit import PRESETS, ViTConfig, VisionTransformer, checkpoint_id, init_from_
 from .data import DATASETS, load_dataset
 from .cost import CostPlan
 from .executors import EXECUTORS, Executor, ExecutorOptions
-from .runner import SweepPaths, finished_ids, run_sweep
+from .runner import SweepError, SweepPaths, finished_ids, run_sweep
 from .tasks import RunOptions, make_tasks
 from .specs import DATASET_FIELDS, Point, SpecError, available_sweeps, default_sweeps, find_spec, load_spec
-from .train import TrainConfig
+from .train import AUTO_CHECKPOINT_S, TrainConfig
 
+MAX_SEED = 2**32 - 2  # the augmentation generator is seeded with seed + 1; numpy takes seeds below 2**32
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ViTConfig)}
 TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
 
@@ -46,7 +47,34 @@ def _seeds(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError("seeds must name at least one seed")
     if len(set(seeds)) != len(seeds):
         raise argparse.ArgumentTypeError(f"seeds name a seed twice: {text!r}")
+    wrong = [s for s in seeds if not 0 <= s <= MAX_SEED]
+    if wrong:
+        raise argparse.ArgumentTypeError(f"seed {wrong[0]} is out of range: seeds are integers from 0 to {MAX_SEED}")
     return seeds
+
+
+def _positive(what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{what} must be a positive integer, got {text!r}")
+        return value
+    return parse
+
+
+def _every(text: str) -> int | None:
+    if text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"checkpoint-every must be auto or an integer ≥ 0 (0: never), got {text!r}")
+    return value
 
 
 def _rounds(text: str) -> int:
@@ -60,7 +88,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="mnist5k", choices=sorted(DATASETS))
     p.add_argument("--data-root", default="data", help="where torchvision datasets live (DATA_ROOT)")
     p.add_argument("--download", action="store_true", help="let torchvision download a missing dataset")
-    p.add_argument("--epochs", type=int, help="override the spec's epochs")
+    p.add_argument("--epochs", type=_positive("--epochs (EPOCHS)"), help="override the spec's epochs")
     p.add_argument("--seeds", type=_seeds, default=(0, 1, 2),
                    help="comma-separated training seeds (default 0,1,2: the report's intervals and tests need them)")
     p.add_argument("--cost-rounds", type=_rounds, default=CostPlan().rounds,
@@ -78,6 +106,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", help="a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from")
     p.add_argument("--pretrained", help="a timm model name whose pretrained weights timm downloads (network)")
     p.add_argument("--out", default="results")
+    p.add_argument("--checkpoint-every", type=_every, default=None, metavar="N|auto",
+                   help=f"save a run's full training state every N epochs so a killed run resumes there "
+                        f"(default auto: every epoch when the run is projected to last over {AUTO_CHECKPOINT_S:.0f} s; "
+                        f"0: never)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and what is done; train nothing")
 
 
@@ -103,7 +135,7 @@ def _options(args: argparse.Namespace, init: str = "") -> RunOptions:
     init_id = f"timm:{args.pretrained}" if args.pretrained else (checkpoint_id(init) if init else "")
     return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
                       device=args.device, out=args.out, init=init, init_id=init_id,
-                      cost=CostPlan(rounds=args.cost_rounds))
+                      cost=CostPlan(rounds=args.cost_rounds), checkpoint_every=args.checkpoint_every)
 
 
 def _fetch_pretrained(args: argparse.Namespace) -> None:
@@ -161,15 +193,38 @@ def _start_executor(args: argparse.Namespace) -> Executor:
 
 def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
              options: dict[str, RunOptions]) -> list[dict[str, Any]] | None:
+    """Every sweep in turn; None (after one line on stderr) for a failure the user must fix."""
     try:
         executor = _start_executor(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return None
+    before = _recorded(plans, options)
     try:
         return [run_sweep(name, points, options[name], executor) for name, points in plans]
+    except SweepError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
+    except OSError as err:  # a full disk, a folder gone read-only: every finished run is kept
+        print(f"error: {err}\n{_recorded(plans, options) - before} runs finished and kept; fix this and rerun "
+              f"the same command to resume", file=sys.stderr)
+        return None
+    except KeyboardInterrupt as err:
+        print(f"\ninterrupted: {_recorded(plans, options) - before} runs finished and kept; rerun the same "
+              f"command to resume", file=sys.stderr)
+        err.reported = True
+        raise
     finally:
         executor.close()
+
+
+def _recorded(plans: list[tuple[str, list[Point]]], options: dict[str, RunOptions]) -> int:
+    """Rows in the sweeps' tables: the difference over a command is the runs it finished."""
+    total = 0
+    for name, _ in plans:
+        rows = SweepPaths.of(options[name].out, name).rows
+        total += len(read_rows(rows)) if rows.exists() else 0
+    return total
 
 
 def _summary(results: list[dict[str, Any]], elapsed: float) -> None:
@@ -178,7 +233,9 @@ def _summary(results: list[dict[str, Any]], elapsed: float) -> None:
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items())) or "nothing new"
         paths = r["paths"]
         reused = f", {r['reused']} reused from other sweeps (same run_id)" if r.get("reused") else ""
-        print(f"  {r['sweep']:<8} {r['planned']} runs: {r['skipped']} already done{reused}, {statuses}")
+        resumed = f", {r['resumable']} resumed from checkpoints" if r.get("resumable") else ""
+        stale = f", {r['stale_tmp']} stale temporary files removed" if r.get("stale_tmp") else ""
+        print(f"  {r['sweep']:<8} {r['planned']} runs: {r['skipped']} already done{reused}{resumed}, {statuses}{stale}")
         print(f"           rows → {paths.rows}   epochs → {paths.history}   cost → {paths.cost}")
         print(f"           weights → {paths.weights}/   test predictions → {paths.preds}/")
     print("Next: make report (figures and results/REPORT.md from these CSVs)")
@@ -295,7 +352,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="where torchvision datasets live, for the attention maps' few test images (DATA_ROOT)")
     sub.add_parser("columns", help="the column dictionary of every result table, as markdown (docs/columns.md)")
     args = parser.parse_args(argv)
-    return {"sweep": cmd_sweep, "train": cmd_train, "report": cmd_report, "columns": cmd_columns}[args.command](args)
+    try:
+        return {"sweep": cmd_sweep, "train": cmd_train, "report": cmd_report, "columns": cmd_columns}[args.command](args)
+    except KeyboardInterrupt as err:
+        if not getattr(err, "reported", False):  # _run_all says what was kept
+            print("\ninterrupted before any run finished; rerun the same command to start again", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

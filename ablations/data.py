@@ -15,6 +15,7 @@ zero padding for all, horizontal flip for CIFAR only (digits are not mirror-symm
 from __future__ import annotations
 
 import functools
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -136,6 +137,11 @@ def _torchvision_loader(name: str) -> Callable[[Path, bool], Dataset]:
                 f"{name}: no usable copy under {root / folder} ({err}). Put the dataset there, point "
                 f"DATA_ROOT (--data-root) at the folder that holds it, or pass --download (DOWNLOAD=1) to fetch it"
             ) from None
+        except (ValueError, OSError, EOFError, IndexError, KeyError, pickle.UnpicklingError) as err:
+            raise FileNotFoundError(
+                f"{name}: the files under {root / folder} cannot be read ({type(err).__name__}: "
+                f"{str(err)[:120]}); they are empty, truncated or not {name}. Replace them with intact copies, "
+                f"or delete them and pass --download (DOWNLOAD=1)") from None
         arrays = []
         for split in (train, test):
             data = torch.as_tensor(np.asarray(split.data))

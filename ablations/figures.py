@@ -139,11 +139,11 @@ def rollout(attns: list[torch.Tensor]) -> torch.Tensor:
     return result                                     # (B, T, T)
 
 
-def attention_maps(cfg: ViTConfig, weights_path: Path, images: torch.Tensor, path: Path) -> Path:
+def attention_maps(model: VisionTransformer, images: torch.Tensor, path: Path) -> Path:
     """Per head, the last block's attention over the patch grid from what the head reads (the CLS token,
     or with pool="avg" the mean over the patch tokens' rows), and the rollout, for a few images."""
-    model = VisionTransformer(cfg).eval()
-    model.load_state_dict(torch.load(weights_path, weights_only=True))
+    cfg = model.cfg
+    model.eval()
     with torch.no_grad():
         _, attns = model(images, return_attn=True)
     g, heads, n = cfg.grid_size, cfg.num_heads, len(images)

@@ -12,6 +12,7 @@ from typing import Any, Hashable
 import numpy as np
 import pandas as pd
 
+from bench.csvio import skipped
 from bench.rounds import Spread, ratio_or_noise
 
 from .cost import spreads
@@ -52,7 +53,11 @@ def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[H
     correct: dict[Hashable, list[np.ndarray]] = {}
     target0 = None
     for _, r in ok.iterrows():
-        pred, target = load_preds(preds_dir / f"{r['run_id']}.npz")
+        try:
+            pred, target = load_preds(preds_dir / f"{r['run_id']}.npz")
+        except ValueError as err:
+            skipped(f"{err}; the sweep's comparisons are skipped (rerun that run to restore them)")
+            return None, f"the predictions of run {r['run_id']} are damaged (listed under Skipped inputs)"
         if target0 is None:
             target0 = target
         elif len(target) != len(target0) or not np.array_equal(target, target0):

@@ -6,13 +6,14 @@ Every sentence with a number in it is computed from the tables; the same CSVs gi
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from bench.csvio import read_rows
+from bench.csvio import SkippedInput, read_rows, skipped
 from bench.rounds import Spread
 from vit import ViTConfig, VisionTransformer
 
@@ -83,21 +84,19 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path,
     if rows is None or not (rows["status"] == "ok").any():
         return lines + ["_Needs `results/ablations/pos.csv` and its weights: `make ablate-pos` produces them._", ""]
     ok = rows[rows["status"] == "ok"]
-    weights = {r.pos: out / "ablations" / "weights" / "pos" / f"{r.run_id}.pt" for _, r in ok.iterrows()}
-    weights = {k: v for k, v in weights.items() if v.exists()}
-    encodings = {}
+    models = {}
     for name in ("learned", "sinusoidal", "sincos2d"):
         match = ok[ok["pos"] == name]
-        if len(match) and name in weights:
-            cfg = ViTConfig.from_row(match.iloc[0])
-            model = VisionTransformer(cfg)
-            model.load_state_dict(torch.load(weights[name], weights_only=True))
-            encodings[name] = model.pos_embed.weight[0].detach()
-    if encodings:
-        grid = ViTConfig.from_row(ok.iloc[0]).grid_size
+        if len(match):
+            model = _trained_model(match.iloc[0], out / "ablations" / "weights" / "pos")
+            if model is not None:
+                models[name] = model
+    if models:
+        encodings = {name: model.pos_embed.weight[0].detach() for name, model in models.items()}
+        grid = next(iter(models.values())).cfg.grid_size
         sim = figs.position_similarity(encodings, grid, figures / "position-similarity.png")
         lines += [f"![position similarity](figures/{sim.name})", ""]
-    if "learned" in weights:
+    if "learned" in models:
         row = ok[ok["pos"] == "learned"].iloc[0]
         try:
             data = load_dataset(str(row["dataset"]), data_root)
@@ -105,9 +104,23 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path,
             return lines + [f"_Attention maps skipped: they draw four {row['dataset']} test images, and none could "
                             f"be read ({err}). Pass DATA_ROOT=<folder> to `make report` (--data-root)._", ""]
         images = data.normalize(data.test_x[:4])
-        maps = figs.attention_maps(ViTConfig.from_row(row), weights["learned"], images, figures / "attention.png")
+        maps = figs.attention_maps(models["learned"], images, figures / "attention.png")
         lines += [f"![attention maps](figures/{maps.name})", ""]
     return lines
+
+
+def _trained_model(row: pd.Series, folder: Path) -> VisionTransformer | None:
+    """The run's saved weights in its model, or None (a damaged file is listed under Skipped inputs)."""
+    path = folder / f"{row['run_id']}.pt"
+    if not path.exists():
+        return None
+    try:
+        model = VisionTransformer(ViTConfig.from_row(row))
+        model.load_state_dict(torch.load(path, weights_only=True))
+    except Exception as err:
+        skipped(f"{path}: weights unreadable or not this run's model ({type(err).__name__}); figures drawn without it")
+        return None
+    return model
 
 
 def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path) -> list[str]:
@@ -209,13 +222,59 @@ METHOD = f"""## Method
 """
 
 
+REQUIRED = ("run_id", "status", "seed", "started_at", "dataset", "device", "device_name", "torch_version",
+            "git_sha", "test_acc", "params", "gmacs", "gflops")
+
+
+def _read_table(path: Path, factor: str) -> pd.DataFrame | None:
+    """A sweep's rows, or None (listed under Skipped inputs) when the file lacks the report's columns."""
+    table = read_rows(path)
+    missing = [c for c in (*REQUIRED, factor) if c not in table]
+    if missing:
+        if len(table.columns):
+            skipped(f"{path}: no column(s) {', '.join(missing)}; file skipped (not a sweep table of this version?)")
+        return None
+    return table
+
+
+def _guarded(what: str, build, *args) -> list[str]:
+    """A section of the report; one that fails on bad input says so instead of failing the report."""
+    try:
+        return build(*args)
+    except Exception as err:
+        skipped(f"{what}: could not be built ({type(err).__name__}: {str(err)[:200]})")
+        return [f"_{what} could not be built from its inputs; see Skipped inputs._", ""]
+
+
 def build_report(out: Path, data_root: str | Path = "data") -> Path:
-    """Figures and REPORT.md under `out`; `data_root` is read only for the attention maps' test images."""
-    out = Path(out)
+    """Figures and REPORT.md under `out`; `data_root` is read only for the attention maps' test images.
+    A damaged row or file is skipped and listed at the end under "Skipped inputs"."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SkippedInput)
+        lines = _report_lines(Path(out), data_root)
+    notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, SkippedInput)))
+    for w in caught:
+        if not issubclass(w.category, SkippedInput):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if notes:
+        lines += ["## Skipped inputs", "", "These rows and files could not be read and were left out of the report:",
+                  ""] + [f"- {note}" for note in notes] + [""]
+    lines.append(METHOD)
+    path = Path(out) / "REPORT.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _report_lines(out: Path, data_root: str | Path) -> list[str]:
     ablations, figures = out / "ablations", out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     specs = {name: load_spec(SPEC_DIR / f"{name}.toml") for name in available_sweeps()}
-    tables = {s: read_rows(ablations / f"{s}.csv") for s in specs if (ablations / f"{s}.csv").exists()}
+    tables = {}
+    for name, spec in specs.items():
+        if (ablations / f"{name}.csv").exists():
+            table = _read_table(ablations / f"{name}.csv", spec.factor)
+            if table is not None:
+                tables[name] = table
     all_rows = pd.concat(tables.values(), ignore_index=True) if tables else pd.DataFrame()
     lines = ["# vitbench report", ""]
     if all_rows.empty:
@@ -233,30 +292,33 @@ def build_report(out: Path, data_root: str | Path = "data") -> Path:
             lines += ["", f"_{spec.description}_"]
         lines.append("")
         if sweep not in tables:
-            lines += [f"_Missing: `{ablations / (sweep + '.csv')}` does not exist; `make ablate-{sweep}` produces it._", ""]
+            lines += [f"_Missing: `{ablations / (sweep + '.csv')}` does not exist or cannot be read; "
+                      f"`make ablate-{sweep}` produces it._", ""]
             continue
         rows = tables[sweep]
         factor = factors[sweep] = spec.factor
         failed = rows[rows["status"] != "ok"]
         if (rows["status"] == "ok").any():
-            lines += _sweep_section(spec, rows, SweepPaths.of(out, sweep), figures)
+            lines += _guarded(f"the {sweep} sweep's section", _sweep_section, spec, rows, SweepPaths.of(out, sweep),
+                              figures)
         if len(failed):
             lines.append(f"Failed runs ({len(failed)}), not counted above:")
             for _, r in failed.iterrows():
                 lines.append(f"- {factor}={r[factor]} seed {r['seed']}: **{r['status']}** {r['error']}")
             lines.append("")
     if not all_rows.empty and (all_rows["status"] == "ok").any():
-        lines += ["## accuracy against compute", ""]
-        ok = all_rows[all_rows["status"] == "ok"]
-        front = figs.pareto_front(ok)
-        pareto = figs.accuracy_vs_gflops(all_rows, figures / "pareto.png")
-        lines += ["Pareto front (no run is both cheaper and more accurate): " + ", ".join(
-            f"{r.sweep} {factors.get(r.sweep, 'run')}={r[factors[r.sweep]] if r.sweep in factors else r.run_id} "
-            f"({r.gflops:.5f} GFLOPs, {r.test_acc * 100:.1f}%)" for _, r in front.iterrows()) + ".", "",
+        lines += _guarded("accuracy against compute", _pareto_section, all_rows, factors, figures)
+        lines += _guarded("inside the model", _inside_the_model, out, tables, figures, Path(data_root))
+    lines += _guarded("attention backends (bench)", _bench_section, out / "bench", figures)
+    return lines
+
+
+def _pareto_section(all_rows: pd.DataFrame, factors: dict[str, str], figures: Path) -> list[str]:
+    ok = all_rows[all_rows["status"] == "ok"]
+    front = figs.pareto_front(ok)
+    pareto = figs.accuracy_vs_gflops(all_rows, figures / "pareto.png")
+    return ["## accuracy against compute", "",
+            "Pareto front (no run is both cheaper and more accurate): " + ", ".join(
+                f"{r.sweep} {factors.get(r.sweep, 'run')}={r[factors[r.sweep]] if r.sweep in factors else r.run_id} "
+                f"({r.gflops:.5f} GFLOPs, {r.test_acc * 100:.1f}%)" for _, r in front.iterrows()) + ".", "",
             f"![pareto](figures/{pareto.name})", ""]
-        lines += _inside_the_model(out, tables, figures, Path(data_root))
-    lines += _bench_section(out / "bench", figures)
-    lines.append(METHOD)
-    path = out / "REPORT.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path

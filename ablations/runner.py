@@ -3,17 +3,30 @@
 Before training, the sweep's cost phase (`ablations.cost`) measures every point's speed side by side;
 each training row carries its config's figures. Resume: a run whose `run_id` already has an `ok` row
 in `<out>/ablations/<sweep>.csv` is skipped. Faults: a run that diverges, runs out of memory or raises
-is recorded with its status and the sweep goes on. Writes: only the driver writes (history rows, then
-test predictions and weights, then the result row, each append atomic), so a kill at any instant
-leaves every earlier row whole, and an executor that runs tasks elsewhere (Ray) needs no shared
-filesystem.
+is recorded with its status and the sweep goes on. Writes: only the driver writes (a run's history
+rows in one append, then test predictions and weights, then the result row, each atomic), so a kill at
+any instant leaves every earlier row whole, and an executor that runs tasks elsewhere (Ray) needs no
+shared filesystem. A run that was killed resumes from its last checkpoint (`train.Checkpointing`).
+
+Before any work: a sweep lock (one process per OUT and sweep; a second one exits naming the holder's
+PID) and a preflight (OUT can be created and written, its filesystem has room for the planned runs,
+temporary files of dead writers are removed). Failures of that kind raise `SweepError`, whose message
+names the input and the fix.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
+import errno
+import fcntl
 import io
 import os
+import shutil
+import socket
+import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +36,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from bench.csvio import append_row, read_rows
+from bench.csvio import append_row, append_rows, drop_rows, read_rows
 from bench.env import resolve_device
 from bench.grid import classify_failure
 from bench.measure import cost
@@ -36,7 +49,14 @@ from .executors.local import LocalExecutor
 from .schema import ABLATION_COLUMNS, HISTORY_COLUMNS
 from .specs import Point
 from .tasks import Outcome, RunOptions, Task, base_row, make_tasks
-from .train import Diverged, train
+from .train import Checkpointing, Diverged, train
+
+
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+class SweepError(Exception):
+    """A sweep that cannot start or go on; the message names the input and the fix (the CLI exits 2)."""
 
 
 @dataclass(frozen=True)
@@ -47,12 +67,18 @@ class SweepPaths:
     cost: Path      # <sweep>-cost.csv: one row per point, mode and round of the cost phase
     weights: Path   # weights/<sweep>/<run_id>.pt
     preds: Path     # preds/<sweep>/<run_id>.npz: `pred` and `target`, one entry per test image
+    checkpoints: Path  # checkpoints/<sweep>/<run_id>.safetensors: an unfinished run's last epoch
+    lock: Path      # <sweep>.lock: flock'ed by the process running the sweep; names its PID
 
     @classmethod
     def of(cls, out: str | Path, sweep: str) -> "SweepPaths":
         base = Path(out) / "ablations"
         return cls(base / f"{sweep}.csv", base / f"{sweep}-history.csv", base / f"{sweep}-cost.csv",
-                   base / "weights" / sweep, base / "preds" / sweep)
+                   base / "weights" / sweep, base / "preds" / sweep, base / "checkpoints" / sweep,
+                   base / f"{sweep}.lock")
+
+    def checkpoint(self, run_id: str) -> Path:
+        return self.checkpoints / f"{run_id}.safetensors"
 
 
 def save_preds(preds: torch.Tensor, targets: torch.Tensor) -> bytes:
@@ -62,16 +88,22 @@ def save_preds(preds: torch.Tensor, targets: torch.Tensor) -> bytes:
 
 
 def load_preds(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(pred, target) of one run, as `record` wrote them."""
-    with np.load(path) as data:
-        return data["pred"], data["target"]
+    """(pred, target) of one run, as `record` wrote them; ValueError naming the file if it is damaged."""
+    try:
+        with np.load(path) as data:
+            pred, target = data["pred"], data["target"]
+    except Exception as err:
+        raise ValueError(f"{path}: not a readable predictions file ({type(err).__name__})") from None
+    if pred.shape != target.shape:
+        raise ValueError(f"{path}: {len(pred)} predictions for {len(target)} labels")
+    return pred, target
 
 
 def finished_ids(csv_path: Path) -> set[str]:
     if not csv_path.exists():
         return set()
     table = read_rows(csv_path)
-    if table.empty:
+    if table.empty or "status" not in table or "run_id" not in table:
         return set()
     return set(table.loc[table["status"] == "ok", "run_id"].astype(str))
 
@@ -93,7 +125,9 @@ def execute(task: Task, data: Dataset) -> Outcome:
         if options.init:
             init_from_checkpoint(model, options.init, log=tqdm.write)
         row.update(cost(model, (point.model.in_chans, point.model.img_size, point.model.img_size)))
-        result = train(model, data, point.train, task.seed, device, progress=options.progress)
+        checkpoint = Checkpointing(SweepPaths.of(options.out, point.sweep).checkpoint(task.run_id),
+                                   options.checkpoint_every)
+        result = train(model, data, point.train, task.seed, device, progress=options.progress, checkpoint=checkpoint)
         history = [{"run_id": task.run_id, **h} for h in result.history]
         row.update(result.row())
         row.update(task.cost)
@@ -103,6 +137,11 @@ def execute(task: Task, data: Dataset) -> Outcome:
         return Outcome(row, history, buffer.getvalue(), save_preds(result.test_preds, data.test_y))
     except Diverged as err:
         row.update(status="diverged", error=str(err))
+    except OSError as err:
+        if err.errno in DISK_ERRORS:  # the results disk, not the run, failed: stop the sweep, keep what is done
+            raise
+        row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
+        traceback.print_exc()
     except Exception as err:
         row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
         traceback.print_exc()
@@ -111,20 +150,129 @@ def execute(task: Task, data: Dataset) -> Outcome:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, f"{path}: could not write {len(data):,} bytes ({err.strerror or err}); "
+                                 f"free space or choose another OUT, then rerun to resume") from None
+
+
+def _save_mark(stage: str, run_id: str) -> None:
+    """VITBENCH_SAVE_MARKS=<seconds>: print where a run's save step is and pause there, so that a crash
+    test can kill a sweep inside it and tell that it did (tests/crash.py). Off by default."""
+    pause = os.environ.get("VITBENCH_SAVE_MARKS")
+    if pause:
+        print(f"save {stage} {run_id}", file=sys.stderr, flush=True)
+        time.sleep(float(pause))
 
 
 def record(outcome: Outcome, paths: SweepPaths) -> None:
-    """History, then predictions and weights, then the row: the row is the commit mark of a run."""
-    for h in outcome.history:
-        append_row(paths.history, h, HISTORY_COLUMNS)
+    """History, then predictions and weights, then the row: the row is the commit mark of a run. The
+    history of an earlier attempt of the same run (killed before its row) is removed first."""
+    run_id = str(outcome.row["run_id"])
+    _save_mark("begin", run_id)
+    drop_rows(paths.history, "run_id", {run_id})
+    append_rows(paths.history, outcome.history, HISTORY_COLUMNS)
+    _save_mark("history", run_id)
     if outcome.preds is not None:
-        _write_atomic(paths.preds / f"{outcome.row['run_id']}.npz", outcome.preds)
+        _write_atomic(paths.preds / f"{run_id}.npz", outcome.preds)
     if outcome.weights is not None:
-        _write_atomic(paths.weights / f"{outcome.row['run_id']}.pt", outcome.weights)
+        _write_atomic(paths.weights / f"{run_id}.pt", outcome.weights)
+    _save_mark("files", run_id)
     append_row(paths.rows, outcome.row, ABLATION_COLUMNS)
+    paths.checkpoint(run_id).unlink(missing_ok=True)
+    _save_mark("end", run_id)
+
+
+@contextlib.contextmanager
+def sweep_lock(paths: SweepPaths, sweep: str):
+    """Hold the sweep's lock file for the duration; SweepError naming the holder if another process has it."""
+    try:
+        paths.lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise SweepError(f"OUT={paths.rows.parents[1]}: cannot create {paths.lock} ({err.strerror}); "
+                         f"choose another OUT (--out) or fix its permissions") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "another process"
+            raise SweepError(f"sweep {sweep} under OUT={paths.rows.parents[1]} is already running ({holder}); "
+                             f"wait for it to finish (it trains the same runs) or stop it, then rerun") from None
+        since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()} since {since}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_tmp(paths: SweepPaths) -> int:
+    """Remove `<name>.<pid>.tmp` files whose writer is gone (killed mid-write, or out of space)."""
+    removed = 0
+    for folder in (paths.rows.parent, paths.weights, paths.preds, paths.checkpoints):
+        for tmp in folder.glob("*.tmp") if folder.is_dir() else ():
+            pid = tmp.name.rsplit(".", 2)[-2] if tmp.name.count(".") >= 2 else ""
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                tmp.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+RUN_OVERHEAD_BYTES = 64 * 1024  # a run's predictions, result row and history rows, with room to spare
+
+
+def planned_bytes(tasks: list[Task]) -> int:
+    """Disk a sweep's runs need: weights (fp32), the largest checkpoint (weights and two AdamW moments,
+    one run at a time) and each run's small files."""
+    params: dict[str, int] = {}
+    for task in tasks:
+        key = model_key(task.point.model)
+        if key not in params:
+            params[key] = sum(p.numel() for p in VisionTransformer(task.point.model).parameters())
+    per_run = [4 * params[model_key(t.point.model)] + RUN_OVERHEAD_BYTES for t in tasks]
+    return sum(per_run) + 3 * max(per_run, default=0)
+
+
+def preflight(paths: SweepPaths, todo: list[Task]) -> int:
+    """Before any work: OUT is creatable and writable and has room for `todo`; returns how many stale
+    temporary files it removed. Raises SweepError naming OUT and the fix."""
+    out, base = paths.rows.parents[1], paths.rows.parent
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SweepError(f"OUT={out}: cannot create {base} ({err.strerror}); choose another OUT (--out)") from None
+    probe = base / f".preflight.{os.getpid()}.tmp"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"\0" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        raise SweepError(f"OUT={out}: cannot write in {base} ({err.strerror}); choose another OUT (--out) or "
+                         f"free space") from None
+    finally:
+        probe.unlink(missing_ok=True)
+    need, free = planned_bytes(todo), shutil.disk_usage(base).free
+    if free < need:
+        raise SweepError(f"OUT={out}: {free / 2**20:,.1f} MiB free, but the {len(todo)} runs to do need about "
+                         f"{need / 2**20:,.1f} MiB (weights, a checkpoint, predictions and rows); free space or "
+                         f"choose another OUT (--out)")
+    return clean_stale_tmp(paths)
 
 
 def _finished_elsewhere(paths: SweepPaths, sweep: str) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -151,21 +299,32 @@ def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths) -> Out
     training, data, seed and initial weights, so its row, history, predictions and weights are this
     run's. The row takes this sweep's name and cost-phase figures, and names where it was trained."""
     theirs = SweepPaths.of(paths.rows.parents[1], other)
-    history = read_rows(theirs.history)
-    history = history[history["run_id"].astype(str) == task.run_id].drop_duplicates("epoch", keep="last")
+    table = read_rows(theirs.history) if theirs.history.exists() else None
+    history = []
+    if table is not None and "run_id" in table:
+        mine = table[table["run_id"].astype(str) == task.run_id].drop_duplicates("epoch", keep="last")
+        history = [{k: (None if v != v else v) for k, v in h.items()} for _, h in mine.iterrows()]
     row = {**row, **task.cost, "sweep": task.point.sweep, "reused_from": other}
-    return Outcome(row, [{k: (None if v != v else v) for k, v in h.items()} for _, h in history.iterrows()],
+    return Outcome(row, history,
                    (theirs.weights / f"{task.run_id}.pt").read_bytes(),
                    (theirs.preds / f"{task.run_id}.npz").read_bytes())
 
 
 def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Executor | None = None,
               fn: Callable[[Task, Dataset], Outcome] = execute) -> dict[str, Any]:
-    """Run every missing point × seed of `sweep`; returns counts and paths for the summary."""
+    """Run every missing point × seed of `sweep`; returns counts and paths for the summary. Raises
+    SweepError (another process runs the sweep; OUT unusable) before any work."""
     paths = SweepPaths.of(options.out, sweep)
+    with sweep_lock(paths, sweep):
+        return _run_locked(sweep, points, options, paths, executor, fn)
+
+
+def _run_locked(sweep: str, points: list[Point], options: RunOptions, paths: SweepPaths,
+                executor: Executor | None, fn: Callable[[Task, Dataset], Outcome]) -> dict[str, Any]:
     tasks = make_tasks(points, options)
     done = finished_ids(paths.rows)
     todo = [t for t in tasks if t.run_id not in done]
+    stale = preflight(paths, todo) if todo else 0
     if todo and options.cost.rounds:
         phase = run_cost_phase(sweep, points, options.cost, resolve_device(options.device), paths.cost,
                                progress=options.progress)
@@ -177,6 +336,7 @@ def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Ex
     for task in reused:
         record(reuse(task, *elsewhere[task.run_id], paths), paths)
     todo = [t for t in todo if t.run_id not in elsewhere]
+    resumable = sum(paths.checkpoint(t.run_id).exists() for t in todo)
     executor = executor or LocalExecutor(ExecutorOptions())
     bar = tqdm(total=len(todo), desc=f"sweep {sweep}", unit="run", disable=not options.progress)
     for task, outcome in executor.run(todo, fn, load_data):
@@ -190,4 +350,5 @@ def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Ex
         bar.update()
     bar.close()
     return {"sweep": sweep, "planned": len(tasks), "skipped": len(tasks) - len(todo) - len(reused),
-            "reused": len(reused), "statuses": statuses, "paths": paths}
+            "reused": len(reused), "statuses": statuses, "paths": paths, "stale_tmp": stale,
+            "resumable": resumable}

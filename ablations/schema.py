@@ -23,6 +23,8 @@ TRAINING = [
     Column("test_size", "images", "test images behind test_acc (and in the run's predictions file)"),
     Column("cost_rounds", "", "interleaved rounds of the sweep's cost phase behind the row's speed columns"),
     Column("reused_from", "", "the sweep whose identical run (same run_id) this row was copied from"),
+    Column("resumed_after", "epochs", "the epoch of the checkpoint a killed run resumed from (0: it ran "
+                                      "straight through); train_time_s includes the epochs before the kill"),
 ]
 SPEED_NOTE = ("in a training row: the inference step of its config from the sweep's cost phase, medians "
               "over rounds (step_ms_iqr: IQR of the per-round medians)")

@@ -98,6 +98,10 @@ class SweepSpec:
                 model = PRESETS[preset].replace(**changes)
             except ValueError as err:
                 raise SpecError(f"{self.path}: point {self.factor}={value!r}: {err}") from None
+            twin = next((p for p in points if p.model == model), None)
+            if twin is not None:
+                raise SpecError(f"{self.path}: points {self.factor}={twin.value!r} and {self.factor}={value!r} "
+                                f"are the same model; list each setting once")
             points.append(Point(self.name, self.factor, value, model, train_cfg))
         return points
 
@@ -129,6 +133,8 @@ def load_spec(path: str | Path) -> SweepSpec:
     for size, vals in sweep.get("values_by_img_size", {}).items():
         if not str(size).isdigit() or not isinstance(vals, list) or not vals:
             raise SpecError(f"{path}: [sweep] values_by_img_size.{size} must map an image size to a non-empty list")
+        if len(set(map(repr, vals))) != len(vals):
+            raise SpecError(f"{path}: [sweep] values_by_img_size.{size} has duplicates: {vals!r}")
         by_size[int(size)] = tuple(vals)
     preset = model.pop("preset", "auto")
     if preset != "auto" and preset not in PRESETS:

@@ -26,6 +26,7 @@ class RunOptions:
     progress: bool = True
     init: str = ""     # a timm checkpoint file to start every run from
     init_id: str = ""  # its name and sha256 prefix (vit.checkpoint_id), part of each run's identity
+    checkpoint_every: int | None = None  # epochs between a run's checkpoints; 0 never; None auto (train.Checkpointing)
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,25 @@
 
 Seeded and reproducible on CPU: the seed fixes the initial weights, the batch order and the
 augmentation (one generator each); the same seed on the same machine gives the same accuracy.
-A non-finite loss stops the run with `Diverged`.
+
+No host synchronisation per step: the loss is summed on the device and read once per epoch, when a
+non-finite epoch loss stops the run with `Diverged` naming the epoch. The learning rate is computed on
+the host from the step count.
+
+Checkpoints (`Checkpointing`): at the end of an epoch the model, optimizer, grad scaler, every random
+generator and the run's history go to one safetensors file, atomically replaced; `train` given an
+existing checkpoint of the same run resumes after its epoch, and on the CPU ends with the same weights
+as a run that was never interrupted.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -88,6 +99,7 @@ class TrainResult:
     train_throughput_img_s: float
     history: list[dict[str, float]] = field(default_factory=list)
     test_preds: Tensor | None = None  # (n_test,) the final model's class index for each test image
+    resumed_after: int = 0  # the epoch of the checkpoint this run resumed from; 0 = not resumed
 
     def row(self) -> dict[str, float]:
         """The result-table columns: the scalars, and the test-set size."""
@@ -152,27 +164,104 @@ def train_mode(model: nn.Module, cfg: TrainConfig) -> None:
                 child.eval()
 
 
+AUTO_CHECKPOINT_S = 60.0  # checkpoint every epoch when a run is projected to last longer than this
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """Where a run's checkpoint lives and how often it is written: `every` epochs; 0 never; None (auto)
+    every epoch once the first epoch projects the run to last longer than AUTO_CHECKPOINT_S."""
+    path: Path
+    every: int | None = None
+
+    def due(self, epoch: int, epochs: int, seconds_per_epoch: float) -> bool:
+        if epoch >= epochs:  # the finished run is recorded instead
+            return False
+        if self.every is None:
+            return seconds_per_epoch * epochs > AUTO_CHECKPOINT_S
+        return self.every > 0 and epoch % self.every == 0
+
+
+def save_checkpoint(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
+    """Tensors and JSON metadata in one safetensors file, replaced atomically."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
+                  metadata={"vitbench": json.dumps(meta)})
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, f"{path}: could not write the checkpoint ({err.strerror or err})") from None
+
+
+def load_checkpoint(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]] | None:
+    """(tensors, metadata), or None with a warning for a file that cannot be read (then the run restarts)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads(f.metadata()["vitbench"])
+            return {k: f.get_tensor(k) for k in f.keys()}, meta
+    except Exception as err:
+        tqdm.write(f"checkpoint {path} unreadable ({type(err).__name__}); the run starts from epoch 1")
+        return None
+
+
+def _training_state(model: nn.Module, optimizer: torch.optim.Optimizer,
+                    generators: dict[str, torch.Generator]) -> dict[str, Tensor]:
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    for index, state in optimizer.state_dict()["state"].items():
+        tensors.update({f"optim.{index}.{k}": v for k, v in state.items() if torch.is_tensor(v)})
+    tensors.update({f"rng.{name}": g.get_state() for name, g in generators.items()})
+    tensors["rng.torch"] = torch.get_rng_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()
+    return tensors
+
+
+def _restore(tensors: dict[str, Tensor], meta: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
+             scaler: torch.amp.GradScaler, generators: dict[str, torch.Generator]) -> None:
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    if meta.get("scaler"):
+        scaler.load_state_dict(meta["scaler"])
+    for name, g in generators.items():
+        g.set_state(tensors[f"rng.{name}"])
+    torch.set_rng_state(tensors["rng.torch"])
+    if "rng.cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["rng.cuda"])
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str,
              batch_size: int) -> tuple[float, float, Tensor]:
     """Test loss, test accuracy, and the predicted class of every test image (on the CPU)."""
     model.eval()
-    total_loss, preds = 0.0, []
+    total_loss, preds = torch.zeros((), device=device), []
     for i in range(0, len(data.test_y), batch_size):
         x = data.normalize(data.test_x[i:i + batch_size].to(device))
         y = data.test_y[i:i + batch_size].to(device)
         with autocast(device, dtype):
             logits = model(x)
-        total_loss += F.cross_entropy(logits.float(), y, reduction="sum").item()
-        preds.append(logits.argmax(-1).cpu())
-    pred = torch.cat(preds)
+        total_loss += F.cross_entropy(logits.float(), y, reduction="sum")
+        preds.append(logits.argmax(-1))
+    pred = torch.cat(preds).cpu()  # one transfer, and one read of the loss, per evaluation
     n = len(data.test_y)
-    return total_loss / n, (pred == data.test_y).sum().item() / n, pred
+    return total_loss.item() / n, (pred == data.test_y).sum().item() / n, pred
 
 
 def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
-          progress: bool = True) -> TrainResult:
-    """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch."""
+          progress: bool = True, checkpoint: Checkpointing | None = None) -> TrainResult:
+    """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch. With
+    `checkpoint`, resume from its file when there is one and write it as `checkpoint` says."""
     dtype = cfg.resolved_dtype(device)
     model = model.to(device)
     runner = torch.compile(model) if cfg.compile else model
@@ -180,21 +269,30 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
         freeze_all_but_head(model)
     optimizer = adamw(param_groups(model, cfg.weight_decay, cfg.layer_decay), cfg.lr)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16" and device.type == "cuda")
-    order_gen = torch.Generator().manual_seed(seed)
-    aug_gen = torch.Generator().manual_seed(seed + 1)
+    generators = {"order": torch.Generator().manual_seed(seed), "augment": torch.Generator().manual_seed(seed + 1)}
+    order_gen, aug_gen = generators["order"], generators["augment"]
     train_x, train_y = data.train_x.to(device), data.train_y.to(device)
     n = len(train_y)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
     warmup_steps = max(1, round(cfg.warmup_epochs * steps_per_epoch))
     history: list[dict[str, float]] = []
-    best_acc, step, train_time, images_seen = 0.0, 0, 0.0, 0
-    epochs = tqdm(range(1, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
+    best_acc, step, train_time, images_seen, first = 0.0, 0, 0.0, 0, 1
+    identity = {"seed": seed, "train": cfg.to_dict(), "n_train": n}
+    saved = load_checkpoint(checkpoint.path) if checkpoint and checkpoint.path.exists() else None
+    if saved and saved[1].get("identity") == identity and saved[1]["epoch"] < cfg.epochs:
+        tensors, meta = saved
+        _restore(tensors, meta, model, optimizer, scaler, generators)
+        history, step, train_time = meta["history"], meta["step"], meta["train_time_s"]
+        first = meta["epoch"] + 1
+        images_seen, best_acc = meta["epoch"] * n, max(h["test_acc"] for h in history)
+        tqdm.write(f"resumed from {checkpoint.path.name} after epoch {meta['epoch']} of {cfg.epochs}")
+    epochs = tqdm(range(first, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
     for epoch in epochs:
         train_mode(model, cfg)
         t0 = time.perf_counter()
         order = torch.randperm(n, generator=order_gen).to(device)
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), device=device)
         for i in range(0, n, cfg.batch_size):
             idx = order[i:i + cfg.batch_size]
             x = data.normalize(data.augment(train_x[idx], aug_gen))
@@ -203,8 +301,6 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
                 group["lr"] = lr * group["lr_scale"]
             with autocast(device, dtype):
                 loss = F.cross_entropy(runner(x), train_y[idx], label_smoothing=cfg.label_smoothing)
-            if not torch.isfinite(loss):
-                raise Diverged(f"loss became {loss.item()} at epoch {epoch}, step {step} (lr {lr:.3g})")
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             if cfg.grad_clip:
@@ -212,18 +308,25 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
                 nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
             scaler.step(optimizer)
             scaler.update()
-            loss_sum += loss.item() * len(idx)
+            loss_sum += loss.detach().float() * len(idx)
             step += 1
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        train_loss = loss_sum.item() / n  # the epoch's one read of the training loss (it waits for the device)
         train_time += time.perf_counter() - t0
+        if not math.isfinite(train_loss):
+            raise Diverged(f"loss became {train_loss} in epoch {epoch} (steps {step - steps_per_epoch + 1}–{step}, "
+                           f"lr {lr:.3g} at the last)")
         images_seen += n
         test_loss, test_acc, test_preds = evaluate(runner, data, device, dtype, cfg.eval_batch_size)
         best_acc = max(best_acc, test_acc)
-        record = {"epoch": epoch, "lr": lr, "train_loss": loss_sum / n, "test_loss": test_loss,
+        record = {"epoch": epoch, "lr": lr, "train_loss": train_loss, "test_loss": test_loss,
                   "test_acc": test_acc, "elapsed_s": train_time}
         history.append(record)
-        epochs.set_postfix(loss=f"{record['train_loss']:.3f}", acc=f"{test_acc:.4f}")
+        epochs.set_postfix(loss=f"{train_loss:.3f}", acc=f"{test_acc:.4f}")
+        if checkpoint and checkpoint.due(epoch, cfg.epochs, train_time / (epoch - first + 1)):
+            save_checkpoint(checkpoint.path, _training_state(model, optimizer, generators),
+                            {"identity": identity, "epoch": epoch, "step": step, "train_time_s": train_time,
+                             "history": history, "param_groups": optimizer.state_dict()["param_groups"],
+                             "scaler": scaler.state_dict() if scaler.is_enabled() else {}})
     last = history[-1]
     return TrainResult(last["train_loss"], last["test_loss"], last["test_acc"], best_acc, train_time,
-                       images_seen / train_time, history, test_preds)
+                       images_seen / train_time, history, test_preds, resumed_after=first - 1)

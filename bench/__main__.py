@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pandas as pd
 import torch
@@ -27,16 +29,28 @@ from .schema import BENCH_COLUMNS
 from .timing import TimingConfig
 
 
+NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
 def _list(kind):
     return lambda text: [kind(v) for v in text.split(",") if v.strip()]
 
 
+def _fail(message: str) -> NoReturn:
+    """A user-caused failure: one line naming the input, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _run(args: argparse.Namespace) -> None:
+    if not NAME.fullmatch(args.name):
+        _fail(f"--name {args.name!r}: a table name is letters, digits, '.', '_' or '-', not starting with '.' "
+              f"(it becomes $OUT/bench/<name>.csv)")
     for name, allowed, values in (("--attn", ATTENTION_BACKENDS, args.attn), ("--dtype", DTYPES, args.dtype),
                                   ("--mode", MODES, args.mode)):
         bad = [v for v in values if v not in allowed]
         if bad:
-            raise SystemExit(f"{name}: unknown value {bad[0]!r}; choose from {sorted(allowed)}")
+            _fail(f"{name}: unknown value {bad[0]!r}; choose from {sorted(allowed)}")
     try:
         device = resolve_device(args.device)
         timing = TimingConfig(warmup=args.warmup, min_repeats=args.repeats, min_time_s=args.min_time_s)
@@ -44,7 +58,7 @@ def _run(args: argparse.Namespace) -> None:
         points = expand_grid(base, args.attn, args.tokens or [0], args.batch_size, args.dtype, args.mode,
                              bool(args.compile), timing)
     except ValueError as err:
-        raise SystemExit(f"error: {err}")
+        _fail(str(err))
     if device.type == "cpu" and any(d != "fp32" for d in args.dtype):
         print("note: bf16/fp16 matmuls on many CPUs are far slower than fp32", file=sys.stderr)
     out_csv = Path(args.out) / "bench" / f"{args.name}.csv"

@@ -1,9 +1,17 @@
-"""Append-only CSV tables that survive kills and concurrent writers.
+"""Append-only CSV tables that survive kills, full disks, concurrent writers and bad lines.
 
-Each row is formatted in memory and written with a single `os.write` on an `O_APPEND` descriptor
-while holding an exclusive `flock`, then fsync'd: a kill leaves every earlier row whole, and two
-processes appending to one file never interleave. A torn last line (power loss mid-write) is dropped
-by `read_rows` with a warning rather than failing the table.
+Writes: the rows of one call are formatted in memory and written on an `O_APPEND` descriptor while
+holding an exclusive `flock`, then fsync'd. Before appending, a torn last line (a write cut by a kill,
+a power loss or a full disk) is cut off and kept in `<file>.quarantine`, so a new row never fuses with
+a fragment. A short write is retried until complete; a write that fails (ENOSPC, EFBIG) is rolled back
+to the file's previous length and raised as `OSError` naming the file: a full disk never leaves half a
+row. Two processes appending to one file never interleave.
+
+Every record is one line (a line break inside a cell is written as " | "), so a damaged line cannot
+swallow the lines after it. Reads: `read_rows` never fails on content. A line with the wrong number of fields, undecodable bytes,
+or a cell that is not a number in a column whose other cells are numbers is skipped with one
+`SkippedInput` warning naming the file and the line numbers (the report lists these warnings under
+"Skipped inputs").
 """
 
 from __future__ import annotations
@@ -19,50 +27,195 @@ from typing import Iterable, Mapping, Sequence
 import pandas as pd
 
 
-def _format(values: Iterable[object]) -> bytes:
+# hashes and names: a cell of these may look like a number by chance, so they are never checked as numbers
+IDENTIFIERS = frozenset({"run_id", "git_sha", "phase_id", "host", "device_name", "init", "error"})
+
+
+class SkippedInput(UserWarning):
+    """An input (a line, a row, a file) that a reader skipped; the message names it and why."""
+
+
+def skipped(message: str) -> None:
+    warnings.warn(message, SkippedInput, stacklevel=3)
+
+
+def _format(rows: Iterable[Iterable[object]]) -> bytes:
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(["" if v is None else v for v in values])
+    writer = csv.writer(buf, lineterminator="\n")
+    for values in rows:  # one record per line: a line break inside a cell (an error message's) becomes " | "
+        writer.writerow(["" if v is None else " | ".join(str(v).splitlines()) if isinstance(v, str) else v
+                         for v in values])
     return buf.getvalue().encode()
 
 
-def append_row(path: str | Path, row: Mapping[str, object], columns: Sequence[str]) -> None:
-    """Append `row` under the file's header (written from `columns` if the file is new)."""
+def _write_all(fd: int, data: bytes, path: Path) -> None:
+    """Write every byte or raise naming `path`, with the file cut back to its length before the call."""
+    start = os.fstat(fd).st_size
+    view = memoryview(data)
+    try:
+        while view:
+            written = os.write(fd, view)
+            if written <= 0:
+                raise OSError(f"write returned {written}")
+            view = view[written:]
+        os.fsync(fd)
+    except OSError as err:
+        try:
+            os.ftruncate(fd, start)
+        except OSError:
+            pass
+        reason = err.strerror or str(err)
+        raise OSError(err.errno, f"{path}: could not write {len(data)} bytes ({reason}); nothing of them was "
+                                 f"kept. Free space or choose another OUT, then rerun to resume") from None
+
+
+def _heal_tail(fd: int, path: Path) -> None:
+    """Cut an unterminated last line off the file (under the caller's lock) into `<path>.quarantine`."""
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    data = os.pread(fd, size, 0)
+    cut = data.rfind(b"\n") + 1
+    quarantine = path.with_name(path.name + ".quarantine")
+    with open(quarantine, "ab") as q:
+        q.write(data[cut:] + b"\n")
+    os.ftruncate(fd, cut)
+    warnings.warn(f"{path}: cut a torn last line ({size - cut} bytes, from an interrupted write) and kept it in "
+                  f"{quarantine.name}", SkippedInput, stacklevel=3)
+
+
+def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> None:
+    """Append `rows` in one write under the file's header (written from `columns` if the file is new):
+    all of them land, or none."""
+    if not rows:
+        return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise OSError(err.errno, f"{path}: cannot open for writing ({err.strerror})") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        header = _read_header(path)
+        _heal_tail(fd, path)
+        header = _read_header(fd)
+        lines: list[Iterable[object]] = []
         if header is None:
-            header = list(columns)
-            extra = [k for k in row if k not in header]
-            header += extra
-            os.write(fd, _format(header))
-        unknown = [k for k in row if k not in header]
-        if unknown:
-            raise ValueError(f"{path}: row has column(s) {unknown} that the file's header lacks; "
-                             f"the table was written by another version: move it aside and rerun")
-        os.write(fd, _format(row.get(c) for c in header))
-        os.fsync(fd)
+            header = list(columns) + [k for row in rows for k in row if k not in columns]
+            header = list(dict.fromkeys(header))
+            lines.append(header)
+        for row in rows:
+            unknown = [k for k in row if k not in header]
+            if unknown:
+                raise ValueError(f"{path}: row has column(s) {unknown} that the file's header lacks; "
+                                 f"the table was written by another version: move it aside and rerun")
+            lines.append([row.get(c) for c in header])
+        _write_all(fd, _format(lines), path)
     finally:
         os.close(fd)  # releases the lock
 
 
-def _read_header(path: Path) -> list[str] | None:
-    with open(path, newline="") as f:
-        first = f.readline()
-    if not first.endswith("\n"):
-        return None if not first else next(csv.reader([first]))
-    return next(csv.reader([first]))
+def append_row(path: str | Path, row: Mapping[str, object], columns: Sequence[str]) -> None:
+    """Append one row (see `append_rows`)."""
+    append_rows(path, [row], columns)
+
+
+def _read_header(fd: int) -> list[str] | None:
+    first = os.pread(fd, 65536, 0).split(b"\n", 1)[0]
+    if not first.strip():
+        return None
+    return next(csv.reader([first.decode("utf-8", errors="replace")]))
+
+
+def drop_rows(path: str | Path, column: str, values: set[str]) -> int:
+    """Remove the rows whose `column` is in `values` (a rerun's leftovers), atomically, under the lock.
+    Returns how many were removed. Only for files that one process writes at a time (a sweep's, under
+    its sweep lock)."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        lines = data.splitlines(keepends=True)
+        header = next(csv.reader([lines[0].decode("utf-8", errors="replace")])) if lines else []
+        if column not in header:
+            return 0
+        i = header.index(column)
+
+        def leftover(line: bytes) -> bool:
+            try:
+                record = next(csv.reader([line.decode("utf-8", errors="replace")], strict=True))
+            except (StopIteration, csv.Error):
+                return False  # a damaged line stays for the readers to skip and name
+            return len(record) == len(header) and record[i] in values
+
+        kept = lines[:1] + [line for line in lines[1:] if not leftover(line)]
+        removed = len(lines) - len(kept)
+        if removed:
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(b"".join(kept))
+            os.replace(tmp, path)
+        return removed
+    finally:
+        os.close(fd)
+
+
+def _numeric(cell: str) -> bool:
+    try:
+        float(cell)
+        return True
+    except ValueError:
+        return False
 
 
 def read_rows(path: str | Path) -> pd.DataFrame:
-    """The table as a DataFrame; an unterminated last line (a torn write) is dropped with a warning."""
+    """The table as a DataFrame; malformed lines and rows are skipped with a `SkippedInput` warning."""
     path = Path(path)
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        warnings.warn(f"{path}: dropping an unterminated last line (interrupted write)")
-        data = data[: data.rfind(b"\n") + 1]
-    if not data:
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        skipped(f"{path}: unreadable ({err.strerror}); skipped")
         return pd.DataFrame()
-    return pd.read_csv(io.BytesIO(data), keep_default_na=False, na_values=[""])
+    text = data.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+    if text and not text.endswith("\n"):
+        skipped(f"{path}: dropping an unterminated last line (interrupted write)")
+        text = text[: text.rfind("\n") + 1]
+    lines = text.splitlines()
+    try:
+        header = next(csv.reader(lines[:1], strict=True))
+    except (StopIteration, csv.Error):
+        header = []
+    if not header or len(set(header)) != len(header) or "\ufffd" in "".join(header):
+        if lines:
+            skipped(f"{path}: line 1 is not a header of distinct column names; file skipped")
+        return pd.DataFrame()
+    good: list[tuple[int, list[str]]] = []
+    bad: list[int] = []
+    for number, line in enumerate(lines[1:], start=2):  # the writer keeps every record on one line
+        try:
+            record = next(csv.reader([line], strict=True))
+        except (StopIteration, csv.Error):
+            record = []
+        if len(record) != len(header) or "\ufffd" in line:
+            bad.append(number)
+        else:
+            good.append((number, record))
+    # a cell that is not a number where most of its column's cells are: a damaged row
+    for j, name in enumerate(header):
+        if name in IDENTIFIERS:
+            continue
+        cells = [(line, rec[j]) for line, rec in good if rec[j] != ""]
+        numbers = sum(_numeric(c) for _, c in cells)
+        if cells and numbers * 2 >= len(cells) and numbers < len(cells):
+            damaged = {line for line, c in cells if not _numeric(c)}
+            bad += sorted(damaged)
+            good = [(line, rec) for line, rec in good if line not in damaged]
+    if bad:
+        shown = ", ".join(map(str, sorted(bad)[:10])) + (" …" if len(bad) > 10 else "")
+        skipped(f"{path}: skipped {len(bad)} malformed line(s): {shown}")
+    if not good:
+        return pd.DataFrame(columns=header)
+    return pd.read_csv(io.BytesIO(_format([header] + [rec for _, rec in good])), keep_default_na=False,
+                       na_values=[""])

@@ -23,6 +23,16 @@ class TimingConfig:
     min_time_s: float = 1.0    # ... and until this much time was timed ...
     max_repeats: int = 500     # ... but never more than this many
 
+    def __post_init__(self) -> None:
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be ≥ 0 steps, got {self.warmup}")
+        if self.min_repeats < 1:
+            raise ValueError(f"repeats must be ≥ 1 timed step, got {self.min_repeats}")
+        if not self.min_time_s >= 0:
+            raise ValueError(f"min_time_s must be ≥ 0 seconds, got {self.min_time_s}")
+        if self.max_repeats < self.min_repeats:
+            raise ValueError(f"max_repeats ({self.max_repeats}) must be ≥ repeats ({self.min_repeats})")
+
 
 @dataclass(frozen=True)
 class Timing:

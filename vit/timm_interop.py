@@ -78,12 +78,19 @@ def read_checkpoint(path: str | Path) -> dict[str, Tensor]:
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     if path.suffix not in CHECKPOINT_SUFFIXES:
         raise ValueError(f"checkpoint {path}: unknown format {path.suffix!r}; use one of {CHECKPOINT_SUFFIXES}")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
 
-        state = load_file(str(path))
-    else:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # EOFError, UnpicklingError, SafetensorError, RuntimeError (zip), ...
+        raise ValueError(f"checkpoint {path}: not a readable {path.suffix} file ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else 'empty or truncated'}); "
+                         f"check the file or download it again") from None
+    if not isinstance(state, dict) or not state:
+        raise ValueError(f"checkpoint {path}: holds no state dict (got {type(state).__name__})")
     for wrapper in ("model", "state_dict", "model_ema"):  # training checkpoints wrap the weights
         if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
             state = state[wrapper]

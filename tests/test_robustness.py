@@ -1,0 +1,345 @@
+"""Results survive torn lines, full disks, twin sweeps and bad files, and every user-caused failure is
+one line and exit status 2 (issue 16). Each test names the defect it reproduces; each failed before
+the fix. The random-kill campaign is `tests/crash.py` (`make crash-test`; a short one in test_crash.py)."""
+
+import errno
+import os
+import pickle
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import ablations.__main__ as cli
+from ablations.cost import CostPlan
+from ablations.data import load_dataset
+from ablations.report import build_report
+from ablations.runner import SweepError, SweepPaths, record, run_sweep, sweep_lock
+from ablations.specs import Point
+from ablations.tasks import Outcome, RunOptions
+from ablations.train import Checkpointing, TrainConfig, train
+from bench.csvio import SkippedInput, append_row, read_rows
+from conftest import write_spec
+from vit import ViTConfig, VisionTransformer
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
+                 mlp_ratio=1.0)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
+
+
+def points(sweep, *depths, epochs=1):
+    return [Point(sweep, "depth", d, TINY.replace(depth=d), TrainConfig(epochs=epochs, batch_size=128))
+            for d in depths]
+
+
+def options(out, seeds=(0,), **kw):
+    return RunOptions(dataset="digits", out=str(out), seeds=seeds, progress=False, cost=CostPlan(rounds=0), **kw)
+
+
+def tear_last_line(path: Path) -> None:
+    data = path.read_bytes()
+    last = data[:-1].rfind(b"\n") + 1
+    path.write_bytes(data[: last + (len(data) - last) // 2])
+
+
+# 1. a torn last line poisoned the table for good -------------------------------------------------------
+
+def test_a_torn_last_line_is_cut_and_quarantined_and_the_sweep_and_report_go_on(tmp_path):
+    run_sweep("depth", points("depth", 1, 2), options(tmp_path, seeds=(0, 1)))
+    csv = tmp_path / "ablations" / "depth.csv"
+    tear_last_line(csv)
+    with pytest.warns(SkippedInput, match="torn last line"):
+        summary = run_sweep("depth", points("depth", 1, 2), options(tmp_path, seeds=(0, 1)))
+    assert summary["statuses"] == {"ok": 1}          # only the torn run is trained again
+    table = read_rows(csv)
+    assert len(table) == 4 and table["run_id"].is_unique and (table["status"] == "ok").all()
+    assert (tmp_path / "ablations" / "depth.csv.quarantine").read_bytes().strip()
+    run_sweep("depth", points("depth", 1, 2), options(tmp_path, seeds=(0, 1)))   # and stays whole
+    assert len(read_rows(csv)) == 4
+    assert "## depth" in build_report(tmp_path).read_text()
+
+
+def test_a_reader_skips_a_malformed_line_naming_file_and_line(tmp_path):
+    path = tmp_path / "t.csv"
+    for i in range(3):
+        append_row(path, {"a": i, "b": f"x{i}", "c": i / 2}, ["a", "b", "c"])
+    with open(path, "ab") as f:
+        f.write(b'garbage\x00\xff\n1,"open quote\nnot,a,number\n')
+    append_row(path, {"a": 9, "b": "x9", "c": 4.5}, ["a", "b", "c"])
+    with pytest.warns(SkippedInput, match=r"t\.csv: skipped 3 malformed line\(s\): 5, 6, 7"):
+        table = read_rows(path)
+    assert list(table["a"]) == [0, 1, 2, 9] and table["c"].dtype == float
+
+
+# 2. short writes were ignored ---------------------------------------------------------------------------
+
+def test_a_short_write_is_completed(tmp_path, monkeypatch):
+    real = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real(fd, bytes(data[:7])))  # 7 bytes per call
+    append_row(tmp_path / "t.csv", {"a": 1, "b": "x" * 100}, ["a", "b"])
+    monkeypatch.undo()
+    assert read_rows(tmp_path / "t.csv").loc[0, "b"] == "x" * 100
+
+
+def test_a_full_disk_raises_naming_the_file_and_keeps_no_half_row(tmp_path, monkeypatch):
+    path = tmp_path / "t.csv"
+    append_row(path, {"a": 1, "b": "x"}, ["a", "b"])
+    before = path.read_bytes()
+    real = os.write
+
+    def full(fd, data):
+        real(fd, bytes(data[:5]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match=r"t\.csv: could not write .*No space left.*nothing of them was kept"):
+        append_row(path, {"a": 2, "b": "y" * 50}, ["a", "b"])
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+
+
+# 3. nothing stopped duplicate work ----------------------------------------------------------------------
+
+def test_a_second_identical_sweep_exits_naming_the_holder(tmp_path, capsys):
+    spec = write_spec(tmp_path / "twin.toml", "depth", "[1]")
+    paths = SweepPaths.of(tmp_path / "out", "twin")
+    with sweep_lock(paths, "twin"):
+        code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "out"),
+                         "--seeds", "0", "--cost-rounds", "0"])
+        with pytest.raises(SweepError, match=f"already running \\(PID {os.getpid()}"):
+            run_sweep("twin", points("twin", 1), options(tmp_path / "out"))
+    err = capsys.readouterr().err
+    assert code == 2 and f"sweep twin under OUT={tmp_path / 'out'} is already running (PID {os.getpid()}" in err
+    assert not (tmp_path / "out" / "ablations" / "twin.csv").exists()
+    assert run_sweep("twin", points("twin", 1), options(tmp_path / "out"))["statuses"] == {"ok": 1}  # released
+
+
+def test_repeated_seeds_and_spec_values_are_refused_before_work(tmp_path, capsys):
+    spec = write_spec(tmp_path / "dup.toml", "depth", "[1, 2]")
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["sweep", str(spec), "--dataset", "digits", "--seeds", "0,0", "--out", str(tmp_path)])
+    assert exit_.value.code == 2 and "seeds name a seed twice" in capsys.readouterr().err
+    spec.write_text(spec.read_text().replace("values = [1, 2]", "values = [1]\nvalues_by_img_size = {8 = [1, 1]}"))
+    assert cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path)]) == 2
+    assert "duplicates" in capsys.readouterr().err
+    assert not (tmp_path / "ablations").exists()
+
+
+# 4. the report fell over on one bad input ---------------------------------------------------------------
+
+def test_the_report_survives_a_bad_row_and_damaged_files_and_lists_them(tmp_path):
+    run_sweep("depth", points("depth", 1, 2), options(tmp_path, seeds=(0, 1)))
+    run_sweep("pos", [Point("pos", "pos", p, TINY.replace(pos=p), TrainConfig(epochs=1, batch_size=128))
+                      for p in ("learned", "sinusoidal")], options(tmp_path))
+    csv = tmp_path / "ablations" / "depth.csv"
+    table = read_rows(csv)
+    bad = table.iloc[0].to_dict()
+    bad.update(depth="deep", run_id="badbadbadbad")   # a string where the factor's numbers are
+    append_row(csv, bad, list(table.columns))
+    paths = SweepPaths.of(tmp_path, "depth")
+    victim = next(paths.preds.glob("*.npz"))
+    victim.write_bytes(victim.read_bytes()[:20])
+    weights = next(SweepPaths.of(tmp_path, "pos").weights.glob("*.pt"))
+    weights.write_bytes(weights.read_bytes()[:100])
+    (tmp_path / "ablations" / "norm.csv").write_bytes(b"\x00\x01garbage\n")
+    report = build_report(tmp_path).read_text()
+    skipped = report.split("## Skipped inputs", 1)[1]
+    assert f"{csv}: skipped 1 malformed line(s): 6" in skipped
+    assert f"{victim}: not a readable predictions file" in skipped
+    assert f"{weights}: weights unreadable" in skipped
+    assert f"{tmp_path / 'ablations' / 'norm.csv'}: line 1 is not a header" in skipped
+    assert "| 1 |" in report and "| 2 |" in report and "deep" not in report.split("## Skipped")[0]
+
+
+# 5. an unwritable OUT was found only after training; orphan tmp files; repeated history ------------------
+
+def test_an_out_that_is_a_file_fails_before_any_work_naming_it(tmp_path, capsys):
+    spec = write_spec(tmp_path / "d.toml", "depth", "[1]")
+    (tmp_path / "file").write_text("not a folder")
+    code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "file"), "--seeds", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"OUT={tmp_path / 'file'}: cannot create" in err and "Traceback" not in err
+
+
+def test_preflight_refuses_an_out_without_room_and_prints_the_estimate(tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(SweepError, match=r"MiB free, but the 2 runs to do need about [\d.]+ MiB"):
+        run_sweep("depth", points("depth", 1, 2), options(tmp_path))
+    assert not (tmp_path / "ablations" / "depth.csv").exists()
+
+
+def test_stale_tmp_files_of_dead_writers_are_removed_and_live_ones_kept(tmp_path):
+    paths = SweepPaths.of(tmp_path, "depth")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = [paths.weights / f"abc.pt.{dead.stdout.strip()}.tmp", paths.preds / f"abc.npz.{dead.stdout.strip()}.tmp"]
+    live = paths.weights / f"def.pt.{os.getppid()}.tmp"
+    for f in (*stale, live):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"partial")
+    summary = run_sweep("depth", points("depth", 1), options(tmp_path))
+    assert summary["stale_tmp"] == 2 and not any(f.exists() for f in stale) and live.exists()
+
+
+def test_a_run_recorded_again_after_a_kill_does_not_repeat_its_history(tmp_path):
+    paths = SweepPaths.of(tmp_path, "depth")
+    history = [{"run_id": "r1", "epoch": e, "lr": 0.1, "train_loss": 1.0, "test_loss": 1.0, "test_acc": 0.5,
+                "elapsed_s": e} for e in (1, 2)]
+    row = {"run_id": "r1", "status": "ok", "sweep": "depth"}
+    record(Outcome({"run_id": "r0", "status": "ok"}, [{**history[0], "run_id": "r0"}]), paths)
+    append_row(paths.history, history[0], list(history[0]))   # a killed attempt: history, no row
+    record(Outcome(row, history), paths)
+    table = read_rows(paths.history)
+    assert sorted(zip(table["run_id"], table["epoch"])) == [("r0", 1), ("r1", 1), ("r1", 2)]
+
+
+# 6. tracebacks instead of messages ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("content,suffix", [(b"", ".pth"), (b"\x80\x04garbage", ".pth"), (b"PK\x03\x04bad", ".bin"),
+                                            (b"{}", ".safetensors"), (b"\x00" * 64, ".safetensors")])
+def test_a_corrupt_init_file_is_one_line_naming_it(tmp_path, capsys, content, suffix):
+    init = tmp_path / f"ckpt{suffix}"
+    init.write_bytes(content)
+    spec = write_spec(tmp_path / "d.toml", "depth", "[1]")
+    code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--init", str(init)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"checkpoint {init}: not a readable {suffix} file" in err and "Traceback" not in err
+
+
+def test_empty_mnist_raw_files_name_the_folder_and_the_fix(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"):
+        (raw / name).write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"cannot be read .*empty, truncated.*--download"):
+        load_dataset("mnist", tmp_path)
+
+
+def test_ctrl_c_exits_130_saying_what_was_kept(tmp_path, capsys, monkeypatch):
+    spec = write_spec(tmp_path / "d.toml", "depth", "[1, 2]")
+    real = cli.run_sweep
+
+    def interrupted(name, pts, opts, executor):
+        real(name, pts[:1], opts, executor)   # one point finishes, then Ctrl-C
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "run_sweep", interrupted)
+    code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--seeds", "0",
+                     "--cost-rounds", "0"])
+    assert code == 130
+    assert "interrupted: 1 runs finished and kept; rerun the same command to resume" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [(["--seeds", "-1"], "seed -1 is out of range"),
+                                          (["--seeds", str(2**40)], "out of range"),
+                                          (["--epochs", "0"], "--epochs (EPOCHS) must be a positive integer"),
+                                          (["--checkpoint-every", "-2"], "checkpoint-every must be auto")])
+def test_bad_run_options_fail_before_work_naming_the_option(tmp_path, capsys, argv, message):
+    spec = write_spec(tmp_path / "d.toml", "depth", "[1]")
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and "d.toml" not in err
+    assert not (tmp_path / "ablations").exists()
+
+
+# 7. bench run wrote outside OUT; --repeats 0 was accepted -----------------------------------------------
+
+@pytest.mark.parametrize("argv,message", [(["--name", "../../x"], "--name '../../x'"),
+                                          (["--name", ".hidden"], "--name '.hidden'"),
+                                          (["--repeats", "0"], "repeats must be ≥ 1")])
+def test_bench_run_refuses_a_bad_name_or_repeats(tmp_path, argv, message):
+    out = subprocess.run([sys.executable, "-m", "bench", "run", "--preset", "vit_mnist", "--out", str(tmp_path), *argv],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+    assert not any(tmp_path.parent.glob("x.csv")) and not (tmp_path / "bench").exists()
+
+
+# mid-run checkpoints -------------------------------------------------------------------------------------
+
+class Killed(Exception):
+    pass
+
+
+def test_a_run_killed_after_an_epoch_resumes_there_with_the_same_final_weights(tmp_path, monkeypatch):
+    import ablations.train as trainer
+
+    data = load_dataset("digits")
+    cfg = TrainConfig(epochs=5, batch_size=128)
+    cfg_model = TINY.replace(dropout=0.1, attn_dropout=0.1)   # the global RNG matters too
+
+    def fresh():
+        torch.manual_seed(3)
+        return VisionTransformer(cfg_model)
+    straight = fresh()
+    reference = train(straight, data, cfg, 3, torch.device("cpu"), progress=False)
+
+    ckpt = Checkpointing(tmp_path / "run.safetensors", every=1)
+    real_evaluate, calls = trainer.evaluate, []
+
+    def dies_in_epoch_4(*args, **kw):
+        calls.append(1)
+        if len(calls) == 4:
+            raise Killed
+        return real_evaluate(*args, **kw)
+    monkeypatch.setattr(trainer, "evaluate", dies_in_epoch_4)
+    with pytest.raises(Killed):
+        train(fresh(), data, cfg, 3, torch.device("cpu"), progress=False, checkpoint=ckpt)
+    monkeypatch.setattr(trainer, "evaluate", real_evaluate)
+    assert ckpt.path.exists()
+    resumed_model = fresh()
+    resumed = train(resumed_model, data, cfg, 3, torch.device("cpu"), progress=False, checkpoint=ckpt)
+    assert resumed.resumed_after == 3 and [h["epoch"] for h in resumed.history] == [1, 2, 3, 4, 5]
+    for (name, a), b in zip(straight.state_dict().items(), resumed_model.state_dict().values()):
+        assert torch.equal(a, b), name
+    for key in ("train_loss", "test_loss", "test_acc", "lr"):
+        assert [h[key] for h in resumed.history] == [h[key] for h in reference.history], key
+
+
+def test_auto_checkpoints_only_runs_projected_past_a_minute():
+    auto = Checkpointing(Path("x"))
+    assert not auto.due(1, 20, seconds_per_epoch=2.9) and auto.due(1, 20, seconds_per_epoch=3.1)
+    assert not auto.due(20, 20, seconds_per_epoch=100)   # a finished run is recorded, not checkpointed
+    assert Checkpointing(Path("x"), every=2).due(4, 20, 0.1) and not Checkpointing(Path("x"), every=2).due(3, 20, 99)
+    assert not Checkpointing(Path("x"), every=0).due(1, 20, 99)
+
+
+def test_a_sweep_run_resumes_from_its_checkpoint_and_says_so(tmp_path):
+    opts = options(tmp_path, checkpoint_every=1)
+    pts = points("depth", 1, epochs=3)
+    paths = SweepPaths.of(tmp_path, "depth")
+    # a first attempt that wrote its epoch-2 checkpoint and was killed before its row
+    from ablations.tasks import make_tasks
+    task = make_tasks(pts, opts)[0]
+    data = load_dataset("digits")
+    torch.manual_seed(0)
+    model = VisionTransformer(task.point.model)
+    short = Checkpointing(paths.checkpoint(task.run_id), every=1)
+    import ablations.train as trainer
+    real = trainer.evaluate
+    calls = []
+
+    def dies(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise Killed
+        return real(*a, **k)
+    trainer.evaluate = dies
+    try:
+        with pytest.raises(Killed):
+            train(model, data, task.point.train, 0, torch.device("cpu"), progress=False, checkpoint=short)
+    finally:
+        trainer.evaluate = real
+    summary = run_sweep("depth", pts, opts)
+    row = read_rows(paths.rows).iloc[0]
+    assert summary["resumable"] == 1 and row["resumed_after"] == 2 and row["status"] == "ok"
+    assert not paths.checkpoint(task.run_id).exists()     # removed once the row is written

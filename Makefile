@@ -26,17 +26,18 @@ INIT      ?=
 PRETRAINED ?=
 OUT       ?= results
 DRY_RUN   ?= 0
+CHECKPOINT_EVERY ?=
 PYTEST_ARGS ?=
 
 opt = $(if $(strip $(2)),$(1) $(2))
 RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) \
-  $(call opt,--cost-rounds,$(COST_ROUNDS)) \
+  $(call opt,--cost-rounds,$(COST_ROUNDS)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) \
   --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --executor $(EXECUTOR) \
   $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) $(call opt,--gpus-per-task,$(GPUS_PER_TASK)) $(call opt,--max-retries,$(MAX_RETRIES)) \
   $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download)
 
-.PHONY: install test ablations train bench bench-tokens bench-speed report clean
+.PHONY: install test crash-test ablations train bench bench-tokens bench-speed report clean
 
 install: $(STAMP)
 
@@ -49,6 +50,12 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# SIGKILLs at KILLS random instants (half inside a save step), a torn line, garbage lines and a full
+# tmpfs (root only) against a small digits sweep; then every run must equal an uninterrupted run's
+KILLS ?= 24
+crash-test: $(STAMP)
+	$(PY) tests/crash.py --kills $(KILLS)
 
 # the sweeps marked `default = true` in ablations/sweeps/*.toml (patch, heads, depth), then the report
 ablations: $(STAMP)

@@ -206,8 +206,9 @@ def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
         print(f"error: {err}", file=sys.stderr)
         return None
     except OSError as err:  # a full disk, a folder gone read-only: every finished run is kept
-        print(f"error: {err}\n{_recorded(plans, options) - before} runs finished and kept; fix this and rerun "
-              f"the same command to resume", file=sys.stderr)
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}; {_recorded(plans, options) - before} runs finished and kept "
+              f"(rerun the same command to resume)", file=sys.stderr)
         return None
     except KeyboardInterrupt as err:
         print(f"\ninterrupted: {_recorded(plans, options) - before} runs finished and kept; rerun the same "

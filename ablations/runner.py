@@ -338,17 +338,16 @@ def _run_locked(sweep: str, points: list[Point], options: RunOptions, paths: Swe
     todo = [t for t in todo if t.run_id not in elsewhere]
     resumable = sum(paths.checkpoint(t.run_id).exists() for t in todo)
     executor = executor or LocalExecutor(ExecutorOptions())
-    bar = tqdm(total=len(todo), desc=f"sweep {sweep}", unit="run", disable=not options.progress)
-    for task, outcome in executor.run(todo, fn, load_data):
-        record(outcome, paths)
-        status = outcome.row["status"]
-        statuses[status] = statuses.get(status, 0) + 1
-        acc = outcome.row.get("test_acc")
-        where = f" on {outcome.row.get('host') or '?'}" if executor.remote else ""
-        bar.set_postfix_str(f"{task.point.factor}={task.point.value} seed={task.seed}{where}: {status}"
-                            + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
-        bar.update()
-    bar.close()
+    with tqdm(total=len(todo), desc=f"sweep {sweep}", unit="run", disable=not options.progress) as bar:
+        for task, outcome in executor.run(todo, fn, load_data):  # the bar ends its line even when this raises
+            record(outcome, paths)
+            status = outcome.row["status"]
+            statuses[status] = statuses.get(status, 0) + 1
+            acc = outcome.row.get("test_acc")
+            where = f" on {outcome.row.get('host') or '?'}" if executor.remote else ""
+            bar.set_postfix_str(f"{task.point.factor}={task.point.value} seed={task.seed}{where}: {status}"
+                                + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
+            bar.update()
     return {"sweep": sweep, "planned": len(tasks), "skipped": len(tasks) - len(todo) - len(reused),
             "reused": len(reused), "statuses": statuses, "paths": paths, "stale_tmp": stale,
             "resumable": resumable}

@@ -184,13 +184,14 @@ class Checkpointing:
 
 def save_checkpoint(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
     """Tensors and JSON metadata in one safetensors file, replaced atomically."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    data = save({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, metadata={"vitbench": json.dumps(meta)})
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
-                  metadata={"vitbench": json.dumps(meta)})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:  # Python's own write: a full disk is an OSError with its errno
+            f.write(data)
         os.replace(tmp, path)
     except OSError as err:
         tmp.unlink(missing_ok=True)

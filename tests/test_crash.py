@@ -1,0 +1,13 @@
+"""A short crash campaign (tests/crash.py): SIGKILLs at random instants, one inside a save step, a torn
+last line, garbage lines and, where a tmpfs can be mounted, a full filesystem; then every run has one
+ok row equal to the uninterrupted sweep's and the report lists what it skipped. `make crash-test` runs
+the long one (24 kills)."""
+
+from crash import campaign
+
+
+def test_a_short_crash_campaign_loses_nothing_and_ends_whole(tmp_path):
+    tally = campaign(tmp_path, kills=2, seed=1)
+    assert tally.problems == []
+    assert tally.kills == 2 and tally.kills_in_save == 1
+    assert tally.torn_cut == 1 and tally.garbage_skipped == 2

@@ -15,6 +15,7 @@ COST_ROUNDS ?=
 DEVICE    ?= auto
 DTYPE     ?=
 COMPILE   ?= 0
+GRAPHS    ?= 1
 EXECUTOR  ?= local
 CPUS_PER_TASK ?=
 GPUS_PER_TASK ?=
@@ -32,12 +33,12 @@ PYTEST_ARGS ?=
 opt = $(if $(strip $(2)),$(1) $(2))
 RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) \
   $(call opt,--cost-rounds,$(COST_ROUNDS)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) \
-  --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --executor $(EXECUTOR) \
+  --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --graphs $(GRAPHS) --executor $(EXECUTOR) \
   $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) $(call opt,--gpus-per-task,$(GPUS_PER_TASK)) $(call opt,--max-retries,$(MAX_RETRIES)) \
   $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download)
 
-.PHONY: install test crash-test ablations train bench bench-tokens bench-speed report clean
+.PHONY: install test test-gpu crash-test ablations train bench bench-tokens bench-speed report clean
 
 install: $(STAMP)
 
@@ -50,6 +51,10 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# the CUDA-only tests (graphed step = eager step, bf16/fp16, NVML, CUDA memory, compile); skipped without CUDA
+test-gpu: $(STAMP)
+	$(PY) -m pytest -m gpu -v $(PYTEST_ARGS)
 
 # SIGKILLs at KILLS random instants (half inside a save step), a torn line, garbage lines and a full
 # tmpfs (root only) against a small digits sweep; then every run must equal an uninterrupted run's

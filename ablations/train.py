@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from bench.measure import autocast
 from bench.mfu import DTYPES
+from bench.utilisation import UtilSampler, reader_for
 
 from .data import Dataset
 
@@ -100,6 +101,7 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     test_preds: Tensor | None = None  # (n_test,) the final model's class index for each test image
     resumed_after: int = 0  # the epoch of the checkpoint this run resumed from; 0 = not resumed
+    train_util_pct: float | None = None  # NVML (CUDA) or process CPU use, sampled while training epochs ran
 
     def row(self) -> dict[str, float]:
         """The result-table columns: the scalars, and the test-set size."""
@@ -162,6 +164,122 @@ def train_mode(model: nn.Module, cfg: TrainConfig) -> None:
         for name, child in model.named_children():
             if name != "head":
                 child.eval()
+
+
+class EagerStep:
+    """One optimisation step: forward, loss, backward, clipping, AdamW. Returns the batch's summed loss as
+    a device tensor: nothing here reads a value back to the host."""
+
+    graphed = False
+
+    def __init__(self, model: nn.Module, runner: nn.Module, optimizer: torch.optim.Optimizer,
+                 scaler: torch.amp.GradScaler, cfg: TrainConfig, device: torch.device, dtype: str) -> None:
+        self.model, self.runner, self.optimizer, self.scaler = model, runner, optimizer, scaler
+        self.cfg, self.device, self.dtype = cfg, device, dtype
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group["lr_scale"]
+
+    def _step(self, x: Tensor, y: Tensor, cache: bool = True) -> Tensor:
+        with autocast(self.device, self.dtype, cache_enabled=cache):
+            loss = F.cross_entropy(self.runner(x), y, label_smoothing=self.cfg.label_smoothing)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.cfg.grad_clip:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.trainable, self.cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss.detach().float() * len(y)
+
+    def __call__(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
+        self.set_lr(lr)
+        return self._step(x, y)
+
+
+class StaticStep(EagerStep):
+    """The step on static buffers: each batch is copied into input and label buffers of its batch size,
+    the learning rate lives in one device tensor per parameter group (AdamW reads it there), and autocast
+    runs without its cast cache. On CUDA the whole step is captured once per batch size into a
+    `torch.cuda.CUDAGraph` and replayed (the last, smaller batch of an epoch gets its own graph, so every
+    image is seen); elsewhere the same code runs eagerly, so its logic is tested on any machine."""
+
+    def __init__(self, *args: Any, capture: bool | None = None) -> None:
+        super().__init__(*args)
+        self.capture = self.device.type == "cuda" if capture is None else capture
+        self.graphed = self.capture
+        for group in self.optimizer.param_groups:  # a tensor the graph reads; refilled before each replay
+            group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
+        self.buffers: dict[int, tuple[Tensor, Tensor, Tensor]] = {}  # batch size -> (x, y, loss)
+        self.graphs: dict[int, Any] = {}
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"].fill_(lr * group["lr_scale"])
+
+    def __call__(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
+        self.set_lr(lr)
+        b = len(y)
+        if b not in self.buffers:
+            self.buffers[b] = (x.clone(), y.clone(), torch.zeros((), device=self.device))
+        bx, by, bloss = self.buffers[b]
+        bx.copy_(x)
+        by.copy_(y)
+        if not self.capture:
+            bloss.copy_(self._step(bx, by, cache=False))
+            return bloss.clone()
+        if b not in self.graphs:
+            self.graphs[b] = self._capture(bx, by, bloss)  # its warm-up steps trained on this batch
+        else:
+            self.graphs[b].replay()
+        return bloss.clone()
+
+    def _capture(self, bx: Tensor, by: Tensor, bloss: Tensor) -> Any:
+        """Warm up on a side stream (the optimizer's state is allocated there), put weights, buffers and
+        optimizer state back in place, capture one step and replay it: the batch is trained on once, as
+        by the eager step."""
+        model_state = [t.clone() for t in self.model.state_dict().values()]
+        optim_state = {id(p): {k: v.clone() for k, v in st.items() if torch.is_tensor(v)}
+                       for p, st in self.optimizer.state.items()}
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(self.WARMUP):
+                self._step(bx, by, cache=False)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        with torch.no_grad():  # undo the warm-up in place: the graph will read these very tensors
+            for t, saved in zip(self.model.state_dict().values(), model_state):
+                t.copy_(saved)
+            for p, st in self.optimizer.state.items():
+                saved = optim_state.get(id(p), {})
+                for k, v in st.items():
+                    if torch.is_tensor(v):
+                        v.copy_(saved[k]) if k in saved else v.zero_()
+        graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            bloss.copy_(self._step(bx, by, cache=False))
+        graph.replay()
+        return graph
+
+    WARMUP = 3
+
+
+def make_step(model: nn.Module, runner: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+              cfg: TrainConfig, device: torch.device, dtype: str, graphs: bool) -> EagerStep:
+    """On CUDA with `graphs`, the static-buffer step captured into CUDA graphs where it can work (else the
+    eager step, with one line saying why); elsewhere the eager step."""
+    if not graphs or device.type != "cuda":  # without capture the static buffers only add copies
+        return EagerStep(model, runner, optimizer, scaler, cfg, device, dtype)
+    why = ("fp16 needs the grad scaler's host-side checks" if scaler.is_enabled() else
+           "torch.compile already owns the step" if cfg.compile else
+           "AdamW here has no fused kernel to read a tensor learning rate" if not optimizer.defaults.get("fused") else "")
+    if why:
+        tqdm.write(f"graphs: eager training step ({why})")
+        return EagerStep(model, runner, optimizer, scaler, cfg, device, dtype)
+    return StaticStep(model, runner, optimizer, scaler, cfg, device, dtype)
 
 
 AUTO_CHECKPOINT_S = 60.0  # checkpoint every epoch when a run is projected to last longer than this
@@ -260,9 +378,10 @@ def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str,
 
 
 def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
-          progress: bool = True, checkpoint: Checkpointing | None = None) -> TrainResult:
+          progress: bool = True, checkpoint: Checkpointing | None = None, graphs: bool = True) -> TrainResult:
     """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch. With
-    `checkpoint`, resume from its file when there is one and write it as `checkpoint` says."""
+    `checkpoint`, resume from its file when there is one and write it as `checkpoint` says. `graphs`:
+    the static-buffer step (`StaticStep`: one CUDA graph per batch size on CUDA), else the eager one."""
     dtype = cfg.resolved_dtype(device)
     model = model.to(device)
     runner = torch.compile(model) if cfg.compile else model
@@ -280,6 +399,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     history: list[dict[str, float]] = []
     best_acc, step, train_time, images_seen, first = 0.0, 0, 0.0, 0, 1
     identity = {"seed": seed, "train": cfg.to_dict(), "n_train": n}
+    reader, util_time = reader_for(device), [0.0, 0.0]  # Σ util × epoch seconds, Σ seconds (this process)
     saved = load_checkpoint(checkpoint.path) if checkpoint and checkpoint.path.exists() else None
     if saved and saved[1].get("identity") == identity and saved[1]["epoch"] < cfg.epochs:
         tensors, meta = saved
@@ -288,31 +408,27 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
         first = meta["epoch"] + 1
         images_seen, best_acc = meta["epoch"] * n, max(h["test_acc"] for h in history)
         tqdm.write(f"resumed from {checkpoint.path.name} after epoch {meta['epoch']} of {cfg.epochs}")
+    train_step = make_step(model, runner, optimizer, scaler, cfg, device, dtype, graphs)
     epochs = tqdm(range(first, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
     for epoch in epochs:
         train_mode(model, cfg)
         t0 = time.perf_counter()
         order = torch.randperm(n, generator=order_gen).to(device)
         loss_sum = torch.zeros((), device=device)
-        for i in range(0, n, cfg.batch_size):
-            idx = order[i:i + cfg.batch_size]
-            x = data.normalize(data.augment(train_x[idx], aug_gen))
-            lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
-            for group in optimizer.param_groups:
-                group["lr"] = lr * group["lr_scale"]
-            with autocast(device, dtype):
-                loss = F.cross_entropy(runner(x), train_y[idx], label_smoothing=cfg.label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            if cfg.grad_clip:
-                scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            loss_sum += loss.detach().float() * len(idx)
-            step += 1
-        train_loss = loss_sum.item() / n  # the epoch's one read of the training loss (it waits for the device)
-        train_time += time.perf_counter() - t0
+        with UtilSampler(reader) as sampler:
+            for i in range(0, n, cfg.batch_size):
+                idx = order[i:i + cfg.batch_size]
+                x = data.normalize(data.augment(train_x[idx], aug_gen))
+                lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
+                loss_sum += train_step(x, train_y[idx], lr)
+                step += 1
+            train_loss = loss_sum.item() / n  # the epoch's one read of the training loss (it waits for the device)
+        epoch_time = time.perf_counter() - t0
+        train_time += epoch_time
+        util = sampler.summary().get("util_pct")
+        if util is not None:
+            util_time[0] += util * epoch_time
+            util_time[1] += epoch_time
         if not math.isfinite(train_loss):
             raise Diverged(f"loss became {train_loss} in epoch {epoch} (steps {step - steps_per_epoch + 1}–{step}, "
                            f"lr {lr:.3g} at the last)")
@@ -326,8 +442,11 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
         if checkpoint and checkpoint.due(epoch, cfg.epochs, train_time / (epoch - first + 1)):
             save_checkpoint(checkpoint.path, _training_state(model, optimizer, generators),
                             {"identity": identity, "epoch": epoch, "step": step, "train_time_s": train_time,
-                             "history": history, "param_groups": optimizer.state_dict()["param_groups"],
+                             "history": history, "param_groups": [
+                                 {k: float(v) if torch.is_tensor(v) else v for k, v in g.items()}
+                                 for g in optimizer.state_dict()["param_groups"]],
                              "scaler": scaler.state_dict() if scaler.is_enabled() else {}})
     last = history[-1]
     return TrainResult(last["train_loss"], last["test_loss"], last["test_acc"], best_acc, train_time,
-                       images_seen / train_time, history, test_preds, resumed_after=first - 1)
+                       images_seen / train_time, history, test_preds, resumed_after=first - 1,
+                       train_util_pct=util_time[0] / util_time[1] if util_time[1] else None)

@@ -42,10 +42,11 @@ class MeasureConfig:
             raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
 
 
-def autocast(device: torch.device, dtype: str):
+def autocast(device: torch.device, dtype: str, cache_enabled: bool = True):
+    """Autocast to `dtype` ("fp32": none). cache_enabled=False for steps captured into a CUDA graph."""
     if dtype == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=DTYPES[dtype])
+    return torch.autocast(device.type, dtype=DTYPES[dtype], cache_enabled=cache_enabled)
 
 
 def make_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, mcfg: MeasureConfig,

@@ -24,8 +24,13 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TRAIN_FLOP_FACTOR = 3
 
 
+def cache_dir() -> Path:
+    """vitbench's cache folder: $VITBENCH_CACHE, default ~/.cache/vitbench (matmul peaks, parsed datasets)."""
+    return Path(os.environ.get("VITBENCH_CACHE", Path.home() / ".cache" / "vitbench"))
+
+
 def cache_path() -> Path:
-    return Path(os.environ.get("VITBENCH_CACHE", Path.home() / ".cache" / "vitbench")) / "matmul_peak.json"
+    return cache_dir() / "matmul_peak.json"
 
 
 def device_name(device: torch.device) -> str:

@@ -6,6 +6,21 @@ import pytest
 import torch
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    """Parsed datasets and matmul peaks go to a cache of this session, not the user's ~/.cache/vitbench
+    (a test may point VITBENCH_CACHE elsewhere)."""
+    import os
+
+    previous = os.environ.get("VITBENCH_CACHE")
+    os.environ["VITBENCH_CACHE"] = str(tmp_path_factory.mktemp("vitbench-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("VITBENCH_CACHE", None)
+    else:
+        os.environ["VITBENCH_CACHE"] = previous
+
+
 @pytest.fixture(autouse=True)
 def _seed_everything():
     random.seed(0)

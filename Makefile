@@ -16,6 +16,7 @@ DEVICE    ?= auto
 DTYPE     ?=
 COMPILE   ?= 0
 GRAPHS    ?= 1
+JOBS      ?=
 EXECUTOR  ?= local
 CPUS_PER_TASK ?=
 GPUS_PER_TASK ?=
@@ -34,7 +35,7 @@ opt = $(if $(strip $(2)),$(1) $(2))
 RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) \
   $(call opt,--cost-rounds,$(COST_ROUNDS)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) \
   --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --graphs $(GRAPHS) --executor $(EXECUTOR) \
-  $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) $(call opt,--gpus-per-task,$(GPUS_PER_TASK)) $(call opt,--max-retries,$(MAX_RETRIES)) \
+  $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) $(call opt,--gpus-per-task,$(GPUS_PER_TASK)) $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--jobs,$(JOBS)) \
   $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download)
 

@@ -65,6 +65,15 @@ def _positive(what: str):
     return parse
 
 
+def _jobs(text: str) -> int | None:
+    if text == "auto":
+        return None
+    try:
+        return ExecutorOptions(jobs=int(text)).jobs
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"jobs must be auto or an integer ≥ 1, got {text!r}") from None
+
+
 def _every(text: str) -> int | None:
     if text == "auto":
         return None
@@ -108,6 +117,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-task", type=float,
                    help="GPUs each run asks for (ray default: 1 where the cluster has GPUs, else 0)")
     p.add_argument("--max-retries", type=int, default=2, help="re-runs of a run whose worker died (default 2)")
+    p.add_argument("--jobs", type=_jobs, default=1, metavar="N|auto",
+                   help="local executor: runs in flight at once (default 1). On the CPU the cores are split between "
+                        "them; on CUDA they share the GPU (or spread over several). auto: half the cores, or 4 per GPU")
     p.add_argument("--init", help="a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from")
     p.add_argument("--pretrained", help="a timm model name whose pretrained weights timm downloads (network)")
     p.add_argument("--out", default="results")
@@ -192,7 +204,8 @@ def _start_executor(args: argparse.Namespace) -> Executor:
     gpus = 0.0 if args.gpus_per_task is None and args.device == "cpu" else args.gpus_per_task  # DEVICE=cpu: no GPU
     executor = EXECUTORS[args.executor](ExecutorOptions(cpus_per_task=args.cpus_per_task,
                                                         gpus_per_task=gpus,
-                                                        max_retries=args.max_retries))
+                                                        max_retries=args.max_retries,
+                                                        jobs=args.jobs, device=args.device))
     print(executor.start(), file=sys.stderr)
     return executor
 

@@ -135,7 +135,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     sweep_figure(f, fig, spec.label)
     lines = [f"Seeds {', '.join(map(str, seeds))}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "",
-             findings.verdict_sentence(f), "", findings.cost_sentence(f), "", _base_line(rows, factor), "",
+             findings.verdict_sentence(f), "", findings.cost_sentence(f), "", *_sharing_note(ok), _base_line(rows, factor), "",
              findings.table_markdown(f), ""]
     if f.comparisons:
         lines += ["Pairwise comparisons (paired bootstrap over seeds and test images; see Method):", "",
@@ -145,6 +145,17 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
         curves = figs.learning_curves(read_rows(paths.history), rows, factor, figures / f"{sweep}-curves.png", order)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
     return lines
+
+
+def _sharing_note(ok: pd.DataFrame) -> list[str]:
+    """Training wall times measured while other runs shared the device (JOBS > 1) say so."""
+    jobs = pd.to_numeric(ok["jobs"], errors="coerce") if "jobs" in ok else pd.Series(dtype=float)
+    shared = jobs[jobs > 1]
+    if shared.empty:
+        return []
+    return [f"Training wall times (`train_time_s`, `train_util_pct`) of {len(shared)} of these {len(ok)} runs were "
+            f"measured with up to {int(shared.max())} runs sharing the device (JOBS); the cost-phase figures were "
+            f"measured alone.", ""]
 
 
 def _or_dash(value, fmt: str) -> str:

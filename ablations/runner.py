@@ -351,6 +351,7 @@ def _run_locked(sweep: str, points: list[Point], options: RunOptions, paths: Swe
     executor = executor or LocalExecutor(ExecutorOptions())
     with tqdm(total=len(todo), desc=f"sweep {sweep}", unit="run", disable=not options.progress) as bar:
         for task, outcome in executor.run(todo, fn, load_data):  # the bar ends its line even when this raises
+            outcome.row["jobs"] = getattr(executor, "jobs", None)
             record(outcome, paths)
             status = outcome.row["status"]
             statuses[status] = statuses.get(status, 0) + 1

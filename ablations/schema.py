@@ -28,6 +28,9 @@ TRAINING = [
     Column("test_size", "images", "test images behind test_acc (and in the run's predictions file)"),
     Column("cost_rounds", "", "interleaved rounds of the sweep's cost phase behind the row's speed columns"),
     Column("reused_from", "", "the sweep whose identical run (same run_id) this row was copied from"),
+    Column("jobs", "", "runs in flight at once on the machine while this run trained (JOBS; empty with Ray): "
+                       "above 1, train_time_s and train_util_pct were measured under sharing, the cost phase's "
+                       "columns never are"),
     Column("resumed_after", "epochs", "the epoch of the checkpoint a killed run resumed from (0: it ran "
                                       "straight through); train_time_s includes the epochs before the kill"),
 ]
@@ -59,7 +62,8 @@ HISTORY_COLUMNS = names(HISTORY_TABLE)
 
 # what differs between two runs of one config: when, where and how fast (not what was computed)
 MEASURED = ["started_at", "host", "throughput_img_s", "step_ms_median", "step_ms_iqr", "peak_mem_mb", "util_pct",
-            "mfu", "train_time_s", "train_throughput_img_s", "gpu_mem_used_mb", "power_w", "repeats"]
+            "mfu", "train_time_s", "train_throughput_img_s", "train_util_pct", "train_mfu", "jobs", "resumed_after",
+            "gpu_mem_used_mb", "power_w", "repeats"]
 
 TABLES = [
     ("`$(OUT)/bench/<name>.csv`", "one row per measurement (`python -m bench run`, `make bench`)", BENCH_TABLE),

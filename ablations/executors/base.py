@@ -15,12 +15,17 @@ Loader = Callable[[RunOptions], Dataset]
 @dataclass(frozen=True)
 class ExecutorOptions:
     """How an executor places runs. cpus/gpus_per_task: None = the executor's default (Ray: one GPU per
-    task where the cluster has GPUs, else one CPU); max_retries: re-runs of a task whose worker died."""
+    task where the cluster has GPUs, else one CPU; a fraction such as 0.125 packs runs onto a GPU);
+    max_retries: re-runs of a task whose worker died; jobs and device: the local executor's JOBS."""
     cpus_per_task: float | None = None
     gpus_per_task: float | None = None
     max_retries: int = 2
+    jobs: int | None = 1      # local: runs in flight at once; None = auto (executors.local.auto_jobs)
+    device: str = "auto"      # the runs' device (local: how JOBS places them)
 
     def __post_init__(self) -> None:
+        if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):
+            raise ValueError(f"jobs must be auto or an integer ≥ 1, got {self.jobs!r}")
         for name in ("cpus_per_task", "gpus_per_task"):
             value = getattr(self, name)
             if value is not None and not value >= 0:

@@ -12,7 +12,7 @@ import seaborn as sns
 import torch
 from matplotlib.figure import Figure
 
-from vit import POOLINGS, ViTConfig, VisionTransformer
+from vit import POOLINGS, VisionTransformer
 
 DPI = 80
 

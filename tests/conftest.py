@@ -40,3 +40,20 @@ def write_spec(path: Path, factor: str, values: str, model: str = "", train: str
     path.write_text(f'[sweep]\nfactor = "{factor}"\nvalues = {values}\n\n[model]\npreset = "vit_digits"\n{model}\n\n'
                     f"[train]\n{train}\n")
     return path
+
+
+def kill_after_first_row(cmd: list[str], env: dict[str, str], csv: Path, timeout_s: float = 240):
+    """Start a sweep command, SIGKILL it as soon as its table has a row; returns the table then."""
+    import signal
+    import subprocess
+    import time
+
+    from bench.csvio import read_rows
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and not (csv.exists() and len(read_rows(csv)) >= 1):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return read_rows(csv)

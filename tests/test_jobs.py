@@ -2,10 +2,8 @@
 for when, where and how fast; a SIGKILL of the driver mid-sweep loses nothing finished."""
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +17,7 @@ from ablations.specs import Point
 from ablations.tasks import RunOptions
 from ablations.train import TrainConfig
 from bench.csvio import read_rows
-from conftest import write_spec
+from conftest import kill_after_first_row, write_spec
 from vit import ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,13 +49,7 @@ def test_sigkill_with_two_jobs_then_rerun_keeps_every_finished_run(tmp_path):
     cmd = [sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--out", str(out),
            "--device", "cpu", "--seeds", "0,1", "--cost-rounds", "0", "--jobs", "2"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while time.time() < deadline and not (csv.exists() and len(read_rows(csv)) >= 1):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    first = read_rows(csv)
+    first = kill_after_first_row(cmd, env, csv)
     assert 1 <= len(first) < 6, "the kill should land mid-sweep"
     rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]

@@ -4,13 +4,10 @@ the fix. The random-kill campaign is `tests/crash.py` (`make crash-test`; a shor
 
 import errno
 import os
-import pickle
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 

@@ -2,10 +2,8 @@
 diverging run is recorded; every run keeps its test predictions; a run finished in another sweep is reused."""
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +18,7 @@ from ablations.tasks import RunOptions
 from ablations.specs import Point
 from ablations.train import TrainConfig
 from bench.csvio import read_rows
-from conftest import write_spec
+from conftest import kill_after_first_row, write_spec
 from vit import ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,13 +99,7 @@ def test_sigkill_mid_sweep_then_rerun_trains_only_missing_points(tmp_path):
     out = tmp_path / "out"
     csv = out / "ablations" / "depthk.csv"
     env = {**os.environ, "VITBENCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(sweep_cmd(spec, out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while time.time() < deadline and not (csv.exists() and len(read_rows(csv)) >= 1):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    first = read_rows(csv)
+    first = kill_after_first_row(sweep_cmd(spec, out), env, csv)
     assert 1 <= len(first) < 3, "the kill should land mid-sweep"
 
     rerun = subprocess.run(sweep_cmd(spec, out), env=env, capture_output=True, text=True, timeout=300)

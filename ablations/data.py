@@ -23,8 +23,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import io
 import json
-import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +33,8 @@ from typing import Callable
 import numpy as np
 import torch
 from torch import Tensor
+
+from bench.atomic import write_atomic
 
 SPLIT_SEED = 0
 
@@ -195,12 +197,10 @@ def _save_cached(data: Dataset, path: Path) -> None:
     arrays = {k: ((v * scale).round().to(torch.uint8) if k.endswith("_x") else v).numpy() for k, v in arrays.items()}
     meta = {"name": data.name, "num_classes": data.num_classes, "mean": data.mean, "std": data.std,
             "crop_padding": data.crop_padding, "flip": data.flip, "scale": scale}
+    buffer = io.BytesIO()
+    np.savez(buffer, meta=np.array(json.dumps(meta)), **arrays)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
-        os.replace(tmp, path)
+        write_atomic(path, buffer.getvalue())
     except OSError:  # a read-only or full cache only costs the next start-up its parsing time
         pass
 

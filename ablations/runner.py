@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from bench.atomic import write_atomic
 from bench.csvio import append_row, append_rows, drop_rows, read_rows
 from bench.env import resolve_device
 from bench.grid import classify_failure
@@ -159,18 +160,6 @@ def train_mfu(gflops: float, images_per_s: float, device: torch.device, dtype: s
         return None
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise OSError(err.errno, f"{path}: could not write {len(data):,} bytes ({err.strerror or err}); "
-                                 f"free space or choose another OUT, then rerun to resume") from None
-
-
 def _save_mark(stage: str, run_id: str) -> None:
     """VITBENCH_SAVE_MARKS=<seconds>: print where a run's save step is and pause there, so that a crash
     test can kill a sweep inside it and tell that it did (tests/crash.py). Off by default."""
@@ -189,9 +178,9 @@ def record(outcome: Outcome, paths: SweepPaths) -> None:
     append_rows(paths.history, outcome.history, HISTORY_COLUMNS)
     _save_mark("history", run_id)
     if outcome.preds is not None:
-        _write_atomic(paths.preds / f"{run_id}.npz", outcome.preds)
+        write_atomic(paths.preds / f"{run_id}.npz", outcome.preds)
     if outcome.weights is not None:
-        _write_atomic(paths.weights / f"{run_id}.pt", outcome.weights)
+        write_atomic(paths.weights / f"{run_id}.pt", outcome.weights)
     _save_mark("files", run_id)
     append_row(paths.rows, outcome.row, ABLATION_COLUMNS)
     paths.checkpoint(run_id).unlink(missing_ok=True)
@@ -233,7 +222,7 @@ def _alive(pid: int) -> bool:
 
 
 def clean_stale_tmp(paths: SweepPaths) -> int:
-    """Remove `<name>.<pid>.tmp` files whose writer is gone (killed mid-write, or out of space)."""
+    """Remove `<name>.<pid>.tmp` files (`bench.atomic`) whose writer is gone (killed mid-write, or out of space)."""
     removed = 0
     for folder in (paths.rows.parent, paths.weights, paths.preds, paths.checkpoints):
         for tmp in folder.glob("*.tmp") if folder.is_dir() else ():

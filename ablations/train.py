@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from bench.atomic import write_atomic
 from bench.measure import autocast
 from bench.mfu import DTYPES
 from bench.utilisation import UtilSampler, reader_for
@@ -206,6 +206,8 @@ class StaticStep(EagerStep):
     `torch.cuda.CUDAGraph` and replayed (the last, smaller batch of an epoch gets its own graph, so every
     image is seen); elsewhere the same code runs eagerly, so its logic is tested on any machine."""
 
+    WARMUP = 3  # eager steps on a side stream before a capture (undone before the captured step runs)
+
     def __init__(self, *args: Any, capture: bool | None = None) -> None:
         super().__init__(*args)
         self.capture = self.device.type == "cuda" if capture is None else capture
@@ -264,8 +266,6 @@ class StaticStep(EagerStep):
         graph.replay()
         return graph
 
-    WARMUP = 3
-
 
 def make_step(model: nn.Module, runner: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
               cfg: TrainConfig, device: torch.device, dtype: str, graphs: bool) -> EagerStep:
@@ -305,15 +305,7 @@ def save_checkpoint(path: Path, tensors: dict[str, Tensor], meta: dict[str, Any]
     from safetensors.torch import save
 
     data = save({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, metadata={"vitbench": json.dumps(meta)})
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:  # Python's own write: a full disk is an OSError with its errno
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise OSError(err.errno, f"{path}: could not write the checkpoint ({err.strerror or err})") from None
+    write_atomic(path, data)
 
 
 def load_checkpoint(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]] | None:

@@ -26,6 +26,8 @@ from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from .atomic import write_atomic
+
 
 # hashes and names: a cell of these may look like a number by chance, so they are never checked as numbers
 IDENTIFIERS = frozenset({"run_id", "git_sha", "phase_id", "host", "device_name", "init", "error"})
@@ -154,9 +156,7 @@ def drop_rows(path: str | Path, column: str, values: set[str]) -> int:
         kept = lines[:1] + [line for line in lines[1:] if not leftover(line)]
         removed = len(lines) - len(kept)
         if removed:
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(b"".join(kept))
-            os.replace(tmp, path)
+            write_atomic(path, b"".join(kept))
         return removed
     finally:
         os.close(fd)

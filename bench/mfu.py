@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from .atomic import write_atomic
 from .timing import TimingConfig, time_steps
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -71,9 +72,7 @@ def matmul_peak_flops(device: torch.device, dtype: str) -> float:
         except (OSError, ValueError):
             cache = {}
         cache[key] = max(measured, cache.get(key, 0.0))
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1))
-        tmp.replace(path)
+        write_atomic(path, json.dumps(cache, indent=1).encode())
     return cache[key]
 
 

@@ -1,0 +1,28 @@
+"""Files written whole or not at all: the bytes go to `<name>.<pid>.tmp` beside the target, which is then
+renamed over it. A kill leaves the old file or the new one, plus at worst a temporary file whose writer
+is gone (the sweep preflight removes those, reading the PID from the name)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def tmp_path(path: Path) -> Path:
+    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Replace `path` with `data`; on failure the temporary file is removed and the `OSError` (errno kept)
+    names `path` and the fix."""
+    path = Path(path)
+    tmp = tmp_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, f"{path}: could not write {len(data):,} bytes ({err.strerror or err}); "
+                                 f"free space or choose another OUT, then rerun to resume") from None

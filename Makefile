@@ -39,7 +39,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(cal
   $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download)
 
-.PHONY: install test test-gpu crash-test ablations train bench bench-tokens bench-speed report clean
+.PHONY: install test test-gpu crash-test ablations train bench bench-tokens bench-speed bench-step report clean
 
 install: $(STAMP)
 
@@ -89,6 +89,10 @@ bench-tokens: $(STAMP)
 
 bench-speed: $(STAMP)
 	$(PY) -m bench.vs_timm
+
+# the training step alone, eager against static buffers (a CUDA graph on CUDA), interleaved rounds
+bench-step: $(STAMP)
+	$(PY) -m ablations.stepbench --device $(DEVICE) $(ARGS)
 
 report: $(STAMP)
 	$(PY) -m ablations report --out $(OUT) $(call opt,--data-root,$(DATA_ROOT))

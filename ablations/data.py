@@ -28,7 +28,7 @@ import json
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -70,20 +70,39 @@ class Dataset:
 
     def augment(self, x: Tensor, generator: torch.Generator) -> Tensor:
         """Random crop after zero padding (and a horizontal flip where enabled), per image."""
+        return self.apply_augmentation(x, self.draw_augmentation([len(x)], generator, x.device)[0])
+
+    def draw_augmentation(self, sizes: Sequence[int], generator: torch.Generator,
+                          device: torch.device) -> list[Tensor]:
+        """The crop offsets and flips of batches of these sizes, per batch a (B, 3) int64 tensor of (dy, dx,
+        flip), drawn from `generator` in the order `augment` would draw them batch by batch (so the images
+        are the same) and moved to `device` in one copy. Training draws an epoch's at once: a blocking
+        host-to-device copy waits for the device, and two or three of them per step would stall a GPU."""
+        p, draws = self.crop_padding, []
+        for b in sizes:
+            dy = dx = flip = torch.zeros(b, dtype=torch.int64)
+            if p:
+                dy = torch.randint(0, 2 * p + 1, (b,), generator=generator)
+                dx = torch.randint(0, 2 * p + 1, (b,), generator=generator)
+            if self.flip:
+                flip = (torch.rand(b, generator=generator) < 0.5).long()
+            draws.append(torch.stack([dy, dx, flip], 1))
+        return list(torch.cat(draws).to(device).split(list(sizes)))
+
+    def apply_augmentation(self, x: Tensor, draws: Tensor) -> Tensor:
+        """The crops and flips of `draw_augmentation` applied to a batch, on its device, with no host read."""
         B, C, H, W = x.shape
         p = self.crop_padding
         if p:
             padded = torch.nn.functional.pad(x, (p, p, p, p))
-            dy = torch.randint(0, 2 * p + 1, (B,), generator=generator).to(x.device)
-            dx = torch.randint(0, 2 * p + 1, (B,), generator=generator).to(x.device)
+            dy, dx = draws[:, 0], draws[:, 1]
             rows = (dy[:, None] + torch.arange(H, device=x.device))[:, None, :, None]  # (B, 1, H, 1)
             cols = (dx[:, None] + torch.arange(W, device=x.device))[:, None, None, :]  # (B, 1, 1, W)
             batch = torch.arange(B, device=x.device)[:, None, None, None]
             chans = torch.arange(C, device=x.device)[None, :, None, None]
             x = padded[batch, chans, rows, cols]                                       # (B, C, H, W)
         if self.flip:
-            flip = (torch.rand(B, generator=generator) < 0.5).to(x.device)
-            x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+            x = torch.where(draws[:, 2, None, None, None].bool(), x.flip(-1), x)
         return x
 
 

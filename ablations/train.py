@@ -214,6 +214,8 @@ class StaticStep(EagerStep):
         self.graphed = self.capture
         for group in self.optimizer.param_groups:  # a tensor the graph reads; refilled before each replay
             group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
+            if self.capture:  # torch refuses to capture an optimizer step unless every group says capturable
+                group["capturable"] = True
         self.buffers: dict[int, tuple[Tensor, Tensor, Tensor]] = {}  # batch size -> (x, y, loss)
         self.graphs: dict[int, Any] = {}
 
@@ -232,26 +234,49 @@ class StaticStep(EagerStep):
         if not self.capture:
             bloss.copy_(self._step(bx, by, cache=False))
             return bloss.clone()
-        if b not in self.graphs:
-            self.graphs[b] = self._capture(bx, by, bloss)  # its warm-up steps trained on this batch
-        else:
+        if b in self.graphs:
             self.graphs[b].replay()
+            return bloss.clone()
+        try:
+            self.graphs[b] = self._capture(bx, by, bloss)  # trains on this batch once, as the eager step does
+        except Exception as err:  # weights and optimizer state are as before the attempt: go on eagerly
+            reason = (str(err).strip().splitlines() or [""])[0][:160]
+            tqdm.write(f"graphs: capturing the batch-{b} training step failed ({type(err).__name__}: {reason}); "
+                       f"eager training step from here")
+            self.capture = self.graphed = False
+            self.graphs.clear()
+            bloss.copy_(self._step(bx, by, cache=False))
         return bloss.clone()
 
     def _capture(self, bx: Tensor, by: Tensor, bloss: Tensor) -> Any:
         """Warm up on a side stream (the optimizer's state is allocated there), put weights, buffers and
         optimizer state back in place, capture one step and replay it: the batch is trained on once, as
-        by the eager step."""
+        by the eager step. If anything fails, weights and optimizer state are put back before raising."""
         model_state = [t.clone() for t in self.model.state_dict().values()]
         optim_state = {id(p): {k: v.clone() for k, v in st.items() if torch.is_tensor(v)}
                        for p, st in self.optimizer.state.items()}
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(self.WARMUP):
-                self._step(bx, by, cache=False)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        with torch.no_grad():  # undo the warm-up in place: the graph will read these very tensors
+        try:
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(self.WARMUP):
+                    self._step(bx, by, cache=False)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            self._restore(model_state, optim_state)  # the graph will read these very tensors
+            graph = torch.cuda.CUDAGraph()
+            self.optimizer.zero_grad(set_to_none=True)  # backward allocates the grads in the graph's pool
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # checks only this thread
+                bloss.copy_(self._step(bx, by, cache=False))
+            graph.replay()
+            return graph
+        except BaseException:
+            self._restore(model_state, optim_state)
+            self.optimizer.zero_grad(set_to_none=True)
+            raise
+
+    def _restore(self, model_state: list[Tensor], optim_state: dict[int, dict[str, Tensor]]) -> None:
+        """Copies the saved weights, buffers and optimizer state back in place (state created since: zeros)."""
+        with torch.no_grad():
             for t, saved in zip(self.model.state_dict().values(), model_state):
                 t.copy_(saved)
             for p, st in self.optimizer.state.items():
@@ -259,12 +284,6 @@ class StaticStep(EagerStep):
                 for k, v in st.items():
                     if torch.is_tensor(v):
                         v.copy_(saved[k]) if k in saved else v.zero_()
-        graph = torch.cuda.CUDAGraph()
-        self.optimizer.zero_grad(set_to_none=True)
-        with torch.cuda.graph(graph):
-            bloss.copy_(self._step(bx, by, cache=False))
-        graph.replay()
-        return graph
 
 
 def make_step(model: nn.Module, runner: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
@@ -357,9 +376,9 @@ def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str,
     """Test loss, test accuracy, and the predicted class of every test image (on the CPU)."""
     model.eval()
     total_loss, preds = torch.zeros((), device=device), []
-    for i in range(0, len(data.test_y), batch_size):
-        x = data.normalize(data.test_x[i:i + batch_size].to(device))
-        y = data.test_y[i:i + batch_size].to(device)
+    test_x, test_y = data.test_x.to(device), data.test_y.to(device)  # one copy each: a blocking copy waits
+    for i in range(0, len(test_y), batch_size):
+        x, y = data.normalize(test_x[i:i + batch_size]), test_y[i:i + batch_size]
         with autocast(device, dtype):
             logits = model(x)
         total_loss += F.cross_entropy(logits.float(), y, reduction="sum")
@@ -406,11 +425,12 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
         train_mode(model, cfg)
         t0 = time.perf_counter()
         order = torch.randperm(n, generator=order_gen).to(device)
+        draws = data.draw_augmentation([len(b) for b in order.split(cfg.batch_size)], aug_gen, device)
         loss_sum = torch.zeros((), device=device)
         with UtilSampler(reader) as sampler:
-            for i in range(0, n, cfg.batch_size):
+            for k, i in enumerate(range(0, n, cfg.batch_size)):
                 idx = order[i:i + cfg.batch_size]
-                x = data.normalize(data.augment(train_x[idx], aug_gen))
+                x = data.normalize(data.apply_augmentation(train_x[idx], draws[k]))
                 lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
                 loss_sum += train_step(x, train_y[idx], lr)
                 step += 1
@@ -434,8 +454,8 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
         if checkpoint and checkpoint.due(epoch, cfg.epochs, train_time / (epoch - first + 1)):
             save_checkpoint(checkpoint.path, _training_state(model, optimizer, generators),
                             {"identity": identity, "epoch": epoch, "step": step, "train_time_s": train_time,
-                             "history": history, "param_groups": [
-                                 {k: float(v) if torch.is_tensor(v) else v for k, v in g.items()}
+                             "history": history, "param_groups": [  # as the eager step keeps them
+                                 {k: float(v) if torch.is_tensor(v) else v for k, v in g.items() if k != "capturable"}
                                  for g in optimizer.state_dict()["param_groups"]],
                              "scaler": scaler.state_dict() if scaler.is_enabled() else {}})
     last = history[-1]

@@ -1,9 +1,11 @@
-"""Device utilisation sampled in a background thread during the timed region.
+"""Device utilisation over a timed region.
 
-A reader returns instantaneous figures; `UtilSampler` polls it every `interval_s` and averages.
+A reader returns figures since its last read; `UtilSampler` polls it every `interval_s` in a background
+thread and averages.
 - `NvmlReader`: GPU utilisation %, memory used (MiB) and power (W) from NVML (`nvidia-ml-py`).
-- `CpuReader`: this process's CPU time over wall time since the last read, as % of the usable cores;
-  its samples carry the interval they cover, so the mean is the utilisation of the whole region.
+- `CpuReader`: this process's CPU time over wall time since the last read, as % of the usable cores.
+  Its samples carry the interval they cover and the figure is exact from the region's two ends, so it
+  is read at the start and the end only: no thread competes with the work for the cores.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ class Reader(Protocol):
 
 
 class CpuReader:
+    """The process's CPU time over wall time, as a share of the cores it may use. The figure over an
+    interval is exact from its two ends, so a sampler reads it at the start and end only (no thread)."""
     source = "cpu"
+    cumulative = True
 
     def __init__(self) -> None:
         self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -38,6 +43,7 @@ class CpuReader:
 
 class NvmlReader:
     source = "nvml"
+    cumulative = False  # NVML reports recent activity: sample through the interval
 
     def __init__(self, device_index: int = 0) -> None:
         import pynvml
@@ -80,13 +86,15 @@ class UtilSampler:
 
     def __enter__(self) -> "UtilSampler":
         self.reader.read()  # start the reader's interval here
-        self._thread.start()
+        if not getattr(self.reader, "cumulative", False):  # no thread beside the work where two reads are exact
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
-        self.samples.append(self.reader.read())  # the tail since the last tick
+        if self._thread.is_alive():
+            self._thread.join()
+        self.samples.append(self.reader.read())  # the tail since the last tick (all of it for a cumulative reader)
 
     def summary(self) -> dict[str, float | str]:
         """Mean of each figure, weighted by the interval a sample covers where the reader says it."""

@@ -180,6 +180,7 @@ def test_cpu_utilisation_of_a_busy_loop_and_of_sleep():
     one_core = 100.0 / reader.cores
     assert busy.summary()["util_pct"] == pytest.approx(one_core, rel=0.25)
     assert idle.summary()["util_pct"] < 0.2 * one_core
+    assert busy.summary()["util_samples"] == 1 and not busy._thread.is_alive()  # exact from its ends: no thread ran
 
 
 def test_pytest_benchmark_json_converts_to_contract_rows(tmp_path):

@@ -1,6 +1,7 @@
 """Datasets: the real on-disk formats of torchvision's loaders, the fixed mnist5k split, seeded augmentation,
 and a missing dataset named with the way to get it."""
 
+import dataclasses
 import pickle
 import struct
 from pathlib import Path
@@ -92,3 +93,21 @@ def test_augmentation_is_a_shift_and_seeded():
     padded = torch.nn.functional.pad(x, (1, 1, 1, 1))
     for i in range(16):
         assert any(torch.equal(out1[i], padded[i, :, dy:dy + 8, dx:dx + 8]) for dy in range(3) for dx in range(3))
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_an_epochs_augmentation_drawn_at_once_gives_the_images_of_drawing_batch_by_batch(flip):
+    data = dataclasses.replace(load_dataset("digits"), flip=flip)
+    x = data.train_x[:40]
+    batches = x.split(16)   # 16, 16, 8: the last batch is smaller
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    one_by_one = torch.cat([data.augment(b, g1) for b in batches])
+    draws = data.draw_augmentation([len(b) for b in batches], g2, x.device)
+    at_once = torch.cat([data.apply_augmentation(b, d) for b, d in zip(batches, draws)])
+    assert torch.equal(one_by_one, at_once) and torch.equal(g1.get_state(), g2.get_state())
+    flipped = torch.cat(draws)[:, 2]
+    assert (0 < flipped.sum() < len(x)) if flip else not flipped.any()
+    padded = torch.nn.functional.pad(x, (1, 1, 1, 1))
+    for i in range(len(x)):   # a shift by at most the padding, mirrored where drawn so
+        source = padded[i].flip(-1) if flipped[i] else padded[i]
+        assert any(torch.equal(at_once[i], source[:, dy:dy + 8, dx:dx + 8]) for dy in range(3) for dx in range(3))

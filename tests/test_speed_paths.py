@@ -2,13 +2,18 @@
 step (what a CUDA graph replays) equal to the eager step, the parsed-dataset cache, and the utilisation
 and MFU of training in every row. The CUDA-only checks are marked `gpu` (`make test-gpu`)."""
 
+import contextlib
+import math
 import os
 import time
+import warnings
 
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
+from ablations import stepbench
 from ablations.cost import CostPlan
 from ablations.data import _cache_file, load_dataset
 from ablations.runner import run_sweep
@@ -52,10 +57,8 @@ def test_a_diverging_loss_is_caught_once_per_epoch_naming_it():
               torch.device("cpu"), progress=False)
 
 
-@pytest.mark.parametrize("stem", ["patch", "conv"])   # the conv stem has BatchNorm
-def test_the_static_buffer_step_trains_like_the_eager_step(stem):
-    cfg = TrainConfig(batch_size=32, grad_clip=1.0)
-    model_cfg = TINY.replace(stem=stem, patch_size=4 if stem == "conv" else 2)
+def _eager_and_static(model_cfg: ViTConfig, cfg: TrainConfig, capture: bool) -> tuple[list[nn.Module], list[EagerStep]]:
+    """Two equal models on the CPU, one trained by the eager step, one by the static-buffer step."""
     torch.manual_seed(0)
     a = VisionTransformer(model_cfg)
     b = VisionTransformer(model_cfg)
@@ -66,17 +69,65 @@ def test_the_static_buffer_step_trains_like_the_eager_step(stem):
         opt = adamw(param_groups(model, 0.05), 1e-3)
         scaler = torch.amp.GradScaler("cpu", enabled=False)
         args = (model, model, opt, scaler, cfg, torch.device("cpu"), "fp32")
-        steps.append(kind(*args, capture=False) if kind is StaticStep else kind(*args))
+        steps.append(kind(*args, capture=capture) if kind is StaticStep else kind(*args))
+    return [a, b], steps
+
+
+def _assert_same_weights(a: nn.Module, b: nn.Module) -> None:
+    # atol 1e-5, 1 % of one AdamW step: the key bias gets gradients of rounding noise only (softmax ignores it),
+    # which Adam normalises to ±lr, so float32 vs float64 learning rates may flip their sign
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("stem", ["patch", "conv"])   # the conv stem has BatchNorm
+def test_the_static_buffer_step_trains_like_the_eager_step(stem):
+    model_cfg = TINY.replace(stem=stem, patch_size=4 if stem == "conv" else 2)
+    models, steps = _eager_and_static(model_cfg, TrainConfig(batch_size=32, grad_clip=1.0), capture=False)
     g = torch.Generator().manual_seed(1)
     for i, batch in enumerate((32, 32, 32, 17, 32, 17)):   # a last, smaller batch gets its own buffers
         x, y = torch.randn(batch, 1, 8, 8, generator=g), torch.randint(0, 10, (batch,), generator=g)
         losses = [step(x, y, lr=1e-3 * (i + 1)) for step in steps]
         torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
     assert sorted(steps[1].buffers) == [17, 32] and not steps[1].graphed
-    # atol 1e-5, 1 % of one AdamW step: the key bias gets gradients of rounding noise only (softmax ignores it),
-    # which Adam normalises to ±lr, so float32 vs float64 learning rates may flip their sign
-    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    _assert_same_weights(*models)
+
+
+class _SideStream:
+    """Stands in for torch.cuda.Stream on the CPU: the warm-up before a capture then runs here."""
+
+    def __init__(self, *args: object) -> None:
+        pass
+
+    def wait_stream(self, other: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("eager_first", [0, 2])   # fresh optimizer state (zeroed back), or state to copy back
+def test_a_failed_capture_undoes_its_warm_up_and_goes_on_eagerly(eager_first, monkeypatch, capsys):
+    def refuse() -> None:
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+    monkeypatch.setattr(torch.cuda, "Stream", _SideStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _SideStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", refuse)
+    model_cfg = TINY.replace(stem="conv", patch_size=4)
+    models, steps = _eager_and_static(model_cfg, TrainConfig(batch_size=32, grad_clip=1.0), capture=eager_first == 0)
+    g = torch.Generator().manual_seed(1)
+    for i, batch in enumerate((32, 32, 32, 17, 32)):
+        steps[1].capture = steps[1].capture or i == eager_first   # capture is tried from step `eager_first`
+        x, y = torch.randn(batch, 1, 8, 8, generator=g), torch.randint(0, 10, (batch,), generator=g)
+        losses = [step(x, y, lr=1e-3 * (i + 1)) for step in steps]
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+        if i == eager_first:
+            assert not steps[1].capture   # one failure turns capture off for the run
+    out = capsys.readouterr().out
+    assert out.count("graphs:") == 1 and ("graphs: capturing the batch-32 training step failed (RuntimeError: "
+                                          "operation not permitted when stream is capturing); eager training step "
+                                          "from here") in out
+    assert not steps[1].graphed and not steps[1].graphs
+    _assert_same_weights(*models)   # the three warm-up steps left no trace
 
 
 def test_a_dataset_is_parsed_once_then_read_bit_identical_from_the_cache(tmp_path, monkeypatch):
@@ -123,6 +174,26 @@ def test_every_row_has_the_utilisation_and_mfu_of_training(tmp_path):
     assert row["util_pct"] > 0 and row["train_mfu"] != row["mfu"]
 
 
+def test_the_step_benchmark_times_both_steps_in_interleaved_rounds(capsys):
+    spreads = stepbench.main(["--preset", "vit_digits", "--dataset", "digits", "--batch-size", "16", "--rounds", "3",
+                              "--min-time", "0", "--device", "cpu"])
+    assert set(spreads) == {"eager", "static"}
+    assert all(s.n == 3 and 0 < s.q1 <= s.median <= s.q3 for s in spreads.values())
+    out = capsys.readouterr().out
+    assert "static (static buffers, not captured)" in out and "static / eager: " in out
+
+
+@pytest.mark.parametrize("args, message", [(["--batch-size", "0"], "batch_size must be a positive"),
+                                           (["--rounds", "0"], "--rounds must be ≥ 1, got 0"),
+                                           (["--device", "cuda:7"], "cuda:7"),
+                                           (["--preset", "vit_mnist"], "img_size=8 is not divisible by patch_size=7")])
+def test_the_step_benchmark_refuses_bad_input_before_building_anything(args, message, capsys, monkeypatch):
+    monkeypatch.setattr(stepbench, "build_steps", lambda *a: pytest.fail("built steps for bad input"))
+    with pytest.raises(SystemExit) as exit_info:
+        stepbench.main(["--preset", "vit_digits", "--dataset", "digits"] + args)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
 # CUDA only: `make test-gpu` ------------------------------------------------------------------------------
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -152,6 +223,29 @@ def test_the_graphed_step_trains_like_the_eager_step_on_cuda(dtype):
     assert sorted(steps[1].graphs) == [17, 64]
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
         torch.testing.assert_close(p, q, rtol=2e-2 if dtype == "bf16" else 1e-4, atol=1e-3, msg=name)
+
+
+@pytest.mark.gpu
+@cuda
+def test_a_training_epoch_on_cuda_synchronises_a_fixed_few_times_not_per_step():
+    """torch's sync debug mode warns at each synchronising call (a blocking copy, .item()); the difference
+    between a 4- and a 2-epoch run is two epochs' worth, without the one-off copies of the start."""
+    data = load_dataset("digits")
+    syncs = {}
+    for epochs in (2, 4):
+        torch.manual_seed(0)
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                train(VisionTransformer(TINY), data, TrainConfig(epochs=epochs, batch_size=32), 0,
+                      torch.device("cuda"), progress=False)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        syncs[epochs] = sum("synchroniz" in str(w.message) for w in seen)
+    per_epoch = (syncs[4] - syncs[2]) / 2
+    steps = math.ceil(len(data.train_y) / 32)
+    assert 0 < per_epoch <= 8 < steps, (syncs, steps)
 
 
 @pytest.mark.gpu

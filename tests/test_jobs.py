@@ -10,7 +10,7 @@ import pandas as pd
 
 from ablations.cost import CostPlan
 from ablations.executors import ExecutorOptions
-from ablations.executors.local import LocalExecutor
+from ablations.executors.local import LocalExecutor, visible_gpu
 from ablations.runner import run_sweep
 from ablations.schema import MEASURED
 from ablations.specs import Point
@@ -56,3 +56,9 @@ def test_sigkill_with_two_jobs_then_rerun_keeps_every_finished_run(tmp_path):
     table = read_rows(csv)
     assert len(table) == 6 and (table["status"] == "ok").all() and table["run_id"].is_unique
     pd.testing.assert_frame_equal(table.iloc[: len(first)].reset_index(drop=True), first)
+
+
+def test_a_worker_pinned_to_a_gpu_keeps_to_the_gpus_the_driver_was_given():
+    assert [visible_gpu(i, None) for i in range(3)] == ["0", "1", "2"]
+    assert [visible_gpu(i, "2, 3") for i in range(2)] == ["2", "3"]   # GPU 0 of "2,3" is physical GPU 2
+    assert visible_gpu(0, "GPU-5f0e1c2a") == "GPU-5f0e1c2a"   # UUIDs pass through

@@ -39,10 +39,17 @@ def _die_with_parent() -> None:
         pass
 
 
+def visible_gpu(index: int, visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES for a worker pinned to the index-th GPU this process sees: an entry of the
+    driver's own CUDA_VISIBLE_DEVICES where it has one (GPU 0 of "2,3" is physical GPU 2)."""
+    entries = [v.strip() for v in (visible or "").split(",") if v.strip()]
+    return entries[index] if index < len(entries) else str(index)
+
+
 def _init_worker(threads: int, gpus: "mp.Queue | None") -> None:
     _die_with_parent()
-    if gpus is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get())  # before this process initialises CUDA
+    if gpus is not None:  # before this process initialises CUDA
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_gpu(gpus.get(), os.environ.get("CUDA_VISIBLE_DEVICES"))
     torch.set_num_threads(threads)
 
 
@@ -58,12 +65,16 @@ class LocalExecutor:
         self.jobs = self.options.jobs or auto_jobs(self.options.device)
         self.gpus = torch.cuda.device_count() if self.options.device != "cpu" and torch.cuda.is_available() else 0
         self.threads = max(1, torch.get_num_threads() // self.jobs) if not self.gpus else 1
+        # workers spread over the GPUs only where DEVICE names none (auto, cuda); DEVICE=cuda:1 shares GPU 1
+        self.spread = self.gpus > 1 and self.options.device in ("auto", "cuda")
 
     def start(self) -> str:
         chosen = " (JOBS=auto)" if self.options.jobs is None else ""
         if self.jobs == 1:
             return f"local: this process, {torch.get_num_threads()} threads{chosen}"
-        where = (f"sharing {self.gpus} GPU(s)" if self.gpus else f"{self.threads} CPU thread(s) each")
+        where = (f"round-robin over {self.gpus} GPUs" if self.spread else
+                 f"sharing {self.options.device if self.gpus > 1 else 'the GPU'}" if self.gpus else
+                 f"{self.threads} CPU thread(s) each")
         return f"local: {self.jobs} runs at once{chosen}, {where}"
 
     def close(self) -> None:
@@ -76,7 +87,7 @@ class LocalExecutor:
             return
         ctx = mp.get_context("spawn")
         gpus = None
-        if self.gpus > 1:
+        if self.spread:
             gpus = ctx.Queue()
             for i in range(self.jobs):
                 gpus.put(i % self.gpus)

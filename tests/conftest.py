@@ -22,6 +22,18 @@ def _session_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _cpu_unless_marked_gpu(request, monkeypatch):
+    """On a GPU machine too, a test not marked `gpu` runs on the CPU, where runs are bit-reproducible and
+    the exact-equality tests (resume, crashes, JOBS=2) hold: CUDA is hidden from it and from the processes
+    it starts. The tests marked `gpu` (`make test-gpu`) see the GPU."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _seed_everything():
     random.seed(0)
     np.random.seed(0)

@@ -39,7 +39,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(cal
   $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download)
 
-.PHONY: install test test-gpu crash-test ablations train bench bench-tokens bench-speed bench-step report clean
+.PHONY: install test test-gpu crash-test ablations train bench bench-tokens bench-speed bench-step compare report clean
 
 install: $(STAMP)
 
@@ -93,6 +93,10 @@ bench-speed: $(STAMP)
 # the training step alone, eager against static buffers (a CUDA graph on CUDA), interleaved rounds
 bench-step: $(STAMP)
 	$(PY) -m ablations.stepbench --device $(DEVICE) $(ARGS)
+
+# two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0) point by point: make compare A=out1 B=out2
+compare: $(STAMP)
+	$(PY) -m ablations compare $(A) $(B) $(ARGS)
 
 report: $(STAMP)
 	$(PY) -m ablations report --out $(OUT) $(call opt,--data-root,$(DATA_ROOT))

@@ -346,6 +346,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import compare_outs
+
+    try:
+        table = compare_outs(Path(args.a), Path(args.b))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"A = {args.a}   B = {args.b}   (accuracy in %, difference in points with its 95 % interval)")
+    shown = table.copy()
+    for column in ("acc_a", "acc_b"):
+        shown[column] = 100 * shown[column]
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(f"largest |A − B|: {table['diff_pts'].abs().max():.2f} points over {len(table)} points; "
+          + ", ".join(f"{label} mean train_util_pct {table[column].mean():.1f}"
+                      for label, column in (("A", "util_a"), ("B", "util_b")) if column in table))
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+        print(f"table → {args.csv}")
+    return 0
+
+
 def cmd_columns(args: argparse.Namespace) -> int:
     from .schema import columns_markdown
 
@@ -371,9 +393,15 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--data-root", default="data",
                         help="where torchvision datasets live, for the attention maps' few test images (DATA_ROOT)")
     sub.add_parser("columns", help="the column dictionary of every result table, as markdown (docs/columns.md)")
+    compare = sub.add_parser("compare", help="two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0), point "
+                                             "by point: accuracy difference with its interval, utilisation, time")
+    compare.add_argument("a", help="an OUT folder")
+    compare.add_argument("b", help="another OUT folder of the same sweeps")
+    compare.add_argument("--csv", help="also write the table here")
     args = parser.parse_args(argv)
     try:
-        return {"sweep": cmd_sweep, "train": cmd_train, "report": cmd_report, "columns": cmd_columns}[args.command](args)
+        return {"sweep": cmd_sweep, "train": cmd_train, "report": cmd_report, "columns": cmd_columns,
+                "compare": cmd_compare}[args.command](args)
     except KeyboardInterrupt as err:
         if not getattr(err, "reported", False):  # _run_all says what was kept
             print("\ninterrupted before any run finished; rerun the same command to start again", file=sys.stderr)

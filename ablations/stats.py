@@ -100,14 +100,34 @@ def compare_settings(correct: Mapping[Hashable, np.ndarray], replicates: int = R
     boot = {k: _replicate_means(a, image_weights, rng.integers(0, len(a), size=(len(a), replicates)))
             for k, a in arrays.items()}
     observed = {k: float(a.mean()) for k, a in arrays.items()}
-    pairs = []
-    for a, b in itertools.combinations(arrays, 2):
-        d, dstar = observed[a] - observed[b], boot[a] - boot[b]
-        p = (1 + np.count_nonzero(np.abs(dstar - d) >= abs(d) - 1e-12)) / (replicates + 1)
-        low, high = np.percentile(dstar, [2.5, 97.5])
-        pairs.append((a, b, d, float(low), float(high), float(dstar.std(ddof=1)), float(p)))
+    pairs = [(a, b, *_bootstrap_figures(observed[a] - observed[b], boot[a] - boot[b]))
+             for a, b in itertools.combinations(arrays, 2)]
     adjusted = holm([p[-1] for p in pairs])
     return [Comparison(*pair, p_holm=float(q)) for pair, q in zip(pairs, adjusted)]
+
+
+def _bootstrap_figures(d: float, dstar: np.ndarray) -> tuple[float, float, float, float, float]:
+    """(difference, 2.5 and 97.5 percentiles, standard error, two-sided p) from its bootstrap replicates."""
+    p = (1 + np.count_nonzero(np.abs(dstar - d) >= abs(d) - 1e-12)) / (len(dstar) + 1)
+    low, high = np.percentile(dstar, [2.5, 97.5])
+    return d, float(low), float(high), float(dstar.std(ddof=1)), float(p)
+
+
+def paired_difference(a: np.ndarray, b: np.ndarray, replicates: int = REPLICATES,
+                      seed: int = BOOTSTRAP_SEED) -> Comparison:
+    """The same runs under two conditions: a[i] and b[i] are seed i's (0/1 per test image, same images).
+    acc(a) − acc(b) with a bootstrap that draws the same seeds and images for both (paired), so two equal
+    folders give exactly 0 with the interval [0, 0]."""
+    a, b = np.atleast_2d(np.asarray(a, dtype=float)), np.atleast_2d(np.asarray(b, dtype=float))
+    if a.shape != b.shape:
+        raise ValueError(f"paired runs must cover the same seeds and test images: {a.shape} against {b.shape}")
+    d = a - b
+    n = d.shape[1]
+    rng = np.random.default_rng(seed)
+    image_weights = rng.multinomial(n, np.full(n, 1.0 / n), size=replicates) / n
+    dstar = _replicate_means(d, image_weights, rng.integers(0, len(d), size=(len(d), replicates)))
+    figures = _bootstrap_figures(float(d.mean()), dstar)
+    return Comparison("a", "b", *figures, p_holm=figures[-1])
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -8,7 +8,8 @@ import pytest
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
-from ablations.stats import Comparison, accuracy_interval, compare_settings, detectable_difference, holm, verdict
+from ablations.stats import (Comparison, accuracy_interval, compare_settings, detectable_difference, holm,
+                             paired_difference, verdict)
 
 
 def test_t_interval_over_seeds_equals_the_closed_form_and_statsmodels():
@@ -113,3 +114,20 @@ def test_detectable_difference_is_the_normal_power_formula():
     # z_{1-0.05/2} + z_{0.8} = 1.959964 + 0.841621 for one comparison
     assert detectable_difference(0.01, 1) == pytest.approx((1.959964 + 0.841621) * 0.01, rel=1e-5)
     assert detectable_difference(0.01, 6) > detectable_difference(0.01, 1)  # Holm's strictest level is α/m
+
+
+def test_a_paired_difference_is_the_float64_difference_with_an_interval_narrower_than_unpaired():
+    rng = np.random.default_rng(5)
+    a = (rng.random((3, 2000)) < 0.9).astype(float)   # 3 seeds, 2000 images
+    b = a.copy()
+    flip = rng.random(a.shape) < 0.03                 # the same runs, a few answers changed
+    b[flip] = 1 - b[flip]
+    paired = paired_difference(a, b)
+    assert paired.diff == pytest.approx(float(a.astype(np.float64).mean() - b.astype(np.float64).mean()), abs=1e-15)
+    assert paired.low <= paired.diff <= paired.high
+    (unpaired,) = compare_settings({"a": a, "b": b})
+    assert paired.high - paired.low < unpaired.high - unpaired.low   # seeds drawn alike: their shared noise cancels
+    same = paired_difference(a, a.copy())
+    assert (same.diff, same.low, same.high, same.p) == (0.0, 0.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="same seeds and test images"):
+        paired_difference(a, b[:2])

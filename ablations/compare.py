@@ -1,0 +1,72 @@
+"""`python -m ablations compare A B`: the same sweeps run twice, point by point.
+
+Two result folders (OUT) that ran the same sweeps under different conditions, e.g. `GRAPHS=1` against
+`GRAPHS=0`, two torch versions or two machines, are matched run by run (`run_id`: the model, training
+settings, dataset and seed, not the device or the step kind). For each point (the runs that differ only
+by seed) it gives the mean test accuracy of each folder over the seeds both have, their difference with
+a 95 % paired bootstrap interval over seeds and test images (`stats.paired_difference`, on the
+saved per-image predictions), and the mean `train_util_pct` and `train_time_s` of each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.csvio import read_rows
+from vit import ViTConfig
+
+from .runner import SweepPaths, load_preds
+from .stats import paired_difference
+
+POINT_COLUMNS = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr", "batch_size", "init"]
+
+
+def _ok_rows(path: Path) -> pd.DataFrame:
+    rows = read_rows(path)
+    return rows[rows["status"] == "ok"].drop_duplicates("run_id", keep="last")
+
+
+def _correct(out: Path, sweep: str, run_ids: list[str]) -> np.ndarray | None:
+    """(seeds, test images): 1 where the run classified the image correctly; None if a file is missing."""
+    folder = SweepPaths.of(out, sweep).preds
+    if not all((folder / f"{rid}.npz").exists() for rid in run_ids):
+        return None
+    return np.stack([pred == target for pred, target in (load_preds(folder / f"{rid}.npz") for rid in run_ids)])
+
+
+def compare_outs(a: Path, b: Path) -> pd.DataFrame:
+    """One row per point that both folders ran; ValueError if they share no finished run."""
+    found = []
+    for table in sorted((Path(a) / "ablations").glob("*.csv")):
+        if table.stem.endswith(("-history", "-cost")) or not (Path(b) / "ablations" / table.name).exists():
+            continue
+        sweep = table.stem
+        rows_a, rows_b = _ok_rows(table), _ok_rows(Path(b) / "ablations" / table.name).set_index("run_id")
+        rows_a = rows_a[rows_a["run_id"].isin(rows_b.index)]
+        keys = [c for c in POINT_COLUMNS if c in rows_a.columns]
+        varying = [c for c in keys if rows_a[c].nunique(dropna=False) > 1]
+        for _, runs in rows_a.groupby(keys, dropna=False, sort=False):
+            ids = runs["run_id"].tolist()
+            other = rows_b.loc[ids]
+            row = {"sweep": sweep, "point": ", ".join(f"{c}={runs[c].iloc[0]}" for c in varying) or "all",
+                   "seeds": len(ids), "acc_a": runs["test_acc"].mean(), "acc_b": other["test_acc"].mean()}
+            row["diff_pts"] = 100 * (row["acc_a"] - row["acc_b"])
+            correct = {"a": _correct(Path(a), sweep, ids), "b": _correct(Path(b), sweep, ids)}
+            low = high = float("nan")
+            if all(c is not None for c in correct.values()) and correct["a"].shape == correct["b"].shape:
+                comparison = paired_difference(correct["a"], correct["b"])
+                low, high = 100 * comparison.low, 100 * comparison.high
+            row.update(low_pts=low, high_pts=high, verdict=(
+                "no predictions to bound it" if low != low else
+                "same within noise" if low <= 0 <= high else "A higher" if low > 0 else "B higher"))
+            for column, short in (("train_util_pct", "util"), ("train_time_s", "time")):
+                if column in runs and column in other:
+                    row[f"{short}_a"], row[f"{short}_b"] = runs[column].mean(), other[column].mean()
+            found.append(row)
+    if not found:
+        raise ValueError(f"{a} and {b} have no finished run in common (same sweep table, same run_id)")
+    return pd.DataFrame(found)

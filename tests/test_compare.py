@@ -1,0 +1,66 @@
+"""`python -m ablations compare A B`: two folders of the same sweeps matched run by run, point by point."""
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ablations.__main__ import main
+from ablations.compare import compare_outs
+from ablations.cost import CostPlan
+from ablations.runner import SweepPaths, load_preds, run_sweep
+from ablations.specs import Point
+from ablations.tasks import RunOptions
+from ablations.train import TrainConfig
+from bench.csvio import read_rows
+from vit import ViTConfig
+
+TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
+                 mlp_ratio=1.0)
+
+
+@pytest.fixture(scope="module")
+def sweep_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("a")
+    points = [Point("cmp", "depth", d, TINY.replace(depth=d), TrainConfig(epochs=1, batch_size=128)) for d in (1, 2)]
+    run_sweep("cmp", points, RunOptions(dataset="digits", out=str(out), seeds=(0, 1), progress=False,
+                                        cost=CostPlan(rounds=0)))
+    return out
+
+
+def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_called_worse(sweep_out, tmp_path, capsys):
+    copy = tmp_path / "b"
+    shutil.copytree(sweep_out, copy)
+    same = compare_outs(sweep_out, copy)
+    assert same["point"].tolist() == ["depth=1", "depth=2"] and (same["seeds"] == 2).all()
+    assert (same["diff_pts"] == 0).all() and (same["low_pts"] == 0).all() and (same["high_pts"] == 0).all()
+    assert (same["verdict"] == "same within noise").all()
+
+    # B's depth-2 runs now miss every test image: A is higher there by exactly its own accuracy
+    table_path = copy / "ablations" / "cmp.csv"
+    rows = read_rows(table_path)
+    worse = rows["depth"] == 2
+    for run_id in rows.loc[worse, "run_id"]:
+        path = SweepPaths.of(copy, "cmp").preds / f"{run_id}.npz"
+        pred, target = load_preds(path)
+        np.savez_compressed(path, pred=(target + 1) % 10, target=target)
+    rows.loc[worse, "test_acc"] = 0.0
+    rows.to_csv(table_path, index=False)
+    table = compare_outs(sweep_out, copy).set_index("point")
+    accuracy = read_rows(sweep_out / "ablations" / "cmp.csv").groupby("depth")["test_acc"].mean()
+    assert table.loc["depth=2", "diff_pts"] == pytest.approx(100 * accuracy[2])
+    assert 0 < table.loc["depth=2", "low_pts"] <= table.loc["depth=2", "high_pts"]
+    assert table.loc["depth=2", "verdict"] == "A higher" and table.loc["depth=1", "verdict"] == "same within noise"
+
+    assert main(["compare", str(sweep_out), str(copy), "--csv", str(tmp_path / "c.csv")]) == 0
+    out = capsys.readouterr().out
+    assert f"largest |A − B|: {100 * accuracy[2]:.2f} points over 2 points" in out
+    assert pd.read_csv(tmp_path / "c.csv")["verdict"].tolist() == ["same within noise", "A higher"]
+
+
+def test_folders_with_no_run_in_common_are_refused_naming_them(sweep_out, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["compare", str(sweep_out), str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "empty have no finished run in common" in err

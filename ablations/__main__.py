@@ -4,6 +4,7 @@
     python -m ablations sweep depth --seeds 0 --cost-rounds 0   # one seed, no cost phase
     python -m ablations train --preset vit_mnist --set depth=6 --set lr=1e-3
     python -m ablations report [--out results]
+    python -m ablations compare results-graphs results-eager   # the same sweeps in two folders, point by point
     python -m ablations columns > docs/columns.md
 """
 

@@ -20,6 +20,9 @@ from .runner import load_preds
 from .stats import ALPHA, POWER, REPLICATES, Comparison, Interval, Verdict, accuracy_interval, compare_settings, verdict
 
 
+RUN_FIGURES = ("train_util_pct", "train_mfu")  # measured by each training run, beside the cost phase's
+
+
 @dataclass
 class Setting:
     value: Hashable
@@ -31,6 +34,7 @@ class Setting:
     infer: dict[str, Spread] = field(default_factory=dict)     # cost phase, over rounds
     train: dict[str, Spread] = field(default_factory=dict)
     reused_from: tuple[str, ...] = ()                          # sweeps its runs were copied from
+    runs: dict[str, Spread] = field(default_factory=dict)      # train_util_pct, train_mfu of the runs, over seeds
 
 
 @dataclass
@@ -78,7 +82,8 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
         settings.append(Setting(value, sorted(int(s) for s in g["seed"]), accuracy_interval(g["test_acc"], test_size),
                                 int(g["params"].iloc[0]), float(g["gmacs"].iloc[0]),
                                 Spread.of(g["train_time_s"].astype(float)),
-                                infer.get(value, {}), train.get(value, {}), reused))
+                                infer.get(value, {}), train.get(value, {}), reused,
+                                {c: Spread.of(pd.to_numeric(g[c], errors="coerce")) for c in RUN_FIGURES if c in g}))
     source = (f"cost phase, {int(cost_phase['rounds'].iloc[0])} interleaved rounds" if cost_phase is not None
               else "no cost phase found (run the sweep with --cost-rounds ≥ 1)")
     findings = SweepFindings(factor, settings, test_size, source, None, None)
@@ -180,17 +185,22 @@ def _spread_text(s: Spread | None, fmt: str) -> str:
 def table_markdown(f: SweepFindings) -> str:
     kinds = sorted({s.acc.kind for s in f.settings})
     head = (f"| {f.factor} | seeds | test acc % [95 % interval] | params | GMACs | infer img/s [IQR] | "
-            f"train img/s [IQR] | peak MB infer / train | MFU infer | train run s [IQR] |")
-    lines = [head, "|" + "---|" * 10]
+            f"train img/s [IQR] | peak MB infer / train | MFU infer | busy % infer | train run s [IQR] | "
+            f"MFU train runs | busy % train runs |")
+    lines = [head, "|" + "---|" * 13]
     for s in f.settings:
         mem = " / ".join(_spread_text(d.get("peak_mem_mb"), ".1f") for d in (s.infer, s.train))
         lines.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)} | {s.params:,} | {s.gmacs:.4f} | "
                      f"{_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
                      f"{_spread_text(s.train.get('throughput_img_s'), ',.0f')} | {mem} | "
-                     f"{_spread_text(s.infer.get('mfu'), '.3f')} | {_spread_text(s.train_s, '.1f')}"
-                     f"{' †' if s.reused_from else ''} |")
+                     f"{_spread_text(s.infer.get('mfu'), '.3f')} | {_spread_text(s.infer.get('util_pct'), '.0f')} | "
+                     f"{_spread_text(s.train_s, '.1f')}{' †' if s.reused_from else ''} | "
+                     f"{_spread_text(s.runs.get('train_mfu'), '.3f')} | "
+                     f"{_spread_text(s.runs.get('train_util_pct'), '.0f')} |")
     lines += ["", f"Accuracy intervals: {'; '.join(kinds)}. Speed: {f.cost_source}, median [Q1, Q3]; training "
-                  f"run wall time: over seeds, each run alone, not interleaved."]
+                  f"run wall time, MFU and busy % of the training runs: over seeds, each run as it trained, not "
+                  f"interleaved (busy %: GPU utilisation from NVML on CUDA, process CPU time ÷ wall time ÷ "
+                  f"cores on the CPU)."]
     reused = sorted({sweep for s in f.settings for sweep in s.reused_from})
     if reused:
         lines.append(f"† copied from the {', '.join(reused)} sweep's identical runs (same run_id, so the same "

@@ -225,6 +225,9 @@ METHOD = f"""## Method
   overlap, otherwise "same within noise". Peak memory is the tensor-level peak of one step (CUDA
   allocator, or MemTracker on the CPU), taken in the first round: it is the same every time.
   MFU = achieved FLOP/s ÷ the device's measured matmul peak (a training step counts 3 × the forward).
+  "MFU infer" and "busy % infer" come from the cost phase's inference timing; "MFU train runs" and
+  "busy % train runs" (`train_mfu`, `train_util_pct`) from each training run's own epochs, data
+  handling included.
 - **References.** S. Holm (1979), A simple sequentially rejective multiple test procedure, Scand. J.
   Statist. 6:65–70. P. Hall and S. R. Wilson (1991), Two guidelines for bootstrap hypothesis testing,
   Biometrics 47:757–762. A. C. Davison and D. V. Hinkley (1997), Bootstrap Methods and their

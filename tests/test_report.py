@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ablations.findings import analyse, newest_complete_phase
+from ablations.findings import analyse, newest_complete_phase, table_markdown
 from ablations.report import build_report
 from ablations.runner import SweepPaths, save_preds
 from bench.csvio import append_row, read_rows
@@ -30,7 +30,8 @@ def write_run(out, depth, seed, correct_mask, status="ok", error=""):
         paths.preds.mkdir(parents=True, exist_ok=True)
         (paths.preds / f"{run_id}.npz").write_bytes(save_preds(pred, target))
         row.update(test_acc=float(np.mean(correct_mask)), test_size=N_TEST, params=1000 * depth,
-                   gmacs=0.01 * depth, gflops=0.02 * depth, train_time_s=5.0 * depth + seed)
+                   gmacs=0.01 * depth, gflops=0.02 * depth, train_time_s=5.0 * depth + seed,
+                   train_util_pct=90.0 + 3 * seed - depth, train_mfu=0.01 * depth + 0.002 * seed)
     append_row(paths.rows, row, ABLATION_COLUMNS)
 
 
@@ -124,9 +125,18 @@ def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(
     rows = read_rows(SweepPaths.of(tmp_path, "depth").rows)
     f = analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, phase)
     ok = rows[rows["status"] == "ok"]
+    table = table_markdown(f)
+    assert "| MFU infer | busy % infer | train run s [IQR] | MFU train runs | busy % train runs |" in table
     for s in f.settings:
+        runs = ok[ok["depth"] == s.value]
         assert s.acc.mean == pytest.approx(ok.loc[ok["depth"] == s.value, "test_acc"].mean())
         assert s.infer["throughput_img_s"].median == 1
+        util, mfu = runs["train_util_pct"].astype(float), runs["train_mfu"].astype(float)
+        assert s.runs["train_util_pct"].median == pytest.approx(util.median())
+        assert s.runs["train_mfu"].median == pytest.approx(mfu.median())
+        line = next(line for line in table.splitlines() if line.startswith(f"| {s.value} |"))
+        assert line.endswith(f"| {mfu.median():.3f} [{mfu.quantile(0.25):.3f}, {mfu.quantile(0.75):.3f}] | "
+                             f"{util.median():.0f} [{util.quantile(0.25):.0f}, {util.quantile(0.75):.0f}] |")
     assert f.test_size == N_TEST and len(f.comparisons) == 1
 
 

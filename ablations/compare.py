@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from bench.csvio import read_rows
 from vit import ViTConfig
 
-from .runner import SweepPaths, load_preds
+from .findings import load_correct
+from .runner import SweepPaths
 from .stats import paired_difference
 
 POINT_COLUMNS = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr", "batch_size", "init"]
@@ -28,14 +28,6 @@ POINT_COLUMNS = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "e
 def _ok_rows(path: Path) -> pd.DataFrame:
     rows = read_rows(path)
     return rows[rows["status"] == "ok"].drop_duplicates("run_id", keep="last")
-
-
-def _correct(out: Path, sweep: str, run_ids: list[str]) -> np.ndarray | None:
-    """(seeds, test images): 1 where the run classified the image correctly; None if a file is missing."""
-    folder = SweepPaths.of(out, sweep).preds
-    if not all((folder / f"{rid}.npz").exists() for rid in run_ids):
-        return None
-    return np.stack([pred == target for pred, target in (load_preds(folder / f"{rid}.npz") for rid in run_ids)])
 
 
 def compare_outs(a: Path, b: Path) -> pd.DataFrame:
@@ -48,17 +40,20 @@ def compare_outs(a: Path, b: Path) -> pd.DataFrame:
         rows_a, rows_b = _ok_rows(table), _ok_rows(Path(b) / "ablations" / table.name).set_index("run_id")
         rows_a = rows_a[rows_a["run_id"].isin(rows_b.index)]
         keys = [c for c in POINT_COLUMNS if c in rows_a.columns]
-        varying = [c for c in keys if rows_a[c].nunique(dropna=False) > 1]
-        for _, runs in rows_a.groupby(keys, dropna=False, sort=False):
-            ids = runs["run_id"].tolist()
-            other = rows_b.loc[ids]
-            row = {"sweep": sweep, "point": ", ".join(f"{c}={runs[c].iloc[0]}" for c in varying) or "all",
-                   "seeds": len(ids), "acc_a": runs["test_acc"].mean(), "acc_b": other["test_acc"].mean()}
+        varying = [c for c in keys if rows_a[c].nunique(dropna=False) > 1]  # the others are one value per table
+        rows_a = rows_a.assign(point=[", ".join(f"{c}={v}" for c, v in zip(varying, values)) or "all"
+                                      for values in rows_a[varying].itertuples(index=False)])
+        rows_b = rows_b.loc[rows_a["run_id"]].assign(point=rows_a["point"].to_numpy())  # same runs, same order
+        correct_a, _ = load_correct(rows_a, "point", SweepPaths.of(a, sweep).preds)
+        correct_b, _ = load_correct(rows_b.reset_index(), "point", SweepPaths.of(b, sweep).preds)
+        for point, runs in rows_a.groupby("point", sort=False):
+            other = rows_b.loc[runs["run_id"]]
+            row = {"sweep": sweep, "point": point, "seeds": len(runs), "acc_a": runs["test_acc"].mean(),
+                   "acc_b": other["test_acc"].mean()}
             row["diff_pts"] = 100 * (row["acc_a"] - row["acc_b"])
-            correct = {"a": _correct(Path(a), sweep, ids), "b": _correct(Path(b), sweep, ids)}
             low = high = float("nan")
-            if all(c is not None for c in correct.values()) and correct["a"].shape == correct["b"].shape:
-                comparison = paired_difference(correct["a"], correct["b"])
+            if correct_a and correct_b and correct_a[point].shape == correct_b[point].shape:
+                comparison = paired_difference(correct_a[point], correct_b[point])
                 low, high = 100 * comparison.low, 100 * comparison.high
             row.update(low_pts=low, high_pts=high, verdict=(
                 "no predictions to bound it" if low != low else

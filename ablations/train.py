@@ -231,20 +231,19 @@ class StaticStep(EagerStep):
         bx, by, bloss = self.buffers[b]
         bx.copy_(x)
         by.copy_(y)
-        if not self.capture:
-            bloss.copy_(self._step(bx, by, cache=False))
-            return bloss.clone()
-        if b in self.graphs:
+        if self.capture and b not in self.graphs:
+            try:
+                self.graphs[b] = self._capture(bx, by, bloss)  # trains on this batch once, as the eager step does
+                return bloss.clone()
+            except Exception as err:  # weights and optimizer state are as before the attempt: go on eagerly
+                reason = (str(err).strip().splitlines() or [""])[0][:160]
+                tqdm.write(f"graphs: capturing the batch-{b} training step failed ({type(err).__name__}: "
+                           f"{reason}); eager training step from here")
+                self.capture = self.graphed = False
+                self.graphs.clear()
+        if self.capture:
             self.graphs[b].replay()
-            return bloss.clone()
-        try:
-            self.graphs[b] = self._capture(bx, by, bloss)  # trains on this batch once, as the eager step does
-        except Exception as err:  # weights and optimizer state are as before the attempt: go on eagerly
-            reason = (str(err).strip().splitlines() or [""])[0][:160]
-            tqdm.write(f"graphs: capturing the batch-{b} training step failed ({type(err).__name__}: {reason}); "
-                       f"eager training step from here")
-            self.capture = self.graphed = False
-            self.graphs.clear()
+        else:
             bloss.copy_(self._step(bx, by, cache=False))
         return bloss.clone()
 
@@ -262,7 +261,7 @@ class StaticStep(EagerStep):
                 for _ in range(self.WARMUP):
                     self._step(bx, by, cache=False)
             torch.cuda.current_stream(self.device).wait_stream(stream)
-            self._restore(model_state, optim_state)  # the graph will read these very tensors
+            self._put_back(model_state, optim_state)  # the graph will read these very tensors
             graph = torch.cuda.CUDAGraph()
             self.optimizer.zero_grad(set_to_none=True)  # backward allocates the grads in the graph's pool
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # checks only this thread
@@ -270,11 +269,11 @@ class StaticStep(EagerStep):
             graph.replay()
             return graph
         except BaseException:
-            self._restore(model_state, optim_state)
+            self._put_back(model_state, optim_state)
             self.optimizer.zero_grad(set_to_none=True)
             raise
 
-    def _restore(self, model_state: list[Tensor], optim_state: dict[int, dict[str, Tensor]]) -> None:
+    def _put_back(self, model_state: list[Tensor], optim_state: dict[int, dict[str, Tensor]]) -> None:
         """Copies the saved weights, buffers and optimizer state back in place (state created since: zeros)."""
         with torch.no_grad():
             for t, saved in zip(self.model.state_dict().values(), model_state):

@@ -36,6 +36,7 @@ from bench.rounds import Spread, interleaved
 from bench.timing import TimingConfig
 from vit import ViTConfig, VisionTransformer
 
+from .choices import COST_ROUNDS
 from .schema import COST_COLUMNS
 from .specs import Point
 
@@ -45,7 +46,7 @@ class CostPlan:
     """rounds: interleaved rounds (0 = no cost phase; the rows' speed columns stay empty).
     infer_batch_size: images per inference step. timing: per item and round. measure_mfu: against the
     device's measured matmul peak."""
-    rounds: int = 5
+    rounds: int = COST_ROUNDS
     infer_batch_size: int = 256
     timing: TimingConfig = field(default_factory=lambda: TimingConfig(warmup=3, min_repeats=5, min_time_s=0.25))
     measure_mfu: bool = True

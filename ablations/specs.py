@@ -34,9 +34,12 @@ from typing import Any
 
 from vit import PRESETS, ViTConfig
 
+from .choices import SPEC_DIR, available_sweeps, default_sweeps
 from .train import TrainConfig
 
-SPEC_DIR = Path(__file__).resolve().parent / "sweeps"
+__all__ = ["DATASET_FIELDS", "SPEC_DIR", "Point", "SpecError", "SweepSpec", "available_sweeps", "default_sweeps",
+           "find_spec", "load_spec"]
+
 _SECTIONS = {"sweep": {"factor", "values", "values_by_img_size", "description", "label", "default", "init"},
              "model": {"preset", *(f.name for f in dataclasses.fields(ViTConfig))},
              "train": {f.name for f in dataclasses.fields(TrainConfig)}}
@@ -158,16 +161,6 @@ def load_spec(path: str | Path) -> SweepSpec:
             raise SpecError(f"{path}: [sweep] {key} must be a {kind.__name__}, got {sweep[key]!r}")
     return SweepSpec(path.stem, path, factor, tuple(values), by_size, preset, model, dict(train), init,
                      sweep.get("label", factor), sweep.get("description", ""), sweep.get("default", False))
-
-
-def available_sweeps(spec_dir: Path = SPEC_DIR) -> list[str]:
-    """Every sweep name, the `default = true` ones (those `make ablations` runs) first, each group by name."""
-    specs = [load_spec(p) for p in sorted(spec_dir.glob("*.toml"))]
-    return [s.name for s in sorted(specs, key=lambda s: (not s.default, s.name))]
-
-
-def default_sweeps(spec_dir: Path = SPEC_DIR) -> list[str]:
-    return [name for name in available_sweeps(spec_dir) if load_spec(spec_dir / f"{name}.toml").default]
 
 
 def find_spec(name: str, spec_dir: Path = SPEC_DIR) -> Path:

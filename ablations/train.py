@@ -32,6 +32,7 @@ from bench.measure import autocast
 from bench.mfu import DTYPES
 from bench.utilisation import UtilSampler, reader_for
 
+from .choices import AUTO_CHECKPOINT_S
 from .data import Dataset
 
 
@@ -298,9 +299,6 @@ def make_step(model: nn.Module, runner: nn.Module, optimizer: torch.optim.Optimi
         tqdm.write(f"graphs: eager training step ({why})")
         return EagerStep(model, runner, optimizer, scaler, cfg, device, dtype)
     return StaticStep(model, runner, optimizer, scaler, cfg, device, dtype)
-
-
-AUTO_CHECKPOINT_S = 60.0  # checkpoint every epoch when a run is projected to last longer than this
 
 
 @dataclass(frozen=True)

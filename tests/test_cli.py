@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ablations.__main__ import main as ablations_main
 from bench.csvio import read_rows
 from conftest import write_spec
@@ -46,12 +48,12 @@ def test_make_download_and_data_root_reach_the_commands():
 def test_specs_read_toml_without_tomllib_through_the_backport():
     # Python 3.10 has no tomllib; the spec reader must fall back to tomli (a dependency there)
     code = ("import sys; sys.modules['tomllib'] = None\n"
-            "import ablations.specs as s\n"
+            "import ablations.specs as s, ablations.choices as c\n"
             "spec = s.load_spec(s.find_spec('depth'))\n"
-            "print(s.tomllib.__name__, spec.factor)")
+            "print(s.tomllib.__name__, c.tomllib.__name__, spec.factor, *c.default_sweeps())")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-1500:]
-    assert out.stdout.split() == ["tomli", "depth"]
+    assert out.stdout.split() == ["tomli", "tomli", "depth", "depth", "heads", "patch"]
 
 
 def test_dry_run_lists_points_and_trains_nothing(tmp_path, capsys):
@@ -61,3 +63,47 @@ def test_dry_run_lists_points_and_trains_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("depth=1") == 2 and out.count("depth=2") == 2 and "no" in out
     assert not (tmp_path / "ablations").exists()
+
+
+# what --help and a refused argument load: the program, run as a user runs it, reports its own modules
+_LOADED = ("import runpy, sys\n"
+           "sys.argv = ['python -m ablations', *sys.argv[1:]]\n"
+           "try:\n"
+           "    runpy.run_module('ablations', run_name='__main__', alter_sys=True)\n"
+           "finally:\n"
+           "    print('loaded:', *sorted(m for m in ('torch', 'numpy', 'pandas', 'vit') if m in sys.modules), file=sys.stderr)")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["sweep", "--help"], ["train", "--help"], ["report", "--help"],
+                                  ["compare", "--help"], ["train", "--dataset", "nope"], ["sweep", "depth", "--seeds", "-3"]])
+def test_help_and_refused_arguments_never_load_torch(argv):
+    out = subprocess.run([sys.executable, "-c", _LOADED, *argv], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    loaded = out.stderr.strip().splitlines()[-1]
+    assert loaded == "loaded:", f"{argv}: {loaded}"
+    if argv[-1] == "--help":
+        assert out.returncode == 0 and "usage: python -m ablations" in out.stdout
+    else:
+        assert out.returncode == 2 and ("invalid choice: 'nope'" in out.stderr or "seed -3 is out of range" in out.stderr)
+
+
+def test_help_names_every_choice_the_registries_hold(capsys):
+    from ablations.commands import DATASETS, DTYPES, EXECUTORS, PRESETS, default_sweeps
+    from ablations.specs import SPEC_DIR, load_spec
+
+    for argv in (["sweep", "--help"], ["train", "--help"]):
+        with pytest.raises(SystemExit):
+            ablations_main(argv)
+        text = " ".join(capsys.readouterr().out.split())
+        assert all(name in text for name in [*DATASETS, *DTYPES, *EXECUTORS])
+    assert all(name in text for name in PRESETS)  # train --help
+    specs = [load_spec(p) for p in sorted(SPEC_DIR.glob("*.toml"))]
+    assert default_sweeps() == sorted(s.name for s in specs if s.default)  # the light reader agrees with the spec loader
+
+
+def test_a_registry_name_missing_from_the_command_line_fails_naming_both_lists():
+    from ablations import choices
+    from ablations.data import DATASETS
+
+    choices.check_registries({"datasets": DATASETS})  # as shipped: equal
+    with pytest.raises(RuntimeError, match=r"choices.DATASETS .* and the datasets registry .*'svhn'.* differ"):
+        choices.check_registries({"datasets": [*DATASETS, "svhn"]})

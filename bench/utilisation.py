@@ -45,12 +45,15 @@ class NvmlReader:
     source = "nvml"
     cumulative = False  # NVML reports recent activity: sample through the interval
 
-    def __init__(self, device_index: int = 0) -> None:
+    def __init__(self, uuid: str) -> None:
+        """`uuid`: the GPU's NVML UUID ("GPU-…"), as `nvml_uuid` gives it for a torch device. NVML numbers
+        every GPU of the machine in PCI order, whatever CUDA_VISIBLE_DEVICES hides or reorders, so an index
+        would read another GPU in a worker pinned to GPU 2 (whose cuda:0 is NVML's 2)."""
         import pynvml
 
         pynvml.nvmlInit()
         self._nvml = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        self._handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
 
     def read(self) -> dict[str, float]:
         nvml, h = self._nvml, self._handle
@@ -59,11 +62,17 @@ class NvmlReader:
                 "power_w": nvml.nvmlDeviceGetPowerUsage(h) / 1e3}
 
 
+def nvml_uuid(device: torch.device) -> str:
+    """The NVML UUID of a CUDA device: torch's device UUID with NVML's "GPU-" prefix."""
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
 def reader_for(device: torch.device) -> Reader:
     """NVML on CUDA, process CPU otherwise; if NVML cannot start, say so and fall back to CPU."""
     if device.type == "cuda":
         try:
-            return NvmlReader(device.index or 0)
+            return NvmlReader(nvml_uuid(device))
         except Exception as err:  # driver without NVML, or the package missing
             import warnings
 

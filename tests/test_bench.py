@@ -2,6 +2,7 @@
 
 import random
 import re
+import sys
 import time
 
 import pandas as pd
@@ -181,6 +182,33 @@ def test_cpu_utilisation_of_a_busy_loop_and_of_sleep():
     assert busy.summary()["util_pct"] == pytest.approx(one_core, rel=0.25)
     assert idle.summary()["util_pct"] < 0.2 * one_core
     assert busy.summary()["util_samples"] == 1 and not busy._thread.is_alive()  # exact from its ends: no thread ran
+
+
+def test_nvml_reads_the_gpu_torch_trains_on_not_the_one_with_its_index(monkeypatch):
+    """A worker pinned by CUDA_VISIBLE_DEVICES=2 trains on cuda:0, which NVML numbers 2: the reader must
+    find the GPU by its UUID. A fake NVML with three GPUs stands in for the driver."""
+    import types
+
+    from bench import utilisation
+
+    gpus = {"GPU-aaaa": 11, "GPU-bbbb": 22, "GPU-cccc": 33}  # NVML's order: index 0, 1, 2; utilisation %
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: list(gpus)[i],
+        nvmlDeviceGetHandleByUUID=lambda uuid: uuid if uuid in gpus else (_ for _ in ()).throw(KeyError(uuid)),
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=gpus[h]),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=gpus[h] * 2**20),
+        nvmlDeviceGetPowerUsage=lambda h: 1000 * gpus[h])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: types.SimpleNamespace(uuid="cccc" if str(device) == "cuda:0" else "bbbb"))
+    reader = utilisation.reader_for(torch.device("cuda:0"))
+    assert reader.source == "nvml"
+    assert reader.read() == {"util_pct": 33.0, "gpu_mem_used_mb": 33.0, "power_w": 33.0}
+    assert utilisation.reader_for(torch.device("cuda:1")).read()["util_pct"] == 22.0
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(uuid="dddd"))
+    with pytest.warns(UserWarning, match="NVML unavailable"):  # a GPU NVML does not list: said, then CPU figures
+        assert utilisation.reader_for(torch.device("cuda:0")).source == "cpu"
 
 
 def test_pytest_benchmark_json_converts_to_contract_rows(tmp_path):

@@ -3,9 +3,9 @@
 `python -m ablations --help` (and every subcommand's `--help`, and argparse's check of a choice) is
 built from this module alone, so it answers in a fraction of a second; torch, pandas and the models
 load only once a command runs (issue 13). The objects behind the names live in their registries
-(`ablations.data.DATASETS`, `bench.mfu.DTYPES`, `ablations.executors.EXECUTORS`, `vit.PRESETS`);
-`check_registries` compares each with its list here whenever a command starts, so a name added on one
-side only fails at once, naming both lists.
+(`ablations.data.DATASETS`, `ablations.executors.EXECUTORS`; presets and dtypes: `bench.choices`);
+`ablations.commands` compares each with its list here when it loads (`same_names`), so a name added on
+one side only fails at once, naming both lists.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
     import tomli as tomllib
 from pathlib import Path
-from typing import Iterable, Mapping
+
+from bench.choices import DTYPES, PRESETS, same_names
+
+__all__ = ["AUTO_CHECKPOINT_S", "COST_ROUNDS", "DATASETS", "DTYPES", "EXECUTORS", "MAX_SEED", "PRESETS", "SPEC_DIR",
+           "available_sweeps", "default_sweeps", "same_names"]
 
 DATASETS = ("mnist5k", "digits", "synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100")
-DTYPES = ("fp32", "bf16", "fp16")
 EXECUTORS = ("local", "ray")
-PRESETS = ("vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224", "vit_mnist", "vit_digits",
-           "vit_cifar")
 
 COST_ROUNDS = 5           # interleaved rounds of the cost phase when COST_ROUNDS is not given
 AUTO_CHECKPOINT_S = 60.0  # checkpoint every epoch when a run is projected to last longer than this
@@ -50,11 +51,3 @@ def available_sweeps(spec_dir: Path = SPEC_DIR) -> list[str]:
 def default_sweeps(spec_dir: Path = SPEC_DIR) -> list[str]:
     return [name for name in available_sweeps(spec_dir) if _is_default(spec_dir / f"{name}.toml")]
 
-
-def check_registries(registries: Mapping[str, Iterable[str]]) -> None:
-    """Raise RuntimeError unless each registry's names are exactly this module's list of the same name."""
-    for what, registry in registries.items():
-        listed, real = globals()[what.upper()], tuple(registry)
-        if sorted(listed) != sorted(real):
-            raise RuntimeError(f"ablations.choices.{what.upper()} {sorted(listed)} and the {what} registry "
-                               f"{sorted(real)} differ; add or remove the name in both")

@@ -31,7 +31,10 @@ from .specs import DATASET_FIELDS, Point, SpecError, default_sweeps, find_spec, 
 from .tasks import RunOptions, make_tasks
 from .train import TrainConfig
 
-choices.check_registries({"datasets": DATASETS, "dtypes": DTYPES, "executors": EXECUTORS, "presets": PRESETS})
+for what, listed, registry in (("datasets", choices.DATASETS, DATASETS), ("dtypes", choices.DTYPES, DTYPES),
+                               ("executors", choices.EXECUTORS, EXECUTORS), ("presets", choices.PRESETS, PRESETS)):
+    choices.same_names(what, listed, registry)  # the parser offered these names: each must be a real entry
+
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ViTConfig)}
 TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
 

@@ -10,13 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .choices import MODES
 from .flops import count_macs, param_count
 from .memory import peak_mem_mb
 from .mfu import DTYPES, matmul_peak_flops, mfu
 from .timing import Timing, TimingConfig, time_steps
 from .utilisation import UtilSampler, reader_for
-
-MODES = ("infer", "train")
 
 
 @dataclass(frozen=True)

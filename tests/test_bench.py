@@ -214,7 +214,7 @@ def test_nvml_reads_the_gpu_torch_trains_on_not_the_one_with_its_index(monkeypat
 def test_pytest_benchmark_json_converts_to_contract_rows(tmp_path):
     import json
 
-    from bench.__main__ import convert_json
+    from bench.commands import convert_json
 
     info = {**ViTConfig().to_dict(), "tokens": 65, "params": 10, "gmacs": 0.5, "gflops": 1.0, "mode": "infer",
             "batch_size": 8, "dtype": "fp32", "compile": 0, "device": "cpu", "backend": "sdpa"}
@@ -251,7 +251,7 @@ def test_bench_cli_set_overrides_the_preset_and_bad_overrides_fail_first(tmp_pat
 def test_convert_json_adds_mfu_only_for_a_run_on_this_device(tmp_path, monkeypatch):
     import json
 
-    from bench.__main__ import convert_json
+    from bench.commands import convert_json
     from bench.mfu import device_name
 
     here = device_name(torch.device("cpu"))

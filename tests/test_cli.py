@@ -67,21 +67,25 @@ def test_dry_run_lists_points_and_trains_nothing(tmp_path, capsys):
 
 # what --help and a refused argument load: the program, run as a user runs it, reports its own modules
 _LOADED = ("import runpy, sys\n"
-           "sys.argv = ['python -m ablations', *sys.argv[1:]]\n"
+           "module = sys.argv[1]\n"
+           "sys.argv = [f'python -m {module}', *sys.argv[2:]]\n"
            "try:\n"
-           "    runpy.run_module('ablations', run_name='__main__', alter_sys=True)\n"
+           "    runpy.run_module(module, run_name='__main__', alter_sys=True)\n"
            "finally:\n"
            "    print('loaded:', *sorted(m for m in ('torch', 'numpy', 'pandas', 'vit') if m in sys.modules), file=sys.stderr)")
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["sweep", "--help"], ["train", "--help"], ["report", "--help"],
-                                  ["compare", "--help"], ["train", "--dataset", "nope"], ["sweep", "depth", "--seeds", "-3"]])
+@pytest.mark.parametrize("argv", [["ablations", "--help"], ["ablations", "sweep", "--help"],
+                                  ["ablations", "train", "--help"], ["ablations", "report", "--help"],
+                                  ["ablations", "compare", "--help"], ["bench", "--help"], ["bench", "run", "--help"],
+                                  ["bench", "peak", "--help"], ["ablations", "train", "--dataset", "nope"],
+                                  ["ablations", "sweep", "depth", "--seeds", "-3"], ["bench", "run", "--preset", "nope"]])
 def test_help_and_refused_arguments_never_load_torch(argv):
     out = subprocess.run([sys.executable, "-c", _LOADED, *argv], cwd=ROOT, capture_output=True, text=True, timeout=60)
     loaded = out.stderr.strip().splitlines()[-1]
     assert loaded == "loaded:", f"{argv}: {loaded}"
     if argv[-1] == "--help":
-        assert out.returncode == 0 and "usage: python -m ablations" in out.stdout
+        assert out.returncode == 0 and f"usage: python -m {argv[0]}" in out.stdout
     else:
         assert out.returncode == 2 and ("invalid choice: 'nope'" in out.stderr or "seed -3 is out of range" in out.stderr)
 
@@ -104,6 +108,6 @@ def test_a_registry_name_missing_from_the_command_line_fails_naming_both_lists()
     from ablations import choices
     from ablations.data import DATASETS
 
-    choices.check_registries({"datasets": DATASETS})  # as shipped: equal
-    with pytest.raises(RuntimeError, match=r"choices.DATASETS .* and the datasets registry .*'svhn'.* differ"):
-        choices.check_registries({"datasets": [*DATASETS, "svhn"]})
+    choices.same_names("datasets", choices.DATASETS, DATASETS)  # as shipped: equal
+    with pytest.raises(RuntimeError, match=r"lists the datasets \[.*\], but the registry holds \[.*'svhn'.*\]; add"):
+        choices.same_names("datasets", choices.DATASETS, [*DATASETS, "svhn"])

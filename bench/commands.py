@@ -1,0 +1,99 @@
+"""The commands behind `python -m bench`: what runs once the arguments are parsed. `bench.__main__`
+parses the command line from names alone (`bench.choices`) and imports this module only to run one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import pandas as pd
+import torch
+
+from vit import ATTENTION_BACKENDS, PRESETS
+
+from . import choices
+from .csvio import append_row
+from .env import environment, resolve_device, run_id
+from .grid import expand_grid, parse_overrides, run_grid
+from .measure import add_mfu
+from .mfu import DTYPES, device_name, matmul_peak_flops
+from .schema import BENCH_COLUMNS
+from .timing import TimingConfig
+
+for what, listed, registry in (("presets", choices.PRESETS, PRESETS), ("dtypes", choices.DTYPES, DTYPES)):
+    choices.same_names(what, listed, registry)  # the parser offered these names: each must be a real entry
+
+
+NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def _fail(message: str) -> NoReturn:
+    """A user-caused failure: one line naming the input, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run(args: argparse.Namespace) -> None:
+    if not NAME.fullmatch(args.name):
+        _fail(f"--name {args.name!r}: a table name is letters, digits, '.', '_' or '-', not starting with '.' "
+              f"(it becomes $OUT/bench/<name>.csv)")
+    args.attn = args.attn or list(ATTENTION_BACKENDS)  # default: every registered backend
+    for name, allowed, values in (("--attn", ATTENTION_BACKENDS, args.attn), ("--dtype", DTYPES, args.dtype),
+                                  ("--mode", choices.MODES, args.mode)):
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            _fail(f"{name}: unknown value {bad[0]!r}; choose from {sorted(allowed)}")
+    try:
+        device = resolve_device(args.device)
+        timing = TimingConfig(warmup=args.warmup, min_repeats=args.repeats, min_time_s=args.min_time_s)
+        base = PRESETS[args.preset].replace(**parse_overrides(args.set))
+        points = expand_grid(base, args.attn, args.tokens or [0], args.batch_size, args.dtype, args.mode,
+                             bool(args.compile), timing)
+    except ValueError as err:
+        _fail(str(err))
+    if device.type == "cpu" and any(d != "fp32" for d in args.dtype):
+        print("note: bf16/fp16 matmuls on many CPUs are far slower than fp32", file=sys.stderr)
+    out_csv = Path(args.out) / "bench" / f"{args.name}.csv"
+    rows = run_grid(points, device, out_csv)
+    table = pd.DataFrame(rows)[["attn", "tokens", "batch_size", "dtype", "mode", "status", "throughput_img_s",
+                                "peak_mem_mb", "gmacs", "mfu", "util_pct"]]
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(f"\n{len(rows)} rows ({sum(r['status'] == 'ok' for r in rows)} ok) appended to {out_csv}")
+
+
+def convert_json(json_path: Path, csv_path: Path) -> int:
+    """pytest-benchmark JSON → measurement rows (one per benchmark)."""
+    data = json.loads(Path(json_path).read_text())
+    written = 0
+    for bench in data.get("benchmarks", []):
+        info, stats = bench.get("extra_info", {}), bench["stats"]
+        device = torch.device(info.get("device", "cpu"))
+        measured_on = info.get("device_name") or data.get("machine_info", {}).get("cpu", {}).get("brand_raw")
+        # this machine's environment and matmul peak describe the run only if it ran on this very device
+        here = (device.type == "cpu" or torch.cuda.is_available()) and measured_on == device_name(device)
+        env = environment(device) if here else {"device": device.type, "device_name": measured_on or ""}
+        row = {**env, **info}
+        row.update(started_at=data.get("datetime", row.get("started_at")),
+                   run_id=run_id({**info, "benchmark": bench["name"]}), status="ok", error="",
+                   step_ms_median=stats["median"] * 1e3, step_ms_iqr=stats["iqr"] * 1e3,
+                   throughput_img_s=info["batch_size"] / stats["median"], repeats=stats["rounds"])
+        if "gflops" in row and here:
+            add_mfu(row, device)
+        append_row(csv_path, {k: v for k, v in row.items() if k in BENCH_COLUMNS}, BENCH_COLUMNS)
+        written += 1
+    return written
+
+
+def peak(args: argparse.Namespace) -> None:
+    device = resolve_device(args.device)
+    print(f"{matmul_peak_flops(device, args.dtype) / 1e9:.1f} GFLOP/s ({device}, {args.dtype})")
+
+
+def convert(args: argparse.Namespace) -> None:
+    if args.csv_path.exists():
+        args.csv_path.unlink()  # the CSV mirrors the JSON of the last `make bench`
+    print(f"{convert_json(args.json_path, args.csv_path)} rows written to {args.csv_path}")

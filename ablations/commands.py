@@ -24,7 +24,7 @@ from vit import PRESETS, ViTConfig, VisionTransformer, checkpoint_id, init_from_
 
 from . import choices
 from .cost import CostPlan
-from .data import DATASETS, load_dataset
+from .data import DATASETS, cached_dataset
 from .executors import EXECUTORS, Executor, ExecutorOptions
 from .runner import SweepError, SweepPaths, finished_ids, run_sweep
 from .specs import DATASET_FIELDS, Point, SpecError, default_sweeps, find_spec, load_spec
@@ -175,7 +175,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _check_device(args)
         names = [n for arg in args.sweeps for n in (default_sweeps() if arg == "default" else [arg])]
         specs = [load_spec(find_spec(name)) for name in dict.fromkeys(names)]
-        data = load_dataset(args.dataset, args.data_root, args.download)
+        data = cached_dataset(args.dataset, args.data_root, args.download)  # the runs reuse this copy
         plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes, _train_changes(args)))
                  for s in specs]  # every point of every sweep validated before any training
         _fetch_pretrained(args)
@@ -220,7 +220,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             return 2
     try:
         _check_device(args)
-        data = load_dataset(args.dataset, args.data_root, args.download)
+        data = cached_dataset(args.dataset, args.data_root, args.download)  # the runs reuse this copy
         model = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
                                              num_classes=data.num_classes, **model_changes)
         train_cfg = dataclasses.replace(TrainConfig(), **train_changes)

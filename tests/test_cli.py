@@ -111,3 +111,16 @@ def test_a_registry_name_missing_from_the_command_line_fails_naming_both_lists()
     choices.same_names("datasets", choices.DATASETS, DATASETS)  # as shipped: equal
     with pytest.raises(RuntimeError, match=r"lists the datasets \[.*\], but the registry holds \[.*'svhn'.*\]; add"):
         choices.same_names("datasets", choices.DATASETS, [*DATASETS, "svhn"])
+
+
+def test_a_command_reads_its_dataset_once(tmp_path, monkeypatch):
+    """`train` checks the preset against the dataset, then trains on it: one read of the file, not two."""
+    from ablations import data
+
+    reads = []
+    real = data.load_dataset
+    monkeypatch.setattr(data, "load_dataset", lambda *a, **k: reads.append(a) or real(*a, **k))
+    data.cached_dataset.cache_clear()
+    assert ablations_main(["train", *QUICK, "--out", str(tmp_path)]) == 0
+    assert len(reads) == 1
+    data.cached_dataset.cache_clear()

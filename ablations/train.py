@@ -368,12 +368,14 @@ def _restore(tensors: dict[str, Tensor], meta: dict[str, Any], model: nn.Module,
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str,
-             batch_size: int) -> tuple[float, float, Tensor]:
-    """Test loss, test accuracy, and the predicted class of every test image (on the CPU)."""
+def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str, batch_size: int,
+             on_device: tuple[Tensor, Tensor] | None = None) -> tuple[float, float, Tensor]:
+    """Test loss, test accuracy, and the predicted class of every test image (on the CPU). `on_device`:
+    the test images and labels already on `device` (training copies them once, not once per epoch: a
+    blocking copy waits for the device)."""
     model.eval()
     total_loss, preds = torch.zeros((), device=device), []
-    test_x, test_y = data.test_x.to(device), data.test_y.to(device)  # one copy each: a blocking copy waits
+    test_x, test_y = on_device or (data.test_x.to(device), data.test_y.to(device))
     for i in range(0, len(test_y), batch_size):
         x, y = data.normalize(test_x[i:i + batch_size]), test_y[i:i + batch_size]
         with autocast(device, dtype):
@@ -400,6 +402,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     generators = {"order": torch.Generator().manual_seed(seed), "augment": torch.Generator().manual_seed(seed + 1)}
     order_gen, aug_gen = generators["order"], generators["augment"]
     train_x, train_y = data.train_x.to(device), data.train_y.to(device)
+    test_on_device = data.test_x.to(device), data.test_y.to(device)
     n = len(train_y)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
@@ -442,7 +445,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
             raise Diverged(f"loss became {train_loss} in epoch {epoch} (steps {step - steps_per_epoch + 1}–{step}, "
                            f"lr {lr:.3g} at the last)")
         images_seen += n
-        test_loss, test_acc, test_preds = evaluate(runner, data, device, dtype, cfg.eval_batch_size)
+        test_loss, test_acc, test_preds = evaluate(runner, data, device, dtype, cfg.eval_batch_size, test_on_device)
         best_acc = max(best_acc, test_acc)
         record = {"epoch": epoch, "lr": lr, "train_loss": train_loss, "test_loss": test_loss,
                   "test_acc": test_acc, "elapsed_s": train_time}

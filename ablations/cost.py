@@ -2,8 +2,9 @@
 
 Speed is a property of a configuration, not of a seed or of trained weights, so each distinct model of
 a sweep is measured once per round, in interleaved rounds (`bench.rounds`), with nothing else of the
-sweep running: an inference step at `infer_batch_size` and a training step (forward, backward, AdamW)
-at the sweep's training batch size. Each round of each point and mode is one row of
+sweep running: an inference step at `infer_batch_size` and the training step that training itself runs
+(`ablations.train.make_step`: the point's AdamW parameter groups, label smoothing and clipping; one CUDA
+graph per step on CUDA unless GRAPHS=0) at the sweep's training batch size. Each round of each point and mode is one row of
 `<out>/ablations/<sweep>-cost.csv`, appended as it is measured. Peak memory is taken in the first
 round only: the allocator's peak of a fixed step is the same every time.
 
@@ -31,7 +32,7 @@ from tqdm import tqdm
 from bench.csvio import append_row, read_rows
 from bench.env import environment, run_id
 from bench.grid import classify_failure
-from bench.measure import MeasureConfig, cost, measure
+from bench.measure import MeasureConfig, StepFactory, cost, measure
 from bench.rounds import Spread, interleaved
 from bench.timing import TimingConfig
 from vit import ViTConfig, VisionTransformer
@@ -39,6 +40,7 @@ from vit import ViTConfig, VisionTransformer
 from .choices import COST_ROUNDS
 from .schema import COST_COLUMNS
 from .specs import Point
+from .train import TrainConfig, adamw, freeze_all_but_head, make_step, param_groups, train_mode
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class _Item:
     cfg: ViTConfig
     mode: str
     mcfg: MeasureConfig
+    train: TrainConfig
 
 
 def _items(points: list[Point], plan: CostPlan, device: torch.device) -> list[_Item]:
@@ -77,13 +80,14 @@ def _items(points: list[Point], plan: CostPlan, device: torch.device) -> list[_I
         dtype, compile_ = p.train.resolved_dtype(device), p.train.compile
         for mode, batch in (("infer", plan.infer_batch_size), ("train", p.train.batch_size)):
             items.append(_Item(p.model, mode, MeasureConfig(mode=mode, batch_size=batch, dtype=dtype,
-                                                            compile=compile_, timing=plan.timing)))
+                                                            compile=compile_, timing=plan.timing), p.train))
     return items
 
 
-def phase_id(sweep: str, items: list[_Item], plan: CostPlan, device: torch.device) -> str:
+def phase_id(sweep: str, items: list[_Item], plan: CostPlan, device: torch.device, graphs: bool = True) -> str:
     env = environment(device)
     return run_id({"sweep": sweep, "items": [(i.cfg.to_dict(), dataclasses.asdict(i.mcfg)) for i in items],
+                   "train": [i.train.to_dict() for i in items if i.mode == "train"], "graphs": graphs,
                    "rounds": plan.rounds, "device_name": env["device_name"], "torch": env["torch_version"]})
 
 
@@ -97,13 +101,31 @@ def _complete_phase(csv_path: Path, pid: str, expected: int) -> pd.DataFrame | N
     return phase if len(phase) >= expected else None
 
 
+def training_step(cfg: TrainConfig, device: torch.device, graphs: bool) -> StepFactory:
+    """`measure`'s step factory for the step `train` runs under `cfg`: a fresh AdamW over the model's
+    parameter groups, and `make_step`'s step (the static-buffer step, captured into a CUDA graph at its
+    first call, on CUDA with `graphs`; else the eager one) at the peak learning rate."""
+    def build(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor):
+        if cfg.freeze == "all_but_head":
+            freeze_all_but_head(model)
+        train_mode(model, cfg)
+        dtype = cfg.resolved_dtype(device)
+        optimizer = adamw(param_groups(model, cfg.weight_decay, cfg.layer_decay), cfg.lr)
+        scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16" and device.type == "cuda")
+        runner = torch.compile(model) if cfg.compile else model
+        step = make_step(model, runner, optimizer, scaler, cfg, device, dtype, graphs)
+        return (lambda: step(images, labels, cfg.lr)), [model, optimizer, images, labels]
+    return build
+
+
 def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], device: torch.device,
-                  first_round: bool, plan: CostPlan) -> dict[str, Any]:
+                  first_round: bool, plan: CostPlan, graphs: bool) -> dict[str, Any]:
     cfg, mcfg = item.cfg, dataclasses.replace(item.mcfg, measure_memory=first_round, measure_mfu=plan.measure_mfu)
     row: dict[str, Any] = {**costs}
+    factory = training_step(item.train, device, graphs) if item.mode == "train" else None
     try:
         row.update(measure(model, (cfg.in_chans, cfg.img_size, cfg.img_size), cfg.num_classes, mcfg, device,
-                           gflops=float(costs["gflops"])))
+                           gflops=float(costs["gflops"]), step_factory=factory))
         row.update(status="ok", error="")
     except Exception as err:  # an out-of-memory point is a row, and the phase goes on
         row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
@@ -115,10 +137,11 @@ def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], de
 
 
 def run_cost_phase(sweep: str, points: list[Point], plan: CostPlan, device: torch.device, csv_path: Path,
-                   progress: bool = True) -> pd.DataFrame:
-    """The rows of this sweep's complete cost phase: found in `csv_path`, or measured now and appended."""
+                   progress: bool = True, graphs: bool = True) -> pd.DataFrame:
+    """The rows of this sweep's complete cost phase: found in `csv_path`, or measured now and appended.
+    `graphs`: as the runs will train (GRAPHS), so the training step timed is theirs."""
     items = _items(points, plan, device)
-    pid = phase_id(sweep, items, plan, device)
+    pid = phase_id(sweep, items, plan, device, graphs)
     found = _complete_phase(csv_path, pid, plan.rounds * len(items))
     if found is not None:
         return found
@@ -138,7 +161,7 @@ def run_cost_phase(sweep: str, points: list[Point], plan: CostPlan, device: torc
                "round": r, "rounds": plan.rounds, "phase_items": len(items), "dtype": item.mcfg.dtype,
                "compile": int(item.mcfg.compile), "mode": item.mode, "batch_size": item.mcfg.batch_size,
                "run_id": run_id({"phase_id": pid, "model": key, "mode": item.mode, "round": r})}
-        row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan))
+        row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan, graphs))
         append_row(csv_path, row, COST_COLUMNS)
         rows.append(row)
         bar.update()

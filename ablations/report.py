@@ -220,7 +220,8 @@ METHOD = f"""## Method
   the strictest Holm level α/m for m pairs.
 - **Cost.** Before training, every point of a sweep is measured side by side in interleaved rounds
   (each round measures every point once, the starting point rotating) with nothing else of the sweep
-  running: an inference step and a training step (forward, backward, AdamW). Figures are the median
+  running: an inference step and the training step the runs train with (forward, backward, clipping,
+  fused AdamW over their parameter groups; one CUDA graph per step on CUDA unless GRAPHS=0). Figures are the median
   over rounds with [Q1, Q3]; a ratio between two settings is printed only where their IQRs do not
   overlap, otherwise "same within noise". Peak memory is the tensor-level peak of one step (CUDA
   allocator, or MemTracker on the CPU), taken in the first round: it is the same every time.

@@ -327,7 +327,7 @@ def _run_locked(sweep: str, points: list[Point], options: RunOptions, paths: Swe
     stale = preflight(paths, todo) if todo else 0
     if todo and options.cost.rounds:
         phase = run_cost_phase(sweep, points, options.cost, resolve_device(options.device), paths.cost,
-                               progress=options.progress)
+                               progress=options.progress, graphs=options.graphs)
         figures = row_figures(phase)
         todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in todo]
     statuses: dict[str, int] = {}

@@ -74,17 +74,25 @@ def make_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, mcfg
     return train, [model, optimizer, images, labels]
 
 
+StepFactory = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[Callable[[], object], list[object]]]
+
+
 def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: int, mcfg: MeasureConfig,
-            device: torch.device, gflops: float | None = None) -> dict[str, object]:
+            device: torch.device, gflops: float | None = None,
+            step_factory: StepFactory | None = None) -> dict[str, object]:
     """Speed columns for `model` on inputs of `input_shape` (C, H, W), batch mcfg.batch_size; with
-    `mcfg.measure_mfu` and the forward `gflops` of one image (`cost`), the MFU too.
+    `mcfg.measure_mfu` and the forward `gflops` of one image (`cost`), the MFU too. `step_factory(model,
+    images, labels)` gives another step of mcfg.mode to time, and what it keeps alive (default: `make_step`).
 
     Raises what the step raises (an out-of-memory error included); the caller records it.
     """
     model = model.to(device)
     images = torch.randn(mcfg.batch_size, *input_shape, device=device)
     labels = torch.randint(0, num_classes, (mcfg.batch_size,), device=device)
-    step, alive = make_step(model, images, labels, mcfg, device)
+    if step_factory is None:
+        step, alive = make_step(model, images, labels, mcfg, device)
+    else:
+        step, alive = step_factory(model, images, labels)
     timing: Timing
     with UtilSampler(reader_for(device)) as sampler:
         timing = time_steps(step, device, mcfg.timing)

@@ -96,6 +96,33 @@ def test_row_figures_are_the_medians_over_rounds_of_the_phase_rows(tmp_path):
         assert got["cost_rounds"] == 3 and got["mode"] == "infer" and got["batch_size"] == 8
 
 
+def test_the_cost_phase_times_the_training_step_that_training_runs(tmp_path, monkeypatch):
+    """The train rows time `train.make_step`'s step under each point's own TrainConfig and GRAPHS, not a
+    generic step: on CUDA that is the graphed step the runs train with."""
+    import ablations.cost as cost_module
+    from ablations.train import EagerStep, param_groups
+
+    built = []
+
+    def spy(model, runner, optimizer, scaler, cfg, device, dtype, graphs):
+        step = real(model, runner, optimizer, scaler, cfg, device, dtype, graphs)
+        groups = len(param_groups(model, cfg.weight_decay, cfg.layer_decay))  # what `train` builds for this model
+        built.append((cfg, graphs, len(optimizer.param_groups) == groups, type(step)))
+        return step
+    real = cost_module.make_step
+    monkeypatch.setattr(cost_module, "make_step", spy)
+    train = TrainConfig(epochs=1, batch_size=16, label_smoothing=0.1, grad_clip=1.0, weight_decay=0.05)
+    pts = [Point("c", "depth", d, TINY.replace(depth=d), train) for d in (1, 2)]
+    csv = tmp_path / "c-cost.csv"
+    for graphs in (True, False):  # a phase measured under the other GRAPHS is not reused
+        run_cost_phase("c", pts, PLAN, torch.device("cpu"), csv, progress=False, graphs=graphs)
+    table = read_rows(csv)
+    assert len(built) == 2 * 3 * 2 and table["phase_id"].nunique() == 2 and (table["status"] == "ok").all()
+    assert all(cfg == train and step is EagerStep for cfg, _, _, step in built)  # the CPU step is the eager one
+    assert [g for _, g, _, _ in built] == [True] * 6 + [False] * 6
+    assert all(same_groups for _, _, same_groups, _ in built)  # AdamW over training's parameter groups
+
+
 @pytest.mark.parametrize("kwargs,message", [({"rounds": -1}, "cost rounds"), ({"rounds": 1.5}, "cost rounds"),
                                             ({"infer_batch_size": 0}, "infer batch size")])
 def test_bad_cost_plans_are_refused(kwargs, message):

@@ -268,3 +268,24 @@ def test_compiled_training_on_cuda_runs(tmp_path):
     result = train(VisionTransformer(TINY), data, TrainConfig(epochs=1, batch_size=64, compile=True),
                    0, torch.device("cuda"), progress=False)
     assert 0 <= result.test_acc <= 1
+
+
+@pytest.mark.gpu
+@cuda
+def test_the_cost_phase_on_cuda_times_the_graphed_training_step(tmp_path, monkeypatch):
+    """With GRAPHS on (the default), the cost phase's train rows come from the captured step, as the runs
+    train; with GRAPHS=0 from the eager one."""
+    import ablations.cost as cost_module
+    from bench.timing import TimingConfig
+
+    built = []
+    real = cost_module.make_step
+    monkeypatch.setattr(cost_module, "make_step", lambda *a: built.append(real(*a)) or built[-1])
+    plan = CostPlan(rounds=2, infer_batch_size=32, timing=TimingConfig(warmup=4, min_repeats=5, min_time_s=0.0))
+    points = [Point("g", "depth", 1, TINY, TrainConfig(epochs=1, batch_size=64, dtype="bf16"))]
+    for graphs in (True, False):
+        phase = cost_module.run_cost_phase("g", points, plan, torch.device("cuda"), tmp_path / f"{graphs}.csv",
+                                           progress=False, graphs=graphs)
+        assert (phase["status"] == "ok").all() and len(phase) == 2 * 2
+    assert [type(s) for s in built] == [StaticStep, StaticStep, EagerStep, EagerStep]
+    assert all(s.graphed and sorted(s.graphs) == [64] for s in built[:2])

@@ -32,50 +32,28 @@ def _seeds(text: str) -> tuple[int, ...]:
     return seeds
 
 
-def _positive(what: str):
-    def parse(text: str) -> int:
+def _integer(minimum: int, message: str, auto: bool = False):
+    """argparse type: an integer ≥ `minimum` (or "auto" → None where `auto`); else the message and the text."""
+    def parse(text: str) -> int | None:
+        if auto and text == "auto":
+            return None
         try:
             value = int(text)
         except ValueError:
-            value = 0
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{what} must be a positive integer, got {text!r}")
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{message}, got {text!r}")
         return value
     return parse
 
 
-def _jobs(text: str) -> int | None:
-    if text == "auto":
-        return None
-    try:
-        jobs = int(text)
-    except ValueError:
-        jobs = 0
-    if jobs < 1:
-        raise argparse.ArgumentTypeError(f"jobs must be auto or an integer ≥ 1, got {text!r}")
-    return jobs
+def _positive(what: str):
+    return _integer(1, f"{what} must be a positive integer")
 
 
-def _every(text: str) -> int | None:
-    if text == "auto":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"checkpoint-every must be auto or an integer ≥ 0 (0: never), got {text!r}")
-    return value
-
-
-def _rounds(text: str) -> int:
-    try:
-        rounds = int(text)
-    except ValueError:
-        rounds = -1
-    if rounds < 0:
-        raise argparse.ArgumentTypeError(f"cost rounds must be an integer ≥ 0, got {text!r}")
-    return rounds
+_jobs = _integer(1, "jobs must be auto or an integer ≥ 1", auto=True)
+_every = _integer(0, "checkpoint-every must be auto or an integer ≥ 0 (0: never)", auto=True)
+_rounds = _integer(0, "cost rounds must be an integer ≥ 0")
 
 
 def _common(p: argparse.ArgumentParser) -> None:

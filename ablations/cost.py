@@ -40,7 +40,7 @@ from vit import ViTConfig, VisionTransformer
 from .choices import COST_ROUNDS
 from .schema import COST_COLUMNS
 from .specs import Point
-from .train import TrainConfig, adamw, freeze_all_but_head, make_step, param_groups, train_mode
+from .train import TrainConfig, make_step, train_mode, training_parts
 
 
 @dataclass(frozen=True)
@@ -106,14 +106,9 @@ def training_step(cfg: TrainConfig, device: torch.device, graphs: bool) -> StepF
     parameter groups, and `make_step`'s step (the static-buffer step, captured into a CUDA graph at its
     first call, on CUDA with `graphs`; else the eager one) at the peak learning rate."""
     def build(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor):
-        if cfg.freeze == "all_but_head":
-            freeze_all_but_head(model)
+        runner, optimizer, scaler = training_parts(model, cfg, device)
         train_mode(model, cfg)
-        dtype = cfg.resolved_dtype(device)
-        optimizer = adamw(param_groups(model, cfg.weight_decay, cfg.layer_decay), cfg.lr)
-        scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16" and device.type == "cuda")
-        runner = torch.compile(model) if cfg.compile else model
-        step = make_step(model, runner, optimizer, scaler, cfg, device, dtype, graphs)
+        step = make_step(model, runner, optimizer, scaler, cfg, device, cfg.resolved_dtype(device), graphs)
         return (lambda: step(images, labels, cfg.lr)), [model, optimizer, images, labels]
     return build
 

@@ -26,7 +26,7 @@ from bench.timing import TimingConfig, time_steps
 from vit import PRESETS, ViTConfig, VisionTransformer
 
 from .data import DATASETS, load_dataset
-from .train import EagerStep, StaticStep, TrainConfig, adamw, param_groups, train_mode
+from .train import EagerStep, StaticStep, TrainConfig, train_mode, training_parts
 
 KINDS = ("eager", "static")
 
@@ -37,10 +37,9 @@ def build_steps(model_cfg: ViTConfig, cfg: TrainConfig, device: torch.device) ->
     for kind in KINDS:
         torch.manual_seed(0)
         model = VisionTransformer(model_cfg).to(device)
+        runner, optimizer, scaler = training_parts(model, cfg, device)
         train_mode(model, cfg)
-        optimizer = adamw(param_groups(model, cfg.weight_decay), cfg.lr)
-        scaler = torch.amp.GradScaler(device.type, enabled=False)
-        args = (model, model, optimizer, scaler, cfg, device, cfg.resolved_dtype(device))
+        args = (model, runner, optimizer, scaler, cfg, device, cfg.resolved_dtype(device))
         steps[kind] = StaticStep(*args) if kind == "static" else EagerStep(*args)
     return steps
 

@@ -286,6 +286,19 @@ class StaticStep(EagerStep):
                         v.copy_(saved[k]) if k in saved else v.zero_()
 
 
+def training_parts(model: nn.Module, cfg: TrainConfig,
+                   device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer, torch.amp.GradScaler]:
+    """What a training step of `model` (already on `device`) under `cfg` works with: the module it calls
+    (torch.compile'd with cfg.compile), AdamW over its parameter groups (only the head's with
+    freeze=all_but_head, whose freezing this applies) and the grad scaler (on for fp16 on CUDA)."""
+    runner = torch.compile(model) if cfg.compile else model
+    if cfg.freeze == "all_but_head":
+        freeze_all_but_head(model)
+    optimizer = adamw(param_groups(model, cfg.weight_decay, cfg.layer_decay), cfg.lr)
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.resolved_dtype(device) == "fp16" and device.type == "cuda")
+    return runner, optimizer, scaler
+
+
 def make_step(model: nn.Module, runner: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
               cfg: TrainConfig, device: torch.device, dtype: str, graphs: bool) -> EagerStep:
     """On CUDA with `graphs`, the static-buffer step captured into CUDA graphs where it can work (else the
@@ -394,11 +407,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     the static-buffer step (`StaticStep`: one CUDA graph per batch size on CUDA), else the eager one."""
     dtype = cfg.resolved_dtype(device)
     model = model.to(device)
-    runner = torch.compile(model) if cfg.compile else model
-    if cfg.freeze == "all_but_head":
-        freeze_all_but_head(model)
-    optimizer = adamw(param_groups(model, cfg.weight_decay, cfg.layer_decay), cfg.lr)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16" and device.type == "cuda")
+    runner, optimizer, scaler = training_parts(model, cfg, device)
     generators = {"order": torch.Generator().manual_seed(seed), "augment": torch.Generator().manual_seed(seed + 1)}
     order_gen, aug_gen = generators["order"], generators["augment"]
     train_x, train_y = data.train_x.to(device), data.train_y.to(device)

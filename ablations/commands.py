@@ -26,7 +26,7 @@ from . import choices
 from .cost import CostPlan
 from .data import DATASETS, cached_dataset
 from .executors import EXECUTORS, Executor, ExecutorOptions
-from .runner import SweepError, SweepPaths, finished_ids, run_sweep
+from .runner import SweepError, SweepPaths, finished_ids, run_sweeps
 from .specs import DATASET_FIELDS, Point, SpecError, default_sweeps, find_spec, load_spec
 from .tasks import RunOptions, make_tasks
 from .train import TrainConfig
@@ -121,7 +121,8 @@ def _start_executor(args: argparse.Namespace) -> Executor:
 
 def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
              options: dict[str, RunOptions]) -> list[dict[str, Any]] | None:
-    """Every sweep in turn; None (after one line on stderr) for a failure the user must fix."""
+    """Every sweep, through one executor (`runner.run_sweeps`); None (after one line on stderr) for a
+    failure the user must fix."""
     try:
         executor = _start_executor(args)
     except ValueError as err:
@@ -129,7 +130,7 @@ def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
         return None
     before = _recorded(plans, options)
     try:
-        return [run_sweep(name, points, options[name], executor) for name, points in plans]
+        return run_sweeps([(name, points, options[name]) for name, points in plans], executor)
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return None

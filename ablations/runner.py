@@ -1,7 +1,9 @@
 """The sweep runner: every point × seed becomes one run; each finished run is one CSV row.
 
 Before training, the sweep's cost phase (`ablations.cost`) measures every point's speed side by side;
-each training row carries its config's figures. Resume: a run whose `run_id` already has an `ok` row
+each training row carries its config's figures. A command's sweeps share one executor (`run_sweeps`):
+every sweep's cost phase first, then all their runs as one stream, so JOBS workers start once and no
+sweep waits for the slowest run of the one before. Resume: a run whose `run_id` already has an `ok` row
 in `<out>/ablations/<sweep>.csv` is skipped. Faults: a run that diverges, runs out of memory or raises
 is recorded with its status and the sweep goes on. Writes: only the driver writes (a run's history
 rows in one append, then test predictions and weights, then the result row, each atomic), so a kill at
@@ -314,41 +316,112 @@ def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Ex
               fn: Callable[[Task, Dataset], Outcome] = execute) -> dict[str, Any]:
     """Run every missing point × seed of `sweep`; returns counts and paths for the summary. Raises
     SweepError (another process runs the sweep; OUT unusable) before any work."""
+    return run_sweeps([(sweep, points, options)], executor, fn)[0]
+
+
+@dataclass
+class _Share:
+    """One sweep's part of a command: its paths, its runs and what became of them."""
+    sweep: str
+    paths: SweepPaths
+    planned: int
+    skipped: int        # finished earlier: an ok row in the sweep's own table
+    todo: list[Task]    # left to train
+    reused: int = 0     # recorded from the same run finished in another sweep
+    stale: int = 0
+    resumable: int = 0
+    statuses: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"sweep": self.sweep, "planned": self.planned, "skipped": self.skipped,
+                "reused": self.reused, "statuses": self.statuses, "paths": self.paths, "stale_tmp": self.stale,
+                "resumable": self.resumable}
+
+
+def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
+               fn: Callable[[Task, Dataset], Outcome] = execute) -> list[dict[str, Any]]:
+    """Run every missing point × seed of several sweeps with one executor; one summary dict per sweep.
+
+    First, with every sweep's lock held: each sweep's preflight, its cost phase (so that every cost
+    phase runs with no training beside it), and the runs that sweeps on disk already finished. Then all
+    the sweeps' runs as one stream through the executor, in sweep order: JOBS workers start once and
+    stay busy from one sweep to the next. A run two of these sweeps share (same run_id: the base point of
+    several sweeps) is trained once and recorded in each, as a reuse in all but the first. Raises
+    SweepError (another process runs one of the sweeps; OUT unusable) before any work."""
+    names = [name for name, _, _ in plans]
+    if len(set(names)) != len(names):
+        raise ValueError(f"sweeps {names}: each sweep may appear once in one command")
+    with contextlib.ExitStack() as locks:
+        for name, _, options in plans:
+            locks.enter_context(sweep_lock(SweepPaths.of(options.out, name), name))
+        shares = [_prepare(name, points, options) for name, points, options in plans]
+        _train_all(shares, executor or LocalExecutor(ExecutorOptions()), fn, progress=plans[0][2].progress)
+    return [share.summary() for share in shares]
+
+
+def _prepare(sweep: str, points: list[Point], options: RunOptions) -> _Share:
+    """Preflight, cost phase and reuse of runs finished elsewhere: the sweep's runs left to train."""
     paths = SweepPaths.of(options.out, sweep)
-    with sweep_lock(paths, sweep):
-        return _run_locked(sweep, points, options, paths, executor, fn)
-
-
-def _run_locked(sweep: str, points: list[Point], options: RunOptions, paths: SweepPaths,
-                executor: Executor | None, fn: Callable[[Task, Dataset], Outcome]) -> dict[str, Any]:
     tasks = make_tasks(points, options)
     done = finished_ids(paths.rows)
     todo = [t for t in tasks if t.run_id not in done]
-    stale = preflight(paths, todo) if todo else 0
+    share = _Share(sweep, paths, len(tasks), len(tasks) - len(todo), todo)
+    share.stale = preflight(paths, todo) if todo else 0
     if todo and options.cost.rounds:
-        phase = run_cost_phase(sweep, points, options.cost, resolve_device(options.device), paths.cost,
-                               progress=options.progress, graphs=options.graphs)
+        device = resolve_device(options.device)
+        phase = run_cost_phase(sweep, points, options.cost, device, paths.cost, progress=options.progress,
+                               graphs=options.graphs)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the driver keeps no cached blocks while the runs train
         figures = row_figures(phase)
         todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in todo]
-    statuses: dict[str, int] = {}
     elsewhere = _finished_elsewhere(paths, sweep) if todo else {}
-    reused = [t for t in todo if t.run_id in elsewhere]
-    for task in reused:
-        record(reuse(task, *elsewhere[task.run_id], paths), paths)
-    todo = [t for t in todo if t.run_id not in elsewhere]
-    resumable = sum(paths.checkpoint(t.run_id).exists() for t in todo)
-    executor = executor or LocalExecutor(ExecutorOptions())
-    with tqdm(total=len(todo), desc=f"sweep {sweep}", unit="run", disable=not options.progress) as bar:
-        for task, outcome in executor.run(todo, fn, load_data):  # the bar ends its line even when this raises
+    for task in todo:
+        if task.run_id in elsewhere:
+            record(reuse(task, *elsewhere[task.run_id], paths), paths)
+            share.reused += 1
+    share.todo = [t for t in todo if t.run_id not in elsewhere]
+    share.resumable = sum(paths.checkpoint(t.run_id).exists() for t in share.todo)
+    return share
+
+
+def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dataset], Outcome],
+               progress: bool) -> None:
+    by_sweep = {share.sweep: share for share in shares}
+    first: dict[str, Task] = {}
+    twins: dict[str, list[Task]] = {}
+    for task in (t for share in shares for t in share.todo):
+        if task.run_id in first:
+            twins.setdefault(task.run_id, []).append(task)
+        else:
+            first[task.run_id] = task
+    desc = f"sweep {shares[0].sweep}" if len(shares) == 1 else f"{len(shares)} sweeps"
+    total = sum(len(share.todo) for share in shares)
+    with tqdm(total=total, desc=desc, unit="run", disable=not progress) as bar:
+        for task, outcome in executor.run(list(first.values()), fn, load_data):  # the bar ends its line on a raise
             outcome.row["jobs"] = getattr(executor, "jobs", None)
-            record(outcome, paths)
+            share = by_sweep[task.point.sweep]
+            record(outcome, share.paths)
             status = outcome.row["status"]
-            statuses[status] = statuses.get(status, 0) + 1
+            share.statuses[status] = share.statuses.get(status, 0) + 1
             acc = outcome.row.get("test_acc")
             where = f" on {outcome.row.get('host') or '?'}" if executor.remote else ""
-            bar.set_postfix_str(f"{task.point.factor}={task.point.value} seed={task.seed}{where}: {status}"
+            bar.set_postfix_str(f"{'' if len(shares) == 1 else task.point.sweep + ' '}"
+                                f"{task.point.factor}={task.point.value} seed={task.seed}{where}: {status}"
                                 + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
             bar.update()
-    return {"sweep": sweep, "planned": len(tasks), "skipped": len(tasks) - len(todo) - len(reused),
-            "reused": len(reused), "statuses": statuses, "paths": paths, "stale_tmp": stale,
-            "resumable": resumable}
+            for twin in twins.pop(task.run_id, []):
+                _record_twin(twin, task.point.sweep, outcome, by_sweep[twin.point.sweep])
+                bar.update()
+
+
+def _record_twin(twin: Task, trained_in: str, outcome: Outcome, share: _Share) -> None:
+    """Record, in `share`'s sweep, the outcome of the same run trained for another sweep of this command:
+    an ok run as a reuse (its files are on disk now); a failed one as the same failure, retried by a rerun."""
+    if outcome.row["status"] == "ok":
+        record(reuse(twin, trained_in, outcome.row, share.paths), share.paths)
+        share.reused += 1
+        return
+    row = {**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in}
+    record(Outcome(row, outcome.history), share.paths)
+    share.statuses[row["status"]] = share.statuses.get(row["status"], 0) + 1

@@ -225,12 +225,12 @@ def test_empty_mnist_raw_files_name_the_folder_and_the_fix(tmp_path):
 
 def test_ctrl_c_exits_130_saying_what_was_kept(tmp_path, capsys, monkeypatch):
     spec = write_spec(tmp_path / "d.toml", "depth", "[1, 2]")
-    real = commands.run_sweep
+    real = commands.run_sweeps
 
-    def interrupted(name, pts, opts, executor):
-        real(name, pts[:1], opts, executor)   # one point finishes, then Ctrl-C
+    def interrupted(plans, executor):
+        real([(name, pts[:1], opts) for name, pts, opts in plans], executor)   # one point finishes, then Ctrl-C
         raise KeyboardInterrupt
-    monkeypatch.setattr(commands, "run_sweep", interrupted)
+    monkeypatch.setattr(commands, "run_sweeps", interrupted)
     code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--seeds", "0",
                      "--cost-rounds", "0"])
     assert code == 130

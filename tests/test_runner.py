@@ -13,7 +13,9 @@ import torch
 
 from ablations.cost import CostPlan
 from ablations.data import load_dataset
-from ablations.runner import SweepPaths, execute, load_preds, run_sweep
+from ablations import runner
+from ablations.executors.local import LocalExecutor
+from ablations.runner import SweepError, SweepPaths, execute, load_preds, run_sweep, run_sweeps, sweep_lock
 from ablations.tasks import RunOptions
 from ablations.specs import Point
 from ablations.train import TrainConfig
@@ -79,6 +81,76 @@ def test_a_run_finished_in_another_sweep_is_reused_not_trained_again(tmp_path):
                                       hist_a[hist_a["run_id"] == rid].reset_index(drop=True))
     # a rerun of b finds all four done in its own table
     assert run_sweep("b", depth_points("b", 2, 3), options(tmp_path), fn=counting)["skipped"] == 4
+
+
+class CountingExecutor(LocalExecutor):
+    """The local executor (JOBS=1), counting its `run` calls."""
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def run(self, tasks, fn, load):
+        self.calls += 1
+        yield from super().run(tasks, fn, load)
+
+
+def test_a_commands_sweeps_run_as_one_stream_after_every_cost_phase_and_train_a_shared_run_once(tmp_path,
+                                                                                                 monkeypatch):
+    events = []
+    real_phase = runner.run_cost_phase
+
+    def phase(sweep, *args, **kwargs):
+        events.append(("cost", sweep))
+        return real_phase(sweep, *args, **kwargs)
+
+    def counting(task, data):
+        events.append(("train", task.point.sweep, task.point.value, task.seed))
+        return execute(task, data)
+
+    monkeypatch.setattr(runner, "run_cost_phase", phase)
+    opts = RunOptions(dataset="digits", out=str(tmp_path), seeds=(0, 1), progress=False,
+                      cost=CostPlan(rounds=1, infer_batch_size=8))
+    executor = CountingExecutor()
+    summaries = run_sweeps([("a", depth_points("a", 1, 2), opts), ("b", depth_points("b", 2, 3), opts)],
+                           executor, fn=counting)
+    assert executor.calls == 1                                    # one stream: JOBS workers would start once
+    assert events[:2] == [("cost", "a"), ("cost", "b")]           # every cost phase before any training
+    assert events[2:] == [("train", "a", 1, 0), ("train", "a", 1, 1), ("train", "a", 2, 0), ("train", "a", 2, 1),
+                          ("train", "b", 3, 0), ("train", "b", 3, 1)]  # depth 2 is trained once, for a
+    assert [(s["sweep"], s["planned"], s["skipped"], s["reused"], s["statuses"]) for s in summaries] == \
+        [("a", 4, 0, 0, {"ok": 4}), ("b", 4, 0, 2, {"ok": 2})]
+    a, b = (SweepPaths.of(tmp_path, s) for s in "ab")
+    rows_a, rows_b = read_rows(a.rows), read_rows(b.rows)
+    mine, theirs = (rows[rows["depth"] == 2].set_index("run_id").sort_index() for rows in (rows_b, rows_a))
+    assert (mine["sweep"] == "b").all() and (mine["reused_from"] == "a").all()
+    cost_b = read_rows(b.cost)   # b's row carries b's own cost phase figures, the rest is a's run
+    for rid, row in mine.iterrows():
+        assert row["test_acc"] == theirs.loc[rid, "test_acc"] and row["train_time_s"] == theirs.loc[rid, "train_time_s"]
+        assert (b.weights / f"{rid}.pt").read_bytes() == (a.weights / f"{rid}.pt").read_bytes()
+        assert (b.preds / f"{rid}.npz").read_bytes() == (a.preds / f"{rid}.npz").read_bytes()
+        infer = cost_b[(cost_b["mode"] == "infer") & (cost_b["depth"] == 2)]
+        assert row["step_ms_median"] == infer["step_ms_median"].iloc[0]
+    again = run_sweeps([("a", depth_points("a", 1, 2), opts), ("b", depth_points("b", 2, 3), opts)], fn=counting)
+    assert [s["skipped"] for s in again] == [4, 4] and len(events) == 8   # a rerun trains nothing
+
+
+def test_a_shared_run_that_fails_is_recorded_as_failed_in_each_sweep(tmp_path):
+    points = {s: [Point(s, "lr", lr, TINY, TrainConfig(epochs=1, batch_size=32, lr=lr, grad_clip=0.0))
+                  for lr in (1e6,)] for s in "ab"}
+    opts = options(tmp_path, seeds=(0,))
+    summaries = run_sweeps([(s, points[s], opts) for s in "ab"])
+    assert [s["statuses"] for s in summaries] == [{"diverged": 1}, {"diverged": 1}]
+    row_b = read_rows(SweepPaths.of(tmp_path, "b").rows).iloc[0]
+    assert row_b["status"] == "diverged" and row_b["reused_from"] == "a" and "loss became" in row_b["error"]
+
+
+def test_a_locked_second_sweep_stops_the_command_before_any_work(tmp_path):
+    with sweep_lock(SweepPaths.of(tmp_path, "b"), "b"):
+        with pytest.raises(SweepError, match="sweep b .* is already running"):
+            run_sweeps([("a", depth_points("a", 1), options(tmp_path)), ("b", depth_points("b", 2), options(tmp_path))])
+    assert not SweepPaths.of(tmp_path, "a").rows.exists()
+    with pytest.raises(ValueError, match="each sweep may appear once"):
+        run_sweeps([("a", depth_points("a", 1), options(tmp_path))] * 2)
 
 
 def test_a_run_whose_files_are_gone_is_trained_again_rather_than_reused(tmp_path):

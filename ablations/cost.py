@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +43,28 @@ from .specs import Point
 from .train import TrainConfig, make_step, train_mode, training_parts
 
 
+# Timing of one item in one round, by device. A CPU step of these models takes 5–50 ms: 0.25 s is 5–50
+# steps. The H100 step of issue 13 takes about 1.1 ms (one CUDA graph), so 0.25 s would be ~230 steps per
+# item and round, about 30 s of `make ablations` (11 models × 2 modes × 5 rounds); 50 ms is ~45 steps, each
+# bracketed by CUDA events, and the median over rounds takes ≥ 100 of them.
+CPU_TIMING = TimingConfig(warmup=3, min_repeats=5, min_time_s=0.25)
+CUDA_TIMING = TimingConfig(warmup=3, min_repeats=20, min_time_s=0.05)
+
+
 @dataclass(frozen=True)
 class CostPlan:
     """rounds: interleaved rounds (0 = no cost phase; the rows' speed columns stay empty).
-    infer_batch_size: images per inference step. timing: per item and round. measure_mfu: against the
-    device's measured matmul peak."""
+    infer_batch_size: images per inference step. timing: per item and round (None: CPU_TIMING, or
+    CUDA_TIMING on CUDA). measure_mfu: against the device's measured matmul peak."""
     rounds: int = COST_ROUNDS
     infer_batch_size: int = 256
-    timing: TimingConfig = field(default_factory=lambda: TimingConfig(warmup=3, min_repeats=5, min_time_s=0.25))
+    timing: TimingConfig | None = None
     measure_mfu: bool = True
+
+    def timing_on(self, device: torch.device) -> TimingConfig:
+        if self.timing is not None:
+            return self.timing
+        return CUDA_TIMING if device.type == "cuda" else CPU_TIMING
 
     def __post_init__(self) -> None:
         if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
@@ -80,7 +93,8 @@ def _items(points: list[Point], plan: CostPlan, device: torch.device) -> list[_I
         dtype, compile_ = p.train.resolved_dtype(device), p.train.compile
         for mode, batch in (("infer", plan.infer_batch_size), ("train", p.train.batch_size)):
             items.append(_Item(p.model, mode, MeasureConfig(mode=mode, batch_size=batch, dtype=dtype,
-                                                            compile=compile_, timing=plan.timing), p.train))
+                                                            compile=compile_, timing=plan.timing_on(device)),
+                                p.train))
     return items
 
 

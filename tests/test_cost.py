@@ -123,6 +123,16 @@ def test_the_cost_phase_times_the_training_step_that_training_runs(tmp_path, mon
     assert all(same_groups for _, _, same_groups, _ in built)  # AdamW over training's parameter groups
 
 
+def test_cost_items_are_timed_for_their_device_unless_the_plan_says_how():
+    from ablations.cost import CPU_TIMING, CUDA_TIMING, _items
+
+    for device, timing in ((torch.device("cpu"), CPU_TIMING), (torch.device("cuda"), CUDA_TIMING)):
+        items = _items(points(), CostPlan(), device)   # no GPU touched: the plan only
+        assert len(items) == 4 and all(item.mcfg.timing == timing for item in items)
+        assert all(item.mcfg.timing == PLAN.timing for item in _items(points(), PLAN, device))
+    assert CUDA_TIMING.min_time_s < CPU_TIMING.min_time_s and CUDA_TIMING.min_repeats > CPU_TIMING.min_repeats
+
+
 @pytest.mark.parametrize("kwargs,message", [({"rounds": -1}, "cost rounds"), ({"rounds": 1.5}, "cost rounds"),
                                             ({"infer_batch_size": 0}, "infer batch size")])
 def test_bad_cost_plans_are_refused(kwargs, message):

@@ -1,19 +1,20 @@
-"""A sweep's cost phase: every point's speed, memory and MFU measured side by side, before any training.
+"""A command's cost phase: every point's speed, memory and MFU measured side by side, before any training.
 
 Speed is a property of a configuration, not of a seed or of trained weights, so each distinct model of
-a sweep is measured once per round, in interleaved rounds (`bench.rounds`), with nothing else of the
-sweep running: an inference step at `infer_batch_size` and the training step that training itself runs
+the command's sweeps is measured once per round, in interleaved rounds (`bench.rounds`), with nothing
+else running: an inference step at `infer_batch_size` and the training step that training itself runs
 (`ablations.train.make_step`: the point's AdamW parameter groups, label smoothing and clipping; one CUDA
-graph per step on CUDA unless GRAPHS=0) at the sweep's training batch size. Each round of each point and mode is one row of
-`<out>/ablations/<sweep>-cost.csv`, appended as it is measured. Peak memory is taken in the first
-round only: the allocator's peak of a fixed step is the same every time.
+graph per step on CUDA unless GRAPHS=0) at the sweep's training batch size. A model that several sweeps
+share (the base config of `make ablations`) is timed once. Each round of each point and mode is one row
+of `<out>/ablations/<sweep>-cost.csv` of every sweep that has the point, appended as it is measured.
+Peak memory is taken in the first round only: the allocator's peak of a fixed step is the same every time.
 
 The rows of one phase share a `phase_id`, a hash of everything that defines the measurement (the
-models, batch sizes, dtype, rounds, timing, device). A rerun that finds a complete phase with the same
-id reuses it; a phase cut short by a kill is incomplete and measured again whole, so a sweep's points
-are always compared within one sitting. The training rows then carry their config's inference figures:
-the median over rounds, with the interquartile range over rounds as `step_ms_iqr`, and
-`cost_rounds`.
+sweeps, models, batch sizes, dtype, rounds, timing, device). A rerun that finds a complete phase with
+the same id reuses it; the rows of a phase cut short by a kill are removed and the phase is measured
+again whole, so a sweep's points are always compared within one sitting. The training rows then carry
+their config's inference figures: the median over rounds, with the interquartile range over rounds as
+`step_ms_iqr`, and `cost_rounds`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from bench.csvio import append_row, read_rows
+from bench.csvio import append_row, drop_rows, read_rows
 from bench.env import environment, run_id
 from bench.grid import classify_failure
 from bench.measure import MeasureConfig, StepFactory, cost, measure
@@ -98,9 +99,14 @@ def _items(points: list[Point], plan: CostPlan, device: torch.device) -> list[_I
     return items
 
 
-def phase_id(sweep: str, items: list[_Item], plan: CostPlan, device: torch.device, graphs: bool = True) -> str:
+def item_key(item: _Item) -> str:
+    """What makes two sweeps' items the same measurement: the model, the mode and the training step's config."""
+    return run_id({"model": item.cfg.to_dict(), "mode": item.mode, "train": item.train.to_dict()})
+
+
+def phase_id(sweeps: list[str], items: list[_Item], plan: CostPlan, device: torch.device, graphs: bool = True) -> str:
     env = environment(device)
-    return run_id({"sweep": sweep, "items": [(i.cfg.to_dict(), dataclasses.asdict(i.mcfg)) for i in items],
+    return run_id({"sweep": "+".join(sweeps), "items": [(i.cfg.to_dict(), dataclasses.asdict(i.mcfg)) for i in items],
                    "train": [i.train.to_dict() for i in items if i.mode == "train"], "graphs": graphs,
                    "rounds": plan.rounds, "device_name": env["device_name"], "torch": env["torch_version"]})
 
@@ -147,13 +153,29 @@ def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], de
 
 def run_cost_phase(sweep: str, points: list[Point], plan: CostPlan, device: torch.device, csv_path: Path,
                    progress: bool = True, graphs: bool = True) -> pd.DataFrame:
-    """The rows of this sweep's complete cost phase: found in `csv_path`, or measured now and appended.
-    `graphs`: as the runs will train (GRAPHS), so the training step timed is theirs."""
-    items = _items(points, plan, device)
-    pid = phase_id(sweep, items, plan, device, graphs)
-    found = _complete_phase(csv_path, pid, plan.rounds * len(items))
-    if found is not None:
-        return found
+    """The rows of this sweep's complete cost phase (`run_cost_phases` of one sweep)."""
+    return run_cost_phases([(sweep, points, csv_path)], plan, device, progress, graphs)[sweep]
+
+
+def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan, device: torch.device,
+                    progress: bool = True, graphs: bool = True) -> dict[str, pd.DataFrame]:
+    """{sweep: the rows of its points} of one cost phase over the points of several sweeps (a command's):
+    each distinct item (model, mode, training step) is measured once per round, so a model that several
+    sweeps share is timed once, and every point of the command is compared within one sitting. Each
+    sweep's csv gets the rows of its own points, under the phase's id, with `phase_items` its own count.
+    Found complete in every csv: reused. Otherwise the rows of an unfinished attempt are removed and the
+    phase is measured again whole. `graphs`: as the runs will train (GRAPHS), so the training step timed
+    is theirs."""
+    own = {sweep: _items(points, plan, device) for sweep, points, _ in sweeps}
+    items = list({item_key(i): i for sweep_items in own.values() for i in sweep_items}.values())
+    pid = phase_id([sweep for sweep, _, _ in sweeps], items, plan, device, graphs)
+    found = {sweep: _complete_phase(csv, pid, plan.rounds * len(own[sweep])) for sweep, _, csv in sweeps}
+    if all(phase is not None for phase in found.values()):
+        return found  # type: ignore[return-value]
+    for _, _, csv in sweeps:
+        drop_rows(csv, "phase_id", {pid})  # an attempt cut short: its rounds are not of this sitting
+    where = {key: [(sweep, csv) for sweep, _, csv in sweeps if key in {item_key(i) for i in own[sweep]}]
+             for key in map(item_key, items)}
     models, costs = {}, {}
     for item in items:
         key = model_key(item.cfg)
@@ -162,22 +184,25 @@ def run_cost_phase(sweep: str, points: list[Point], plan: CostPlan, device: torc
             models[key] = VisionTransformer(item.cfg)
             costs[key] = cost(models[key], (item.cfg.in_chans, item.cfg.img_size, item.cfg.img_size))
     env = environment(device)
-    rows = []
-    bar = tqdm(total=plan.rounds * len(items), desc=f"cost {sweep}", unit="step", leave=False, disable=not progress)
+    rows: dict[str, list[dict[str, Any]]] = {sweep: [] for sweep, _, _ in sweeps}
+    names = ", ".join(sweep for sweep, _, _ in sweeps)
+    bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names}", unit="step", leave=False, disable=not progress)
     for r, item in interleaved(items, plan.rounds):
         key = model_key(item.cfg)
-        row = {**env, **item.cfg.to_dict(), "tokens": item.cfg.tokens, "sweep": sweep, "phase_id": pid,
-               "round": r, "rounds": plan.rounds, "phase_items": len(items), "dtype": item.mcfg.dtype,
+        row = {**env, **item.cfg.to_dict(), "tokens": item.cfg.tokens, "phase_id": pid,
+               "round": r, "rounds": plan.rounds, "dtype": item.mcfg.dtype,
                "compile": int(item.mcfg.compile), "mode": item.mode, "batch_size": item.mcfg.batch_size,
                "run_id": run_id({"phase_id": pid, "model": key, "mode": item.mode, "round": r})}
         row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan, graphs))
-        append_row(csv_path, row, COST_COLUMNS)
-        rows.append(row)
+        for sweep, csv in where[item_key(item)]:
+            mine = {**row, "sweep": sweep, "phase_items": len(own[sweep])}
+            append_row(csv, mine, COST_COLUMNS)
+            rows[sweep].append(mine)
         bar.update()
     bar.close()
     del models
     gc.collect()
-    return pd.DataFrame(rows)
+    return {sweep: pd.DataFrame(mine) for sweep, mine in rows.items()}
 
 
 SPEED_FIGURES = ("throughput_img_s", "step_ms_median", "peak_mem_mb", "mfu", "util_pct", "gpu_mem_used_mb",

@@ -218,9 +218,9 @@ METHOD = f"""## Method
   cannot be told apart from and the smallest difference the sweep could have detected:
   (z₁₋α/2m + z_power) × the median bootstrap standard error of its pairs, at {POWER:.0%} power and
   the strictest Holm level α/m for m pairs.
-- **Cost.** Before training, every point of a sweep is measured side by side in interleaved rounds
-  (each round measures every point once, the starting point rotating) with nothing else of the sweep
-  running: an inference step and the training step the runs train with (forward, backward, clipping,
+- **Cost.** Before training, every point of a command's sweeps is measured side by side in
+  interleaved rounds (each round measures every point once, the starting point rotating) with nothing
+  else running: an inference step and the training step the runs train with (forward, backward, clipping,
   fused AdamW over their parameter groups; one CUDA graph per step on CUDA unless GRAPHS=0). Figures are the median
   over rounds with [Q1, Q3]; a ratio between two settings is printed only where their IQRs do not
   overlap, otherwise "same within noise". Peak memory is the tensor-level peak of one step (CUDA

@@ -46,7 +46,7 @@ from bench.measure import cost
 from bench.mfu import matmul_peak_flops, mfu
 from vit import VisionTransformer, init_from_checkpoint
 
-from .cost import model_key, row_figures, run_cost_phase
+from .cost import model_key, row_figures, run_cost_phases
 from .data import Dataset, cached_dataset
 from .executors.base import Executor, ExecutorOptions
 from .executors.local import LocalExecutor
@@ -342,8 +342,9 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
                fn: Callable[[Task, Dataset], Outcome] = execute) -> list[dict[str, Any]]:
     """Run every missing point × seed of several sweeps with one executor; one summary dict per sweep.
 
-    First, with every sweep's lock held: each sweep's preflight, its cost phase (so that every cost
-    phase runs with no training beside it), and the runs that sweeps on disk already finished. Then all
+    First, with every sweep's lock held: each sweep's preflight, one cost phase over all their points
+    (with no training beside it; a model several sweeps share is timed once), and the runs that sweeps
+    on disk already finished. Then all
     the sweeps' runs as one stream through the executor, in sweep order: JOBS workers start once and
     stay busy from one sweep to the next. A run two of these sweeps share (same run_id: the base point of
     several sweeps) is trained once and recorded in each, as a reuse in all but the first. Raises
@@ -355,34 +356,51 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
         for name, _, options in plans:
             locks.enter_context(sweep_lock(SweepPaths.of(options.out, name), name))
         shares = [_prepare(name, points, options) for name, points, options in plans]
+        _cost_phases(shares, plans)
+        for share in shares:
+            _reuse_finished(share)
         _train_all(shares, executor or LocalExecutor(ExecutorOptions()), fn, progress=plans[0][2].progress)
     return [share.summary() for share in shares]
 
 
 def _prepare(sweep: str, points: list[Point], options: RunOptions) -> _Share:
-    """Preflight, cost phase and reuse of runs finished elsewhere: the sweep's runs left to train."""
+    """The sweep's runs not finished in its own table, after a preflight for them."""
     paths = SweepPaths.of(options.out, sweep)
     tasks = make_tasks(points, options)
     done = finished_ids(paths.rows)
     todo = [t for t in tasks if t.run_id not in done]
     share = _Share(sweep, paths, len(tasks), len(tasks) - len(todo), todo)
     share.stale = preflight(paths, todo) if todo else 0
-    if todo and options.cost.rounds:
-        device = resolve_device(options.device)
-        phase = run_cost_phase(sweep, points, options.cost, device, paths.cost, progress=options.progress,
-                               graphs=options.graphs)
+    return share
+
+
+def _cost_phases(shares: list[_Share], plans: list[tuple[str, list[Point], RunOptions]]) -> None:
+    """One cost phase (`cost.run_cost_phases`) over the sweeps with runs to do that measure alike (the
+    same plan, device and GRAPHS: all of one command's); each run's task takes its config's figures."""
+    groups: dict[tuple, list[tuple[_Share, list[Point]]]] = {}
+    for share, (_, points, options) in zip(shares, plans):
+        if share.todo and options.cost.rounds:
+            groups.setdefault((options.cost, options.device, options.graphs, options.progress), []).append((share, points))
+    for (plan, device_name, graphs, progress), members in groups.items():
+        device = resolve_device(device_name)
+        phases = run_cost_phases([(share.sweep, points, share.paths.cost) for share, points in members], plan,
+                                 device, progress=progress, graphs=graphs)
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the driver keeps no cached blocks while the runs train
-        figures = row_figures(phase)
-        todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in todo]
-    elsewhere = _finished_elsewhere(paths, sweep) if todo else {}
-    for task in todo:
+        for share, _ in members:
+            figures = row_figures(phases[share.sweep])
+            share.todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in share.todo]
+
+
+def _reuse_finished(share: _Share) -> None:
+    """Record the runs that another sweep under the same OUT already finished; the rest are left to train."""
+    elsewhere = _finished_elsewhere(share.paths, share.sweep) if share.todo else {}
+    for task in share.todo:
         if task.run_id in elsewhere:
-            record(reuse(task, *elsewhere[task.run_id], paths), paths)
+            record(reuse(task, *elsewhere[task.run_id], share.paths), share.paths)
             share.reused += 1
-    share.todo = [t for t in todo if t.run_id not in elsewhere]
-    share.resumable = sum(paths.checkpoint(t.run_id).exists() for t in share.todo)
-    return share
+    share.todo = [t for t in share.todo if t.run_id not in elsewhere]
+    share.resumable = sum(share.paths.checkpoint(t.run_id).exists() for t in share.todo)
 
 
 def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dataset], Outcome],

@@ -39,12 +39,14 @@ SPEED_NOTE = ("in a training row: the inference step of its config from the swee
               "over rounds (step_ms_iqr: IQR of the per-round medians)")
 ABLATION_TABLE = IDENTITY + CONFIG + COST + SPEED + TRAINING + EXTRA
 COST_PHASE = [
-    Column("sweep", "", "the sweep whose points the phase measured"),
-    Column("phase_id", "", "hash of what defines the phase (models, batch sizes, dtype, rounds, device); "
+    Column("sweep", "", "the sweep whose point this is (a phase covers all sweeps of one command; a model "
+                        "they share is measured once and its rows are in each sweep's table)"),
+    Column("phase_id", "", "hash of what defines the phase (sweeps, models, batch sizes, dtype, rounds, device); "
                            "a complete phase is reused by a rerun"),
     Column("round", "", "interleaved round, from 0; each round measures every point and mode once"),
     Column("rounds", "", "rounds the phase planned"),
-    Column("phase_items", "", "points × modes per round: a phase is complete with rounds × phase_items rows"),
+    Column("phase_items", "", "this sweep's points × modes per round: its table holds the phase complete with "
+                              "rounds × phase_items rows"),
 ]
 COST_TABLE = BENCH_TABLE + COST_PHASE
 HISTORY_TABLE = [

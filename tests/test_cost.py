@@ -2,6 +2,7 @@
 inside the noise, and a cost phase that is reused when complete and measured again whole when not."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -77,7 +78,44 @@ def test_a_phase_cut_short_is_measured_again_whole(tmp_path):
     lines = csv.read_text().splitlines(keepends=True)
     csv.write_text("".join(lines[:-3]))  # killed during the last round
     phase = run_cost_phase("c", points(), PLAN, torch.device("cpu"), csv, progress=False)
-    assert len(phase) == 12 and len(read_rows(csv)) == 9 + 12
+    table = read_rows(csv)   # the 9 rows of the attempt cut short are gone: no round mixes two sittings
+    assert len(phase) == 12 and len(table) == 12 and table["phase_id"].nunique() == 1
+
+
+def test_one_phase_over_several_sweeps_times_a_shared_model_once_and_writes_each_sweep_its_rows(tmp_path,
+                                                                                                monkeypatch):
+    import ablations.cost as cost_module
+    from ablations.cost import run_cost_phases
+    from ablations.findings import newest_complete_phase
+
+    measured = []
+    real = cost_module._measure_item
+
+    def counting(item, *args):
+        measured.append((item.cfg.depth, item.mode))
+        return real(item, *args)
+    monkeypatch.setattr(cost_module, "_measure_item", counting)
+    train = TrainConfig(epochs=1, batch_size=16)
+    a = [Point("a", "depth", d, TINY.replace(depth=d), train) for d in (1, 2)]
+    b = [Point("b", "depth", d, TINY.replace(depth=d), train) for d in (2, 3)]
+    csvs = {s: tmp_path / f"{s}-cost.csv" for s in "ab"}
+    phases = run_cost_phases([("a", a, csvs["a"]), ("b", b, csvs["b"])], PLAN, torch.device("cpu"), progress=False)
+    assert sorted(measured) == sorted([(d, m) for d in (1, 2, 3) for m in ("infer", "train")] * 3)  # depth 2 once
+    tables = {s: read_rows(csv) for s, csv in csvs.items()}
+    for s, depths in (("a", {1, 2}), ("b", {2, 3})):
+        table = tables[s]
+        assert len(table) == len(phases[s]) == 3 * 2 * 2 and set(table["depth"]) == depths
+        assert (table["sweep"] == s).all() and (table["phase_items"] == 4).all()
+        assert len(newest_complete_phase(table)) == 12   # complete by the report's own rule
+    assert tables["a"]["phase_id"].iloc[0] == tables["b"]["phase_id"].iloc[0]
+    shared = [t[t["depth"] == 2].drop(columns=["sweep"]).reset_index(drop=True) for t in tables.values()]
+    pd.testing.assert_frame_equal(*shared)   # the same measurement in both tables
+    again = run_cost_phases([("a", a, csvs["a"]), ("b", b, csvs["b"])], PLAN, torch.device("cpu"), progress=False)
+    assert len(measured) == 18 and {s: len(t) for s, t in again.items()} == {"a": 12, "b": 12}  # reused
+    lines = csvs["b"].read_text().splitlines(keepends=True)
+    csvs["b"].write_text("".join(lines[:-1]))   # killed between the two tables' copies of the last row
+    run_cost_phases([("a", a, csvs["a"]), ("b", b, csvs["b"])], PLAN, torch.device("cpu"), progress=False)
+    assert len(measured) == 36 and [len(read_rows(csv)) for csv in csvs.values()] == [12, 12]
 
 
 def test_row_figures_are_the_medians_over_rounds_of_the_phase_rows(tmp_path):

@@ -97,25 +97,25 @@ class CountingExecutor(LocalExecutor):
 def test_a_commands_sweeps_run_as_one_stream_after_every_cost_phase_and_train_a_shared_run_once(tmp_path,
                                                                                                  monkeypatch):
     events = []
-    real_phase = runner.run_cost_phase
+    real_phase = runner.run_cost_phases
 
-    def phase(sweep, *args, **kwargs):
-        events.append(("cost", sweep))
-        return real_phase(sweep, *args, **kwargs)
+    def phase(sweeps, *args, **kwargs):
+        events.append(("cost", tuple(sweep for sweep, _, _ in sweeps)))
+        return real_phase(sweeps, *args, **kwargs)
 
     def counting(task, data):
         events.append(("train", task.point.sweep, task.point.value, task.seed))
         return execute(task, data)
 
-    monkeypatch.setattr(runner, "run_cost_phase", phase)
+    monkeypatch.setattr(runner, "run_cost_phases", phase)
     opts = RunOptions(dataset="digits", out=str(tmp_path), seeds=(0, 1), progress=False,
                       cost=CostPlan(rounds=1, infer_batch_size=8))
     executor = CountingExecutor()
     summaries = run_sweeps([("a", depth_points("a", 1, 2), opts), ("b", depth_points("b", 2, 3), opts)],
                            executor, fn=counting)
     assert executor.calls == 1                                    # one stream: JOBS workers would start once
-    assert events[:2] == [("cost", "a"), ("cost", "b")]           # every cost phase before any training
-    assert events[2:] == [("train", "a", 1, 0), ("train", "a", 1, 1), ("train", "a", 2, 0), ("train", "a", 2, 1),
+    assert events[0] == ("cost", ("a", "b"))                      # one cost phase, before any training
+    assert events[1:] == [("train", "a", 1, 0), ("train", "a", 1, 1), ("train", "a", 2, 0), ("train", "a", 2, 1),
                           ("train", "b", 3, 0), ("train", "b", 3, 1)]  # depth 2 is trained once, for a
     assert [(s["sweep"], s["planned"], s["skipped"], s["reused"], s["statuses"]) for s in summaries] == \
         [("a", 4, 0, 0, {"ok": 4}), ("b", 4, 0, 2, {"ok": 2})]
@@ -131,7 +131,7 @@ def test_a_commands_sweeps_run_as_one_stream_after_every_cost_phase_and_train_a_
         infer = cost_b[(cost_b["mode"] == "infer") & (cost_b["depth"] == 2)]
         assert row["step_ms_median"] == infer["step_ms_median"].iloc[0]
     again = run_sweeps([("a", depth_points("a", 1, 2), opts), ("b", depth_points("b", 2, 3), opts)], fn=counting)
-    assert [s["skipped"] for s in again] == [4, 4] and len(events) == 8   # a rerun trains nothing
+    assert [s["skipped"] for s in again] == [4, 4] and len(events) == 7   # a rerun trains nothing
 
 
 def test_a_shared_run_that_fails_is_recorded_as_failed_in_each_sweep(tmp_path):

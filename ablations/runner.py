@@ -344,11 +344,11 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
 
     First, with every sweep's lock held: each sweep's preflight, one cost phase over all their points
     (with no training beside it; a model several sweeps share is timed once), and the runs that sweeps
-    on disk already finished. Then all
-    the sweeps' runs as one stream through the executor, in sweep order: JOBS workers start once and
-    stay busy from one sweep to the next. A run two of these sweeps share (same run_id: the base point of
-    several sweeps) is trained once and recorded in each, as a reuse in all but the first. Raises
-    SweepError (another process runs one of the sweeps; OUT unusable) before any work."""
+    on disk already finished. Then all the sweeps' runs as one stream through the executor, in sweep
+    order: JOBS workers start once and stay busy from one sweep to the next. A run two of these sweeps
+    share (same run_id: the base point of several sweeps) is trained once and recorded in each, as a
+    reuse in all but the first. Raises SweepError (another process runs one of the sweeps; OUT
+    unusable) before any work."""
     names = [name for name, _, _ in plans]
     if len(set(names)) != len(names):
         raise ValueError(f"sweeps {names}: each sweep may appear once in one command")
@@ -380,7 +380,8 @@ def _cost_phases(shares: list[_Share], plans: list[tuple[str, list[Point], RunOp
     groups: dict[tuple, list[tuple[_Share, list[Point]]]] = {}
     for share, (_, points, options) in zip(shares, plans):
         if share.todo and options.cost.rounds:
-            groups.setdefault((options.cost, options.device, options.graphs, options.progress), []).append((share, points))
+            alike = (options.cost, options.device, options.graphs, options.progress)
+            groups.setdefault(alike, []).append((share, points))
     for (plan, device_name, graphs, progress), members in groups.items():
         device = resolve_device(device_name)
         phases = run_cost_phases([(share.sweep, points, share.paths.cost) for share, points in members], plan,

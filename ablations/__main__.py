@@ -102,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("sweeps", nargs="+")
     _common(sweep)
     one = sub.add_parser("train", help="one config: a preset plus --set overrides; row in train.csv")
-    one.add_argument("--preset", default="vit_mnist", choices=sorted(choices.PRESETS))
+    one.add_argument("--preset", default="auto", choices=["auto", *sorted(choices.PRESETS)],
+                     help="the model (default auto: the dataset's base, as in the sweeps: vit_mnist at 28 px, "
+                          "vit_digits at 8 px, vit_cifar at 32 px)")
     one.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a ViTConfig or TrainConfig field (repeatable)")
     _common(one)

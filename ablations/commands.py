@@ -27,7 +27,7 @@ from .cost import CostPlan
 from .data import DATASETS, cached_dataset
 from .executors import EXECUTORS, Executor, ExecutorOptions
 from .runner import SweepError, SweepPaths, finished_ids, run_sweeps
-from .specs import DATASET_FIELDS, Point, SpecError, default_sweeps, find_spec, load_spec
+from .specs import DATASET_FIELDS, Point, SpecError, base_preset, default_sweeps, find_spec, load_spec
 from .tasks import RunOptions, make_tasks
 from .train import TrainConfig
 
@@ -222,6 +222,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         _check_device(args)
         data = cached_dataset(args.dataset, args.data_root, args.download)  # the runs reuse this copy
+        args.preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
         model = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
                                              num_classes=data.num_classes, **model_changes)
         train_cfg = dataclasses.replace(TrainConfig(), **train_changes)

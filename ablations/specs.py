@@ -55,6 +55,13 @@ class SpecError(ValueError):
 BASE_PRESETS = {28: "vit_mnist", 8: "vit_digits", 32: "vit_cifar"}
 
 
+def base_preset(img_size: int) -> str:
+    """The base preset for images of `img_size` px; ValueError naming the bases if there is none."""
+    if img_size not in BASE_PRESETS:
+        raise ValueError(f"preset=auto has no base for {img_size} px images (bases: {BASE_PRESETS}); name a preset")
+    return BASE_PRESETS[img_size]
+
+
 @dataclass(frozen=True)
 class Point:
     sweep: str
@@ -85,10 +92,10 @@ class SweepSpec:
         values = self.values_by_img_size.get(img_size, self.values)
         preset = self.preset
         if preset == "auto":
-            if img_size not in BASE_PRESETS:
-                raise SpecError(f"{self.path}: [model] preset=auto has no base for {img_size} px images "
-                                f"(bases: {BASE_PRESETS}); name a preset in [model]")
-            preset = BASE_PRESETS[img_size]
+            try:
+                preset = base_preset(img_size)
+            except ValueError as err:
+                raise SpecError(f"{self.path}: [model] {err} in [model]") from None
         try:
             train_cfg = dataclasses.replace(TrainConfig(**self.train_overrides), **(train_changes or {}))
         except (TypeError, ValueError) as err:

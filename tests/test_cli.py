@@ -9,6 +9,7 @@ import pytest
 from ablations.__main__ import main as ablations_main
 from bench.csvio import read_rows
 from conftest import write_spec
+from vit import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["--preset", "vit_digits", "--dataset", "digits", "--epochs", "1", "--cost-rounds", "0", "--device", "cpu"]
@@ -30,6 +31,17 @@ def test_make_train_prints_the_rows_of_its_own_runs_even_when_they_were_done_bef
     out = capsys.readouterr().out
     table = out[out.index("run_id"):]
     assert "1 already done" in out and ids[0] in table and ids[1] not in table
+
+
+def test_train_picks_the_datasets_base_preset_unless_one_is_named(tmp_path, capsys):
+    base = ["train", "--dataset", "digits", "--epochs", "1", "--seeds", "0", "--cost-rounds", "0"]
+    assert ablations_main([*base, "--out", str(tmp_path / "auto")]) == 0            # digits: vit_digits
+    row = read_rows(tmp_path / "auto" / "ablations" / "train.csv").iloc[0]
+    digits = PRESETS["vit_digits"]
+    assert (row["patch_size"], row["embed_dim"], row["depth"]) == (digits.patch_size, digits.embed_dim, digits.depth)
+    capsys.readouterr()
+    assert ablations_main([*base, "--preset", "vit_mnist", "--out", str(tmp_path / "named")]) == 2
+    assert "img_size=8 is not divisible by patch_size=7" in capsys.readouterr().err   # a named preset is kept
 
 
 def make_dry(*args) -> str:

@@ -167,15 +167,20 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     phase is measured again whole. `graphs`: as the runs will train (GRAPHS), so the training step timed
     is theirs."""
     own = {sweep: _items(points, plan, device) for sweep, points, _ in sweeps}
-    items = list({item_key(i): i for sweep_items in own.values() for i in sweep_items}.values())
+    distinct: dict[str, _Item] = {}                    # item_key -> the item, measured once per round
+    where: dict[str, list[tuple[str, Path]]] = {}      # item_key -> the sweeps (and tables) that have it
+    for sweep, _, csv in sweeps:
+        for item in own[sweep]:
+            key = item_key(item)
+            distinct.setdefault(key, item)
+            where.setdefault(key, []).append((sweep, csv))
+    items = list(distinct.values())
     pid = phase_id([sweep for sweep, _, _ in sweeps], items, plan, device, graphs)
     found = {sweep: _complete_phase(csv, pid, plan.rounds * len(own[sweep])) for sweep, _, csv in sweeps}
     if all(phase is not None for phase in found.values()):
         return found  # type: ignore[return-value]
     for _, _, csv in sweeps:
         drop_rows(csv, "phase_id", {pid})  # an attempt cut short: its rounds are not of this sitting
-    where = {key: [(sweep, csv) for sweep, _, csv in sweeps if key in {item_key(i) for i in own[sweep]}]
-             for key in map(item_key, items)}
     models, costs = {}, {}
     for item in items:
         key = model_key(item.cfg)
@@ -187,14 +192,14 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     rows: dict[str, list[dict[str, Any]]] = {sweep: [] for sweep, _, _ in sweeps}
     names = ", ".join(sweep for sweep, _, _ in sweeps)
     bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names}", unit="step", leave=False, disable=not progress)
-    for r, item in interleaved(items, plan.rounds):
+    for r, (item_id, item) in interleaved(list(distinct.items()), plan.rounds):
         key = model_key(item.cfg)
         row = {**env, **item.cfg.to_dict(), "tokens": item.cfg.tokens, "phase_id": pid,
                "round": r, "rounds": plan.rounds, "dtype": item.mcfg.dtype,
                "compile": int(item.mcfg.compile), "mode": item.mode, "batch_size": item.mcfg.batch_size,
                "run_id": run_id({"phase_id": pid, "model": key, "mode": item.mode, "round": r})}
         row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan, graphs))
-        for sweep, csv in where[item_key(item)]:
+        for sweep, csv in where[item_id]:
             mine = {**row, "sweep": sweep, "phase_items": len(own[sweep])}
             append_row(csv, mine, COST_COLUMNS)
             rows[sweep].append(mine)

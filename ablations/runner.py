@@ -323,6 +323,8 @@ def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Ex
 class _Share:
     """One sweep's part of a command: its paths, its runs and what became of them."""
     sweep: str
+    points: list[Point]
+    options: RunOptions
     paths: SweepPaths
     planned: int
     skipped: int        # finished earlier: an ok row in the sweep's own table
@@ -356,10 +358,10 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
         for name, _, options in plans:
             locks.enter_context(sweep_lock(SweepPaths.of(options.out, name), name))
         shares = [_prepare(name, points, options) for name, points, options in plans]
-        _cost_phases(shares, plans)
+        _cost_phases(shares)
         for share in shares:
             _reuse_finished(share)
-        _train_all(shares, executor or LocalExecutor(ExecutorOptions()), fn, progress=plans[0][2].progress)
+        _train_all(shares, executor or LocalExecutor(ExecutorOptions()), fn)
     return [share.summary() for share in shares]
 
 
@@ -369,26 +371,26 @@ def _prepare(sweep: str, points: list[Point], options: RunOptions) -> _Share:
     tasks = make_tasks(points, options)
     done = finished_ids(paths.rows)
     todo = [t for t in tasks if t.run_id not in done]
-    share = _Share(sweep, paths, len(tasks), len(tasks) - len(todo), todo)
+    share = _Share(sweep, points, options, paths, len(tasks), len(tasks) - len(todo), todo)
     share.stale = preflight(paths, todo) if todo else 0
     return share
 
 
-def _cost_phases(shares: list[_Share], plans: list[tuple[str, list[Point], RunOptions]]) -> None:
+def _cost_phases(shares: list[_Share]) -> None:
     """One cost phase (`cost.run_cost_phases`) over the sweeps with runs to do that measure alike (the
     same plan, device and GRAPHS: all of one command's); each run's task takes its config's figures."""
-    groups: dict[tuple, list[tuple[_Share, list[Point]]]] = {}
-    for share, (_, points, options) in zip(shares, plans):
-        if share.todo and options.cost.rounds:
-            alike = (options.cost, options.device, options.graphs, options.progress)
-            groups.setdefault(alike, []).append((share, points))
+    groups: dict[tuple, list[_Share]] = {}
+    for share in shares:
+        o = share.options
+        if share.todo and o.cost.rounds:
+            groups.setdefault((o.cost, o.device, o.graphs, o.progress), []).append(share)
     for (plan, device_name, graphs, progress), members in groups.items():
         device = resolve_device(device_name)
-        phases = run_cost_phases([(share.sweep, points, share.paths.cost) for share, points in members], plan,
+        phases = run_cost_phases([(share.sweep, share.points, share.paths.cost) for share in members], plan,
                                  device, progress=progress, graphs=graphs)
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the driver keeps no cached blocks while the runs train
-        for share, _ in members:
+        for share in members:
             figures = row_figures(phases[share.sweep])
             share.todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in share.todo]
 
@@ -404,8 +406,7 @@ def _reuse_finished(share: _Share) -> None:
     share.resumable = sum(share.paths.checkpoint(t.run_id).exists() for t in share.todo)
 
 
-def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dataset], Outcome],
-               progress: bool) -> None:
+def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dataset], Outcome]) -> None:
     by_sweep = {share.sweep: share for share in shares}
     first: dict[str, Task] = {}
     twins: dict[str, list[Task]] = {}
@@ -416,7 +417,7 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
             first[task.run_id] = task
     desc = f"sweep {shares[0].sweep}" if len(shares) == 1 else f"{len(shares)} sweeps"
     total = sum(len(share.todo) for share in shares)
-    with tqdm(total=total, desc=desc, unit="run", disable=not progress) as bar:
+    with tqdm(total=total, desc=desc, unit="run", disable=not shares[0].options.progress) as bar:
         for task, outcome in executor.run(list(first.values()), fn, load_data):  # the bar ends its line on a raise
             outcome.row["jobs"] = getattr(executor, "jobs", None)
             share = by_sweep[task.point.sweep]

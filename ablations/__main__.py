@@ -119,14 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_argument("b", help="another OUT folder of the same sweeps")
     compare.add_argument("--csv", help="also write the table here")
     args = parser.parse_args(argv)
-    from . import commands  # torch and the rest load here, once the command line is known to be sound
+    from .interrupts import Interrupted, signals_raise
 
     try:
-        return getattr(commands, f"cmd_{args.command}")(args)
-    except KeyboardInterrupt as err:
-        if not getattr(err, "reported", False):  # _run_all says what was kept
-            print("\ninterrupted before any run finished; rerun the same command to start again", file=sys.stderr)
-        return 130
+        with signals_raise():
+            from . import commands  # torch and the rest load here, once the command line is known to be sound
+
+            return getattr(commands, f"cmd_{args.command}")(args)
+    except Interrupted as err:  # a sweep's runs say what was kept themselves (commands._run_all)
+        runs = " before any run finished; rerun the same command to start again" if args.command in ("sweep", "train") else ""
+        print(f"\ninterrupted ({err}){runs}", file=sys.stderr)
+        return err.exit_status
 
 
 if __name__ == "__main__":

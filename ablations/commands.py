@@ -26,6 +26,7 @@ from . import choices
 from .cost import CostPlan
 from .data import DATASETS, cached_dataset
 from .executors import EXECUTORS, Executor, ExecutorOptions
+from .interrupts import Interrupted
 from .runner import SweepError, SweepPaths, finished_ids, run_sweeps
 from .specs import DATASET_FIELDS, Point, SpecError, base_preset, default_sweeps, find_spec, load_spec
 from .tasks import RunOptions, make_tasks
@@ -94,7 +95,8 @@ def _check_init(init: str, points: list[Point]) -> None:
 
 
 def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
-    done = finished_ids(SweepPaths.of(options.out, sweep).rows)
+    paths = SweepPaths.of(options.out, sweep)
+    done = finished_ids(paths.rows, paths.preds)
     print(f"sweep {sweep}: {len(points)} points × {len(options.seeds)} seed(s)")
     print(f"  {'factor':<16} {'seed':>4} {'params':>10} {'GMACs':>9} {'tokens':>6}  run_id        done")
     costs = {}
@@ -120,30 +122,30 @@ def _start_executor(args: argparse.Namespace) -> Executor:
 
 
 def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
-             options: dict[str, RunOptions]) -> list[dict[str, Any]] | None:
-    """Every sweep, through one executor (`runner.run_sweeps`); None (after one line on stderr) for a
-    failure the user must fix."""
+             options: dict[str, RunOptions]) -> tuple[list[dict[str, Any]] | None, int]:
+    """Every sweep, through one executor (`runner.run_sweeps`): (summaries, 0), or (None, exit status)
+    after one line on stderr for a failure the user must fix (2) or a stop signal (128 + its number)."""
     try:
         executor = _start_executor(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
-        return None
+        return None, 2
     before = _recorded(plans, options)
     try:
-        return run_sweeps([(name, points, options[name]) for name, points in plans], executor)
+        return run_sweeps([(name, points, options[name]) for name, points in plans], executor), 0
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
-        return None
+        return None, 2
     except OSError as err:  # a full disk, a folder gone read-only: every finished run is kept
-        where = f"{err.filename}: " if err.filename else ""
+        where = f"{err.filename}: " if err.filename and str(err.filename) not in str(err.strerror) else ""
         print(f"error: {where}{err.strerror or err}; {_recorded(plans, options) - before} runs finished and kept "
               f"(rerun the same command to resume)", file=sys.stderr)
-        return None
-    except KeyboardInterrupt as err:
-        print(f"\ninterrupted: {_recorded(plans, options) - before} runs finished and kept; rerun the same "
-              f"command to resume", file=sys.stderr)
-        err.reported = True
-        raise
+        return None, 2
+    except KeyboardInterrupt as err:  # the workers are stopped and the locks released by now
+        signal_name = str(err) if isinstance(err, Interrupted) else "SIGINT"
+        print(f"\ninterrupted ({signal_name}): {_recorded(plans, options) - before} runs finished and kept; rerun "
+              f"the same command to resume", file=sys.stderr)
+        return None, err.exit_status if isinstance(err, Interrupted) else 130
     finally:
         executor.close()
 
@@ -191,9 +193,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             _dry_run(name, points, options[name])
         return 0
     t0 = time.perf_counter()
-    results = _run_all(args, plans, options)
+    results, status = _run_all(args, plans, options)
     if results is None:
-        return 2
+        return status
     _summary(results, time.perf_counter() - t0)
     return 0
 
@@ -237,9 +239,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         _dry_run("train", points, options)
         return 0
     t0 = time.perf_counter()
-    results = _run_all(args, [("train", points)], {"train": options})
+    results, status = _run_all(args, [("train", points)], {"train": options})
     if results is None:
-        return 2
+        return status
     _summary(results, time.perf_counter() - t0)
     table = read_rows(results[0]["paths"].rows)
     mine = [t.run_id for t in make_tasks(points, options)]  # this command's runs, trained now or before

@@ -50,9 +50,10 @@ from .cost import model_key, row_figures, run_cost_phases
 from .data import Dataset, cached_dataset
 from .executors.base import Executor, ExecutorOptions
 from .executors.local import LocalExecutor
+from .experiments import differences, recorded_setting
 from .schema import ABLATION_COLUMNS, HISTORY_COLUMNS
 from .specs import Point
-from .tasks import Outcome, RunOptions, Task, base_row, make_tasks
+from .tasks import Outcome, RunOptions, Task, base_row, experiment_id, make_tasks
 from .train import Checkpointing, Diverged, train
 
 
@@ -103,13 +104,16 @@ def load_preds(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return pred, target
 
 
-def finished_ids(csv_path: Path) -> set[str]:
+def finished_ids(csv_path: Path, preds: Path | None = None) -> set[str]:
+    """The runs with an ok row; with `preds`, only those whose test predictions are still there (a run
+    whose predictions file is gone is trained again, so the report can compare it)."""
     if not csv_path.exists():
         return set()
     table = read_rows(csv_path)
     if table.empty or "status" not in table or "run_id" not in table:
         return set()
-    return set(table.loc[table["status"] == "ok", "run_id"].astype(str))
+    done = set(table.loc[table["status"] == "ok", "run_id"].astype(str))
+    return done if preds is None else {rid for rid in done if (preds / f"{rid}.npz").exists()}
 
 
 def load_data(options: RunOptions) -> Dataset:
@@ -185,7 +189,8 @@ def record(outcome: Outcome, paths: SweepPaths) -> None:
         write_atomic(paths.weights / f"{run_id}.pt", outcome.weights)
     _save_mark("files", run_id)
     append_row(paths.rows, outcome.row, ABLATION_COLUMNS)
-    paths.checkpoint(run_id).unlink(missing_ok=True)
+    if outcome.row.get("status") == "ok":  # a failed run keeps its checkpoint: a rerun resumes it
+        paths.checkpoint(run_id).unlink(missing_ok=True)
     _save_mark("end", run_id)
 
 
@@ -238,19 +243,19 @@ def clean_stale_tmp(paths: SweepPaths) -> int:
 RUN_OVERHEAD_BYTES = 64 * 1024  # a run's predictions, result row and history rows, with room to spare
 
 
-def planned_bytes(tasks: list[Task]) -> int:
-    """Disk a sweep's runs need: weights (fp32), the largest checkpoint (weights and two AdamW moments,
-    one run at a time) and each run's small files."""
+def planned_bytes(tasks: list[Task], jobs: int = 1) -> int:
+    """Disk a sweep's runs need: weights (fp32), a checkpoint (weights and two AdamW moments) of the
+    largest model for each of the `jobs` runs in flight, and each run's small files."""
     params: dict[str, int] = {}
     for task in tasks:
         key = model_key(task.point.model)
         if key not in params:
             params[key] = sum(p.numel() for p in VisionTransformer(task.point.model).parameters())
     per_run = [4 * params[model_key(t.point.model)] + RUN_OVERHEAD_BYTES for t in tasks]
-    return sum(per_run) + 3 * max(per_run, default=0)
+    return sum(per_run) + 3 * max(jobs, 1) * max(per_run, default=0)
 
 
-def preflight(paths: SweepPaths, todo: list[Task]) -> int:
+def preflight(paths: SweepPaths, todo: list[Task], jobs: int = 1) -> int:
     """Before any work: OUT is creatable and writable and has room for `todo`; returns how many stale
     temporary files it removed. Raises SweepError naming OUT and the fix."""
     out, base = paths.rows.parents[1], paths.rows.parent
@@ -269,11 +274,11 @@ def preflight(paths: SweepPaths, todo: list[Task]) -> int:
                          f"free space") from None
     finally:
         probe.unlink(missing_ok=True)
-    need, free = planned_bytes(todo), shutil.disk_usage(base).free
+    need, free = planned_bytes(todo, jobs), shutil.disk_usage(base).free
     if free < need:
         raise SweepError(f"OUT={out}: {free / 2**20:,.1f} MiB free, but the {len(todo)} runs to do need about "
-                         f"{need / 2**20:,.1f} MiB (weights, a checkpoint, predictions and rows); free space or "
-                         f"choose another OUT (--out)")
+                         f"{need / 2**20:,.1f} MiB (weights, a checkpoint per run in flight, predictions and rows); "
+                         f"free space or choose another OUT (--out)")
     return clean_stale_tmp(paths)
 
 
@@ -306,7 +311,8 @@ def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths) -> Out
     if table is not None and "run_id" in table:
         mine = table[table["run_id"].astype(str) == task.run_id].drop_duplicates("epoch", keep="last")
         history = [{k: (None if v != v else v) for k, v in h.items()} for _, h in mine.iterrows()]
-    row = {**row, **task.cost, "sweep": task.point.sweep, "reused_from": other}
+    row = {**row, **task.cost, "sweep": task.point.sweep, "reused_from": other,
+           "experiment_id": experiment_id(task.point, task.options.dataset, task.options.init_id)}
     return Outcome(row, history,
                    (theirs.weights / f"{task.run_id}.pt").read_bytes(),
                    (theirs.preds / f"{task.run_id}.npz").read_bytes())
@@ -354,26 +360,48 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
     names = [name for name, _, _ in plans]
     if len(set(names)) != len(names):
         raise ValueError(f"sweeps {names}: each sweep may appear once in one command")
+    executor = executor or LocalExecutor(ExecutorOptions())
     with contextlib.ExitStack() as locks:
         for name, _, options in plans:
             locks.enter_context(sweep_lock(SweepPaths.of(options.out, name), name))
-        shares = [_prepare(name, points, options) for name, points, options in plans]
+        shares = [_prepare(name, points, options, executor.jobs or 1) for name, points, options in plans]
         _cost_phases(shares)
         for share in shares:
             _reuse_finished(share)
-        _train_all(shares, executor or LocalExecutor(ExecutorOptions()), fn)
+        _train_all(shares, executor, fn)
     return [share.summary() for share in shares]
 
 
-def _prepare(sweep: str, points: list[Point], options: RunOptions) -> _Share:
+def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int) -> _Share:
     """The sweep's runs not finished in its own table, after a preflight for them."""
     paths = SweepPaths.of(options.out, sweep)
     tasks = make_tasks(points, options)
-    done = finished_ids(paths.rows)
+    done = finished_ids(paths.rows, paths.preds)
     todo = [t for t in tasks if t.run_id not in done]
     share = _Share(sweep, points, options, paths, len(tasks), len(tasks) - len(todo), todo)
-    share.stale = preflight(paths, todo) if todo else 0
+    share.stale = preflight(paths, todo, jobs) if todo else 0
+    if todo:
+        _warn_other_experiment(paths, todo[0])
     return share
+
+
+def _warn_other_experiment(paths: SweepPaths, task: Task) -> None:
+    """Say before training when the sweep's table holds runs of another experiment (other epochs,
+    dataset or recipe): the report will show the newest experiment only."""
+    table = read_rows(paths.rows) if paths.rows.exists() else None
+    if table is None or table.empty or "status" not in table:
+        return
+    ok = table[table["status"] == "ok"]
+    if ok.empty:
+        return
+    mine = base_row(task, torch.device("cpu"))
+    factor = task.point.factor
+    others = [r for _, r in ok.iterrows() if recorded_setting(r, factor) != recorded_setting(mine, factor)
+              or (str(r.get("experiment_id") or "") not in ("", "nan", mine["experiment_id"]))]
+    if others:
+        print(f"note: {paths.rows} holds {len(others)} run(s) of another experiment "
+              f"({differences(others[-1], mine, factor)}); the report shows the newest experiment only and lists "
+              f"the others under Skipped inputs. To keep both, use another OUT (--out)", file=sys.stderr)
 
 
 def _cost_phases(shares: list[_Share]) -> None:
@@ -417,9 +445,10 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
             first[task.run_id] = task
     desc = f"sweep {shares[0].sweep}" if len(shares) == 1 else f"{len(shares)} sweeps"
     total = sum(len(share.todo) for share in shares)
-    with tqdm(total=total, desc=desc, unit="run", disable=not shares[0].options.progress) as bar:
-        for task, outcome in executor.run(list(first.values()), fn, load_data):  # the bar ends its line on a raise
-            outcome.row["jobs"] = getattr(executor, "jobs", None)
+    stream = contextlib.closing(executor.run(list(first.values()), fn, load_data))  # closed (workers stopped) on a raise
+    with tqdm(total=total, desc=desc, unit="run", disable=not shares[0].options.progress) as bar, stream as outcomes:
+        for task, outcome in outcomes:
+            outcome.row["jobs"] = executor.jobs
             share = by_sweep[task.point.sweep]
             record(outcome, share.paths)
             status = outcome.row["status"]
@@ -442,6 +471,7 @@ def _record_twin(twin: Task, trained_in: str, outcome: Outcome, share: _Share) -
         record(reuse(twin, trained_in, outcome.row, share.paths), share.paths)
         share.reused += 1
         return
-    row = {**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in}
+    row = {**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in,
+           "experiment_id": experiment_id(twin.point, twin.options.dataset, twin.options.init_id)}
     record(Outcome(row, outcome.history), share.paths)
     share.statuses[row["status"]] = share.statuses.get(row["status"], 0) + 1

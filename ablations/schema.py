@@ -32,6 +32,10 @@ TRAINING = [
     Column("jobs", "", "runs in flight at once on the machine while this run trained (JOBS; empty with Ray): "
                        "above 1, train_time_s and train_util_pct were measured under sharing, the cost phase's "
                        "columns never are"),
+    Column("experiment_id", "", "12-hex hash of what the sweep's runs share: the model but for the factor, the "
+                                "training recipe, the dataset and the starting weights. Rows of one table with "
+                                "different ids are different experiments: the report keeps the newest and lists "
+                                "the others under Skipped inputs"),
     Column("resumed_after", "epochs", "the epoch of the checkpoint a killed run resumed from (0: it ran "
                                       "straight through); train_time_s includes the epochs before the kill"),
 ]

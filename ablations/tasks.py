@@ -54,6 +54,15 @@ def task_key(point: Point, dataset: str, seed: int, init_id: str = "") -> dict[s
     return {**key, "init": init_id} if init_id else key
 
 
+def experiment_id(point: Point, dataset: str, init_id: str = "") -> str:
+    """What a sweep's runs share: the task key without the seed and without the factor's value. Two rows
+    of one table with different ids come from different experiments (other epochs, recipe, dataset or
+    base model) and are never pooled."""
+    model = {k: v for k, v in point.model.to_dict().items() if k != point.factor}
+    key = {"factor": point.factor, "model": model, "train": point.train.to_dict(), "dataset": dataset}
+    return run_id({**key, "init": init_id} if init_id else key)
+
+
 def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
     return [Task(p, s, run_id(task_key(p, options.dataset, s, options.init_id)), options)
             for p in points for s in options.seeds]
@@ -66,7 +75,7 @@ def base_row(task: Task, device: torch.device) -> dict[str, Any]:
             "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset,
             "seed": task.seed, "epochs": point.train.epochs, "lr": point.train.lr,
             "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
-            "init": options.init_id}
+            "init": options.init_id, "experiment_id": experiment_id(point, options.dataset, options.init_id)}
 
 
 def lost_outcome(task: Task, message: str) -> Outcome:

@@ -1,24 +1,31 @@
 """JOBS=N: the local executor keeps N runs in flight in worker processes. The rows are those of JOBS=1 but
 for when, where and how fast; a SIGKILL of the driver mid-sweep loses nothing finished."""
 
+import errno
+import fcntl
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
+
+import ablations.__main__ as cli
 
 from ablations.cost import CostPlan
 from ablations.executors import ExecutorOptions
 from ablations.executors.local import LocalExecutor, visible_gpu
-from ablations.runner import run_sweep
+from ablations.runner import RUN_OVERHEAD_BYTES, planned_bytes, run_sweep
 from ablations.schema import MEASURED
 from ablations.specs import Point
-from ablations.tasks import RunOptions
+from ablations.tasks import Outcome, RunOptions, make_tasks
 from ablations.train import TrainConfig
 from bench.csvio import read_rows
 from conftest import kill_after_first_row, write_spec
-from vit import ViTConfig
+from vit import ViTConfig, VisionTransformer
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
@@ -62,3 +69,171 @@ def test_a_worker_pinned_to_a_gpu_keeps_to_the_gpus_the_driver_was_given():
     assert [visible_gpu(i, None) for i in range(3)] == ["0", "1", "2"]
     assert [visible_gpu(i, "2, 3") for i in range(2)] == ["2", "3"]   # GPU 0 of "2,3" is physical GPU 2
     assert visible_gpu(0, "GPU-5f0e1c2a") == "GPU-5f0e1c2a"   # UUIDs pass through
+
+
+# --- a worker that dies takes only its own run with it --------------------------------------------------
+
+def _dies_on_first_try(task, data):
+    """Seed 1's first attempt kills its own worker (as the OOM killer would); every other attempt finishes."""
+    marker = Path(task.options.out) / f"{task.run_id}.tried"
+    if task.seed == 1 and not marker.exists():
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.3)
+    return Outcome({"run_id": task.run_id, "seed": task.seed, "status": "ok", "pid": os.getpid()})
+
+
+def _always_dies(task, data):
+    if task.seed == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.3)
+    return Outcome({"run_id": task.run_id, "seed": task.seed, "status": "ok", "pid": os.getpid()})
+
+
+def _no_data(options):
+    return None
+
+
+def _tasks(tmp_path, seeds):
+    point = Point("j", "depth", 1, TINY, TrainConfig(epochs=1))
+    return make_tasks([point], RunOptions(dataset="digits", out=str(tmp_path), seeds=seeds, progress=False))
+
+
+def test_a_killed_worker_costs_only_its_own_run_which_a_new_worker_retries(tmp_path, capsys):
+    tasks = _tasks(tmp_path, (0, 1, 2, 3, 4))
+    executor = LocalExecutor(ExecutorOptions(jobs=2, device="cpu", max_retries=2))
+    got = list(executor.run(tasks, _dies_on_first_try, _no_data))
+    assert sorted(t.seed for t, _ in got) == [0, 1, 2, 3, 4]          # queued runs were never marked lost
+    assert all(o.row["status"] == "ok" for _, o in got)
+    assert "its worker died (SIGKILL (killed; out of memory?)); a new worker retries it" in capsys.readouterr().err
+    assert len({o.row["pid"] for _, o in got}) >= 2
+
+
+def test_a_run_that_keeps_losing_its_worker_is_recorded_after_max_retries_and_the_rest_finish(tmp_path, capsys):
+    tasks = _tasks(tmp_path, (0, 1, 2))
+    got = dict((t.seed, o.row) for t, o in
+               LocalExecutor(ExecutorOptions(jobs=2, device="cpu", max_retries=1)).run(tasks, _always_dies, _no_data))
+    assert got[0]["status"] == got[2]["status"] == "ok"
+    assert got[1]["status"] == "error"
+    assert "worker lost: SIGKILL (killed; out of memory?), 2 time(s) (MAX_RETRIES=1)" in got[1]["error"]
+    assert capsys.readouterr().err.count("retries it from its last checkpoint") == 1
+
+
+def _disk_full(task, data):
+    raise OSError(errno.ENOSPC, "No space left on device", "/out/ablations/j.csv")
+
+
+def test_a_full_disk_inside_a_worker_stops_the_command_with_the_one_job_line(tmp_path, capsys):
+    spec = write_spec(tmp_path / "full.toml", "depth", "[1, 2]")
+    import ablations.commands as commands
+    import ablations.runner as runner
+
+    original = runner.run_sweeps
+
+    def with_full_disk(plans, executor):
+        return original(plans, executor, fn=_disk_full)
+    commands.run_sweeps = with_full_disk
+    try:
+        code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"), "--seeds", "0,1",
+                         "--cost-rounds", "0", "--jobs", "2"])
+    finally:
+        commands.run_sweeps = original
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "error: /out/ablations/j.csv: No space left on device; 0 runs finished and kept" in err
+    assert "Traceback" not in err
+
+
+def test_the_preflight_counts_a_checkpoint_per_run_in_flight(tmp_path):
+    tasks = _tasks(tmp_path, (0, 1, 2, 3))
+    one, four = planned_bytes(tasks, 1), planned_bytes(tasks, 4)
+    params = sum(p.numel() for p in VisionTransformer(TINY).parameters())
+    assert four - one == 3 * 3 * (4 * params + RUN_OVERHEAD_BYTES)
+
+
+# --- a real sweep with JOBS=2: a worker SIGKILLed, SIGTERM and the terminal's Ctrl-C --------------------
+
+def _children(pid: int) -> list[int]:
+    """The worker processes (multiprocessing spawn) of `pid`, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and b"spawn_main" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _sweep(tmp_path, epochs=6):
+    spec = write_spec(tmp_path / "js.toml", "depth", "[1, 2]", train=f"epochs = {epochs}")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--out", str(out),
+           "--device", "cpu", "--seeds", "0,1", "--cost-rounds", "0", "--jobs", "2", "--checkpoint-every", "1"]
+    return cmd, out, {**os.environ, "PYTHONPATH": str(ROOT), "VITBENCH_CACHE": str(tmp_path / "cache")}
+
+
+def _wait_for(predicate, timeout_s=180.0):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_worker_sigkilled_mid_run_is_replaced_and_its_run_resumes_from_its_checkpoint(tmp_path):
+    cmd, out, env = _sweep(tmp_path, epochs=12)
+    checkpoints = out / "ablations" / "checkpoints" / "js"
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # both runs in flight have a checkpoint: whichever worker dies, its run has one to resume from
+        assert _wait_for(lambda: len(list(checkpoints.glob("*.safetensors"))) >= 2), "no checkpoints were written"
+        victim = _children(proc.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "its worker died (SIGKILL" in err
+    table = read_rows(out / "ablations" / "js.csv")
+    assert len(table) == 4 and (table["status"] == "ok").all() and table["run_id"].is_unique
+    assert (table["resumed_after"] > 0).sum() == 1   # the killed run went on from its checkpoint, the others ran through
+    assert not list(checkpoints.glob("*.safetensors"))   # deleted only after their ok rows
+
+
+@pytest.mark.parametrize("how,status", [("SIGTERM", 143), ("terminal Ctrl-C", 130)])
+def test_a_stop_signal_with_two_jobs_stops_every_worker_within_seconds_and_keeps_the_checkpoints(tmp_path, how, status):
+    cmd, out, env = _sweep(tmp_path, epochs=40)
+    checkpoints = out / "ablations" / "checkpoints" / "js"
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert _wait_for(lambda: len(list(checkpoints.glob("*.safetensors"))) >= 2), "no checkpoints were written"
+        workers = _children(proc.pid)
+        assert len(workers) == 2
+        t0 = time.perf_counter()
+        if how == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:  # a terminal sends SIGINT to its whole foreground process group
+            os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        took = time.perf_counter() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == status, err[-2000:]
+    assert took < 10
+    assert "runs finished and kept; rerun the same command to resume" in err and "Traceback" not in err
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "a worker outlived the driver"
+    assert len(list(checkpoints.glob("*.safetensors"))) >= 2
+    rows = out / "ablations" / "js.csv"
+    assert not rows.exists() or len(read_rows(rows)) == 0   # nothing finished, nothing recorded as failed
+    lock = out / "ablations" / "js.lock"
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # the lock was released
+    finally:
+        os.close(fd)

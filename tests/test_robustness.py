@@ -234,7 +234,7 @@ def test_ctrl_c_exits_130_saying_what_was_kept(tmp_path, capsys, monkeypatch):
     code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--seeds", "0",
                      "--cost-rounds", "0"])
     assert code == 130
-    assert "interrupted: 1 runs finished and kept; rerun the same command to resume" in capsys.readouterr().err
+    assert "interrupted (SIGINT): 1 runs finished and kept; rerun the same command to resume" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,message", [(["--seeds", "-1"], "seed -1 is out of range"),

@@ -35,7 +35,8 @@ class ExecutorOptions:
 
 
 class Executor(Protocol):
-    remote: bool  # runs tasks on other hosts: progress lines name the host of each run
+    remote: bool      # runs tasks on other hosts: progress lines name the host of each run
+    jobs: int | None  # runs in flight at once on this machine (each row's `jobs`); None where runs go elsewhere
 
     def start(self) -> str: ...
 

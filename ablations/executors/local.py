@@ -4,23 +4,39 @@ JOBS=1 (default): one after another in this process, each dataset loaded once. J
 processes (spawned), each loading the dataset once from the parsed-array cache; on the CPU the cores are
 split between them (torch threads per run = cores // N); on CUDA they share the GPU, or with several
 GPUs each worker is pinned to one of them in turn. JOBS=auto: half the cores on the CPU (so each run
-keeps two threads), four runs per GPU. Workers die with the driver (PR_SET_PDEATHSIG on Linux), and
-only the driver writes results.
+keeps two threads), four runs per GPU. Only the driver writes results.
+
+Each worker has a pipe of its own, so a worker that dies (SIGKILL, the kernel's OOM killer, a crash in
+a native library) takes only its own run with it: the driver sees its pipe close, starts a new worker
+in its place and gives the run to it again, up to `max_retries` times (the run resumes from its last
+checkpoint); only a run that keeps losing its worker is recorded as `error`. Queued runs are never
+touched. A disk that fills inside a worker stops the command, as with one job. On any exception in the
+driver (Ctrl-C, SIGTERM, a full disk) no new run starts and every worker is stopped before `run`
+returns: SIGTERM, then SIGKILL after `STOP_GRACE_S`. Workers ignore the terminal's SIGINT (the driver
+stops them) and die with the driver (PR_SET_PDEATHSIG on Linux).
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import collections
+import contextlib
 import multiprocessing as mp
 import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from typing import Iterator
 
 import torch
+from tqdm import tqdm
 
 from ..tasks import Outcome, Task, lost_outcome
 from .base import ExecutorOptions, Loader, RunFn
 
-RUNS_PER_GPU = 4  # JOBS=auto on CUDA: the issue 13 measurement had 8 processes on one H100 give ~7x the work
+RUNS_PER_GPU = 4  # JOBS=auto on CUDA
+STOP_GRACE_S = 3.0  # a stopped worker's time to exit on SIGTERM before it is killed
 
 
 def auto_jobs(device: str) -> int:
@@ -32,7 +48,6 @@ def auto_jobs(device: str) -> int:
 def _die_with_parent() -> None:
     try:
         import ctypes
-        import signal
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -46,15 +61,171 @@ def visible_gpu(index: int, visible: str | None) -> str:
     return entries[index] if index < len(entries) else str(index)
 
 
-def _init_worker(threads: int, gpus: "mp.Queue | None") -> None:
+class _Raised:
+    """An exception that escaped `fn` in a worker, in a form that always pickles."""
+
+    def __init__(self, err: BaseException) -> None:
+        self.error: BaseException = (OSError(err.errno, err.strerror, err.filename) if isinstance(err, OSError)
+                                     else RuntimeError(f"{type(err).__name__}: {err}"))
+
+
+def _worker_main(conn: Connection, threads: int, gpu: str | None, fn: RunFn, load: Loader) -> None:
+    """A worker: receive a task, run it, send its outcome back; until the driver sends None or goes away."""
     _die_with_parent()
-    if gpus is not None:  # before this process initialises CUDA
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible_gpu(gpus.get(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    for sig in (signal.SIGINT, signal.SIGHUP):  # a terminal's Ctrl-C reaches the whole group: the driver decides
+        signal.signal(sig, signal.SIG_IGN)
+    if gpu is not None:  # before this process initialises CUDA
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     torch.set_num_threads(threads)
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        try:
+            result: Outcome | _Raised = fn(task, load(task.options))
+        except BaseException as err:  # noqa: BLE001 - sent to the driver, which decides
+            result = _Raised(err)
+        conn.send(result)
 
 
-def _work(fn: RunFn, load: Loader, task: Task) -> Outcome:
-    return fn(task, load(task.options))
+def death_text(exitcode: int | None) -> str:
+    """How a worker ended, in words: 'SIGKILL (killed; out of memory?)', 'exit status 1'."""
+    if exitcode is None:
+        return "its pipe closed"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"{name} (killed; out of memory?)" if -exitcode == signal.SIGKILL else name
+    return f"exit status {exitcode}"
+
+
+@dataclass
+class _Worker:
+    slot: int
+    process: mp.process.BaseProcess
+    conn: Connection
+    task: Task | None = None
+    attempt: int = 0
+
+
+@contextlib.contextmanager
+def _signals_ignored():
+    """Hold off SIGINT, SIGTERM and SIGHUP while workers are being stopped (a second Ctrl-C must not cut
+    the stop short and leave workers training); only the main thread can change handlers."""
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    try:
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+    except ValueError:  # not the main thread
+        previous = {}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class WorkerPool:
+    """`size` spawned workers, each with its own pipe, running tasks of `fn`; see the module docstring."""
+
+    def __init__(self, size: int, threads: int, gpus: int, max_retries: int, fn: RunFn, load: Loader) -> None:
+        self.size, self.threads, self.gpus, self.max_retries = size, threads, gpus, max_retries
+        self.fn, self.load = fn, load
+        self.ctx = mp.get_context("spawn")
+        self.workers: list[_Worker] = []
+
+    def _start(self, slot: int) -> _Worker:
+        ours, theirs = self.ctx.Pipe()
+        gpu = visible_gpu(slot % self.gpus, os.environ.get("CUDA_VISIBLE_DEVICES")) if self.gpus else None
+        process = self.ctx.Process(target=_worker_main, args=(theirs, self.threads, gpu, self.fn, self.load),
+                                   name=f"vitbench-worker-{slot}", daemon=True)
+        process.start()
+        theirs.close()
+        worker = _Worker(slot, process, ours)
+        self.workers.append(worker)
+        return worker
+
+    def _retire(self, worker: _Worker) -> int | None:
+        """Forget a dead worker; its exit code."""
+        worker.process.join(timeout=5)
+        worker.conn.close()
+        self.workers.remove(worker)
+        return worker.process.exitcode
+
+    def run(self, tasks: list[Task]) -> Iterator[tuple[Task, Outcome]]:
+        queue = collections.deque((task, 0) for task in tasks)
+        try:
+            for slot in range(min(self.size, len(tasks))):
+                self._start(slot)
+            while queue or any(w.task for w in self.workers):
+                self._dispatch(queue)
+                busy = [w for w in self.workers if w.task is not None]
+                ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy]))
+                for worker in busy:
+                    if worker.conn in ready or worker.process.sentinel in ready:
+                        yield from self._collect(worker, queue)
+        finally:
+            self.stop()
+
+    def _dispatch(self, queue: collections.deque) -> None:
+        for worker in [w for w in self.workers if w.task is None]:
+            if not queue:
+                return
+            task, attempt = queue.popleft()
+            try:
+                worker.conn.send(task)
+            except OSError:  # died while idle: its slot gets a new worker and the task waits for it
+                queue.appendleft((task, attempt))
+                self._retire(worker)
+                self._start(worker.slot)
+                continue
+            worker.task, worker.attempt = task, attempt
+
+    def _collect(self, worker: _Worker, queue: collections.deque) -> Iterator[tuple[Task, Outcome]]:
+        task, attempt = worker.task, worker.attempt
+        assert task is not None
+        try:
+            result = worker.conn.recv() if worker.conn.poll() else None
+        except (EOFError, OSError):  # killed mid-send, or its pipe closed
+            result = None
+        if result is not None:
+            worker.task = None
+            if isinstance(result, _Raised):
+                if isinstance(result.error, OSError):  # a full disk inside a worker: the command stops
+                    raise result.error
+                yield task, lost_outcome(task, f"the worker failed: {result.error}")
+            else:
+                yield task, result
+            return
+        how = death_text(self._retire(worker))
+        self._start(worker.slot)
+        if attempt < self.max_retries:
+            tqdm.write(f"run {task.run_id} ({task.point.factor}={task.point.value}, seed {task.seed}): its worker "
+                       f"died ({how}); a new worker retries it from its last checkpoint (retry {attempt + 1} of "
+                       f"{self.max_retries})", file=sys.stderr)
+            queue.appendleft((task, attempt + 1))
+            return
+        yield task, lost_outcome(task, f"worker lost: {how}, {attempt + 1} time(s) (MAX_RETRIES={self.max_retries}); "
+                                       f"its last checkpoint is kept, so a rerun resumes it")
+
+    def stop(self) -> None:
+        """Stop every worker (SIGTERM, SIGKILL after STOP_GRACE_S) and wait until each is gone."""
+        with _signals_ignored():
+            for worker in self.workers:
+                if worker.process.is_alive():
+                    worker.process.terminate()
+            deadline = time.monotonic() + STOP_GRACE_S
+            for worker in self.workers:
+                worker.process.join(max(0.0, deadline - time.monotonic()))
+                if worker.process.is_alive():
+                    worker.process.kill()
+                    worker.process.join()
+                worker.conn.close()
+            self.workers.clear()
 
 
 class LocalExecutor:
@@ -75,7 +246,8 @@ class LocalExecutor:
         where = (f"round-robin over {self.gpus} GPUs" if self.spread else
                  f"sharing {self.options.device if self.gpus > 1 else 'the GPU'}" if self.gpus else
                  f"{self.threads} CPU thread(s) each")
-        return f"local: {self.jobs} runs at once{chosen}, {where}"
+        return (f"local: {self.jobs} runs at once{chosen}, {where}; a run whose worker dies is retried up to "
+                f"{self.options.max_retries}×")
 
     def close(self) -> None:
         pass
@@ -85,22 +257,5 @@ class LocalExecutor:
             for task in tasks:
                 yield task, fn(task, load(task.options))
             return
-        ctx = mp.get_context("spawn")
-        gpus = None
-        if self.spread:
-            gpus = ctx.Queue()
-            for i in range(self.jobs):
-                gpus.put(i % self.gpus)
-        with cf.ProcessPoolExecutor(min(self.jobs, len(tasks)), mp_context=ctx, initializer=_init_worker,
-                                    initargs=(self.threads, gpus)) as pool:
-            futures = {pool.submit(_work, fn, load, task): task for task in tasks}
-            try:
-                for future in cf.as_completed(futures):
-                    task = futures[future]
-                    try:
-                        yield task, future.result()
-                    except Exception as err:  # the worker died (killed, out of memory) or fn is not picklable
-                        yield task, lost_outcome(task, f"worker lost: {type(err).__name__}: {err}")
-            finally:
-                for future in futures:
-                    future.cancel()
+        pool = WorkerPool(self.jobs, self.threads, self.gpus if self.spread else 0, self.options.max_retries, fn, load)
+        yield from pool.run(tasks)

@@ -54,6 +54,7 @@ def _run_on_worker(fn: RunFn, task: Task, data: Dataset, threads: int, init: byt
 
 class RayExecutor:
     remote = True
+    jobs = None  # runs go to the cluster's nodes, not this machine
 
     def __init__(self, options: ExecutorOptions | None = None) -> None:
         self.options = options or ExecutorOptions()

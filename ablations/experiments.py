@@ -1,0 +1,78 @@
+"""One experiment per table: which rows of a sweep's table may be pooled as seeds of the same settings.
+
+Rows may be averaged over seeds only when they differ in nothing but the seed and the sweep's factor.
+A table can hold more than that: a sweep rerun with other EPOCHS, another DATASET or an edited
+`[train]` table into the same OUT appends its rows beside the old ones. Each row's experiment is what
+it records of its setting (every `ViTConfig` field but the factor, the dataset, epochs, lr, dtype,
+compile, the starting weights) and its `experiment_id`, which covers the whole training recipe; tables
+written before `experiment_id` existed leave it blank, and a blank id matches any id of the same
+recorded setting. The newest row names the experiment a report shows; the other rows are left out and
+named with what differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+from vit import ViTConfig
+
+RECORDED = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr", "dtype", "compile", "init"]
+
+
+def _cell(value) -> str:
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
+
+
+def recorded_setting(row, factor: str) -> tuple[str, ...]:
+    """The setting a row records, but for the factor and the seed, as text (a number read back from a
+    CSV and the same number in a fresh row compare equal)."""
+    return tuple(_norm(_cell(row.get(c))) for c in RECORDED if c != factor)
+
+
+def _norm(text: str) -> str:
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return repr(int(number)) if number.is_integer() else repr(number)
+
+
+def differences(a, b, factor: str) -> str:
+    """What differs between two rows' settings, as 'epochs 1 vs 2, dataset digits vs synthetic'."""
+    diffs = [f"{c} {_cell(a.get(c)) or '—'} vs {_cell(b.get(c)) or '—'}" for c in RECORDED
+             if c != factor and _norm(_cell(a.get(c))) != _norm(_cell(b.get(c)))]
+    if not diffs and _cell(a.get("experiment_id")) != _cell(b.get("experiment_id")):
+        diffs = ["the training recipe (a [train] field the table does not record)"]
+    return ", ".join(diffs)
+
+
+def newest_experiment(ok: pd.DataFrame, factor: str) -> tuple[pd.DataFrame, list[str]]:
+    """(the ok rows of the newest row's experiment, one sentence per group of rows left out)."""
+    if ok.empty:
+        return ok, []
+    ok = ok.reset_index(drop=True)
+    order = ok["started_at"].astype(str) if "started_at" in ok else pd.Series([""] * len(ok))
+    newest = ok.loc[order.idxmax()]
+    settings = [recorded_setting(r, factor) for _, r in ok.iterrows()]
+    ids = ok["experiment_id"].map(_cell) if "experiment_id" in ok else pd.Series([""] * len(ok))
+    target_setting = recorded_setting(newest, factor)
+    same = [s == target_setting for s in settings]
+    target_id = _cell(newest.get("experiment_id"))
+    if not target_id:  # the newest row predates experiment ids: take the newest id of its setting, if any
+        with_id = [i for i in range(len(ok)) if same[i] and ids[i]]
+        target_id = ids[max(with_id, key=lambda i: order[i])] if with_id else ""
+    keep = [same[i] and (not ids[i] or not target_id or ids[i] == target_id) for i in range(len(ok))]
+    kept = ok[keep]
+    dropped = ok[[not k for k in keep]]
+    notes = []
+    if len(dropped):
+        groups: dict[tuple, list[int]] = {}
+        for i in dropped.index:
+            groups.setdefault((settings[i], ids[i]), []).append(i)
+        for rows in groups.values():
+            first = ok.loc[rows[0]]
+            notes.append(f"{len(rows)} run(s) of another experiment ({differences(first, newest, factor)}) left "
+                         f"out: a table is reported as one experiment, the newest; use another OUT to keep both")
+    return kept, notes

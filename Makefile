@@ -32,11 +32,13 @@ CHECKPOINT_EVERY ?=
 PYTEST_ARGS ?=
 
 opt = $(if $(strip $(2)),$(1) $(2))
+# a path option, quoted for the shell: OUT="my results" stays one argument
+qopt = $(if $(strip $(2)),$(1) '$(2)')
 RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) \
   $(call opt,--cost-rounds,$(COST_ROUNDS)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) \
   --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --graphs $(GRAPHS) --executor $(EXECUTOR) \
   $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) $(call opt,--gpus-per-task,$(GPUS_PER_TASK)) $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--jobs,$(JOBS)) \
-  $(call opt,--data-root,$(DATA_ROOT)) $(call opt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out $(OUT) \
+  $(call qopt,--data-root,$(DATA_ROOT)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out '$(OUT)' \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download)
 
 .PHONY: install test test-gpu crash-test ablations train bench bench-tokens bench-speed bench-step compare report clean
@@ -58,15 +60,17 @@ test-gpu: $(STAMP)
 	$(PY) -m pytest -m gpu -v $(PYTEST_ARGS)
 
 # SIGKILLs at KILLS random instants (half inside a save step), a torn line, garbage lines and a full
-# tmpfs (root only) against a small digits sweep; then every run must equal an uninterrupted run's
+# tmpfs (root only) against a small digits sweep; then the same sweep with JOBS=2 under worker SIGKILLs,
+# driver SIGKILLs and SIGTERMs (JOBS_KILLS of them); every run must equal an uninterrupted run's
 KILLS ?= 24
+JOBS_KILLS ?= $(KILLS)
 crash-test: $(STAMP)
-	$(PY) tests/crash.py --kills $(KILLS)
+	$(PY) tests/crash.py --kills $(KILLS) --jobs-kills $(JOBS_KILLS)
 
 # the sweeps marked `default = true` in ablations/sweeps/*.toml (patch, heads, depth), then the report
 ablations: $(STAMP)
 	$(PY) -m ablations sweep default $(RUN_ARGS)
-	$(if $(filter 1 yes true,$(DRY_RUN)),,$(MAKE) report OUT=$(OUT))
+	$(if $(filter 1 yes true,$(DRY_RUN)),,$(MAKE) report OUT='$(OUT)')
 
 # one target per ablations/sweeps/<name>.toml: a new sweep is a new TOML file and nothing else
 SWEEP_NAMES := $(basename $(notdir $(wildcard ablations/sweeps/*.toml)))
@@ -78,14 +82,14 @@ train: $(STAMP)
 	$(PY) -m ablations train $(call opt,--preset,$(PRESET)) $(RUN_ARGS) $(ARGS)
 
 bench: $(STAMP)
-	mkdir -p $(OUT)/bench
+	mkdir -p '$(OUT)/bench'
 	$(PY) -m pytest bench/test_bench_backends.py -p no:cacheprovider --benchmark-enable \
-	  --benchmark-json=$(OUT)/bench/pytest-benchmark.json $(PYTEST_ARGS)
-	$(PY) -m bench convert-json $(OUT)/bench/pytest-benchmark.json $(OUT)/bench/pytest-benchmark.csv
+	  '--benchmark-json=$(OUT)/bench/pytest-benchmark.json' $(PYTEST_ARGS)
+	$(PY) -m bench convert-json '$(OUT)/bench/pytest-benchmark.json' '$(OUT)/bench/pytest-benchmark.csv'
 
 # throughput and memory of the four backends against sequence length: $(OUT)/bench/backends.csv
 bench-tokens: $(STAMP)
-	$(PY) -m bench run --tokens 65,197,785 --name backends --out $(OUT) $(ARGS)
+	$(PY) -m bench run --tokens 65,197,785 --name backends --out '$(OUT)' $(ARGS)
 
 bench-speed: $(STAMP)
 	$(PY) -m bench.vs_timm
@@ -96,10 +100,10 @@ bench-step: $(STAMP)
 
 # two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0) point by point: make compare A=out1 B=out2
 compare: $(STAMP)
-	$(PY) -m ablations compare $(A) $(B) $(ARGS)
+	$(PY) -m ablations compare '$(A)' '$(B)' $(ARGS)
 
 report: $(STAMP)
-	$(PY) -m ablations report --out $(OUT) $(call opt,--data-root,$(DATA_ROOT))
+	$(PY) -m ablations report --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT))
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .benchmarks

@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from bench.csvio import read_rows
 from bench.env import resolve_device
 from bench.grid import parse_overrides
 from bench.measure import cost
@@ -28,6 +27,7 @@ from .data import DATASETS, cached_dataset
 from .executors import EXECUTORS, Executor, ExecutorOptions
 from .interrupts import Interrupted
 from .runner import SweepError, SweepPaths, finished_ids, run_sweeps
+from .schema import read_table
 from .specs import DATASET_FIELDS, Point, SpecError, base_preset, default_sweeps, find_spec, load_spec
 from .tasks import RunOptions, make_tasks
 from .train import TrainConfig
@@ -155,7 +155,7 @@ def _recorded(plans: list[tuple[str, list[Point]]], options: dict[str, RunOption
     total = 0
     for name, _ in plans:
         rows = SweepPaths.of(options[name].out, name).rows
-        total += len(read_rows(rows)) if rows.exists() else 0
+        total += len(read_table(rows)) if rows.exists() else 0
     return total
 
 
@@ -243,7 +243,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if results is None:
         return status
     _summary(results, time.perf_counter() - t0)
-    table = read_rows(results[0]["paths"].rows)
+    table = read_table(results[0]["paths"].rows)
     mine = [t.run_id for t in make_tasks(points, options)]  # this command's runs, trained now or before
     table = table[table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
     print(table[["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs",
@@ -254,7 +254,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import build_report
 
-    path = build_report(Path(args.out), data_root=args.data_root)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        print(f"error: --out {out}: not a folder; pass the OUT folder a sweep wrote (it holds ablations/)",
+              file=sys.stderr)
+        return 2
+    try:
+        path = build_report(out, data_root=args.data_root)
+    except OSError as err:
+        print(f"error: --out {out}: cannot write the report there ({err.strerror or err}); choose a writable OUT",
+              file=sys.stderr)
+        return 2
     print(f"report → {path}")
     return 0
 

@@ -15,18 +15,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.csvio import read_rows
 from vit import ViTConfig
 
 from .findings import load_correct
 from .runner import SweepPaths
+from .schema import read_table
 from .stats import paired_difference
 
 POINT_COLUMNS = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr", "batch_size", "init"]
 
 
 def _ok_rows(path: Path) -> pd.DataFrame:
-    rows = read_rows(path)
+    """The table's finished runs, the last row of each; empty for a table without rows or the columns."""
+    rows = read_table(path)
+    if rows.empty or not {"run_id", "status", "test_acc"} <= set(rows.columns):
+        return pd.DataFrame(columns=["run_id", "status", "test_acc"])
     return rows[rows["status"] == "ok"].drop_duplicates("run_id", keep="last")
 
 
@@ -38,6 +41,8 @@ def compare_outs(a: Path, b: Path) -> pd.DataFrame:
             continue
         sweep = table.stem
         rows_a, rows_b = _ok_rows(table), _ok_rows(Path(b) / "ablations" / table.name).set_index("run_id")
+        if rows_a.empty or rows_b.empty:
+            continue
         rows_a = rows_a[rows_a["run_id"].isin(rows_b.index)]
         keys = [c for c in POINT_COLUMNS if c in rows_a.columns]
         varying = [c for c in keys if rows_a[c].nunique(dropna=False) > 1]  # the others are one value per table

@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from bench.csvio import append_row, drop_rows, read_rows
+from bench.csvio import append_row, drop_rows
 from bench.env import environment, run_id
 from bench.grid import classify_failure
 from bench.measure import MeasureConfig, StepFactory, cost, measure
@@ -39,7 +39,7 @@ from bench.timing import TimingConfig
 from vit import ViTConfig, VisionTransformer
 
 from .choices import COST_ROUNDS
-from .schema import COST_COLUMNS
+from .schema import COST_COLUMNS, read_table
 from .specs import Point
 from .train import TrainConfig, make_step, train_mode, training_parts
 
@@ -114,7 +114,7 @@ def phase_id(sweeps: list[str], items: list[_Item], plan: CostPlan, device: torc
 def _complete_phase(csv_path: Path, pid: str, expected: int) -> pd.DataFrame | None:
     if not csv_path.exists():
         return None
-    rows = read_rows(csv_path)
+    rows = read_table(csv_path)
     if rows.empty or "phase_id" not in rows:
         return None
     phase = rows[rows["phase_id"].astype(str) == pid]

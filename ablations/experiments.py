@@ -48,13 +48,28 @@ def differences(a, b, factor: str) -> str:
     return ", ".join(diffs)
 
 
-def newest_experiment(ok: pd.DataFrame, factor: str) -> tuple[pd.DataFrame, list[str]]:
-    """(the ok rows of the newest row's experiment, one sentence per group of rows left out)."""
-    if ok.empty:
-        return ok, []
-    ok = ok.reset_index(drop=True)
+def latest_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """A table's rows that still stand: the last ok row of each run, and the last failure of each run that
+    never finished (a failure followed by an ok row of the same run is history, not a failed run)."""
+    if rows.empty or "run_id" not in rows or "status" not in rows:
+        return rows
+    ids = rows["run_id"].astype(str)
+    ok = rows["status"] == "ok"
+    finished = rows[ok][~ids[ok].duplicated(keep="last")]
+    failed = rows[~ok & ~ids.isin(set(ids[ok]))]
+    failed = failed[~failed["run_id"].astype(str).duplicated(keep="last")]
+    return rows.loc[finished.index.union(failed.index)]
+
+
+def newest_experiment(rows: pd.DataFrame, factor: str) -> tuple[pd.DataFrame, list[str]]:
+    """(the rows of the experiment of the newest ok row, one sentence per group of rows left out)."""
+    if rows.empty:
+        return rows, []
+    ok = rows.reset_index(drop=True)
     order = ok["started_at"].astype(str) if "started_at" in ok else pd.Series([""] * len(ok))
-    newest = ok.loc[order.idxmax()]
+    succeeded = ok["status"] == "ok" if "status" in ok else pd.Series([True] * len(ok))
+    candidates = [i for i in range(len(ok)) if succeeded[i]] or list(range(len(ok)))
+    newest = ok.loc[max(candidates, key=lambda i: (order[i], i))]  # started_at has whole seconds: a later line wins ties
     settings = [recorded_setting(r, factor) for _, r in ok.iterrows()]
     ids = ok["experiment_id"].map(_cell) if "experiment_id" in ok else pd.Series([""] * len(ok))
     target_setting = recorded_setting(newest, factor)
@@ -62,7 +77,7 @@ def newest_experiment(ok: pd.DataFrame, factor: str) -> tuple[pd.DataFrame, list
     target_id = _cell(newest.get("experiment_id"))
     if not target_id:  # the newest row predates experiment ids: take the newest id of its setting, if any
         with_id = [i for i in range(len(ok)) if same[i] and ids[i]]
-        target_id = ids[max(with_id, key=lambda i: order[i])] if with_id else ""
+        target_id = ids[max(with_id, key=lambda i: (order[i], i))] if with_id else ""
     keep = [same[i] and (not ids[i] or not target_id or ids[i] == target_id) for i in range(len(ok))]
     kept = ok[keep]
     dropped = ok[[not k for k in keep]]

@@ -14,12 +14,15 @@ import pandas as pd
 import torch
 
 from bench.csvio import SkippedInput, read_rows, skipped
+from bench.schema import BENCH_SCHEMA
 from bench.rounds import Spread
 from vit import ViTConfig, VisionTransformer
 
 from . import figures as figs
 from . import findings
 from .data import load_dataset
+from .experiments import latest_rows, newest_experiment
+from .schema import read_table
 from .runner import SweepPaths
 from .specs import SPEC_DIR, SweepSpec, available_sweeps, load_spec
 from .stats import ALPHA, POWER, REPLICATES
@@ -126,7 +129,7 @@ def _trained_model(row: pd.Series, folder: Path) -> VisionTransformer | None:
 def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path) -> list[str]:
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
     ok = rows[rows["status"] == "ok"]
-    cost = findings.newest_complete_phase(read_rows(paths.cost) if paths.cost.exists() else None)
+    cost = findings.newest_complete_phase(read_table(paths.cost) if paths.cost.exists() else None)
     f = findings.analyse(rows, factor, order, paths.preds, cost)
     seeds = sorted({int(s) for s in ok["seed"]})
     devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
@@ -142,7 +145,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
                   findings.comparisons_markdown(f), ""]
     lines += [f"![{sweep}](figures/{fig.name})", ""]
     if paths.history.exists():
-        curves = figs.learning_curves(read_rows(paths.history), rows, factor, figures / f"{sweep}-curves.png", order)
+        curves = figs.learning_curves(read_table(paths.history), rows, factor, figures / f"{sweep}-curves.png", order)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
     return lines
 
@@ -168,7 +171,7 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
     lines = ["## attention backends (bench)", ""]
     suite = bench_dir / "pytest-benchmark.csv"
     if suite.exists():
-        ok = read_rows(suite)
+        ok = read_rows(suite, BENCH_SCHEMA)
         ok = ok[ok["status"] == "ok"]
         lines += [f"`make bench` ({', '.join(sorted(ok['device_name'].astype(str).unique()))}, "
                   f"{', '.join(sorted(ok['dtype'].astype(str).unique()))}; median step over pytest-benchmark's rounds):",
@@ -181,7 +184,7 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
         lines += [f"_Missing: `{suite}`; `make bench` produces it._", ""]
     tokens_csv = bench_dir / "backends.csv"
     if tokens_csv.exists():
-        bench = read_rows(tokens_csv)
+        bench = read_rows(tokens_csv, BENCH_SCHEMA)
         ok = bench[bench["status"] == "ok"]
         tokens = sorted(ok["tokens"].unique())
         lines += ["Against sequence length (`make bench-tokens`):", "",
@@ -242,13 +245,17 @@ REQUIRED = ("run_id", "status", "seed", "started_at", "dataset", "device", "devi
 
 
 def _read_table(path: Path, factor: str) -> pd.DataFrame | None:
-    """A sweep's rows, or None (listed under Skipped inputs) when the file lacks the report's columns."""
-    table = read_rows(path)
+    """A sweep's standing rows of its newest experiment (`ablations.experiments`), or None (listed under
+    Skipped inputs) when the file lacks the report's columns."""
+    table = read_table(path)
     missing = [c for c in (*REQUIRED, factor) if c not in table]
     if missing:
         if len(table.columns):
             skipped(f"{path}: no column(s) {', '.join(missing)}; file skipped (not a sweep table of this version?)")
         return None
+    table, notes = newest_experiment(latest_rows(table), factor)
+    for note in notes:
+        skipped(f"{path}: {note}")
     return table
 
 

@@ -39,7 +39,7 @@ import torch
 from tqdm import tqdm
 
 from bench.atomic import write_atomic
-from bench.csvio import append_row, append_rows, drop_rows, read_rows
+from bench.csvio import append_row, append_rows, drop_rows
 from bench.env import resolve_device
 from bench.grid import classify_failure
 from bench.measure import cost
@@ -51,7 +51,7 @@ from .data import Dataset, cached_dataset
 from .executors.base import Executor, ExecutorOptions
 from .executors.local import LocalExecutor
 from .experiments import differences, recorded_setting
-from .schema import ABLATION_COLUMNS, HISTORY_COLUMNS
+from .schema import ABLATION_COLUMNS, HISTORY_COLUMNS, read_table
 from .specs import Point
 from .tasks import Outcome, RunOptions, Task, base_row, experiment_id, make_tasks
 from .train import Checkpointing, Diverged, train
@@ -109,7 +109,7 @@ def finished_ids(csv_path: Path, preds: Path | None = None) -> set[str]:
     whose predictions file is gone is trained again, so the report can compare it)."""
     if not csv_path.exists():
         return set()
-    table = read_rows(csv_path)
+    table = read_table(csv_path)
     if table.empty or "status" not in table or "run_id" not in table:
         return set()
     done = set(table.loc[table["status"] == "ok", "run_id"].astype(str))
@@ -291,7 +291,7 @@ def _finished_elsewhere(paths: SweepPaths, sweep: str) -> dict[str, tuple[str, d
         if other == sweep or other.endswith(("-history", "-cost")):
             continue
         theirs = SweepPaths.of(paths.rows.parents[1], other)
-        table = read_rows(csv)
+        table = read_table(csv)
         if table.empty or "status" not in table:
             continue
         for _, r in table[table["status"] == "ok"].iterrows():
@@ -306,7 +306,7 @@ def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths) -> Out
     training, data, seed and initial weights, so its row, history, predictions and weights are this
     run's. The row takes this sweep's name and cost-phase figures, and names where it was trained."""
     theirs = SweepPaths.of(paths.rows.parents[1], other)
-    table = read_rows(theirs.history) if theirs.history.exists() else None
+    table = read_table(theirs.history) if theirs.history.exists() else None
     history = []
     if table is not None and "run_id" in table:
         mine = table[table["run_id"].astype(str) == task.run_id].drop_duplicates("epoch", keep="last")
@@ -388,7 +388,7 @@ def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int) ->
 def _warn_other_experiment(paths: SweepPaths, task: Task) -> None:
     """Say before training when the sweep's table holds runs of another experiment (other epochs,
     dataset or recipe): the report will show the newest experiment only."""
-    table = read_rows(paths.rows) if paths.rows.exists() else None
+    table = read_table(paths.rows) if paths.rows.exists() else None
     if table is None or table.empty or "status" not in table:
         return
     ok = table[table["status"] == "ok"]

@@ -5,13 +5,18 @@
 
 from __future__ import annotations
 
-from bench.schema import BENCH_TABLE, COST, CONFIG, EXTRA, IDENTITY, SPEED, Column, names
+from pathlib import Path
+
+import pandas as pd
+
+from bench.csvio import read_rows
+from bench.schema import BENCH_TABLE, COST, CONFIG, EXTRA, IDENTITY, SPEED, Column, by_name, names
 
 TRAINING = [
-    Column("sweep", "", "the sweep (its TOML file's name), or train for `make train`"),
-    Column("dataset", "", "the dataset's name (DATASET)"),
-    Column("seed", "", "training seed: initial weights, batch order and augmentation"),
-    Column("epochs", "", "training epochs"),
+    Column("sweep", "", "the sweep (its TOML file's name), or train for `make train`", "text"),
+    Column("dataset", "", "the dataset's name (DATASET)", "text"),
+    Column("seed", "", "training seed: initial weights, batch order and augmentation", "int"),
+    Column("epochs", "", "training epochs", "int"),
     Column("lr", "", "peak AdamW learning rate (after warm-up, before cosine decay)"),
     Column("train_time_s", "s", "wall time of the training epochs, evaluation excluded"),
     Column("train_loss", "", "mean cross-entropy over the last epoch's training images"),
@@ -25,37 +30,37 @@ TRAINING = [
                                   "cores; util_pct is the inference step's in the cost phase"),
     Column("train_mfu", "", "training MFU over the whole run: 3 × gflops × train_throughput_img_s over the "
                             "device's measured matmul peak; mfu is the cost phase's inference step"),
-    Column("init", "", "the starting checkpoint, file:sha256-prefix or timm:<name>; empty for random init"),
-    Column("test_size", "images", "test images behind test_acc (and in the run's predictions file)"),
-    Column("cost_rounds", "", "interleaved rounds of the sweep's cost phase behind the row's speed columns"),
-    Column("reused_from", "", "the sweep whose identical run (same run_id) this row was copied from"),
+    Column("init", "", "the starting checkpoint, file:sha256-prefix or timm:<name>; empty for random init", "text"),
+    Column("test_size", "images", "test images behind test_acc (and in the run's predictions file)", "int"),
+    Column("cost_rounds", "", "interleaved rounds of the sweep's cost phase behind the row's speed columns", "int"),
+    Column("reused_from", "", "the sweep whose identical run (same run_id) this row was copied from", "text"),
     Column("jobs", "", "runs in flight at once on the machine while this run trained (JOBS; empty with Ray): "
                        "above 1, train_time_s and train_util_pct were measured under sharing, the cost phase's "
-                       "columns never are"),
+                       "columns never are", "int"),
     Column("experiment_id", "", "12-hex hash of what the sweep's runs share: the model but for the factor, the "
                                 "training recipe, the dataset and the starting weights. Rows of one table with "
                                 "different ids are different experiments: the report keeps the newest and lists "
-                                "the others under Skipped inputs"),
+                                "the others under Skipped inputs", "id"),
     Column("resumed_after", "epochs", "the epoch of the checkpoint a killed run resumed from (0: it ran "
-                                      "straight through); train_time_s includes the epochs before the kill"),
+                                      "straight through); train_time_s includes the epochs before the kill", "int"),
 ]
 SPEED_NOTE = ("in a training row: the inference step of its config from the sweep's cost phase, medians "
               "over rounds (step_ms_iqr: IQR of the per-round medians)")
 ABLATION_TABLE = IDENTITY + CONFIG + COST + SPEED + TRAINING + EXTRA
 COST_PHASE = [
     Column("sweep", "", "the sweep whose point this is (a phase covers all sweeps of one command; a model "
-                        "they share is measured once and its rows are in each sweep's table)"),
+                        "they share is measured once and its rows are in each sweep's table)", "text"),
     Column("phase_id", "", "hash of what defines the phase (sweeps, models, batch sizes, dtype, rounds, device); "
-                           "a complete phase is reused by a rerun"),
-    Column("round", "", "interleaved round, from 0; each round measures every point and mode once"),
-    Column("rounds", "", "rounds the phase planned"),
+                           "a complete phase is reused by a rerun", "id", required=True),
+    Column("round", "", "interleaved round, from 0; each round measures every point and mode once", "int"),
+    Column("rounds", "", "rounds the phase planned", "int"),
     Column("phase_items", "", "this sweep's points × modes per round: its table holds the phase complete with "
-                              "rounds × phase_items rows"),
+                              "rounds × phase_items rows", "int"),
 ]
 COST_TABLE = BENCH_TABLE + COST_PHASE
 HISTORY_TABLE = [
-    Column("run_id", "", "the run (its row in <sweep>.csv)"),
-    Column("epoch", "", "epoch, from 1"),
+    Column("run_id", "", "the run (its row in <sweep>.csv)", "id", required=True),
+    Column("epoch", "", "epoch, from 1", "int", required=True),
     Column("lr", "", "learning rate at the epoch's last step"),
     Column("train_loss", "", "mean cross-entropy over the epoch's training images"),
     Column("test_loss", "", "mean cross-entropy over the test set after the epoch"),
@@ -63,6 +68,7 @@ HISTORY_TABLE = [
     Column("elapsed_s", "s", "training wall time up to the end of the epoch, evaluation excluded"),
 ]
 
+SCHEMA = by_name(ABLATION_TABLE, COST_TABLE, HISTORY_TABLE)  # how a reader judges each cell of these tables
 ABLATION_COLUMNS = names(ABLATION_TABLE)
 COST_COLUMNS = names(COST_TABLE)
 HISTORY_COLUMNS = names(HISTORY_TABLE)
@@ -101,3 +107,8 @@ def columns_markdown() -> str:
     lines += ["", "In `<sweep>-history.csv` the same names mean the epoch's figures:", ""]
     lines += [f"- `{c.name}`: {c.meaning}" for c in history_only]
     return "\n".join(lines) + "\n"
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A sweep's table (rows, cost phase or history), each line judged by `SCHEMA` (`bench.csvio.read_rows`)."""
+    return read_rows(path, SCHEMA)

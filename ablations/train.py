@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -418,16 +419,32 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     warmup_steps = max(1, round(cfg.warmup_epochs * steps_per_epoch))
     history: list[dict[str, float]] = []
     best_acc, step, train_time, images_seen, first = 0.0, 0, 0.0, 0, 1
-    identity = {"seed": seed, "train": cfg.to_dict(), "n_train": n}
+    # what a checkpoint must match to be resumed: the recipe, the data, the seed and the model's parameters
+    identity = {"seed": seed, "train": cfg.to_dict(), "n_train": n,
+                "params": {k: list(v.shape) for k, v in model.state_dict().items()}}
     reader, util_time = reader_for(device), [0.0, 0.0]  # Σ util × epoch seconds, Σ seconds (this process)
     saved = load_checkpoint(checkpoint.path) if checkpoint and checkpoint.path.exists() else None
-    if saved and saved[1].get("identity") == identity and saved[1]["epoch"] < cfg.epochs:
+    if saved and saved[1].get("identity") != identity:
+        tqdm.write(f"checkpoint {checkpoint.path} is not this run's (another model, recipe or data); the run "
+                   f"starts from epoch 1", file=sys.stderr)
+    elif saved and saved[1]["epoch"] < cfg.epochs:
         tensors, meta = saved
-        _restore(tensors, meta, model, optimizer, scaler, generators)
-        history, step, train_time = meta["history"], meta["step"], meta["train_time_s"]
-        first = meta["epoch"] + 1
-        images_seen, best_acc = meta["epoch"] * n, max(h["test_acc"] for h in history)
-        tqdm.write(f"resumed from {checkpoint.path.name} after epoch {meta['epoch']} of {cfg.epochs}")
+        fresh = {k: v.clone() for k, v in model.state_dict().items()}
+        try:
+            _restore(tensors, meta, model, optimizer, scaler, generators)
+        except Exception as err:  # a damaged or foreign state: back to the untouched start
+            model.load_state_dict(fresh)
+            runner, optimizer, scaler = training_parts(model, cfg, device)
+            generators = {"order": torch.Generator().manual_seed(seed),
+                          "augment": torch.Generator().manual_seed(seed + 1)}
+            order_gen, aug_gen = generators["order"], generators["augment"]
+            tqdm.write(f"checkpoint {checkpoint.path} could not be restored ({type(err).__name__}); the run starts "
+                       f"from epoch 1", file=sys.stderr)
+        else:
+            history, step, train_time = meta["history"], meta["step"], meta["train_time_s"]
+            first = meta["epoch"] + 1
+            images_seen, best_acc = meta["epoch"] * n, max(h["test_acc"] for h in history)
+            tqdm.write(f"resumed from {checkpoint.path.name} after epoch {meta['epoch']} of {cfg.epochs}")
     train_step = make_step(model, runner, optimizer, scaler, cfg, device, dtype, graphs)
     epochs = tqdm(range(first, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
     for epoch in epochs:

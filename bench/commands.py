@@ -58,6 +58,10 @@ def run(args: argparse.Namespace) -> None:
     if device.type == "cpu" and any(d != "fp32" for d in args.dtype):
         print("note: bf16/fp16 matmuls on many CPUs are far slower than fp32", file=sys.stderr)
     out_csv = Path(args.out) / "bench" / f"{args.name}.csv"
+    try:  # before any measurement: an OUT that is a file or cannot be created fails here
+        out_csv.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        _fail(f"--out {args.out}: cannot create {out_csv.parent} ({err.strerror}); choose another OUT")
     rows = run_grid(points, device, out_csv)
     table = pd.DataFrame(rows)[["attn", "tokens", "batch_size", "dtype", "mode", "status", "throughput_img_s",
                                 "peak_mem_mb", "gmacs", "mfu", "util_pct"]]

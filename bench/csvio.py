@@ -8,10 +8,12 @@ to the file's previous length and raised as `OSError` naming the file: a full di
 row. Two processes appending to one file never interleave.
 
 Every record is one line (a line break inside a cell is written as " | "), so a damaged line cannot
-swallow the lines after it. Reads: `read_rows` never fails on content. A line with the wrong number of fields, undecodable bytes,
-or a cell that is not a number in a column whose other cells are numbers is skipped with one
-`SkippedInput` warning naming the file and the line numbers (the report lists these warnings under
-"Skipped inputs").
+swallow the lines after it. Reads: `read_rows` never fails on content. A line with the wrong number of
+fields, undecodable bytes, or a cell its column's schema refuses (a word where a number belongs, an
+identifier that is not 12 hex digits, a status that is not one of the statuses, a blank run_id) is
+skipped with one `SkippedInput` warning naming the file and the line numbers (the report lists these
+warnings under "Skipped inputs"). Each line is judged on its own, so any number of garbage lines
+cannot make real rows look malformed.
 """
 
 from __future__ import annotations
@@ -22,15 +24,15 @@ import io
 import os
 import warnings
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Protocol, Sequence
 
 import pandas as pd
 
 from .atomic import write_atomic
 
 
-# hashes and names: a cell of these may look like a number by chance, so they are never checked as numbers
-IDENTIFIERS = frozenset({"run_id", "git_sha", "phase_id", "host", "device_name", "init", "error"})
+class CellCheck(Protocol):
+    def accepts(self, cell: str) -> bool: ...
 
 
 class SkippedInput(UserWarning):
@@ -88,33 +90,54 @@ def _heal_tail(fd: int, path: Path) -> None:
 
 def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> None:
     """Append `rows` in one write under the file's header (written from `columns` if the file is new):
-    all of them land, or none."""
+    all of them land, or none. A row with columns the header lacks (a table written by an older
+    version) first extends the header: the file is rewritten atomically with the new columns at the
+    end, blank in the old rows."""
     if not rows:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise OSError(err.errno, f"{path}: cannot open for writing ({err.strerror})") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        _heal_tail(fd, path)
-        header = _read_header(fd)
-        lines: list[Iterable[object]] = []
-        if header is None:
-            header = list(columns) + [k for row in rows for k in row if k not in columns]
-            header = list(dict.fromkeys(header))
-            lines.append(header)
-        for row in rows:
-            unknown = [k for k in row if k not in header]
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise OSError(err.errno, f"{path}: cannot open for writing ({err.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not _still_the_file(fd, path):  # replaced (header extended, rows dropped) while we waited
+                continue
+            _heal_tail(fd, path)
+            header = _read_header(fd)
+            lines: list[Iterable[object]] = []
+            if header is None:
+                header = list(dict.fromkeys([*columns, *(k for row in rows for k in row)]))
+                lines.append(header)
+            unknown = [c for c in dict.fromkeys([*columns, *(k for row in rows for k in row)])
+                       if c not in header and any(c in row for row in rows)]  # in the schema's order
             if unknown:
-                raise ValueError(f"{path}: row has column(s) {unknown} that the file's header lacks; "
-                                 f"the table was written by another version: move it aside and rerun")
-            lines.append([row.get(c) for c in header])
-        _write_all(fd, _format(lines), path)
-    finally:
-        os.close(fd)  # releases the lock
+                _extend_header(fd, path, unknown)
+                continue  # append to the new file
+            lines += [[row.get(c) for c in header] for row in rows]
+            _write_all(fd, _format(lines), path)
+            return
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def _still_the_file(fd: int, path: Path) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _extend_header(fd: int, path: Path, new: list[str]) -> None:
+    """Rewrite the file (under the caller's lock) with `new` columns after the old ones, blank in old rows."""
+    data = os.pread(fd, os.fstat(fd).st_size, 0)
+    lines = data.splitlines()
+    pad = b"," * len(new)
+    head = lines[0] + b"," + _format([new]).rstrip(b"\n")
+    write_atomic(path, b"".join(line + b"\n" for line in [head, *(line + pad for line in lines[1:] if line)]))
 
 
 def append_row(path: str | Path, row: Mapping[str, object], columns: Sequence[str]) -> None:
@@ -162,16 +185,10 @@ def drop_rows(path: str | Path, column: str, values: set[str]) -> int:
         os.close(fd)
 
 
-def _numeric(cell: str) -> bool:
-    try:
-        float(cell)
-        return True
-    except ValueError:
-        return False
-
-
-def read_rows(path: str | Path) -> pd.DataFrame:
-    """The table as a DataFrame; malformed lines and rows are skipped with a `SkippedInput` warning."""
+def read_rows(path: str | Path, schema: Mapping[str, CellCheck] | None = None) -> pd.DataFrame:
+    """The table as a DataFrame; malformed lines are skipped with a `SkippedInput` warning. `schema`
+    ({column name: its definition}, e.g. `bench.schema.BENCH_SCHEMA`) judges every cell of the columns
+    it names; without it only a line's shape and bytes are judged."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -191,6 +208,7 @@ def read_rows(path: str | Path) -> pd.DataFrame:
         if lines:
             skipped(f"{path}: line 1 is not a header of distinct column names; file skipped")
         return pd.DataFrame()
+    checks = [(j, schema[name]) for j, name in enumerate(header) if name in schema] if schema else []
     good: list[tuple[int, list[str]]] = []
     bad: list[int] = []
     for number, line in enumerate(lines[1:], start=2):  # the writer keeps every record on one line
@@ -198,24 +216,17 @@ def read_rows(path: str | Path) -> pd.DataFrame:
             record = next(csv.reader([line], strict=True))
         except (StopIteration, csv.Error):
             record = []
-        if len(record) != len(header) or "\ufffd" in line:
+        if (len(record) != len(header) or "\ufffd" in line
+                or not all(column.accepts(record[j]) for j, column in checks)):
             bad.append(number)
         else:
             good.append((number, record))
-    # a cell that is not a number where most of its column's cells are: a damaged row
-    for j, name in enumerate(header):
-        if name in IDENTIFIERS:
-            continue
-        cells = [(line, rec[j]) for line, rec in good if rec[j] != ""]
-        numbers = sum(_numeric(c) for _, c in cells)
-        if cells and numbers * 2 >= len(cells) and numbers < len(cells):
-            damaged = {line for line, c in cells if not _numeric(c)}
-            bad += sorted(damaged)
-            good = [(line, rec) for line, rec in good if line not in damaged]
     if bad:
         shown = ", ".join(map(str, sorted(bad)[:10])) + (" …" if len(bad) > 10 else "")
         skipped(f"{path}: skipped {len(bad)} malformed line(s): {shown}")
     if not good:
         return pd.DataFrame(columns=header)
+    text_columns = {name: str for name in header if schema and name in schema
+                    and getattr(schema[name], "kind", "number") in ("text", "id", "time")}  # "000123" stays a string
     return pd.read_csv(io.BytesIO(_format([header] + [rec for _, rec in good])), keep_default_na=False,
-                       na_values=[""])
+                       na_values=[""], dtype=text_columns)

@@ -14,6 +14,7 @@ import fcntl
 import functools
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -64,16 +65,30 @@ def matmul_peak_flops(device: torch.device, dtype: str) -> float:
     key = f"{device_name(device)}|{dtype}|threads={torch.get_num_threads()}|torch={torch.__version__}"
     path = cache_path()
     measured = measure_matmul_peak(device, dtype)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:  # concurrent processes update the file in turn
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            cache = json.loads(path.read_text())
-        except (OSError, ValueError):
-            cache = {}
-        cache[key] = max(measured, cache.get(key, 0.0))
-        write_atomic(path, json.dumps(cache, indent=1).encode())
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "w") as lock:  # concurrent processes update the file in turn
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                cache = json.loads(path.read_text())
+            except (OSError, ValueError):
+                cache = {}
+            cache[key] = max(measured, cache.get(key, 0.0))
+            write_atomic(path, json.dumps(cache, indent=1).encode())
+    except OSError as err:  # a read-only or misplaced cache costs only the cached value: use this measurement
+        _warn_cache_once(path, err)
+        return measured
     return cache[key]
+
+
+_warned: list[Path] = []
+
+
+def _warn_cache_once(path: Path, err: OSError) -> None:
+    if not _warned:
+        _warned.append(path)
+        print(f"note: cannot keep the matmul peak in {path} ({err.strerror or err}); it is measured in each "
+              f"process instead (set VITBENCH_CACHE to a writable folder to keep it)", file=sys.stderr)
 
 
 def mfu(gflops_per_image: float, throughput_img_s: float, mode: str, peak_flops: float) -> float:

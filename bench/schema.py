@@ -7,46 +7,117 @@ both (`python -m ablations columns`) and a test keeps it in step.
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import re
+import typing
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
 from vit import ViTConfig
+from vit.config import FIELD_CHOICES
+
+KINDS = ("number", "int", "bool", "text", "id", "time")
 
 
 @dataclass(frozen=True)
 class Column:
+    """One column: its name, unit and meaning, and how a reader judges a cell of it (`kind`: number,
+    int, bool, text, id (12 hex digits), time (ISO 8601); `choices`: the only values it may hold;
+    `required`: a blank cell makes the line malformed)."""
     name: str
     unit: str      # "" where the value has none (a count, a name, a ratio)
     meaning: str
+    kind: str = "number"
+    choices: tuple[str, ...] = ()
+    required: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"column {self.name}: kind {self.kind!r} is not one of {KINDS}")
+
+    def accepts(self, cell: str) -> bool:
+        """Whether a cell read from a CSV file can be a value of this column."""
+        if cell == "":
+            return not self.required
+        if self.choices:
+            return cell in self.choices
+        return _ACCEPTS[self.kind](cell)
+
+
+def _number(cell: str) -> bool:
+    try:
+        float(cell)
+        return True
+    except ValueError:
+        return False
+
+
+def _int(cell: str) -> bool:
+    try:
+        return float(cell).is_integer()
+    except ValueError:
+        return False
+
+
+def _time(cell: str) -> bool:
+    try:
+        datetime.datetime.fromisoformat(cell)
+        return True
+    except ValueError:
+        return False
+
+
+_ACCEPTS: dict[str, Callable[[str], bool]] = {
+    "number": _number, "int": _int, "bool": lambda c: c in ("True", "False", "0", "1"), "text": lambda c: True,
+    "id": lambda c: re.fullmatch(r"[0-9a-f]{12}", c) is not None, "time": _time}
 
 
 def names(columns: list[Column]) -> list[str]:
     return [c.name for c in columns]
 
 
+def by_name(*tables: Iterable[Column]) -> dict[str, Column]:
+    """{name: column} over tables whose shared names mean the same thing (a reader's schema)."""
+    found: dict[str, Column] = {}
+    for table in tables:
+        for column in table:
+            found.setdefault(column.name, column)
+    return found
+
+
+def _config_column(f: dataclasses.Field) -> Column:
+    kind = {int: "int", float: "number", bool: "bool", str: "text"}[typing.get_type_hints(ViTConfig)[f.name]]
+    return Column(f.name, f.metadata.get("unit", ""), f.metadata.get("doc", ""), kind,
+                  tuple(sorted(FIELD_CHOICES.get(f.name, ()))))
+
+
+STATUSES = ("ok", "oom", "diverged", "error")
 IDENTITY = [
-    Column("run_id", "", "12-hex hash of everything that defines the row: a rerun with the same definition has the same id"),
-    Column("started_at", "ISO 8601", "when the measurement or run started (UTC)"),
-    Column("git_sha", "", "commit of vitbench that produced the row"),
-    Column("host", "", "machine name"),
-    Column("device", "", "cpu or cuda"),
-    Column("device_name", "", "CPU model or GPU name"),
-    Column("torch_version", "", "PyTorch version"),
-    Column("dtype", "", "fp32, or bf16/fp16 autocast"),
-    Column("compile", "0/1", "whether the model ran under torch.compile"),
-    Column("status", "", "ok, oom, diverged or error"),
-    Column("error", "", "the failure's message; empty when ok"),
+    Column("run_id", "", "12-hex hash of everything that defines the row: a rerun with the same definition has the same id",
+           "id", required=True),
+    Column("started_at", "ISO 8601", "when the measurement or run started (UTC)", "time"),
+    Column("git_sha", "", "commit of vitbench that produced the row", "text"),
+    Column("host", "", "machine name", "text"),
+    Column("device", "", "cpu or cuda", "text"),
+    Column("device_name", "", "CPU model or GPU name", "text"),
+    Column("torch_version", "", "PyTorch version", "text"),
+    Column("dtype", "", "fp32, or bf16/fp16 autocast", "text", ("fp32", "bf16", "fp16")),
+    Column("compile", "0/1", "whether the model ran under torch.compile", "int", ("0", "1")),
+    Column("status", "", "ok, oom, diverged or error", "text", STATUSES, required=True),
+    Column("error", "", "the failure's message; empty when ok", "text"),
 ]
-CONFIG = ([Column(f.name, f.metadata.get("unit", ""), f.metadata.get("doc", "")) for f in dataclasses.fields(ViTConfig)]
-          + [Column("tokens", "", "sequence length T: patches + 1 (the CLS token)")])
+CONFIG = ([_config_column(f) for f in dataclasses.fields(ViTConfig)]
+          + [Column("tokens", "", "sequence length T: patches + 1 (the CLS token)", "int")])
 COST = [
-    Column("params", "", "trainable and frozen parameters"),
+    Column("params", "", "trainable and frozen parameters", "int"),
     Column("gmacs", "10⁹ MAC", "multiply-adds of one image's forward pass in every matrix product, attention "
                                "products included, the same for every backend (fvcore with exact handles)"),
     Column("gflops", "10⁹ FLOP", "2 × gmacs"),
 ]
 SPEED = [
-    Column("mode", "", "infer (eval, inference_mode) or train (forward, backward, AdamW step)"),
-    Column("batch_size", "images", "images per step"),
+    Column("mode", "", "infer (eval, inference_mode) or train (forward, backward, AdamW step)", "text",
+           ("infer", "train")),
+    Column("batch_size", "images", "images per step", "int"),
     Column("throughput_img_s", "images/s", "batch_size / median step time"),
     Column("step_ms_median", "ms", "median wall time of one step (CUDA events on a GPU)"),
     Column("step_ms_iqr", "ms", "interquartile range of the step times"),
@@ -54,16 +125,16 @@ SPEED = [
                                  "CPU (parameters, optimizer state and activations, not process RSS)"),
     Column("util_pct", "%", "GPU utilisation from NVML during the timed steps, or on the CPU this process's "
                             "CPU time over wall time as a share of its cores"),
-    Column("util_source", "", "nvml or cpu: where util_pct came from"),
+    Column("util_source", "", "nvml or cpu: where util_pct came from", "text"),
     Column("mfu", "", "model FLOP utilisation: achieved FLOP/s over the device's measured matmul peak for "
                       "that dtype (a training step counts 3 × the forward FLOPs)"),
 ]
 EXTRA = [
     Column("gpu_mem_used_mb", "MiB", "device memory in use per NVML during the timed steps (all processes)"),
     Column("power_w", "W", "board power per NVML during the timed steps"),
-    Column("repeats", "steps", "timed steps behind the figures"),
+    Column("repeats", "steps", "timed steps behind the figures", "int"),
 ]
 
 BENCH_TABLE = IDENTITY + CONFIG + COST + SPEED + EXTRA
 BENCH_COLUMNS = names(BENCH_TABLE)
-STATUSES = ("ok", "oom", "diverged", "error")
+BENCH_SCHEMA = by_name(BENCH_TABLE)

@@ -60,12 +60,12 @@ def kill_after_first_row(cmd: list[str], env: dict[str, str], csv: Path, timeout
     import subprocess
     import time
 
-    from bench.csvio import read_rows
+    from ablations.schema import read_table
 
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + timeout_s
-    while time.time() < deadline and not (csv.exists() and len(read_rows(csv)) >= 1):
+    while time.time() < deadline and not (csv.exists() and len(read_table(csv)) >= 1):
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    return read_rows(csv)
+    return read_table(csv)

@@ -16,6 +16,11 @@ On a small digits sweep (3 points × 3 seeds, 3 epochs, a checkpoint every epoch
 5. checks the end state: every point × seed has exactly one ok row, every accuracy and weights file
    equals the uninterrupted run's, and `python -m ablations report` succeeds and lists the garbage
    under "Skipped inputs".
+Then, with `--jobs-kills N` (default as many as `--kills`), the same sweep with JOBS=2: at random
+instants it SIGKILLs one of the two workers (the sweep goes on: a new worker resumes that run), SIGKILLs
+the driver (the workers must die with it), or sends the driver SIGTERM (it must exit 143 within 10 s
+with no worker left); after each, nothing finished may be lost, and the end state must equal an
+uninterrupted JOBS=2 sweep's, run for run and byte for byte.
 It prints the counts and exits 1 on any violation. `tests/test_crash.py` runs a short campaign.
 """
 
@@ -38,7 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.csvio import SkippedInput, read_rows  # noqa: E402
+from ablations.schema import read_table as read_rows  # noqa: E402
+from bench.csvio import SkippedInput  # noqa: E402
 
 warnings.simplefilter("ignore", SkippedInput)  # the campaign damages tables on purpose; it checks the report
 
@@ -69,6 +75,10 @@ class Tally:
     torn_cut: int = 0
     garbage_skipped: int = 0
     disk_full: str = ""
+    worker_kills: int = 0
+    driver_kills: int = 0
+    term_stops: int = 0
+    slowest_stop_s: float = 0.0
     problems: list[str] = field(default_factory=list)
 
     def check(self, ok: bool, what: str) -> None:
@@ -77,9 +87,10 @@ class Tally:
             print(f"  VIOLATION: {what}", flush=True)
 
 
-def sweep_cmd(spec: Path, out: Path) -> list[str]:
+def sweep_cmd(spec: Path, out: Path, jobs: int = 1) -> list[str]:
     return [sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--seeds", SEEDS,
-            "--cost-rounds", "1", "--checkpoint-every", "1", "--device", "cpu", "--out", str(out)]
+            "--cost-rounds", "1", "--checkpoint-every", "1", "--device", "cpu", "--out", str(out),
+            "--jobs", str(jobs), "--max-retries", "20"]
 
 
 def env(work: Path, marks: float = 0.0) -> dict[str, str]:
@@ -91,8 +102,131 @@ def env(work: Path, marks: float = 0.0) -> dict[str, str]:
     return e
 
 
-def run(spec: Path, out: Path, work: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(sweep_cmd(spec, out), env=env(work), cwd=ROOT, capture_output=True, text=True, timeout=900)
+def run(spec: Path, out: Path, work: Path, jobs: int = 1) -> subprocess.CompletedProcess:
+    return subprocess.run(sweep_cmd(spec, out, jobs), env=env(work), cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+
+
+def workers_of(pid: int) -> list[int]:
+    """The spawned worker processes of `pid`, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"spawn_main" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def gone(pids: list[int], within_s: float = 5.0) -> bool:
+    deadline = time.time() + within_s
+    while time.time() < deadline:
+        if not any(Path(f"/proc/{p}").exists() and "Z" not in _state(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
+
+
+def jobs_sweep_once(spec: Path, out: Path, work: Path, rng: random.Random, tally: Tally, kills: int) -> None:
+    """One JOBS=2 sweep process, hit at random instants until it ends: worker SIGKILLs (it goes on), then a
+    driver SIGKILL or SIGTERM (it ends), or it finishes first."""
+    before = finished(out, spec.stem)
+    log = work / "jobs.log"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(sweep_cmd(spec, out, jobs=2), env=env(work), cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=stderr)
+    ended = False
+    while not ended and tally.kills < kills:
+        time.sleep(rng.uniform(0.5, 5.0))
+        if proc.poll() is not None:
+            tally.finished_before_kill += 1
+            break
+        workers = workers_of(proc.pid)
+        action = rng.choice(["worker", "worker", "driver", "term"]) if workers else rng.choice(["driver", "term"])
+        tally.kills += 1
+        if action == "worker":
+            os.kill(rng.choice(workers), signal.SIGKILL)
+            tally.worker_kills += 1
+            continue
+        ended = True
+        if action == "driver":
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            tally.driver_kills += 1
+            tally.check(gone(workers), f"kill {tally.kills}: workers outlived a SIGKILLed driver")
+            continue
+        t0 = time.perf_counter()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        took = time.perf_counter() - t0
+        tally.term_stops += 1
+        tally.slowest_stop_s = max(tally.slowest_stop_s, took)
+        tally.check(proc.returncode == 143, f"kill {tally.kills}: SIGTERM gave exit status {proc.returncode}, not 143")
+        tally.check(took < 10, f"kill {tally.kills}: SIGTERM took {took:.1f} s to stop the sweep")
+        tally.check(gone(workers, 1.0), f"kill {tally.kills}: a worker outlived the driver's SIGTERM")
+    if not ended:
+        proc.wait(timeout=900)
+    err = log.read_text()
+    tally.check("Traceback" not in err, f"a traceback after kill {tally.kills}: {err[-400:]}")
+    after = finished(out, spec.stem)
+    lost = [rid for rid, digest in before.items() if after.get(rid) != digest]
+    tally.check(not lost, f"kill {tally.kills}: finished runs lost or changed: {lost}")
+
+
+def jobs_campaign(work: Path, kills: int, seed: int = 0) -> Tally:
+    """The JOBS=2 campaign (see the module docstring)."""
+    work.mkdir(parents=True, exist_ok=True)
+    rng, tally = random.Random(seed), Tally()
+    spec = work / "depth.toml"
+    spec.write_text(SPEC)
+    t0 = time.perf_counter()
+    print(f"JOBS=2 crash test in {work}: {RUNS} runs, {kills} kills (seed {seed})", flush=True)
+    reference = work / "reference-jobs2"
+    ref = run(spec, reference, work, jobs=2)
+    tally.check(ref.returncode == 0, f"the uninterrupted JOBS=2 sweep failed: {ref.stderr[-500:]}")
+    print(f"  reference JOBS=2 sweep: {len(finished(reference, spec.stem))} runs in {time.perf_counter() - t0:.0f} s",
+          flush=True)
+    out = work / "out-jobs2"
+    while tally.kills < kills:
+        jobs_sweep_once(spec, out, work, rng, tally, kills)
+        if len(finished(out, spec.stem)) == RUNS and tally.kills < kills:  # done: start over
+            shutil.rmtree(out / "ablations" / "weights", ignore_errors=True)
+            for f in (out / "ablations").glob("depth*.csv"):
+                f.rename(f.with_name(f"done-{tally.kills}-{f.name}"))
+    done = run(spec, out, work, jobs=2)
+    tally.check(done.returncode == 0, f"rerun after the kills failed: {done.stderr[-500:]}")
+    table = read_rows(out / "ablations" / "depth.csv")
+    ok = table[table["status"] == "ok"]
+    ref_rows = read_rows(reference / "ablations" / "depth.csv").set_index("run_id")
+    tally.check(len(ok) == RUNS and ok["run_id"].is_unique, f"{len(ok)} ok rows for {RUNS} runs")
+    same = [rid for rid in ok["run_id"] if rid in ref_rows.index
+            and ok.set_index("run_id").loc[rid, "test_acc"] == ref_rows.loc[rid, "test_acc"]]
+    tally.check(len(same) == RUNS, f"only {len(same)} of {RUNS} accuracies equal the uninterrupted sweep's")
+    tally.check(finished(out, spec.stem) == finished(reference, spec.stem),
+                "weights differ from the uninterrupted JOBS=2 sweep's")
+    tally.resumed_runs = int((ok["resumed_after"].fillna(0) > 0).sum())
+    print(f"  {tally.kills} kills: {tally.worker_kills} workers SIGKILLed, {tally.driver_kills} drivers SIGKILLed, "
+          f"{tally.term_stops} SIGTERMs (slowest stop {tally.slowest_stop_s:.1f} s); {tally.finished_before_kill} "
+          f"sweeps finished before their next kill", flush=True)
+    print(f"  end state: {len(ok)} ok rows for {RUNS} runs, {len(same)} accuracies and weights equal to the "
+          f"uninterrupted JOBS=2 sweep's; {tally.resumed_runs} runs resumed from a checkpoint", flush=True)
+    print(f"JOBS=2 crash test: {'PASS' if not tally.problems else 'FAIL: ' + '; '.join(tally.problems)} "
+          f"in {time.perf_counter() - t0:.0f} s", flush=True)
+    return tally
 
 
 def finished(out: Path, sweep: str) -> dict[str, str]:
@@ -193,6 +327,7 @@ def fill_small_filesystem(spec: Path, work: Path, tally: Tally) -> None:
 
 
 def campaign(work: Path, kills: int, seed: int = 0) -> Tally:
+    work.mkdir(parents=True, exist_ok=True)
     rng, tally = random.Random(seed), Tally()
     spec = work / "depth.toml"  # named as the registered depth sweep, so that the report covers it
     spec.write_text(SPEC)
@@ -262,15 +397,22 @@ def campaign(work: Path, kills: int, seed: int = 0) -> Tally:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kills", type=int, default=24)
+    parser.add_argument("--kills", type=int, default=24, help="kills of the one-job campaign")
+    parser.add_argument("--jobs-kills", type=int, help="kills of the JOBS=2 campaign (default: --kills; 0 skips it)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, help="default: a new temporary folder, removed afterwards")
     args = parser.parse_args()
+    jobs_kills = args.kills if args.jobs_kills is None else args.jobs_kills
+
+    def both(work: Path) -> int:
+        problems = campaign(work / "one-job", args.kills, args.seed).problems if args.kills else []
+        if jobs_kills:
+            problems += jobs_campaign(work / "two-jobs", jobs_kills, args.seed).problems
+        return 1 if problems else 0
     if args.workdir:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-        return 1 if campaign(args.workdir, args.kills, args.seed).problems else 0
+        return both(args.workdir)
     with tempfile.TemporaryDirectory(prefix="vitbench-crash-") as work:
-        return 1 if campaign(Path(work), args.kills, args.seed).problems else 0
+        return both(Path(work))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ablations.__main__ import main as ablations_main
-from bench.csvio import read_rows
+from ablations.schema import read_table
 from conftest import write_spec
 from vit import PRESETS
 
@@ -25,7 +25,7 @@ def test_train_refuses_a_field_the_dataset_fixes_before_any_work(tmp_path, capsy
 
 def test_make_train_prints_the_rows_of_its_own_runs_even_when_they_were_done_before(tmp_path, capsys):
     assert ablations_main(["train", *QUICK, "--seeds", "0,1", "--out", str(tmp_path)]) == 0
-    ids = dict(zip(*(read_rows(tmp_path / "ablations" / "train.csv")[c] for c in ("seed", "run_id"))))
+    ids = dict(zip(*(read_table(tmp_path / "ablations" / "train.csv")[c] for c in ("seed", "run_id"))))
     capsys.readouterr()
     assert ablations_main(["train", *QUICK, "--seeds", "0", "--out", str(tmp_path)]) == 0  # already done: skipped
     out = capsys.readouterr().out
@@ -36,7 +36,7 @@ def test_make_train_prints_the_rows_of_its_own_runs_even_when_they_were_done_bef
 def test_train_picks_the_datasets_base_preset_unless_one_is_named(tmp_path, capsys):
     base = ["train", "--dataset", "digits", "--epochs", "1", "--seeds", "0", "--cost-rounds", "0"]
     assert ablations_main([*base, "--out", str(tmp_path / "auto")]) == 0            # digits: vit_digits
-    row = read_rows(tmp_path / "auto" / "ablations" / "train.csv").iloc[0]
+    row = read_table(tmp_path / "auto" / "ablations" / "train.csv").iloc[0]
     digits = PRESETS["vit_digits"]
     assert (row["patch_size"], row["embed_dim"], row["depth"]) == (digits.patch_size, digits.embed_dim, digits.depth)
     capsys.readouterr()
@@ -54,7 +54,7 @@ def make_dry(*args) -> str:
 def test_make_download_and_data_root_reach_the_commands():
     assert "--download" in make_dry("ablate-depth", "DOWNLOAD=1")
     assert "--download" not in make_dry("ablate-depth")
-    assert "--data-root /d" in make_dry("report", "DATA_ROOT=/d")
+    assert "--data-root '/d'" in make_dry("report", "DATA_ROOT=/d")
 
 
 def test_specs_read_toml_without_tomllib_through_the_backport():

@@ -13,7 +13,7 @@ from ablations.runner import SweepPaths, load_preds, run_sweep
 from ablations.specs import Point
 from ablations.tasks import RunOptions
 from ablations.train import TrainConfig
-from bench.csvio import read_rows
+from ablations.schema import read_table
 from vit import ViTConfig
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
@@ -39,7 +39,7 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
 
     # B's depth-2 runs now miss every test image: A is higher there by exactly its own accuracy
     table_path = copy / "ablations" / "cmp.csv"
-    rows = read_rows(table_path)
+    rows = read_table(table_path)
     worse = rows["depth"] == 2
     for run_id in rows.loc[worse, "run_id"]:
         path = SweepPaths.of(copy, "cmp").preds / f"{run_id}.npz"
@@ -48,7 +48,7 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
     rows.loc[worse, "test_acc"] = 0.0
     rows.to_csv(table_path, index=False)
     table = compare_outs(sweep_out, copy).set_index("point")
-    accuracy = read_rows(sweep_out / "ablations" / "cmp.csv").groupby("depth")["test_acc"].mean()
+    accuracy = read_table(sweep_out / "ablations" / "cmp.csv").groupby("depth")["test_acc"].mean()
     assert table.loc["depth=2", "diff_pts"] == pytest.approx(100 * accuracy[2])
     assert 0 < table.loc["depth=2", "low_pts"] <= table.loc["depth=2", "high_pts"]
     assert table.loc["depth=2", "verdict"] == "A higher" and table.loc["depth=1", "verdict"] == "same within noise"

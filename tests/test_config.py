@@ -60,7 +60,8 @@ def test_presets_are_valid_and_derived_sizes_consistent():
 
 
 def test_from_row_inverts_to_dict_through_a_csv(tmp_path):
-    from bench.csvio import append_row, read_rows
+    from bench.csvio import append_row
+    from ablations.schema import read_table
 
     cfgs = [ViTConfig(img_size=28, patch_size=7, in_chans=1, embed_dim=48, num_heads=3, mlp_ratio=2.5,
                       pos="sincos2d", norm="post", pool="avg", stem="conv", qkv_bias=False, dropout=0.1),
@@ -68,7 +69,7 @@ def test_from_row_inverts_to_dict_through_a_csv(tmp_path):
     path = tmp_path / "t.csv"
     for cfg in cfgs:
         append_row(path, cfg.to_dict(), list(cfg.to_dict()))
-    rows = read_rows(path)
+    rows = read_table(path)
     assert [ViTConfig.from_row(r) for _, r in rows.iterrows()] == cfgs
     # a table written before a field existed (no `pool` column) gets that field's default
     assert ViTConfig.from_row(rows.drop(columns="pool").iloc[0]) == cfgs[0].replace(pool="cls")

@@ -9,7 +9,7 @@ import torch
 from ablations.cost import CostPlan, model_key, row_figures, run_cost_phase
 from ablations.specs import Point
 from ablations.train import TrainConfig
-from bench.csvio import read_rows
+from ablations.schema import read_table
 from bench.rounds import Spread, interleaved, ratio_or_noise
 from bench.timing import TimingConfig
 from vit import ViTConfig
@@ -55,7 +55,7 @@ def points():
 def test_cost_phase_rows_are_per_point_mode_and_round_and_reused_when_complete(tmp_path):
     csv = tmp_path / "c-cost.csv"
     phase = run_cost_phase("c", points(), PLAN, torch.device("cpu"), csv, progress=False)
-    table = read_rows(csv)
+    table = read_table(csv)
     assert len(table) == len(phase) == 3 * 2 * 2 and (table["status"] == "ok").all()
     assert table["phase_id"].nunique() == 1
     assert sorted(table.groupby(["depth", "mode"]).size().unique()) == [3]  # every point and mode, every round
@@ -69,7 +69,7 @@ def test_cost_phase_rows_are_per_point_mode_and_round_and_reused_when_complete(t
     assert firsts == [(1, "infer"), (1, "train"), (2, "infer")]
 
     again = run_cost_phase("c", points(), PLAN, torch.device("cpu"), csv, progress=False)
-    assert len(read_rows(csv)) == 12 and len(again) == 12  # complete: reused, nothing measured
+    assert len(read_table(csv)) == 12 and len(again) == 12  # complete: reused, nothing measured
 
 
 def test_a_phase_cut_short_is_measured_again_whole(tmp_path):
@@ -78,7 +78,7 @@ def test_a_phase_cut_short_is_measured_again_whole(tmp_path):
     lines = csv.read_text().splitlines(keepends=True)
     csv.write_text("".join(lines[:-3]))  # killed during the last round
     phase = run_cost_phase("c", points(), PLAN, torch.device("cpu"), csv, progress=False)
-    table = read_rows(csv)   # the 9 rows of the attempt cut short are gone: no round mixes two sittings
+    table = read_table(csv)   # the 9 rows of the attempt cut short are gone: no round mixes two sittings
     assert len(phase) == 12 and len(table) == 12 and table["phase_id"].nunique() == 1
 
 
@@ -101,7 +101,7 @@ def test_one_phase_over_several_sweeps_times_a_shared_model_once_and_writes_each
     csvs = {s: tmp_path / f"{s}-cost.csv" for s in "ab"}
     phases = run_cost_phases([("a", a, csvs["a"]), ("b", b, csvs["b"])], PLAN, torch.device("cpu"), progress=False)
     assert sorted(measured) == sorted([(d, m) for d in (1, 2, 3) for m in ("infer", "train")] * 3)  # depth 2 once
-    tables = {s: read_rows(csv) for s, csv in csvs.items()}
+    tables = {s: read_table(csv) for s, csv in csvs.items()}
     for s, depths in (("a", {1, 2}), ("b", {2, 3})):
         table = tables[s]
         assert len(table) == len(phases[s]) == 3 * 2 * 2 and set(table["depth"]) == depths
@@ -115,13 +115,13 @@ def test_one_phase_over_several_sweeps_times_a_shared_model_once_and_writes_each
     lines = csvs["b"].read_text().splitlines(keepends=True)
     csvs["b"].write_text("".join(lines[:-1]))   # killed between the two tables' copies of the last row
     run_cost_phases([("a", a, csvs["a"]), ("b", b, csvs["b"])], PLAN, torch.device("cpu"), progress=False)
-    assert len(measured) == 36 and [len(read_rows(csv)) for csv in csvs.values()] == [12, 12]
+    assert len(measured) == 36 and [len(read_table(csv)) for csv in csvs.values()] == [12, 12]
 
 
 def test_row_figures_are_the_medians_over_rounds_of_the_phase_rows(tmp_path):
     csv = tmp_path / "c-cost.csv"
     run_cost_phase("c", points(), PLAN, torch.device("cpu"), csv, progress=False)
-    table = read_rows(csv)
+    table = read_table(csv)
     figures = row_figures(table)
     for p in points():
         rows = table[(table["depth"] == p.model.depth) & (table["mode"] == "infer")]
@@ -154,7 +154,7 @@ def test_the_cost_phase_times_the_training_step_that_training_runs(tmp_path, mon
     csv = tmp_path / "c-cost.csv"
     for graphs in (True, False):  # a phase measured under the other GRAPHS is not reused
         run_cost_phase("c", pts, PLAN, torch.device("cpu"), csv, progress=False, graphs=graphs)
-    table = read_rows(csv)
+    table = read_table(csv)
     assert len(built) == 2 * 3 * 2 and table["phase_id"].nunique() == 2 and (table["status"] == "ok").all()
     assert all(cfg == train and step is EagerStep for cfg, _, _, step in built)  # the CPU step is the eager one
     assert [g for _, g, _, _ in built] == [True] * 6 + [False] * 6

@@ -1,9 +1,9 @@
 """A short crash campaign (tests/crash.py): SIGKILLs at random instants, one inside a save step, a torn
 last line, garbage lines and, where a tmpfs can be mounted, a full filesystem; then every run has one
 ok row equal to the uninterrupted sweep's and the report lists what it skipped. `make crash-test` runs
-the long one (24 kills)."""
+the long ones (24 kills each, with one job and with JOBS=2)."""
 
-from crash import campaign
+from crash import campaign, jobs_campaign
 
 
 def test_a_short_crash_campaign_loses_nothing_and_ends_whole(tmp_path):
@@ -11,3 +11,9 @@ def test_a_short_crash_campaign_loses_nothing_and_ends_whole(tmp_path):
     assert tally.problems == []
     assert tally.kills == 2 and tally.kills_in_save == 1
     assert tally.torn_cut == 1 and tally.garbage_skipped == 2
+
+
+def test_a_short_jobs_2_campaign_loses_nothing_and_ends_equal_to_an_uninterrupted_sweep(tmp_path):
+    tally = jobs_campaign(tmp_path, kills=3, seed=2)
+    assert tally.problems == []
+    assert tally.kills == 3 and tally.worker_kills + tally.driver_kills + tally.term_stops == 3

@@ -14,7 +14,7 @@ from ablations.runner import run_sweep
 from ablations.tasks import RunOptions
 from ablations.specs import Point
 from ablations.train import TrainConfig, param_groups, train
-from bench.csvio import read_rows
+from ablations.schema import read_table
 from vit import ViTConfig, VisionTransformer, init_from_checkpoint
 
 KW = dict(img_size=16, patch_size=4, in_chans=3, num_classes=10, embed_dim=32, depth=3, num_heads=4, mlp_ratio=2.0)
@@ -61,7 +61,7 @@ def test_larger_image_resamples_positions_and_trains_with_init_recorded(tmp_path
     run_sweep("ft", [point], RunOptions(dataset="synthetic", out=str(tmp_path / "out"), progress=False,
                                         seeds=(0,), cost=CostPlan(rounds=0), init=str(path),
                                         init_id=checkpoint_id(path)))
-    row = read_rows(tmp_path / "out" / "ablations" / "ft.csv").iloc[0]
+    row = read_table(tmp_path / "out" / "ablations" / "ft.csv").iloc[0]
     assert row["status"] == "ok" and row["init"].startswith("ckpt.pth:") and len(row["init"]) == 9 + 12
 
 
@@ -142,7 +142,7 @@ def test_spec_init_key_starts_every_run_from_the_checkpoint(tmp_path, timm_model
                     'embed_dim = 32\nnum_heads = 4\npatch_size = 4\nmlp_ratio = 2.0\n[train]\nepochs = 1\n')
     assert ablations_main(["sweep", str(spec), "--dataset", "synthetic", "--out", str(tmp_path / "out"),
                            "--seeds", "0", "--cost-rounds", "0"]) == 0
-    row = read_rows(tmp_path / "out" / "ablations" / "ftspec.csv").iloc[0]
+    row = read_table(tmp_path / "out" / "ablations" / "ftspec.csv").iloc[0]
     assert row["status"] == "ok" and row["init"].startswith("ckpt.pth:")
     spec.write_text(spec.read_text().replace("ckpt.pth", "missing.pth"))
     assert ablations_main(["sweep", str(spec), "--dataset", "synthetic", "--out", str(tmp_path / "o2")]) == 2

@@ -23,7 +23,7 @@ from ablations.schema import MEASURED
 from ablations.specs import Point
 from ablations.tasks import Outcome, RunOptions, make_tasks
 from ablations.train import TrainConfig
-from bench.csvio import read_rows
+from ablations.schema import read_table
 from conftest import kill_after_first_row, write_spec
 from vit import ViTConfig, VisionTransformer
 
@@ -42,7 +42,7 @@ def test_two_jobs_write_the_rows_of_one_job(tmp_path):
         executor = LocalExecutor(ExecutorOptions(jobs=jobs, device="cpu"))
         assert (f"{jobs} runs at once" in executor.start()) == (jobs == 2)
         run_sweep("j", points, opts, executor)
-        tables[jobs] = read_rows(tmp_path / f"jobs{jobs}" / "ablations" / "j.csv").sort_values("run_id")
+        tables[jobs] = read_table(tmp_path / f"jobs{jobs}" / "ablations" / "j.csv").sort_values("run_id")
     one, two = tables[1], tables[2]
     assert (one["jobs"] == 1).all() and (two["jobs"] == 2).all() and (two["status"] == "ok").all()
     same = [c for c in one.columns if c not in MEASURED and c not in PLACEMENT]
@@ -60,7 +60,7 @@ def test_sigkill_with_two_jobs_then_rerun_keeps_every_finished_run(tmp_path):
     assert 1 <= len(first) < 6, "the kill should land mid-sweep"
     rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    table = read_rows(csv)
+    table = read_table(csv)
     assert len(table) == 6 and (table["status"] == "ok").all() and table["run_id"].is_unique
     pd.testing.assert_frame_equal(table.iloc[: len(first)].reset_index(drop=True), first)
 
@@ -198,7 +198,7 @@ def test_a_worker_sigkilled_mid_run_is_replaced_and_its_run_resumes_from_its_che
         proc.kill()
     assert proc.returncode == 0, err[-2000:]
     assert "its worker died (SIGKILL" in err
-    table = read_rows(out / "ablations" / "js.csv")
+    table = read_table(out / "ablations" / "js.csv")
     assert len(table) == 4 and (table["status"] == "ok").all() and table["run_id"].is_unique
     assert (table["resumed_after"] > 0).sum() == 1   # the killed run went on from its checkpoint, the others ran through
     assert not list(checkpoints.glob("*.safetensors"))   # deleted only after their ok rows
@@ -230,7 +230,7 @@ def test_a_stop_signal_with_two_jobs_stops_every_worker_within_seconds_and_keeps
     assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "a worker outlived the driver"
     assert len(list(checkpoints.glob("*.safetensors"))) >= 2
     rows = out / "ablations" / "js.csv"
-    assert not rows.exists() or len(read_rows(rows)) == 0   # nothing finished, nothing recorded as failed
+    assert not rows.exists() or len(read_table(rows)) == 0   # nothing finished, nothing recorded as failed
     lock = out / "ablations" / "js.lock"
     fd = os.open(lock, os.O_RDWR)
     try:

@@ -25,6 +25,7 @@ from ablations.tasks import RunOptions, Task  # noqa: E402
 from ablations.specs import Point  # noqa: E402
 from ablations.train import TrainConfig  # noqa: E402
 from bench.csvio import read_rows  # noqa: E402
+from ablations.schema import read_table
 from ablations.schema import MEASURED  # noqa: E402
 from vit import ViTConfig  # noqa: E402
 
@@ -73,10 +74,10 @@ def test_ray_gives_the_same_rows_history_and_weights_as_local(tmp_path):
     remote = run_sweep("rt", points, options(tmp_path / "ray", seeds=(0, 1)), executor)
     assert local["statuses"] == remote["statuses"] == {"ok": 4}
 
-    a, b = (read_rows(tmp_path / d / "ablations" / "rt.csv") for d in ("local", "ray"))
+    a, b = (read_table(tmp_path / d / "ablations" / "rt.csv") for d in ("local", "ray"))
     assert len(a) == 4 and a["test_acc"].notna().all()
     pd.testing.assert_frame_equal(comparable(a), comparable(b))
-    ha, hb = (read_rows(tmp_path / d / "ablations" / "rt-history.csv").drop(columns="elapsed_s")
+    ha, hb = (read_table(tmp_path / d / "ablations" / "rt-history.csv").drop(columns="elapsed_s")
               .sort_values(["run_id", "epoch"]).reset_index(drop=True) for d in ("local", "ray"))
     pd.testing.assert_frame_equal(ha, hb)
     for rid in a["run_id"]:  # weights came back to the driver and equal the local ones
@@ -99,7 +100,7 @@ def test_killed_worker_is_retried_then_recorded_as_error(tmp_path):
 
     summary = run_sweep("kill", depth_points("kill", 1, 2, 3, 4), options(tmp_path), ray_executor(max_retries=1),
                         fn=partial(killing_execute, marker_dir=str(tmp_path)))
-    table = read_rows(tmp_path / "ablations" / "kill.csv").set_index("depth")
+    table = read_table(tmp_path / "ablations" / "kill.csv").set_index("depth")
     assert summary["statuses"] == {"ok": 3, "error": 1}
     assert (table.loc[[1, 2, 4], "status"] == "ok").all()  # depth 2 died once, then its retry finished
     assert table.loc[3, "status"] == "error" and "after 1 retry" in table.loc[3, "error"]
@@ -117,13 +118,13 @@ def test_cli_ray_sweep_resumes_and_trains_only_missing_points(tmp_path, capsys):
     args = ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--executor", "ray",
             "--cpus-per-task", "1", "--device", "cpu", "--seeds", "0", "--cost-rounds", "0"]
     assert ablations_main(args) == 0
-    first = read_rows(tmp_path / "ablations" / "d.csv")
+    first = read_table(tmp_path / "ablations" / "d.csv")
     assert list(first["status"]) == ["ok", "ok"]
     spec.write_text(spec.read_text().replace("[1, 2]", "[1, 2, 3]"))
     assert ablations_main(args) == 0
     out = capsys.readouterr()
     assert "2 already done, 1 ok" in out.out and "ray: local cluster" in out.err
-    table = read_rows(tmp_path / "ablations" / "d.csv")
+    table = read_table(tmp_path / "ablations" / "d.csv")
     assert sorted(table["depth"]) == [1, 2, 3] and (table["status"] == "ok").all() and table["run_id"].is_unique
     pd.testing.assert_frame_equal(table.iloc[:2], first)
 
@@ -166,5 +167,5 @@ def test_init_checkpoint_reaches_workers_as_bytes_not_as_the_drivers_path(tmp_pa
     summary = run_sweep("init", depth_points("init", 1), opts, ray_executor(),
                         fn=partial(checking_execute, driver_path=str(path), driver_bytes=path.read_bytes()))
     assert summary["statuses"] == {"ok": 1}
-    row = read_rows(tmp_path / "out" / "ablations" / "init.csv").iloc[0]
+    row = read_table(tmp_path / "out" / "ablations" / "init.csv").iloc[0]
     assert row["init"] == checkpoint_id(path)

@@ -1,6 +1,7 @@
 """The report from constructed CSVs and predictions: intervals, verdicts that follow the evidence, ratios
 only outside the noise, failed and missing sweeps named, the method stated, and deterministic output."""
 
+import hashlib
 import math
 
 import numpy as np
@@ -11,17 +12,23 @@ import torch
 from ablations.findings import analyse, newest_complete_phase, table_markdown
 from ablations.report import build_report
 from ablations.runner import SweepPaths, save_preds
-from bench.csvio import append_row, read_rows
+from bench.csvio import append_row
+from ablations.schema import read_table
 from ablations.schema import ABLATION_COLUMNS, COST_COLUMNS
 
 N_TEST = 1000
 ENV = {"device": "cpu", "device_name": "test cpu", "torch_version": "x", "git_sha": "abc", "dataset": "digits"}
 
 
+def hexid(text: str) -> str:
+    """A 12-hex identifier, as run_id and phase_id are."""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def write_run(out, depth, seed, correct_mask, status="ok", error=""):
     """One run of the `depth` sweep: its row and (for ok runs) its predictions; correct_mask: (N_TEST,) bool."""
     paths = SweepPaths.of(out, "depth")
-    run_id = f"d{depth}s{seed}"
+    run_id = f"{depth:06d}{seed:06d}"
     row = {"run_id": run_id, "status": status, "error": error, "depth": depth, "seed": seed, "sweep": "depth",
            "started_at": f"2026-01-0{depth}T00:00:0{seed}", "epochs": 1, "lr": 0.002, **ENV}
     if status == "ok":
@@ -46,7 +53,7 @@ def write_cost(out, throughput_by_depth, phase="p1", rounds=5):
         for mode in ("infer", "train"):
             for r in range(rounds):
                 append_row(SweepPaths.of(out, "depth").cost,
-                           {"run_id": f"{phase}{depth}{mode}{r}", "phase_id": phase, "round": r, "rounds": rounds,
+                           {"run_id": hexid(f"{phase}{depth}{mode}{r}"), "phase_id": hexid(phase), "round": r, "rounds": rounds,
                             "phase_items": 2 * len(throughput_by_depth), "depth": depth, "mode": mode,
                             "status": "ok", "throughput_img_s": values[r], "step_ms_median": 1000 / values[r],
                             "peak_mem_mb": 10.0 * depth if r == 0 else None, "started_at": "2026-01-01T00:00:00",
@@ -100,7 +107,7 @@ def test_cost_ratio_is_suppressed_when_the_iqrs_overlap(tmp_path):
 
 def test_runs_without_predictions_get_intervals_but_no_verdict(tmp_path):
     ten_points_apart(tmp_path)
-    (SweepPaths.of(tmp_path, "depth").preds / "d1s0.npz").unlink()
+    (SweepPaths.of(tmp_path, "depth").preds / "000001000000.npz").unlink()
     text = build_report(tmp_path).read_text()
     assert "**No verdict**: 1 of 6 runs have no saved test predictions" in text and "Best:" not in text
     assert "| 2 | 3 | 94.50 [" in text
@@ -118,11 +125,11 @@ def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(
     ten_points_apart(tmp_path)
     write_cost(tmp_path, {1: [1, 1, 1, 1, 1], 2: [1, 1, 1, 1, 1]}, phase="old")
     write_cost(tmp_path, {1: [9, 9, 9, 9, 9], 2: [9, 9, 9, 9, 9]}, phase="cut", rounds=5)
-    cost = read_rows(SweepPaths.of(tmp_path, "depth").cost)
-    cost = cost[~((cost["phase_id"] == "cut") & (cost["round"] == 4))]  # the newer phase was cut short
+    cost = read_table(SweepPaths.of(tmp_path, "depth").cost)
+    cost = cost[~((cost["phase_id"] == hexid("cut")) & (cost["round"] == 4))]  # the newer phase was cut short
     phase = newest_complete_phase(cost)
-    assert set(phase["phase_id"]) == {"old"}
-    rows = read_rows(SweepPaths.of(tmp_path, "depth").rows)
+    assert set(phase["phase_id"]) == {hexid("old")}
+    rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
     f = analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, phase)
     ok = rows[rows["status"] == "ok"]
     table = table_markdown(f)
@@ -155,8 +162,8 @@ def test_report_without_the_data_root_skips_the_attention_maps_and_says_why(tmp_
     cfg = PRESETS["vit_cifar"]
     paths = SweepPaths.of(tmp_path, "pos")
     paths.weights.mkdir(parents=True)
-    torch.save(VisionTransformer(cfg).state_dict(), paths.weights / "p0.pt")
-    append_row(paths.rows, {**ENV, **cfg.to_dict(), "dataset": "cifar10", "run_id": "p0", "status": "ok",
+    torch.save(VisionTransformer(cfg).state_dict(), paths.weights / "000000000000.pt")
+    append_row(paths.rows, {**ENV, **cfg.to_dict(), "dataset": "cifar10", "run_id": "000000000000", "status": "ok",
                             "error": "", "seed": 0, "sweep": "pos", "test_acc": 0.5, "test_size": 100, "params": 1,
                             "gmacs": 0.1, "gflops": 0.2, "train_time_s": 1.0, "started_at": "2026-01-01T00:00:00"},
                ABLATION_COLUMNS)
@@ -167,7 +174,7 @@ def test_report_without_the_data_root_skips_the_attention_maps_and_says_why(tmp_
 
 def test_reused_runs_are_marked_and_their_wall_time_not_compared(tmp_path):
     ten_points_apart(tmp_path)
-    rows = read_rows(SweepPaths.of(tmp_path, "depth").rows)
+    rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
     rows["reused_from"] = rows["reused_from"].astype(object)
     rows.loc[rows["depth"] == 2, "reused_from"] = "heads"  # as if depth=2 had been copied from the heads sweep
     SweepPaths.of(tmp_path, "depth").rows.unlink()
@@ -183,7 +190,7 @@ def test_sweep_figure_names_the_factor_on_every_axis(tmp_path):
     from ablations.report import sweep_figure
 
     ten_points_apart(tmp_path)
-    rows = read_rows(SweepPaths.of(tmp_path, "depth").rows)
+    rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
     f = analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, None)
     import ablations.figures as figs
 

@@ -2,6 +2,7 @@
 one line and exit status 2 (issue 16). Each test names the defect it reproduces; each failed before
 the fix. The random-kill campaign is `tests/crash.py` (`make crash-test`; a short one in test_crash.py)."""
 
+import dataclasses
 import errno
 import os
 import subprocess
@@ -19,8 +20,10 @@ from ablations.report import build_report
 from ablations.runner import SweepError, SweepPaths, record, run_sweep, sweep_lock
 from ablations.specs import Point
 from ablations.tasks import Outcome, RunOptions
+from ablations.schema import read_table
 from ablations.train import Checkpointing, TrainConfig, train
 from bench.csvio import SkippedInput, append_row, read_rows
+from bench.schema import Column
 from conftest import write_spec
 from vit import ViTConfig, VisionTransformer
 
@@ -58,11 +61,11 @@ def test_a_torn_last_line_is_cut_and_quarantined_and_the_sweep_and_report_go_on(
     with pytest.warns(SkippedInput, match="torn last line"):
         summary = run_sweep("depth", points("depth", 1, 2), options(tmp_path, seeds=(0, 1)))
     assert summary["statuses"] == {"ok": 1}          # only the torn run is trained again
-    table = read_rows(csv)
+    table = read_table(csv)
     assert len(table) == 4 and table["run_id"].is_unique and (table["status"] == "ok").all()
     assert (tmp_path / "ablations" / "depth.csv.quarantine").read_bytes().strip()
     run_sweep("depth", points("depth", 1, 2), options(tmp_path, seeds=(0, 1)))   # and stays whole
-    assert len(read_rows(csv)) == 4
+    assert len(read_table(csv)) == 4
     assert "## depth" in build_report(tmp_path).read_text()
 
 
@@ -73,8 +76,9 @@ def test_a_reader_skips_a_malformed_line_naming_file_and_line(tmp_path):
     with open(path, "ab") as f:
         f.write(b'garbage\x00\xff\n1,"open quote\nnot,a,number\n')
     append_row(path, {"a": 9, "b": "x9", "c": 4.5}, ["a", "b", "c"])
+    schema = {"a": Column("a", "", "", "int"), "c": Column("c", "", "", "number")}
     with pytest.warns(SkippedInput, match=r"t\.csv: skipped 3 malformed line\(s\): 5, 6, 7"):
-        table = read_rows(path)
+        table = read_rows(path, schema)
     assert list(table["a"]) == [0, 1, 2, 9] and table["c"].dtype == float
 
 
@@ -85,7 +89,7 @@ def test_a_short_write_is_completed(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "write", lambda fd, data: real(fd, bytes(data[:7])))  # 7 bytes per call
     append_row(tmp_path / "t.csv", {"a": 1, "b": "x" * 100}, ["a", "b"])
     monkeypatch.undo()
-    assert read_rows(tmp_path / "t.csv").loc[0, "b"] == "x" * 100
+    assert read_table(tmp_path / "t.csv").loc[0, "b"] == "x" * 100
 
 
 def test_a_full_disk_raises_naming_the_file_and_keeps_no_half_row(tmp_path, monkeypatch):
@@ -138,7 +142,7 @@ def test_the_report_survives_a_bad_row_and_damaged_files_and_lists_them(tmp_path
     run_sweep("pos", [Point("pos", "pos", p, TINY.replace(pos=p), TrainConfig(epochs=1, batch_size=128))
                       for p in ("learned", "sinusoidal")], options(tmp_path))
     csv = tmp_path / "ablations" / "depth.csv"
-    table = read_rows(csv)
+    table = read_table(csv)
     bad = table.iloc[0].to_dict()
     bad.update(depth="deep", run_id="badbadbadbad")   # a string where the factor's numbers are
     append_row(csv, bad, list(table.columns))
@@ -190,14 +194,15 @@ def test_stale_tmp_files_of_dead_writers_are_removed_and_live_ones_kept(tmp_path
 
 def test_a_run_recorded_again_after_a_kill_does_not_repeat_its_history(tmp_path):
     paths = SweepPaths.of(tmp_path, "depth")
-    history = [{"run_id": "r1", "epoch": e, "lr": 0.1, "train_loss": 1.0, "test_loss": 1.0, "test_acc": 0.5,
+    r0, r1 = "0000000000a0", "0000000000a1"
+    history = [{"run_id": r1, "epoch": e, "lr": 0.1, "train_loss": 1.0, "test_loss": 1.0, "test_acc": 0.5,
                 "elapsed_s": e} for e in (1, 2)]
-    row = {"run_id": "r1", "status": "ok", "sweep": "depth"}
-    record(Outcome({"run_id": "r0", "status": "ok"}, [{**history[0], "run_id": "r0"}]), paths)
+    row = {"run_id": r1, "status": "ok", "sweep": "depth"}
+    record(Outcome({"run_id": r0, "status": "ok"}, [{**history[0], "run_id": r0}]), paths)
     append_row(paths.history, history[0], list(history[0]))   # a killed attempt: history, no row
     record(Outcome(row, history), paths)
-    table = read_rows(paths.history)
-    assert sorted(zip(table["run_id"], table["epoch"])) == [("r0", 1), ("r1", 1), ("r1", 2)]
+    table = read_table(paths.history)
+    assert sorted(zip(table["run_id"], table["epoch"])) == [(r0, 1), (r1, 1), (r1, 2)]
 
 
 # 6. tracebacks instead of messages ---------------------------------------------------------------------
@@ -338,6 +343,147 @@ def test_a_sweep_run_resumes_from_its_checkpoint_and_says_so(tmp_path):
     finally:
         trainer.evaluate = real
     summary = run_sweep("depth", pts, opts)
-    row = read_rows(paths.rows).iloc[0]
+    row = read_table(paths.rows).iloc[0]
     assert summary["resumable"] == 1 and row["resumed_after"] == 2 and row["status"] == "ok"
     assert not paths.checkpoint(task.run_id).exists()     # removed once the row is written
+
+
+# 6. garbage outvoted real rows; two settings were pooled as seeds; superseded failures were listed ------
+
+def test_garbage_lines_cannot_outvote_the_real_rows(tmp_path):
+    run_sweep("depth", points("depth", 1, 2), options(tmp_path))
+    csv = tmp_path / "ablations" / "depth.csv"
+    real = read_table(csv)
+    width = len(real.columns)
+    with open(csv, "a") as f:   # more garbage than real rows, each with the header's field count, all numbers
+        for i in range(5):
+            f.write(",".join(str(i + k) for k in range(width)) + "\n")
+    with pytest.warns(SkippedInput, match=r"skipped 5 malformed line\(s\): 4, 5, 6, 7, 8"):
+        table = read_table(csv)
+    assert list(table["run_id"]) == list(real["run_id"])
+    summary = run_sweep("depth", points("depth", 1, 2), options(tmp_path))
+    assert summary["skipped"] == 2 and summary["statuses"] == {}   # nothing is trained again
+
+
+@pytest.mark.parametrize("change,differs", [(dict(epochs=2), "epochs 1 vs 2"),
+                                            (dict(weight_decay=0.0), "the training recipe")])
+def test_a_table_with_two_experiments_is_reported_as_the_newest_one_naming_the_other(tmp_path, capsys, change,
+                                                                                     differs):
+    run_sweep("depth", points("depth", 1, 2), options(tmp_path))
+    newer = [dataclasses.replace(p, train=dataclasses.replace(p.train, **change)) for p in points("depth", 1, 2)]
+    capsys.readouterr()
+    run_sweep("depth", newer, options(tmp_path))
+    assert f"holds 2 run(s) of another experiment ({differs}" in capsys.readouterr().err   # said before training
+    report = build_report(tmp_path).read_text()
+    section = report.split("## depth", 1)[1].split("\n## ", 1)[0]
+    assert "Seeds 0;" in section and "| 1 | 1 |" in section and "| 2 | 1 |" in section   # one seed each, not two
+    assert f"2 run(s) of another experiment ({differs}" in report.split("## Skipped inputs", 1)[1]
+    if "epochs" in change:
+        assert "epochs=2" in section
+
+
+def test_a_failure_superseded_by_an_ok_row_is_not_listed_as_failed(tmp_path):
+    run_sweep("depth", points("depth", 1, 2), options(tmp_path))
+    csv = tmp_path / "ablations" / "depth.csv"
+    table = read_table(csv)
+    failed = table.iloc[0].to_dict()
+    failed.update(status="error", error="RuntimeError: boom", started_at="2020-01-01T00:00:00+00:00")
+    text = csv.read_text().splitlines()
+    append_row(csv, failed, list(table.columns))
+    lines = csv.read_text().splitlines()
+    csv.write_text("\n".join([text[0], lines[-1], *text[1:]]) + "\n")   # the failure came first, then the ok row
+    assert "Failed runs" not in build_report(tmp_path).read_text()
+
+
+def test_a_run_whose_predictions_were_deleted_is_trained_again_and_reported(tmp_path):
+    run_sweep("depth", points("depth", 1, 2), options(tmp_path))
+    victim = next(SweepPaths.of(tmp_path, "depth").preds.glob("*.npz"))
+    victim.unlink()
+    summary = run_sweep("depth", points("depth", 1, 2), options(tmp_path))
+    assert summary["statuses"] == {"ok": 1} and victim.exists()
+    report = build_report(tmp_path).read_text()
+    assert "no saved test predictions" not in report and "Pairwise comparisons" not in report.split("## depth")[0]
+
+
+# 7. the smaller ones: a cache that cannot be written, an older table, tracebacks, a foreign checkpoint ------
+
+def test_an_unwritable_cache_costs_only_the_cached_peak(tmp_path, monkeypatch, capsys):
+    from bench import mfu
+
+    (tmp_path / "cache-file").write_text("a file where the cache folder should be")
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache-file"))
+    monkeypatch.setattr(mfu, "measure_matmul_peak", lambda device, dtype, n=None: 1.5e11)
+    mfu.matmul_peak_flops.cache_clear()
+    try:
+        assert mfu.matmul_peak_flops(torch.device("cpu"), "fp32") == 1.5e11
+    finally:
+        mfu.matmul_peak_flops.cache_clear()
+    assert "cannot keep the matmul peak" in capsys.readouterr().err
+    summary = run_sweep("depth", points("depth", 1), dataclasses.replace(options(tmp_path / "o"),
+                                                                         cost=CostPlan(rounds=1)))
+    assert summary["statuses"] == {"ok": 1}
+    cost = read_table(tmp_path / "o" / "ablations" / "depth-cost.csv")
+    assert (cost["status"] == "ok").all() and cost["mfu"].notna().all()
+
+
+def test_a_table_from_before_a_column_existed_is_appended_to_with_blank_cells(tmp_path):
+    run_sweep("depth", points("depth", 1), options(tmp_path))
+    csv = tmp_path / "ablations" / "depth.csv"
+    old = read_table(csv).drop(columns=["jobs", "experiment_id"])   # as an older version wrote it
+    old.to_csv(csv, index=False)
+    summary = run_sweep("depth", points("depth", 1, 2), options(tmp_path))
+    assert summary["statuses"] == {"ok": 1}
+    table = read_table(csv)
+    assert list(table.columns[-2:]) == ["jobs", "experiment_id"] and len(table) == 2
+    assert table["jobs"].isna().tolist() == [True, False]
+    assert "## depth" in build_report(tmp_path).read_text()
+
+
+def test_report_bench_and_compare_on_bad_inputs_are_one_line_errors(tmp_path):
+    (tmp_path / "file").write_text("x")
+    empty = tmp_path / "empty" / "ablations"
+    empty.mkdir(parents=True)
+    (empty / "depth.csv").write_text("")
+    nostatus = tmp_path / "nostatus" / "ablations"
+    nostatus.mkdir(parents=True)
+    (nostatus / "depth.csv").write_text("run_id,seed\nabcdefabcdef,0\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VITBENCH_CACHE": str(tmp_path / "cache")}
+    for argv, message in [(["ablations", "report", "--out", str(tmp_path / "file")], "not a folder"),
+                          (["bench", "run", "--preset", "vit_digits", "--out", str(tmp_path / "file"), "--tokens", "5"],
+                           "cannot create"),
+                          (["ablations", "compare", str(tmp_path / "empty"), str(tmp_path / "nostatus")],
+                           "no finished run in common")]:
+        done = subprocess.run([sys.executable, "-m", *argv], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, (argv, done.stderr[-1500:])
+        assert message in done.stderr and "Traceback" not in done.stderr, (argv, done.stderr[-1500:])
+
+
+def test_a_checkpoint_of_another_model_is_ignored_with_a_line_and_the_run_starts_from_epoch_1(tmp_path, capsys):
+    data = load_dataset("digits")
+    cfg = TrainConfig(epochs=2, batch_size=128)
+    ckpt = Checkpointing(tmp_path / "run.safetensors", every=1)
+    torch.manual_seed(0)
+    train(VisionTransformer(TINY.replace(embed_dim=32)), data, cfg, 0, torch.device("cpu"), progress=False,
+          checkpoint=ckpt)
+    assert ckpt.path.exists()   # epoch 1 of the same recipe, but a model of another width
+    torch.manual_seed(0)
+    fresh = train(VisionTransformer(TINY), data, cfg, 0, torch.device("cpu"), progress=False)
+    torch.manual_seed(0)
+    result = train(VisionTransformer(TINY), data, cfg, 0, torch.device("cpu"), progress=False, checkpoint=ckpt)
+    assert "is not this run's" in capsys.readouterr().err
+    assert result.resumed_after == 0 and len(result.history) == cfg.epochs
+    assert [h["test_acc"] for h in result.history] == [h["test_acc"] for h in fresh.history]
+
+
+def test_the_makefile_passes_paths_with_spaces_as_one_argument(tmp_path):
+    import shlex
+
+    done = subprocess.run(["make", "-n", "-o", ".venv/.installed", "ablations", "OUT=my results",
+                           "DATA_ROOT=/data dir", "INIT=/w s.pth"], cwd=ROOT, capture_output=True, text=True)
+    sweep = next(line for line in done.stdout.splitlines() if "ablations sweep" in line)
+    args = shlex.split(sweep)
+    assert args[args.index("--out") + 1] == "my results"
+    assert args[args.index("--data-root") + 1] == "/data dir" and args[args.index("--init") + 1] == "/w s.pth"
+    compare = subprocess.run(["make", "-n", "-o", ".venv/.installed", "compare", "A=x y", "B=z w"], cwd=ROOT,
+                             capture_output=True, text=True).stdout
+    assert shlex.split(compare.splitlines()[-1])[-2:] == ["x y", "z w"]

@@ -19,7 +19,7 @@ from ablations.runner import SweepError, SweepPaths, execute, load_preds, run_sw
 from ablations.tasks import RunOptions
 from ablations.specs import Point
 from ablations.train import TrainConfig
-from bench.csvio import read_rows
+from ablations.schema import read_table
 from conftest import kill_after_first_row, write_spec
 from vit import ViTConfig
 
@@ -45,7 +45,7 @@ def options(out, seeds=(0, 1)):
 def test_every_run_keeps_test_predictions_that_reproduce_its_accuracy(tmp_path):
     run_sweep("p", depth_points("p", 1, 2), options(tmp_path))
     paths = SweepPaths.of(tmp_path, "p")
-    rows = read_rows(paths.rows)
+    rows = read_table(paths.rows)
     test_y = load_dataset("digits").test_y.numpy()
     assert len(rows) == 4 and (rows["status"] == "ok").all() and (rows["test_size"] == len(test_y)).all()
     for _, r in rows.iterrows():
@@ -66,7 +66,7 @@ def test_a_run_finished_in_another_sweep_is_reused_not_trained_again(tmp_path):
     summary = run_sweep("b", depth_points("b", 2, 3), options(tmp_path), fn=counting)
     assert trained == [3, 3] and summary["reused"] == 2 and summary["statuses"] == {"ok": 2}
     a, b = (SweepPaths.of(tmp_path, s) for s in "ab")
-    rows_a, rows_b = read_rows(a.rows), read_rows(b.rows)
+    rows_a, rows_b = read_table(a.rows), read_table(b.rows)
     mine = rows_b[rows_b["depth"] == 2].reset_index(drop=True)
     theirs = rows_a[rows_a["depth"] == 2].reset_index(drop=True)
     assert (mine["sweep"] == "b").all() and (mine["reused_from"] == "a").all()
@@ -75,7 +75,7 @@ def test_a_run_finished_in_another_sweep_is_reused_not_trained_again(tmp_path):
     for rid in mine["run_id"]:
         assert (b.weights / f"{rid}.pt").read_bytes() == (a.weights / f"{rid}.pt").read_bytes()
         assert (b.preds / f"{rid}.npz").read_bytes() == (a.preds / f"{rid}.npz").read_bytes()
-    hist_a, hist_b = read_rows(a.history), read_rows(b.history)
+    hist_a, hist_b = read_table(a.history), read_table(b.history)
     for rid in mine["run_id"]:
         pd.testing.assert_frame_equal(hist_b[hist_b["run_id"] == rid].reset_index(drop=True),
                                       hist_a[hist_a["run_id"] == rid].reset_index(drop=True))
@@ -120,10 +120,10 @@ def test_a_commands_sweeps_run_as_one_stream_after_every_cost_phase_and_train_a_
     assert [(s["sweep"], s["planned"], s["skipped"], s["reused"], s["statuses"]) for s in summaries] == \
         [("a", 4, 0, 0, {"ok": 4}), ("b", 4, 0, 2, {"ok": 2})]
     a, b = (SweepPaths.of(tmp_path, s) for s in "ab")
-    rows_a, rows_b = read_rows(a.rows), read_rows(b.rows)
+    rows_a, rows_b = read_table(a.rows), read_table(b.rows)
     mine, theirs = (rows[rows["depth"] == 2].set_index("run_id").sort_index() for rows in (rows_b, rows_a))
     assert (mine["sweep"] == "b").all() and (mine["reused_from"] == "a").all()
-    cost_b = read_rows(b.cost)   # b's row carries b's own cost phase figures, the rest is a's run
+    cost_b = read_table(b.cost)   # b's row carries b's own cost phase figures, the rest is a's run
     for rid, row in mine.iterrows():
         assert row["test_acc"] == theirs.loc[rid, "test_acc"] and row["train_time_s"] == theirs.loc[rid, "train_time_s"]
         assert (b.weights / f"{rid}.pt").read_bytes() == (a.weights / f"{rid}.pt").read_bytes()
@@ -140,7 +140,7 @@ def test_a_shared_run_that_fails_is_recorded_as_failed_in_each_sweep(tmp_path):
     opts = options(tmp_path, seeds=(0,))
     summaries = run_sweeps([(s, points[s], opts) for s in "ab"])
     assert [s["statuses"] for s in summaries] == [{"diverged": 1}, {"diverged": 1}]
-    row_b = read_rows(SweepPaths.of(tmp_path, "b").rows).iloc[0]
+    row_b = read_table(SweepPaths.of(tmp_path, "b").rows).iloc[0]
     assert row_b["status"] == "diverged" and row_b["reused_from"] == "a" and "loss became" in row_b["error"]
 
 
@@ -177,12 +177,12 @@ def test_sigkill_mid_sweep_then_rerun_trains_only_missing_points(tmp_path):
     rerun = subprocess.run(sweep_cmd(spec, out), env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert f"{len(first)} already done" in rerun.stdout
-    table = read_rows(csv)
+    table = read_table(csv)
     assert len(table) == 3 and (table["status"] == "ok").all()
     assert table["run_id"].is_unique and sorted(table["depth"]) == [1, 2, 3]
     # the rows written before the kill are untouched: not trained again
     pd.testing.assert_frame_equal(table.iloc[: len(first)].reset_index(drop=True), first)
-    history = read_rows(out / "ablations" / "depthk-history.csv")
+    history = read_table(out / "ablations" / "depthk-history.csv")
     assert set(history["run_id"]) == set(table["run_id"])
     weights = torch.load(out / "ablations" / "weights" / "depthk" / f"{table.run_id[0]}.pt", weights_only=True)
     assert "blocks.0.attn.qkv.weight" in weights
@@ -193,7 +193,7 @@ def test_diverging_run_is_recorded_and_the_next_point_runs(tmp_path):
               for lr in (1e6, 1e-3)]
     summary = run_sweep("div", points, RunOptions(dataset="digits", out=str(tmp_path), progress=False,
                                                   seeds=(0,), cost=CostPlan(rounds=0)))
-    table = read_rows(tmp_path / "ablations" / "div.csv")
+    table = read_table(tmp_path / "ablations" / "div.csv")
     assert list(table["status"]) == ["diverged", "ok"]
     assert "loss became" in table.loc[0, "error"] and pd.isna(table.loc[0, "test_acc"])
     assert 0 <= table.loc[1, "test_acc"] <= 1

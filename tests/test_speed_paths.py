@@ -20,7 +20,7 @@ from ablations.runner import run_sweep
 from ablations.specs import Point
 from ablations.tasks import RunOptions
 from ablations.train import EagerStep, StaticStep, TrainConfig, adamw, param_groups, train
-from bench.csvio import read_rows
+from ablations.schema import read_table
 from bench.mfu import matmul_peak_flops
 from test_data import write_idx
 from vit import ViTConfig, VisionTransformer
@@ -166,7 +166,7 @@ def test_every_row_has_the_utilisation_and_mfu_of_training(tmp_path):
     points = [Point("u", "depth", 1, TINY, TrainConfig(epochs=2, batch_size=64))]
     run_sweep("u", points, RunOptions(dataset="digits", out=str(tmp_path), seeds=(0,), progress=False,
                                       cost=CostPlan(rounds=1)))
-    row = read_rows(tmp_path / "ablations" / "u.csv").iloc[0]
+    row = read_table(tmp_path / "ablations" / "u.csv").iloc[0]
     assert 0 < row["train_util_pct"] <= 100
     peak = matmul_peak_flops(torch.device("cpu"), "fp32")
     expected = 3 * row["gflops"] * 1e9 * row["train_throughput_img_s"] / peak
@@ -255,7 +255,7 @@ def test_reduced_precision_training_on_cuda_learns_and_samples_nvml(dtype, tmp_p
     points = [Point("g", "depth", 1, TINY, TrainConfig(epochs=3, batch_size=64, dtype=dtype))]
     run_sweep("g", points, RunOptions(dataset="digits", out=str(tmp_path), seeds=(0,), progress=False, device="cuda",
                                       cost=CostPlan(rounds=1)))
-    row = read_rows(tmp_path / "ablations" / "g.csv").iloc[0]
+    row = read_table(tmp_path / "ablations" / "g.csv").iloc[0]
     assert row["status"] == "ok" and row["dtype"] == dtype and row["test_acc"] > 0.3
     assert row["util_source"] == "nvml" and 0 < row["train_util_pct"] <= 100 and row["peak_mem_mb"] > 0
 

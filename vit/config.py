@@ -14,7 +14,7 @@ from .position import POSITION_ENCODINGS
 from .stems import STEMS
 
 _POSITIVE_INTS = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads")
-_CHOICES = {"attn": ATTENTION_BACKENDS, "pos": POSITION_ENCODINGS, "norm": NORM_PLACEMENTS, "pool": POOLINGS,
+FIELD_CHOICES = {"attn": ATTENTION_BACKENDS, "pos": POSITION_ENCODINGS, "norm": NORM_PLACEMENTS, "pool": POOLINGS,
             "stem": STEMS}
 
 
@@ -62,7 +62,7 @@ class ViTConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"ViTConfig.{name} must be a positive int, got {value!r}")
-        for name, registry in _CHOICES.items():
+        for name, registry in FIELD_CHOICES.items():
             value = getattr(self, name)
             if value not in registry:
                 raise ValueError(f"ViTConfig.{name}={value!r} is unknown; choose one of {sorted(registry)}")

@@ -253,7 +253,7 @@ class LocalExecutor:
         pass
 
     def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, Outcome]]:
-        if self.jobs == 1 or len(tasks) <= 1:
+        if self.jobs == 1:  # with JOBS > 1 even a lone run goes to a worker: the same threads as its siblings
             for task in tasks:
                 yield task, fn(task, load(task.options))
             return

@@ -58,29 +58,35 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
     return save(fig, path)
 
 
-def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
-    """Runs no other run beats on both fewer GFLOPs and higher accuracy, sorted by GFLOPs."""
-    ordered = points.reset_index(drop=True).sort_values(["gflops", "test_acc"], ascending=[True, False])
+def pareto_front(points: pd.DataFrame, acc: str = "test_acc") -> pd.DataFrame:
+    """Points no other point beats on both fewer GFLOPs and higher accuracy (`acc`), sorted by GFLOPs."""
+    ordered = points.reset_index(drop=True).sort_values(["gflops", acc], ascending=[True, False])
     front, best = [], -np.inf
     for idx, row in ordered.iterrows():
-        if row["test_acc"] > best:
+        if row[acc] > best:
             front.append(idx)
-            best = row["test_acc"]
+            best = row[acc]
     return ordered.loc[front]
 
 
-def accuracy_vs_gflops(rows: pd.DataFrame, path: Path) -> Path:
-    ok = rows[rows["status"] == "ok"].copy()
-    ok["test accuracy (%)"] = ok["test_acc"] * 100
-    front = pareto_front(ok)
-    fig, ax = subplots(figsize=(6, 4))
-    sns.scatterplot(data=ok, x="gflops", y="test accuracy (%)", hue="sweep", style="sweep", s=60, ax=ax)
-    ax.plot(front["gflops"], front["test_acc"] * 100, "k--", lw=1, label="Pareto front")
+def accuracy_vs_gflops(settings: pd.DataFrame, path: Path) -> Path:
+    """One point per setting (sweep × value): mean test accuracy over its seeds with its 95 % interval,
+    against forward GFLOPs; the Pareto front of the means drawn as a step line."""
+    front = pareto_front(settings, "acc_mean")
+    fig, ax = subplots(figsize=(6.4, 4.2))
+    for i, (sweep, group) in enumerate(settings.groupby("sweep", sort=True)):
+        mean = 100 * group["acc_mean"].to_numpy()
+        low, high = 100 * group["acc_low"].to_numpy(), 100 * group["acc_high"].to_numpy()
+        ax.errorbar(group["gflops"], mean, yerr=[mean - low, high - mean], fmt="os^vDP<>"[i % 8], ms=5, capsize=3,
+                    ls="none", label=sweep, color=f"C{i % 10}")
+    ax.step(front["gflops"], 100 * front["acc_mean"], where="post", color="k", ls="--", lw=1,
+            label="Pareto front of the means")
     log_axis(ax, "x")
     ax.set_xlabel("GFLOPs per image (forward)")
+    ax.set_ylabel("test accuracy (%), mean over seeds")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    ax.set_title("accuracy against compute, every run")
+    ax.set_title("accuracy against compute: each setting's mean with its 95 % interval")
     return save(fig, path)
 
 

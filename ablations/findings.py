@@ -17,10 +17,13 @@ from bench.rounds import Spread, ratio_or_noise
 
 from .cost import spreads
 from .runner import load_preds
-from .stats import ALPHA, POWER, REPLICATES, Comparison, Interval, Verdict, accuracy_interval, compare_settings, verdict
+from .stats import (ALPHA, POWER, REPLICATES, Comparison, Interval, Verdict, accuracy_interval, compare_settings,
+                    detectable_difference, seeds_needed, verdict)
 
 
 RUN_FIGURES = ("train_util_pct", "train_mfu")  # measured by each training run, beside the cost phase's
+POWER_DELTA = 0.005    # the difference (0.5 points) whose seed budget the report states
+CHANCE_SDS = 3.0       # a setting is "at chance" within this many binomial s.d. of 1 / classes
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Setting:
     train: dict[str, Spread] = field(default_factory=dict)
     reused_from: tuple[str, ...] = ()                          # sweeps its runs were copied from
     runs: dict[str, Spread] = field(default_factory=dict)      # train_util_pct, train_mfu of the runs, over seeds
+    at_chance: bool = False                                    # accuracy within noise of guessing
 
 
 @dataclass
@@ -46,6 +50,10 @@ class SweepFindings:
     comparisons: list[Comparison] | None   # None: no test (reason in `no_test`)
     verdict: Verdict | None
     no_test: str = ""
+    chance: float | None = None            # 1 / classes
+    seeds_for_delta: int | None = None     # seeds per setting to detect POWER_DELTA at POWER (None: not reachable)
+    seed_sd: float | None = None           # s.d. of one run's accuracy between seeds, pooled over settings
+    floor: float | None = None             # smallest difference detectable with these test images at any seeds
 
 
 def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, np.ndarray] | None, str]:
@@ -87,8 +95,24 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     source = (f"cost phase, {int(cost_phase['rounds'].iloc[0])} interleaved rounds" if cost_phase is not None
               else "no cost phase found (run the sweep with --cost-rounds ≥ 1)")
     findings = SweepFindings(factor, settings, test_size, source, None, None)
+    _mark_chance(findings, ok)
     if len(settings) < 2:
         findings.no_test = "one setting only: nothing to compare"
+        return findings
+    lowest = min(len(s.seeds) for s in settings)
+    if lowest < 2:
+        findings.no_test = (f"one seed per setting{'' if all(len(s.seeds) == 1 for s in settings) else ' (for some)'}. "
+                            f"Its intervals cover the test images only: they leave out how much accuracy moves "
+                            f"between training seeds, which a second seed would measure and a test would then "
+                            f"take into account (SEEDS=0,1,2)")
+        return findings
+    at_chance = [s for s in settings if s.at_chance]
+    if at_chance:
+        findings.no_test = (f"{', '.join(f'{factor}={s.value}' for s in at_chance)} "
+                            f"{'is' if len(at_chance) == 1 else 'are'} within noise of chance "
+                            f"({100 * (findings.chance or 0):.1f} % for guessing): "
+                            f"{'that model has' if len(at_chance) == 1 else 'those models have'} not learned the "
+                            f"task, so no comparison says anything about the factor; train longer (EPOCHS)")
         return findings
     correct, reason = load_correct(ok, factor, preds_dir)
     if correct is None:
@@ -97,7 +121,33 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     findings.test_size = next(iter(correct.values())).shape[1]
     findings.comparisons = compare_settings({v: correct[v] for v in order}, replicates=replicates)
     findings.verdict = verdict({s.value: s.acc.mean for s in settings}, findings.comparisons)
+    _power(findings, ok, factor, [correct[v] for v in order])
     return findings
+
+
+def _mark_chance(f: SweepFindings, ok: pd.DataFrame) -> None:
+    """Flag settings whose mean accuracy is within CHANCE_SDS binomial s.d. (or their interval) of guessing."""
+    classes = pd.to_numeric(ok["num_classes"], errors="coerce").dropna() if "num_classes" in ok else pd.Series([])
+    if classes.empty:
+        return
+    f.chance = chance = 1.0 / float(classes.iloc[0])
+    n = f.test_size or 0
+    noise = CHANCE_SDS * math.sqrt(chance * (1 - chance) / n) if n else 0.0
+    for s in f.settings:
+        half = (s.acc.high - s.acc.mean) if not math.isnan(s.acc.high) else 0.0
+        s.at_chance = s.acc.mean < chance + max(noise, half)
+
+
+def _power(f: SweepFindings, ok: pd.DataFrame, factor: str, correct: list[np.ndarray]) -> None:
+    """Seeds per setting that would detect POWER_DELTA at POWER: the pooled seed variance of the runs'
+    accuracies and the variance the shared test set adds to a paired difference (median over pairs)."""
+    variances = [g["test_acc"].astype(float).var(ddof=1) for _, g in ok.groupby(factor) if len(g) >= 2]
+    seed_var = float(np.mean(variances)) if variances else 0.0
+    image_vars = [float(np.var(a.mean(0) - b.mean(0), ddof=1) / a.shape[1])
+                  for i, a in enumerate(correct) for b in correct[i + 1:]]
+    f.seed_sd, image_var = math.sqrt(seed_var), float(np.median(image_vars))
+    f.seeds_for_delta = seeds_needed(seed_var, image_var, POWER_DELTA, len(f.comparisons or []))
+    f.floor = detectable_difference(math.sqrt(image_var), len(f.comparisons or []))
 
 
 def _test_size(ok: pd.DataFrame) -> int | None:
@@ -137,6 +187,24 @@ def verdict_sentence(f: SweepFindings) -> str:
     factor = f.factor
     if f.verdict is None:
         return f"**No verdict**: {f.no_test}. Intervals only; no setting is named best."
+    return _verdict_text(f) + " " + power_sentence(f)
+
+
+def power_sentence(f: SweepFindings) -> str:
+    """How many seeds a difference of POWER_DELTA would need, from this sweep's own variances."""
+    m = len(f.comparisons or [])
+    if f.seed_sd is None:
+        return ""
+    need = (f"about {f.seeds_for_delta} seeds per setting" if f.seeds_for_delta is not None else
+            f"more test images: with this test set no number of seeds detects less than about "
+            f"{100 * (f.floor or 0):.1f} points")
+    return (f"Detecting a {100 * POWER_DELTA:.1f}-point difference at {POWER:.0%} power (α = {ALPHA}, Holm over "
+            f"{m} pair(s)) would take {need} (seed-to-seed s.d. {100 * f.seed_sd:.2f} points, measured here).")
+
+
+def _verdict_text(f: SweepFindings) -> str:
+    factor = f.factor
+    assert f.verdict is not None
     v, m = f.verdict, len(f.comparisons or [])
     best = next(s for s in f.settings if s.value == v.best)
     p_of = {(c.a, c.b): c.p_holm for c in f.comparisons or []}
@@ -190,7 +258,8 @@ def table_markdown(f: SweepFindings) -> str:
     lines = [head, "|" + "---|" * 13]
     for s in f.settings:
         mem = " / ".join(_spread_text(d.get("peak_mem_mb"), ".1f") for d in (s.infer, s.train))
-        lines.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)} | {s.params:,} | {s.gmacs:.4f} | "
+        lines.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''} | "
+                     f"{s.params:,} | {s.gmacs:.4f} | "
                      f"{_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
                      f"{_spread_text(s.train.get('throughput_img_s'), ',.0f')} | {mem} | "
                      f"{_spread_text(s.infer.get('mfu'), '.3f')} | {_spread_text(s.infer.get('util_pct'), '.0f')} | "
@@ -201,6 +270,9 @@ def table_markdown(f: SweepFindings) -> str:
                   f"run wall time, MFU and busy % of the training runs: over seeds, each run as it trained, not "
                   f"interleaved (busy %: GPU utilisation from NVML on CUDA, process CPU time ÷ wall time ÷ "
                   f"cores on the CPU)."]
+    if any(s.at_chance for s in f.settings):
+        lines.append(f"‡ within noise of chance ({100 * (f.chance or 0):.1f} % for guessing): the model has not "
+                     f"learned the task.")
     reused = sorted({sweep for s in f.settings for sweep in s.reused_from})
     if reused:
         lines.append(f"† copied from the {', '.join(reused)} sweep's identical runs (same run_id, so the same "

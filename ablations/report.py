@@ -25,7 +25,7 @@ from .experiments import latest_rows, newest_experiment
 from .schema import read_table
 from .runner import SweepPaths
 from .specs import SPEC_DIR, SweepSpec, available_sweeps, load_spec
-from .stats import ALPHA, POWER, REPLICATES
+from .stats import ALPHA, POWER, REPLICATES, accuracy_interval
 
 def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
     """The sweep's values in the spec's order (values the spec lacks go last, sorted)."""
@@ -335,12 +335,26 @@ def _report_lines(out: Path, data_root: str | Path) -> list[str]:
     return lines
 
 
+def setting_means(all_rows: pd.DataFrame, factors: dict[str, str]) -> pd.DataFrame:
+    """One row per setting of each sweep: its factor value, GFLOPs, mean test accuracy over seeds and
+    the accuracy interval the sweep's table gives (t over seeds, or binomial for one seed)."""
+    ok = all_rows[(all_rows["status"] == "ok") & all_rows["sweep"].isin(list(factors))]
+    found = []
+    for (sweep, value), group in ok.groupby(["sweep", ok.apply(lambda r: r[factors[r["sweep"]]], axis=1)], sort=False):
+        size = int(group["test_size"].dropna().iloc[0]) if "test_size" in group and group["test_size"].notna().any() else None
+        interval = accuracy_interval(group["test_acc"].astype(float), size)
+        found.append({"sweep": sweep, "value": value, "gflops": float(group["gflops"].iloc[0]), "seeds": len(group),
+                      "acc_mean": interval.mean, "acc_low": interval.low, "acc_high": interval.high})
+    return pd.DataFrame(found)
+
+
 def _pareto_section(all_rows: pd.DataFrame, factors: dict[str, str], figures: Path) -> list[str]:
-    ok = all_rows[all_rows["status"] == "ok"]
-    front = figs.pareto_front(ok)
-    pareto = figs.accuracy_vs_gflops(all_rows, figures / "pareto.png")
+    settings = setting_means(all_rows, factors)
+    front = figs.pareto_front(settings, "acc_mean")
+    pareto = figs.accuracy_vs_gflops(settings, figures / "pareto.png")
     return ["## accuracy against compute", "",
-            "Pareto front (no run is both cheaper and more accurate): " + ", ".join(
-                f"{r.sweep} {factors.get(r.sweep, 'run')}={r[factors[r.sweep]] if r.sweep in factors else r.run_id} "
-                f"({r.gflops:.5f} GFLOPs, {r.test_acc * 100:.1f}%)" for _, r in front.iterrows()) + ".", "",
+            "Pareto front of the setting means (no setting is both cheaper and more accurate on average over "
+            "its seeds; a front point's lead can be inside the noise, see each sweep's comparisons): " + ", ".join(
+                f"{r.sweep} {factors[r.sweep]}={r.value} ({r.gflops:.5f} GFLOPs, {r.acc_mean * 100:.2f} %, "
+                f"{r.seeds} seed{'s' if r.seeds != 1 else ''})" for r in front.itertuples()) + ".", "",
             f"![pareto](figures/{pareto.name})", ""]

@@ -143,6 +143,20 @@ def detectable_difference(se: float, comparisons: int, alpha: float = ALPHA, pow
     return (sps.norm.ppf(1 - alpha / (2 * max(comparisons, 1))) + sps.norm.ppf(power)) * se
 
 
+def seeds_needed(seed_var: float, image_var: float, delta: float, comparisons: int, alpha: float = ALPHA,
+                 power: float = POWER) -> int | None:
+    """Seeds per setting for a two-sided test at the strictest Holm level α/m to detect a difference
+    `delta` (fraction) with `power`, when the difference of two settings' means over s seeds has
+    variance 2·seed_var/s + image_var (seed_var: the variance of one run's accuracy between seeds;
+    image_var: the variance the finite, shared test set adds to a paired difference, which more seeds
+    do not remove). None when the test set's variance alone is too large for `delta`."""
+    z = sps.norm.ppf(1 - alpha / (2 * max(comparisons, 1))) + sps.norm.ppf(power)
+    room = (delta / z) ** 2 - image_var
+    if room <= 0:
+        return None
+    return max(2, math.ceil(2 * seed_var / room))
+
+
 @dataclass(frozen=True)
 class Verdict:
     best: Hashable                      # the setting with the highest mean accuracy

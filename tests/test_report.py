@@ -30,7 +30,7 @@ def write_run(out, depth, seed, correct_mask, status="ok", error=""):
     paths = SweepPaths.of(out, "depth")
     run_id = f"{depth:06d}{seed:06d}"
     row = {"run_id": run_id, "status": status, "error": error, "depth": depth, "seed": seed, "sweep": "depth",
-           "started_at": f"2026-01-0{depth}T00:00:0{seed}", "epochs": 1, "lr": 0.002, **ENV}
+           "started_at": f"2026-01-0{depth}T00:00:0{seed}", "epochs": 1, "lr": 0.002, "num_classes": 10, **ENV}
     if status == "ok":
         target = torch.arange(N_TEST) % 10
         pred = torch.where(torch.as_tensor(correct_mask), target, (target + 1) % 10)
@@ -113,12 +113,38 @@ def test_runs_without_predictions_get_intervals_but_no_verdict(tmp_path):
     assert "| 2 | 3 | 94.50 [" in text
 
 
-def test_one_seed_is_labelled_with_the_binomial_interval_of_the_test_set(tmp_path):
+def test_one_seed_names_no_winner_and_says_what_a_second_seed_adds(tmp_path):
     write_run(tmp_path, 1, 0, mask(range(150)))
-    write_run(tmp_path, 2, 0, mask(range(50)))
+    write_run(tmp_path, 2, 0, mask(range(50)))   # 10 points apart on 1,000 paired images: still one training seed
     text = build_report(tmp_path).read_text()
     assert "binomial over 1000 test images (1 seed)" in text
-    assert "**Best: depth=2**" in text  # 10 points on 1,000 paired images is beyond the noise even with one seed
+    assert "**No verdict**: one seed per setting. Its intervals cover the test images only" in text
+    assert "a second seed would measure" in text
+    assert "Best:" not in text and "Pairwise comparisons" not in text and "p = " not in text.split("## Method")[0]
+
+
+def test_a_setting_at_chance_is_marked_and_its_sweep_gets_no_verdict(tmp_path):
+    ten_points_apart(tmp_path)
+    for seed in range(3):   # 10.5 %, 11 %, 11.5 % on ten classes: guessing
+        write_run(tmp_path, 4, seed, mask(range(895 - 5 * seed)))
+    text = build_report(tmp_path).read_text()
+    section = text.split("## depth", 1)[1].split("\n## ", 1)[0]
+    assert "**No verdict**: depth=4 is within noise of chance (10.0 % for guessing)" in section
+    assert "Best:" not in section and "Pairwise comparisons" not in section
+    assert "| 4 | 3 | " in section and section.split("| 4 | 3 | ")[1].split("|")[0].endswith("‡ ")
+    assert "| 2 | 3 | 94.50 [" in section and section.split("| 2 | 3 | ")[1].split("|")[0].strip()[-1] == "]"
+
+
+def test_the_seeds_needed_for_a_half_point_follow_the_variance_model():
+    from ablations.stats import seeds_needed
+    from scipy import stats as sps
+
+    z = sps.norm.ppf(1 - 0.05 / 2) + sps.norm.ppf(0.8)
+    # var of the difference with s seeds = 2 · seed_var / s + image_var; at the answer it fits under (δ/z)²
+    seed_var, image_var, delta = 0.004 ** 2, 0.0005 ** 2, 0.005
+    s = seeds_needed(seed_var, image_var, delta, 1)
+    assert 2 * seed_var / s + image_var <= (delta / z) ** 2 < 2 * seed_var / (s - 1) + image_var
+    assert seeds_needed(seed_var, (delta / z) ** 2 * 1.01, delta, 1) is None   # the test set alone is too noisy
 
 
 def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(tmp_path):

@@ -41,7 +41,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(cal
   $(call qopt,--data-root,$(DATA_ROOT)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out '$(OUT)' \
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download)
 
-.PHONY: install test test-gpu crash-test ablations train bench bench-tokens bench-speed bench-step compare report clean
+.PHONY: install test test-gpu crash-test calibrate ablations train bench bench-tokens bench-speed bench-step compare report clean
 
 install: $(STAMP)
 
@@ -97,6 +97,12 @@ bench-speed: $(STAMP)
 # the training step alone, eager against static buffers (a CUDA graph on CUDA), interleaved rounds
 bench-step: $(STAMP)
 	$(PY) -m ablations.stepbench --device $(DEVICE) $(ARGS)
+
+# the report's test against known answers: A/A pairs of one setting (false-positive rate against α)
+# and a planted label-noise cost (power), on digits; CALIBRATE_ARGS="--pairs 20" for a quicker one
+CALIBRATE_ARGS ?=
+calibrate: $(STAMP)
+	$(PY) -m ablations.calibrate --out '$(OUT)' $(CALIBRATE_ARGS)
 
 # two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0) point by point: make compare A=out1 B=out2
 compare: $(STAMP)

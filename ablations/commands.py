@@ -168,6 +168,11 @@ def _summary(results: list[dict[str, Any]], elapsed: float) -> None:
         resumed = f", {r['resumable']} resumed from checkpoints" if r.get("resumable") else ""
         stale = f", {r['stale_tmp']} stale temporary files removed" if r.get("stale_tmp") else ""
         print(f"  {r['sweep']:<8} {r['planned']} runs: {r['skipped']} already done{reused}{resumed}, {statuses}{stale}")
+        if r.get("starved"):
+            low = r["starved"]
+            print(f"           note: {len(low)} run(s) were busy only {min(low):.0f}–{max(low):.0f} % of the cores they "
+                  f"were given (train_util_pct): other work held the machine, so their train_time_s and "
+                  f"train_mfu understate it")
         print(f"           rows → {paths.rows}   epochs → {paths.history}   cost → {paths.cost}")
         print(f"           weights → {paths.weights}/   test predictions → {paths.preds}/")
     print("Next: make report (figures and results/REPORT.md from these CSVs)")

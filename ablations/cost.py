@@ -218,9 +218,16 @@ def _spread_of(rows: pd.DataFrame) -> dict[str, Spread]:
     return {f: Spread.of(rows[f].astype(float)) for f in SPEED_FIGURES if f in rows}
 
 
+def uncontended(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rounds not taken under load (`bench.contention`); rows from before the flag count as uncontended."""
+    if "contended" not in rows:
+        return rows
+    return rows[pd.to_numeric(rows["contended"], errors="coerce").fillna(0) != 1]
+
+
 def spreads(phase: pd.DataFrame, by: list[str]) -> dict[tuple, dict[str, Spread]]:
-    """{group: {figure: Spread over rounds}} for the ok rows of one phase, grouped by `by` columns."""
-    ok = phase[phase["status"] == "ok"]
+    """{group: {figure: Spread over the uncontended rounds}} for the ok rows of one phase, grouped by `by`."""
+    ok = uncontended(phase[phase["status"] == "ok"])
     return {key if isinstance(key, tuple) else (key,): _spread_of(group) for key, group in ok.groupby(by, sort=False)}
 
 
@@ -228,7 +235,7 @@ def row_figures(phase: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """{model_key: the inference speed columns of a training row}: medians over rounds, the IQR of the
     per-round step times as step_ms_iqr."""
     figures = {}
-    ok = phase[(phase["status"] == "ok") & (phase["mode"] == "infer")]
+    ok = uncontended(phase[(phase["status"] == "ok") & (phase["mode"] == "infer")])
     for key, group in _by_model(ok).items():
         spread = _spread_of(group)
         step = spread["step_ms_median"]

@@ -12,10 +12,11 @@ from typing import Any, Hashable
 import numpy as np
 import pandas as pd
 
+from bench.contention import CONTENDED_PCT
 from bench.csvio import skipped
 from bench.rounds import Spread, ratio_or_noise
 
-from .cost import spreads
+from .cost import spreads, uncontended
 from .runner import load_preds
 from .stats import (ALPHA, POWER, REPLICATES, Comparison, Interval, Verdict, accuracy_interval, compare_settings,
                     detectable_difference, seeds_needed, verdict)
@@ -92,8 +93,12 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
                                 Spread.of(g["train_time_s"].astype(float)),
                                 infer.get(value, {}), train.get(value, {}), reused,
                                 {c: Spread.of(pd.to_numeric(g[c], errors="coerce")) for c in RUN_FIGURES if c in g}))
-    source = (f"cost phase, {int(cost_phase['rounds'].iloc[0])} interleaved rounds" if cost_phase is not None
-              else "no cost phase found (run the sweep with --cost-rounds ≥ 1)")
+    source = "no cost phase found (run the sweep with --cost-rounds ≥ 1)"
+    if cost_phase is not None:
+        loaded = len(cost_phase) - len(uncontended(cost_phase))
+        source = (f"cost phase, {int(cost_phase['rounds'].iloc[0])} interleaved rounds"
+                  + (f" ({loaded} of {len(cost_phase)} timed steps ran while other processes took ≥ "
+                     f"{CONTENDED_PCT:.0f} % of the machine and are left out)" if loaded else ""))
     findings = SweepFindings(factor, settings, test_size, source, None, None)
     _mark_chance(findings, ok)
     if len(settings) < 2:

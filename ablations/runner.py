@@ -43,7 +43,7 @@ from bench.csvio import append_row, append_rows, drop_rows
 from bench.env import resolve_device
 from bench.grid import classify_failure
 from bench.measure import cost
-from bench.mfu import matmul_peak_flops, mfu
+from bench.mfu import matmul_peak, mfu
 from vit import VisionTransformer, init_from_checkpoint
 
 from .cost import model_key, row_figures, run_cost_phases
@@ -139,7 +139,8 @@ def execute(task: Task, data: Dataset) -> Outcome:
                        graphs=options.graphs)
         history = [{"run_id": task.run_id, **h} for h in result.history]
         row.update(result.row())
-        row["train_mfu"] = train_mfu(row["gflops"], result.train_throughput_img_s, device, row["dtype"])
+        peak = task.peak or matmul_peak(device, row["dtype"])
+        row.update(train_mfu=mfu(row["gflops"], result.train_throughput_img_s, "train", peak.flops), **peak.columns())
         row.update(task.cost)
         buffer = io.BytesIO()
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
@@ -156,14 +157,6 @@ def execute(task: Task, data: Dataset) -> Outcome:
         row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
         traceback.print_exc()
     return Outcome(row, history)
-
-
-def train_mfu(gflops: float, images_per_s: float, device: torch.device, dtype: str) -> float | None:
-    """Achieved training FLOP/s over the measured matmul peak (None where no peak can be measured)."""
-    try:
-        return mfu(gflops, images_per_s, "train", matmul_peak_flops(device, dtype))
-    except Exception:
-        return None
 
 
 def _save_mark(stage: str, run_id: str) -> None:
@@ -339,11 +332,12 @@ class _Share:
     stale: int = 0
     resumable: int = 0
     statuses: dict[str, int] = dataclasses.field(default_factory=dict)
+    starved: list[float] = dataclasses.field(default_factory=list)  # train_util_pct of runs that got too little CPU
 
     def summary(self) -> dict[str, Any]:
         return {"sweep": self.sweep, "planned": self.planned, "skipped": self.skipped,
                 "reused": self.reused, "statuses": self.statuses, "paths": self.paths, "stale_tmp": self.stale,
-                "resumable": self.resumable}
+                "resumable": self.resumable, "starved": self.starved}
 
 
 def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
@@ -366,6 +360,7 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
             locks.enter_context(sweep_lock(SweepPaths.of(options.out, name), name))
         shares = [_prepare(name, points, options, executor.jobs or 1) for name, points, options in plans]
         _cost_phases(shares)
+        _ship_peaks(shares)
         for share in shares:
             _reuse_finished(share)
         _train_all(shares, executor, fn)
@@ -423,6 +418,24 @@ def _cost_phases(shares: list[_Share]) -> None:
             share.todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in share.todo]
 
 
+def _ship_peaks(shares: list[_Share]) -> None:
+    """Measure each (device, dtype) matmul peak here, before any run trains (the device is idle), and
+    give it to every task: workers training side by side would measure it under each other's load."""
+    peaks: dict[tuple, Any] = {}
+    for share in shares:
+        tasks = []
+        for task in share.todo:
+            device = resolve_device(task.options.device)
+            key = (str(device), task.point.train.resolved_dtype(device))
+            if key not in peaks:
+                try:
+                    peaks[key] = matmul_peak(device, key[1])
+                except Exception:  # no peak on this device: each run measures its own, or leaves MFU blank
+                    peaks[key] = None
+            tasks.append(dataclasses.replace(task, peak=peaks[key]))
+        share.todo = tasks
+
+
 def _reuse_finished(share: _Share) -> None:
     """Record the runs that another sweep under the same OUT already finished; the rest are left to train."""
     elsewhere = _finished_elsewhere(share.paths, share.sweep) if share.todo else {}
@@ -451,6 +464,8 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
             outcome.row["jobs"] = executor.jobs
             share = by_sweep[task.point.sweep]
             record(outcome, share.paths)
+            if starved(outcome.row):
+                share.starved.append(float(outcome.row["train_util_pct"]))
             status = outcome.row["status"]
             share.statuses[status] = share.statuses.get(status, 0) + 1
             acc = outcome.row.get("test_acc")
@@ -462,6 +477,18 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
             for twin in twins.pop(task.run_id, []):
                 _record_twin(twin, task.point.sweep, outcome, by_sweep[twin.point.sweep])
                 bar.update()
+
+
+STARVED_SHARE = 0.7  # a CPU run whose busy share is under this fraction of its threads' share got too little
+
+
+def starved(row: dict[str, Any]) -> bool:
+    """Whether a CPU run was busy well under the share of the cores its threads could use (other work held
+    the machine): each of JOBS runs may use 1 / JOBS of the cores."""
+    util, jobs = row.get("train_util_pct"), row.get("jobs") or 1
+    if row.get("status") != "ok" or row.get("device") != "cpu" or not isinstance(util, (int, float)):
+        return False
+    return util < STARVED_SHARE * 100.0 / jobs
 
 
 def _record_twin(twin: Task, trained_in: str, outcome: Outcome, share: _Share) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Iterable
 import torch
 
 from bench.env import environment, run_id
+from bench.mfu import Peak
 
 from .cost import CostPlan
 from .specs import Point
@@ -38,6 +39,7 @@ class Task:
     run_id: str
     options: RunOptions
     cost: dict[str, Any] = field(default_factory=dict)  # the config's speed columns from the cost phase
+    peak: Peak | None = None  # the device's matmul peak, measured by the driver on an idle device
 
 
 @dataclass

@@ -13,7 +13,8 @@ from torch import nn
 from .choices import MODES
 from .flops import count_macs, param_count
 from .memory import peak_mem_mb
-from .mfu import DTYPES, matmul_peak_flops, mfu
+from .contention import LoadMeter
+from .mfu import DTYPES, matmul_peak, mfu
 from .timing import Timing, TimingConfig, time_steps
 from .utilisation import UtilSampler, reader_for
 
@@ -94,7 +95,7 @@ def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: in
     else:
         step, alive = step_factory(model, images, labels)
     timing: Timing
-    with UtilSampler(reader_for(device)) as sampler:
+    with LoadMeter(device) as meter, UtilSampler(reader_for(device)) as sampler:
         timing = time_steps(step, device, mcfg.timing)
     util = sampler.summary()
     row: dict[str, object] = {
@@ -103,10 +104,12 @@ def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: in
         "step_ms_iqr": timing.iqr_ms, "repeats": len(timing.times_ms),
         "util_pct": util.get("util_pct"), "util_source": util["util_source"],
         "gpu_mem_used_mb": util.get("gpu_mem_used_mb"), "power_w": util.get("power_w"),
+        **meter.load.columns(),
     }
     row["peak_mem_mb"] = peak_mem_mb(step, device, alive) if mcfg.measure_memory else None
     if mcfg.measure_mfu and gflops is not None:
-        row["mfu"] = mfu(gflops, timing.throughput(mcfg.batch_size), mcfg.mode, matmul_peak_flops(device, mcfg.dtype))
+        peak = matmul_peak(device, mcfg.dtype)
+        row.update(mfu=mfu(gflops, timing.throughput(mcfg.batch_size), mcfg.mode, peak.flops), **peak.columns())
     return row
 
 
@@ -119,5 +122,6 @@ def cost(model: nn.Module, input_shape: tuple[int, int, int]) -> dict[str, float
 
 def add_mfu(row: dict[str, object], device: torch.device) -> None:
     """Fill row["mfu"] from gflops, throughput and the cached matmul peak of (device, dtype)."""
-    peak = matmul_peak_flops(device, str(row["dtype"]))
-    row["mfu"] = mfu(float(row["gflops"]), float(row["throughput_img_s"]), str(row["mode"]), peak)
+    peak = matmul_peak(device, str(row["dtype"]))
+    row.update(mfu=mfu(float(row["gflops"]), float(row["throughput_img_s"]), str(row["mode"]), peak.flops),
+               **peak.columns())

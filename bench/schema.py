@@ -126,8 +126,17 @@ SPEED = [
     Column("util_pct", "%", "GPU utilisation from NVML during the timed steps, or on the CPU this process's "
                             "CPU time over wall time as a share of its cores"),
     Column("util_source", "", "nvml or cpu: where util_pct came from", "text"),
+    Column("other_cpu_pct", "%", "other processes' share of all CPUs while the steps were timed (busy time from "
+                                 "/proc/stat, hypervisor steal included, less this process's)"),
+    Column("contended", "0/1", "1 where the timed steps ran under load: other_cpu_pct ≥ 10 % or, on CUDA, another "
+                               "process computing on the GPU; readers leave such rounds out of medians and ratios",
+           "int", ("0", "1")),
     Column("mfu", "", "model FLOP utilisation: achieved FLOP/s over the device's measured matmul peak for "
                       "that dtype (a training step counts 3 × the forward FLOPs)"),
+    Column("mfu_peak_gflops", "10⁹ FLOP/s", "the matmul peak the row's MFU figures were divided by: the best "
+                                            "seen on this device, dtype and thread count, never one measured "
+                                            "under load"),
+    Column("mfu_peak_at", "ISO 8601", "when that peak was measured", "text"),
 ]
 EXTRA = [
     Column("gpu_mem_used_mb", "MiB", "device memory in use per NVML during the timed steps (all processes)"),

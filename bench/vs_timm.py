@@ -4,21 +4,25 @@
 
 Models are timed in interleaved rounds (`bench.rounds`: each round times every model once, the
 starting model rotating), so drift of the machine (thermal, other load) hits all of them alike; the
-figure per model is the median over rounds.
+figure per model is the median over its rounds. A round taken while other processes held the machine
+(`bench.contention`) is left out, and a ratio to timm is printed only where the two IQRs are apart and
+each model kept at least `MIN_ROUNDS` rounds; otherwise the line says why not.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import timm
 import torch
 
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer, load_timm_weights
 
-from .rounds import interleaved
+from .contention import LoadMeter
+from .rounds import Spread, interleaved, ratio_or_noise
 from .timing import TimingConfig, time_steps
+
+MIN_ROUNDS = 3
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -43,19 +47,31 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     images = torch.randn(args.batch_size, cfg.in_chans, cfg.img_size, cfg.img_size)
 
     per_round: dict[str, list[float]] = {name: [] for name in models}
+    loaded: dict[str, int] = {name: 0 for name in models}
     timing = TimingConfig(warmup=1, min_repeats=3, min_time_s=0.5)
     with torch.inference_mode():
         for name, model in models.items():  # one untimed pass each: allocator, oneDNN primitives
             model(images)
         for _, name in interleaved(list(models), args.rounds):
-            per_round[name].append(time_steps(lambda: models[name](images), "cpu", timing).median_ms)
-    img_s = {name: args.batch_size / (statistics.median(ms) / 1e3) for name, ms in per_round.items()}
+            with LoadMeter() as meter:
+                ms = time_steps(lambda: models[name](images), "cpu", timing).median_ms
+            if meter.load is not None and meter.load.contended:
+                loaded[name] += 1
+            else:
+                per_round[name].append(args.batch_size / (ms / 1e3))
+    spreads = {name: Spread.of(rates) for name, rates in per_round.items()}
+    img_s = {name: s.median for name, s in spreads.items()}
 
     print(f"{args.preset}, eager fp32 inference, batch {args.batch_size}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}, timm {timm.__version__}, median of {args.rounds} interleaved rounds")
-    print(f"{'model':<8} {'img/s':>9} {'ms/batch':>9} {'vs timm':>8}")
-    for name, rate in img_s.items():
-        print(f"{name:<8} {rate:9.2f} {args.batch_size / rate * 1e3:9.1f} {rate / img_s['timm']:8.3f}")
+          f"torch {torch.__version__}, timm {timm.__version__}, median of {args.rounds} interleaved rounds "
+          f"(rounds taken under load left out: {sum(loaded.values())})")
+    print(f"{'model':<8} {'img/s':>9} {'IQR':>17} {'rounds':>6}  vs timm")
+    for name, s in spreads.items():
+        if s.n < MIN_ROUNDS or spreads["timm"].n < MIN_ROUNDS:
+            versus = f"not compared: fewer than {MIN_ROUNDS} rounds without load"
+        else:
+            versus = "—" if name == "timm" else ratio_or_noise(s, spreads["timm"], lambda r: f"×{r:.3f}")
+        print(f"{name:<8} {s.median:9.2f} [{s.q1:7.2f}, {s.q3:7.2f}] {s.n:6d}  {versus}")
     return img_s
 
 

@@ -1,5 +1,6 @@
 """Measurement: FLOPs against the closed form, the utilisation sampler, timing, OOM rows, CSV columns."""
 
+import os
 import random
 import re
 import sys
@@ -260,7 +261,7 @@ def test_convert_json_adds_mfu_only_for_a_run_on_this_device(tmp_path, monkeypat
     (tmp_path / "matmul_peak.json").write_text(json.dumps({key: 1e11}))  # a known peak: 100 GFLOP/s
     from bench import mfu
 
-    mfu.matmul_peak_flops.cache_clear()
+    mfu.matmul_peak.cache_clear()
     monkeypatch.setattr(mfu, "measure_matmul_peak", lambda d, t, n=None: 1e9)  # lower: the cached best stays
     info = {"device": "cpu", "dtype": "fp32", "mode": "train", "batch_size": 8, "gflops": 0.5, "gmacs": 0.25,
             "attn": "sdpa", "tokens": 17}
@@ -275,7 +276,7 @@ def test_convert_json_adds_mfu_only_for_a_run_on_this_device(tmp_path, monkeypat
     assert rows.loc[0, "mfu"] == pytest.approx(0.5e9 * 3 * (8 / 0.04) / 1e11)
     assert rows.loc[0, "throughput_img_s"] == pytest.approx(200.0) and rows.loc[0, "step_ms_iqr"] == pytest.approx(2.0)
     assert pd.isna(rows.loc[1, "mfu"]) and rows.loc[1, "device_name"] == "Some Other CPU"
-    mfu.matmul_peak_flops.cache_clear()
+    mfu.matmul_peak.cache_clear()
 
 
 def test_matmul_peak_keeps_the_best_seen_so_a_peak_measured_under_load_is_corrected(tmp_path, monkeypatch):
@@ -288,8 +289,56 @@ def test_matmul_peak_keeps_the_best_seen_so_a_peak_measured_under_load_is_correc
     key = f"{mfu.device_name(device)}|fp32|threads={torch.get_num_threads()}|torch={torch.__version__}"
     (tmp_path / "matmul_peak.json").write_text(json.dumps({key: 134e9}))  # cached while the machine was busy
     for measured, expected in ((181e9, 181e9), (150e9, 181e9)):  # an idle process corrects it; a busy one cannot
-        mfu.matmul_peak_flops.cache_clear()
+        mfu.matmul_peak.cache_clear()
         monkeypatch.setattr(mfu, "measure_matmul_peak", lambda d, t, n=None: measured)
         assert mfu.matmul_peak_flops(device, "fp32") == expected
         assert json.loads((tmp_path / "matmul_peak.json").read_text())[key] == expected
-    mfu.matmul_peak_flops.cache_clear()
+    mfu.matmul_peak.cache_clear()
+
+
+def test_a_timed_region_beside_a_cpu_burner_is_flagged_as_contended():
+    import subprocess
+    import sys
+
+    from bench.contention import CONTENDED_PCT, LoadMeter
+
+    def work():
+        a = torch.randn(256, 256)
+        deadline = time.perf_counter() + 1.5
+        while time.perf_counter() < deadline:
+            a @ a
+
+    with LoadMeter() as quiet:
+        work()
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.3)
+        with LoadMeter() as busy:
+            work()
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    assert busy.load.other_cpu_pct >= CONTENDED_PCT and busy.load.contended
+    assert busy.load.columns()["contended"] == 1
+    assert quiet.load.other_cpu_pct < busy.load.other_cpu_pct
+
+
+def test_every_mfu_row_stores_the_peak_it_was_divided_by(tmp_path, monkeypatch):
+    from bench import mfu
+    from bench.measure import MeasureConfig, measure
+    from vit import PRESETS, VisionTransformer
+
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(mfu, "measure_matmul_peak", lambda d, t, n=None: 2.5e11)
+    mfu.matmul_peak.cache_clear()
+    try:
+        cfg = PRESETS["vit_digits"]
+        row = measure(VisionTransformer(cfg), (cfg.in_chans, cfg.img_size, cfg.img_size), cfg.num_classes,
+                      MeasureConfig(batch_size=8, timing=TimingConfig(warmup=1, min_repeats=3, min_time_s=0.0)),
+                      torch.device("cpu"), gflops=0.01)
+    finally:
+        mfu.matmul_peak.cache_clear()
+    assert row["mfu_peak_gflops"] == 250.0 and row["mfu_peak_at"]
+    assert row["mfu"] == pytest.approx(0.01e9 * row["throughput_img_s"] / 2.5e11)
+    assert row["contended"] in (0, 1) and row["other_cpu_pct"] is not None

@@ -230,3 +230,19 @@ def test_sweep_figure_names_the_factor_on_every_axis(tmp_path):
     fig = captured["fig"]
     assert {ax.get_xlabel() for ax in fig.axes} == {"depth (blocks)"}
     assert fig._suptitle.get_text().startswith("depth (blocks) sweep")
+
+
+def test_cost_rounds_taken_under_load_are_left_out_so_a_loaded_speedup_is_not_reported(tmp_path):
+    ten_points_apart(tmp_path)
+    # two equally fast settings; rounds 1, 2 and 3 of depth=1 ran while another process held the machine
+    write_cost(tmp_path, {1: [101, 33, 34, 35, 103], 2: [102, 103, 101, 104, 102]})
+    cost_csv = SweepPaths.of(tmp_path, "depth").cost
+    table = read_table(cost_csv)
+    table["contended"] = [int(d == 1 and r in (1, 2, 3)) for d, r in zip(table["depth"], table["round"])]
+    table.to_csv(cost_csv, index=False)
+    text = build_report(tmp_path).read_text()
+    assert "inference img/s same within noise (IQRs overlap)" in text
+    assert "(6 of 20 timed steps ran while other processes took ≥ 10 % of the machine and are left out)" in text
+    table["contended"] = 0   # the same figures without the flag would report a ratio
+    table.to_csv(cost_csv, index=False)
+    assert "inference img/s ×" in build_report(tmp_path).read_text()

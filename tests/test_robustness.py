@@ -138,7 +138,10 @@ def test_repeated_seeds_and_spec_values_are_refused_before_work(tmp_path, capsys
 # 4. the report fell over on one bad input ---------------------------------------------------------------
 
 def test_the_report_survives_a_bad_row_and_damaged_files_and_lists_them(tmp_path):
-    run_sweep("depth", points("depth", 1, 2), options(tmp_path, seeds=(0, 1)))
+    from ablations.calibrate import MODEL, RECIPE   # learns digits above chance, so the sweep gets its comparisons
+
+    run_sweep("depth", [Point("depth", "depth", d, MODEL.replace(depth=d), RECIPE) for d in (1, 2)],
+              options(tmp_path, seeds=(0, 1)))
     run_sweep("pos", [Point("pos", "pos", p, TINY.replace(pos=p), TrainConfig(epochs=1, batch_size=128))
                       for p in ("learned", "sinusoidal")], options(tmp_path))
     csv = tmp_path / "ablations" / "depth.csv"
@@ -413,11 +416,11 @@ def test_an_unwritable_cache_costs_only_the_cached_peak(tmp_path, monkeypatch, c
     (tmp_path / "cache-file").write_text("a file where the cache folder should be")
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache-file"))
     monkeypatch.setattr(mfu, "measure_matmul_peak", lambda device, dtype, n=None: 1.5e11)
-    mfu.matmul_peak_flops.cache_clear()
+    mfu.matmul_peak.cache_clear()
     try:
         assert mfu.matmul_peak_flops(torch.device("cpu"), "fp32") == 1.5e11
     finally:
-        mfu.matmul_peak_flops.cache_clear()
+        mfu.matmul_peak.cache_clear()
     assert "cannot keep the matmul peak" in capsys.readouterr().err
     summary = run_sweep("depth", points("depth", 1), dataclasses.replace(options(tmp_path / "o"),
                                                                          cost=CostPlan(rounds=1)))

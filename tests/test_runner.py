@@ -198,3 +198,14 @@ def test_diverging_run_is_recorded_and_the_next_point_runs(tmp_path):
     assert "loss became" in table.loc[0, "error"] and pd.isna(table.loc[0, "test_acc"])
     assert 0 <= table.loc[1, "test_acc"] <= 1
     assert summary["statuses"] == {"diverged": 1, "ok": 1}
+
+
+def test_a_cpu_run_busy_well_under_its_cores_is_called_starved():
+    from ablations.runner import starved
+
+    row = {"status": "ok", "device": "cpu", "train_util_pct": 35.0, "jobs": 1}
+    assert starved(row)
+    assert not starved({**row, "train_util_pct": 95.0})
+    assert not starved({**row, "jobs": 2, "train_util_pct": 48.0})   # one of two runs: half the cores is its share
+    assert starved({**row, "jobs": 2, "train_util_pct": 20.0})
+    assert not starved({**row, "device": "cuda"}) and not starved({**row, "status": "error"})

@@ -17,6 +17,7 @@ DTYPE     ?=
 COMPILE   ?= 0
 GRAPHS    ?= 1
 JOBS      ?=
+THREADS   ?=
 EXECUTOR  ?= local
 CPUS_PER_TASK ?=
 GPUS_PER_TASK ?=
@@ -28,6 +29,7 @@ INIT      ?=
 PRETRAINED ?=
 OUT       ?= results
 DRY_RUN   ?= 0
+INTO_REFERENCE ?= 0
 CHECKPOINT_EVERY ?=
 PYTEST_ARGS ?=
 
@@ -37,9 +39,10 @@ qopt = $(if $(strip $(2)),$(1) '$(2)')
 RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) \
   $(call opt,--cost-rounds,$(COST_ROUNDS)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) \
   --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --graphs $(GRAPHS) --executor $(EXECUTOR) \
-  $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) $(call opt,--gpus-per-task,$(GPUS_PER_TASK)) $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--jobs,$(JOBS)) \
+  $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) $(call opt,--gpus-per-task,$(GPUS_PER_TASK)) $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--jobs,$(JOBS)) $(call opt,--threads,$(THREADS)) \
   $(call qopt,--data-root,$(DATA_ROOT)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out '$(OUT)' \
-  $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download)
+  $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download) $(INTO_REF)
+INTO_REF = $(if $(filter 1 yes true,$(INTO_REFERENCE)),--into-reference)
 
 .PHONY: install test test-gpu crash-test calibrate ablations train bench bench-tokens bench-speed bench-step compare report clean
 
@@ -70,7 +73,7 @@ crash-test: $(STAMP)
 # the sweeps marked `default = true` in ablations/sweeps/*.toml (patch, heads, depth), then the report
 ablations: $(STAMP)
 	$(PY) -m ablations sweep default $(RUN_ARGS)
-	$(if $(filter 1 yes true,$(DRY_RUN)),,$(MAKE) report OUT='$(OUT)')
+	$(if $(filter 1 yes true,$(DRY_RUN)),,$(MAKE) report OUT='$(OUT)' INTO_REFERENCE=$(INTO_REFERENCE))
 
 # one target per ablations/sweeps/<name>.toml: a new sweep is a new TOML file and nothing else
 SWEEP_NAMES := $(basename $(notdir $(wildcard ablations/sweeps/*.toml)))
@@ -85,11 +88,11 @@ bench: $(STAMP)
 	mkdir -p '$(OUT)/bench'
 	$(PY) -m pytest bench/test_bench_backends.py -p no:cacheprovider --benchmark-enable \
 	  '--benchmark-json=$(OUT)/bench/pytest-benchmark.json' $(PYTEST_ARGS)
-	$(PY) -m bench convert-json '$(OUT)/bench/pytest-benchmark.json' '$(OUT)/bench/pytest-benchmark.csv'
+	$(PY) -m bench convert-json '$(OUT)/bench/pytest-benchmark.json' '$(OUT)/bench/pytest-benchmark.csv' $(INTO_REF)
 
 # throughput and memory of the four backends against sequence length: $(OUT)/bench/backends.csv
 bench-tokens: $(STAMP)
-	$(PY) -m bench run --tokens 65,197,785 --name backends --out '$(OUT)' $(ARGS)
+	$(PY) -m bench run --tokens 65,197,785 --name backends --out '$(OUT)' $(INTO_REF) $(ARGS)
 
 bench-speed: $(STAMP)
 	$(PY) -m bench.vs_timm
@@ -109,7 +112,7 @@ compare: $(STAMP)
 	$(PY) -m ablations compare '$(A)' '$(B)' $(ARGS)
 
 report: $(STAMP)
-	$(PY) -m ablations report --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT))
+	$(PY) -m ablations report --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT)) $(INTO_REF)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .benchmarks

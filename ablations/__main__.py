@@ -83,6 +83,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=_jobs, default=1, metavar="N|auto",
                    help="local executor: runs in flight at once (default 1). On the CPU the cores are split between "
                         "them; on CUDA they share the GPU (or spread over several). auto: half the cores, or 4 per GPU")
+    p.add_argument("--threads", type=_positive("--threads (THREADS)"),
+                   help="local executor on the CPU: torch threads per run (default: the cores // JOBS). Runs "
+                        "with the same count give the same floats whatever JOBS is; a different count changes "
+                        "the order of reductions")
     p.add_argument("--init", help="a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from")
     p.add_argument("--pretrained", help="a timm model name whose pretrained weights timm downloads (network)")
     p.add_argument("--out", default="results")
@@ -91,6 +95,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                         f"(default auto: every epoch when the run is projected to last over {AUTO_CHECKPOINT_S:.0f} s; "
                         f"0: never)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and what is done; train nothing")
+    p.add_argument("--into-reference", action="store_true",
+                   help="allow writing into a folder of committed reference results (results/reference)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     _common(one)
     report = sub.add_parser("report", help="figures and REPORT.md from the CSVs; never trains")
     report.add_argument("--out", default="results")
+    report.add_argument("--into-reference", action="store_true",
+                        help="allow rewriting the report of a folder of committed reference results")
+    report.add_argument("--reference", help="reference results to compare with (default: results/reference of "
+                                            "this checkout, where there is one; 'none' for no comparison)")
     report.add_argument("--data-root", default="data",
                         help="where torchvision datasets live, for the attention maps' few test images (DATA_ROOT)")
     sub.add_parser("columns", help="the column dictionary of every result table, as markdown (docs/columns.md)")

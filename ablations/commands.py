@@ -19,6 +19,7 @@ from bench.env import resolve_device
 from bench.grid import parse_overrides
 from bench.measure import cost
 from bench.mfu import DTYPES
+from bench.reference import refusal
 from vit import PRESETS, ViTConfig, VisionTransformer, checkpoint_id, init_from_checkpoint
 
 from . import choices
@@ -116,7 +117,8 @@ def _start_executor(args: argparse.Namespace) -> Executor:
     executor = EXECUTORS[args.executor](ExecutorOptions(cpus_per_task=args.cpus_per_task,
                                                         gpus_per_task=gpus,
                                                         max_retries=args.max_retries,
-                                                        jobs=args.jobs, device=args.device))
+                                                        jobs=args.jobs, device=args.device,
+                                                        threads=args.threads))
     print(executor.start(), file=sys.stderr)
     return executor
 
@@ -159,7 +161,7 @@ def _recorded(plans: list[tuple[str, list[Point]]], options: dict[str, RunOption
     return total
 
 
-def _summary(results: list[dict[str, Any]], elapsed: float) -> None:
+def _summary(results: list[dict[str, Any]], elapsed: float, report_hint: str = "") -> None:
     print(f"\nDone in {elapsed / 60:.1f} min.")
     for r in results:
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items())) or "nothing new"
@@ -173,13 +175,23 @@ def _summary(results: list[dict[str, Any]], elapsed: float) -> None:
             print(f"           note: {len(low)} run(s) were busy only {min(low):.0f}–{max(low):.0f} % of the cores they "
                   f"were given (train_util_pct): other work held the machine, so their train_time_s and "
                   f"train_mfu understate it")
-        print(f"           rows → {paths.rows}   epochs → {paths.history}   cost → {paths.cost}")
+        cost = f"   cost → {paths.cost}" if paths.cost.exists() else ""
+        print(f"           rows → {paths.rows}   epochs → {paths.history}{cost}")
         print(f"           weights → {paths.weights}/   test predictions → {paths.preds}/")
-    print("Next: make report (figures and results/REPORT.md from these CSVs)")
+    if report_hint:
+        print(report_hint)
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """ValueError for an OUT that holds the committed reference results, unless --into-reference."""
+    message = refusal(args.out, args.into_reference)
+    if message:
+        raise ValueError(message)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     try:
+        _check_out(args)
         _check_device(args)
         names = [n for arg in args.sweeps for n in (default_sweeps() if arg == "default" else [arg])]
         specs = [load_spec(find_spec(name)) for name in dict.fromkeys(names)]
@@ -201,7 +213,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     results, status = _run_all(args, plans, options)
     if results is None:
         return status
-    _summary(results, time.perf_counter() - t0)
+    out = Path(args.out)
+    _summary(results, time.perf_counter() - t0,
+             f"Next: make report OUT='{out}' (figures and {out / 'REPORT.md'} from these tables)")
     return 0
 
 
@@ -227,6 +241,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                   f"train: {sorted(TRAIN_FIELDS)}", file=sys.stderr)
             return 2
     try:
+        _check_out(args)
         _check_device(args)
         data = cached_dataset(args.dataset, args.data_root, args.download)  # the runs reuse this copy
         args.preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
@@ -257,15 +272,21 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import build_report
+    from .report import build_report, default_reference
 
     out = Path(args.out)
+    message = refusal(out, args.into_reference)
+    if message:
+        print(f"error: {message}", file=sys.stderr)
+        return 2
     if out.exists() and not out.is_dir():
         print(f"error: --out {out}: not a folder; pass the OUT folder a sweep wrote (it holds ablations/)",
               file=sys.stderr)
         return 2
     try:
-        path = build_report(out, data_root=args.data_root)
+        reference = (None if args.reference == "none" else Path(args.reference) if args.reference
+                     else default_reference(out))
+        path = build_report(out, data_root=args.data_root, reference=reference)
     except OSError as err:
         print(f"error: --out {out}: cannot write the report there ({err.strerror or err}); choose a writable OUT",
               file=sys.stderr)

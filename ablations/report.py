@@ -21,7 +21,7 @@ from vit import ViTConfig, VisionTransformer
 from . import figures as figs
 from . import findings
 from .data import load_dataset
-from .experiments import latest_rows, newest_experiment
+from .experiments import differences, latest_rows, newest_experiment
 from .schema import read_table
 from .runner import SweepPaths
 from .specs import SPEC_DIR, SweepSpec, available_sweeps, load_spec
@@ -85,7 +85,8 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path,
     lines = ["## inside the model", ""]
     rows = tables.get("pos")
     if rows is None or not (rows["status"] == "ok").any():
-        return lines + ["_Needs `results/ablations/pos.csv` and its weights: `make ablate-pos` produces them._", ""]
+        return lines + [f"_Needs `{out / 'ablations' / 'pos.csv'}` and its weights: `make ablate-pos OUT={out}` "
+                        f"produces them._", ""]
     ok = rows[rows["status"] == "ok"]
     models = {}
     for name in ("learned", "sinusoidal", "sincos2d"):
@@ -268,12 +269,25 @@ def _guarded(what: str, build, *args) -> list[str]:
         return [f"_{what} could not be built from its inputs; see Skipped inputs._", ""]
 
 
-def build_report(out: Path, data_root: str | Path = "data") -> Path:
-    """Figures and REPORT.md under `out`; `data_root` is read only for the attention maps' test images.
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"  # a checkout's committed results
+
+
+def default_reference(out: Path) -> Path | None:
+    """The checkout's reference results, unless `out` is that folder or there is none (an installed package)."""
+    if not REFERENCE.is_dir() or Path(out).resolve() == REFERENCE:
+        return None
+    return REFERENCE
+
+
+def build_report(out: Path, data_root: str | Path = "data", reference: Path | None = None) -> Path:
+    """Figures and REPORT.md under `out`; `data_root` is read only for the attention maps' test images;
+    with `reference` (a folder of reference results), a section compares the runs with it point by point.
     A damaged row or file is skipped and listed at the end under "Skipped inputs"."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedInput)
         lines = _report_lines(Path(out), data_root)
+        if reference is not None:
+            lines += _guarded("against the reference", _reference_section, Path(out), Path(reference))
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, SkippedInput)))
     for w in caught:
         if not issubclass(w.category, SkippedInput):
@@ -333,6 +347,46 @@ def _report_lines(out: Path, data_root: str | Path) -> list[str]:
         lines += _guarded("inside the model", _inside_the_model, out, tables, figures, Path(data_root))
     lines += _guarded("attention backends (bench)", _bench_section, out / "bench", figures)
     return lines
+
+
+def _reference_section(out: Path, reference: Path) -> list[str]:
+    """Each point trained both here and in the reference (same run_id: model, recipe, data and seed), with
+    the accuracy difference and its paired interval; for a sweep with no such point, what differs."""
+    from .compare import compare_outs
+
+    lines = ["## against the reference", "",
+             f"The same runs (same model, recipe, data and seed, so the same run_id) in `{reference}`, trained "
+             f"on another machine or at another commit; the difference is here − reference, with a 95 % "
+             f"paired bootstrap interval over the common seeds and the test images.", ""]
+    try:
+        table = compare_outs(out, reference)
+    except ValueError:
+        table = pd.DataFrame(columns=["sweep"])
+    if len(table):
+        lines += ["| sweep | point | seeds | here % | reference % | here − reference (points) [95 % interval] | |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in table.itertuples():
+            verdict = {"A higher": "higher here", "B higher": "lower here"}.get(r.verdict, r.verdict)
+            lines.append(f"| {r.sweep} | {r.point} | {r.seeds} | {100 * r.acc_a:.2f} | {100 * r.acc_b:.2f} | "
+                         f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}] | {verdict} |")
+        lines.append("")
+    compared = set(table["sweep"])
+    for csv in sorted((out / "ablations").glob("*.csv")):
+        sweep = csv.stem
+        theirs = reference / "ablations" / csv.name
+        if sweep.endswith(("-history", "-cost")) or sweep in compared or not theirs.exists():
+            continue
+        mine, ref = read_table(csv), read_table(theirs)
+        if mine.empty or ref.empty or "status" not in mine or "status" not in ref:
+            continue
+        mine, ref = mine[mine["status"] == "ok"], ref[ref["status"] == "ok"]
+        if len(mine) and len(ref):
+            spec = SPEC_DIR / f"{sweep}.toml"
+            factor = load_spec(spec).factor if spec.exists() else ""
+            what = differences(mine.iloc[-1], ref.iloc[-1], factor) or "the seeds"
+            lines.append(f"- {sweep}: no run in common with the reference, whose runs differ in {what} "
+                         f"(here vs reference): not compared.")
+    return lines + [""]
 
 
 def setting_means(all_rows: pd.DataFrame, factors: dict[str, str]) -> pd.DataFrame:

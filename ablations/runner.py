@@ -125,7 +125,7 @@ def execute(task: Task, data: Dataset) -> Outcome:
     """Train one run on `data`; never raises for a failure of the run itself."""
     point, options = task.point, task.options
     device = resolve_device(options.device)
-    row = base_row(task, device)
+    row = {**base_row(task, device), "torch_threads": torch.get_num_threads()}
     history: list[dict[str, Any]] = []
     try:
         torch.manual_seed(task.seed)

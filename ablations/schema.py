@@ -34,6 +34,9 @@ TRAINING = [
     Column("test_size", "images", "test images behind test_acc (and in the run's predictions file)", "int"),
     Column("cost_rounds", "", "interleaved rounds of the sweep's cost phase behind the row's speed columns", "int"),
     Column("reused_from", "", "the sweep whose identical run (same run_id) this row was copied from", "text"),
+    Column("torch_threads", "", "torch's intra-op threads while this run trained (the cores // JOBS on the CPU): a "
+                                "different count changes the order of float reductions, so runs compare "
+                                "bit for bit only at the same count", "int"),
     Column("jobs", "", "runs in flight at once on the machine while this run trained (JOBS; empty with Ray): "
                        "above 1, train_time_s and train_util_pct were measured under sharing, the cost phase's "
                        "columns never are", "int"),
@@ -74,9 +77,9 @@ COST_COLUMNS = names(COST_TABLE)
 HISTORY_COLUMNS = names(HISTORY_TABLE)
 
 # what differs between two runs of one config: when, where and how fast (not what was computed)
-MEASURED = ["started_at", "host", "throughput_img_s", "step_ms_median", "step_ms_iqr", "peak_mem_mb", "util_pct",
+MEASURED = ["started_at", "host", "torch_threads", "throughput_img_s", "step_ms_median", "step_ms_iqr", "peak_mem_mb", "util_pct",
             "mfu", "train_time_s", "train_throughput_img_s", "train_util_pct", "train_mfu", "jobs", "resumed_after",
-            "gpu_mem_used_mb", "power_w", "repeats"]
+            "gpu_mem_used_mb", "power_w", "repeats", "other_cpu_pct", "contended", "mfu_peak_gflops", "mfu_peak_at"]
 
 TABLES = [
     ("`$(OUT)/bench/<name>.csv`", "one row per measurement (`python -m bench run`, `make bench`)", BENCH_TABLE),

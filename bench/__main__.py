@@ -38,10 +38,14 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--repeats", type=int, default=10)
     run.add_argument("--min-time-s", type=float, default=1.0)
     run.add_argument("--out", default="results")
+    run.add_argument("--into-reference", action="store_true",
+                     help="allow appending to a folder of committed reference results (results/reference)")
     run.add_argument("--name", default="grid", help="the CSV's name under $OUT/bench/")
     conv = sub.add_parser("convert-json", help="pytest-benchmark JSON to a CSV of measurement rows")
     conv.add_argument("json_path", type=Path)
     conv.add_argument("csv_path", type=Path)
+    conv.add_argument("--into-reference", action="store_true",
+                      help="allow writing into a folder of committed reference results")
     peak = sub.add_parser("peak", help="measure (or read the cached) matmul peak")
     peak.add_argument("--device", default="auto")
     peak.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))

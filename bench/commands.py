@@ -21,6 +21,7 @@ from .env import environment, resolve_device, run_id
 from .grid import expand_grid, parse_overrides, run_grid
 from .measure import add_mfu
 from .mfu import DTYPES, device_name, matmul_peak_flops
+from .reference import refusal
 from .schema import BENCH_COLUMNS
 from .timing import TimingConfig
 
@@ -38,6 +39,9 @@ def _fail(message: str) -> NoReturn:
 
 
 def run(args: argparse.Namespace) -> None:
+    message = refusal(args.out, args.into_reference)
+    if message:
+        _fail(message)
     if not NAME.fullmatch(args.name):
         _fail(f"--name {args.name!r}: a table name is letters, digits, '.', '_' or '-', not starting with '.' "
               f"(it becomes $OUT/bench/<name>.csv)")
@@ -98,6 +102,9 @@ def peak(args: argparse.Namespace) -> None:
 
 
 def convert(args: argparse.Namespace) -> None:
+    message = refusal(args.csv_path.parent.parent, args.into_reference)  # <out>/bench/<name>.csv
+    if message:
+        _fail(message)
     if args.csv_path.exists():
         args.csv_path.unlink()  # the CSV mirrors the JSON of the last `make bench`
     print(f"{convert_json(args.json_path, args.csv_path)} rows written to {args.csv_path}")

@@ -147,7 +147,10 @@ def jobs_sweep_once(spec: Path, out: Path, work: Path, rng: random.Random, tally
                                 stderr=stderr)
     ended = False
     while not ended and tally.kills < kills:
-        time.sleep(rng.uniform(0.5, 5.0))
+        deadline = time.time() + 180  # the hits land in training: wait for the workers (after start-up and costs)
+        while time.time() < deadline and proc.poll() is None and len(workers_of(proc.pid)) < 2:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.2, 3.0))
         if proc.poll() is not None:
             tally.finished_before_kill += 1
             break

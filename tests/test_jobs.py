@@ -237,3 +237,19 @@ def test_a_stop_signal_with_two_jobs_stops_every_worker_within_seconds_and_keeps
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # the lock was released
     finally:
         os.close(fd)
+
+
+def test_mnist5k_runs_give_the_same_accuracies_with_one_or_two_jobs_at_the_same_threads(tmp_path):
+    from vit import PRESETS
+
+    base = PRESETS["vit_mnist"]
+    points = [Point("m", "depth", d, base.replace(depth=d), TrainConfig(epochs=1)) for d in (1, 2)]
+    tables = {}
+    for jobs in (1, 2):
+        opts = RunOptions(dataset="mnist5k", out=str(tmp_path / f"jobs{jobs}"), seeds=(0,), progress=False,
+                          cost=CostPlan(rounds=0))
+        run_sweep("m", points, opts, LocalExecutor(ExecutorOptions(jobs=jobs, device="cpu", threads=1)))
+        tables[jobs] = read_table(tmp_path / f"jobs{jobs}" / "ablations" / "m.csv").sort_values("run_id")
+    assert (tables[1]["torch_threads"] == 1).all() and (tables[2]["torch_threads"] == 1).all()
+    assert list(tables[1]["test_acc"]) == list(tables[2]["test_acc"])
+    assert list(tables[1]["test_loss"]) == list(tables[2]["test_loss"])

@@ -246,3 +246,43 @@ def test_cost_rounds_taken_under_load_are_left_out_so_a_loaded_speedup_is_not_re
     table["contended"] = 0   # the same figures without the flag would report a ratio
     table.to_csv(cost_csv, index=False)
     assert "inference img/s ×" in build_report(tmp_path).read_text()
+
+
+def test_no_command_writes_into_the_reference_unless_told_and_the_report_compares_with_it(tmp_path, capsys):
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import ablations.__main__ as cli
+    from bench.reference import REFERENCE_MARK
+
+    reference = tmp_path / "reference"
+    ten_points_apart(reference)
+    (reference / REFERENCE_MARK).write_text("reference\n")
+    before = sorted((p.relative_to(reference), p.read_bytes()) for p in reference.rglob("*") if p.is_file())
+    spec = Path(__file__).resolve().parents[1] / "ablations" / "sweeps" / "depth.toml"
+    for argv in (["sweep", str(spec), "--dataset", "digits", "--out", str(reference), "--seeds", "0"],
+                 ["report", "--out", str(reference)]):
+        assert cli.main(argv) == 2
+        assert "holds the committed reference results" in capsys.readouterr().err
+    bench = subprocess.run([sys.executable, "-m", "bench", "run", "--preset", "vit_digits", "--out", str(reference)],
+                           capture_output=True, text=True, timeout=120)
+    assert bench.returncode == 2 and "holds the committed reference results" in bench.stderr
+    after = sorted((p.relative_to(reference), p.read_bytes()) for p in reference.rglob("*") if p.is_file())
+    assert after == before
+
+    mine = tmp_path / "mine"   # the same runs again, but depth=2 seed 0 now gets 3 more images wrong
+    shutil.copytree(reference, mine)
+    (mine / REFERENCE_MARK).unlink()
+    write_run_preds = SweepPaths.of(mine, "depth").preds / "000002000000.npz"
+    target = torch.arange(N_TEST) % 10
+    correct = mask(range(53))
+    write_run_preds.write_bytes(save_preds(torch.where(torch.as_tensor(correct), target, (target + 1) % 10), target))
+    rows = read_table(SweepPaths.of(mine, "depth").rows)
+    rows.loc[rows["run_id"] == "000002000000", "test_acc"] = 0.947
+    rows.to_csv(SweepPaths.of(mine, "depth").rows, index=False)
+    text = build_report(mine, reference=reference).read_text()
+    section = text.split("## against the reference", 1)[1].split("\n## ", 1)[0]
+    assert "| depth | depth=1 | 3 | 84.00 | 84.00 | +0.00 [+0.00, +0.00] | same within noise |" in section
+    assert "| depth | depth=2 | 3 |" in section and "-0.10 [" in section

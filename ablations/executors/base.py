@@ -22,6 +22,7 @@ class ExecutorOptions:
     max_retries: int = 2
     jobs: int | None = 1      # local: runs in flight at once; None = auto (executors.local.auto_jobs)
     device: str = "auto"      # the runs' device (local: how JOBS places them)
+    threads: int | None = None  # local, CPU: torch threads per run; None = the cores // jobs
 
     def __post_init__(self) -> None:
         if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):
@@ -30,6 +31,9 @@ class ExecutorOptions:
             value = getattr(self, name)
             if value is not None and not value >= 0:
                 raise ValueError(f"{name} must be ≥ 0, got {value!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise ValueError(f"threads must be an integer ≥ 1, got {self.threads!r}")
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be ≥ 0, got {self.max_retries!r}")
 

@@ -235,14 +235,14 @@ class LocalExecutor:
         self.options = options or ExecutorOptions()
         self.jobs = self.options.jobs or auto_jobs(self.options.device)
         self.gpus = torch.cuda.device_count() if self.options.device != "cpu" and torch.cuda.is_available() else 0
-        self.threads = max(1, torch.get_num_threads() // self.jobs) if not self.gpus else 1
+        self.threads = self.options.threads or (max(1, torch.get_num_threads() // self.jobs) if not self.gpus else 1)
         # workers spread over the GPUs only where DEVICE names none (auto, cuda); DEVICE=cuda:1 shares GPU 1
         self.spread = self.gpus > 1 and self.options.device in ("auto", "cuda")
 
     def start(self) -> str:
         chosen = " (JOBS=auto)" if self.options.jobs is None else ""
         if self.jobs == 1:
-            return f"local: this process, {torch.get_num_threads()} threads{chosen}"
+            return f"local: this process, {self.threads if self.options.threads else torch.get_num_threads()} threads{chosen}"
         where = (f"round-robin over {self.gpus} GPUs" if self.spread else
                  f"sharing {self.options.device if self.gpus > 1 else 'the GPU'}" if self.gpus else
                  f"{self.threads} CPU thread(s) each")
@@ -254,8 +254,14 @@ class LocalExecutor:
 
     def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, Outcome]]:
         if self.jobs == 1:  # with JOBS > 1 even a lone run goes to a worker: the same threads as its siblings
-            for task in tasks:
-                yield task, fn(task, load(task.options))
+            before = torch.get_num_threads()
+            if self.options.threads:
+                torch.set_num_threads(self.options.threads)
+            try:
+                for task in tasks:
+                    yield task, fn(task, load(task.options))
+            finally:
+                torch.set_num_threads(before)
             return
         pool = WorkerPool(self.jobs, self.threads, self.gpus if self.spread else 0, self.options.max_retries, fn, load)
         yield from pool.run(tasks)

@@ -13,17 +13,19 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bench.contention import CONTENDED_PCT
 from bench.csvio import SkippedInput, read_rows, skipped
-from bench.schema import BENCH_SCHEMA
 from bench.rounds import Spread
+from bench.schema import BENCH_SCHEMA
 from vit import ViTConfig, VisionTransformer
 
 from . import figures as figs
 from . import findings
 from .data import load_dataset
 from .experiments import differences, latest_rows, newest_experiment
-from .schema import read_table
+from .findings import CHANCE_SDS, POWER_DELTA
 from .runner import SweepPaths
+from .schema import read_table
 from .specs import SPEC_DIR, SweepSpec, available_sweeps, load_spec
 from .stats import ALPHA, POWER, REPLICATES, accuracy_interval
 
@@ -221,15 +223,26 @@ METHOD = f"""## Method
   every other setting at α = {ALPHA} after Holm's adjustment. Otherwise it names the settings it
   cannot be told apart from and the smallest difference the sweep could have detected:
   (z₁₋α/2m + z_power) × the median bootstrap standard error of its pairs, at {POWER:.0%} power and
-  the strictest Holm level α/m for m pairs.
+  the strictest Holm level α/m for m pairs. It then states how many seeds per setting would detect a
+  {100 * POWER_DELTA:.1f}-point difference at {POWER:.0%} power: the difference of two means over s seeds has
+  variance 2σ²/s + v, σ the seed-to-seed s.d. of one run's accuracy (pooled over settings) and v the
+  variance the shared test set adds to a paired difference (the per-image differences' variance over
+  n, median over pairs), which more seeds do not remove; where v alone is too large it says so.
+- **No verdict** is given, and no p-value shown, for a sweep with one seed per setting (its binomial
+  intervals cover the test images only: one seed says nothing of the variation between training
+  seeds), or with a setting within noise of chance (mean accuracy below 1/classes +
+  {CHANCE_SDS:g} binomial standard errors or its interval's half-width, marked ‡), or without saved
+  predictions.
 - **Cost.** Before training, every point of a command's sweeps is measured side by side in
   interleaved rounds (each round measures every point once, the starting point rotating) with nothing
   else running: an inference step and the training step the runs train with (forward, backward, clipping,
   fused AdamW over their parameter groups; one CUDA graph per step on CUDA unless GRAPHS=0). Figures are the median
   over rounds with [Q1, Q3]; a ratio between two settings is printed only where their IQRs do not
-  overlap, otherwise "same within noise". Peak memory is the tensor-level peak of one step (CUDA
+  overlap, otherwise "same within noise". A round taken while other processes used ≥ {CONTENDED_PCT:.0f} % of
+  the CPUs (or computed on the GPU) is left out, and the table's note says how many were. Peak memory is the tensor-level peak of one step (CUDA
   allocator, or MemTracker on the CPU), taken in the first round: it is the same every time.
-  MFU = achieved FLOP/s ÷ the device's measured matmul peak (a training step counts 3 × the forward).
+  MFU = achieved FLOP/s ÷ the device's measured matmul peak (a training step counts 3 × the forward);
+  every row stores that peak and when it was measured.
   "MFU infer" and "busy % infer" come from the cost phase's inference timing; "MFU train runs" and
   "busy % train runs" (`train_mfu`, `train_util_pct`) from each training run's own epochs, data
   handling included.

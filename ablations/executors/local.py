@@ -13,7 +13,8 @@ checkpoint); only a run that keeps losing its worker is recorded as `error`. Que
 touched. A disk that fills inside a worker stops the command, as with one job. On any exception in the
 driver (Ctrl-C, SIGTERM, a full disk) no new run starts and every worker is stopped before `run`
 returns: SIGTERM, then SIGKILL after `STOP_GRACE_S`. Workers ignore the terminal's SIGINT (the driver
-stops them) and die with the driver (PR_SET_PDEATHSIG on Linux).
+stops them) and die with the driver (`ablations.spawned`: PR_SET_PDEATHSIG on Linux, set before a
+worker imports torch).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Iterator
 import torch
 from tqdm import tqdm
 
+from ..spawned import worker_main
 from ..tasks import Outcome, Task, lost_outcome
 from .base import ExecutorOptions, Loader, RunFn
 
@@ -43,15 +45,6 @@ def auto_jobs(device: str) -> int:
     if device != "cpu" and torch.cuda.is_available():
         return RUNS_PER_GPU * torch.cuda.device_count()
     return max(1, (os.cpu_count() or 1) // 2)
-
-
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def visible_gpu(index: int, visible: str | None) -> str:
@@ -69,14 +62,9 @@ class _Raised:
                                      else RuntimeError(f"{type(err).__name__}: {err}"))
 
 
-def _worker_main(conn: Connection, threads: int, gpu: str | None, fn: RunFn, load: Loader) -> None:
-    """A worker: receive a task, run it, send its outcome back; until the driver sends None or goes away."""
-    _die_with_parent()
-    for sig in (signal.SIGINT, signal.SIGHUP):  # a terminal's Ctrl-C reaches the whole group: the driver decides
-        signal.signal(sig, signal.SIG_IGN)
-    if gpu is not None:  # before this process initialises CUDA
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    torch.set_num_threads(threads)
+def serve(conn: Connection, fn: RunFn, load: Loader) -> None:
+    """A worker's loop (after `ablations.spawned.worker_main`): receive a task, run it, send its outcome
+    back; until the driver sends None or goes away."""
     while True:
         try:
             task = conn.recv()
@@ -88,7 +76,10 @@ def _worker_main(conn: Connection, threads: int, gpu: str | None, fn: RunFn, loa
             result: Outcome | _Raised = fn(task, load(task.options))
         except BaseException as err:  # noqa: BLE001 - sent to the driver, which decides
             result = _Raised(err)
-        conn.send(result)
+        try:
+            conn.send(result)
+        except OSError:  # the driver is gone: nobody to report to
+            return
 
 
 def death_text(exitcode: int | None) -> str:
@@ -141,10 +132,14 @@ class WorkerPool:
     def _start(self, slot: int) -> _Worker:
         ours, theirs = self.ctx.Pipe()
         gpu = visible_gpu(slot % self.gpus, os.environ.get("CUDA_VISIBLE_DEVICES")) if self.gpus else None
-        process = self.ctx.Process(target=_worker_main, args=(theirs, self.threads, gpu, self.fn, self.load),
+        process = self.ctx.Process(target=worker_main, args=(theirs, os.getpid(), self.threads, gpu),
                                    name=f"vitbench-worker-{slot}", daemon=True)
         process.start()
         theirs.close()
+        try:
+            ours.send((self.fn, self.load))  # buffered in the pipe until the worker, started, reads it
+        except OSError:  # it died at once: the next task sent to it finds that out and replaces it
+            pass
         worker = _Worker(slot, process, ours)
         self.workers.append(worker)
         return worker

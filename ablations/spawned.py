@@ -1,0 +1,41 @@
+"""The first code a spawned JOBS worker runs (`executors.local.WorkerPool`).
+
+It imports nothing heavy before it has asked the kernel to kill it with its driver (PR_SET_PDEATHSIG
+on Linux), and exits at once if the driver is already gone, so a worker still starting when its driver
+is killed does not live on and train. Only then does it import torch, pin its GPU and thread count,
+and receive the run function from the driver over its pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+def die_with_parent() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def worker_main(conn, parent: int, threads: int, gpu: str | None) -> None:
+    die_with_parent()
+    if os.getppid() != parent:  # the driver died before this worker could ask to die with it
+        return
+    for sig in (signal.SIGINT, signal.SIGHUP):  # a terminal's Ctrl-C reaches the whole group: the driver decides
+        signal.signal(sig, signal.SIG_IGN)
+    if gpu is not None:  # before this process initialises CUDA
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    import torch
+
+    from .executors.local import serve
+
+    torch.set_num_threads(threads)
+    try:
+        fn, load = conn.recv()
+    except (EOFError, OSError):
+        return
+    serve(conn, fn, load)

@@ -44,7 +44,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(cal
   $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download) $(INTO_REF)
 INTO_REF = $(if $(filter 1 yes true,$(INTO_REFERENCE)),--into-reference)
 
-.PHONY: install test test-gpu crash-test calibrate ablations train bench bench-tokens bench-speed bench-step compare report clean
+.PHONY: install test test-gpu crash-test calibrate predict ablations train bench bench-tokens bench-speed bench-step compare report clean
 
 install: $(STAMP)
 
@@ -106,6 +106,12 @@ bench-step: $(STAMP)
 CALIBRATE_ARGS ?=
 calibrate: $(STAMP)
 	$(PY) -m ablations.calibrate --out '$(OUT)' $(CALIBRATE_ARGS)
+
+# a trained run on your images: make predict IMAGES="digit.png x.jpg" RUN=3f2a9c (top-5 and attention figure)
+IMAGES ?=
+RUN    ?=
+predict: $(STAMP)
+	$(PY) -m ablations predict $(IMAGES) $(call opt,--run,$(RUN)) --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT)) $(ARGS)
 
 # two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0) point by point: make compare A=out1 B=out2
 compare: $(STAMP)

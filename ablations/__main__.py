@@ -5,6 +5,7 @@
     python -m ablations train --preset vit_mnist --set depth=6 --set lr=1e-3
     python -m ablations report [--out results]
     python -m ablations compare results-graphs results-eager   # the same sweeps in two folders, point by point
+    python -m ablations predict digit.png --run 3f2a9c         # a trained run on your images: top-5, attention
     python -m ablations columns > docs/columns.md
 """
 
@@ -122,6 +123,20 @@ def main(argv: list[str] | None = None) -> int:
                                             "this checkout, where there is one; 'none' for no comparison)")
     report.add_argument("--data-root", default="data",
                         help="where torchvision datasets live, for the attention maps' few test images (DATA_ROOT)")
+    predict = sub.add_parser("predict", help="a trained run (or a checkpoint) on your images: the top-5 classes with "
+                                             "their probabilities, and a figure of where its classifier looks")
+    predict.add_argument("images", nargs="+", help="image files (any format Pillow reads)")
+    predict.add_argument("--run", help="a finished run's run_id (or its first characters) under --out")
+    predict.add_argument("--weights", help="instead of --run: a checkpoint file (a timm ViT, or a vitbench "
+                                           "weights/<sweep>/<run_id>.pt) for the model of --preset")
+    predict.add_argument("--preset", choices=sorted(choices.PRESETS), help="the model --weights belongs to")
+    predict.add_argument("--dataset", choices=sorted(choices.DATASETS),
+                         help="with --weights: normalise as this dataset (default: ImageNet's mean and std)")
+    predict.add_argument("--out", default="results", help="the OUT folder the run was written to (default results)")
+    predict.add_argument("--data-root", default="data", help="where torchvision datasets live (DATA_ROOT), for the "
+                                                             "normalisation of a run trained on one")
+    predict.add_argument("--figure", help="where to write the attention figure (default "
+                                          "<out>/figures/predict-attention.png)")
     sub.add_parser("columns", help="the column dictionary of every result table, as markdown (docs/columns.md)")
     compare = sub.add_parser("compare", help="two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0), point "
                                              "by point: accuracy difference with its interval, utilisation, time")

@@ -317,6 +317,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    from .predict import attention_figure, load_run, load_weights, predict, read_images, top_table
+
+    images = [Path(p) for p in args.images]
+    try:
+        if bool(args.run) == bool(args.weights):
+            raise ValueError("give --run RUN_ID (a run under --out) or --weights FILE --preset NAME, one of them")
+        if args.weights and not args.preset:
+            raise ValueError("--weights needs --preset: the model the checkpoint belongs to")
+        loaded = (load_run(Path(args.out), args.run, args.data_root) if args.run else
+                  load_weights(Path(args.weights), args.preset, args.dataset, args.data_root))
+        pictures = read_images(images, loaded.model.cfg)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    probs, attns = predict(loaded, pictures)
+    print(f"{loaded.name}: top-{min(5, probs.shape[1])} classes (softmax probability)")
+    print(top_table(images, probs).to_string(index=False, formatters={"probability": "{:.4f}".format}))
+    figure = Path(args.figure) if args.figure else Path(args.out) / "figures" / "predict-attention.png"
+    try:
+        figure.parent.mkdir(parents=True, exist_ok=True)
+        attention_figure(loaded, pictures, attns, probs, images, figure)
+    except OSError as err:
+        print(f"error: cannot write {figure} ({err.strerror or err}); pass --figure PATH", file=sys.stderr)
+        return 2
+    print(f"attention → {figure}")
+    return 0
+
+
 def cmd_columns(args: argparse.Namespace) -> int:
     from .schema import columns_markdown
 

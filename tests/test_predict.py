@@ -1,0 +1,92 @@
+"""python -m ablations predict: a run trained here, on a PNG and a JPEG written here. The probabilities
+equal the model's softmax recomputed by hand from the pixels; each bad input is one line, exit 2."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import ablations.__main__ as cli
+from ablations.calibrate import MODEL, RECIPE
+from ablations.cost import CostPlan
+from ablations.data import cached_dataset
+from ablations.runner import run_sweep
+from ablations.schema import read_table
+from ablations.specs import Point
+from ablations.tasks import RunOptions
+from bench.csvio import append_row
+from vit import VisionTransformer
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("predict")
+    run_sweep("depth", [Point("depth", "depth", 1, MODEL, RECIPE)],
+              RunOptions(dataset="digits", out=str(out), seeds=(0,), progress=False, cost=CostPlan(rounds=0)))
+    row = read_table(out / "ablations" / "depth.csv").iloc[0]
+    data = cached_dataset("digits")
+    png, jpg = out / "seven.png", out / "three.jpg"
+    pixels = [data.test_x[int((data.test_y == c).nonzero()[0])][0].numpy() for c in (7, 3)]
+    Image.fromarray((pixels[0] * 255).round().astype(np.uint8), mode="L").save(png)
+    Image.fromarray((pixels[1] * 255).round().astype(np.uint8), mode="L").convert("RGB").resize((32, 32)).save(jpg)
+    return out, str(row["run_id"]), png, jpg
+
+
+def by_hand(out, run_id, path):
+    """The model's softmax for an image, recomputed from the file with PIL, numpy and the weights."""
+    data = cached_dataset("digits")
+    with Image.open(path) as image:
+        array = np.asarray(image.convert("L").resize((8, 8), Image.Resampling.BILINEAR), dtype=np.float32) / 255
+    x = (torch.from_numpy(array)[None, None] - data.mean[0]) / data.std[0]
+    model = VisionTransformer(MODEL)
+    model.load_state_dict(torch.load(out / "ablations" / "weights" / "depth" / f"{run_id}.pt", weights_only=True))
+    with torch.no_grad():
+        return model.eval()(x).softmax(-1)[0]
+
+
+def test_predict_prints_the_top_5_of_the_models_own_softmax_and_draws_the_attention(trained, capsys):
+    out, run_id, png, jpg = trained
+    figure = out / "attention.png"
+    assert cli.main(["predict", str(png), str(jpg), "--run", run_id[:6], "--out", str(out), "--figure", str(figure)]) == 0
+    text = capsys.readouterr().out
+    assert f"{run_id} (depth sweep, seed 0, digits, test acc" in text
+    lines = [line.split() for line in text.splitlines() if line.split()[:1] in (["seven.png"], ["three.jpg"])]
+    assert len(lines) == 10
+    for name, path in (("seven.png", png), ("three.jpg", jpg)):
+        rows = [(int(c), float(p)) for image, rank, c, p in lines if image == name]
+        expected = by_hand(out, run_id, path)
+        top = expected.topk(5)
+        assert [c for c, _ in rows] == top.indices.tolist()
+        assert [p for _, p in rows] == pytest.approx(top.values.tolist(), abs=5e-5)
+        assert sum(p for _, p in rows) <= 1 + 1e-4
+    assert figure.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("case,message", [
+    ("missing", "no such image file"), ("unreadable", "not an image Pillow can read"),
+    ("unknown run", "no finished run with that id"), ("two runs", "matches 2 runs"),
+    ("neither", "give --run RUN_ID"), ("weights without preset", "--weights needs --preset")])
+def test_predict_bad_inputs_are_one_line_errors(trained, tmp_path, capsys, case, message):
+    out, run_id, png, _ = trained
+    image, run = str(png), ["--run", run_id[:6]]
+    if case == "missing":
+        image = str(tmp_path / "nope.png")
+    elif case == "unreadable":
+        (tmp_path / "text.png").write_text("not a picture")
+        image = str(tmp_path / "text.png")
+    elif case == "unknown run":
+        run = ["--run", "ffffffffffff" if not run_id.startswith("ffff") else "000000000000"]
+    elif case == "two runs":
+        copy = tmp_path / "out"
+        (copy / "ablations").mkdir(parents=True)
+        row = {k: (None if v != v else v) for k, v in read_table(out / "ablations" / "depth.csv").iloc[0].items()}
+        append_row(copy / "ablations" / "depth.csv", row, list(row))
+        append_row(copy / "ablations" / "depth.csv", {**row, "run_id": run_id[:4] + "00000000"}, list(row))
+        out, run = copy, ["--run", run_id[:4]]
+    elif case == "neither":
+        run = []
+    elif case == "weights without preset":
+        run = ["--weights", str(png)]
+    assert cli.main(["predict", image, *run, "--out", str(out), "--figure", str(tmp_path / "f.png")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err

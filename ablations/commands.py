@@ -338,7 +338,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     figure = Path(args.figure) if args.figure else Path(args.out) / "figures" / "predict-attention.png"
     try:
         figure.parent.mkdir(parents=True, exist_ok=True)
-        attention_figure(loaded, pictures, attns, probs, images, figure)
+        attention_figure(loaded, pictures, attns, probs, [p.name for p in images], figure)
     except OSError as err:
         print(f"error: cannot write {figure} ({err.strerror or err}); pass --figure PATH", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
-"""Figures of the report beyond the per-sweep panels: learning curves, the accuracy/GFLOPs Pareto
-front, backend scaling, position-embedding similarity, CLS attention maps and attention rollout."""
+"""The report's figures: each sweep's panels, learning curves, the accuracy/GFLOPs Pareto front of the
+setting means, backend scaling, position-embedding similarity, and attention rollout."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import seaborn as sns
 import torch
 from matplotlib.figure import Figure
 
-from vit import POOLINGS, VisionTransformer
 
-DPI = 80
+DPI = 150  # a figure 10 in wide is 1,500 px: sharp where a README or a paper shows it ~800 px wide
 
 
 def subplots(*args, figsize: tuple[float, float], **kwargs):
@@ -36,6 +35,69 @@ def log_axis(ax, which: str = "y") -> None:
     axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
+def _linear_plain(ax) -> None:
+    """No offset or scientific notation on a linear axis: 18.897 stays 18.897, not 0.007 + 1.889e1."""
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+
+
+def sweep_figure(settings: list[dict], path: Path, label: str, device: str, accuracy_kind: str,
+                 speed_source: str) -> Path:
+    """One panel per figure of a sweep's settings, in a 2 × 3 grid: accuracy with its interval, GMACs,
+    inference and training-step throughput and training-step peak memory (median and IQR over the cost
+    phase's rounds), training wall time (median and IQR over seeds; a setting whose runs were copied
+    from another sweep is drawn hollow). Numeric factors are joined by lines; categorical ones are not."""
+    values = [d["value"] for d in settings]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    x = values if numeric else list(range(len(values)))
+    accs = [d["acc"] for d in settings]
+
+    def spread(key):
+        got = [d[key] if d[key] is not None else None for d in settings]
+        return ([g.median if g else np.nan for g in got], [g.q1 if g else np.nan for g in got],
+                [g.q3 if g else np.nan for g in got])
+
+    panels = [("test accuracy (%)", ([100 * a.mean for a in accs], [100 * a.low for a in accs],
+                                     [100 * a.high for a in accs])),
+              ("GMACs per image", ([d["gmacs"] for d in settings],) * 3),
+              ("inference img/s", spread("infer")),
+              ("training-step img/s", spread("train")),
+              ("training-step peak memory (MB)", spread("mem")),
+              ("training run wall time (s)", spread("train_s"))]
+    fig, axes = subplots(2, 3, figsize=(10.5, 6.2))
+    for ax, (ylabel, (centre, low, high)) in zip(axes.flat, panels):
+        centre, low, high = (np.asarray(v, dtype=float) for v in (centre, low, high))
+        yerr = [np.clip(np.nan_to_num(centre - low), 0, None), np.clip(np.nan_to_num(high - centre), 0, None)]
+        ax.errorbar(x, centre, yerr=yerr, fmt="-" if numeric else "none", capsize=4, color="C0")
+        copied = [i for i, d in enumerate(settings) if d.get("reused")] if ylabel.startswith("training run") else []
+        own = [i for i in range(len(x)) if i not in copied]
+        ax.plot([x[i] for i in own], centre[own], "o", ms=6, color="C0")
+        if copied:
+            ax.plot([x[i] for i in copied], centre[copied], "o", ms=7, mfc="white", mec="C0",
+                    label="copied from another sweep")
+            ax.legend(fontsize=8, loc="lower right")
+        finite = centre[np.isfinite(centre)]
+        if len(finite) and ylabel != "test accuracy (%)" and finite.min() > 0 and finite.max() / finite.min() > 10:
+            log_axis(ax)
+        else:
+            _linear_plain(ax)
+            ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+            if ylabel != "test accuracy (%)" and len(finite):  # a size or a rate: from zero, so 0.1 % looks like 0.1 %
+                ax.set_ylim(bottom=0, top=1.08 * np.nanmax(high if np.isfinite(high).any() else centre))
+        ax.margins(x=0.12)
+        ax.set_title(ylabel, fontsize=10)
+        ax.set_xticks(x, labels=[str(v) for v in values])
+        if numeric and len(x) > 1 and min(x) > 0 and max(x) / min(x) >= 8:
+            ax.set_xscale("log")
+            ax.set_xticks(x, labels=[str(v) for v in values])
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel(label, fontsize=9)
+        ax.grid(alpha=0.3)
+        if not len(finite):
+            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes, color="0.4")
+    fig.suptitle(f"{label} sweep on {device}", fontsize=11)
+    return save(fig, path)
 
 
 def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path: Path,
@@ -121,16 +183,18 @@ def position_similarity(tables: dict[str, torch.Tensor], grid: int, path: Path) 
     for ax, (name, pos) in zip(np.atleast_1d(axes), tables.items()):
         sims = _cosine_grid(pos, grid)
         mosaic = sims.transpose(0, 2, 1, 3).reshape(grid * grid, grid * grid)  # row-major tiles
-        im = ax.imshow(mosaic, cmap="viridis", vmin=-1, vmax=1)
+        low = float(np.percentile(mosaic, 1))  # each encoding on its own scale: sincos2d spans a narrow range
+        im = ax.imshow(mosaic, cmap="viridis", vmin=low, vmax=1)
+        fig.colorbar(im, ax=ax, shrink=0.8, label="cosine similarity")
         for k in range(1, grid):
             ax.axhline(k * grid - 0.5, color="white", lw=0.5)
             ax.axvline(k * grid - 0.5, color="white", lw=0.5)
         ax.set_title(f"pos={name!r}")
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.colorbar(im, ax=axes, shrink=0.8, label="cosine similarity")
-    fig.suptitle("position-embedding similarity: tile (i, j) = patch (i, j) against every patch")
-    fig.savefig(path, dpi=DPI)
+    fig.suptitle("position-embedding similarity: tile (i, j) = patch (i, j) against every patch "
+                 "(each encoding on its own colour scale)")
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     return path
 
 
@@ -143,33 +207,3 @@ def rollout(attns: list[torch.Tensor]) -> torch.Tensor:
         a = a / a.sum(-1, keepdim=True)
         result = a if result is None else a @ result
     return result                                     # (B, T, T)
-
-
-def attention_maps(model: VisionTransformer, images: torch.Tensor, path: Path) -> Path:
-    """Per head, the last block's attention over the patch grid from what the head reads (the CLS token,
-    or with pool="avg" the mean over the patch tokens' rows), and the rollout, for a few images."""
-    cfg = model.cfg
-    model.eval()
-    with torch.no_grad():
-        _, attns = model(images, return_attn=True)
-    g, heads, n = cfg.grid_size, cfg.num_heads, len(images)
-
-    query = POOLINGS[cfg.pool].query  # (..., T, T) -> (..., N): attention paid to the patches
-
-    roll = query(rollout(attns)).reshape(n, g, g)
-    last = query(attns[-1]).reshape(n, heads, g, g)
-    fig, axes = subplots(n, heads + 2, figsize=(1.6 * (heads + 2), 1.7 * n), squeeze=False)
-    for i in range(n):
-        axes[i, 0].imshow(images[i].mean(0), cmap="gray")
-        for h in range(heads):
-            axes[i, h + 1].imshow(last[i, h], cmap="magma")
-        axes[i, -1].imshow(roll[i], cmap="magma")
-    for h, title in enumerate(["input", *[f"head {h}" for h in range(heads)], "rollout"]):
-        axes[0, h].set_title(title, fontsize=9)
-    for ax in axes.flat:
-        ax.set_xticks([])
-        ax.set_yticks([])
-    who = POOLINGS[cfg.pool].reader
-    stem = "" if cfg.stem == "patch" else f", {cfg.stem} stem"
-    fig.suptitle(f"{who} attention, last block (patch {cfg.patch_size}{stem}, {cfg.grid_size}×{cfg.grid_size} grid)")
-    return save(fig, path)

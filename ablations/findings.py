@@ -256,28 +256,31 @@ def _spread_text(s: Spread | None, fmt: str) -> str:
 
 
 def table_markdown(f: SweepFindings) -> str:
+    """Three tables a Markdown viewer renders (at most six columns each): accuracy and size; the cost
+    phase's speed, memory and MFU; the training runs' own wall time, MFU and busy share."""
     kinds = sorted({s.acc.kind for s in f.settings})
-    head = (f"| {f.factor} | seeds | test acc % [95 % interval] | params | GMACs | infer img/s [IQR] | "
-            f"train img/s [IQR] | peak MB infer / train | MFU infer | busy % infer | train run s [IQR] | "
-            f"MFU train runs | busy % train runs |")
-    lines = [head, "|" + "---|" * 13]
+    name = f.factor
+    accuracy = [f"| {name} | seeds | test acc % [95 % interval] | params | GMACs |", "|---|---|---|---|---|"]
+    speed = [f"| {name} | infer img/s [IQR] | train img/s [IQR] | peak MB infer / train | MFU infer | busy % infer |",
+             "|---|---|---|---|---|---|"]
+    runs = [f"| {name} | train run s [IQR] | MFU train runs | busy % train runs |", "|---|---|---|---|"]
     for s in f.settings:
         mem = " / ".join(_spread_text(d.get("peak_mem_mb"), ".1f") for d in (s.infer, s.train))
-        lines.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''} | "
-                     f"{s.params:,} | {s.gmacs:.4f} | "
-                     f"{_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
+        accuracy.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''} | "
+                        f"{s.params:,} | {s.gmacs:.4f} |")
+        speed.append(f"| {s.value} | {_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
                      f"{_spread_text(s.train.get('throughput_img_s'), ',.0f')} | {mem} | "
-                     f"{_spread_text(s.infer.get('mfu'), '.3f')} | {_spread_text(s.infer.get('util_pct'), '.0f')} | "
-                     f"{_spread_text(s.train_s, '.1f')}{' †' if s.reused_from else ''} | "
-                     f"{_spread_text(s.runs.get('train_mfu'), '.3f')} | "
-                     f"{_spread_text(s.runs.get('train_util_pct'), '.0f')} |")
-    lines += ["", f"Accuracy intervals: {'; '.join(kinds)}. Speed: {f.cost_source}, median [Q1, Q3]; training "
-                  f"run wall time, MFU and busy % of the training runs: over seeds, each run as it trained, not "
-                  f"interleaved (busy %: GPU utilisation from NVML on CUDA, process CPU time ÷ wall time ÷ "
-                  f"cores on the CPU)."]
+                     f"{_spread_text(s.infer.get('mfu'), '.3f')} | {_spread_text(s.infer.get('util_pct'), '.0f')} |")
+        runs.append(f"| {s.value} | {_spread_text(s.train_s, '.1f')}{' †' if s.reused_from else ''} | "
+                    f"{_spread_text(s.runs.get('train_mfu'), '.3f')} | "
+                    f"{_spread_text(s.runs.get('train_util_pct'), '.0f')} |")
+    lines = [*accuracy, "", f"Accuracy intervals: {'; '.join(kinds)}."]
     if any(s.at_chance for s in f.settings):
         lines.append(f"‡ within noise of chance ({100 * (f.chance or 0):.1f} % for guessing): the model has not "
                      f"learned the task.")
+    lines += ["", *speed, "", f"Speed: {f.cost_source}, median [Q1, Q3] (busy %: GPU utilisation from NVML on "
+                              f"CUDA, process CPU time ÷ wall time ÷ cores on the CPU).", "", *runs, "",
+              "The training runs as they trained, over seeds, not interleaved."]
     reused = sorted({sweep for s in f.settings for sweep in s.reused_from})
     if reused:
         lines.append(f"† copied from the {', '.join(reused)} sweep's identical runs (same run_id, so the same "
@@ -299,5 +302,6 @@ def comparisons_markdown(f: SweepFindings) -> str:
 def setting_rows(f: SweepFindings) -> list[dict[str, Any]]:
     """One dict per setting, for the figure: value, accuracy interval, cost spreads."""
     return [{"value": s.value, "acc": s.acc, "gmacs": s.gmacs, "infer": s.infer.get("throughput_img_s"),
-             "train": s.train.get("throughput_img_s"), "mem": s.train.get("peak_mem_mb"), "train_s": s.train_s}
+             "train": s.train.get("throughput_img_s"), "mem": s.train.get("peak_mem_mb"), "train_s": s.train_s,
+             "reused": bool(s.reused_from)}
             for s in f.settings]

@@ -153,7 +153,7 @@ def top_table(paths: list[Path], probs: torch.Tensor, k: int = TOP) -> pd.DataFr
 
 
 def attention_figure(loaded: Loaded, images: torch.Tensor, attns: list[torch.Tensor], probs: torch.Tensor,
-                     paths: list[Path], path: Path) -> Path:
+                     labels: list[str], path: Path) -> Path:
     """Each image under the pooled token's attention over its patches: per layer (mean over heads) and
     rolled out over the layers, on one colour scale with one colour bar."""
     cfg = loaded.model.cfg
@@ -170,7 +170,7 @@ def attention_figure(loaded: Loaded, images: torch.Tensor, attns: list[torch.Ten
         picture = picture[..., 0] if picture.shape[-1] == 1 else picture
         cls, p = int(probs[i].argmax()), float(probs[i].max())
         axes[i, 0].imshow(picture, cmap="gray", extent=extent)
-        axes[i, 0].set_xlabel(f"{Path(paths[i]).name}\nclass {cls} ({100 * p:.1f} %)", fontsize=9)
+        axes[i, 0].set_xlabel(f"{labels[i]}\nclass {cls} ({100 * p:.1f} %)", fontsize=9)
         for j, m in enumerate(maps):
             ax = axes[i, j + 1]
             ax.imshow(picture, cmap="gray", extent=extent)

@@ -17,7 +17,7 @@ from bench.contention import CONTENDED_PCT
 from bench.csvio import SkippedInput, read_rows, skipped
 from bench.rounds import Spread
 from bench.schema import BENCH_SCHEMA
-from vit import ViTConfig, VisionTransformer
+from vit import POOLINGS, ViTConfig, VisionTransformer
 
 from . import figures as figs
 from . import findings
@@ -44,42 +44,6 @@ def _base_line(rows: pd.DataFrame, factor: str) -> str:
     fixed = [f"{name}={ok[name].iloc[0]}" for name in fields
              if name != factor and name in ok and ok[name].nunique(dropna=False) == 1]
     return "Held fixed: " + ", ".join(fixed) + "."
-
-
-def sweep_figure(f: findings.SweepFindings, path: Path, label: str) -> None:
-    """Accuracy with the table's 95 % intervals, GMACs, and the cost figures as median with IQR bars."""
-    data = findings.setting_rows(f)
-    numeric = all(isinstance(d["value"], (int, float)) for d in data)
-    x = [d["value"] for d in data] if numeric else list(range(len(data)))
-
-    def bars(ax, centre, low, high):
-        centre, low, high = (np.asarray(v, dtype=float) for v in (centre, low, high))
-        ax.errorbar(x, centre, yerr=[centre - low, high - centre], fmt="o-", capsize=4)
-
-    def spread(key):
-        got = [d[key] if d[key] is not None else Spread.of([]) for d in data]
-        return [g.median for g in got], [g.q1 for g in got], [g.q3 for g in got]
-
-    accs = [d["acc"] for d in data]
-    panels = [("test accuracy (%) [95 % interval]", False,
-               ([100 * a.mean for a in accs], [100 * a.low for a in accs], [100 * a.high for a in accs])),
-              ("GMACs / image", True, ([d["gmacs"] for d in data],) * 3),
-              ("inference img/s [IQR]", True, spread("infer")),
-              ("training-step img/s [IQR]", True, spread("train")),
-              ("training-step peak MB", False, spread("mem")),
-              ("training run wall s [IQR]", False, spread("train_s"))]
-    fig, axes = figs.subplots(1, len(panels), figsize=(3.7 * len(panels), 3.4))
-    for ax, (ylabel, log, (centre, low, high)) in zip(axes, panels):
-        bars(ax, centre, low, high)
-        ax.set_ylabel(ylabel)
-        ax.set_xlabel(label)
-        if log:
-            figs.log_axis(ax)
-        ax.set_xticks(x, labels=[str(d["value"]) for d in data])
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"{label} sweep: accuracy over seeds ({f.settings[0].acc.kind}); "
-                 f"speed over cost-phase rounds")
-    figs.save(fig, path)
 
 
 def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path, data_root: Path) -> list[str]:
@@ -109,9 +73,18 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path,
         except (FileNotFoundError, ValueError, RuntimeError) as err:
             return lines + [f"_Attention maps skipped: they draw four {row['dataset']} test images, and none could "
                             f"be read ({err}). Pass DATA_ROOT=<folder> to `make report` (--data-root)._", ""]
-        images = data.normalize(data.test_x[:4])
-        maps = figs.attention_maps(models["learned"], images, figures / "attention.png")
-        lines += [f"![attention maps](figures/{maps.name})", ""]
+        from .predict import Loaded, attention_figure, predict
+
+        loaded = Loaded(models["learned"].eval(), f"{row['run_id']} (pos=learned, seed {row['seed']}, "
+                                                  f"{row['dataset']})", tuple(data.mean), tuple(data.std))
+        images = data.test_x[:4]
+        probs, attns = predict(loaded, images)
+        labels = [f"test image {i} (label {int(data.test_y[i])})" for i in range(len(images))]
+        maps = attention_figure(loaded, images, attns, probs, labels, figures / "attention.png")
+        lines += [f"![attention maps](figures/{maps.name})", "",
+                  f"_What the classifier reads ({POOLINGS[loaded.model.cfg.pool].reader}) attends to over the "
+                  f"patches of four test images, per layer (mean over heads) and rolled out over the layers "
+                  f"(Abnar & Zuidema 2020), on one colour scale; run {loaded.name}._", ""]
     return lines
 
 
@@ -138,7 +111,8 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
     test = f"{f.test_size:,} test images" if f.test_size else "test-set size not recorded"
     fig = figures / f"{sweep}.png"
-    sweep_figure(f, fig, spec.label)
+    figs.sweep_figure(findings.setting_rows(f), fig, spec.label, device=devices,
+                      accuracy_kind=f.settings[0].acc.kind, speed_source=f.cost_source)
     lines = [f"Seeds {', '.join(map(str, seeds))}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "",
              findings.verdict_sentence(f), "", findings.cost_sentence(f), "", *_sharing_note(ok), _base_line(rows, factor), "",
@@ -146,7 +120,11 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     if f.comparisons:
         lines += ["Pairwise comparisons (paired bootstrap over seeds and test images; see Method):", "",
                   findings.comparisons_markdown(f), ""]
-    lines += [f"![{sweep}](figures/{fig.name})", ""]
+    copied = " Hollow: runs copied from another sweep (trained at another time)." if any(s.reused_from for s in f.settings) else ""
+    lines += [f"![{sweep}](figures/{fig.name})", "",
+              f"_{spec.label} sweep on {devices}. Accuracy: mean with its 95 % interval ({f.settings[0].acc.kind}). "
+              f"Speed and memory: median with the interquartile range over the {f.cost_source}. Training wall "
+              f"time: median with the interquartile range over seeds.{copied}_", ""]
     if paths.history.exists():
         curves = figs.learning_curves(read_table(paths.history), rows, factor, figures / f"{sweep}-curves.png", order)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]

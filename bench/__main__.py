@@ -23,21 +23,25 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="measure a config or a grid")
-    run.add_argument("--preset", default="vit_small_patch16_224", choices=sorted(PRESETS))
+    run.add_argument("--preset", default="vit_small_patch16_224", choices=sorted(PRESETS),
+                     help="the model to measure (default vit_small_patch16_224)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a ViTConfig field of the preset, e.g. --set stem=patch (repeatable)")
     run.add_argument("--attn", type=_list(str), default=[],
                      help="attention backends, comma-separated (default: every registered one: loop, bmm, einops, sdpa)")
     run.add_argument("--tokens", type=_list(int), default=[], help="e.g. 65,197,785 (patches + 1); default: the preset's")
-    run.add_argument("--batch-size", type=_list(int), default=[8])
-    run.add_argument("--dtype", type=_list(str), default=["fp32"])
-    run.add_argument("--mode", type=_list(str), default=["infer"])
-    run.add_argument("--compile", type=int, default=0)
-    run.add_argument("--device", default="auto")
-    run.add_argument("--warmup", type=int, default=3)
-    run.add_argument("--repeats", type=int, default=10)
-    run.add_argument("--min-time-s", type=float, default=1.0)
-    run.add_argument("--out", default="results")
+    run.add_argument("--batch-size", type=_list(int), default=[8],
+                     help="images per step, comma-separated (default 8; small batches leave a GPU mostly idle: "
+                          "timm's benchmark uses 256)")
+    run.add_argument("--dtype", type=_list(str), default=["fp32"], help="fp32, bf16, fp16 (autocast), comma-separated")
+    run.add_argument("--mode", type=_list(str), default=["infer"],
+                     help="infer (eval, inference_mode) and/or train (forward, backward, AdamW step)")
+    run.add_argument("--compile", type=int, default=0, help="1: torch.compile the model first (compile time is warm-up)")
+    run.add_argument("--device", default="auto", help="auto (cuda if there is one), cpu, cuda or cuda:N")
+    run.add_argument("--warmup", type=int, default=3, help="untimed steps before timing (default 3)")
+    run.add_argument("--repeats", type=int, default=10, help="at least this many timed steps (default 10)")
+    run.add_argument("--min-time-s", type=float, default=1.0, help="and at least this many seconds of them (default 1)")
+    run.add_argument("--out", default="results", help="appends to <out>/bench/<name>.csv (default results)")
     run.add_argument("--into-reference", action="store_true",
                      help="allow appending to a folder of committed reference results (results/reference)")
     run.add_argument("--name", default="grid", help="the CSV's name under $OUT/bench/")
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     conv.add_argument("--into-reference", action="store_true",
                       help="allow writing into a folder of committed reference results")
     peak = sub.add_parser("peak", help="measure (or read the cached) matmul peak")
-    peak.add_argument("--device", default="auto")
+    peak.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     peak.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
     args = parser.parse_args(argv)
     from . import commands  # torch and the rest load here, once the command line is known to be sound

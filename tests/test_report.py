@@ -1,6 +1,7 @@
 """The report from constructed CSVs and predictions: intervals, verdicts that follow the evidence, ratios
 only outside the noise, failed and missing sweeps named, the method stated, and deterministic output."""
 
+import dataclasses
 import hashlib
 import math
 
@@ -159,7 +160,8 @@ def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(
     f = analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, phase)
     ok = rows[rows["status"] == "ok"]
     table = table_markdown(f)
-    assert "| MFU infer | busy % infer | train run s [IQR] | MFU train runs | busy % train runs |" in table
+    assert "| depth | train run s [IQR] | MFU train runs | busy % train runs |" in table
+    assert all(line.count("|") <= 7 for line in table.splitlines())   # six columns at most: viewers render them
     for s in f.settings:
         runs = ok[ok["depth"] == s.value]
         assert s.acc.mean == pytest.approx(ok.loc[ok["depth"] == s.value, "test_acc"].mean())
@@ -167,7 +169,7 @@ def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(
         util, mfu = runs["train_util_pct"].astype(float), runs["train_mfu"].astype(float)
         assert s.runs["train_util_pct"].median == pytest.approx(util.median())
         assert s.runs["train_mfu"].median == pytest.approx(mfu.median())
-        line = next(line for line in table.splitlines() if line.startswith(f"| {s.value} |"))
+        line = [line for line in table.splitlines() if line.startswith(f"| {s.value} |")][-1]   # the runs' table
         assert line.endswith(f"| {mfu.median():.3f} [{mfu.quantile(0.25):.3f}, {mfu.quantile(0.75):.3f}] | "
                              f"{util.median():.0f} [{util.quantile(0.25):.0f}, {util.quantile(0.75):.0f}] |")
     assert f.test_size == N_TEST and len(f.comparisons) == 1
@@ -212,24 +214,41 @@ def test_reused_runs_are_marked_and_their_wall_time_not_compared(tmp_path):
     assert "**Best: depth=2**" in text  # the accuracy verdict is unaffected: the same run_id is the same result
 
 
-def test_sweep_figure_names_the_factor_on_every_axis(tmp_path):
-    from ablations.report import sweep_figure
+@pytest.mark.parametrize("values,numeric", [([1, 2], True), (["pre", "post"], False)])
+def test_the_sweep_figure_is_a_readable_grid_with_honest_axes(tmp_path, values, numeric):
+    import ablations.figures as figs
+    from ablations.findings import setting_rows
 
     ten_points_apart(tmp_path)
+    write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [100, 104, 99, 101, 103]})
     rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
-    f = analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, None)
-    import ablations.figures as figs
-
+    phase = newest_complete_phase(read_table(SweepPaths.of(tmp_path, "depth").cost))
+    settings = setting_rows(analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, phase))
+    for s, v in zip(settings, values):
+        s["value"] = v
+    m = settings[0]["mem"]
+    settings[1]["mem"] = dataclasses.replace(m, median=m.median + 0.002, q1=m.q1 + 0.002, q3=m.q3 + 0.002)
     captured = {}
     real_save = figs.save
     figs.save = lambda fig, path: captured.setdefault("fig", fig) or real_save(fig, path)
     try:
-        sweep_figure(f, tmp_path / "d.png", "depth (blocks)")
+        figs.sweep_figure(settings, tmp_path / "d.png", "depth (blocks)", device="cpu (test cpu)",
+                          accuracy_kind="t over 3 seeds", speed_source="cost phase, 5 interleaved rounds")
     finally:
         figs.save = real_save
     fig = captured["fig"]
-    assert {ax.get_xlabel() for ax in fig.axes} == {"depth (blocks)"}
-    assert fig._suptitle.get_text().startswith("depth (blocks) sweep")
+    axes = fig.axes
+    assert len(axes) == 6 and axes[0].get_subplotspec().get_geometry()[:2] == (2, 3)
+    assert {ax.get_xlabel() for ax in axes} == {"depth (blocks)"}
+    assert fig._suptitle.get_text() == "depth (blocks) sweep on cpu (test cpu)"
+    assert fig.get_size_inches()[0] <= 11 and figs.DPI >= 150             # a page's width, sharp
+    fig.savefig(tmp_path / "drawn.png")                                   # tick labels exist once drawn
+    for ax in axes:
+        assert ax.yaxis.get_major_formatter().get_offset() == ""           # no "+1.889e1"
+    memory = next(ax for ax in axes if ax.get_title().startswith("training-step peak memory"))
+    assert memory.get_ylim()[0] == 0                                      # 0.002 MB does not look like a cliff
+    joined = [line for ax in axes for line in ax.get_lines() if len(line.get_xdata()) > 1 and line.get_linestyle() != "None"]
+    assert bool(joined) == numeric                                        # categories are points, not a trend
 
 
 def test_cost_rounds_taken_under_load_are_left_out_so_a_loaded_speedup_is_not_reported(tmp_path):

@@ -95,7 +95,7 @@ bench-tokens: $(STAMP)
 	$(PY) -m bench run --tokens 65,197,785 --name backends --out '$(OUT)' $(INTO_REF) $(ARGS)
 
 bench-speed: $(STAMP)
-	$(PY) -m bench.vs_timm
+	$(PY) -m bench.vs_timm --out '$(OUT)' $(INTO_REF) $(ARGS)
 
 # the training step alone, eager against static buffers (a CUDA graph on CUDA), interleaved rounds
 bench-step: $(STAMP)

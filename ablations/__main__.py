@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                                          f"({' '.join(default_sweeps())}: what make ablations runs)")
     sweep.add_argument("sweeps", nargs="+")
     _common(sweep)
-    one = sub.add_parser("train", help="one config: a preset plus --set overrides; row in train.csv")
+    one = sub.add_parser("train", help="one config (a preset plus --set overrides), once per seed; rows in <out>/ablations/train.csv")
     one.add_argument("--preset", default="auto", choices=["auto", *sorted(choices.PRESETS)],
                      help="the model (default auto: the dataset's base, as in the sweeps: vit_mnist at 28 px, "
                           "vit_digits at 8 px, vit_cifar at 32 px)")

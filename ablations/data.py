@@ -161,8 +161,17 @@ def _torchvision_loader(name: str) -> Callable[[Path, bool], Dataset]:
 
         cls = getattr(torchvision.datasets, cls_name)
         root = Path(data_root).expanduser()
+        if download:
+            try:
+                for train_split in (True, False):
+                    cls(str(root), train=train_split, download=True)
+            except Exception as err:  # no network, a refused or cut download
+                raise FileNotFoundError(
+                    f"{name}: --download could not fetch it into {root / folder} ({type(err).__name__}: "
+                    f"{str(err)[:120]}); with no network here, download the files on another machine and put "
+                    f"them there, or point DATA_ROOT (--data-root) at a folder that has them") from None
         try:
-            train, test = cls(str(root), train=True, download=download), cls(str(root), train=False, download=download)
+            train, test = cls(str(root), train=True, download=False), cls(str(root), train=False, download=False)
         except RuntimeError as err:
             raise FileNotFoundError(
                 f"{name}: no usable copy under {root / folder} ({err}). Put the dataset there, point "

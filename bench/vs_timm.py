@@ -1,17 +1,21 @@
 """Eager inference throughput of the four backends against timm's own ViT, measured side by side.
 
-    python -m bench.vs_timm [--preset vit_small_patch16_224] [--batch-size 8] [--rounds 7]
+    python -m bench.vs_timm [--preset vit_small_patch16_224] [--batch-size 8] [--rounds 7] [--out results]
 
 Models are timed in interleaved rounds (`bench.rounds`: each round times every model once, the
 starting model rotating), so drift of the machine (thermal, other load) hits all of them alike; the
 figure per model is the median over its rounds. A round taken while other processes held the machine
 (`bench.contention`) is left out, and a ratio to timm is printed only where the two IQRs are apart and
-each model kept at least `MIN_ROUNDS` rounds; otherwise the line says why not.
+each model kept at least `MIN_ROUNDS` rounds; otherwise the line says why not. The table is also
+written to `<out>/bench/vs-timm.csv`.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+import pandas as pd
 
 import timm
 import torch
@@ -19,6 +23,8 @@ import torch
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer, load_timm_weights
 
 from .contention import LoadMeter
+from .mfu import device_name
+from .reference import refusal
 from .rounds import Spread, interleaved, ratio_or_noise
 from .timing import TimingConfig, time_steps
 
@@ -31,7 +37,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--backends", default=",".join(ATTENTION_BACKENDS))
+    parser.add_argument("--out", default="results", help="writes <out>/bench/vs-timm.csv (default results)")
+    parser.add_argument("--into-reference", action="store_true",
+                        help="allow writing into a folder of committed reference results")
     args = parser.parse_args(argv)
+    message = refusal(args.out, args.into_reference)
+    if message:
+        parser.error(message)
     backends = args.backends.split(",")
     unknown = [b for b in backends if b not in ATTENTION_BACKENDS]
     if unknown:
@@ -66,12 +78,22 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
           f"torch {torch.__version__}, timm {timm.__version__}, median of {args.rounds} interleaved rounds "
           f"(rounds taken under load left out: {sum(loaded.values())})")
     print(f"{'model':<8} {'img/s':>9} {'IQR':>17} {'rounds':>6}  vs timm")
+    table = []
     for name, s in spreads.items():
         if s.n < MIN_ROUNDS or spreads["timm"].n < MIN_ROUNDS:
             versus = f"not compared: fewer than {MIN_ROUNDS} rounds without load"
         else:
             versus = "—" if name == "timm" else ratio_or_noise(s, spreads["timm"], lambda r: f"×{r:.3f}")
         print(f"{name:<8} {s.median:9.2f} [{s.q1:7.2f}, {s.q3:7.2f}] {s.n:6d}  {versus}")
+        table.append({"model": name, "preset": args.preset, "batch_size": args.batch_size, "throughput_img_s": s.median,
+                      "q1_img_s": s.q1, "q3_img_s": s.q3, "rounds": s.n, "rounds_under_load": loaded[name],
+                      "vs_timm": versus, "device_name": device_name(torch.device("cpu")),
+                      "threads": torch.get_num_threads(), "torch_version": torch.__version__,
+                      "timm_version": timm.__version__})
+    path = Path(args.out) / "bench" / "vs-timm.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(table).to_csv(path, index=False)
+    print(f"table → {path}")
     return img_s
 
 

@@ -111,3 +111,15 @@ def test_an_epochs_augmentation_drawn_at_once_gives_the_images_of_drawing_batch_
     for i in range(len(x)):   # a shift by at most the padding, mirrored where drawn so
         source = padded[i].flip(-1) if flipped[i] else padded[i]
         assert any(torch.equal(at_once[i], source[:, dy:dy + 8, dx:dx + 8]) for dy in range(3) for dx in range(3))
+
+
+def test_a_download_that_fails_says_so_instead_of_asking_for_download(tmp_path, monkeypatch):
+    import urllib.error
+
+    import torchvision
+
+    def offline(self):
+        raise urllib.error.URLError("Temporary failure in name resolution")
+    monkeypatch.setattr(torchvision.datasets.MNIST, "download", offline)
+    with pytest.raises(FileNotFoundError, match=r"mnist: --download could not fetch it into .*URLError.*no network"):
+        load_dataset("mnist", tmp_path, download=True)

@@ -29,10 +29,16 @@ def worker_main(conn, parent: int, threads: int, gpu: str | None) -> None:
         signal.signal(sig, signal.SIG_IGN)
     if gpu is not None:  # before this process initialises CUDA
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    import threading
+
     import torch
+    from tqdm import tqdm
 
     from .executors.local import serve
 
+    # tqdm's default lock is a multiprocessing semaphore; a worker stopped by a signal never unlinks it,
+    # and the resource tracker then warns about leaked semaphores after the driver's last line
+    tqdm.set_lock(threading.RLock())
     torch.set_num_threads(threads)
     try:
         fn, load = conn.recv()

@@ -115,7 +115,7 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
         ax.set_ylabel(col.replace("_", " "))
         ax.legend(title=factor, fontsize=8)
         ax.grid(alpha=0.3)
-    axes[1].set_yscale("log")
+    log_axis(axes[1])
     fig.suptitle(f"learning curves, {factor} sweep")
     return save(fig, path)
 

@@ -308,7 +308,7 @@ def _report_lines(out: Path, data_root: str | Path) -> list[str]:
         lines += ["No ablation results yet: run `make ablations` or a `make ablate-*` target.", ""]
     else:
         newest = all_rows.sort_values("started_at").iloc[-1]
-        lines += [f"- device: {newest.device} ({newest.device_name}); torch {newest.torch_version}; "
+        lines += [f"- ablation runs: device {newest.device} ({newest.device_name}); torch {newest.torch_version}; "
                   f"git {newest.git_sha}",
                   f"- data: {', '.join(sorted(all_rows['dataset'].astype(str).unique()))}; runs from "
                   f"{all_rows['started_at'].min()} to {all_rows['started_at'].max()}", ""]

@@ -3,7 +3,8 @@
 It imports nothing heavy before it has asked the kernel to kill it with its driver (PR_SET_PDEATHSIG
 on Linux), and exits at once if the driver is already gone, so a worker still starting when its driver
 is killed does not live on and train. Only then does it import torch, pin its GPU and thread count,
-and receive the run function from the driver over its pipe.
+and receive the run function from the driver over its pipe; `serve` then runs tasks until the driver
+sends None or goes away.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ def worker_main(conn, parent: int, threads: int, gpu: str | None) -> None:
     import torch
     from tqdm import tqdm
 
-    from .executors.local import serve
-
     # tqdm's default lock is a multiprocessing semaphore; a worker stopped by a signal never unlinks it,
     # and the resource tracker then warns about leaked semaphores after the driver's last line
     tqdm.set_lock(threading.RLock())
@@ -45,3 +44,31 @@ def worker_main(conn, parent: int, threads: int, gpu: str | None) -> None:
     except (EOFError, OSError):
         return
     serve(conn, fn, load)
+
+
+class Raised:
+    """An exception that escaped `fn` in a worker, in a form that always pickles."""
+
+    def __init__(self, err: BaseException) -> None:
+        self.error: BaseException = (OSError(err.errno, err.strerror, err.filename) if isinstance(err, OSError)
+                                     else RuntimeError(f"{type(err).__name__}: {err}"))
+
+
+def serve(conn, fn, load) -> None:
+    """A worker's loop (after `ablations.spawned.worker_main`): receive a task, run it, send its outcome
+    back; until the driver sends None or goes away."""
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        try:
+            result = fn(task, load(task.options))
+        except BaseException as err:  # noqa: BLE001 - sent to the driver, which decides
+            result = Raised(err)
+        try:
+            conn.send(result)
+        except OSError:  # the driver is gone: nobody to report to
+            return

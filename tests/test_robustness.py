@@ -481,12 +481,13 @@ def test_a_checkpoint_of_another_model_is_ignored_with_a_line_and_the_run_starts
 def test_the_makefile_passes_paths_with_spaces_as_one_argument(tmp_path):
     import shlex
 
-    done = subprocess.run(["make", "-n", "-o", ".venv/.installed", "ablations", "OUT=my results",
+    done = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", "ablations", "OUT=my results",
                            "DATA_ROOT=/data dir", "INIT=/w s.pth"], cwd=ROOT, capture_output=True, text=True)
     sweep = next(line for line in done.stdout.splitlines() if "ablations sweep" in line)
     args = shlex.split(sweep)
     assert args[args.index("--out") + 1] == "my results"
     assert args[args.index("--data-root") + 1] == "/data dir" and args[args.index("--init") + 1] == "/w s.pth"
-    compare = subprocess.run(["make", "-n", "-o", ".venv/.installed", "compare", "A=x y", "B=z w"], cwd=ROOT,
-                             capture_output=True, text=True).stdout
-    assert shlex.split(compare.splitlines()[-1])[-2:] == ["x y", "z w"]
+    compare = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", "compare", "A=x y",
+                              "B=z w"], cwd=ROOT, capture_output=True, text=True).stdout
+    line = next(line for line in compare.splitlines() if "ablations compare" in line)
+    assert shlex.split(line)[-2:] == ["x y", "z w"]

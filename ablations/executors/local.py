@@ -33,7 +33,7 @@ from typing import Iterator
 import torch
 from tqdm import tqdm
 
-from ..spawned import worker_main
+from ..spawned import Raised, worker_main
 from ..tasks import Outcome, Task, lost_outcome
 from .base import ExecutorOptions, Loader, RunFn
 
@@ -52,34 +52,6 @@ def visible_gpu(index: int, visible: str | None) -> str:
     driver's own CUDA_VISIBLE_DEVICES where it has one (GPU 0 of "2,3" is physical GPU 2)."""
     entries = [v.strip() for v in (visible or "").split(",") if v.strip()]
     return entries[index] if index < len(entries) else str(index)
-
-
-class _Raised:
-    """An exception that escaped `fn` in a worker, in a form that always pickles."""
-
-    def __init__(self, err: BaseException) -> None:
-        self.error: BaseException = (OSError(err.errno, err.strerror, err.filename) if isinstance(err, OSError)
-                                     else RuntimeError(f"{type(err).__name__}: {err}"))
-
-
-def serve(conn: Connection, fn: RunFn, load: Loader) -> None:
-    """A worker's loop (after `ablations.spawned.worker_main`): receive a task, run it, send its outcome
-    back; until the driver sends None or goes away."""
-    while True:
-        try:
-            task = conn.recv()
-        except (EOFError, OSError):
-            return
-        if task is None:
-            return
-        try:
-            result: Outcome | _Raised = fn(task, load(task.options))
-        except BaseException as err:  # noqa: BLE001 - sent to the driver, which decides
-            result = _Raised(err)
-        try:
-            conn.send(result)
-        except OSError:  # the driver is gone: nobody to report to
-            return
 
 
 def death_text(exitcode: int | None) -> str:
@@ -189,7 +161,7 @@ class WorkerPool:
             result = None
         if result is not None:
             worker.task = None
-            if isinstance(result, _Raised):
+            if isinstance(result, Raised):
                 if isinstance(result.error, OSError):  # a full disk inside a worker: the command stops
                     raise result.error
                 yield task, lost_outcome(task, f"the worker failed: {result.error}")

@@ -116,7 +116,9 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
         ax.legend(title=factor, fontsize=8)
         ax.grid(alpha=0.3)
     log_axis(axes[1])
-    fig.suptitle(f"learning curves, {factor} sweep")
+    ok_rows = rows[rows["status"] == "ok"]
+    devices = sorted({f"{d} ({n})" for d, n in zip(ok_rows.get("device", []), ok_rows.get("device_name", []))})
+    fig.suptitle(f"learning curves, {factor} sweep" + (f" on {', '.join(devices)}" if devices else ""))
     return save(fig, path)
 
 

@@ -67,10 +67,14 @@ def run(args: argparse.Namespace) -> None:
     except OSError as err:
         _fail(f"--out {args.out}: cannot create {out_csv.parent} ({err.strerror}); choose another OUT")
     rows = run_grid(points, device, out_csv)
-    table = pd.DataFrame(rows)[["attn", "tokens", "batch_size", "dtype", "mode", "status", "throughput_img_s",
-                                "peak_mem_mb", "gmacs", "mfu", "util_pct"]]
+    table = pd.DataFrame(rows).reindex(columns=["attn", "tokens", "batch_size", "dtype", "mode", "status",
+                                                "throughput_img_s", "peak_mem_mb", "gmacs", "mfu", "util_pct",
+                                                "contended"])
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"\n{len(rows)} rows ({sum(r['status'] == 'ok' for r in rows)} ok) appended to {out_csv}")
+    loaded = int(pd.to_numeric(table["contended"], errors="coerce").fillna(0).sum())
+    print(f"\n{len(rows)} rows ({sum(r['status'] == 'ok' for r in rows)} ok) appended to {out_csv}"
+          + (f"; {loaded} measured while other processes took ≥ 10 % of the CPUs (contended = 1): measure "
+             f"them again on an idle machine before comparing" if loaded else ""))
 
 
 def convert_json(json_path: Path, csv_path: Path) -> int:

@@ -5,7 +5,8 @@ PY         := $(VENV)/bin/python
 STAMP      := $(VENV)/.installed
 # The torch build this machine's registry serves; set TORCH_SPEC= to keep your own torch install.
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
-EXTRAS     ?= test,ray
+# optional extras: test (pytest and plugins); ray (EXECUTOR=ray) is opt-in: make install EXTRAS=test,ray
+EXTRAS     ?= test
 
 # Run settings; empty means "the program's default" (SEEDS: 0,1,2; COST_ROUNDS: 5).
 DATASET   ?=

@@ -136,3 +136,20 @@ def test_a_command_reads_its_dataset_once(tmp_path, monkeypatch):
     assert ablations_main(["train", *QUICK, "--out", str(tmp_path)]) == 0
     assert len(reads) == 1
     data.cached_dataset.cache_clear()
+
+
+@pytest.mark.parametrize("argv,expected", [(["--help"], "usage: vitbench COMMAND"),
+                                           (["sweep", "--help"], "usage: python -m ablations sweep"),
+                                           (["bench", "run", "--help"], "usage: python -m bench run")])
+def test_the_vitbench_command_wraps_both_programs_without_loading_torch_for_help(argv, expected):
+    out = subprocess.run([sys.executable, "-c", _LOADED, "ablations.cli", *argv], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and expected in out.stdout, out.stderr[-500:]
+    assert out.stderr.strip().splitlines()[-1] == "loaded:"
+
+
+def test_the_installed_vitbench_script_runs_a_command(tmp_path):
+    script = Path(sys.executable).parent / "vitbench"
+    assert script.exists(), "pip install -e . installs the vitbench console script ([project.scripts])"
+    out = subprocess.run([str(script), "columns"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("# Result columns")

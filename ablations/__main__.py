@@ -70,8 +70,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", choices=["auto", *choices.DTYPES], help="default auto: bf16 on CUDA, fp32 on CPU")
     p.add_argument("--compile", type=int, choices=[0, 1], default=0,
-                   help="torch.compile the model (1). On the 2-core CPU and, per the H100 measurement in issue 13, "
-                        "on CUDA for these small models, compiling costs more time than it saves")
+                   help="torch.compile the model (1). For these small models, on a CPU and on a GPU, compiling "
+                        "costs more time than it saves")
     p.add_argument("--graphs", type=int, choices=[0, 1], default=1,
                    help="on CUDA, capture each training step into a CUDA graph and replay it (default 1; 0: eager). "
                         "fp16, COMPILE=1 or an optimizer without a fused kernel fall back to eager, saying why")

@@ -2,7 +2,7 @@
 
 `python -m ablations --help` (and every subcommand's `--help`, and argparse's check of a choice) is
 built from this module alone, so it answers in a fraction of a second; torch, pandas and the models
-load only once a command runs (issue 13). The objects behind the names live in their registries
+load only once a command runs. The objects behind the names live in their registries
 (`ablations.data.DATASETS`, `ablations.executors.EXECUTORS`; presets and dtypes: `bench.choices`);
 `ablations.commands` compares each with its list here when it loads (`same_names`), so a name added on
 one side only fails at once, naming both lists.

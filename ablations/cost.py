@@ -45,9 +45,9 @@ from .train import TrainConfig, make_step, train_mode, training_parts
 
 
 # Timing of one item in one round, by device. A CPU step of these models takes 5–50 ms: 0.25 s is 5–50
-# steps. The H100 step of issue 13 takes about 1.1 ms (one CUDA graph), so 0.25 s would be ~230 steps per
-# item and round, about 30 s of `make ablations` (11 models × 2 modes × 5 rounds); 50 ms is ~45 steps, each
-# bracketed by CUDA events, and the median over rounds takes ≥ 100 of them.
+# steps. A graphed CUDA step of them takes about a millisecond, so 0.25 s would be hundreds of steps per
+# item and round and tens of seconds of `make ablations`; 50 ms is tens of steps, each bracketed by CUDA
+# events, and the median over rounds takes ≥ 100 of them.
 CPU_TIMING = TimingConfig(warmup=3, min_repeats=5, min_time_s=0.25)
 CUDA_TIMING = TimingConfig(warmup=3, min_repeats=20, min_time_s=0.05)
 

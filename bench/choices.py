@@ -1,7 +1,7 @@
 """The names `python -m bench` offers, without importing torch.
 
 `python -m bench --help` (and argparse's check of a choice) is built from this module alone, so it
-answers in a fraction of a second; torch and the models load only once a command runs (issue 13).
+answers in a fraction of a second; torch and the models load only once a command runs.
 The objects behind the names live in their registries (`vit.PRESETS`, `bench.mfu.DTYPES`); a command
 compares each with its list here when it starts (`same_names`), so a name added on one side only fails
 at once, naming both lists. Attention backends are not listed: `vit.register_backend` adds them at

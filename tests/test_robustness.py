@@ -1,5 +1,5 @@
 """Results survive torn lines, full disks, twin sweeps and bad files, and every user-caused failure is
-one line and exit status 2 (issue 16). Each test names the defect it reproduces; each failed before
+one line and exit status 2. Each test names the defect it reproduces; each failed before
 the fix. The random-kill campaign is `tests/crash.py` (`make crash-test`; a short one in test_crash.py)."""
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""The training paths of issue 13 that run everywhere: no host read of the loss per step, the static-buffer
+"""The training speed paths that run everywhere: no host read of the loss per step, the static-buffer
 step (what a CUDA graph replays) equal to the eager step, the parsed-dataset cache, and the utilisation
 and MFU of training in every row. The CUDA-only checks are marked `gpu` (`make test-gpu`)."""
 

@@ -39,6 +39,18 @@ def _norm(text: str) -> str:
     return repr(int(number)) if number.is_integer() else repr(number)
 
 
+def ids_agree(a: str, b: str) -> bool:
+    """Two rows' experiment ids agree when equal, or when one is blank (a table older than the column)."""
+    return not a or not b or a == b
+
+
+def same_experiment(a, b, factor: str) -> bool:
+    """Whether two rows may be pooled as seeds of one experiment: the same recorded setting, and
+    experiment ids that agree."""
+    return (recorded_setting(a, factor) == recorded_setting(b, factor)
+            and ids_agree(_cell(a.get("experiment_id")), _cell(b.get("experiment_id"))))
+
+
 def differences(a, b, factor: str) -> str:
     """What differs between two rows' settings, as 'epochs 1 vs 2, dataset digits vs synthetic'."""
     diffs = [f"{c} {_cell(a.get(c)) or '—'} vs {_cell(b.get(c)) or '—'}" for c in RECORDED
@@ -78,7 +90,7 @@ def newest_experiment(rows: pd.DataFrame, factor: str) -> tuple[pd.DataFrame, li
     if not target_id:  # the newest row predates experiment ids: take the newest id of its setting, if any
         with_id = [i for i in range(len(ok)) if same[i] and ids[i]]
         target_id = ids[max(with_id, key=lambda i: (order[i], i))] if with_id else ""
-    keep = [same[i] and (not ids[i] or not target_id or ids[i] == target_id) for i in range(len(ok))]
+    keep = [same[i] and ids_agree(ids[i], target_id) for i in range(len(ok))]
     kept = ok[keep]
     dropped = ok[[not k for k in keep]]
     notes = []

@@ -43,14 +43,14 @@ from bench.csvio import append_row, append_rows, drop_rows
 from bench.env import resolve_device
 from bench.grid import classify_failure
 from bench.measure import cost
-from bench.mfu import matmul_peak, mfu
+from bench.mfu import Peak, matmul_peak, mfu
 from vit import VisionTransformer, init_from_checkpoint
 
 from .cost import model_key, row_figures, run_cost_phases
 from .data import Dataset, cached_dataset
 from .executors.base import Executor, ExecutorOptions
 from .executors.local import LocalExecutor
-from .experiments import differences, recorded_setting
+from .experiments import differences, same_experiment
 from .schema import ABLATION_COLUMNS, HISTORY_COLUMNS, read_table
 from .specs import Point
 from .tasks import Outcome, RunOptions, Task, base_row, experiment_id, make_tasks
@@ -139,8 +139,10 @@ def execute(task: Task, data: Dataset) -> Outcome:
                        graphs=options.graphs)
         history = [{"run_id": task.run_id, **h} for h in result.history]
         row.update(result.row())
-        peak = task.peak or matmul_peak(device, row["dtype"])
-        row.update(train_mfu=mfu(row["gflops"], result.train_throughput_img_s, "train", peak.flops), **peak.columns())
+        peak = task.peak or peak_or_none(device, row["dtype"])
+        if peak is not None:
+            row.update(train_mfu=mfu(row["gflops"], result.train_throughput_img_s, "train", peak.flops),
+                       **peak.columns())
         row.update(task.cost)
         buffer = io.BytesIO()
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
@@ -157,6 +159,14 @@ def execute(task: Task, data: Dataset) -> Outcome:
         row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
         traceback.print_exc()
     return Outcome(row, history)
+
+
+def peak_or_none(device: torch.device, dtype: str) -> Peak | None:
+    """The device's matmul peak for the MFU columns, or None where none can be measured (they stay blank)."""
+    try:
+        return matmul_peak(device, dtype)
+    except Exception:
+        return None
 
 
 def _save_mark(stage: str, run_id: str) -> None:
@@ -360,9 +370,9 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
             locks.enter_context(sweep_lock(SweepPaths.of(options.out, name), name))
         shares = [_prepare(name, points, options, executor.jobs or 1) for name, points, options in plans]
         _cost_phases(shares)
-        _ship_peaks(shares)
         for share in shares:
             _reuse_finished(share)
+        _ship_peaks(shares)
         _train_all(shares, executor, fn)
     return [share.summary() for share in shares]
 
@@ -391,8 +401,7 @@ def _warn_other_experiment(paths: SweepPaths, task: Task) -> None:
         return
     mine = base_row(task, torch.device("cpu"))
     factor = task.point.factor
-    others = [r for _, r in ok.iterrows() if recorded_setting(r, factor) != recorded_setting(mine, factor)
-              or (str(r.get("experiment_id") or "") not in ("", "nan", mine["experiment_id"]))]
+    others = [r for _, r in ok.iterrows() if not same_experiment(r, mine, factor)]
     if others:
         print(f"note: {paths.rows} holds {len(others)} run(s) of another experiment "
               f"({differences(others[-1], mine, factor)}); the report shows the newest experiment only and lists "
@@ -419,19 +428,17 @@ def _cost_phases(shares: list[_Share]) -> None:
 
 
 def _ship_peaks(shares: list[_Share]) -> None:
-    """Measure each (device, dtype) matmul peak here, before any run trains (the device is idle), and
-    give it to every task: workers training side by side would measure it under each other's load."""
-    peaks: dict[tuple, Any] = {}
+    """Measure each (device, dtype) matmul peak of the runs left to train here, before any trains (the
+    device is idle), and give it to every task: workers training side by side would measure it under
+    each other's load."""
+    peaks: dict[tuple, Peak | None] = {}
     for share in shares:
         tasks = []
         for task in share.todo:
             device = resolve_device(task.options.device)
             key = (str(device), task.point.train.resolved_dtype(device))
             if key not in peaks:
-                try:
-                    peaks[key] = matmul_peak(device, key[1])
-                except Exception:  # no peak on this device: each run measures its own, or leaves MFU blank
-                    peaks[key] = None
+                peaks[key] = peak_or_none(device, key[1])
             tasks.append(dataclasses.replace(task, peak=peaks[key]))
         share.todo = tasks
 

@@ -32,6 +32,8 @@ from .atomic import write_atomic
 
 
 class CellCheck(Protocol):
+    kind: str  # "text", "id" and "time" cells are read as strings
+
     def accepts(self, cell: str) -> bool: ...
 
 
@@ -226,7 +228,7 @@ def read_rows(path: str | Path, schema: Mapping[str, CellCheck] | None = None) -
         skipped(f"{path}: skipped {len(bad)} malformed line(s): {shown}")
     if not good:
         return pd.DataFrame(columns=header)
-    text_columns = {name: str for name in header if schema and name in schema
-                    and getattr(schema[name], "kind", "number") in ("text", "id", "time")}  # "000123" stays a string
+    text_columns = {name: str for name, column in (schema or {}).items()
+                    if name in header and column.kind in ("text", "id", "time")}  # "000123" stays a string
     return pd.read_csv(io.BytesIO(_format([header] + [rec for _, rec in good])), keep_default_na=False,
                        na_values=[""], dtype=text_columns)

@@ -25,6 +25,7 @@ from ablations.tasks import Outcome, RunOptions, make_tasks
 from ablations.train import TrainConfig
 from ablations.schema import read_table
 from conftest import kill_after_first_row, write_spec
+from crash import workers_of
 from vit import ViTConfig, VisionTransformer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,20 +154,6 @@ def test_the_preflight_counts_a_checkpoint_per_run_in_flight(tmp_path):
 
 # --- a real sweep with JOBS=2: a worker SIGKILLed, SIGTERM and the terminal's Ctrl-C --------------------
 
-def _children(pid: int) -> list[int]:
-    """The worker processes (multiprocessing spawn) of `pid`, from /proc."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmdline = (stat.parent / "cmdline").read_bytes()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid and b"spawn_main" in cmdline:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def _sweep(tmp_path, epochs=6):
     spec = write_spec(tmp_path / "js.toml", "depth", "[1, 2]", train=f"epochs = {epochs}")
     out = tmp_path / "out"
@@ -191,7 +178,7 @@ def test_a_worker_sigkilled_mid_run_is_replaced_and_its_run_resumes_from_its_che
     try:
         # both runs in flight have a checkpoint: whichever worker dies, its run has one to resume from
         assert _wait_for(lambda: len(list(checkpoints.glob("*.safetensors"))) >= 2), "no checkpoints were written"
-        victim = _children(proc.pid)[0]
+        victim = workers_of(proc.pid)[0]
         os.kill(victim, signal.SIGKILL)
         _, err = proc.communicate(timeout=300)
     finally:
@@ -212,7 +199,7 @@ def test_a_stop_signal_with_two_jobs_stops_every_worker_within_seconds_and_keeps
                             start_new_session=True)
     try:
         assert _wait_for(lambda: len(list(checkpoints.glob("*.safetensors"))) >= 2), "no checkpoints were written"
-        workers = _children(proc.pid)
+        workers = workers_of(proc.pid)
         assert len(workers) == 2
         t0 = time.perf_counter()
         if how == "SIGTERM":

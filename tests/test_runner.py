@@ -209,3 +209,15 @@ def test_a_cpu_run_busy_well_under_its_cores_is_called_starved():
     assert not starved({**row, "jobs": 2, "train_util_pct": 48.0})   # one of two runs: half the cores is its share
     assert starved({**row, "jobs": 2, "train_util_pct": 20.0})
     assert not starved({**row, "device": "cuda"}) and not starved({**row, "status": "error"})
+
+
+def test_a_device_without_a_measurable_peak_leaves_mfu_blank_and_the_run_ok(tmp_path, monkeypatch):
+    import ablations.runner as runner
+
+    def no_peak(device, dtype):
+        raise RuntimeError("no matmul on this device")
+    monkeypatch.setattr(runner, "matmul_peak", no_peak)
+    summary = run_sweep("np", depth_points("np", 1), options(tmp_path, seeds=(0,)))
+    row = read_table(tmp_path / "ablations" / "np.csv").iloc[0]
+    assert summary["statuses"] == {"ok": 1} and row["status"] == "ok"
+    assert pd.isna(row["train_mfu"]) and pd.isna(row["mfu_peak_gflops"])

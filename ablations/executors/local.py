@@ -33,6 +33,7 @@ from typing import Iterator
 import torch
 from tqdm import tqdm
 
+from ..interrupts import SIGNALS
 from ..spawned import Raised, worker_main
 from ..tasks import Outcome, Task, lost_outcome
 from .base import ExecutorOptions, Loader, RunFn
@@ -80,9 +81,8 @@ class _Worker:
 def _signals_ignored():
     """Hold off SIGINT, SIGTERM and SIGHUP while workers are being stopped (a second Ctrl-C must not cut
     the stop short and leave workers training); only the main thread can change handlers."""
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     try:
-        previous = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in SIGNALS}
     except ValueError:  # not the main thread
         previous = {}
     try:

@@ -8,44 +8,49 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 # optional extras: test (pytest and plugins); ray (EXECUTOR=ray) is opt-in: make install EXTRAS=test,ray
 EXTRAS     ?= test
 
-# Run settings; empty means "the program's default" (SEEDS: 0,1,2; COST_ROUNDS: 5).
+# Run settings: each passes one flag of `python -m ablations sweep` / `train`, declared once in
+# ablations/options.py (tests/test_options.py checks this list against it). Empty: the program's default.
 DATASET   ?=
+DATA_ROOT ?=
+DOWNLOAD  ?=
 EPOCHS    ?=
 SEEDS     ?=
 COST_ROUNDS ?=
-DEVICE    ?= auto
+DEVICE    ?=
 DTYPE     ?=
-COMPILE   ?= 0
-GRAPHS    ?= 1
-JOBS      ?=
-THREADS   ?=
-EXECUTOR  ?= local
-CPUS_PER_TASK ?=
-GPUS_PER_TASK ?=
-MAX_RETRIES ?=
-DATA_ROOT ?=
-DOWNLOAD  ?= 0
-PRESET    ?=
+COMPILE   ?=
+GRAPHS    ?=
 INIT      ?=
 PRETRAINED ?=
 OUT       ?= results
-DRY_RUN   ?= 0
-INTO_REFERENCE ?= 0
 CHECKPOINT_EVERY ?=
+DRY_RUN   ?=
+INTO_REFERENCE ?=
+EXECUTOR  ?=
+JOBS      ?=
+THREADS   ?=
+MAX_RETRIES ?=
+CPUS_PER_TASK ?=
+GPUS_PER_TASK ?=
+PRESET    ?=
 PYTEST_ARGS ?=
 
 opt = $(if $(strip $(2)),$(1) $(2))
 # a path option, quoted for the shell: OUT="my results" stays one argument
 qopt = $(if $(strip $(2)),$(1) '$(2)')
-RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) \
-  $(call opt,--cost-rounds,$(COST_ROUNDS)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) \
-  --device $(DEVICE) $(call opt,--dtype,$(DTYPE)) --compile $(COMPILE) --graphs $(GRAPHS) --executor $(EXECUTOR) \
-  $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) $(call opt,--gpus-per-task,$(GPUS_PER_TASK)) $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--jobs,$(JOBS)) $(call opt,--threads,$(THREADS)) \
-  $(call qopt,--data-root,$(DATA_ROOT)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) --out '$(OUT)' \
-  $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(DOWNLOAD)),--download) $(INTO_REF)
-INTO_REF = $(if $(filter 1 yes true,$(INTO_REFERENCE)),--into-reference)
+# a switch: passed for VAR=1 (or yes, true)
+switch = $(if $(filter 1 yes true,$(strip $(2))),$(1))
+RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)) $(call switch,--download,$(DOWNLOAD)) \
+  $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) $(call opt,--cost-rounds,$(COST_ROUNDS)) \
+  $(call opt,--device,$(DEVICE)) $(call opt,--dtype,$(DTYPE)) $(call opt,--compile,$(COMPILE)) \
+  $(call opt,--graphs,$(GRAPHS)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) \
+  $(call qopt,--out,$(OUT)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) $(call switch,--dry-run,$(DRY_RUN)) \
+  $(INTO_REF) $(call opt,--executor,$(EXECUTOR)) $(call opt,--jobs,$(JOBS)) $(call opt,--threads,$(THREADS)) \
+  $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) \
+  $(call opt,--gpus-per-task,$(GPUS_PER_TASK))
+INTO_REF = $(call switch,--into-reference,$(INTO_REFERENCE))
 
-.PHONY: install test test-gpu crash-test calibrate predict ablations train bench bench-tokens bench-speed bench-step compare report clean
+.PHONY: install test lint test-gpu crash-test calibrate predict ablations train bench bench-tokens bench-speed bench-step compare report clean
 
 install: $(STAMP)
 
@@ -56,8 +61,13 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
 
+# the linter (ruff, configured in pyproject.toml), then the suite
 test: $(STAMP)
+	$(PY) -m ruff check --quiet .
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
 
 # the CUDA-only tests (graphed step = eager step, bf16/fp16, NVML, CUDA memory, compile); skipped without CUDA
 test-gpu: $(STAMP)
@@ -100,7 +110,7 @@ bench-speed: $(STAMP)
 
 # the training step alone, eager against static buffers (a CUDA graph on CUDA), interleaved rounds
 bench-step: $(STAMP)
-	$(PY) -m ablations.stepbench --device $(DEVICE) $(ARGS)
+	$(PY) -m ablations.stepbench $(call opt,--device,$(DEVICE)) $(ARGS)
 
 # the report's test against known answers: A/A pairs of one setting (false-positive rate against α)
 # and a planted label-noise cost (power), on digits; CALIBRATE_ARGS="--pairs 20" for a quicker one

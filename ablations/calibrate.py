@@ -32,11 +32,12 @@ import torch
 from scipy import stats as sps
 from tqdm import tqdm
 
-from vit import PRESETS, ViTConfig, VisionTransformer
+from bench.recipe import TrainConfig
+from vit import PRESETS, VisionTransformer, ViTConfig
 
 from .data import Dataset, cached_dataset
 from .stats import ALPHA, REPLICATES, compare_settings
-from .train import TrainConfig, train
+from .train import train
 
 # learns digits to 30–37 % (chance: 10 %) in about 1.4 s a run on a 2-core CPU: a learned model whose
 # accuracy varies between seeds, which is all a calibration needs, at a few hundred runs in minutes
@@ -53,7 +54,7 @@ class Rate:
     high: float
 
     @classmethod
-    def of(cls, hits: int, trials: int) -> "Rate":
+    def of(cls, hits: int, trials: int) -> Rate:
         ci = sps.binomtest(hits, trials).proportion_ci(0.95, method="exact")
         return cls(hits, trials, float(ci.low), float(ci.high))
 

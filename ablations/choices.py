@@ -3,7 +3,7 @@
 `python -m ablations --help` (and every subcommand's `--help`, and argparse's check of a choice) is
 built from this module alone, so it answers in a fraction of a second; torch, pandas and the models
 load only once a command runs. The objects behind the names live in their registries
-(`ablations.data.DATASETS`, `ablations.executors.EXECUTORS`; presets and dtypes: `bench.choices`);
+(`ablations.data.DATASETS`; presets and dtypes: `bench.choices`);
 `ablations.commands` compares each with its list here when it loads (`same_names`), so a name added on
 one side only fails at once, naming both lists.
 """
@@ -18,11 +18,10 @@ from pathlib import Path
 
 from bench.choices import DTYPES, PRESETS, same_names
 
-__all__ = ["AUTO_CHECKPOINT_S", "COST_ROUNDS", "DATASETS", "DTYPES", "EXECUTORS", "MAX_SEED", "PRESETS", "SPEC_DIR",
+__all__ = ["AUTO_CHECKPOINT_S", "COST_ROUNDS", "DATASETS", "DTYPES", "MAX_SEED", "PRESETS", "SPEC_DIR",
            "available_sweeps", "default_sweeps", "same_names"]
 
 DATASETS = ("mnist5k", "digits", "synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100")
-EXECUTORS = ("local", "ray")
 
 COST_ROUNDS = 5           # interleaved rounds of the cost phase when COST_ROUNDS is not given
 AUTO_CHECKPOINT_S = 60.0  # checkpoint every epoch when a run is projected to last longer than this

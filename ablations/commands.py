@@ -1,7 +1,8 @@
-"""The commands behind `python -m ablations`: what runs once the arguments are parsed.
+"""The commands of `python -m ablations` that train: sweep and train.
 
 `ablations.__main__` parses the command line from names alone (`ablations.choices`) and imports this
-module only to run a command, so `--help` never loads torch.
+module only to run one of them, so `--help` never loads torch. The commands that only read results
+(report, compare, predict, columns) are `ablations.read_commands`, which loads no trainer or executor.
 """
 
 from __future__ import annotations
@@ -16,25 +17,27 @@ from typing import Any
 import torch
 
 from bench.env import resolve_device
-from bench.grid import parse_overrides
-from bench.measure import cost
-from bench.mfu import DTYPES
+from bench.measure import complexity
+from bench.overrides import parse_overrides
+from bench.precision import DTYPES
+from bench.recipe import TrainConfig
 from bench.reference import refusal
-from vit import PRESETS, ViTConfig, VisionTransformer, checkpoint_id, init_from_checkpoint
+from vit import PRESETS, VisionTransformer, ViTConfig, checkpoint_id, init_from_checkpoint
 
 from . import choices
 from .cost import CostPlan
 from .data import DATASETS, cached_dataset
 from .executors import EXECUTORS, Executor, ExecutorOptions
+from .executors import OPTIONS as EXECUTOR_OPTIONS
 from .interrupts import Interrupted
-from .runner import SweepError, SweepPaths, finished_ids, run_sweeps
+from .runner import run_sweeps
 from .schema import read_table
 from .specs import DATASET_FIELDS, Point, SpecError, base_preset, default_sweeps, find_spec, load_spec
+from .store import SweepError, SweepPaths, finished_ids
 from .tasks import RunOptions, make_tasks
-from .train import TrainConfig
 
 for what, listed, registry in (("datasets", choices.DATASETS, DATASETS), ("dtypes", choices.DTYPES, DTYPES),
-                               ("executors", choices.EXECUTORS, EXECUTORS), ("presets", choices.PRESETS, PRESETS)):
+                               ("presets", choices.PRESETS, PRESETS)):
     choices.same_names(what, listed, registry)  # the parser offered these names: each must be a real entry
 
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ViTConfig)}
@@ -97,14 +100,14 @@ def _check_init(init: str, points: list[Point]) -> None:
 
 def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
     paths = SweepPaths.of(options.out, sweep)
-    done = finished_ids(paths.rows, paths.preds)
+    done = finished_ids(paths)
     print(f"sweep {sweep}: {len(points)} points × {len(options.seeds)} seed(s)")
     print(f"  {'factor':<16} {'seed':>4} {'params':>10} {'GMACs':>9} {'tokens':>6}  run_id        done")
     costs = {}
     for task in make_tasks(points, options):
         cfg = task.point.model
         if task.point.value not in costs:
-            costs[task.point.value] = cost(VisionTransformer(cfg), (cfg.in_chans, cfg.img_size, cfg.img_size))
+            costs[task.point.value] = complexity(VisionTransformer(cfg), (cfg.in_chans, cfg.img_size, cfg.img_size))
         c = costs[task.point.value]
         label = f"{task.point.factor}={task.point.value}"
         print(f"  {label:<16} {task.seed:>4} {c['params']:>10,} {c['gmacs']:>9.5f} {cfg.tokens:>6}  {task.run_id}  "
@@ -112,13 +115,12 @@ def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
 
 
 def _start_executor(args: argparse.Namespace) -> Executor:
-    """Build and start the executor; raises ValueError (missing Ray, unreachable cluster) before any run."""
-    gpus = 0.0 if args.gpus_per_task is None and args.device == "cpu" else args.gpus_per_task  # DEVICE=cpu: no GPU
-    executor = EXECUTORS[args.executor](ExecutorOptions(cpus_per_task=args.cpus_per_task,
-                                                        gpus_per_task=gpus,
-                                                        max_retries=args.max_retries,
-                                                        jobs=args.jobs, device=args.device,
-                                                        threads=args.threads))
+    """Build and start the executor from its declared options; raises ValueError (missing Ray, unreachable
+    cluster) before any run."""
+    fields = {option.dest: getattr(args, option.dest) for options in EXECUTOR_OPTIONS.values() for option in options}
+    if fields.get("gpus_per_task") is None and args.device == "cpu":  # DEVICE=cpu: no GPU for any run
+        fields["gpus_per_task"] = 0.0
+    executor = EXECUTORS[args.executor](ExecutorOptions(**fields, device=args.device))
     print(executor.start(), file=sys.stderr)
     return executor
 
@@ -268,86 +270,4 @@ def cmd_train(args: argparse.Namespace) -> int:
     table = table[table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
     print(table[["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs",
                  "throughput_img_s"]].to_string(index=False))
-    return 0
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from .report import build_report, default_reference
-
-    out = Path(args.out)
-    message = refusal(out, args.into_reference)
-    if message:
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-    if out.exists() and not out.is_dir():
-        print(f"error: --out {out}: not a folder; pass the OUT folder a sweep wrote (it holds ablations/)",
-              file=sys.stderr)
-        return 2
-    try:
-        reference = (None if args.reference == "none" else Path(args.reference) if args.reference
-                     else default_reference(out))
-        path = build_report(out, data_root=args.data_root, reference=reference)
-    except OSError as err:
-        print(f"error: --out {out}: cannot write the report there ({err.strerror or err}); choose a writable OUT",
-              file=sys.stderr)
-        return 2
-    print(f"report → {path}")
-    return 0
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    from .compare import compare_outs
-
-    try:
-        table = compare_outs(Path(args.a), Path(args.b))
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"A = {args.a}   B = {args.b}   (accuracy in %, difference in points with its 95 % interval)")
-    shown = table.copy()
-    for column in ("acc_a", "acc_b"):
-        shown[column] = 100 * shown[column]
-    print(shown.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
-    print(f"largest |A − B|: {table['diff_pts'].abs().max():.2f} points over {len(table)} points; "
-          + ", ".join(f"{label} mean train_util_pct {table[column].mean():.1f}"
-                      for label, column in (("A", "util_a"), ("B", "util_b")) if column in table))
-    if args.csv:
-        table.to_csv(args.csv, index=False)
-        print(f"table → {args.csv}")
-    return 0
-
-
-def cmd_predict(args: argparse.Namespace) -> int:
-    from .predict import attention_figure, load_run, load_weights, predict, read_images, top_table
-
-    images = [Path(p) for p in args.images]
-    try:
-        if bool(args.run) == bool(args.weights):
-            raise ValueError("give --run RUN_ID (a run under --out) or --weights FILE --preset NAME, one of them")
-        if args.weights and not args.preset:
-            raise ValueError("--weights needs --preset: the model the checkpoint belongs to")
-        loaded = (load_run(Path(args.out), args.run, args.data_root) if args.run else
-                  load_weights(Path(args.weights), args.preset, args.dataset, args.data_root))
-        pictures = read_images(images, loaded.model.cfg)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    probs, attns = predict(loaded, pictures)
-    print(f"{loaded.name}: top-{min(5, probs.shape[1])} classes (softmax probability)")
-    print(top_table(images, probs).to_string(index=False, formatters={"probability": "{:.4f}".format}))
-    figure = Path(args.figure) if args.figure else Path(args.out) / "figures" / "predict-attention.png"
-    try:
-        figure.parent.mkdir(parents=True, exist_ok=True)
-        attention_figure(loaded, pictures, attns, probs, [p.name for p in images], figure)
-    except OSError as err:
-        print(f"error: cannot write {figure} ({err.strerror or err}); pass --figure PATH", file=sys.stderr)
-        return 2
-    print(f"attention → {figure}")
-    return 0
-
-
-def cmd_columns(args: argparse.Namespace) -> int:
-    from .schema import columns_markdown
-
-    print(columns_markdown(), end="")
     return 0

@@ -18,9 +18,9 @@ import pandas as pd
 from vit import ViTConfig
 
 from .findings import load_correct
-from .runner import SweepPaths
 from .schema import read_table
 from .stats import paired_difference
+from .store import SweepPaths, ok_rows, sweep_names
 
 POINT_COLUMNS = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr", "batch_size", "init"]
 
@@ -30,17 +30,17 @@ def _ok_rows(path: Path) -> pd.DataFrame:
     rows = read_table(path)
     if rows.empty or not {"run_id", "status", "test_acc"} <= set(rows.columns):
         return pd.DataFrame(columns=["run_id", "status", "test_acc"])
-    return rows[rows["status"] == "ok"].drop_duplicates("run_id", keep="last")
+    return ok_rows(rows).drop_duplicates("run_id", keep="last")
 
 
 def compare_outs(a: Path, b: Path) -> pd.DataFrame:
     """One row per point that both folders ran; ValueError if they share no finished run."""
     found = []
-    for table in sorted((Path(a) / "ablations").glob("*.csv")):
-        if table.stem.endswith(("-history", "-cost")) or not (Path(b) / "ablations" / table.name).exists():
+    for sweep in sweep_names(a):
+        table, theirs = SweepPaths.of(a, sweep).rows, SweepPaths.of(b, sweep).rows
+        if not theirs.exists():
             continue
-        sweep = table.stem
-        rows_a, rows_b = _ok_rows(table), _ok_rows(Path(b) / "ablations" / table.name).set_index("run_id")
+        rows_a, rows_b = _ok_rows(table), _ok_rows(theirs).set_index("run_id")
         if rows_a.empty or rows_b.empty:
             continue
         rows_a = rows_a[rows_a["run_id"].isin(rows_b.index)]

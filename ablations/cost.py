@@ -3,7 +3,7 @@
 Speed is a property of a configuration, not of a seed or of trained weights, so each distinct model of
 the command's sweeps is measured once per round, in interleaved rounds (`bench.rounds`), with nothing
 else running: an inference step at `infer_batch_size` and the training step that training itself runs
-(`ablations.train.make_step`: the point's AdamW parameter groups, label smoothing and clipping; one CUDA
+(`bench.step.make_step`: the point's AdamW parameter groups, label smoothing and clipping; one CUDA
 graph per step on CUDA unless GRAPHS=0) at the sweep's training batch size. A model that several sweeps
 share (the base config of `make ablations`) is timed once. Each round of each point and mode is one row
 of `<out>/ablations/<sweep>-cost.csv` of every sweep that has the point, appended as it is measured.
@@ -32,17 +32,18 @@ from tqdm import tqdm
 
 from bench.csvio import append_row, drop_rows
 from bench.env import environment, run_id
-from bench.grid import classify_failure
-from bench.measure import MeasureConfig, StepFactory, cost, measure
-from bench.rounds import Spread, interleaved
+from bench.failures import classify_failure
+from bench.measure import MeasureConfig, complexity, measure
+from bench.recipe import TrainConfig
+from bench.rounds import interleaved
+from bench.step import training_step
 from bench.timing import TimingConfig
-from vit import ViTConfig, VisionTransformer
+from vit import VisionTransformer, ViTConfig
 
 from .choices import COST_ROUNDS
-from .schema import COST_COLUMNS, read_table
+from .schema import COST_COLUMNS
 from .specs import Point
-from .train import TrainConfig, make_step, train_mode, training_parts
-
+from .store import complete_phase, model_key
 
 # Timing of one item in one round, by device. A CPU step of these models takes 5–50 ms: 0.25 s is 5–50
 # steps. A graphed CUDA step of them takes about a millisecond, so 0.25 s would be hundreds of steps per
@@ -73,10 +74,6 @@ class CostPlan:
         if isinstance(self.infer_batch_size, bool) or not isinstance(self.infer_batch_size, int) \
                 or self.infer_batch_size < 1:
             raise ValueError(f"infer batch size must be a positive int, got {self.infer_batch_size!r}")
-
-
-def model_key(cfg: ViTConfig) -> str:
-    return run_id(cfg.to_dict())
 
 
 @dataclass(frozen=True)
@@ -111,28 +108,6 @@ def phase_id(sweeps: list[str], items: list[_Item], plan: CostPlan, device: torc
                    "rounds": plan.rounds, "device_name": env["device_name"], "torch": env["torch_version"]})
 
 
-def _complete_phase(csv_path: Path, pid: str, expected: int) -> pd.DataFrame | None:
-    if not csv_path.exists():
-        return None
-    rows = read_table(csv_path)
-    if rows.empty or "phase_id" not in rows:
-        return None
-    phase = rows[rows["phase_id"].astype(str) == pid]
-    return phase if len(phase) >= expected else None
-
-
-def training_step(cfg: TrainConfig, device: torch.device, graphs: bool) -> StepFactory:
-    """`measure`'s step factory for the step `train` runs under `cfg`: a fresh AdamW over the model's
-    parameter groups, and `make_step`'s step (the static-buffer step, captured into a CUDA graph at its
-    first call, on CUDA with `graphs`; else the eager one) at the peak learning rate."""
-    def build(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor):
-        runner, optimizer, scaler = training_parts(model, cfg, device)
-        train_mode(model, cfg)
-        step = make_step(model, runner, optimizer, scaler, cfg, device, cfg.resolved_dtype(device), graphs)
-        return (lambda: step(images, labels, cfg.lr)), [model, optimizer, images, labels]
-    return build
-
-
 def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], device: torch.device,
                   first_round: bool, plan: CostPlan, graphs: bool) -> dict[str, Any]:
     cfg, mcfg = item.cfg, dataclasses.replace(item.mcfg, measure_memory=first_round, measure_mfu=plan.measure_mfu)
@@ -149,12 +124,6 @@ def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], de
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return row
-
-
-def run_cost_phase(sweep: str, points: list[Point], plan: CostPlan, device: torch.device, csv_path: Path,
-                   progress: bool = True, graphs: bool = True) -> pd.DataFrame:
-    """The rows of this sweep's complete cost phase (`run_cost_phases` of one sweep)."""
-    return run_cost_phases([(sweep, points, csv_path)], plan, device, progress, graphs)[sweep]
 
 
 def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan, device: torch.device,
@@ -176,7 +145,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
             where.setdefault(key, []).append((sweep, csv))
     items = list(distinct.values())
     pid = phase_id([sweep for sweep, _, _ in sweeps], items, plan, device, graphs)
-    found = {sweep: _complete_phase(csv, pid, plan.rounds * len(own[sweep])) for sweep, _, csv in sweeps}
+    found = {sweep: complete_phase(csv, pid, plan.rounds * len(own[sweep])) for sweep, _, csv in sweeps}
     if all(phase is not None for phase in found.values()):
         return found  # type: ignore[return-value]
     for _, _, csv in sweeps:
@@ -187,7 +156,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
         if key not in models:
             torch.manual_seed(0)
             models[key] = VisionTransformer(item.cfg)
-            costs[key] = cost(models[key], (item.cfg.in_chans, item.cfg.img_size, item.cfg.img_size))
+            costs[key] = complexity(models[key], (item.cfg.in_chans, item.cfg.img_size, item.cfg.img_size))
     env = environment(device)
     rows: dict[str, list[dict[str, Any]]] = {sweep: [] for sweep, _, _ in sweeps}
     names = ", ".join(sweep for sweep, _, _ in sweeps)
@@ -208,48 +177,3 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     del models
     gc.collect()
     return {sweep: pd.DataFrame(mine) for sweep, mine in rows.items()}
-
-
-SPEED_FIGURES = ("throughput_img_s", "step_ms_median", "peak_mem_mb", "mfu", "util_pct", "gpu_mem_used_mb",
-                 "power_w")
-
-
-def _spread_of(rows: pd.DataFrame) -> dict[str, Spread]:
-    return {f: Spread.of(rows[f].astype(float)) for f in SPEED_FIGURES if f in rows}
-
-
-def uncontended(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rounds not taken under load (`bench.contention`); rows from before the flag count as uncontended."""
-    if "contended" not in rows:
-        return rows
-    return rows[pd.to_numeric(rows["contended"], errors="coerce").fillna(0) != 1]
-
-
-def spreads(phase: pd.DataFrame, by: list[str]) -> dict[tuple, dict[str, Spread]]:
-    """{group: {figure: Spread over the uncontended rounds}} for the ok rows of one phase, grouped by `by`."""
-    ok = uncontended(phase[phase["status"] == "ok"])
-    return {key if isinstance(key, tuple) else (key,): _spread_of(group) for key, group in ok.groupby(by, sort=False)}
-
-
-def row_figures(phase: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """{model_key: the inference speed columns of a training row}: medians over rounds, the IQR of the
-    per-round step times as step_ms_iqr."""
-    figures = {}
-    ok = uncontended(phase[(phase["status"] == "ok") & (phase["mode"] == "infer")])
-    for key, group in _by_model(ok).items():
-        spread = _spread_of(group)
-        step = spread["step_ms_median"]
-        figures[key] = {**{f: _or_none(s.median) for f, s in spread.items()}, "mode": "infer",
-                        "batch_size": int(group["batch_size"].iloc[0]), "step_ms_iqr": step.iqr,
-                        "util_source": group["util_source"].iloc[0], "repeats": int(group["repeats"].sum()),
-                        "cost_rounds": step.n}
-    return figures
-
-
-def _or_none(value: float) -> float | None:
-    return None if value != value else value
-
-
-def _by_model(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    keys = rows.apply(lambda r: model_key(ViTConfig.from_row(r)), axis=1)
-    return {k: rows[keys == k] for k in dict.fromkeys(keys)}

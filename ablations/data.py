@@ -26,9 +26,9 @@ import importlib.metadata
 import io
 import json
 import pickle
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -213,7 +213,7 @@ def _source_stamp(name: str, data_root: Path) -> str:
 
 
 def _cache_file(name: str, data_root: Path) -> Path:
-    from bench.mfu import cache_dir
+    from bench.env import cache_dir
 
     key = hashlib.sha256(f"{CACHE_VERSION}|{name}|{_source_stamp(name, data_root)}".encode()).hexdigest()[:16]
     return cache_dir() / "datasets" / f"{name}-{key}.npz"

@@ -12,7 +12,6 @@ import seaborn as sns
 import torch
 from matplotlib.figure import Figure
 
-
 DPI = 150  # a figure 10 in wide is 1,500 px: sharp where a README or a paper shows it ~800 px wide
 
 
@@ -209,3 +208,35 @@ def rollout(attns: list[torch.Tensor]) -> torch.Tensor:
         a = a / a.sum(-1, keepdim=True)
         result = a if result is None else a @ result
     return result                                     # (B, T, T)
+
+
+def attention_grid(images: torch.Tensor, maps: list[torch.Tensor], titles: list[str], probs: torch.Tensor,
+                   labels: list[str], title: str, path: Path) -> Path:
+    """One row per image: the image with its label and predicted class, then the image under each map
+    ((n, g, g) each, one column per title), all on one colour scale with one colour bar."""
+    n, img_size = len(images), images.shape[-1]
+    top = max(float(m.max()) for m in maps)
+    cols = len(maps) + 1
+    fig, axes = subplots(n, cols, figsize=(1.9 * cols + 0.8, 2.1 * n + 0.6), squeeze=False)
+    extent = (0, img_size, img_size, 0)
+    shown = None
+    for i in range(n):
+        picture = images[i].permute(1, 2, 0).numpy()
+        picture = picture[..., 0] if picture.shape[-1] == 1 else picture
+        cls, p = int(probs[i].argmax()), float(probs[i].max())
+        axes[i, 0].imshow(picture, cmap="gray", extent=extent)
+        axes[i, 0].set_xlabel(f"{labels[i]}\nclass {cls} ({100 * p:.1f} %)", fontsize=9)
+        for j, m in enumerate(maps):
+            ax = axes[i, j + 1]
+            ax.imshow(picture, cmap="gray", extent=extent)
+            shown = ax.imshow(m[i].numpy(), cmap="magma", alpha=0.65, vmin=0.0, vmax=top, extent=extent,
+                              interpolation="nearest")
+            if i == 0:
+                ax.set_title(titles[j], fontsize=10)
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(shown, ax=axes, fraction=0.025, pad=0.02, label="attention (share of the row)")
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path

@@ -5,9 +5,10 @@ the saved test predictions (`ablations.stats`, `bench.rounds`); `report.py` lays
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Hashable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,11 +17,20 @@ from bench.contention import CONTENDED_PCT
 from bench.csvio import skipped
 from bench.rounds import Spread, ratio_or_noise
 
-from .cost import spreads, uncontended
-from .runner import load_preds
-from .stats import (ALPHA, POWER, REPLICATES, Comparison, Interval, Verdict, accuracy_interval, compare_settings,
-                    detectable_difference, seeds_needed, verdict)
-
+from .stats import (
+    ALPHA,
+    POWER,
+    REPLICATES,
+    Comparison,
+    Interval,
+    Verdict,
+    accuracy_interval,
+    compare_settings,
+    detectable_difference,
+    seeds_needed,
+    verdict,
+)
+from .store import load_preds, spreads, uncontended
 
 RUN_FIGURES = ("train_util_pct", "train_mfu")  # measured by each training run, beside the cost phase's
 POWER_DELTA = 0.005    # the difference (0.5 points) whose seed budget the report states
@@ -169,15 +179,6 @@ def _cost_spreads(phase: pd.DataFrame | None, factor: str) -> tuple[dict, dict]:
     return infer, train
 
 
-def newest_complete_phase(cost: pd.DataFrame | None) -> pd.DataFrame | None:
-    """The newest cost phase whose every planned row is there (a phase cut short by a kill is not)."""
-    if cost is None or cost.empty or "phase_id" not in cost:
-        return None
-    complete = [g for _, g in cost.groupby("phase_id", sort=False)
-                if len(g) >= int(g["rounds"].iloc[0]) * int(g["phase_items"].iloc[0])]
-    return max(complete, key=lambda g: str(g["started_at"].max())) if complete else None
-
-
 # --- sentences -------------------------------------------------------------------------------------
 
 def pct(x: float) -> str:
@@ -189,7 +190,6 @@ def interval_text(i: Interval) -> str:
 
 
 def verdict_sentence(f: SweepFindings) -> str:
-    factor = f.factor
     if f.verdict is None:
         return f"**No verdict**: {f.no_test}. Intervals only; no setting is named best."
     return _verdict_text(f) + " " + power_sentence(f)

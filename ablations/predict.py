@@ -22,10 +22,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from vit import POOLINGS, PRESETS, ViTConfig, VisionTransformer, init_from_checkpoint
+from vit import POOLINGS, PRESETS, VisionTransformer, ViTConfig, init_from_checkpoint
 
 from . import figures as figs
 from .schema import read_table
+from .store import SweepPaths, ok_rows, sweep_names
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 TOP = 5
@@ -45,17 +46,14 @@ def find_run(out: Path, run_id: str) -> tuple[str, pd.Series]:
     if len(run_id) < 4:
         raise ValueError(f"--run {run_id!r}: give at least 4 characters of a run_id")
     found: dict[str, tuple[str, pd.Series]] = {}
-    for csv in sorted((Path(out) / "ablations").glob("*.csv")):
-        if csv.stem.endswith(("-history", "-cost")):
+    for sweep in sweep_names(out):
+        paths = SweepPaths.of(out, sweep)
+        ok = ok_rows(read_table(paths.rows))
+        if "run_id" not in ok:
             continue
-        table = read_table(csv)
-        if table.empty or not {"run_id", "status"} <= set(table.columns):
-            continue
-        ok = table[(table["status"] == "ok") & table["run_id"].astype(str).str.startswith(run_id)]
-        for _, row in ok.iterrows():
-            weights = Path(out) / "ablations" / "weights" / csv.stem / f"{row['run_id']}.pt"
-            if row["run_id"] not in found or weights.exists():  # a run reused in several sweeps: one with weights
-                found[str(row["run_id"])] = (csv.stem, row)
+        for _, row in ok[ok["run_id"].astype(str).str.startswith(run_id)].iterrows():
+            if row["run_id"] not in found or paths.weights_file(row["run_id"]).exists():  # reused: one with weights
+                found[str(row["run_id"])] = (sweep, row)
     if not found:
         raise ValueError(f"--run {run_id}: no finished run with that id under {Path(out) / 'ablations'} "
                          f"(the run_id column of a sweep's table)")
@@ -68,7 +66,7 @@ def find_run(out: Path, run_id: str) -> tuple[str, pd.Series]:
 def load_run(out: Path, run_id: str, data_root: str | Path = "data") -> Loaded:
     """The finished run's model with its trained weights, and its dataset's normalisation."""
     sweep, row = find_run(out, run_id)
-    path = Path(out) / "ablations" / "weights" / sweep / f"{row['run_id']}.pt"
+    path = SweepPaths.of(out, sweep).weights_file(str(row["run_id"]))
     if not path.exists():
         raise ValueError(f"run {row['run_id']}: no weights at {path} (rerun its sweep to write them)")
     model = VisionTransformer(ViTConfig.from_row(row))
@@ -155,34 +153,10 @@ def top_table(paths: list[Path], probs: torch.Tensor, k: int = TOP) -> pd.DataFr
 def attention_figure(loaded: Loaded, images: torch.Tensor, attns: list[torch.Tensor], probs: torch.Tensor,
                      labels: list[str], path: Path) -> Path:
     """Each image under the pooled token's attention over its patches: per layer (mean over heads) and
-    rolled out over the layers, on one colour scale with one colour bar."""
+    rolled out over the layers (`figures.attention_grid`)."""
     cfg = loaded.model.cfg
     query, g, n = POOLINGS[cfg.pool].query, cfg.grid_size, len(images)
     maps = [query(a.mean(1)).reshape(n, g, g) for a in attns] + [query(figs.rollout(attns)).reshape(n, g, g)]
     titles = [f"layer {i + 1}" for i in range(len(attns))] + ["rollout"]
-    top = max(float(m.max()) for m in maps)
-    cols = len(maps) + 1
-    fig, axes = figs.subplots(n, cols, figsize=(1.9 * cols + 0.8, 2.1 * n + 0.6), squeeze=False)
-    extent = (0, cfg.img_size, cfg.img_size, 0)
-    shown = None
-    for i in range(n):
-        picture = images[i].permute(1, 2, 0).numpy()
-        picture = picture[..., 0] if picture.shape[-1] == 1 else picture
-        cls, p = int(probs[i].argmax()), float(probs[i].max())
-        axes[i, 0].imshow(picture, cmap="gray", extent=extent)
-        axes[i, 0].set_xlabel(f"{labels[i]}\nclass {cls} ({100 * p:.1f} %)", fontsize=9)
-        for j, m in enumerate(maps):
-            ax = axes[i, j + 1]
-            ax.imshow(picture, cmap="gray", extent=extent)
-            shown = ax.imshow(m[i].numpy(), cmap="magma", alpha=0.65, vmin=0.0, vmax=top, extent=extent,
-                              interpolation="nearest")
-            if i == 0:
-                ax.set_title(titles[j], fontsize=10)
-    for ax in axes.flat:
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.colorbar(shown, ax=axes, fraction=0.025, pad=0.02, label="attention (share of the row)")
-    who = POOLINGS[cfg.pool].reader
-    fig.suptitle(f"{who} attention over the patches: run {loaded.name}", fontsize=10)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
+    title = f"{POOLINGS[cfg.pool].reader} attention over the patches: run {loaded.name}"
+    return figs.attention_grid(images, maps, titles, probs, labels, title, path)

@@ -9,25 +9,24 @@ import dataclasses
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from bench.contention import CONTENDED_PCT
 from bench.csvio import SkippedInput, read_rows, skipped
-from bench.rounds import Spread
 from bench.schema import BENCH_SCHEMA
-from vit import POOLINGS, ViTConfig, VisionTransformer
+from vit import POOLINGS, VisionTransformer, ViTConfig
 
 from . import figures as figs
 from . import findings
 from .data import load_dataset
 from .experiments import differences, latest_rows, newest_experiment
 from .findings import CHANCE_SDS, POWER_DELTA
-from .runner import SweepPaths
 from .schema import read_table
 from .specs import SPEC_DIR, SweepSpec, available_sweeps, load_spec
 from .stats import ALPHA, POWER, REPLICATES, accuracy_interval
+from .store import SweepPaths, latest_cost_phase, ok_rows, sweep_names
+
 
 def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
     """The sweep's values in the spec's order (values the spec lacks go last, sorted)."""
@@ -46,19 +45,20 @@ def _base_line(rows: pd.DataFrame, factor: str) -> str:
     return "Held fixed: " + ", ".join(fixed) + "."
 
 
-def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path, data_root: Path) -> list[str]:
-    """Position-embedding similarity and attention maps from saved weights of the pos sweep."""
+def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], factors: dict[str, str], figures: Path,
+                      data_root: Path) -> list[str]:
+    """Position-embedding similarity and attention maps from the saved weights of the first sweep over
+    `pos` (one run per encoding)."""
     lines = ["## inside the model", ""]
-    rows = tables.get("pos")
-    if rows is None or not (rows["status"] == "ok").any():
-        return lines + [f"_Needs `{out / 'ablations' / 'pos.csv'}` and its weights: `make ablate-pos OUT={out}` "
-                        f"produces them._", ""]
-    ok = rows[rows["status"] == "ok"]
+    sweep = next((s for s, factor in factors.items() if factor == "pos" and (tables[s]["status"] == "ok").any()), None)
+    if sweep is None:
+        return lines + [f"_Needs a sweep over pos with its weights: `make ablate-pos OUT={out}` produces one._", ""]
+    ok = ok_rows(tables[sweep])
     models = {}
     for name in ("learned", "sinusoidal", "sincos2d"):
         match = ok[ok["pos"] == name]
         if len(match):
-            model = _trained_model(match.iloc[0], out / "ablations" / "weights" / "pos")
+            model = _trained_model(match.iloc[0], SweepPaths.of(out, sweep))
             if model is not None:
                 models[name] = model
     if models:
@@ -88,9 +88,9 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], figures: Path,
     return lines
 
 
-def _trained_model(row: pd.Series, folder: Path) -> VisionTransformer | None:
+def _trained_model(row: pd.Series, paths: SweepPaths) -> VisionTransformer | None:
     """The run's saved weights in its model, or None (a damaged file is listed under Skipped inputs)."""
-    path = folder / f"{row['run_id']}.pt"
+    path = paths.weights_file(str(row["run_id"]))
     if not path.exists():
         return None
     try:
@@ -105,7 +105,7 @@ def _trained_model(row: pd.Series, folder: Path) -> VisionTransformer | None:
 def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path) -> list[str]:
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
     ok = rows[rows["status"] == "ok"]
-    cost = findings.newest_complete_phase(read_table(paths.cost) if paths.cost.exists() else None)
+    cost = latest_cost_phase(paths)
     f = findings.analyse(rows, factor, order, paths.preds, cost)
     seeds = sorted({int(s) for s in ok["seed"]})
     devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
@@ -120,7 +120,8 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     if f.comparisons:
         lines += ["Pairwise comparisons (paired bootstrap over seeds and test images; see Method):", "",
                   findings.comparisons_markdown(f), ""]
-    copied = " Hollow: runs copied from another sweep (trained at another time)." if any(s.reused_from for s in f.settings) else ""
+    reused = any(s.reused_from for s in f.settings)
+    copied = " Hollow: runs copied from another sweep (trained at another time)." if reused else ""
     lines += [f"![{sweep}](figures/{fig.name})", "",
               f"_{spec.label} sweep on {devices}. Accuracy: mean with its 95 % interval ({f.settings[0].acc.kind}). "
               f"Speed and memory: median with the interquartile range over the {f.cost_source}. Training wall "
@@ -217,7 +218,8 @@ METHOD = f"""## Method
   fused AdamW over their parameter groups; one CUDA graph per step on CUDA unless GRAPHS=0). Figures are the median
   over rounds with [Q1, Q3]; a ratio between two settings is printed only where their IQRs do not
   overlap, otherwise "same within noise". A round taken while other processes used ≥ {CONTENDED_PCT:.0f} % of
-  the CPUs (or computed on the GPU) is left out, and the table's note says how many were. Peak memory is the tensor-level peak of one step (CUDA
+  the CPUs (or computed on the GPU) is left out, and the table's note says how many were. """ f"""\
+Peak memory is the tensor-level peak of one step (CUDA
   allocator, or MemTracker on the CPU), taken in the first round: it is the same every time.
   MFU = achieved FLOP/s ÷ the device's measured matmul peak (a training step counts 3 × the forward);
   every row stores that peak and when it was measured.
@@ -335,7 +337,7 @@ def _report_lines(out: Path, data_root: str | Path) -> list[str]:
             lines.append("")
     if not all_rows.empty and (all_rows["status"] == "ok").any():
         lines += _guarded("accuracy against compute", _pareto_section, all_rows, factors, figures)
-        lines += _guarded("inside the model", _inside_the_model, out, tables, figures, Path(data_root))
+        lines += _guarded("inside the model", _inside_the_model, out, tables, factors, figures, Path(data_root))
     lines += _guarded("attention backends (bench)", _bench_section, out / "bench", figures)
     return lines
 
@@ -362,15 +364,11 @@ def _reference_section(out: Path, reference: Path) -> list[str]:
                          f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}] | {verdict} |")
         lines.append("")
     compared = set(table["sweep"])
-    for csv in sorted((out / "ablations").glob("*.csv")):
-        sweep = csv.stem
-        theirs = reference / "ablations" / csv.name
-        if sweep.endswith(("-history", "-cost")) or sweep in compared or not theirs.exists():
+    for sweep in sweep_names(out):
+        theirs = SweepPaths.of(reference, sweep).rows
+        if sweep in compared or not theirs.exists():
             continue
-        mine, ref = read_table(csv), read_table(theirs)
-        if mine.empty or ref.empty or "status" not in mine or "status" not in ref:
-            continue
-        mine, ref = mine[mine["status"] == "ok"], ref[ref["status"] == "ok"]
+        mine, ref = ok_rows(read_table(SweepPaths.of(out, sweep).rows)), ok_rows(read_table(theirs))
         if len(mine) and len(ref):
             spec = SPEC_DIR / f"{sweep}.toml"
             factor = load_spec(spec).factor if spec.exists() else ""

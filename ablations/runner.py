@@ -5,242 +5,43 @@ each training row carries its config's figures. A command's sweeps share one exe
 every sweep's cost phase first, then all their runs as one stream, so JOBS workers start once and no
 sweep waits for the slowest run of the one before. Resume: a run whose `run_id` already has an `ok` row
 in `<out>/ablations/<sweep>.csv` is skipped. Faults: a run that diverges, runs out of memory or raises
-is recorded with its status and the sweep goes on. Writes: only the driver writes (a run's history
-rows in one append, then test predictions and weights, then the result row, each atomic), so a kill at
-any instant leaves every earlier row whole, and an executor that runs tasks elsewhere (Ray) needs no
-shared filesystem. A run that was killed resumes from its last checkpoint (`train.Checkpointing`).
+is recorded with its status and the sweep goes on. Writes: only the driver writes, through `ablations.store`
+(`store.record`), so an executor that runs tasks elsewhere (Ray) needs no shared filesystem. What one run
+does is `ablations.worker.execute`; a run that was killed resumes from its last checkpoint.
 
-Before any work: a sweep lock (one process per OUT and sweep; a second one exits naming the holder's
-PID) and a preflight (OUT can be created and written, its filesystem has room for the planned runs,
-temporary files of dead writers are removed). Failures of that kind raise `SweepError`, whose message
-names the input and the fix.
+Before any work: each sweep's lock and a preflight (`store.sweep_lock`, `store.preflight`). Failures of
+that kind raise `store.SweepError`, whose message names the input and the fix.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
-import errno
-import fcntl
-import io
-import os
-import shutil
-import socket
 import sys
-import time
-import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
-from bench.atomic import write_atomic
-from bench.csvio import append_row, append_rows, drop_rows
 from bench.env import resolve_device
-from bench.grid import classify_failure
-from bench.measure import cost
-from bench.mfu import Peak, matmul_peak, mfu
-from vit import VisionTransformer, init_from_checkpoint
+from bench.mfu import Peak
+from vit import VisionTransformer
 
-from .cost import model_key, row_figures, run_cost_phases
-from .data import Dataset, cached_dataset
+from . import store
+from .cost import run_cost_phases
+from .data import Dataset
 from .executors.base import Executor, ExecutorOptions
 from .executors.local import LocalExecutor
 from .experiments import differences, same_experiment
-from .schema import ABLATION_COLUMNS, HISTORY_COLUMNS, read_table
+from .schema import read_table
 from .specs import Point
+from .store import SweepError, SweepPaths, model_key, record
 from .tasks import Outcome, RunOptions, Task, base_row, experiment_id, make_tasks
-from .train import Checkpointing, Diverged, train
+from .worker import execute, load_data, peak_or_none
 
-
-DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
-
-
-class SweepError(Exception):
-    """A sweep that cannot start or go on; the message names the input and the fix (the CLI exits 2)."""
-
-
-@dataclass(frozen=True)
-class SweepPaths:
-    """Where a sweep's outputs live under `<out>/ablations/`."""
-    rows: Path      # <sweep>.csv: one row per run
-    history: Path   # <sweep>-history.csv: one row per epoch of each run
-    cost: Path      # <sweep>-cost.csv: one row per point, mode and round of the cost phase
-    weights: Path   # weights/<sweep>/<run_id>.pt
-    preds: Path     # preds/<sweep>/<run_id>.npz: `pred` and `target`, one entry per test image
-    checkpoints: Path  # checkpoints/<sweep>/<run_id>.safetensors: an unfinished run's last epoch
-    lock: Path      # <sweep>.lock: flock'ed by the process running the sweep; names its PID
-
-    @classmethod
-    def of(cls, out: str | Path, sweep: str) -> "SweepPaths":
-        base = Path(out) / "ablations"
-        return cls(base / f"{sweep}.csv", base / f"{sweep}-history.csv", base / f"{sweep}-cost.csv",
-                   base / "weights" / sweep, base / "preds" / sweep, base / "checkpoints" / sweep,
-                   base / f"{sweep}.lock")
-
-    def checkpoint(self, run_id: str) -> Path:
-        return self.checkpoints / f"{run_id}.safetensors"
-
-
-def save_preds(preds: torch.Tensor, targets: torch.Tensor) -> bytes:
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, pred=preds.numpy().astype(np.int32), target=targets.numpy().astype(np.int32))
-    return buffer.getvalue()
-
-
-def load_preds(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(pred, target) of one run, as `record` wrote them; ValueError naming the file if it is damaged."""
-    try:
-        with np.load(path) as data:
-            pred, target = data["pred"], data["target"]
-    except Exception as err:
-        raise ValueError(f"{path}: not a readable predictions file ({type(err).__name__})") from None
-    if pred.shape != target.shape:
-        raise ValueError(f"{path}: {len(pred)} predictions for {len(target)} labels")
-    return pred, target
-
-
-def finished_ids(csv_path: Path, preds: Path | None = None) -> set[str]:
-    """The runs with an ok row; with `preds`, only those whose test predictions are still there (a run
-    whose predictions file is gone is trained again, so the report can compare it)."""
-    if not csv_path.exists():
-        return set()
-    table = read_table(csv_path)
-    if table.empty or "status" not in table or "run_id" not in table:
-        return set()
-    done = set(table.loc[table["status"] == "ok", "run_id"].astype(str))
-    return done if preds is None else {rid for rid in done if (preds / f"{rid}.npz").exists()}
-
-
-def load_data(options: RunOptions) -> Dataset:
-    """A task's dataset, loaded once per process."""
-    return cached_dataset(options.dataset, options.data_root, options.download)
-
-
-def execute(task: Task, data: Dataset) -> Outcome:
-    """Train one run on `data`; never raises for a failure of the run itself."""
-    point, options = task.point, task.options
-    device = resolve_device(options.device)
-    row = {**base_row(task, device), "torch_threads": torch.get_num_threads()}
-    history: list[dict[str, Any]] = []
-    try:
-        torch.manual_seed(task.seed)
-        model = VisionTransformer(point.model)
-        if options.init:
-            init_from_checkpoint(model, options.init, log=tqdm.write)
-        row.update(cost(model, (point.model.in_chans, point.model.img_size, point.model.img_size)))
-        checkpoint = Checkpointing(SweepPaths.of(options.out, point.sweep).checkpoint(task.run_id),
-                                   options.checkpoint_every)
-        result = train(model, data, point.train, task.seed, device, progress=options.progress, checkpoint=checkpoint,
-                       graphs=options.graphs)
-        history = [{"run_id": task.run_id, **h} for h in result.history]
-        row.update(result.row())
-        peak = task.peak or peak_or_none(device, row["dtype"])
-        if peak is not None:
-            row.update(train_mfu=mfu(row["gflops"], result.train_throughput_img_s, "train", peak.flops),
-                       **peak.columns())
-        row.update(task.cost)
-        buffer = io.BytesIO()
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
-        row.update(status="ok", error="")
-        return Outcome(row, history, buffer.getvalue(), save_preds(result.test_preds, data.test_y))
-    except Diverged as err:
-        row.update(status="diverged", error=str(err))
-    except OSError as err:
-        if err.errno in DISK_ERRORS:  # the results disk, not the run, failed: stop the sweep, keep what is done
-            raise
-        row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
-        traceback.print_exc()
-    except Exception as err:
-        row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
-        traceback.print_exc()
-    return Outcome(row, history)
-
-
-def peak_or_none(device: torch.device, dtype: str) -> Peak | None:
-    """The device's matmul peak for the MFU columns, or None where none can be measured (they stay blank)."""
-    try:
-        return matmul_peak(device, dtype)
-    except Exception:
-        return None
-
-
-def _save_mark(stage: str, run_id: str) -> None:
-    """VITBENCH_SAVE_MARKS=<seconds>: print where a run's save step is and pause there, so that a crash
-    test can kill a sweep inside it and tell that it did (tests/crash.py). Off by default."""
-    pause = os.environ.get("VITBENCH_SAVE_MARKS")
-    if pause:
-        print(f"save {stage} {run_id}", file=sys.stderr, flush=True)
-        time.sleep(float(pause))
-
-
-def record(outcome: Outcome, paths: SweepPaths) -> None:
-    """History, then predictions and weights, then the row: the row is the commit mark of a run. The
-    history of an earlier attempt of the same run (killed before its row) is removed first."""
-    run_id = str(outcome.row["run_id"])
-    _save_mark("begin", run_id)
-    drop_rows(paths.history, "run_id", {run_id})
-    append_rows(paths.history, outcome.history, HISTORY_COLUMNS)
-    _save_mark("history", run_id)
-    if outcome.preds is not None:
-        write_atomic(paths.preds / f"{run_id}.npz", outcome.preds)
-    if outcome.weights is not None:
-        write_atomic(paths.weights / f"{run_id}.pt", outcome.weights)
-    _save_mark("files", run_id)
-    append_row(paths.rows, outcome.row, ABLATION_COLUMNS)
-    if outcome.row.get("status") == "ok":  # a failed run keeps its checkpoint: a rerun resumes it
-        paths.checkpoint(run_id).unlink(missing_ok=True)
-    _save_mark("end", run_id)
-
-
-@contextlib.contextmanager
-def sweep_lock(paths: SweepPaths, sweep: str):
-    """Hold the sweep's lock file for the duration; SweepError naming the holder if another process has it."""
-    try:
-        paths.lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise SweepError(f"OUT={paths.rows.parents[1]}: cannot create {paths.lock} ({err.strerror}); "
-                         f"choose another OUT (--out) or fix its permissions") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "another process"
-            raise SweepError(f"sweep {sweep} under OUT={paths.rows.parents[1]} is already running ({holder}); "
-                             f"wait for it to finish (it trains the same runs) or stop it, then rerun") from None
-        since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()} since {since}\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def clean_stale_tmp(paths: SweepPaths) -> int:
-    """Remove `<name>.<pid>.tmp` files (`bench.atomic`) whose writer is gone (killed mid-write, or out of space)."""
-    removed = 0
-    for folder in (paths.rows.parent, paths.weights, paths.preds, paths.checkpoints):
-        for tmp in folder.glob("*.tmp") if folder.is_dir() else ():
-            pid = tmp.name.rsplit(".", 2)[-2] if tmp.name.count(".") >= 2 else ""
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                tmp.unlink(missing_ok=True)
-                removed += 1
-    return removed
+__all__ = ["SweepError", "run_sweeps", "planned_bytes", "starved"]
 
 
 RUN_OVERHEAD_BYTES = 64 * 1024  # a run's predictions, result row and history rows, with room to spare
@@ -259,73 +60,19 @@ def planned_bytes(tasks: list[Task], jobs: int = 1) -> int:
 
 
 def preflight(paths: SweepPaths, todo: list[Task], jobs: int = 1) -> int:
-    """Before any work: OUT is creatable and writable and has room for `todo`; returns how many stale
-    temporary files it removed. Raises SweepError naming OUT and the fix."""
-    out, base = paths.rows.parents[1], paths.rows.parent
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise SweepError(f"OUT={out}: cannot create {base} ({err.strerror}); choose another OUT (--out)") from None
-    probe = base / f".preflight.{os.getpid()}.tmp"
-    try:
-        with open(probe, "wb") as f:
-            f.write(b"\0" * 4096)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as err:
-        raise SweepError(f"OUT={out}: cannot write in {base} ({err.strerror}); choose another OUT (--out) or "
-                         f"free space") from None
-    finally:
-        probe.unlink(missing_ok=True)
-    need, free = planned_bytes(todo, jobs), shutil.disk_usage(base).free
-    if free < need:
-        raise SweepError(f"OUT={out}: {free / 2**20:,.1f} MiB free, but the {len(todo)} runs to do need about "
-                         f"{need / 2**20:,.1f} MiB (weights, a checkpoint per run in flight, predictions and rows); "
-                         f"free space or choose another OUT (--out)")
-    return clean_stale_tmp(paths)
-
-
-def _finished_elsewhere(paths: SweepPaths, sweep: str) -> dict[str, tuple[str, dict[str, Any]]]:
-    """{run_id: (other sweep, its ok row)} over the other sweeps of the same results root whose
-    predictions and weights are on disk: runs this sweep need not train again."""
-    found: dict[str, tuple[str, dict[str, Any]]] = {}
-    for csv in sorted(paths.rows.parent.glob("*.csv")):
-        other = csv.stem
-        if other == sweep or other.endswith(("-history", "-cost")):
-            continue
-        theirs = SweepPaths.of(paths.rows.parents[1], other)
-        table = read_table(csv)
-        if table.empty or "status" not in table:
-            continue
-        for _, r in table[table["status"] == "ok"].iterrows():
-            rid = str(r["run_id"])
-            if (theirs.preds / f"{rid}.npz").exists() and (theirs.weights / f"{rid}.pt").exists():
-                found.setdefault(rid, (other, {k: (None if v != v else v) for k, v in r.items()}))
-    return found
+    """`store.preflight` for the runs of `todo`, `jobs` of them in flight at once."""
+    return store.preflight(paths, len(todo), planned_bytes(todo, jobs))
 
 
 def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths) -> Outcome:
     """The outcome of a run already finished in sweep `other`: the same run_id means the same model,
     training, data, seed and initial weights, so its row, history, predictions and weights are this
     run's. The row takes this sweep's name and cost-phase figures, and names where it was trained."""
-    theirs = SweepPaths.of(paths.rows.parents[1], other)
-    table = read_table(theirs.history) if theirs.history.exists() else None
-    history = []
-    if table is not None and "run_id" in table:
-        mine = table[table["run_id"].astype(str) == task.run_id].drop_duplicates("epoch", keep="last")
-        history = [{k: (None if v != v else v) for k, v in h.items()} for _, h in mine.iterrows()]
+    theirs = SweepPaths.of(paths.out, other)
     row = {**row, **task.cost, "sweep": task.point.sweep, "reused_from": other,
            "experiment_id": experiment_id(task.point, task.options.dataset, task.options.init_id)}
-    return Outcome(row, history,
-                   (theirs.weights / f"{task.run_id}.pt").read_bytes(),
-                   (theirs.preds / f"{task.run_id}.npz").read_bytes())
-
-
-def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Executor | None = None,
-              fn: Callable[[Task, Dataset], Outcome] = execute) -> dict[str, Any]:
-    """Run every missing point × seed of `sweep`; returns counts and paths for the summary. Raises
-    SweepError (another process runs the sweep; OUT unusable) before any work."""
-    return run_sweeps([(sweep, points, options)], executor, fn)[0]
+    return Outcome(row, store.history_of(theirs, task.run_id), theirs.weights_file(task.run_id).read_bytes(),
+                   theirs.preds_file(task.run_id).read_bytes())
 
 
 @dataclass
@@ -367,7 +114,7 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
     executor = executor or LocalExecutor(ExecutorOptions())
     with contextlib.ExitStack() as locks:
         for name, _, options in plans:
-            locks.enter_context(sweep_lock(SweepPaths.of(options.out, name), name))
+            locks.enter_context(store.sweep_lock(SweepPaths.of(options.out, name), name))
         shares = [_prepare(name, points, options, executor.jobs or 1) for name, points, options in plans]
         _cost_phases(shares)
         for share in shares:
@@ -381,7 +128,7 @@ def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int) ->
     """The sweep's runs not finished in its own table, after a preflight for them."""
     paths = SweepPaths.of(options.out, sweep)
     tasks = make_tasks(points, options)
-    done = finished_ids(paths.rows, paths.preds)
+    done = store.finished_ids(paths)
     todo = [t for t in tasks if t.run_id not in done]
     share = _Share(sweep, points, options, paths, len(tasks), len(tasks) - len(todo), todo)
     share.stale = preflight(paths, todo, jobs) if todo else 0
@@ -423,7 +170,7 @@ def _cost_phases(shares: list[_Share]) -> None:
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the driver keeps no cached blocks while the runs train
         for share in members:
-            figures = row_figures(phases[share.sweep])
+            figures = store.row_figures(phases[share.sweep])
             share.todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in share.todo]
 
 
@@ -445,7 +192,7 @@ def _ship_peaks(shares: list[_Share]) -> None:
 
 def _reuse_finished(share: _Share) -> None:
     """Record the runs that another sweep under the same OUT already finished; the rest are left to train."""
-    elsewhere = _finished_elsewhere(share.paths, share.sweep) if share.todo else {}
+    elsewhere = store.finished_elsewhere(share.paths.out, share.sweep) if share.todo else {}
     for task in share.todo:
         if task.run_id in elsewhere:
             record(reuse(task, *elsewhere[task.run_id], share.paths), share.paths)
@@ -465,7 +212,8 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
             first[task.run_id] = task
     desc = f"sweep {shares[0].sweep}" if len(shares) == 1 else f"{len(shares)} sweeps"
     total = sum(len(share.todo) for share in shares)
-    stream = contextlib.closing(executor.run(list(first.values()), fn, load_data))  # closed (workers stopped) on a raise
+    # closed (the workers stopped) on a raise
+    stream = contextlib.closing(executor.run(list(first.values()), fn, load_data))
     with tqdm(total=total, desc=desc, unit="run", disable=not shares[0].options.progress) as bar, stream as outcomes:
         for task, outcome in outcomes:
             outcome.row["jobs"] = executor.jobs

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.csvio import read_rows
-from bench.schema import BENCH_TABLE, COST, CONFIG, EXTRA, IDENTITY, SPEED, Column, by_name, names
+from bench.schema import BENCH_TABLE, CONFIG, COST, EXTRA, IDENTITY, SPEED, Column, by_name, names
 
 TRAINING = [
     Column("sweep", "", "the sweep (its TOML file's name), or train for `make train`", "text"),

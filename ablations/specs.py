@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.recipe import TrainConfig
 from vit import PRESETS, ViTConfig
 
 from .choices import SPEC_DIR, available_sweeps, default_sweeps
-from .train import TrainConfig
 
 __all__ = ["DATASET_FIELDS", "SPEC_DIR", "Point", "SpecError", "SweepSpec", "available_sweeps", "default_sweeps",
            "find_spec", "load_spec"]

@@ -21,12 +21,13 @@ import sys
 import torch
 
 from bench.env import resolve_device
+from bench.recipe import TrainConfig
 from bench.rounds import Spread, interleaved, ratio_or_noise
+from bench.step import EagerStep, StaticStep, train_mode, training_parts
 from bench.timing import TimingConfig, time_steps
-from vit import PRESETS, ViTConfig, VisionTransformer
+from vit import PRESETS, VisionTransformer, ViTConfig
 
 from .data import DATASETS, load_dataset
-from .train import EagerStep, StaticStep, TrainConfig, train_mode, training_parts
 
 KINDS = ("eager", "static")
 

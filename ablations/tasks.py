@@ -3,8 +3,9 @@ executor can run a task anywhere and send its outcome back to the driver."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 

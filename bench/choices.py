@@ -10,7 +10,7 @@ run time, and `--attn` is checked against the registry itself.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 PRESETS = ("vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224", "vit_mnist", "vit_digits",
            "vit_cifar")

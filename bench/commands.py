@@ -17,10 +17,12 @@ from vit import ATTENTION_BACKENDS, PRESETS
 
 from . import choices
 from .csvio import append_row
-from .env import environment, resolve_device, run_id
-from .grid import expand_grid, parse_overrides, run_grid
+from .env import device_name, environment, resolve_device, run_id
+from .grid import expand_grid, run_grid
 from .measure import add_mfu
-from .mfu import DTYPES, device_name, matmul_peak_flops
+from .mfu import matmul_peak_flops
+from .overrides import parse_overrides
+from .precision import DTYPES
 from .reference import refusal
 from .schema import BENCH_COLUMNS
 from .timing import TimingConfig

@@ -64,7 +64,7 @@ class LoadMeter:
         self.device = torch.device(device)
         self.load: Load | None = None
 
-    def __enter__(self) -> "LoadMeter":
+    def __enter__(self) -> LoadMeter:
         self._start = (time.perf_counter(), time.process_time(), _cpu_busy_s())
         return self
 

@@ -23,8 +23,9 @@ import fcntl
 import io
 import os
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 import pandas as pd
 

@@ -6,13 +6,31 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import os
 import socket
 import subprocess
 from pathlib import Path
 
 import torch
 
-from .mfu import device_name
+
+def cache_dir() -> Path:
+    """vitbench's cache folder: $VITBENCH_CACHE, default ~/.cache/vitbench (matmul peaks, parsed datasets)."""
+    return Path(os.environ.get("VITBENCH_CACHE", Path.home() / ".cache" / "vitbench"))
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
 
 
 @functools.lru_cache(maxsize=1)

@@ -35,8 +35,15 @@ from torch import nn
 with warnings.catch_warnings():  # fvcore.nn scripts its focal loss at import, which recent torch warns is deprecated
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated", category=FutureWarning)
     from fvcore.nn import FlopCountAnalysis
-    from fvcore.nn.jit_handles import (addmm_flop_jit, bmm_flop_jit, conv_flop_jit, einsum_flop_jit, get_shape,
-                                       linear_flop_jit, matmul_flop_jit)
+    from fvcore.nn.jit_handles import (
+        addmm_flop_jit,
+        bmm_flop_jit,
+        conv_flop_jit,
+        einsum_flop_jit,
+        get_shape,
+        linear_flop_jit,
+        matmul_flop_jit,
+    )
 
 
 def _sdpa_macs(inputs: list[Any], outputs: list[Any]) -> int:

@@ -6,32 +6,24 @@ goes on; every row is appended as soon as it is measured.
 
 from __future__ import annotations
 
-import ast
 import gc
 import itertools
 import math
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
 
 import torch
 from tqdm import tqdm
 
-from vit import ViTConfig, VisionTransformer
+from vit import VisionTransformer, ViTConfig
 
 from .csvio import append_row
 from .env import environment, run_id
-from .measure import MeasureConfig, cost, measure
+from .failures import classify_failure
+from .measure import MeasureConfig, complexity, measure
 from .schema import BENCH_COLUMNS
-
-
-def classify_failure(err: BaseException) -> str:
-    """`oom` for allocator failures on any device, `error` otherwise."""
-    text = str(err).lower()
-    if isinstance(err, torch.OutOfMemoryError) or "out of memory" in text or "can't allocate memory" in text:
-        return "oom"
-    return "error"
 
 
 def img_size_for_tokens(tokens: int, patch_size: int) -> int:
@@ -61,7 +53,7 @@ def measure_point(point: GridPoint, device: torch.device,
     shape = (cfg.in_chans, cfg.img_size, cfg.img_size)
     try:
         model = build(cfg)
-        row.update(cost(model, shape))
+        row.update(complexity(model, shape))
         row.update(measure(model, shape, cfg.num_classes, mcfg, device, gflops=float(row["gflops"])))
         row.update(status="ok", error="")
     except Exception as err:  # recorded, never lost: the grid goes on
@@ -73,25 +65,6 @@ def measure_point(point: GridPoint, device: torch.device,
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return row
-
-
-def parse_value(text: str) -> Any:
-    """A `--set key=value` value: a Python literal (6, 1e-3, True) or else the bare word (sdpa, conv)."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
-    """`["depth=6", "stem=patch"]` → `{"depth": 6, "stem": "patch"}`; an item without `=` raises ValueError."""
-    changes = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set {item!r} is not key=value")
-        changes[key] = parse_value(value)
-    return changes
 
 
 def expand_grid(base: ViTConfig, backends: list[str], tokens: list[int], batch_sizes: list[int],

@@ -1,20 +1,21 @@
-"""Measure one model: cost, time, memory, utilisation and MFU of an inference or training step."""
+"""Measure one model: size (parameters, MACs), time, memory, utilisation and MFU of an inference or training step."""
 
 from __future__ import annotations
 
-import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .choices import MODES
+from .contention import LoadMeter
 from .flops import count_macs, param_count
 from .memory import peak_mem_mb
-from .contention import LoadMeter
-from .mfu import DTYPES, matmul_peak, mfu
+from .mfu import matmul_peak, mfu
+from .precision import DTYPES, autocast
+from .recipe import TrainConfig
+from .step import training_step
 from .timing import Timing, TimingConfig, time_steps
 from .utilisation import UtilSampler, reader_for
 
@@ -31,7 +32,7 @@ class MeasureConfig:
     compile: bool = False
     timing: TimingConfig = field(default_factory=TimingConfig)
     measure_memory: bool = True
-    measure_mfu: bool = True    # needs the forward GFLOPs: measure(..., gflops=cost(...)["gflops"])
+    measure_mfu: bool = True    # needs the forward GFLOPs: measure(..., gflops=complexity(...)["gflops"])
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -42,37 +43,24 @@ class MeasureConfig:
             raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
 
 
-def autocast(device: torch.device, dtype: str, cache_enabled: bool = True):
-    """Autocast to `dtype` ("fp32": none). cache_enabled=False for steps captured into a CUDA graph."""
-    if dtype == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=DTYPES[dtype], cache_enabled=cache_enabled)
+def inference_step(model: nn.Module, images: torch.Tensor, mcfg: MeasureConfig,
+                   device: torch.device) -> tuple[Callable[[], object], list[object]]:
+    """The inference step to time (eval mode, inference_mode, autocast), and what it keeps alive."""
+    compiled = torch.compile(model) if mcfg.compile else model
+    model.eval()
+
+    def infer() -> torch.Tensor:
+        with torch.inference_mode(), autocast(device, mcfg.dtype):
+            return compiled(images)
+    return infer, [model, images]
 
 
-def make_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, mcfg: MeasureConfig,
-              device: torch.device) -> tuple[Callable[[], object], list[object]]:
-    """The step to time, and the objects alive across steps (for the memory tracker)."""
-    runner = torch.compile(model) if mcfg.compile else model
+def default_step(mcfg: MeasureConfig, device: torch.device) -> StepFactory:
+    """What `measure` times unless told otherwise: the inference step, or the training step the sweeps
+    train with (`bench.step`) under the default recipe at this batch size, dtype and compile setting."""
     if mcfg.mode == "infer":
-        model.eval()
-
-        def infer() -> torch.Tensor:
-            with torch.inference_mode(), autocast(device, mcfg.dtype):
-                return runner(images)
-        return infer, [model, images]
-
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    scaler = torch.amp.GradScaler(device.type, enabled=mcfg.dtype == "fp16" and device.type == "cuda")
-
-    def train() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(device, mcfg.dtype):
-            loss = F.cross_entropy(runner(images), labels)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    return train, [model, optimizer, images, labels]
+        return lambda model, images, labels: inference_step(model, images, mcfg, device)
+    return training_step(TrainConfig(batch_size=mcfg.batch_size, dtype=mcfg.dtype, compile=mcfg.compile), device)
 
 
 StepFactory = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[Callable[[], object], list[object]]]
@@ -82,18 +70,16 @@ def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: in
             device: torch.device, gflops: float | None = None,
             step_factory: StepFactory | None = None) -> dict[str, object]:
     """Speed columns for `model` on inputs of `input_shape` (C, H, W), batch mcfg.batch_size; with
-    `mcfg.measure_mfu` and the forward `gflops` of one image (`cost`), the MFU too. `step_factory(model,
-    images, labels)` gives another step of mcfg.mode to time, and what it keeps alive (default: `make_step`).
+    `mcfg.measure_mfu` and the forward `gflops` of one image (`complexity`), the MFU too. `step_factory(model,
+    images, labels)` gives another step of mcfg.mode to time, and what it keeps alive (default:
+    `default_step`).
 
     Raises what the step raises (an out-of-memory error included); the caller records it.
     """
     model = model.to(device)
     images = torch.randn(mcfg.batch_size, *input_shape, device=device)
     labels = torch.randint(0, num_classes, (mcfg.batch_size,), device=device)
-    if step_factory is None:
-        step, alive = make_step(model, images, labels, mcfg, device)
-    else:
-        step, alive = step_factory(model, images, labels)
+    step, alive = (step_factory or default_step(mcfg, device))(model, images, labels)
     timing: Timing
     with LoadMeter(device) as meter, UtilSampler(reader_for(device)) as sampler:
         timing = time_steps(step, device, mcfg.timing)
@@ -113,7 +99,7 @@ def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: in
     return row
 
 
-def cost(model: nn.Module, input_shape: tuple[int, int, int]) -> dict[str, float]:
+def complexity(model: nn.Module, input_shape: tuple[int, int, int]) -> dict[str, float]:
     """params, gmacs (one image's forward), gflops = 2 × gmacs."""
     example = torch.zeros(1, *input_shape, device=next(model.parameters()).device)
     gmacs = count_macs(model, example) / 1e9

@@ -7,7 +7,7 @@ Both figures include the tensors alive before the step (parameters, optimizer st
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 

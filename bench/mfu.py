@@ -16,7 +16,6 @@ import datetime
 import fcntl
 import functools
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,33 +24,15 @@ import torch
 
 from .atomic import write_atomic
 from .contention import LoadMeter
+from .env import cache_dir, device_name
+from .precision import DTYPES
 from .timing import TimingConfig, time_steps
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TRAIN_FLOP_FACTOR = 3
-
-
-def cache_dir() -> Path:
-    """vitbench's cache folder: $VITBENCH_CACHE, default ~/.cache/vitbench (matmul peaks, parsed datasets)."""
-    return Path(os.environ.get("VITBENCH_CACHE", Path.home() / ".cache" / "vitbench"))
 
 
 def cache_path() -> Path:
     return cache_dir() / "matmul_peak.json"
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def measure_matmul_peak(device: torch.device, dtype: str, n: int | None = None) -> float:
@@ -96,7 +77,7 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def matmul_peak(device: torch.device, dtype: str) -> Peak:
     """The best matmul FLOP/s seen on this device and dtype, and when: measured once per process, then
     the higher of that and the cached value, which is kept."""

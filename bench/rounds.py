@@ -9,8 +9,9 @@ when their IQRs do not overlap; otherwise they are the same within noise.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class Spread:
     n: int
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> "Spread":
+    def of(cls, values: Sequence[float]) -> Spread:
         values = np.asarray([v for v in values if v == v], dtype=float)  # drop NaN (a failed round)
         if not len(values):
             return cls(float("nan"), float("nan"), float("nan"), 0)
@@ -47,7 +48,7 @@ class Spread:
     def iqr(self) -> float:
         return self.q3 - self.q1
 
-    def overlaps(self, other: "Spread") -> bool:
+    def overlaps(self, other: Spread) -> bool:
         return self.q1 <= other.q3 and other.q1 <= self.q3
 
 

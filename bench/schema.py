@@ -10,8 +10,8 @@ import dataclasses
 import datetime
 import re
 import typing
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from vit import ViTConfig
 from vit.config import FIELD_CHOICES

@@ -10,9 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.env import resolve_device
-from bench.measure import MeasureConfig, cost, make_step
-from bench.mfu import device_name
+from bench.env import device_name, resolve_device
+from bench.measure import MeasureConfig, complexity, default_step
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer
 
 DEVICE = resolve_device("auto")
@@ -30,12 +29,11 @@ def test_step(benchmark, backend, config, mode):
     torch.manual_seed(0)
     model = VisionTransformer(cfg)
     shape = (cfg.in_chans, cfg.img_size, cfg.img_size)
-    row = cost(model, shape)
+    row = complexity(model, shape)
     model = model.to(DEVICE)
     images = torch.randn(batch_size, *shape, device=DEVICE)
     labels = torch.randint(0, cfg.num_classes, (batch_size,), device=DEVICE)
-    step, _ = make_step(model, images, labels, MeasureConfig(mode=mode, batch_size=batch_size, dtype=DTYPE),
-                        DEVICE)
+    step, _ = default_step(MeasureConfig(mode=mode, batch_size=batch_size, dtype=DTYPE), DEVICE)(model, images, labels)
 
     def synced_step():
         step()

@@ -76,7 +76,8 @@ def reader_for(device: torch.device) -> Reader:
         except Exception as err:  # driver without NVML, or the package missing
             import warnings
 
-            warnings.warn(f"NVML unavailable ({err}); util_pct falls back to process CPU utilisation")
+            warnings.warn(f"NVML unavailable ({err}); util_pct falls back to process CPU utilisation",
+                          stacklevel=2)
     return CpuReader()
 
 
@@ -93,7 +94,7 @@ class UtilSampler:
         while not self._stop.wait(self.interval_s):
             self.samples.append(self.reader.read())
 
-    def __enter__(self) -> "UtilSampler":
+    def __enter__(self) -> UtilSampler:
         self.reader.read()  # start the reader's interval here
         if not getattr(self.reader, "cumulative", False):  # no thread beside the work where two reads are exact
             self._thread.start()

@@ -16,14 +16,13 @@ import argparse
 from pathlib import Path
 
 import pandas as pd
-
 import timm
 import torch
 
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer, load_timm_weights
 
 from .contention import LoadMeter
-from .mfu import device_name
+from .env import device_name
 from .reference import refusal
 from .rounds import Spread, interleaved, ratio_or_noise
 from .timing import TimingConfig, time_steps
@@ -33,7 +32,8 @@ MIN_ROUNDS = 3
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="vit_small_patch16_224", choices=[p for p in PRESETS if p.startswith("vit_") and "patch16" in p])
+    parser.add_argument("--preset", default="vit_small_patch16_224",
+                        choices=[p for p in PRESETS if p.startswith("vit_") and "patch16" in p])
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--backends", default=",".join(ATTENTION_BACKENDS))
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     loaded: dict[str, int] = {name: 0 for name in models}
     timing = TimingConfig(warmup=1, min_repeats=3, min_time_s=0.5)
     with torch.inference_mode():
-        for name, model in models.items():  # one untimed pass each: allocator, oneDNN primitives
+        for model in models.values():  # one untimed pass each: allocator, oneDNN primitives
             model(images)
         for _, name in interleaved(list(models), args.rounds):
             with LoadMeter() as meter:

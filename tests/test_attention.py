@@ -4,9 +4,9 @@ import random
 
 import pytest
 import torch
-
 from conftest import rel_err
-from vit import ATTENTION_BACKENDS, ViTConfig, VisionTransformer
+
+from vit import ATTENTION_BACKENDS, VisionTransformer, ViTConfig
 
 
 def random_configs(n: int, seed: int = 1234):

@@ -19,7 +19,7 @@ from bench.memory import peak_mem_mb
 from bench.schema import BENCH_COLUMNS, CONFIG, COST, IDENTITY, SPEED, names
 from bench.timing import TimingConfig, time_steps
 from bench.utilisation import UtilSampler
-from vit import ATTENTION_BACKENDS, ViTConfig, VisionTransformer
+from vit import ATTENTION_BACKENDS, VisionTransformer, ViTConfig
 
 FAST = TimingConfig(warmup=1, min_repeats=2, min_time_s=0.0)
 
@@ -253,7 +253,7 @@ def test_convert_json_adds_mfu_only_for_a_run_on_this_device(tmp_path, monkeypat
     import json
 
     from bench.commands import convert_json
-    from bench.mfu import device_name
+    from bench.env import device_name
 
     here = device_name(torch.device("cpu"))
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path))

@@ -3,9 +3,9 @@
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import rel_err
-from vit import ViTConfig, VisionTransformer
+
+from vit import VisionTransformer, ViTConfig
 
 CFG = ViTConfig(img_size=16, patch_size=4, in_chans=3, num_classes=5, embed_dim=32, depth=3, num_heads=4)
 

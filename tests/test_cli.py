@@ -5,10 +5,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import write_spec
 
 from ablations.__main__ import main as ablations_main
 from ablations.schema import read_table
-from conftest import write_spec
 from vit import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,15 +5,16 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import run_sweep
 
 from ablations.__main__ import main
 from ablations.compare import compare_outs
 from ablations.cost import CostPlan
-from ablations.runner import SweepPaths, load_preds, run_sweep
-from ablations.specs import Point
-from ablations.tasks import RunOptions
-from ablations.train import TrainConfig
 from ablations.schema import read_table
+from ablations.specs import Point
+from ablations.store import SweepPaths, load_preds
+from ablations.tasks import RunOptions
+from bench.recipe import TrainConfig
 from vit import ViTConfig
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,

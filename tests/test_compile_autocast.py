@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-
 from conftest import rel_err
-from vit import ViTConfig, VisionTransformer
+
+from vit import VisionTransformer, ViTConfig
 
 CFG = ViTConfig(img_size=16, patch_size=4, in_chans=3, num_classes=5, embed_dim=32, depth=2, num_heads=4)
 

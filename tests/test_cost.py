@@ -5,11 +5,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import run_cost_phase
 
-from ablations.cost import CostPlan, model_key, row_figures, run_cost_phase, uncontended
-from ablations.specs import Point
-from ablations.train import TrainConfig
+from ablations.cost import CostPlan
 from ablations.schema import read_table
+from ablations.specs import Point
+from ablations.store import model_key, row_figures, uncontended
+from bench.recipe import TrainConfig
 from bench.rounds import Spread, interleaved, ratio_or_noise
 from bench.timing import TimingConfig
 from vit import ViTConfig
@@ -86,7 +88,7 @@ def test_one_phase_over_several_sweeps_times_a_shared_model_once_and_writes_each
                                                                                                 monkeypatch):
     import ablations.cost as cost_module
     from ablations.cost import run_cost_phases
-    from ablations.findings import newest_complete_phase
+    from ablations.store import newest_complete_phase
 
     measured = []
     real = cost_module._measure_item
@@ -135,20 +137,20 @@ def test_row_figures_are_the_medians_over_rounds_of_the_phase_rows(tmp_path):
 
 
 def test_the_cost_phase_times_the_training_step_that_training_runs(tmp_path, monkeypatch):
-    """The train rows time `train.make_step`'s step under each point's own TrainConfig and GRAPHS, not a
-    generic step: on CUDA that is the graphed step the runs train with."""
-    import ablations.cost as cost_module
-    from ablations.train import EagerStep, param_groups
+    """The train rows time `bench.step.make_step`'s step under each point's own TrainConfig and GRAPHS, not
+    a generic step: on CUDA that is the graphed step the runs train with."""
+    import bench.step as step_module
+    from bench.step import EagerStep, param_groups
 
     built = []
 
-    def spy(model, runner, optimizer, scaler, cfg, device, dtype, graphs):
-        step = real(model, runner, optimizer, scaler, cfg, device, dtype, graphs)
+    def spy(model, compiled, optimizer, scaler, cfg, device, dtype, graphs):
+        step = real(model, compiled, optimizer, scaler, cfg, device, dtype, graphs)
         groups = len(param_groups(model, cfg.weight_decay, cfg.layer_decay))  # what `train` builds for this model
         built.append((cfg, graphs, len(optimizer.param_groups) == groups, type(step)))
         return step
-    real = cost_module.make_step
-    monkeypatch.setattr(cost_module, "make_step", spy)
+    real = step_module.make_step
+    monkeypatch.setattr(step_module, "make_step", spy)
     train = TrainConfig(epochs=1, batch_size=16, label_smoothing=0.1, grad_clip=1.0, weight_decay=0.05)
     pts = [Point("c", "depth", d, TINY.replace(depth=d), train) for d in (1, 2)]
     csv = tmp_path / "c-cost.csv"

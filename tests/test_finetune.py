@@ -3,19 +3,21 @@ linear probe and layer-wise lr decay. Checkpoints are small timm ViTs the tests 
 
 import pytest
 import torch
+from helpers import run_sweep
 from safetensors.torch import save_file
 from timm.layers import resample_abs_pos_embed
 from timm.models.vision_transformer import VisionTransformer as TimmViT
 
 from ablations.__main__ import main as ablations_main
-from ablations.data import load_dataset
 from ablations.cost import CostPlan
-from ablations.runner import run_sweep
-from ablations.tasks import RunOptions
-from ablations.specs import Point
-from ablations.train import TrainConfig, param_groups, train
+from ablations.data import load_dataset
 from ablations.schema import read_table
-from vit import ViTConfig, VisionTransformer, init_from_checkpoint
+from ablations.specs import Point
+from ablations.tasks import RunOptions
+from ablations.train import train
+from bench.recipe import TrainConfig
+from bench.step import param_groups
+from vit import VisionTransformer, ViTConfig, init_from_checkpoint
 
 KW = dict(img_size=16, patch_size=4, in_chans=3, num_classes=10, embed_dim=32, depth=3, num_heads=4, mlp_ratio=2.0)
 

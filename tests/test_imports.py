@@ -96,3 +96,26 @@ def test_layers_flow_one_way():
     wrong = [f"{m} → {t}" for m, targets in graph().items() for t in targets
              if LAYER[t.split(".")[0]] > LAYER[m.split(".")[0]]]
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize("argv", [["report", "--reference", "none"], ["compare", "{out}", "{out}"], ["columns"]])
+def test_reading_results_loads_no_trainer_runner_or_executor(tmp_path, argv):
+    """The commands that read a results folder stand on the store, not on the machinery that writes it."""
+    import shutil
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    shutil.copytree(ROOT / "results" / "reference" / "ablations", out / "ablations",
+                    ignore=shutil.ignore_patterns("weights", "checkpoints"))
+    args = [a.format(out=out) for a in argv] + (["--out", str(out)] if argv[0] == "report" else [])
+    code = (f"import sys; from ablations.__main__ import main; status = main({args!r}); "
+            "print(status, sorted(m for m in sys.modules if m.startswith('ablations')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    status, loaded = done.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert status == "0", done.stderr[-2000:]
+    heavy = [m for m in ("ablations.train", "ablations.executors.local", "ablations.executors.ray", "ablations.spawned",
+                         "ablations.runner", "ablations.worker", "ablations.cost", "ablations.checkpoints",
+                         "ablations.tasks") if f"'{m}'" in loaded]
+    assert not heavy, f"{argv[0]} loaded {heavy}"
+    assert "'ablations.store'" in loaded or argv[0] == "columns"

@@ -12,21 +12,20 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import kill_after_first_row, write_spec
+from crash import workers_of
+from helpers import run_sweep
 
 import ablations.__main__ as cli
-
 from ablations.cost import CostPlan
 from ablations.executors import ExecutorOptions
 from ablations.executors.local import LocalExecutor, visible_gpu
-from ablations.runner import RUN_OVERHEAD_BYTES, planned_bytes, run_sweep
-from ablations.schema import MEASURED
+from ablations.runner import RUN_OVERHEAD_BYTES, planned_bytes
+from ablations.schema import MEASURED, read_table
 from ablations.specs import Point
 from ablations.tasks import Outcome, RunOptions, make_tasks
-from ablations.train import TrainConfig
-from ablations.schema import read_table
-from conftest import kill_after_first_row, write_spec
-from crash import workers_of
-from vit import ViTConfig, VisionTransformer
+from bench.recipe import TrainConfig
+from vit import VisionTransformer, ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,

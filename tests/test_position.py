@@ -7,7 +7,7 @@ import pytest
 import torch
 from einops import rearrange
 
-from vit import ViTConfig, VisionTransformer, sincos_2d, sinusoidal_1d
+from vit import VisionTransformer, ViTConfig, sincos_2d, sinusoidal_1d
 
 
 def test_sinusoidal_matches_closed_form_at_sampled_positions():

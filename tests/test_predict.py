@@ -4,13 +4,13 @@ equal the model's softmax recomputed by hand from the pixels; each bad input is 
 import numpy as np
 import pytest
 import torch
+from helpers import run_sweep
 from PIL import Image
 
 import ablations.__main__ as cli
 from ablations.calibrate import MODEL, RECIPE
 from ablations.cost import CostPlan
 from ablations.data import cached_dataset
-from ablations.runner import run_sweep
 from ablations.schema import read_table
 from ablations.specs import Point
 from ablations.tasks import RunOptions

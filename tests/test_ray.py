@@ -13,20 +13,19 @@ import pytest
 import torch
 
 ray = pytest.importorskip("ray", reason="EXECUTOR=ray needs the optional extra: pip install -e '.[ray]'")
+from helpers import run_sweep  # noqa: E402
 from ray import cloudpickle  # noqa: E402
 
 from ablations.__main__ import main as ablations_main  # noqa: E402
+from ablations.cost import CostPlan  # noqa: E402
 from ablations.executors import ExecutorOptions  # noqa: E402
 from ablations.executors.local import LocalExecutor  # noqa: E402
 from ablations.executors.ray import RayExecutor  # noqa: E402
-from ablations.cost import CostPlan  # noqa: E402
-from ablations.runner import execute, run_sweep  # noqa: E402
-from ablations.tasks import RunOptions, Task  # noqa: E402
+from ablations.schema import MEASURED, read_table  # noqa: E402
 from ablations.specs import Point  # noqa: E402
-from ablations.train import TrainConfig  # noqa: E402
-from bench.csvio import read_rows  # noqa: E402
-from ablations.schema import read_table
-from ablations.schema import MEASURED  # noqa: E402
+from ablations.tasks import RunOptions, Task  # noqa: E402
+from ablations.worker import execute  # noqa: E402
+from bench.recipe import TrainConfig  # noqa: E402
 from vit import ViTConfig  # noqa: E402
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,

@@ -10,12 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from ablations.findings import analyse, newest_complete_phase, table_markdown
+from ablations.findings import analyse, table_markdown
 from ablations.report import build_report
-from ablations.runner import SweepPaths, save_preds
+from ablations.schema import ABLATION_COLUMNS, COST_COLUMNS, read_table
+from ablations.store import SweepPaths, newest_complete_phase, save_preds
 from bench.csvio import append_row
-from ablations.schema import read_table
-from ablations.schema import ABLATION_COLUMNS, COST_COLUMNS
 
 N_TEST = 1000
 ENV = {"device": "cpu", "device_name": "test cpu", "torch_version": "x", "git_sha": "abc", "dataset": "digits"}
@@ -137,8 +136,9 @@ def test_a_setting_at_chance_is_marked_and_its_sweep_gets_no_verdict(tmp_path):
 
 
 def test_the_seeds_needed_for_a_half_point_follow_the_variance_model():
-    from ablations.stats import seeds_needed
     from scipy import stats as sps
+
+    from ablations.stats import seeds_needed
 
     z = sps.norm.ppf(1 - 0.05 / 2) + sps.norm.ppf(0.8)
     # var of the difference with s seeds = 2 · seed_var / s + image_var; at the answer it fits under (δ/z)²

@@ -11,21 +11,24 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import write_spec
+from helpers import run_sweep
 
 import ablations.__main__ as cli
 import ablations.commands as commands
+from ablations.checkpoints import Checkpointing
 from ablations.cost import CostPlan
 from ablations.data import load_dataset
 from ablations.report import build_report
-from ablations.runner import SweepError, SweepPaths, record, run_sweep, sweep_lock
-from ablations.specs import Point
-from ablations.tasks import Outcome, RunOptions
 from ablations.schema import read_table
-from ablations.train import Checkpointing, TrainConfig, train
+from ablations.specs import Point
+from ablations.store import SweepError, SweepPaths, record, sweep_lock
+from ablations.tasks import Outcome, RunOptions
+from ablations.train import train
 from bench.csvio import SkippedInput, append_row, read_rows
+from bench.recipe import TrainConfig
 from bench.schema import Column
-from conftest import write_spec
-from vit import ViTConfig, VisionTransformer
+from vit import VisionTransformer, ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
@@ -138,7 +141,7 @@ def test_repeated_seeds_and_spec_values_are_refused_before_work(tmp_path, capsys
 # 4. the report fell over on one bad input ---------------------------------------------------------------
 
 def test_the_report_survives_a_bad_row_and_damaged_files_and_lists_them(tmp_path):
-    from ablations.calibrate import MODEL, RECIPE   # learns digits above chance, so the sweep gets its comparisons
+    from ablations.calibrate import MODEL, RECIPE  # learns digits above chance, so the sweep gets its comparisons
 
     run_sweep("depth", [Point("depth", "depth", d, MODEL.replace(depth=d), RECIPE) for d in (1, 2)],
               options(tmp_path, seeds=(0, 1)))

@@ -10,17 +10,20 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import kill_after_first_row, write_spec
+from helpers import run_sweep
 
+from ablations import runner
 from ablations.cost import CostPlan
 from ablations.data import load_dataset
-from ablations import runner
 from ablations.executors.local import LocalExecutor
-from ablations.runner import SweepError, SweepPaths, execute, load_preds, run_sweep, run_sweeps, sweep_lock
-from ablations.tasks import RunOptions
-from ablations.specs import Point
-from ablations.train import TrainConfig
+from ablations.runner import run_sweeps
 from ablations.schema import read_table
-from conftest import kill_after_first_row, write_spec
+from ablations.specs import Point
+from ablations.store import SweepError, SweepPaths, load_preds, sweep_lock
+from ablations.tasks import RunOptions
+from ablations.worker import execute
+from bench.recipe import TrainConfig
 from vit import ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,11 +215,11 @@ def test_a_cpu_run_busy_well_under_its_cores_is_called_starved():
 
 
 def test_a_device_without_a_measurable_peak_leaves_mfu_blank_and_the_run_ok(tmp_path, monkeypatch):
-    import ablations.runner as runner
+    import ablations.worker as worker
 
     def no_peak(device, dtype):
         raise RuntimeError("no matmul on this device")
-    monkeypatch.setattr(runner, "matmul_peak", no_peak)
+    monkeypatch.setattr(worker, "matmul_peak", no_peak)
     summary = run_sweep("np", depth_points("np", 1), options(tmp_path, seeds=(0,)))
     row = read_table(tmp_path / "ablations" / "np.csv").iloc[0]
     assert summary["statuses"] == {"ok": 1} and row["status"] == "ok"

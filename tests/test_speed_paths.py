@@ -11,19 +11,21 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from helpers import run_cost_phase, run_sweep
+from test_data import write_idx
 from torch import nn
 
 from ablations import stepbench
 from ablations.cost import CostPlan
 from ablations.data import _cache_file, load_dataset
-from ablations.runner import run_sweep
+from ablations.schema import read_table
 from ablations.specs import Point
 from ablations.tasks import RunOptions
-from ablations.train import EagerStep, StaticStep, TrainConfig, adamw, param_groups, train
-from ablations.schema import read_table
+from ablations.train import train
 from bench.mfu import matmul_peak_flops
-from test_data import write_idx
-from vit import ViTConfig, VisionTransformer
+from bench.recipe import TrainConfig
+from bench.step import EagerStep, StaticStep, adamw, param_groups
+from vit import VisionTransformer, ViTConfig
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
                  mlp_ratio=1.0)
@@ -216,7 +218,7 @@ def test_the_graphed_step_trains_like_the_eager_step_on_cuda(dtype):
         steps.append(kind(model, model, opt, torch.amp.GradScaler("cuda", enabled=False), cfg, device, dtype))
     assert steps[1].graphed
     g = torch.Generator().manual_seed(1)
-    for i, batch in enumerate((64, 64, 64, 17, 64, 17)):
+    for batch in (64, 64, 64, 17, 64, 17):
         x, y = torch.randn(batch, 1, 8, 8, generator=g).to(device), torch.randint(0, 10, (batch,), generator=g).to(device)
         losses = [step(x, y, lr=1e-3) for step in steps]
         torch.testing.assert_close(losses[0], losses[1], rtol=2e-2 if dtype == "bf16" else 1e-4, atol=1e-3)
@@ -275,16 +277,16 @@ def test_compiled_training_on_cuda_runs(tmp_path):
 def test_the_cost_phase_on_cuda_times_the_graphed_training_step(tmp_path, monkeypatch):
     """With GRAPHS on (the default), the cost phase's train rows come from the captured step, as the runs
     train; with GRAPHS=0 from the eager one."""
-    import ablations.cost as cost_module
+    import bench.step as step_module
     from bench.timing import TimingConfig
 
     built = []
-    real = cost_module.make_step
-    monkeypatch.setattr(cost_module, "make_step", lambda *a: built.append(real(*a)) or built[-1])
+    real = step_module.make_step
+    monkeypatch.setattr(step_module, "make_step", lambda *a: built.append(real(*a)) or built[-1])
     plan = CostPlan(rounds=2, infer_batch_size=32, timing=TimingConfig(warmup=4, min_repeats=5, min_time_s=0.0))
     points = [Point("g", "depth", 1, TINY, TrainConfig(epochs=1, batch_size=64, dtype="bf16"))]
     for graphs in (True, False):
-        phase = cost_module.run_cost_phase("g", points, plan, torch.device("cuda"), tmp_path / f"{graphs}.csv",
+        phase = run_cost_phase("g", points, plan, torch.device("cuda"), tmp_path / f"{graphs}.csv",
                                            progress=False, graphs=graphs)
         assert (phase["status"] == "ok").all() and len(phase) == 2 * 2
     assert [type(s) for s in built] == [StaticStep, StaticStep, EagerStep, EagerStep]

@@ -8,8 +8,15 @@ import pytest
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
-from ablations.stats import (Comparison, accuracy_interval, compare_settings, detectable_difference, holm,
-                             paired_difference, verdict)
+from ablations.stats import (
+    Comparison,
+    accuracy_interval,
+    compare_settings,
+    detectable_difference,
+    holm,
+    paired_difference,
+    verdict,
+)
 
 
 def test_t_interval_over_seeds_equals_the_closed_form_and_statsmodels():

@@ -3,10 +3,10 @@
 import pytest
 import timm
 import torch
-from torch import nn
 from timm.models.vision_transformer import VisionTransformer as TimmViT
+from torch import nn
 
-from vit import ATTENTION_BACKENDS, PRESETS, ViTConfig, VisionTransformer, load_timm_weights, timm_to_vit_keys
+from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer, ViTConfig, load_timm_weights, timm_to_vit_keys
 
 
 def n_params(model):

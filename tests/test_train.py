@@ -3,9 +3,9 @@
 import torch
 
 from ablations.data import load_dataset
-from ablations.train import TrainConfig, train
-from vit import ViTConfig, VisionTransformer
-
+from ablations.train import train
+from bench.recipe import TrainConfig
+from vit import VisionTransformer, ViTConfig
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
                  mlp_ratio=1.0)

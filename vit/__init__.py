@@ -8,8 +8,14 @@ from .model import VisionTransformer
 from .pooling import POOLINGS
 from .position import POSITION_ENCODINGS, sincos_2d, sinusoidal_1d
 from .stems import STEMS
-from .timm_interop import (adapt_timm_state_dict, checkpoint_id, init_from_checkpoint, load_timm_weights,
-                           read_checkpoint, timm_to_vit_keys)
+from .timm_interop import (
+                           adapt_timm_state_dict,
+                           checkpoint_id,
+                           init_from_checkpoint,
+                           load_timm_weights,
+                           read_checkpoint,
+                           timm_to_vit_keys,
+)
 
 __all__ = [
     "ATTENTION_BACKENDS", "Attention", "Block", "NORM_PLACEMENTS", "POOLINGS", "POSITION_ENCODINGS", "PRESETS", "STEMS",

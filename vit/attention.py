@@ -15,14 +15,14 @@ x, out: (B, T, D) and probs: (B, H, T, T) or None. It is looked up by name in `A
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
-AttentionFn = Callable[[Tensor, Tensor, Optional[Tensor], int, float, bool], tuple[Tensor, Optional[Tensor]]]
+AttentionFn = Callable[[Tensor, Tensor, Tensor | None, int, float, bool], tuple[Tensor, Tensor | None]]
 ATTENTION_BACKENDS: dict[str, AttentionFn] = {}
 
 
@@ -106,7 +106,7 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_dropout)
 
-    def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         attend = ATTENTION_BACKENDS[self.backend]
         out, probs = attend(x, self.qkv.weight, self.qkv.bias, self.num_heads,
                             self.attn_dropout if self.training else 0.0, need_weights)

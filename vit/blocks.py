@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from torch import Tensor, nn
 
@@ -11,22 +11,22 @@ from .attention import Attention
 
 LN_EPS = 1e-6  # as in ViT and timm
 
-Sublayer = Callable[[Tensor], tuple[Tensor, Optional[Tensor]]]
+Sublayer = Callable[[Tensor], tuple[Tensor, Tensor | None]]
 
 
-def _pre_norm(x: Tensor, norm: nn.Module, sublayer: Sublayer) -> tuple[Tensor, Optional[Tensor]]:
+def _pre_norm(x: Tensor, norm: nn.Module, sublayer: Sublayer) -> tuple[Tensor, Tensor | None]:
     y, aux = sublayer(norm(x))  # x + F(LN(x)): ViT, timm
     return x + y, aux
 
 
-def _post_norm(x: Tensor, norm: nn.Module, sublayer: Sublayer) -> tuple[Tensor, Optional[Tensor]]:
+def _post_norm(x: Tensor, norm: nn.Module, sublayer: Sublayer) -> tuple[Tensor, Tensor | None]:
     y, aux = sublayer(x)        # LN(x + F(x)): the original Transformer
     return norm(x + y), aux
 
 
 @dataclass(frozen=True)
 class NormPlacement:
-    residual: Callable[[Tensor, nn.Module, Sublayer], tuple[Tensor, Optional[Tensor]]]
+    residual: Callable[[Tensor, nn.Module, Sublayer], tuple[Tensor, Tensor | None]]
     final_norm: bool  # post-norm output is already normalised by each block's last LN
 
 
@@ -60,7 +60,7 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(cfg.embed_dim, eps=LN_EPS)
         self.mlp = Mlp(cfg.embed_dim, cfg.mlp_dim, cfg.dropout)
 
-    def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+    def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         residual = self.placement.residual
         x, probs = residual(x, self.norm1, lambda h: self.attn(h, need_weights))
         x, _ = residual(x, self.norm2, lambda h: (self.mlp(h), None))

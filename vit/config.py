@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .attention import ATTENTION_BACKENDS
 from .blocks import NORM_PLACEMENTS
@@ -123,14 +124,10 @@ class ViTConfig:
         return self.num_patches + 1
 
     @property
-    def head_dim(self) -> int:
-        return self.embed_dim // self.num_heads
-
-    @property
     def mlp_dim(self) -> int:
         return int(self.embed_dim * self.mlp_ratio)
 
-    def replace(self, **changes: Any) -> "ViTConfig":
+    def replace(self, **changes: Any) -> ViTConfig:
         """A copy with `changes` applied (validated); an unknown field raises `ValueError`."""
         unknown = sorted(set(changes) - set(self.to_dict()))
         if unknown:
@@ -141,7 +138,7 @@ class ViTConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "ViTConfig":
+    def from_row(cls, row: Mapping[str, Any]) -> ViTConfig:
         """The inverse of `to_dict` for a result-table row: every field the row has (blank cells and
         columns older tables lack keep the default), cast to the field's type (numpy scalars from pandas)."""
         values = {}

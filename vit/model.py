@@ -3,8 +3,6 @@ CLS token (or the mean of the patch tokens)."""
 
 from __future__ import annotations
 
-from typing import Union
-
 import torch
 from torch import Tensor, nn
 
@@ -56,7 +54,7 @@ class VisionTransformer(nn.Module):
     def expected_input_shape(self) -> tuple[int, int, int]:
         return (self.cfg.in_chans, self.cfg.img_size, self.cfg.img_size)
 
-    def forward(self, images: Tensor, return_attn: bool = False) -> Union[Tensor, tuple[Tensor, list[Tensor]]]:
+    def forward(self, images: Tensor, return_attn: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
         if images.dim() != 4 or tuple(images.shape[1:]) != self.expected_input_shape:
             raise ValueError(f"VisionTransformer expected input of shape (B, "
                              f"{', '.join(map(str, self.expected_input_shape))}), got {tuple(images.shape)}")

@@ -6,8 +6,9 @@ Fixed encodings are non-persistent buffers (recomputed from the config, never tr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn

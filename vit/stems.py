@@ -6,8 +6,9 @@ checks the config it is asked for (the conv stem must land on the patch grid).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from torch import Tensor, nn
 

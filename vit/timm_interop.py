@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 import torch
 from torch import Tensor

@@ -12,11 +12,12 @@ more module here and one more entry in `EXECUTORS`.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
+from ..options import Option, integer, positive
 from .base import Executor, ExecutorOptions, Loader, RunFn
 
-__all__ = ["EXECUTORS", "Executor", "ExecutorOptions", "Loader", "RunFn"]
+__all__ = ["EXECUTORS", "OPTIONS", "Executor", "ExecutorOptions", "Loader", "RunFn"]
 
 
 def _local(options: ExecutorOptions | None = None) -> Executor:
@@ -32,3 +33,26 @@ def _ray(options: ExecutorOptions | None = None) -> Executor:
 
 
 EXECUTORS: dict[str, Callable[[ExecutorOptions | None], Executor]] = {"local": _local, "ray": _ray}
+
+# Each executor's command-line options (`ablations.options.Option`), each flag an `ExecutorOptions` field.
+MAX_RETRIES = Option("--max-retries", "re-runs of a run whose worker died (default 2)", "MAX_RETRIES", type=int,
+                     default=2)
+OPTIONS: dict[str, tuple[Option, ...]] = {
+    "local": (
+        Option("--jobs", "local executor: runs in flight at once (default 1). On the CPU the cores are split "
+                         "between them; on CUDA they share the GPU (or spread over several). auto: half the "
+                         "cores, or 4 per GPU", "JOBS", type=integer(1, "jobs must be auto or an integer ≥ 1", auto=True),
+               default=1, metavar="N|auto"),
+        Option("--threads", "local executor on the CPU: torch threads per run (default: the cores // JOBS). Runs "
+                            "with the same count give the same floats whatever JOBS is; a different count changes "
+                            "the order of reductions", "THREADS", type=positive("--threads (THREADS)")),
+        MAX_RETRIES,
+    ),
+    "ray": (
+        Option("--cpus-per-task", "CPUs each run asks the executor for (ray default 1)", "CPUS_PER_TASK", type=float),
+        Option("--gpus-per-task", "GPUs each run asks for (ray default: 1 where the cluster has GPUs, else 0)",
+               "GPUS_PER_TASK", type=float),
+        MAX_RETRIES,
+    ),
+}
+

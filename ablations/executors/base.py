@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ..data import Dataset
-from ..tasks import Outcome, RunOptions, Task
+if TYPE_CHECKING:  # the names only: the executors' registry and options load without torch
+    from ..data import Dataset
+    from ..tasks import Outcome, RunOptions, Task
 
-RunFn = Callable[[Task, Dataset], Outcome]
-Loader = Callable[[RunOptions], Dataset]
+RunFn = Callable[["Task", "Dataset"], "Outcome"]
+Loader = Callable[["RunOptions"], "Dataset"]
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Iterator
 
 import torch
 from tqdm import tqdm

@@ -7,8 +7,9 @@
 - Placement: one GPU per task where the cluster has GPUs, else one CPU (`cpus_per_task`,
   `gpus_per_task` override); each task sets torch's thread count to the CPUs it was given.
 - Data: the driver loads the dataset once and puts it in Ray's object store, and an INIT checkpoint's
-  bytes likewise; workers read both from there, so no node needs DATA_ROOT or the driver's files. Results (row, history, weights) come back to the driver, which
-  alone writes files: no shared filesystem.
+  bytes likewise; workers read both from there, so no node needs DATA_ROOT or the driver's files.
+  Results (row, history, weights) come back to the driver, which alone writes files: no shared
+  filesystem.
 - Faults: a task whose worker process dies (killed, out of host memory, node lost) is retried up to
   `max_retries` times by Ray, then recorded as an `error` row; the other tasks go on.
 """
@@ -17,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..data import Dataset
 from ..tasks import Outcome, Task, lost_outcome

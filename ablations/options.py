@@ -1,0 +1,132 @@
+"""Every command-line option of `python -m ablations`, declared once: its flag, the Makefile variable that
+passes it, its type, default, choices and help. The parsers are built from these declarations
+(`add_options`); the Makefile's variable-to-flag list is checked against them by a test
+(tests/test_options.py), so an option added here and not there (or there and not here) fails at once.
+The executors' own options are declared beside their registry (`ablations.executors.OPTIONS`).
+
+Loads no torch: `--help` and a refused argument answer in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import choices
+from .choices import AUTO_CHECKPOINT_S, COST_ROUNDS, MAX_SEED
+
+
+@dataclass(frozen=True)
+class Option:
+    """One flag. `make`: the Makefile variable that passes it ("" = none); `switch`: a flag without a
+    value, passed by the Makefile for VAR=1; `path`: a value the Makefile quotes for the shell."""
+    flag: str
+    help: str
+    make: str = ""
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    choices: Sequence[Any] | None = None
+    metavar: str | None = None
+    switch: bool = False
+    path: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+    def add_to(self, parser: argparse.ArgumentParser, **changes: Any) -> None:
+        """Add the flag to `parser`; `changes` override the declared help or default for one command."""
+        help_, default = changes.get("help", self.help), changes.get("default", self.default)
+        if self.switch:
+            parser.add_argument(self.flag, action="store_true", help=help_)
+            return
+        kwargs = {k: v for k, v in (("type", self.type), ("choices", self.choices), ("metavar", self.metavar))
+                  if v is not None}
+        parser.add_argument(self.flag, default=default, help=help_, **kwargs)
+
+
+def seeds(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds must be comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("seeds must name at least one seed")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"seeds name a seed twice: {text!r}")
+    wrong = [s for s in values if not 0 <= s <= MAX_SEED]
+    if wrong:
+        raise argparse.ArgumentTypeError(f"seed {wrong[0]} is out of range: seeds are integers from 0 to {MAX_SEED}")
+    return values
+
+
+def integer(minimum: int, message: str, auto: bool = False) -> Callable[[str], int | None]:
+    """argparse type: an integer ≥ `minimum` (or "auto" → None where `auto`); else the message and the text."""
+    def parse(text: str) -> int | None:
+        if auto and text == "auto":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{message}, got {text!r}")
+        return value
+    return parse
+
+
+def positive(what: str) -> Callable[[str], int | None]:
+    return integer(1, f"{what} must be a positive integer")
+
+
+OUT = Option("--out", "the results folder (default results)", "OUT", default="results", path=True)
+DATA_ROOT = Option("--data-root", "where torchvision datasets live (DATA_ROOT)", "DATA_ROOT", default="data", path=True)
+INTO_REFERENCE = Option("--into-reference", "allow writing into a folder of committed reference results "
+                                            "(results/reference)", "INTO_REFERENCE", switch=True)
+
+# the options of `sweep` and `train`, in --help order
+RUN = (
+    Option("--dataset", "the dataset (default mnist5k)", "DATASET", default="mnist5k",
+           choices=sorted(choices.DATASETS)),
+    DATA_ROOT,
+    Option("--download", "let torchvision download a missing dataset", "DOWNLOAD", switch=True),
+    Option("--epochs", "override the spec's epochs", "EPOCHS", type=positive("--epochs (EPOCHS)")),
+    Option("--seeds", "comma-separated training seeds (default 0,1,2: the report's intervals and tests need them)",
+           "SEEDS", type=seeds, default=(0, 1, 2)),
+    Option("--cost-rounds", f"interleaved rounds of the cost phase that times every point side by side before "
+                            f"training (default {COST_ROUNDS}; 0 skips it and leaves the speed columns empty)",
+           "COST_ROUNDS", type=integer(0, "cost rounds must be an integer ≥ 0"), default=COST_ROUNDS),
+    Option("--device", "auto (CUDA where there is one, else the CPU), cpu, cuda or cuda:N", "DEVICE", default="auto"),
+    Option("--dtype", "default auto: bf16 on CUDA, fp32 on CPU", "DTYPE", choices=["auto", *choices.DTYPES]),
+    Option("--compile", "torch.compile the model (1). For these small models, on a CPU and on a GPU, compiling "
+                        "costs more time than it saves", "COMPILE", type=int, choices=[0, 1], default=0),
+    Option("--graphs", "on CUDA, capture each training step into a CUDA graph and replay it (default 1; 0: eager). "
+                       "fp16, COMPILE=1 or an optimizer without a fused kernel fall back to eager, saying why",
+           "GRAPHS", type=int, choices=[0, 1], default=1),
+    Option("--init", "a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from", "INIT", path=True),
+    Option("--pretrained", "a timm model name whose pretrained weights timm downloads (network)", "PRETRAINED"),
+    OUT,
+    Option("--checkpoint-every", f"save a run's full training state every N epochs so a killed run resumes there "
+                                 f"(default auto: every epoch when the run is projected to last over "
+                                 f"{AUTO_CHECKPOINT_S:.0f} s; 0: never)", "CHECKPOINT_EVERY",
+           type=integer(0, "checkpoint-every must be auto or an integer ≥ 0 (0: never)", auto=True),
+           metavar="N|auto"),
+    Option("--dry-run", "list the runs and what is done; train nothing", "DRY_RUN", switch=True),
+    INTO_REFERENCE,
+)
+
+
+def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
+    for option in options:
+        option.add_to(parser)
+
+
+def run_options(executor_options: dict[str, tuple[Option, ...]]) -> tuple[Option, ...]:
+    """`RUN`, then the executor choice and every executor's own options (`ablations.executors.OPTIONS`)."""
+    executor = Option("--executor", "where runs happen: local (this process and its workers) or ray (RAY_ADDRESS, "
+                                    "or a local cluster)", "EXECUTOR", default="local",
+                      choices=sorted(executor_options))
+    own = {option.flag: option for options in executor_options.values() for option in options}
+    return (*RUN, executor, *own.values())

@@ -1,0 +1,26 @@
+"""`--set key=value` overrides of config fields, as the command lines take them."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from typing import Any
+
+
+def parse_value(text: str) -> Any:
+    """A `--set key=value` value: a Python literal (6, 1e-3, True) or else the bare word (sdpa, conv)."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """`["depth=6", "stem=patch"]` → `{"depth": 6, "stem": "patch"}`; an item without `=` raises ValueError."""
+    changes = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r} is not key=value")
+        changes[key] = parse_value(value)
+    return changes

@@ -1,0 +1,233 @@
+"""The training step: what the sweeps train with, what the cost phase times and what `bench` times in
+training mode. AdamW over parameter groups (no weight decay on biases, norms, CLS token and
+positions; optional layer-wise lr decay), label smoothing, gradient clipping, autocast.
+
+`EagerStep` runs the step as written. `StaticStep` runs it on static buffers with the learning rate in
+device tensors, and on CUDA captures it once per batch size into a CUDA graph and replays it.
+`make_step` picks one. A step returns the batch's summed loss as a device tensor: nothing here reads a
+value back to the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from .precision import autocast
+from .recipe import TrainConfig
+
+
+def layer_id(name: str, depth: int) -> int:
+    """0 for the embeddings, i + 1 for block i, depth + 1 for the final norm and head."""
+    if name.startswith(("patch_embed", "cls_token", "pos_embed")):
+        return 0
+    if name.startswith("blocks."):
+        return int(name.split(".")[1]) + 1
+    return depth + 1
+
+
+def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0) -> list[dict[str, Any]]:
+    """One group per (layer, decay?): no weight decay on biases, norms, CLS token and positions;
+    `lr_scale` = layer_decay^(depth + 1 − layer) for layer-wise lr decay."""
+    depth = len(getattr(model, "blocks", ()))
+    groups: dict[tuple[int, bool], dict[str, Any]] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        layer = layer_id(name, depth)
+        decays = not (p.ndim <= 1 or name in ("cls_token", "pos_embed.weight"))
+        group = groups.setdefault((layer, decays), {"params": [], "weight_decay": weight_decay if decays else 0.0,
+                                                    "lr_scale": layer_decay ** (depth + 1 - layer), "layer": layer})
+        group["params"].append(p)
+    return [groups[k] for k in sorted(groups)]
+
+
+def adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.AdamW:
+    """AdamW with the fused kernel where this torch has one for the parameters' device (CPU since
+    torch 2.4; on the 2-core CPU it cut vit_mnist's training step by 9–16% against the per-tensor loop),
+    else the default implementation."""
+    try:
+        return torch.optim.AdamW(groups, lr=lr, fused=True)
+    except (RuntimeError, TypeError):  # no fused kernel for this device / torch
+        return torch.optim.AdamW(groups, lr=lr)
+
+
+def freeze_all_but_head(model: nn.Module) -> None:
+    for name, p in model.named_parameters():
+        p.requires_grad_(name.startswith("head."))
+
+
+def train_mode(model: nn.Module, cfg: TrainConfig) -> None:
+    """`model.train()`, except that a frozen part stays in eval mode: a linear probe's features must not
+    move, and BatchNorm (the conv stem's) would otherwise update its running statistics in train mode."""
+    model.train()
+    if cfg.freeze == "all_but_head":
+        for name, child in model.named_children():
+            if name != "head":
+                child.eval()
+
+
+class EagerStep:
+    """One optimisation step: forward, loss, backward, clipping, AdamW. Returns the batch's summed loss as
+    a device tensor: nothing here reads a value back to the host."""
+
+    graphed = False
+
+    def __init__(self, model: nn.Module, compiled: nn.Module, optimizer: torch.optim.Optimizer,
+                 scaler: torch.amp.GradScaler, cfg: TrainConfig, device: torch.device, dtype: str) -> None:
+        self.model, self.compiled, self.optimizer, self.scaler = model, compiled, optimizer, scaler
+        self.cfg, self.device, self.dtype = cfg, device, dtype
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group["lr_scale"]
+
+    def _step(self, x: Tensor, y: Tensor, cache: bool = True) -> Tensor:
+        with autocast(self.device, self.dtype, cache_enabled=cache):
+            loss = F.cross_entropy(self.compiled(x), y, label_smoothing=self.cfg.label_smoothing)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.cfg.grad_clip:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.trainable, self.cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss.detach().float() * len(y)
+
+    def __call__(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
+        self.set_lr(lr)
+        return self._step(x, y)
+
+
+class StaticStep(EagerStep):
+    """The step on static buffers: each batch is copied into input and label buffers of its batch size,
+    the learning rate lives in one device tensor per parameter group (AdamW reads it there), and autocast
+    runs without its cast cache. On CUDA the whole step is captured once per batch size into a
+    `torch.cuda.CUDAGraph` and replayed (the last, smaller batch of an epoch gets its own graph, so every
+    image is seen); elsewhere the same code runs eagerly, so its logic is tested on any machine."""
+
+    WARMUP = 3  # eager steps on a side stream before a capture (undone before the captured step runs)
+
+    def __init__(self, *args: Any, capture: bool | None = None) -> None:
+        super().__init__(*args)
+        self.capture = self.device.type == "cuda" if capture is None else capture
+        self.graphed = self.capture
+        for group in self.optimizer.param_groups:  # a tensor the graph reads; refilled before each replay
+            group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
+            if self.capture:  # torch refuses to capture an optimizer step unless every group says capturable
+                group["capturable"] = True
+        self.buffers: dict[int, tuple[Tensor, Tensor, Tensor]] = {}  # batch size -> (x, y, loss)
+        self.graphs: dict[int, Any] = {}
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"].fill_(lr * group["lr_scale"])
+
+    def __call__(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
+        self.set_lr(lr)
+        b = len(y)
+        if b not in self.buffers:
+            self.buffers[b] = (x.clone(), y.clone(), torch.zeros((), device=self.device))
+        bx, by, bloss = self.buffers[b]
+        bx.copy_(x)
+        by.copy_(y)
+        if self.capture and b not in self.graphs:
+            try:
+                self.graphs[b] = self._capture(bx, by, bloss)  # trains on this batch once, as the eager step does
+                return bloss.clone()
+            except Exception as err:  # weights and optimizer state are as before the attempt: go on eagerly
+                reason = (str(err).strip().splitlines() or [""])[0][:160]
+                tqdm.write(f"graphs: capturing the batch-{b} training step failed ({type(err).__name__}: "
+                           f"{reason}); eager training step from here")
+                self.capture = self.graphed = False
+                self.graphs.clear()
+        if self.capture:
+            self.graphs[b].replay()
+        else:
+            bloss.copy_(self._step(bx, by, cache=False))
+        return bloss.clone()
+
+    def _capture(self, bx: Tensor, by: Tensor, bloss: Tensor) -> Any:
+        """Warm up on a side stream (the optimizer's state is allocated there), put weights, buffers and
+        optimizer state back in place, capture one step and replay it: the batch is trained on once, as
+        by the eager step. If anything fails, weights and optimizer state are put back before raising."""
+        model_state = [t.clone() for t in self.model.state_dict().values()]
+        optim_state = {id(p): {k: v.clone() for k, v in st.items() if torch.is_tensor(v)}
+                       for p, st in self.optimizer.state.items()}
+        try:
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(self.WARMUP):
+                    self._step(bx, by, cache=False)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            self._put_back(model_state, optim_state)  # the graph will read these very tensors
+            graph = torch.cuda.CUDAGraph()
+            self.optimizer.zero_grad(set_to_none=True)  # backward allocates the grads in the graph's pool
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # checks only this thread
+                bloss.copy_(self._step(bx, by, cache=False))
+            graph.replay()
+            return graph
+        except BaseException:
+            self._put_back(model_state, optim_state)
+            self.optimizer.zero_grad(set_to_none=True)
+            raise
+
+    def _put_back(self, model_state: list[Tensor], optim_state: dict[int, dict[str, Tensor]]) -> None:
+        """Copies the saved weights, buffers and optimizer state back in place (state created since: zeros)."""
+        with torch.no_grad():
+            for t, saved in zip(self.model.state_dict().values(), model_state):
+                t.copy_(saved)
+            for p, st in self.optimizer.state.items():
+                saved = optim_state.get(id(p), {})
+                for k, v in st.items():
+                    if torch.is_tensor(v):
+                        v.copy_(saved[k]) if k in saved else v.zero_()
+
+
+def training_parts(model: nn.Module, cfg: TrainConfig,
+                   device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer, torch.amp.GradScaler]:
+    """What a training step of `model` (already on `device`) under `cfg` works with: the module it calls
+    (torch.compile'd with cfg.compile), AdamW over its parameter groups (only the head's with
+    freeze=all_but_head, whose freezing this applies) and the grad scaler (on for fp16 on CUDA)."""
+    compiled = torch.compile(model) if cfg.compile else model
+    if cfg.freeze == "all_but_head":
+        freeze_all_but_head(model)
+    optimizer = adamw(param_groups(model, cfg.weight_decay, cfg.layer_decay), cfg.lr)
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.resolved_dtype(device) == "fp16" and device.type == "cuda")
+    return compiled, optimizer, scaler
+
+
+def make_step(model: nn.Module, compiled: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+              cfg: TrainConfig, device: torch.device, dtype: str, graphs: bool) -> EagerStep:
+    """On CUDA with `graphs`, the static-buffer step captured into CUDA graphs where it can work (else the
+    eager step, with one line saying why); elsewhere the eager step."""
+    if not graphs or device.type != "cuda":  # without capture the static buffers only add copies
+        return EagerStep(model, compiled, optimizer, scaler, cfg, device, dtype)
+    why = ("fp16 needs the grad scaler's host-side checks" if scaler.is_enabled() else
+           "torch.compile already owns the step" if cfg.compile else
+           "AdamW here has no fused kernel to read a tensor learning rate" if not optimizer.defaults.get("fused") else "")
+    if why:
+        tqdm.write(f"graphs: eager training step ({why})")
+        return EagerStep(model, compiled, optimizer, scaler, cfg, device, dtype)
+    return StaticStep(model, compiled, optimizer, scaler, cfg, device, dtype)
+
+
+
+def training_step(cfg: TrainConfig, device: torch.device,
+                  graphs: bool = False) -> Callable[..., tuple[Callable[[], object], list[object]]]:
+    """`bench.measure.measure`'s step factory for the step the trainer runs under `cfg`: a fresh AdamW over
+    the model's parameter groups, and `make_step`'s step (on CUDA with `graphs`, the static-buffer step
+    captured into a CUDA graph at its first call; else the eager one) at the peak learning rate."""
+    def build(model: nn.Module, images: Tensor, labels: Tensor):
+        compiled, optimizer, scaler = training_parts(model, cfg, device)
+        train_mode(model, cfg)
+        step = make_step(model, compiled, optimizer, scaler, cfg, device, cfg.resolved_dtype(device), graphs)
+        return (lambda: step(images, labels, cfg.lr)), [model, optimizer, images, labels]
+    return build

@@ -1,0 +1,83 @@
+"""Every run option is declared once (ablations/options.py, the executors' beside their registry): the
+parsers are built from the declarations, and the Makefile's variable-to-flag list passes exactly the
+declared flags, each from its declared variable, into a command line the parser reads back."""
+
+import dataclasses
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ablations.__main__ import main as ablations_main
+from ablations.executors import OPTIONS as EXECUTOR_OPTIONS
+from ablations.executors import ExecutorOptions
+from ablations.options import run_options
+
+ROOT = Path(__file__).resolve().parents[1]
+OPTIONS = run_options(EXECUTOR_OPTIONS)
+SAMPLE = {"--dataset": "digits", "--seeds": "4,5", "--cost-rounds": "2", "--device": "cpu", "--dtype": "fp32",
+          "--compile": "1", "--graphs": "0", "--epochs": "3", "--checkpoint-every": "2", "--jobs": "2",
+          "--threads": "1", "--max-retries": "1", "--cpus-per-task": "0.5", "--gpus-per-task": "0.25",
+          "--executor": "ray", "--pretrained": "vit_tiny_patch16_224", "--out": "my out", "--init": "a b.pth",
+          "--data-root": "my data"}
+
+
+def make_line(target: str, *assignments: str) -> str:
+    """The ablations command `make -n target` would run (the install step left out)."""
+    done = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", target, *assignments],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return next(line for line in done.stdout.splitlines() if " -m ablations " in line)
+
+
+def makefile_run_variables() -> list[str]:
+    text = (ROOT / "Makefile").read_text()
+    block = text[text.index("# Run settings"):text.index("opt = ")]
+    return [m.group(1) for m in re.finditer(r"^([A-Z_]+)\s*\?=", block, re.M) if m.group(1) not in ("PRESET", "PYTEST_ARGS")]
+
+
+def test_each_option_is_declared_once_with_a_makefile_variable_and_help():
+    flags = [o.flag for o in OPTIONS]
+    assert len(flags) == len(set(flags)), "a flag declared twice"
+    assert all(o.make and o.help for o in OPTIONS)
+    assert sorted(o.make for o in OPTIONS) == sorted(makefile_run_variables())
+    assert set(SAMPLE) | {o.flag for o in OPTIONS if o.switch} == set(flags)
+
+
+def test_each_executor_option_is_a_field_of_executor_options():
+    fields = {f.name for f in dataclasses.fields(ExecutorOptions)}
+    for name, options in EXECUTOR_OPTIONS.items():
+        assert {o.dest for o in options} <= fields, name
+
+
+@pytest.mark.parametrize("target", ["ablations", "train"])
+def test_the_makefile_passes_every_declared_flag_from_its_variable_and_the_parser_reads_it_back(target):
+    assignments = [f"{o.make}={'1' if o.switch else SAMPLE[o.flag]}" for o in OPTIONS]
+    line = make_line(target, *assignments)
+    argv = shlex.split(line.split(" -m ablations ", 1)[1])
+    passed = [a for a in argv if a.startswith("--")]
+    assert sorted(passed) == sorted(o.flag for o in OPTIONS)  # each declared flag once, nothing undeclared
+    parsed = {}
+
+    def capture(args):
+        parsed.update(vars(args))
+        return 0
+    import ablations.commands as commands
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(commands, f"cmd_{'sweep' if target == 'ablations' else 'train'}", capture)
+        assert ablations_main(argv) == 0
+    for o in OPTIONS:
+        expected = True if o.switch else (o.type or str)(SAMPLE[o.flag])
+        assert parsed[o.dest] == expected, o.flag
+
+
+def test_empty_makefile_variables_leave_the_programs_defaults():
+    line = make_line("ablations")
+    argv = shlex.split(line.split(" -m ablations ", 1)[1])
+    assert argv == ["sweep", "default", "--out", "results"]  # the one variable the Makefile itself needs
+    assert next(o for o in OPTIONS if o.flag == "--out").default == "results"
+    for value, passed in (("0", False), ("1", True), ("yes", True)):
+        assert ("--dry-run" in make_line("ablations", f"DRY_RUN={value}")) is passed

@@ -109,7 +109,7 @@ def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
         if task.point.value not in costs:
             costs[task.point.value] = complexity(VisionTransformer(cfg), (cfg.in_chans, cfg.img_size, cfg.img_size))
         c = costs[task.point.value]
-        label = f"{task.point.factor}={task.point.value}"
+        label = task.point.label
         print(f"  {label:<16} {task.seed:>4} {c['params']:>10,} {c['gmacs']:>9.5f} {cfg.tokens:>6}  {task.run_id}  "
               f"{'yes' if task.run_id in done else 'no'}")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.recipe import TrainConfig
 from vit import ViTConfig
 
 from .findings import load_correct
@@ -22,7 +23,9 @@ from .schema import read_table
 from .stats import paired_difference
 from .store import SweepPaths, ok_rows, sweep_names
 
-POINT_COLUMNS = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr", "batch_size", "init"]
+# what defines a point: the model, the dataset, the whole training recipe and the starting weights
+POINT_COLUMNS = ([f.name for f in dataclasses.fields(ViTConfig)] + ["dataset"]
+                 + [f.name for f in dataclasses.fields(TrainConfig)] + ["init"])
 
 
 def _ok_rows(path: Path) -> pd.DataFrame:

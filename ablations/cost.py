@@ -85,26 +85,29 @@ class _Item:
 
 
 def _items(points: list[Point], plan: CostPlan, device: torch.device) -> list[_Item]:
-    models = {model_key(p.model): p for p in points}  # seeds share a model; so may values of a sweep
-    items = []
-    for p in models.values():
+    """One inference item per distinct model and one training item per distinct model and step (batch size,
+    dtype, compile, what trains): settings that differ only in what a step does not depend on (the
+    learning rate, the augmentation, a tuned value) share their items."""
+    found: dict[tuple, _Item] = {}
+    for p in points:
         dtype, compile_ = p.train.resolved_dtype(device), p.train.compile
         for mode, batch in (("infer", plan.infer_batch_size), ("train", p.train.batch_size)):
-            items.append(_Item(p.model, mode, MeasureConfig(mode=mode, batch_size=batch, dtype=dtype,
-                                                            compile=compile_, timing=plan.timing_on(device)),
-                                p.train))
-    return items
+            step = (batch, dtype, compile_, p.train.freeze) if mode == "train" else (dtype, compile_)
+            found.setdefault((model_key(p.model), mode, step), _Item(
+                p.model, mode, MeasureConfig(mode=mode, batch_size=batch, dtype=dtype, compile=compile_,
+                                             timing=plan.timing_on(device)), p.train))
+    return list(found.values())
 
 
 def item_key(item: _Item) -> str:
     """What makes two sweeps' items the same measurement: the model, the mode and the training step's config."""
-    return run_id({"model": item.cfg.to_dict(), "mode": item.mode, "train": item.train.to_dict()})
+    return run_id({"model": item.cfg.to_dict(), "mode": item.mode, "train": item.train.identity()})
 
 
 def phase_id(sweeps: list[str], items: list[_Item], plan: CostPlan, device: torch.device, graphs: bool = True) -> str:
     env = environment(device)
     return run_id({"sweep": "+".join(sweeps), "items": [(i.cfg.to_dict(), dataclasses.asdict(i.mcfg)) for i in items],
-                   "train": [i.train.to_dict() for i in items if i.mode == "train"], "graphs": graphs,
+                   "train": [i.train.identity() for i in items if i.mode == "train"], "graphs": graphs,
                    "rounds": plan.rounds, "device_name": env["device_name"], "torch": env["torch_version"]})
 
 

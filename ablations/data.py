@@ -20,6 +20,7 @@ bit-identical to freshly parsed ones.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -105,6 +106,29 @@ class Dataset:
             x = torch.where(draws[:, 2, None, None, None].bool(), x.flip(-1), x)
         return x
 
+
+
+def recipe_data(data: Dataset, recipe) -> tuple[Dataset, tuple[Tensor, Tensor] | None]:
+    """The data a training recipe (`bench.recipe.TrainConfig`) trains on: its augmentation (crop_padding,
+    flip; unset: the dataset's), and the training set less its validation split (`holdout` of it, drawn
+    with `holdout_seed`, the same for every seed and setting), with that split: (images, labels) or None."""
+    changes: dict = {}
+    if recipe.crop_padding is not None:
+        changes["crop_padding"] = recipe.crop_padding
+    if recipe.flip is not None:
+        changes["flip"] = recipe.flip
+    held = None
+    if recipe.holdout:
+        n = len(data.train_y)
+        k = round(recipe.holdout * n)
+        if not 0 < k < n:
+            raise ValueError(f"holdout={recipe.holdout} of {n} training images leaves {k} for validation; choose a "
+                             f"share that holds out at least one image and keeps one")
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(recipe.holdout_seed))
+        keep, out = order[k:].sort().values, order[:k].sort().values
+        held = (data.train_x[out], data.train_y[out])
+        changes.update(train_x=data.train_x[keep], train_y=data.train_y[keep])
+    return (dataclasses.replace(data, **changes) if changes else data), held
 
 def _stratified_split(x: np.ndarray, y: np.ndarray, test_size: int | float):
     from sklearn.model_selection import train_test_split

@@ -3,32 +3,50 @@
 Rows may be averaged over seeds only when they differ in nothing but the seed and the sweep's factor.
 A table can hold more than that: a sweep rerun with other EPOCHS, another DATASET or an edited
 `[train]` table into the same OUT appends its rows beside the old ones. Each row's experiment is what
-it records of its setting (every `ViTConfig` field but the factor, the dataset, epochs, lr, dtype,
-compile, the starting weights) and its `experiment_id`, which covers the whole training recipe; tables
-written before `experiment_id` existed leave it blank, and a blank id matches any id of the same
-recorded setting. The newest row names the experiment a report shows; the other rows are left out and
-named with what differs.
+it records of its setting (every `ViTConfig` and `TrainConfig` field but those the sweep varies, the
+dataset, the starting weights) and its `experiment_id`, which covers the whole training recipe. Tables
+written before a column existed leave it blank: a blank id matches any id of the same recorded setting,
+and a blank recipe field (one older rows did not record) matches any value. The newest row names the
+experiment a report shows; the other rows are left out and named with what differs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 
 import pandas as pd
 
+from bench.recipe import TrainConfig
 from vit import ViTConfig
 
-RECORDED = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr", "dtype", "compile", "init"]
+# always recorded: a blank cell is a value like any other
+STRICT = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr", "dtype", "compile", "init"]
+# the rest of the recipe, blank in rows written before it had columns: a blank matches any value
+LENIENT = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in STRICT]
+RECORDED = STRICT + LENIENT
 
 
 def _cell(value) -> str:
     return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
-def recorded_setting(row, factor: str) -> tuple[str, ...]:
-    """The setting a row records, but for the factor and the seed, as text (a number read back from a
-    CSV and the same number in a fresh row compare equal)."""
-    return tuple(_norm(_cell(row.get(c))) for c in RECORDED if c != factor)
+def _varied(factor: str | Collection[str]) -> set[str]:
+    return {factor} if isinstance(factor, str) else set(factor)
+
+
+def recorded_setting(row, factor: str | Collection[str]) -> tuple[str, ...]:
+    """The setting a row records, but for the field(s) the sweep varies and the seed, as text (a number
+    read back from a CSV and the same number in a fresh row compare equal)."""
+    varied = _varied(factor)
+    return tuple(_norm(_cell(row.get(c))) for c in RECORDED if c not in varied)
+
+
+def settings_match(a: tuple[str, ...], b: tuple[str, ...], factor: str | Collection[str]) -> bool:
+    """Two recorded settings (`recorded_setting`) are one: equal, but where one leaves a LENIENT field blank."""
+    varied = _varied(factor)
+    columns = [c for c in RECORDED if c not in varied]
+    return all(x == y or (c in LENIENT and (not x or not y)) for c, x, y in zip(columns, a, b))
 
 
 def _norm(text: str) -> str:
@@ -44,17 +62,21 @@ def ids_agree(a: str, b: str) -> bool:
     return not a or not b or a == b
 
 
-def same_experiment(a, b, factor: str) -> bool:
+def same_experiment(a, b, factor: str | Collection[str]) -> bool:
     """Whether two rows may be pooled as seeds of one experiment: the same recorded setting, and
     experiment ids that agree."""
-    return (recorded_setting(a, factor) == recorded_setting(b, factor)
+    return (settings_match(recorded_setting(a, factor), recorded_setting(b, factor), factor)
             and ids_agree(_cell(a.get("experiment_id")), _cell(b.get("experiment_id"))))
 
 
-def differences(a, b, factor: str) -> str:
+def differences(a, b, factor: str | Collection[str]) -> str:
     """What differs between two rows' settings, as 'epochs 1 vs 2, dataset digits vs synthetic'."""
-    diffs = [f"{c} {_cell(a.get(c)) or '—'} vs {_cell(b.get(c)) or '—'}" for c in RECORDED
-             if c != factor and _norm(_cell(a.get(c))) != _norm(_cell(b.get(c)))]
+    varied = _varied(factor)
+    diffs = []
+    for c in RECORDED:
+        x, y = _norm(_cell(a.get(c))), _norm(_cell(b.get(c)))
+        if c not in varied and x != y and not (c in LENIENT and (not x or not y)):
+            diffs.append(f"{c} {_cell(a.get(c)) or '—'} vs {_cell(b.get(c)) or '—'}")
     if not diffs and _cell(a.get("experiment_id")) != _cell(b.get("experiment_id")):
         diffs = ["the training recipe (a [train] field the table does not record)"]
     return ", ".join(diffs)
@@ -73,7 +95,7 @@ def latest_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.loc[finished.index.union(failed.index)]
 
 
-def newest_experiment(rows: pd.DataFrame, factor: str) -> tuple[pd.DataFrame, list[str]]:
+def newest_experiment(rows: pd.DataFrame, factor: str | Collection[str]) -> tuple[pd.DataFrame, list[str]]:
     """(the rows of the experiment of the newest ok row, one sentence per group of rows left out)."""
     if rows.empty:
         return rows, []
@@ -85,7 +107,7 @@ def newest_experiment(rows: pd.DataFrame, factor: str) -> tuple[pd.DataFrame, li
     settings = [recorded_setting(r, factor) for _, r in ok.iterrows()]
     ids = ok["experiment_id"].map(_cell) if "experiment_id" in ok else pd.Series([""] * len(ok))
     target_setting = recorded_setting(newest, factor)
-    same = [s == target_setting for s in settings]
+    same = [settings_match(s, target_setting, factor) for s in settings]
     target_id = _cell(newest.get("experiment_id"))
     if not target_id:  # the newest row predates experiment ids: take the newest id of its setting, if any
         with_id = [i for i in range(len(ok)) if same[i] and ids[i]]

@@ -147,7 +147,7 @@ def _warn_other_experiment(paths: SweepPaths, task: Task) -> None:
     if ok.empty:
         return
     mine = base_row(task, torch.device("cpu"))
-    factor = task.point.factor
+    factor = task.point.fields
     others = [r for _, r in ok.iterrows() if not same_experiment(r, mine, factor)]
     if others:
         print(f"note: {paths.rows} holds {len(others)} run(s) of another experiment "
@@ -226,7 +226,7 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
             acc = outcome.row.get("test_acc")
             where = f" on {outcome.row.get('host') or '?'}" if executor.remote else ""
             bar.set_postfix_str(f"{'' if len(shares) == 1 else task.point.sweep + ' '}"
-                                f"{task.point.factor}={task.point.value} seed={task.seed}{where}: {status}"
+                                f"{task.point.label} seed={task.seed}{where}: {status}"
                                 + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
             bar.update()
             for twin in twins.pop(task.run_id, []):

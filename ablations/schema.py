@@ -5,19 +5,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
 
 from bench.csvio import read_rows
-from bench.schema import BENCH_TABLE, CONFIG, COST, EXTRA, IDENTITY, SPEED, Column, by_name, names
+from bench.recipe import TrainConfig
+from bench.schema import BENCH_TABLE, CONFIG, EXTRA, IDENTITY, SIZE, SPEED, Column, by_name, names
 
+RECIPE = [Column(f.name, f.metadata["unit"], f.metadata["doc"], f.metadata["kind"])
+          for f in dataclasses.fields(TrainConfig) if f.name not in ("dtype", "compile")]  # those two: IDENTITY
 TRAINING = [
     Column("sweep", "", "the sweep (its TOML file's name), or train for `make train`", "text"),
     Column("dataset", "", "the dataset's name (DATASET)", "text"),
     Column("seed", "", "training seed: initial weights, batch order and augmentation", "int"),
-    Column("epochs", "", "training epochs", "int"),
-    Column("lr", "", "peak AdamW learning rate (after warm-up, before cosine decay)"),
     Column("train_time_s", "s", "wall time of the training epochs, evaluation excluded"),
     Column("train_loss", "", "mean cross-entropy over the last epoch's training images"),
     Column("test_loss", "", "mean cross-entropy over the test set after the last epoch"),
@@ -32,6 +34,13 @@ TRAINING = [
                             "device's measured matmul peak; mfu is the cost phase's inference step"),
     Column("init", "", "the starting checkpoint, file:sha256-prefix or timm:<name>; empty for random init", "text"),
     Column("test_size", "images", "test images behind test_acc (and in the run's predictions file)", "int"),
+    Column("train_size", "images", "training images the run trained on (the training set less its validation "
+                                   "split)", "int"),
+    Column("val_size", "images", "images of the validation split held out of the training set (holdout); "
+                                 "blank without one", "int"),
+    Column("val_loss", "", "mean cross-entropy over the validation split after the last epoch"),
+    Column("val_acc", "fraction", "validation accuracy after the last epoch: what tuning selects on (never "
+                                  "test_acc)"),
     Column("cost_rounds", "", "interleaved rounds of the sweep's cost phase behind the row's speed columns", "int"),
     Column("reused_from", "", "the sweep whose identical run (same run_id) this row was copied from", "text"),
     Column("torch_threads", "", "torch's intra-op threads while this run trained (the cores // JOBS on the CPU): a "
@@ -49,7 +58,11 @@ TRAINING = [
 ]
 SPEED_NOTE = ("in a training row: the inference step of its config from the sweep's cost phase, medians "
               "over rounds (step_ms_iqr: IQR of the per-round medians)")
-ABLATION_TABLE = IDENTITY + CONFIG + COST + SPEED + TRAINING + EXTRA
+# a training row's speed columns: its config's inference step from the cost phase, at its own batch size
+INFER_SPEED = [Column("infer_batch_size", "images", "images per inference step in the sweep's cost phase (the "
+                                                    "training batch size is batch_size)", "int")] + [
+    c for c in SPEED if c.name not in ("mode", "batch_size")]
+ABLATION_TABLE = IDENTITY + CONFIG + SIZE + RECIPE + INFER_SPEED + TRAINING + EXTRA
 COST_PHASE = [
     Column("sweep", "", "the sweep whose point this is (a phase covers all sweeps of one command; a model "
                         "they share is measured once and its rows are in each sweep's table)", "text"),
@@ -68,6 +81,8 @@ HISTORY_TABLE = [
     Column("train_loss", "", "mean cross-entropy over the epoch's training images"),
     Column("test_loss", "", "mean cross-entropy over the test set after the epoch"),
     Column("test_acc", "fraction", "test accuracy after the epoch"),
+    Column("val_loss", "", "mean cross-entropy over the validation split after the epoch"),
+    Column("val_acc", "fraction", "validation accuracy after the epoch"),
     Column("elapsed_s", "s", "training wall time up to the end of the epoch, evaluation excluded"),
 ]
 
@@ -77,7 +92,8 @@ COST_COLUMNS = names(COST_TABLE)
 HISTORY_COLUMNS = names(HISTORY_TABLE)
 
 # what differs between two runs of one config: when, where and how fast (not what was computed)
-MEASURED = ["started_at", "host", "torch_threads", "throughput_img_s", "step_ms_median", "step_ms_iqr", "peak_mem_mb", "util_pct",
+MEASURED = ["started_at", "host", "torch_threads", "throughput_img_s", "step_ms_median", "step_ms_iqr", "peak_mem_mb",
+            "util_pct",
             "mfu", "train_time_s", "train_throughput_img_s", "train_util_pct", "train_mfu", "jobs", "resumed_after",
             "gpu_mem_used_mb", "power_w", "repeats", "other_cpu_pct", "contended", "mfu_peak_gflops", "mfu_peak_at"]
 
@@ -104,7 +120,7 @@ def columns_markdown() -> str:
             defined.setdefault(c.name, c)
     lines += ["## Definitions", "", "| column | unit | meaning |", "|---|---|---|"]
     for c in defined.values():
-        meaning = c.meaning + (f"; {SPEED_NOTE}" if c in SPEED and c.name not in ("mode", "batch_size") else "")
+        meaning = c.meaning + (f"; {SPEED_NOTE}" if c in INFER_SPEED[1:] else "")
         lines.append(f"| `{c.name}` | {c.unit} | {meaning} |")
     history_only = [c for c in HISTORY_TABLE if defined[c.name] is not c]
     lines += ["", "In `<sweep>-history.csv` the same names mean the epoch's figures:", ""]
@@ -113,5 +129,25 @@ def columns_markdown() -> str:
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    """A sweep's table (rows, cost phase or history), each line judged by `SCHEMA` (`bench.csvio.read_rows`)."""
-    return read_rows(path, SCHEMA)
+    """A sweep's table (rows, cost phase or history), each line judged by `SCHEMA` (`bench.csvio.read_rows`);
+    result rows of an older format read as today's (`upgrade_rows`)."""
+    table = read_rows(path, SCHEMA)
+    return table if Path(path).stem.endswith(("-history", "-cost")) else upgrade_rows(table)
+
+
+def upgrade_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Result rows written before the recipe had columns of its own carry the cost phase's inference batch
+    under `batch_size` (with `mode` = infer): it moves to `infer_batch_size`, and their training batch
+    size, which they did not record, is left blank."""
+    if "mode" not in table or table.empty:
+        return table
+    old = table["mode"].astype(str) == "infer"
+    if not old.any():
+        return table
+    table = table.copy()
+    if "infer_batch_size" not in table:
+        table["infer_batch_size"] = pd.NA
+    table.loc[old, "infer_batch_size"] = table.loc[old, "batch_size"]
+    table.loc[old, "batch_size"] = pd.NA
+    table.loc[old, "mode"] = pd.NA
+    return table

@@ -4,8 +4,8 @@
     label = "patch size (px)"      # optional: how figures and the report name the factor
     description = "tokens against detail"   # optional: one line under the report's heading
     default = true                 # optional: one of the sweeps `make ablations` runs
-    factor = "patch_size"          # a ViTConfig field
-    values = [2, 4, 7, 14]         # one run per value (and per seed)
+    factor = "patch_size"          # any ViTConfig field the dataset does not fix, or any TrainConfig field
+    values = [2, 4, 7, 14]         # one setting per value (each trained once per seed)
     values_by_img_size = { 32 = [2, 4, 8, 16] }   # optional: other values for other image sizes
     init = "vit_small.pth"         # optional: a timm checkpoint every run starts from
     [model]                        # the base: a preset plus overrides
@@ -14,15 +14,25 @@
     [train]                        # TrainConfig fields
     epochs = 15
 
+Several factors at once: `factors = ["patch_size", "depth"]` in [sweep], their values in a [values]
+table (`patch_size = [4, 7]`, `depth = [2, 4]`), and `design = "grid"` (every combination, the default)
+or `"paired"` (the i-th values of each list together; the lists of equal length).
+
+Tuned comparisons: a [tune] table of training fields and their grids (`lr = [1e-3, 2e-3, 4e-3]`) trains
+every setting at every grid value on the training set less a validation split (`holdout`, default 0.1
+of it, drawn with `holdout_seed`, default 0); the report picks each setting's value by validation
+accuracy and compares the settings at their picks on the test set.
+
 A new sweep is one new TOML file in `ablations/sweeps/` and nothing else: `make ablate-<name>`, the
 report's section and the spec tests find it there. The dataset fixes img_size, in_chans and
-num_classes of the base. An unknown key, a bad value, or a
-point whose config is invalid raises `SpecError` naming the file, the point and the field.
+num_classes of the base. An unknown key, a bad value, or a point whose config is invalid raises
+`SpecError` naming the file, the point and the field.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 try:
     import tomllib
@@ -37,13 +47,23 @@ from vit import PRESETS, ViTConfig
 
 from .choices import SPEC_DIR, available_sweeps, default_sweeps
 
-__all__ = ["DATASET_FIELDS", "SPEC_DIR", "Point", "SpecError", "SweepSpec", "available_sweeps", "default_sweeps",
+__all__ = ["DATASET_FIELDS", "FACTOR_FIELDS", "SPEC_DIR", "Point", "SpecError", "SweepSpec", "available_sweeps", "default_sweeps",
            "find_spec", "load_spec"]
 
-_SECTIONS = {"sweep": {"factor", "values", "values_by_img_size", "description", "label", "default", "init"},
-             "model": {"preset", *(f.name for f in dataclasses.fields(ViTConfig))},
-             "train": {f.name for f in dataclasses.fields(TrainConfig)}}
+MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ViTConfig))
+TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 DATASET_FIELDS = ("img_size", "in_chans", "num_classes")
+TUNE_SPLIT = ("holdout", "holdout_seed")  # set by [tune], not factors or tuned fields themselves
+FACTOR_FIELDS = tuple(f for f in MODEL_FIELDS if f not in DATASET_FIELDS) + tuple(
+    f for f in TRAIN_FIELDS if f not in TUNE_SPLIT)
+DESIGNS = ("grid", "paired")
+DEFAULT_HOLDOUT = 0.1
+_SECTIONS = {"sweep": {"factor", "values", "factors", "design", "values_by_img_size", "description", "label", "default",
+                       "init"},
+             "values": set(FACTOR_FIELDS),
+             "tune": {*(f for f in TRAIN_FIELDS if f not in TUNE_SPLIT), *TUNE_SPLIT},
+             "model": {"preset", *MODEL_FIELDS},
+             "train": set(TRAIN_FIELDS)}
 
 
 class SpecError(ValueError):
@@ -64,20 +84,35 @@ def base_preset(img_size: int) -> str:
 
 @dataclass(frozen=True)
 class Point:
+    """One setting of a sweep (at one value of its tuned fields, if any): its model and recipe."""
     sweep: str
-    factor: str
-    value: Any
+    factor: str      # the factor; several factors: their names joined by " × "
+    value: Any       # the setting: the factor's value, or a tuple of the factors' values
     model: ViTConfig
     train: TrainConfig
+    factors: tuple[str, ...] = ()                 # the fields varied, when more than one
+    tuned: tuple[tuple[str, Any], ...] = ()       # (field, value) of each tuned field at this point
+
+    @property
+    def label(self) -> str:
+        """"depth=4", "patch_size=7, depth=2", "norm=pre, lr=0.001": the setting and any tuned values."""
+        names = self.factors or (self.factor,)
+        values = self.value if self.factors else (self.value,)
+        return ", ".join(f"{k}={v}" for k, v in (*zip(names, values), *self.tuned))
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Every field that differs between the sweep's points: the factors and the tuned fields."""
+        return (*(self.factors or (self.factor,)), *(name for name, _ in self.tuned))
 
 
 @dataclass(frozen=True)
 class SweepSpec:
     name: str
     path: Path
-    factor: str
-    values: tuple[Any, ...]
-    values_by_img_size: dict[int, tuple[Any, ...]]
+    factors: tuple[str, ...]
+    levels: tuple[tuple[Any, ...], ...]     # each factor's values, in order
+    levels_by_img_size: dict[int, tuple[tuple[Any, ...], ...]]   # other levels for other image sizes
     preset: str
     model_overrides: dict[str, Any]
     train_overrides: dict[str, Any]
@@ -85,35 +120,106 @@ class SweepSpec:
     label: str = ""        # the factor as figures name it; default: the factor
     description: str = ""
     default: bool = False  # run by `make ablations`
+    design: str = "one"    # one factor, or several: grid or paired
+    tune: tuple[tuple[str, tuple[Any, ...]], ...] = ()   # (training field, its grid) of each tuned field
+    holdout: float = 0.0   # the validation share when tuning
+    holdout_seed: int = 0
+
+    @property
+    def factor(self) -> str:
+        return " × ".join(self.factors)
+
+    @property
+    def varied(self) -> tuple[str, ...]:
+        """Every field that differs between the sweep's runs of one seed: the factors and the tuned fields."""
+        return (*self.factors, *(name for name, _ in self.tune))
+
+    def settings_for(self, img_size: int | None = None) -> tuple[tuple[Any, ...], ...]:
+        """One tuple of the factors' values per setting, in order: every combination (grid), the i-th values
+        together (paired), or each value of the one factor."""
+        levels = self.levels_by_img_size.get(img_size, self.levels) if img_size is not None else self.levels
+        return tuple(itertools.product(*levels)) if self.design == "grid" else tuple(zip(*levels))
+
+    @property
+    def settings(self) -> tuple[tuple[Any, ...], ...]:
+        return self.settings_for()
+
+    @property
+    def values(self) -> tuple[Any, ...]:
+        """The settings: each factor value for one factor, each tuple of values for several."""
+        return tuple(s[0] for s in self.settings) if len(self.factors) == 1 else self.settings
+
+    @property
+    def values_by_img_size(self) -> dict[int, tuple[Any, ...]]:
+        """{image size: its settings} where the spec gives other values for other image sizes."""
+        return {size: tuple(s[0] if len(self.factors) == 1 else s for s in self.settings_for(size))
+                for size in self.levels_by_img_size}
 
     def points(self, img_size: int, in_chans: int, num_classes: int,
                train_changes: dict[str, Any] | None = None) -> list[Point]:
         """Every point for a dataset of this shape; any invalid point raises SpecError before any work."""
-        values = self.values_by_img_size.get(img_size, self.values)
+        settings = self.settings_for(img_size)
         preset = self.preset
         if preset == "auto":
             try:
                 preset = base_preset(img_size)
             except ValueError as err:
                 raise SpecError(f"{self.path}: [model] {err} in [model]") from None
+        base_train = {**self.train_overrides, **(train_changes or {})}
+        if self.tune:
+            base_train.update(holdout=self.holdout, holdout_seed=self.holdout_seed)
         try:
-            train_cfg = dataclasses.replace(TrainConfig(**self.train_overrides), **(train_changes or {}))
+            TrainConfig(**base_train)
         except (TypeError, ValueError) as err:
             raise SpecError(f"{self.path}: [train]: {err}") from None
-        points = []
-        for value in values:
-            changes = {**self.model_overrides, "img_size": img_size, "in_chans": in_chans,
-                       "num_classes": num_classes, self.factor: value}
-            try:
-                model = PRESETS[preset].replace(**changes)
-            except ValueError as err:
-                raise SpecError(f"{self.path}: point {self.factor}={value!r}: {err}") from None
-            twin = next((p for p in points if p.model == model), None)
-            if twin is not None:
-                raise SpecError(f"{self.path}: points {self.factor}={twin.value!r} and {self.factor}={value!r} "
-                                f"are the same model; list each setting once")
-            points.append(Point(self.name, self.factor, value, model, train_cfg))
+        tune_grid = list(itertools.product(*(values for _, values in self.tune))) or [()]
+        points: list[Point] = []
+        seen: dict[tuple, Point] = {}
+        for setting in settings:
+            chosen = dict(zip(self.factors, setting))
+            label = ", ".join(f"{k}={v!r}" for k, v in chosen.items())
+            for tuned_values in tune_grid:
+                tuned = tuple(zip((name for name, _ in self.tune), tuned_values))
+                where = label + "".join(f", {k}={v!r}" for k, v in tuned)
+                model_changes = {k: v for k, v in chosen.items() if k in MODEL_FIELDS}
+                train = {**base_train, **{k: v for k, v in chosen.items() if k in TRAIN_FIELDS}, **dict(tuned)}
+                try:
+                    model = PRESETS[preset].replace(**{**self.model_overrides, "img_size": img_size,
+                                                       "in_chans": in_chans, "num_classes": num_classes,
+                                                       **model_changes})
+                except ValueError as err:
+                    raise SpecError(f"{self.path}: point {where}: {err}") from None
+                try:
+                    train_cfg = TrainConfig(**train)
+                except (TypeError, ValueError) as err:
+                    raise SpecError(f"{self.path}: point {where}: {err}") from None
+                twin = seen.get((model, train_cfg))
+                if twin is not None:
+                    raise SpecError(f"{self.path}: points {twin.factor}={twin.value!r} and {where} are the same "
+                                    f"model and recipe; list each setting once")
+                value = setting[0] if len(self.factors) == 1 else tuple(setting)
+                point = Point(self.name, self.factor, value, model, train_cfg,
+                              self.factors if len(self.factors) > 1 else (), tuned)
+                seen[(model, train_cfg)] = point
+                points.append(point)
         return points
+
+
+def _value_list(path: Path, where: str, values: Any) -> list[Any]:
+    if not isinstance(values, list) or not values:
+        raise SpecError(f"{path}: {where} must be a non-empty list, got {values!r}")
+    if len(set(map(repr, values))) != len(values):
+        raise SpecError(f"{path}: {where} has duplicates: {values!r}")
+    return values
+
+
+def _factor_name(path: Path, factor: Any) -> str:
+    if factor in FACTOR_FIELDS:
+        return factor
+    fixed = " (the dataset sets it)" if factor in DATASET_FIELDS else (
+        " (set in [tune])" if factor in TUNE_SPLIT else "")
+    raise SpecError(f"{path}: [sweep] factor={factor!r} is not a field a sweep can vary{fixed}; a ViTConfig "
+                    f"field but {', '.join(DATASET_FIELDS)}, or a TrainConfig field but {', '.join(TUNE_SPLIT)}")
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -127,25 +233,55 @@ def load_spec(path: str | Path) -> SweepSpec:
     for section, table in data.items():
         if section not in _SECTIONS:
             raise SpecError(f"{path}: unknown section [{section}]; sections are {sorted(_SECTIONS)}")
+        if not isinstance(table, dict):
+            raise SpecError(f"{path}: {section} must be a table ([{section}]), got {table!r}")
         unknown = sorted(set(table) - _SECTIONS[section])
         if unknown:
             raise SpecError(f"{path}: [{section}] has unknown key {unknown[0]!r}; known: {sorted(_SECTIONS[section])}")
     sweep, model = data.get("sweep", {}), dict(data.get("model", {}))
-    factor = sweep.get("factor")
-    if factor not in {f.name for f in dataclasses.fields(ViTConfig)} - set(DATASET_FIELDS) - {"img_size"}:
-        raise SpecError(f"{path}: [sweep] factor={factor!r} is not a ViTConfig field a sweep can vary")
-    values = sweep.get("values")
-    if not isinstance(values, list) or not values:
-        raise SpecError(f"{path}: [sweep] values must be a non-empty list, got {values!r}")
-    if len(set(map(repr, values))) != len(values):
-        raise SpecError(f"{path}: [sweep] values has duplicates: {values!r}")
+    if "factors" in sweep:
+        if "factor" in sweep or "values" in sweep:
+            raise SpecError(f"{path}: [sweep] give factor and values (one factor) or factors and a [values] "
+                            f"table (several), not both")
+        names = sweep["factors"]
+        if not isinstance(names, list) or len(names) < 2:
+            raise SpecError(f"{path}: [sweep] factors must list two or more fields, got {names!r}")
+        factors = tuple(_factor_name(path, f) for f in names)
+        if len(set(factors)) != len(factors):
+            raise SpecError(f"{path}: [sweep] factors names a field twice: {names!r}")
+        table = data.get("values", {})
+        missing = [f for f in factors if f not in table]
+        extra = sorted(set(table) - set(factors))
+        if missing or extra:
+            raise SpecError(f"{path}: [values] must give a list for each factor and nothing else "
+                            f"({'missing ' + ', '.join(missing) if missing else 'not a factor: ' + ', '.join(extra)})")
+        levels = tuple(tuple(_value_list(path, f"[values] {f}", table[f])) for f in factors)
+        design = sweep.get("design", "grid")
+        if design not in DESIGNS:
+            raise SpecError(f"{path}: [sweep] design={design!r} is unknown; choose grid or paired")
+    else:
+        if "values" in data or "design" in sweep:
+            raise SpecError(f"{path}: a [values] table and design belong to several factors (factors = [...])")
+        factors = (_factor_name(path, sweep.get("factor")),)
+        levels = (tuple(_value_list(path, "[sweep] values", sweep.get("values"))),)
+        design = "one"
     by_size = {}
     for size, vals in sweep.get("values_by_img_size", {}).items():
-        if not str(size).isdigit() or not isinstance(vals, list) or not vals:
-            raise SpecError(f"{path}: [sweep] values_by_img_size.{size} must map an image size to a non-empty list")
-        if len(set(map(repr, vals))) != len(vals):
-            raise SpecError(f"{path}: [sweep] values_by_img_size.{size} has duplicates: {vals!r}")
-        by_size[int(size)] = tuple(vals)
+        where = f"[sweep] values_by_img_size.{size}"
+        if not str(size).isdigit():
+            raise SpecError(f"{path}: {where} must map an image size to {'a list' if design == 'one' else 'a table'}")
+        if design == "one":
+            by_size[int(size)] = (tuple(_value_list(path, where, vals)),)
+            continue
+        if not isinstance(vals, dict) or not vals or not set(vals) <= set(factors):
+            raise SpecError(f"{path}: {where} must map factors to their lists at that size, e.g. "
+                            f"{{ {factors[0]} = [...] }}")
+        by_size[int(size)] = tuple(tuple(_value_list(path, f"{where}.{f}", vals[f])) if f in vals else lv
+                                   for f, lv in zip(factors, levels))
+    for lv in (levels, *by_size.values()):
+        if design == "paired" and len({len(v) for v in lv}) != 1:
+            raise SpecError(f"{path}: [sweep] design = \"paired\" needs lists of one length, got "
+                            f"{', '.join(f'{f}: {len(v)}' for f, v in zip(factors, lv))}")
     preset = model.pop("preset", "auto")
     if preset != "auto" and preset not in PRESETS:
         raise SpecError(f"{path}: [model] preset={preset!r} is unknown; choose auto or one of {sorted(PRESETS)}")
@@ -157,6 +293,22 @@ def load_spec(path: str | Path) -> SweepSpec:
         TrainConfig(**train)
     except (TypeError, ValueError) as err:
         raise SpecError(f"{path}: [train]: {err}") from None
+    tune_table = dict(data.get("tune", {}))
+    holdout = tune_table.pop("holdout", DEFAULT_HOLDOUT)
+    holdout_seed = tune_table.pop("holdout_seed", 0)
+    tune = tuple((name, tuple(_value_list(path, f"[tune] {name}", values))) for name, values in tune_table.items())
+    clash = sorted({name for name, _ in tune} & set(factors))
+    if clash:
+        raise SpecError(f"{path}: [tune] {clash[0]} is a factor of the sweep; tune other fields")
+    if data.get("tune") is not None and not tune:
+        raise SpecError(f"{path}: [tune] names no field to tune (e.g. lr = [1e-3, 2e-3, 4e-3])")
+    if tune:
+        try:
+            TrainConfig(holdout=holdout, holdout_seed=holdout_seed)
+        except (TypeError, ValueError) as err:
+            raise SpecError(f"{path}: [tune]: {err}") from None
+        if not holdout:
+            raise SpecError(f"{path}: [tune] holdout must be above 0: tuning selects on a validation split")
     init = sweep.get("init", "")
     if init:
         init_path = (path.parent / Path(init).expanduser()).resolve()
@@ -166,8 +318,10 @@ def load_spec(path: str | Path) -> SweepSpec:
     for key, kind in (("label", str), ("description", str), ("default", bool)):
         if key in sweep and not isinstance(sweep[key], kind):
             raise SpecError(f"{path}: [sweep] {key} must be a {kind.__name__}, got {sweep[key]!r}")
-    return SweepSpec(path.stem, path, factor, tuple(values), by_size, preset, model, dict(train), init,
-                     sweep.get("label", factor), sweep.get("description", ""), sweep.get("default", False))
+    factor = " × ".join(factors)
+    return SweepSpec(path.stem, path, factors, levels, by_size, preset, model, dict(train), init,
+                     sweep.get("label", factor), sweep.get("description", ""), sweep.get("default", False),
+                     design, tune, float(holdout) if tune else 0.0, int(holdout_seed) if tune else 0)
 
 
 def find_spec(name: str, spec_dir: Path = SPEC_DIR) -> Path:

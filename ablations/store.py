@@ -330,7 +330,7 @@ def row_figures(phase: pd.DataFrame) -> dict[str, dict[str, Any]]:
         spread = _spread_of(group)
         step = spread["step_ms_median"]
         figures[key] = {**{f: (None if s.median != s.median else s.median) for f, s in spread.items()},
-                        "mode": "infer", "batch_size": int(group["batch_size"].iloc[0]), "step_ms_iqr": step.iqr,
+                        "infer_batch_size": int(group["batch_size"].iloc[0]), "step_ms_iqr": step.iqr,
                         "util_source": group["util_source"].iloc[0], "repeats": int(group["repeats"].sum()),
                         "cost_rounds": step.n}
     return figures

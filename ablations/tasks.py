@@ -52,17 +52,19 @@ class Outcome:
 
 
 def task_key(point: Point, dataset: str, seed: int, init_id: str = "") -> dict[str, Any]:
-    """What defines a run: the model, the training, the data, the seed and the starting weights."""
-    key = {"model": point.model.to_dict(), "train": point.train.to_dict(), "dataset": dataset, "seed": seed}
+    """What defines a run: the model, the training recipe, the data, the seed and the starting weights."""
+    key = {"model": point.model.to_dict(), "train": point.train.identity(), "dataset": dataset, "seed": seed}
     return {**key, "init": init_id} if init_id else key
 
 
 def experiment_id(point: Point, dataset: str, init_id: str = "") -> str:
-    """What a sweep's runs share: the task key without the seed and without the factor's value. Two rows
-    of one table with different ids come from different experiments (other epochs, recipe, dataset or
-    base model) and are never pooled."""
-    model = {k: v for k, v in point.model.to_dict().items() if k != point.factor}
-    key = {"factor": point.factor, "model": model, "train": point.train.to_dict(), "dataset": dataset}
+    """What a sweep's runs share: the task key without the seed and without the fields the sweep varies
+    (its factors and tuned fields). Two rows of one table with different ids come from different
+    experiments (other epochs, recipe, dataset or base model) and are never pooled."""
+    varied = set(point.fields)
+    model = {k: v for k, v in point.model.to_dict().items() if k not in varied}
+    train = {k: v for k, v in point.train.identity().items() if k not in varied}
+    key = {"factor": point.factor, "model": model, "train": train, "dataset": dataset}
     return run_id({**key, "init": init_id} if init_id else key)
 
 
@@ -75,9 +77,8 @@ def base_row(task: Task, device: torch.device) -> dict[str, Any]:
     """The columns a run has before it trains: environment, config and identity."""
     point, options = task.point, task.options
     return {**environment(device), **point.model.to_dict(), "tokens": point.model.tokens,
-            "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset,
-            "seed": task.seed, "epochs": point.train.epochs, "lr": point.train.lr,
-            "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
+            "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset, "seed": task.seed,
+            **point.train.to_dict(), "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
             "init": options.init_id, "experiment_id": experiment_id(point, options.dataset, options.init_id)}
 
 

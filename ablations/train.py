@@ -31,7 +31,7 @@ from bench.step import make_step, train_mode, training_parts
 from bench.utilisation import UtilSampler, reader_for
 
 from .checkpoints import Checkpointing, load_checkpoint, restore, save_checkpoint, training_state
-from .data import Dataset
+from .data import Dataset, recipe_data
 
 
 class Diverged(RuntimeError):
@@ -51,6 +51,10 @@ class TrainResult:
     test_preds: Tensor | None = None  # (n_test,) the final model's class index for each test image
     resumed_after: int = 0  # the epoch of the checkpoint this run resumed from; 0 = not resumed
     train_util_pct: float | None = None  # NVML (CUDA) or process CPU use, sampled while training epochs ran
+    train_size: int | None = None  # images trained on (the training set less a validation split)
+    val_size: int | None = None    # images of the validation split (None without one)
+    val_loss: float | None = None  # on the validation split after the last epoch
+    val_acc: float | None = None
 
     def row(self) -> dict[str, float]:
         """The result-table columns: the scalars, and the test-set size."""
@@ -69,21 +73,21 @@ def lr_at(step: int, total_steps: int, warmup_steps: int, peak: float) -> float:
 @torch.no_grad()
 def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str, batch_size: int,
              on_device: tuple[Tensor, Tensor] | None = None) -> tuple[float, float, Tensor]:
-    """Test loss, test accuracy, and the predicted class of every test image (on the CPU). `on_device`:
-    the test images and labels already on `device` (training copies them once, not once per epoch: a
+    """Loss, accuracy, and the predicted class of every image (on the CPU), of the test set or of
+    `on_device`: images and labels already on `device` (training copies them once, not once per epoch: a
     blocking copy waits for the device)."""
     model.eval()
     total_loss, preds = torch.zeros((), device=device), []
-    test_x, test_y = on_device or (data.test_x.to(device), data.test_y.to(device))
-    for i in range(0, len(test_y), batch_size):
-        x, y = data.normalize(test_x[i:i + batch_size]), test_y[i:i + batch_size]
+    images, labels = on_device or (data.test_x.to(device), data.test_y.to(device))
+    for i in range(0, len(labels), batch_size):
+        x, y = data.normalize(images[i:i + batch_size]), labels[i:i + batch_size]
         with autocast(device, dtype):
             logits = model(x)
         total_loss += F.cross_entropy(logits.float(), y, reduction="sum")
         preds.append(logits.argmax(-1))
     pred = torch.cat(preds).cpu()  # one transfer, and one read of the loss, per evaluation
-    n = len(data.test_y)
-    return total_loss.item() / n, (pred == data.test_y).sum().item() / n, pred
+    n = len(labels)
+    return total_loss.item() / n, (pred == labels.cpu()).sum().item() / n, pred
 
 
 def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
@@ -92,6 +96,8 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     `checkpoint`, resume from its file when there is one and write it as `checkpoint` says. `graphs`:
     the static-buffer step (`StaticStep`: one CUDA graph per batch size on CUDA), else the eager one."""
     dtype = cfg.resolved_dtype(device)
+    data, held_out = recipe_data(data, cfg)
+    val_on_device = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
     model = model.to(device)
     compiled, optimizer, scaler = training_parts(model, cfg, device)
     generators = {"order": torch.Generator().manual_seed(seed), "augment": torch.Generator().manual_seed(seed + 1)}
@@ -105,7 +111,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     history: list[dict[str, float]] = []
     best_acc, step, train_time, images_seen, first = 0.0, 0, 0.0, 0, 1
     # what a checkpoint must match to be resumed: the recipe, the data, the seed and the model's parameters
-    identity = {"seed": seed, "train": cfg.to_dict(), "n_train": n,
+    identity = {"seed": seed, "train": cfg.identity(), "n_train": n,
                 "params": {k: list(v.shape) for k, v in model.state_dict().items()}}
     reader, util_time = reader_for(device), [0.0, 0.0]  # Σ util × epoch seconds, Σ seconds (this process)
     saved = load_checkpoint(checkpoint.path) if checkpoint and checkpoint.path.exists() else None
@@ -160,6 +166,9 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
         best_acc = max(best_acc, test_acc)
         record = {"epoch": epoch, "lr": lr, "train_loss": train_loss, "test_loss": test_loss,
                   "test_acc": test_acc, "elapsed_s": train_time}
+        if val_on_device is not None:
+            record["val_loss"], record["val_acc"], _ = evaluate(compiled, data, device, dtype, cfg.eval_batch_size,
+                                                                val_on_device)
         history.append(record)
         epochs.set_postfix(loss=f"{train_loss:.3f}", acc=f"{test_acc:.4f}")
         if checkpoint and checkpoint.due(epoch, cfg.epochs, train_time / (epoch - first + 1)):
@@ -172,4 +181,6 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     last = history[-1]
     return TrainResult(last["train_loss"], last["test_loss"], last["test_acc"], best_acc, train_time,
                        images_seen / train_time, history, test_preds, resumed_after=first - 1,
-                       train_util_pct=util_time[0] / util_time[1] if util_time[1] else None)
+                       train_util_pct=util_time[0] / util_time[1] if util_time[1] else None, train_size=n,
+                       val_size=len(held_out[1]) if held_out else None, val_loss=last.get("val_loss"),
+                       val_acc=last.get("val_acc"))

@@ -37,7 +37,9 @@ def execute(task: Task, data: Dataset) -> Outcome:
     """Train one run on `data`; never raises for a failure of the run itself."""
     point, options = task.point, task.options
     device = resolve_device(options.device)
-    row = {**base_row(task, device), "torch_threads": torch.get_num_threads()}
+    row = {**base_row(task, device), "torch_threads": torch.get_num_threads(),  # augmentation as it will run
+           "crop_padding": data.crop_padding if point.train.crop_padding is None else point.train.crop_padding,
+           "flip": data.flip if point.train.flip is None else point.train.flip}
     history: list[dict[str, Any]] = []
     try:
         torch.manual_seed(task.seed)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -11,29 +11,45 @@ import torch
 from .precision import DTYPES
 
 
+def _doc(unit: str, meaning: str, kind: str = "number") -> dict[str, str]:
+    return {"unit": unit, "doc": meaning, "kind": kind}
+
+
+# Fields added after run ids existed: they enter a run's identity only when set away from their default,
+# so every run defined before them keeps its id.
+LATER_FIELDS = ("crop_padding", "flip", "holdout", "holdout_seed")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """epochs, batch_size; lr: peak AdamW rate after `warmup_epochs` of linear warm-up, then cosine to 0.
-    weight_decay (AdamW, not on biases/norms/tokens), label_smoothing, grad_clip (max global norm, 0 = off).
-    dtype: "fp32" or "bf16"/"fp16" autocast ("auto": bf16 on CUDA, fp32 on CPU). compile: torch.compile.
-    layer_decay: fine-tuning's layer-wise lr decay (BEiT/MAE): block i of L trains at lr·decay^(L−i),
-    embeddings at lr·decay^(L+1), final norm and head at lr (1.0 = off).
-    freeze: "none", or "all_but_head" for a linear probe.
-    """
+    """How a model is trained; each field is a column of a training row (`docs/columns.md`). The defaults
+    are the best mnist5k recipe measured within ~60 s on a 2-core CPU (see README)."""
 
-    # defaults: the best mnist5k recipe measured within ~60 s on a 2-core CPU (see README)
-    epochs: int = 20
-    batch_size: int = 64
-    lr: float = 2e-3
-    weight_decay: float = 0.05
-    warmup_epochs: float = 1.0
-    label_smoothing: float = 0.0
-    grad_clip: float = 1.0
-    dtype: str = "auto"
-    compile: bool = False
-    eval_batch_size: int = 500
-    layer_decay: float = 1.0
-    freeze: str = "none"
+    epochs: int = field(default=20, metadata=_doc("", "training epochs", "int"))
+    batch_size: int = field(default=64, metadata=_doc("images", "training images per optimisation step", "int"))
+    lr: float = field(default=2e-3, metadata=_doc("", "peak AdamW learning rate, reached after warmup_epochs of "
+                                                      "linear warm-up, then cosine decay to 0"))
+    weight_decay: float = field(default=0.05, metadata=_doc("", "AdamW weight decay (not on biases, norms, the "
+                                                                "CLS token or positions)"))
+    warmup_epochs: float = field(default=1.0, metadata=_doc("epochs", "linear learning-rate warm-up"))
+    label_smoothing: float = field(default=0.0, metadata=_doc("", "label smoothing of the training loss"))
+    grad_clip: float = field(default=1.0, metadata=_doc("", "maximum global gradient norm (0: no clipping)"))
+    dtype: str = field(default="auto", metadata=_doc("", "fp32, or bf16/fp16 autocast (auto: bf16 on CUDA, "
+                                                         "fp32 on the CPU)", "text"))
+    compile: bool = field(default=False, metadata=_doc("0/1", "whether the model ran under torch.compile", "int"))
+    eval_batch_size: int = field(default=500, metadata=_doc("images", "images per evaluation step", "int"))
+    layer_decay: float = field(default=1.0, metadata=_doc("", "layer-wise lr decay for fine-tuning (BEiT/MAE): "
+                                                              "block i of L trains at lr·decay^(L−i), embeddings "
+                                                              "at lr·decay^(L+1), head at lr (1: off)"))
+    freeze: str = field(default="none", metadata=_doc("", "none, or all_but_head for a linear probe", "text"))
+    crop_padding: int | None = field(default=None, metadata=_doc(
+        "px", "zero padding of the random-crop augmentation (blank: the dataset's default; 0: no crop)", "int"))
+    flip: bool | None = field(default=None, metadata=_doc(
+        "", "random horizontal flips (blank: the dataset's default: on for CIFAR only)", "bool"))
+    holdout: float = field(default=0.0, metadata=_doc(
+        "fraction", "share of the training set held out as a validation split for tuning, never trained on "
+                    "(0: none)"))
+    holdout_seed: int = field(default=0, metadata=_doc("", "seed of the validation split's draw", "int"))
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "eval_batch_size"):
@@ -44,7 +60,8 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
                 raise ValueError(f"TrainConfig.{name} must be a finite number ≥ 0, got {value!r}")
-        if not 0 < self.layer_decay <= 1:
+        if isinstance(self.layer_decay, bool) or not isinstance(self.layer_decay, (int, float)) \
+                or not 0 < self.layer_decay <= 1:
             raise ValueError(f"TrainConfig.layer_decay must be in (0, 1], got {self.layer_decay!r}")
         if self.freeze not in ("none", "all_but_head"):
             raise ValueError(f"TrainConfig.freeze={self.freeze!r} is unknown; choose none or all_but_head")
@@ -54,6 +71,15 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.label_smoothing must be < 1, got {self.label_smoothing!r}")
         if self.dtype not in ("auto", *DTYPES):
             raise ValueError(f"TrainConfig.dtype={self.dtype!r} is unknown; choose auto, {', '.join(DTYPES)}")
+        if self.crop_padding is not None and (isinstance(self.crop_padding, bool) or not isinstance(self.crop_padding, int)
+                                              or self.crop_padding < 0):
+            raise ValueError(f"TrainConfig.crop_padding must be an int ≥ 0 (or unset), got {self.crop_padding!r}")
+        if self.flip is not None and not isinstance(self.flip, bool):
+            raise ValueError(f"TrainConfig.flip must be true or false (or unset), got {self.flip!r}")
+        if isinstance(self.holdout, bool) or not isinstance(self.holdout, (int, float)) or not 0 <= self.holdout < 1:
+            raise ValueError(f"TrainConfig.holdout must be a fraction in [0, 1), got {self.holdout!r}")
+        if isinstance(self.holdout_seed, bool) or not isinstance(self.holdout_seed, int) or self.holdout_seed < 0:
+            raise ValueError(f"TrainConfig.holdout_seed must be an int ≥ 0, got {self.holdout_seed!r}")
 
     def resolved_dtype(self, device: torch.device) -> str:
         return ("bf16" if device.type == "cuda" else "fp32") if self.dtype == "auto" else self.dtype
@@ -61,3 +87,8 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def identity(self) -> dict[str, Any]:
+        """What of the recipe defines a run: every field, but `LATER_FIELDS` only where set away from their
+        default (so a run keeps the id it had before those fields existed)."""
+        defaults = {f.name: f.default for f in fields(self)}
+        return {k: v for k, v in asdict(self).items() if k not in LATER_FIELDS or v != defaults[k]}

@@ -108,7 +108,7 @@ IDENTITY = [
 ]
 CONFIG = ([_config_column(f) for f in dataclasses.fields(ViTConfig)]
           + [Column("tokens", "", "sequence length T: patches + 1 (the CLS token)", "int")])
-COST = [
+SIZE = [
     Column("params", "", "trainable and frozen parameters", "int"),
     Column("gmacs", "10⁹ MAC", "multiply-adds of one image's forward pass in every matrix product, attention "
                                "products included, the same for every backend (fvcore with exact handles)"),
@@ -144,6 +144,6 @@ EXTRA = [
     Column("repeats", "steps", "timed steps behind the figures", "int"),
 ]
 
-BENCH_TABLE = IDENTITY + CONFIG + COST + SPEED + EXTRA
+BENCH_TABLE = IDENTITY + CONFIG + SIZE + SPEED + EXTRA
 BENCH_COLUMNS = names(BENCH_TABLE)
 BENCH_SCHEMA = by_name(BENCH_TABLE)

@@ -16,7 +16,7 @@ from bench.flops import closed_form_macs, count_macs, stem_macs
 from bench.grid import GridPoint, img_size_for_tokens, run_grid
 from bench.measure import MeasureConfig
 from bench.memory import peak_mem_mb
-from bench.schema import BENCH_COLUMNS, CONFIG, COST, IDENTITY, SPEED, names
+from bench.schema import BENCH_COLUMNS, CONFIG, IDENTITY, SIZE, SPEED, names
 from bench.timing import TimingConfig, time_steps
 from bench.utilisation import UtilSampler
 from vit import ATTENTION_BACKENDS, VisionTransformer, ViTConfig
@@ -127,7 +127,7 @@ def test_bench_csv_has_contract_columns(tmp_path):
     out = tmp_path / "b.csv"
     run_grid(grid(cfg, ["sdpa"], mode="train"), torch.device("cpu"), out)
     table = read_rows(out)
-    assert set(names(IDENTITY + CONFIG + COST + SPEED)) <= set(table.columns)
+    assert set(names(IDENTITY + CONFIG + SIZE + SPEED)) <= set(table.columns)
     assert list(table.columns[: len(BENCH_COLUMNS)]) == BENCH_COLUMNS
     row = table.iloc[0]
     assert row["status"] == "ok" and row["gflops"] == pytest.approx(2 * row["gmacs"])

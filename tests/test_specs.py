@@ -45,7 +45,7 @@ def test_spec_errors_name_file_and_field(tmp_path, text, message):
 
 @pytest.mark.parametrize("img_size,in_chans,base", [(28, 1, "vit_mnist"), (8, 1, "vit_digits"), (32, 3, "vit_cifar")])
 def test_every_shipped_sweep_is_valid_for_every_dataset_size(img_size, in_chans, base):
-    from ablations.specs import available_sweeps, find_spec
+    from ablations.specs import MODEL_FIELDS, TRAIN_FIELDS, available_sweeps, find_spec
     from vit import PRESETS
 
     names = available_sweeps()
@@ -54,10 +54,15 @@ def test_every_shipped_sweep_is_valid_for_every_dataset_size(img_size, in_chans,
         spec = load_spec(find_spec(name))
         points = spec.points(img_size, in_chans, 10)  # raises SpecError on any invalid point
         assert points and all(p.model.img_size == img_size and p.model.in_chans == in_chans for p in points)
-        # preset auto: apart from the factor, each point is the dataset's base model
+        # preset auto: apart from the factors, each point is the dataset's base model; its recipe is the
+        # spec's [train] with the point's training factors and tuned values
         base_cfg = PRESETS[base].replace(img_size=img_size, in_chans=in_chans, num_classes=10)
         for p in points:
-            assert p.model == base_cfg.replace(**{spec.factor: p.value}), (name, p.value)
+            setting = dict(zip(spec.factors, p.value if len(spec.factors) > 1 else (p.value,)))
+            model = {k: v for k, v in setting.items() if k in MODEL_FIELDS}
+            assert p.model == base_cfg.replace(**model), (name, p.value)
+            recipe = {**spec.train_overrides, **{k: v for k, v in setting.items() if k in TRAIN_FIELDS}, **dict(p.tuned)}
+            assert all(getattr(p.train, k) == v for k, v in recipe.items()), (name, p.label)
 
 
 def test_preset_auto_without_a_base_for_the_image_size_says_so(tmp_path):

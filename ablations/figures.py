@@ -240,3 +240,57 @@ def attention_grid(images: torch.Tensor, maps: list[torch.Tensor], titles: list[
     fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
+
+
+def tuning_curves(curves: dict[str, dict[tuple, float]], chosen: dict[str, tuple], field: str, path: Path,
+                  title: str) -> Path:
+    """Validation accuracy (mean over seeds) against the tuned value, one line per setting, its pick ringed.
+    `curves[setting][values]`: one tuned field gives a numeric axis (log where the grid spans ×4 or more);
+    several are drawn against their combinations in grid order."""
+    keys = list(dict.fromkeys(k for curve in curves.values() for k in curve))
+    single = all(len(k) == 1 and isinstance(k[0], (int, float)) and not isinstance(k[0], bool) for k in keys)
+    position = {k: (k[0] if single else i) for i, k in enumerate(keys)}
+    fig, ax = subplots(figsize=(6.4, 3.8))
+    for i, (setting, curve) in enumerate(curves.items()):
+        xs = [position[k] for k in curve]
+        ax.plot(xs, [100 * v for v in curve.values()], marker="os^vD"[i % 5], color=f"C{i % 10}", label=str(setting))
+        pick = chosen[setting]
+        ax.plot([position[pick]], [100 * curve[pick]], marker="o", ms=14, mfc="none", mec=f"C{i % 10}", ls="none")
+    if single and min(position.values()) > 0 and max(position.values()) >= 4 * min(position.values()):
+        log_axis(ax, "x")
+        ax.set_xticks(sorted(position.values()))
+    elif not single:
+        ax.set_xticks(list(position.values()), [", ".join(str(v) for v in k) for k in keys], rotation=20)
+    ax.set_xlabel(field)
+    ax.set_ylabel("validation accuracy (%), mean over seeds")
+    _linear_plain(ax)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    return save(fig, path)
+
+
+def grid_heatmaps(cells: pd.DataFrame, a: str, b: str, path: Path, title: str) -> Path:
+    """A two-factor grid as three heat maps over (a, b): test accuracy (mean over seeds, its 95 % interval
+    printed beneath), GMACs, and training throughput. `cells`: one row per cell with columns a, b,
+    acc_mean, acc_low, acc_high, gmacs, train_img_s."""
+    panels = [("test accuracy (%)", "acc_mean", "viridis"), ("GMACs per image", "gmacs", "mako"),
+              ("training throughput (img/s)", "train_img_s", "rocket")]
+    fig, axes = subplots(1, 3, figsize=(13.5, 0.9 * cells[a].nunique() + 2.6))
+    for ax, (label, column, cmap) in zip(axes, panels):
+        table = cells.pivot(index=a, columns=b, values=column)
+        values = table.to_numpy(dtype=float) * (100 if column == "acc_mean" else 1)
+        if column == "acc_mean":
+            low = cells.pivot(index=a, columns=b, values="acc_low").to_numpy(dtype=float) * 100
+            high = cells.pivot(index=a, columns=b, values="acc_high").to_numpy(dtype=float) * 100
+            notes = np.array([[f"{m:.2f}\n[{lo:.2f}, {hi:.2f}]" for m, lo, hi in zip(*r)] for r in zip(values, low, high)])
+        else:
+            fmt = "{:.5f}" if column == "gmacs" else "{:,.0f}"
+            notes = np.array([[fmt.format(v) if v == v else "—" for v in r] for r in values])
+        sns.heatmap(pd.DataFrame(values, index=table.index, columns=table.columns), annot=notes, fmt="", cmap=cmap,
+                    ax=ax, cbar=True, annot_kws={"fontsize": 8})
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel(b)
+        ax.set_ylabel(a)
+    fig.suptitle(title, fontsize=11)
+    return save(fig, path)

@@ -16,6 +16,7 @@ import pandas as pd
 from bench.contention import CONTENDED_PCT
 from bench.csvio import skipped
 from bench.rounds import Spread, ratio_or_noise
+from vit import ViTConfig
 
 from .stats import (
     ALPHA,
@@ -30,7 +31,7 @@ from .stats import (
     seeds_needed,
     verdict,
 )
-from .store import load_preds, spreads, uncontended
+from .store import load_preds, model_key, spreads, uncontended
 
 RUN_FIGURES = ("train_util_pct", "train_mfu")  # measured by each training run, beside the cost phase's
 POWER_DELTA = 0.005    # the difference (0.5 points) whose seed budget the report states
@@ -93,7 +94,7 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
             replicates: int = REPLICATES) -> SweepFindings:
     ok = rows[rows["status"] == "ok"]
     test_size = _test_size(ok)
-    infer, train = _cost_spreads(cost_phase, factor)
+    infer, train = _cost_spreads(cost_phase, ok, factor, order)
     settings = []
     for value in order:
         g = ok[ok[factor] == value]
@@ -171,11 +172,25 @@ def _test_size(ok: pd.DataFrame) -> int | None:
     return int(ok["test_size"].dropna().iloc[0])
 
 
-def _cost_spreads(phase: pd.DataFrame | None, factor: str) -> tuple[dict, dict]:
-    """({value: figures} of the inference step, {value: figures} of the training step)."""
-    by = spreads(phase, ["mode", factor]) if phase is not None else {}
-    infer = {value: figures for (mode, value), figures in by.items() if mode == "infer"}
-    train = {value: figures for (mode, value), figures in by.items() if mode == "train"}
+def _cost_spreads(phase: pd.DataFrame | None, ok: pd.DataFrame, factor: str, order: list) -> tuple[dict, dict]:
+    """({value: figures} of the inference step, {value: figures} of the training step): each setting's
+    figures are the cost-phase rows of its model (and, for the training step, its batch size), so a factor
+    the cost table does not record (a training field) finds them too."""
+    if phase is None or phase.empty:
+        return {}, {}
+    keys = phase.apply(lambda r: model_key(ViTConfig.from_row(r)), axis=1)
+    infer, train = {}, {}
+    for value in order:
+        runs = ok[ok[factor] == value]
+        if runs.empty:
+            continue
+        mine = phase[keys == model_key(ViTConfig.from_row(runs.iloc[0]))]
+        batch = pd.to_numeric(runs["batch_size"], errors="coerce").dropna() if "batch_size" in runs else pd.Series()
+        steps = mine[mine["mode"] == "train"]
+        if len(batch) and (steps["batch_size"] == batch.iloc[0]).any():
+            steps = steps[steps["batch_size"] == batch.iloc[0]]
+        infer[value] = spreads(mine[mine["mode"] == "infer"], ["mode"]).get(("infer",), {}) if len(mine) else {}
+        train[value] = spreads(steps, ["mode"]).get(("train",), {}) if len(steps) else {}
     return infer, train
 
 

@@ -17,8 +17,8 @@ from bench.csvio import SkippedInput, read_rows, skipped
 from bench.schema import BENCH_SCHEMA
 from vit import POOLINGS, VisionTransformer, ViTConfig
 
+from . import designs, findings
 from . import figures as figs
-from . import findings
 from .data import load_dataset
 from .experiments import differences, latest_rows, newest_experiment
 from .findings import CHANCE_SDS, POWER_DELTA
@@ -29,19 +29,18 @@ from .store import SweepPaths, latest_cost_phase, ok_rows, sweep_names
 
 
 def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
-    """The sweep's values in the spec's order (values the spec lacks go last, sorted)."""
+    """The sweep's settings in the spec's order (settings the spec lacks go last, sorted)."""
     present = list(rows.loc[rows["status"] == "ok", spec.factor].unique())
-    listed = [v for vals in (spec.values, *spec.values_by_img_size.values()) for v in vals]
-    order = [v for v in dict.fromkeys(listed) if v in present]
+    order = [v for v in dict.fromkeys(designs.setting_order(spec)) if v in present]
     return order + sorted(v for v in present if v not in order)
 
 
-def _base_line(rows: pd.DataFrame, factor: str) -> str:
+def _base_line(rows: pd.DataFrame, spec: SweepSpec) -> str:
     """What the sweep held fixed: every model field and training column with one value across its ok runs."""
     ok = rows[rows["status"] == "ok"]
     fields = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr"]
     fixed = [f"{name}={ok[name].iloc[0]}" for name in fields
-             if name != factor and name in ok and ok[name].nunique(dropna=False) == 1]
+             if name not in spec.varied and name in ok and ok[name].nunique(dropna=False) == 1]
     return "Held fixed: " + ", ".join(fixed) + "."
 
 
@@ -102,7 +101,8 @@ def _trained_model(row: pd.Series, paths: SweepPaths) -> VisionTransformer | Non
     return model
 
 
-def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path) -> list[str]:
+def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path,
+                   tuning: designs.Tuning | None = None) -> list[str]:
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
     ok = rows[rows["status"] == "ok"]
     cost = latest_cost_phase(paths)
@@ -115,8 +115,11 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
                       accuracy_kind=f.settings[0].acc.kind, speed_source=f.cost_source)
     lines = [f"Seeds {', '.join(map(str, seeds))}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "",
-             findings.verdict_sentence(f), "", findings.cost_sentence(f), "", *_sharing_note(ok), _base_line(rows, factor), "",
-             findings.table_markdown(f), ""]
+             *(_tuning_lines(spec, tuning, figures) if tuning else []),
+             findings.verdict_sentence(f), "", findings.cost_sentence(f), "", *_sharing_note(ok), _base_line(rows, spec),
+             "", findings.table_markdown(f), ""]
+    if spec.design == "grid" and len(spec.factors) == 2:
+        lines += _grid_lines(spec, f, ok, paths, figures, devices)
     if f.comparisons:
         lines += ["Pairwise comparisons (paired bootstrap over seeds and test images; see Method):", "",
                   findings.comparisons_markdown(f), ""]
@@ -130,6 +133,36 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
         curves = figs.learning_curves(read_table(paths.history), rows, factor, figures / f"{sweep}-curves.png", order)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
     return lines
+
+
+def _tuning_lines(spec: SweepSpec, tuning: designs.Tuning, figures: Path) -> list[str]:
+    curves = {c.setting: c.curve for c in tuning.choices}
+    picks = {c.setting: c.chosen for c in tuning.choices}
+    fig = figs.tuning_curves(curves, picks, ", ".join(tuning.fields), figures / f"{spec.name}-tuning.png",
+                             f"{spec.name}: validation accuracy against {', '.join(tuning.fields)} (ring: the pick)")
+    return designs.tuning_lines(tuning, spec.factor, fig.name)
+
+
+def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, paths: SweepPaths, figures: Path,
+                devices: str) -> list[str]:
+    """A two-factor grid's heat maps (accuracy with its interval, GMACs, training throughput) and its
+    interaction test."""
+    a, b = spec.factors
+    cells = []
+    for s in f.settings:
+        runs = ok[ok[spec.factor] == s.value]
+        step = s.train.get("throughput_img_s")
+        cells.append({a: runs[a].iloc[0], b: runs[b].iloc[0], "acc_mean": s.acc.mean, "acc_low": s.acc.low,
+                      "acc_high": s.acc.high, "gmacs": s.gmacs,
+                      "train_img_s": step.median if step else float(runs["train_throughput_img_s"].median())})
+    source = "the cost phase's training step" if all(s.train.get("throughput_img_s") for s in f.settings) else (
+        "the runs' whole-run training throughput")
+    fig = figs.grid_heatmaps(pd.DataFrame(cells), a, b, figures / f"{spec.name}-grid.png",
+                             f"{spec.label} on {devices}: each cell's mean over seeds")
+    it = designs.interaction(spec, ok, paths.preds)
+    return [f"![{spec.name} grid](figures/{fig.name})", "",
+            f"_Accuracy: mean over seeds with its 95 % interval beneath. Training throughput: {source}._", "",
+            *designs.interaction_lines(it)]
 
 
 def _sharing_note(ok: pd.DataFrame) -> list[str]:
@@ -238,19 +271,19 @@ REQUIRED = ("run_id", "status", "seed", "started_at", "dataset", "device", "devi
             "git_sha", "test_acc", "params", "gmacs", "gflops")
 
 
-def _read_table(path: Path, factor: str) -> pd.DataFrame | None:
-    """A sweep's standing rows of its newest experiment (`ablations.experiments`), or None (listed under
-    Skipped inputs) when the file lacks the report's columns."""
+def _read_table(path: Path, spec: SweepSpec) -> pd.DataFrame | None:
+    """A sweep's standing rows of its newest experiment (`ablations.experiments`), with each row's setting
+    (`designs.with_settings`), or None (listed under Skipped inputs) when the file lacks the report's columns."""
     table = read_table(path)
-    missing = [c for c in (*REQUIRED, factor) if c not in table]
+    missing = [c for c in (*REQUIRED, *spec.varied) if c not in table]
     if missing:
         if len(table.columns):
             skipped(f"{path}: no column(s) {', '.join(missing)}; file skipped (not a sweep table of this version?)")
         return None
-    table, notes = newest_experiment(latest_rows(table), factor)
+    table, notes = newest_experiment(latest_rows(table), spec.varied)
     for note in notes:
         skipped(f"{path}: {note}")
-    return table
+    return designs.with_settings(spec, table)
 
 
 def _guarded(what: str, build, *args) -> list[str]:
@@ -298,10 +331,16 @@ def _report_lines(out: Path, data_root: str | Path) -> list[str]:
     ablations, figures = out / "ablations", out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     specs = {name: load_spec(SPEC_DIR / f"{name}.toml") for name in available_sweeps()}
-    tables = {}
+    tables, tunings = {}, {}
     for name, spec in specs.items():
         if (ablations / f"{name}.csv").exists():
-            table = _read_table(ablations / f"{name}.csv", spec.factor)
+            table = _read_table(ablations / f"{name}.csv", spec)
+            if table is not None and spec.tune and (table["status"] == "ok").any():
+                try:
+                    table, tunings[name] = designs.select(spec, table)  # each setting's runs at its pick
+                except ValueError as err:
+                    skipped(f"{ablations / (name + '.csv')}: {err}; the sweep is left out")
+                    table = None
             if table is not None:
                 tables[name] = table
     all_rows = pd.concat(tables.values(), ignore_index=True) if tables else pd.DataFrame()
@@ -329,7 +368,7 @@ def _report_lines(out: Path, data_root: str | Path) -> list[str]:
         failed = rows[rows["status"] != "ok"]
         if (rows["status"] == "ok").any():
             lines += _guarded(f"the {sweep} sweep's section", _sweep_section, spec, rows, SweepPaths.of(out, sweep),
-                              figures)
+                              figures, tunings.get(sweep))
         if len(failed):
             lines.append(f"Failed runs ({len(failed)}), not counted above:")
             for _, r in failed.iterrows():
@@ -371,7 +410,7 @@ def _reference_section(out: Path, reference: Path) -> list[str]:
         mine, ref = ok_rows(read_table(SweepPaths.of(out, sweep).rows)), ok_rows(read_table(theirs))
         if len(mine) and len(ref):
             spec = SPEC_DIR / f"{sweep}.toml"
-            factor = load_spec(spec).factor if spec.exists() else ""
+            factor = load_spec(spec).varied if spec.exists() else ""
             what = differences(mine.iloc[-1], ref.iloc[-1], factor) or "the seeds"
             lines.append(f"- {sweep}: no run in common with the reference, whose runs differ in {what} "
                          f"(here vs reference): not compared.")

@@ -106,6 +106,40 @@ def compare_settings(correct: Mapping[Hashable, np.ndarray], replicates: int = R
     return [Comparison(*pair, p_holm=float(q)) for pair, q in zip(pairs, adjusted)]
 
 
+def interaction_contrasts(correct: Mapping[tuple[Hashable, Hashable], np.ndarray], levels_a: Sequence[Hashable],
+                          levels_b: Sequence[Hashable], replicates: int = REPLICATES,
+                          seed: int = BOOTSTRAP_SEED) -> list[Comparison]:
+    """Does the effect of factor A depend on factor B? For a full grid of two factors, one contrast per
+    cell (a_i, b_j) off the first row and column: the difference of differences
+    acc(a_i, b_j) − acc(a_1, b_j) − acc(a_i, b_1) + acc(a_1, b_1) (0 where A's effect is the same at b_j as
+    at b_1), with the bootstrap of `compare_settings` (test images drawn once for every cell, seeds within
+    each cell) and Holm's adjustment over the contrasts. correct[(a, b)]: (seeds, n) 0/1, as there."""
+    missing = [(a, b) for a in levels_a for b in levels_b if (a, b) not in correct]
+    if missing or len(levels_a) < 2 or len(levels_b) < 2:
+        raise ValueError(f"an interaction needs every cell of a grid of at least 2 × 2 settings; missing {missing}")
+    arrays = {k: np.atleast_2d(np.asarray(v, dtype=float)) for k, v in correct.items()}
+    sizes = {a.shape[1] for a in arrays.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"cells were evaluated on different numbers of test images: {sorted(sizes)}")
+    n = sizes.pop()
+    rng = np.random.default_rng(seed)
+    image_weights = rng.multinomial(n, np.full(n, 1.0 / n), size=replicates) / n
+    boot = {k: _replicate_means(a, image_weights, rng.integers(0, len(a), size=(len(a), replicates)))
+            for k, a in arrays.items()}
+    observed = {k: float(a.mean()) for k, a in arrays.items()}
+    a1, b1 = levels_a[0], levels_b[0]
+    found = []
+    for ai in levels_a[1:]:
+        for bj in levels_b[1:]:
+            cells = ((ai, bj), (a1, bj), (ai, b1), (a1, b1))
+            signs = (1, -1, -1, 1)
+            d = sum(s * observed[c] for s, c in zip(signs, cells))
+            dstar = sum(s * boot[c] for s, c in zip(signs, cells))
+            found.append(((ai, bj), (a1, b1), *_bootstrap_figures(d, dstar)))
+    adjusted = holm([f[-1] for f in found])
+    return [Comparison(*f, p_holm=float(q)) for f, q in zip(found, adjusted)]
+
+
 def _bootstrap_figures(d: float, dstar: np.ndarray) -> tuple[float, float, float, float, float]:
     """(difference, 2.5 and 97.5 percentiles, standard error, two-sided p) from its bootstrap replicates."""
     p = (1 + np.count_nonzero(np.abs(dstar - d) >= abs(d) - 1e-12)) / (len(dstar) + 1)

@@ -1,0 +1,246 @@
+"""Questions beyond one model field: training and augmentation fields as factors, several factors (grid or
+paired) with the interaction test, tuned settings picked on a validation split, rows that record the whole
+recipe, and results folders from before the recipe had columns."""
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import write_spec
+from helpers import run_sweep
+
+from ablations import designs, report
+from ablations.cost import CostPlan
+from ablations.schema import read_table
+from ablations.specs import SpecError, load_spec
+from ablations.stats import interaction_contrasts
+from ablations.store import SweepPaths, record, save_preds
+from ablations.tasks import Outcome, RunOptions
+from bench.recipe import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
+
+
+def options(out, seeds=(0,)):
+    return RunOptions(dataset="digits", out=str(out), seeds=seeds, progress=False, cost=CostPlan(rounds=0))
+
+
+TINY = 'embed_dim = 16\ndepth = 1\nnum_heads = 2\nmlp_ratio = 1.0'
+
+
+@pytest.mark.parametrize("factor, values, column", [("lr", "[1e-3, 4e-3]", "lr"),
+                                                    ("weight_decay", "[0.0, 0.1]", "weight_decay"),
+                                                    ("crop_padding", "[0, 2]", "crop_padding"),
+                                                    ("flip", "[false, true]", "flip")])
+def test_a_training_or_augmentation_field_is_a_factor_and_every_row_records_the_recipe(tmp_path, factor, values, column):
+    spec = load_spec(write_spec(tmp_path / f"{factor}.toml", factor, values, TINY, "epochs = 1\nbatch_size = 128"))
+    points = spec.points(8, 1, 10)
+    assert [getattr(p.train, factor) for p in points] == list(spec.values)
+    summary = run_sweep(spec.name, points, options(tmp_path / "out"))
+    assert summary["statuses"] == {"ok": 2}
+    rows = read_table(SweepPaths.of(tmp_path / "out", spec.name).rows)
+    for point, (_, row) in zip(points, rows.iterrows()):
+        for f in dataclasses.fields(TrainConfig):  # every recipe field under its own name
+            expected = getattr(point.train, f.name)
+            if f.name == "dtype":
+                expected = "fp32"
+            elif f.name == "compile":
+                expected = int(expected)
+            elif f.name == "crop_padding" and expected is None:
+                expected = 1  # digits' default, as the run applied it
+            elif f.name == "flip" and expected is None:
+                expected = False
+            got = row[f.name]
+            assert (got == expected) or (isinstance(expected, float) and got == pytest.approx(expected)), f.name
+        assert row["batch_size"] == 128 and row["train_size"] == 1437 and pd.isna(row["val_size"])
+    # two settings of a training field that change what is learned give different runs
+    assert rows["run_id"].nunique() == 2 and rows["experiment_id"].nunique() == 1
+
+
+def test_a_value_a_field_refuses_names_the_file_point_and_field(tmp_path):
+    with pytest.raises(SpecError, match=r"bad\.toml: point lr=-1\.0: TrainConfig\.lr must be"):
+        load_spec(write_spec(tmp_path / "bad.toml", "lr", "[1e-3, -1.0]")).points(8, 1, 10)
+    with pytest.raises(SpecError, match=r"fixed\.toml: \[sweep\] factor='num_classes' is not a field a sweep can "
+                                        r"vary \(the dataset sets it\)"):
+        load_spec(write_spec(tmp_path / "fixed.toml", "num_classes", "[2, 3]"))
+    with pytest.raises(SpecError, match=r"crop\.toml: point crop_padding=-1: TrainConfig\.crop_padding must be"):
+        load_spec(write_spec(tmp_path / "crop.toml", "crop_padding", "[-1, 1]")).points(8, 1, 10)
+
+
+def grid_spec(tmp_path, design="grid", extra=""):
+    path = tmp_path / f"{design}.toml"
+    path.write_text(f'[sweep]\nfactors = ["depth", "lr"]\ndesign = "{design}"\n\n[values]\ndepth = [1, 2]\n'
+                    f'lr = [1e-3, 4e-3]\n{extra}\n[model]\npreset = "vit_digits"\n{TINY}\n\n[train]\nepochs = 1\n')
+    return load_spec(path)
+
+
+def test_a_grid_gives_every_combination_once_and_paired_lists_go_together(tmp_path):
+    grid = grid_spec(tmp_path).points(8, 1, 10)
+    assert [(p.model.depth, p.train.lr) for p in grid] == [(1, 1e-3), (1, 4e-3), (2, 1e-3), (2, 4e-3)]
+    assert [p.label for p in grid][1] == "depth=1, lr=0.004" and grid[0].fields == ("depth", "lr")
+    paired = grid_spec(tmp_path, "paired").points(8, 1, 10)
+    assert [(p.model.depth, p.train.lr) for p in paired] == [(1, 1e-3), (2, 4e-3)]
+    with pytest.raises(SpecError, match="paired.*needs lists of one length, got depth: 2, lr: 3"):
+        path = tmp_path / "uneven.toml"
+        path.write_text('[sweep]\nfactors = ["depth", "lr"]\ndesign = "paired"\n[values]\ndepth = [1, 2]\n'
+                        'lr = [1e-3, 2e-3, 4e-3]\n')
+        load_spec(path)
+    with pytest.raises(SpecError, match=r"\[values\] must give a list for each factor.*missing lr"):
+        path = tmp_path / "missing.toml"
+        path.write_text('[sweep]\nfactors = ["depth", "lr"]\n[values]\ndepth = [1, 2]\n')
+        load_spec(path)
+    # a grid sweep trains: every combination once
+    summary = run_sweep("grid", grid, options(tmp_path / "out"))
+    rows = read_table(SweepPaths.of(tmp_path / "out", "grid").rows)
+    assert summary["statuses"] == {"ok": 4} and rows["run_id"].nunique() == 4
+    assert sorted(zip(rows["depth"], rows["lr"])) == [(1, 1e-3), (1, 4e-3), (2, 1e-3), (2, 4e-3)]
+
+
+# --- the interaction test --------------------------------------------------------------------------
+
+def cell_runs(accuracy: dict, seeds=3, n=3000, seed=0) -> dict:
+    """(seeds, n) 0/1 correctness per cell, each seed's images right with the cell's probability."""
+    rng = np.random.default_rng(seed)
+    return {cell: (rng.random((seeds, n)) < p).astype(float) for cell, p in accuracy.items()}
+
+
+def test_interaction_contrasts_equal_the_difference_of_differences_and_find_a_planted_one():
+    additive = {(a, b): 0.70 + 0.05 * a + 0.08 * b for a in (0, 1, 2) for b in (0, 1)}
+    correct = cell_runs(additive)
+    found = interaction_contrasts(correct, [0, 1, 2], [0, 1])
+    means = {k: v.mean() for k, v in correct.items()}
+    for c in found:
+        (ai, bj) = c.a
+        assert c.diff == pytest.approx(means[(ai, bj)] - means[(0, bj)] - means[(ai, 0)] + means[(0, 0)], abs=1e-12)
+    assert len(found) == 2 and all(c.p_holm >= 0.05 for c in found)  # additive: none claimed
+    planted = {**additive, (2, 1): additive[(2, 1)] + 0.10}
+    found = interaction_contrasts(cell_runs(planted), [0, 1, 2], [0, 1])
+    assert found[-1].a == (2, 1) and found[-1].p_holm < 0.05 and 0.06 < found[-1].diff < 0.14
+    assert found[0].p_holm >= 0.05
+    with pytest.raises(ValueError, match="every cell of a grid"):
+        interaction_contrasts({k: v for k, v in planted.items() if k != (1, 1)}, [0, 1, 2], [0, 1])
+
+
+def write_grid_results(out: Path, spec, accuracy: dict, seeds=(0, 1, 2), n=2000) -> pd.DataFrame:
+    """A results folder of the grid sweep `spec` whose runs have these cell accuracies (rows and predictions)."""
+    paths = SweepPaths.of(out, spec.name)
+    rng = np.random.default_rng(1)
+    target = np.zeros(n, dtype=np.int32)
+    for i, point in enumerate(spec.points(8, 1, 10)):
+        for s in seeds:
+            correct = rng.random(n) < accuracy[(point.model.depth, point.train.lr)]
+            pred = np.where(correct, 0, 1)
+            run_id = f"{i:06x}{s:06x}"
+            row = {"run_id": run_id, "status": "ok", "seed": s, "started_at": "2026-11-23T10:00:00+00:00",
+                   "dataset": "digits", "device": "cpu", "device_name": "test CPU", "torch_version": "2", "git_sha": "",
+                   "test_acc": correct.mean(), "params": 1000 * point.model.depth, "gmacs": 0.001 * point.model.depth,
+                   "gflops": 0.002 * point.model.depth, "test_size": n, "train_time_s": 1.0 + s,
+                   "train_throughput_img_s": 500.0 / point.model.depth, "sweep": spec.name,
+                   **point.model.to_dict(), **point.train.to_dict(), "dtype": "fp32", "compile": 0}
+            record(Outcome(row, [], None, save_preds(pred, target)), paths)
+    return read_table(paths.rows)
+
+
+@pytest.mark.parametrize("planted, claimed", [(0.0, False), (0.12, True)])
+def test_the_report_draws_a_grid_and_states_its_interaction_only_when_there_is_one(tmp_path, planted, claimed):
+    spec = grid_spec(tmp_path)
+    accuracy = {(d, lr): 0.70 + 0.05 * (d - 1) + (0.08 if lr > 2e-3 else 0.0) for d in (1, 2) for lr in (1e-3, 4e-3)}
+    accuracy[(2, 4e-3)] += planted
+    rows = designs.with_settings(spec, write_grid_results(tmp_path / "out", spec, accuracy))
+    assert set(rows[spec.factor]) == {"1 × 0.001", "1 × 0.004", "2 × 0.001", "2 × 0.004"}
+    figures = tmp_path / "out" / "figures"
+    figures.mkdir()
+    lines = "\n".join(report._sweep_section(spec, rows, SweepPaths.of(tmp_path / "out", spec.name), figures))
+    assert (figures / "grid-grid.png").exists() and "![grid grid](figures/grid-grid.png)" in lines
+    if claimed:
+        assert "**Interaction of depth and lr detected**" in lines and "depth=2 at lr=0.004" in lines
+    else:
+        assert "**No interaction of depth and lr detectable**" in lines and "detected" not in lines
+
+
+# --- tuned comparisons -----------------------------------------------------------------------------
+
+def tuned_rows(spec, val: dict, test: dict) -> pd.DataFrame:
+    found = []
+    for i, point in enumerate(spec.points(8, 1, 10)):
+        key = (point.value, point.train.lr)
+        for s in (0, 1, 2):
+            found.append({"run_id": f"{i:06x}{s:06x}", "status": "ok", "seed": s, "norm": point.value,
+                          "lr": point.train.lr, "val_acc": val[key] + 0.001 * s, "test_acc": test[key],
+                          "val_size": 144})
+    return pd.DataFrame(found)
+
+
+def test_tuning_picks_by_validation_accuracy_never_test_accuracy_and_warns_at_the_grid_edge(tmp_path):
+    path = tmp_path / "tuned.toml"
+    path.write_text('[sweep]\nfactor = "norm"\nvalues = ["pre", "post"]\n[tune]\nlr = [1e-3, 2e-3, 4e-3]\n'
+                    'holdout = 0.1\n[model]\npreset = "vit_digits"\n[train]\nepochs = 1\n')
+    spec = load_spec(path)
+    points = spec.points(8, 1, 10)
+    assert len(points) == 6 and all(p.train.holdout == 0.1 and p.train.holdout_seed == 0 for p in points)
+    assert [dict(p.tuned)["lr"] for p in points] == [1e-3, 2e-3, 4e-3] * 2
+    # pre: validation prefers 2e-3, the test set would prefer 4e-3; post: validation prefers 4e-3 (the edge)
+    val = {("pre", 1e-3): 0.90, ("pre", 2e-3): 0.95, ("pre", 4e-3): 0.91,
+           ("post", 1e-3): 0.80, ("post", 2e-3): 0.85, ("post", 4e-3): 0.88}
+    test = {("pre", 1e-3): 0.90, ("pre", 2e-3): 0.92, ("pre", 4e-3): 0.97,
+            ("post", 1e-3): 0.80, ("post", 2e-3): 0.90, ("post", 4e-3): 0.86}
+    kept, tuning = designs.select(spec, tuned_rows(spec, val, test))
+    picks = {c.setting: c.chosen for c in tuning.choices}
+    assert picks == {"pre": (2e-3,), "post": (4e-3,)}
+    assert sorted(kept.groupby("norm")["lr"].unique().map(tuple).items()) == [("post", (4e-3,)), ("pre", (2e-3,))]
+    assert len(kept) == 6 and tuning.val_size == 144
+    text = "\n".join(designs.tuning_lines(tuning, spec.factor, "x.png"))
+    assert "**Widen the grid**: post picked lr=0.004" in text and "pre picked" not in text
+    assert "| pre | lr=0.002 |" in text and "144 images, 10 % of it" in text
+    rows = tuned_rows(spec, val, test).assign(val_acc=np.nan)
+    with pytest.raises(ValueError, match="no validation accuracy"):
+        designs.select(spec, rows)
+
+
+def test_a_validation_split_is_held_out_of_training_the_same_for_every_seed(tmp_path):
+    spec_path = tmp_path / "t.toml"
+    spec_path.write_text('[sweep]\nfactor = "depth"\nvalues = [1]\n[tune]\nlr = [1e-3, 4e-3]\nholdout = 0.2\n'
+                         '[model]\npreset = "vit_digits"\nembed_dim = 16\nnum_heads = 2\nmlp_ratio = 1.0\n'
+                         '[train]\nepochs = 1\nbatch_size = 128\n')
+    spec = load_spec(spec_path)
+    run_sweep(spec.name, spec.points(8, 1, 10), options(tmp_path / "out", seeds=(0, 1)))
+    rows = read_table(SweepPaths.of(tmp_path / "out", "t").rows)
+    assert (rows["train_size"] == 1437 - 287).all() and (rows["val_size"] == 287).all()
+    assert rows["val_acc"].between(0, 1).all() and (rows["holdout"] == 0.2).all()
+    history = read_table(SweepPaths.of(tmp_path / "out", "t").history)
+    assert history["val_acc"].notna().all()
+    # with no tuning asked for nothing changes: the same run ids as a recipe without the new fields
+    plain = load_spec(write_spec(tmp_path / "plain.toml", "depth", "[1]")).points(8, 1, 10)[0]
+    assert "holdout" not in plain.train.identity() and "crop_padding" not in plain.train.identity()
+
+
+# --- results folders from before the recipe columns -------------------------------------------------
+
+def test_an_old_results_folder_is_read_appended_to_and_reported(tmp_path):
+    out = tmp_path / "old"
+    shutil.copytree(ROOT / "results" / "reference" / "ablations", out / "ablations",
+                    ignore=shutil.ignore_patterns("weights", "checkpoints"))
+    paths = SweepPaths.of(out, "depth")
+    header = paths.rows.read_text().splitlines()[0].split(",")
+    assert "mode" in header and "infer_batch_size" not in header  # the old format
+    old = read_table(paths.rows)
+    assert (old["infer_batch_size"] == 256).all() and old["batch_size"].isna().all()
+    # append a row of today's format: the header grows, the old rows keep their cells
+    new = old.iloc[0].to_dict()
+    new.update(run_id="abcdef012345", seed=7, started_at="2026-11-23T23:00:00+00:00", batch_size=64,
+               infer_batch_size=256, weight_decay=0.05, grad_clip=1.0, val_acc=None, mode=None)
+    target = np.load(paths.preds / f"{old.iloc[0]['run_id']}.npz")["target"]
+    record(Outcome(new, [], None, save_preds(target, target)), paths)
+    both = read_table(paths.rows)
+    assert len(both) == len(old) + 1 and both.iloc[-1]["batch_size"] == 64 and both.iloc[0]["infer_batch_size"] == 256
+    assert "infer_batch_size" in paths.rows.read_text().splitlines()[0]
+    text = report.build_report(out, reference=None).read_text()
+    assert "## depth: depth (blocks)" in text and "another experiment" not in text.split("## depth")[1].split("##")[0]

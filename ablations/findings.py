@@ -300,7 +300,27 @@ def table_markdown(f: SweepFindings) -> str:
     if reused:
         lines.append(f"† copied from the {', '.join(reused)} sweep's identical runs (same run_id, so the same "
                      f"result): trained at another time, so their wall time is not side by side with the others'.")
-    return "\n".join(lines)
+    return "\n".join(lines + _latency_table(f))
+
+
+def _latency_table(f: SweepFindings) -> list[str]:
+    """Step-latency percentiles and energy per image from the cost phase, where it recorded them."""
+    if not any(d.get("step_ms_p99") for s in f.settings for d in (s.infer, s.train)):
+        return []
+
+    def cell(d: dict, fmt: str = ".2f") -> str:
+        return " / ".join(_or_dash_spread(d.get(f"step_ms_p{q}"), fmt) for q in (50, 90, 99))
+    lines = ["", f"| {f.factor} | infer step ms p50 / p90 / p99 | train step ms p50 / p90 / p99 | J per image infer / "
+                 f"train |", "|---|---|---|---|"]
+    for s in f.settings:
+        energy = " / ".join(_or_dash_spread(d.get("energy_j_per_img"), ".3g") for d in (s.infer, s.train))
+        lines.append(f"| {s.value} | {cell(s.infer)} | {cell(s.train)} | {energy} |")
+    return lines + ["", "Latency: each percentile of one round's step times, median over the cost phase's rounds; "
+                        "energy from the device's counter (— where it has none readable)."]
+
+
+def _or_dash_spread(s: Spread | None, fmt: str) -> str:
+    return "—" if s is None or s.median != s.median else format(s.median, fmt)
 
 
 def comparisons_markdown(f: SweepFindings) -> str:

@@ -268,8 +268,8 @@ def preflight(paths: SweepPaths, runs: int, need: int) -> int:
 
 # --- cost phases, read back ------------------------------------------------------------------------
 
-SPEED_FIGURES = ("throughput_img_s", "step_ms_median", "peak_mem_mb", "mfu", "util_pct", "gpu_mem_used_mb",
-                 "power_w")
+SPEED_FIGURES = ("throughput_img_s", "step_ms_median", "step_ms_p50", "step_ms_p90", "step_ms_p99", "peak_mem_mb",
+                 "mfu", "util_pct", "gpu_mem_used_mb", "power_w", "energy_j_per_img")
 
 
 def model_key(cfg: ViTConfig) -> str:
@@ -332,5 +332,6 @@ def row_figures(phase: pd.DataFrame) -> dict[str, dict[str, Any]]:
         figures[key] = {**{f: (None if s.median != s.median else s.median) for f, s in spread.items()},
                         "infer_batch_size": int(group["batch_size"].iloc[0]), "step_ms_iqr": step.iqr,
                         "util_source": group["util_source"].iloc[0], "repeats": int(group["repeats"].sum()),
+                        "energy_source": group["energy_source"].iloc[0] if "energy_source" in group else "",
                         "cost_rounds": step.n}
     return figures

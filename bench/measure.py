@@ -10,6 +10,7 @@ from torch import nn
 
 from .choices import MODES
 from .contention import LoadMeter
+from .energy import EnergyMeter, energy_counter
 from .flops import count_macs, param_count
 from .memory import peak_mem_mb
 from .mfu import matmul_peak, mfu
@@ -81,13 +82,17 @@ def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: in
     labels = torch.randint(0, num_classes, (mcfg.batch_size,), device=device)
     step, alive = (step_factory or default_step(mcfg, device))(model, images, labels)
     timing: Timing
+    energy = EnergyMeter(energy_counter(device))
     with LoadMeter(device) as meter, UtilSampler(reader_for(device)) as sampler:
-        timing = time_steps(step, device, mcfg.timing)
+        timing = time_steps(step, device, mcfg.timing, around=energy)
     util = sampler.summary()
     row: dict[str, object] = {
         "mode": mcfg.mode, "batch_size": mcfg.batch_size, "dtype": mcfg.dtype, "compile": int(mcfg.compile),
         "throughput_img_s": timing.throughput(mcfg.batch_size), "step_ms_median": timing.median_ms,
         "step_ms_iqr": timing.iqr_ms, "repeats": len(timing.times_ms),
+        **{f"step_ms_p{q}": timing.percentile_ms(q) for q in (50, 90, 99)},
+        "energy_j_per_img": None if energy.joules is None else energy.joules / (len(timing.times_ms) * mcfg.batch_size),
+        "energy_source": energy.source,
         "util_pct": util.get("util_pct"), "util_source": util["util_source"],
         "gpu_mem_used_mb": util.get("gpu_mem_used_mb"), "power_w": util.get("power_w"),
         **meter.load.columns(),

@@ -121,6 +121,10 @@ SPEED = [
     Column("throughput_img_s", "images/s", "batch_size / median step time"),
     Column("step_ms_median", "ms", "median wall time of one step (CUDA events on a GPU)"),
     Column("step_ms_iqr", "ms", "interquartile range of the step times"),
+    Column("step_ms_p50", "ms", "50th percentile (median) of the step times, numpy's linear interpolation"),
+    Column("step_ms_p90", "ms", "90th percentile of the step times: the latency 9 in 10 steps stay under"),
+    Column("step_ms_p99", "ms", "99th percentile of the step times (with fewer than 100 timed steps it "
+                                "interpolates towards the slowest)"),
     Column("peak_mem_mb", "MiB", "peak tensor memory of one step: CUDA allocator peak, or MemTracker's on the "
                                  "CPU (parameters, optimizer state and activations, not process RSS)"),
     Column("util_pct", "%", "GPU utilisation from NVML during the timed steps, or on the CPU this process's "
@@ -141,6 +145,11 @@ SPEED = [
 EXTRA = [
     Column("gpu_mem_used_mb", "MiB", "device memory in use per NVML during the timed steps (all processes)"),
     Column("power_w", "W", "board power per NVML during the timed steps"),
+    Column("energy_j_per_img", "J/image", "energy over the timed steps from the device's cumulative counter "
+                                          "(NVML's GPU energy; RAPL package energy on a CPU where readable) "
+                                          "divided by their images; the whole board's or socket's, other "
+                                          "processes included; blank without a counter"),
+    Column("energy_source", "", "nvml or rapl: the counter behind energy_j_per_img; blank without one", "text"),
     Column("repeats", "steps", "timed steps behind the figures", "int"),
 ]
 

@@ -7,9 +7,11 @@ cuDNN autotuning and allocator growth) are run and discarded before timing.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +49,10 @@ class Timing:
         q1, q3 = np.percentile(self.times_ms, [25, 75])
         return float(q3 - q1)
 
+    def percentile_ms(self, q: float) -> float:
+        """The q-th percentile of the step times (numpy's linear interpolation)."""
+        return float(np.percentile(self.times_ms, q))
+
     def throughput(self, items_per_step: int) -> float:
         return items_per_step / (self.median_ms / 1e3)
 
@@ -65,14 +71,16 @@ def _time_one(step: Callable[[], object], device: torch.device) -> float:
 
 
 def time_steps(step: Callable[[], object], device: torch.device | str = "cpu",
-               cfg: TimingConfig = TimingConfig()) -> Timing:
-    """Run `step` cfg.warmup times untimed, then time it until both repeat and time floors are met."""
+               cfg: TimingConfig = TimingConfig(), around: AbstractContextManager | None = None) -> Timing:
+    """Run `step` cfg.warmup times untimed, then time it until both repeat and time floors are met.
+    `around`: a context entered for the timed steps alone (after the warm-up; left with the device idle)."""
     device = torch.device(device)
     for _ in range(cfg.warmup):
         step()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     times: list[float] = []
-    while len(times) < cfg.max_repeats and (len(times) < cfg.min_repeats or sum(times) < cfg.min_time_s * 1e3):
-        times.append(_time_one(step, device))
+    with around or contextlib.nullcontext():
+        while len(times) < cfg.max_repeats and (len(times) < cfg.min_repeats or sum(times) < cfg.min_time_s * 1e3):
+            times.append(_time_one(step, device))
     return Timing(tuple(times))

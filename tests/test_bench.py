@@ -6,6 +6,7 @@ import re
 import sys
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -342,3 +343,60 @@ def test_every_mfu_row_stores_the_peak_it_was_divided_by(tmp_path, monkeypatch):
     assert row["mfu_peak_gflops"] == 250.0 and row["mfu_peak_at"]
     assert row["mfu"] == pytest.approx(0.01e9 * row["throughput_img_s"] / 2.5e11)
     assert row["contended"] in (0, 1) and row["other_cpu_pct"] is not None
+
+
+def test_latency_percentiles_are_numpys_of_the_recorded_step_times_and_energy_is_per_timed_image(monkeypatch):
+    """p50/p90/p99 of the very step times `measure` timed; energy over the timed steps (not the warm-up)
+    from the device's counter, divided by their images; blank without a counter."""
+    import bench.measure as measure_module
+    from bench.measure import MeasureConfig, measure
+    from bench.timing import TimingConfig
+    from vit import VisionTransformer, ViTConfig
+
+    recorded, reads = [], iter([100.0, 103.5])
+
+    class Counter:
+        source = "rapl"
+
+        def read(self):
+            return next(reads)
+
+    real = measure_module.time_steps
+
+    def spy(*args, **kwargs):
+        timing = real(*args, **kwargs)
+        recorded.append(timing.times_ms)
+        return timing
+    monkeypatch.setattr(measure_module, "time_steps", spy)
+    monkeypatch.setattr(measure_module, "energy_counter", lambda device: Counter())
+    cfg = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2)
+    mcfg = MeasureConfig(batch_size=4, timing=TimingConfig(warmup=2, min_repeats=37, min_time_s=0.0),
+                         measure_memory=False, measure_mfu=False)
+    row = measure(VisionTransformer(cfg), (1, 8, 8), 10, mcfg, torch.device("cpu"))
+    times = recorded[0]
+    assert len(times) == 37 and row["repeats"] == 37
+    for q in (50, 90, 99):
+        assert row[f"step_ms_p{q}"] == pytest.approx(float(np.percentile(times, q)), rel=0, abs=0)
+    assert row["step_ms_p50"] == pytest.approx(row["step_ms_median"])
+    assert row["energy_j_per_img"] == pytest.approx(3.5 / (37 * 4)) and row["energy_source"] == "rapl"
+    monkeypatch.setattr(measure_module, "energy_counter", lambda device: None)
+    row = measure(VisionTransformer(cfg), (1, 8, 8), 10, mcfg, torch.device("cpu"))
+    assert row["energy_j_per_img"] is None and row["energy_source"] == ""
+
+
+def test_rapl_energy_sums_the_packages_and_undoes_the_counters_wrap_around(tmp_path):
+    from bench.energy import EnergyMeter, RaplEnergy
+
+    for zone, start in (("intel-rapl:0", 999_000_000), ("intel-rapl:1", 5_000_000)):
+        (tmp_path / zone).mkdir()
+        (tmp_path / zone / "max_energy_range_uj").write_text("1000000000\n")
+        (tmp_path / zone / "energy_uj").write_text(f"{start}\n")
+    (tmp_path / "intel-rapl:0:0").mkdir()  # a sub-zone (core): not a package, not summed
+    counter = RaplEnergy(tmp_path)
+    assert [z.name for z in counter.zones] == ["intel-rapl:0", "intel-rapl:1"]
+    with EnergyMeter(counter) as meter:
+        (tmp_path / "intel-rapl:0" / "energy_uj").write_text("2000000\n")   # wrapped: +3 J
+        (tmp_path / "intel-rapl:1" / "energy_uj").write_text("6500000\n")   # +1.5 J
+    assert meter.joules == pytest.approx(4.5) and meter.source == "rapl"
+    with pytest.raises(OSError, match="no RAPL package zones"):
+        RaplEnergy(tmp_path / "nothing")

@@ -1,10 +1,19 @@
 # vitbench — every target that needs Python depends on the install stamp, so any target can come first.
 PYTHON     ?= python3
 VENV       := .venv
+# The torch build this machine's registry serves. TORCH_SPEC= keeps the torch of $(PYTHON)'s environment
+# (system, conda or an active venv): the venv then sees that environment's packages and installs no torch.
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+# INSTALL=0: no venv and no install step; run with an existing Python (PY=python3, default $(PYTHON)),
+# after checking that it can import every module vitbench needs (the missing ones named in one line)
+INSTALL    ?= 1
+ifeq ($(filter 0 no false,$(INSTALL)),)
 PY         := $(VENV)/bin/python
 STAMP      := $(VENV)/.installed
-# The torch build this machine's registry serves; set TORCH_SPEC= to keep your own torch install.
-TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+else
+PY         ?= $(PYTHON)
+STAMP      := check-env
+endif
 # optional extras: test (pytest and plugins); ray (EXECUTOR=ray) is opt-in: make install EXTRAS=test,ray
 EXTRAS     ?= test
 
@@ -50,16 +59,21 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)
   $(call opt,--gpus-per-task,$(GPUS_PER_TASK))
 INTO_REF = $(call switch,--into-reference,$(INTO_REFERENCE))
 
-.PHONY: install test lint test-gpu crash-test calibrate predict ablations train bench bench-tokens bench-speed bench-step compare report clean
+.PHONY: install check-env test lint test-gpu crash-test calibrate predict ablations train bench bench-tokens bench-speed bench-step compare report clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(if $(strip $(TORCH_SPEC)),,--system-site-packages) $(VENV)
+	$(if $(strip $(TORCH_SPEC)),,$(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$$($(VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/vitbench-base-env.pth")
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(if $(strip $(TORCH_SPEC)),$(VENV)/bin/pip install --quiet $(TORCH_SPEC))
 	$(VENV)/bin/pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
+
+# INSTALL=0: the Python at hand must import everything vitbench needs (no network, no pip)
+check-env:
+	$(PY) -m ablations.envcheck $(EXTRAS)
 
 # the linter (ruff, configured in pyproject.toml), then the suite
 test: $(STAMP)

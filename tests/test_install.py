@@ -1,0 +1,42 @@
+"""Running in the user's environment: `make … INSTALL=0 PY=…` uses the Python at hand with no venv and no
+install step (so no network), after checking that it imports every requirement; one missing is named."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ablations.envcheck import required
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make(*args, env=None):
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_install_0_runs_with_the_python_at_hand_and_no_install_step(tmp_path):
+    planned = make("-n", "ablations", "INSTALL=0", f"PY={sys.executable}", "DRY_RUN=1", f"OUT={tmp_path}")
+    assert planned.returncode == 0
+    assert "pip install" not in planned.stdout and "-m venv" not in planned.stdout  # no install: no network needed
+    assert f"{sys.executable} -m ablations.envcheck" in planned.stdout
+    done = make("ablations", "INSTALL=0", f"PY={sys.executable}", "DRY_RUN=1", f"OUT={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    assert "every module vitbench needs imports" in done.stdout and "sweep patch:" in done.stdout
+
+
+def test_install_0_names_a_missing_module_in_one_line(tmp_path):
+    (tmp_path / "einops.py").write_text('raise ImportError("not installed here")\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = make("ablations", "INSTALL=0", f"PY={sys.executable}", "DRY_RUN=1", f"OUT={tmp_path / 'out'}", env=env)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot import einops;" in errors[0] and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()  # stopped before any work
+
+
+def test_the_check_reads_every_requirement_of_pyproject_with_its_module_name():
+    names = required(["test"])
+    assert {"torch", "torchvision", "einops", "sklearn", "pynvml", "pytest", "pytest_benchmark", "ruff"} <= set(names)
+    assert ("tomli" in required([])) == (sys.version_info < (3, 11))  # a marker that applies or not

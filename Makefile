@@ -35,6 +35,7 @@ OUT       ?= results
 CHECKPOINT_EVERY ?=
 DRY_RUN   ?=
 INTO_REFERENCE ?=
+TENSORBOARD ?=
 EXECUTOR  ?=
 JOBS      ?=
 THREADS   ?=
@@ -54,7 +55,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)
   $(call opt,--device,$(DEVICE)) $(call opt,--dtype,$(DTYPE)) $(call opt,--compile,$(COMPILE)) \
   $(call opt,--graphs,$(GRAPHS)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) \
   $(call qopt,--out,$(OUT)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) $(call switch,--dry-run,$(DRY_RUN)) \
-  $(INTO_REF) $(call opt,--executor,$(EXECUTOR)) $(call opt,--jobs,$(JOBS)) $(call opt,--threads,$(THREADS)) \
+  $(INTO_REF) $(call switch,--tensorboard,$(TENSORBOARD)) $(call opt,--executor,$(EXECUTOR)) $(call opt,--jobs,$(JOBS)) $(call opt,--threads,$(THREADS)) \
   $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) \
   $(call opt,--gpus-per-task,$(GPUS_PER_TASK))
 INTO_REF = $(call switch,--into-reference,$(INTO_REFERENCE))

@@ -24,7 +24,7 @@ from bench.recipe import TrainConfig
 from bench.reference import refusal
 from vit import PRESETS, VisionTransformer, ViTConfig, checkpoint_id, init_from_checkpoint
 
-from . import choices
+from . import choices, tensorboard
 from .cost import CostPlan
 from .data import DATASETS, cached_dataset
 from .executors import EXECUTORS, Executor, ExecutorOptions
@@ -67,7 +67,7 @@ def _options(args: argparse.Namespace, init: str = "") -> RunOptions:
     return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
                       device=args.device, out=args.out, init=init, init_id=init_id,
                       cost=CostPlan(rounds=args.cost_rounds), checkpoint_every=args.checkpoint_every,
-                      graphs=bool(args.graphs))
+                      graphs=bool(args.graphs), tensorboard=args.tensorboard)
 
 
 def _fetch_pretrained(args: argparse.Namespace) -> None:
@@ -185,8 +185,9 @@ def _summary(results: list[dict[str, Any]], elapsed: float, report_hint: str = "
 
 
 def _check_out(args: argparse.Namespace) -> None:
-    """ValueError for an OUT that holds the committed reference results, unless --into-reference."""
-    message = refusal(args.out, args.into_reference)
+    """ValueError for an OUT that holds the committed reference results, unless --into-reference; for
+    TENSORBOARD=1 without the package."""
+    message = refusal(args.out, args.into_reference) or (tensorboard.available() if args.tensorboard else "")
     if message:
         raise ValueError(message)
 

@@ -114,6 +114,8 @@ RUN = (
            type=integer(0, "checkpoint-every must be auto or an integer ≥ 0 (0: never)", auto=True),
            metavar="N|auto"),
     Option("--dry-run", "list the runs and what is done; train nothing", "DRY_RUN", switch=True),
+    Option("--tensorboard", "write each finished run's TensorBoard events to <out>/tensorboard/<sweep>/<run_id>/ "
+                            "(needs the tensorboard extra)", "TENSORBOARD", switch=True),
     INTO_REFERENCE,
 )
 

@@ -29,7 +29,7 @@ from bench.env import resolve_device
 from bench.mfu import Peak
 from vit import VisionTransformer
 
-from . import store
+from . import store, tensorboard
 from .cost import run_cost_phases
 from .data import Dataset
 from .executors.base import Executor, ExecutorOptions
@@ -190,12 +190,19 @@ def _ship_peaks(shares: list[_Share]) -> None:
         share.todo = tasks
 
 
+def _keep(outcome: Outcome, share: _Share) -> None:
+    """Record a run in its sweep's folder (`store.record`), and its TensorBoard events where asked for."""
+    record(outcome, share.paths)
+    if share.options.tensorboard and outcome.row.get("status") == "ok":
+        tensorboard.write_run(share.options.out, outcome.row, outcome.history)
+
+
 def _reuse_finished(share: _Share) -> None:
     """Record the runs that another sweep under the same OUT already finished; the rest are left to train."""
     elsewhere = store.finished_elsewhere(share.paths.out, share.sweep) if share.todo else {}
     for task in share.todo:
         if task.run_id in elsewhere:
-            record(reuse(task, *elsewhere[task.run_id], share.paths), share.paths)
+            _keep(reuse(task, *elsewhere[task.run_id], share.paths), share)
             share.reused += 1
     share.todo = [t for t in share.todo if t.run_id not in elsewhere]
     share.resumable = sum(share.paths.checkpoint(t.run_id).exists() for t in share.todo)
@@ -218,7 +225,7 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
         for task, outcome in outcomes:
             outcome.row["jobs"] = executor.jobs
             share = by_sweep[task.point.sweep]
-            record(outcome, share.paths)
+            _keep(outcome, share)
             if starved(outcome.row):
                 share.starved.append(float(outcome.row["train_util_pct"]))
             status = outcome.row["status"]
@@ -250,7 +257,7 @@ def _record_twin(twin: Task, trained_in: str, outcome: Outcome, share: _Share) -
     """Record, in `share`'s sweep, the outcome of the same run trained for another sweep of this command:
     an ok run as a reuse (its files are on disk now); a failed one as the same failure, retried by a rerun."""
     if outcome.row["status"] == "ok":
-        record(reuse(twin, trained_in, outcome.row, share.paths), share.paths)
+        _keep(reuse(twin, trained_in, outcome.row, share.paths), share)
         share.reused += 1
         return
     row = {**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in,

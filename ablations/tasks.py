@@ -29,7 +29,8 @@ class RunOptions:
     init: str = ""     # a timm checkpoint file to start every run from
     init_id: str = ""  # its name and sha256 prefix (vit.checkpoint_id), part of each run's identity
     checkpoint_every: int | None = None  # epochs between a run's checkpoints; 0 never; None auto (train.Checkpointing)
-    graphs: bool = True  # on CUDA, the training step as CUDA graphs (train.StaticStep); not part of a run's identity
+    graphs: bool = True  # on CUDA, the training step as CUDA graphs (bench.step.StaticStep); not part of a run's identity
+    tensorboard: bool = False  # write each finished run's TensorBoard events (ablations.tensorboard)
 
 
 @dataclass(frozen=True)

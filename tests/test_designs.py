@@ -244,3 +244,29 @@ def test_an_old_results_folder_is_read_appended_to_and_reported(tmp_path):
     assert "infer_batch_size" in paths.rows.read_text().splitlines()[0]
     text = report.build_report(out, reference=None).read_text()
     assert "## depth: depth (blocks)" in text and "another experiment" not in text.split("## depth")[1].split("##")[0]
+
+
+def test_tensorboard_events_read_back_equal_the_history_rows(tmp_path):
+    EventAccumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator").EventAccumulator
+
+    from ablations import tensorboard
+
+    spec = load_spec(write_spec(tmp_path / "tb.toml", "depth", "[1]", TINY, "epochs = 3\nbatch_size = 256\nholdout = 0.1"))
+    run_sweep("tb", spec.points(8, 1, 10), dataclasses.replace(options(tmp_path / "out"), tensorboard=True))
+    paths = SweepPaths.of(tmp_path / "out", "tb")
+    row, history = read_table(paths.rows).iloc[0], read_table(paths.history)
+    events = EventAccumulator(str(tensorboard.folder(tmp_path / "out", "tb", row["run_id"]))).Reload()
+    for column, tag in tensorboard.SCALARS.items():
+        got = [(e.step, e.value) for e in events.Scalars(tag)]
+        assert got == [(int(h["epoch"]), pytest.approx(float(h[column]), rel=1e-6)) for _, h in history.iterrows()], tag
+    assert len(history) == 3 and history["val_acc"].notna().all()
+
+
+def test_tensorboard_without_the_package_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
+    from ablations import tensorboard
+    from ablations.__main__ import main
+
+    monkeypatch.setattr(tensorboard, "available", lambda: tensorboard.INSTALL)
+    assert main(["sweep", "depth", "--dataset", "digits", "--out", str(tmp_path), "--tensorboard"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {tensorboard.INSTALL}"] and not (tmp_path / "ablations").exists()

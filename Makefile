@@ -22,6 +22,7 @@ EXTRAS     ?= test
 DATASET   ?=
 DATA_ROOT ?=
 DOWNLOAD  ?=
+IMG_SIZE  ?=
 EPOCHS    ?=
 SEEDS     ?=
 COST_ROUNDS ?=
@@ -51,6 +52,7 @@ qopt = $(if $(strip $(2)),$(1) '$(2)')
 # a switch: passed for VAR=1 (or yes, true)
 switch = $(if $(filter 1 yes true,$(strip $(2))),$(1))
 RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)) $(call switch,--download,$(DOWNLOAD)) \
+  $(call opt,--img-size,$(IMG_SIZE)) \
   $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) $(call opt,--cost-rounds,$(COST_ROUNDS)) \
   $(call opt,--device,$(DEVICE)) $(call opt,--dtype,$(DTYPE)) $(call opt,--compile,$(COMPILE)) \
   $(call opt,--graphs,$(GRAPHS)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) \

@@ -21,7 +21,7 @@ from bench.choices import DTYPES, PRESETS, same_names
 __all__ = ["AUTO_CHECKPOINT_S", "COST_ROUNDS", "DATASETS", "DTYPES", "MAX_SEED", "PRESETS", "SPEC_DIR",
            "available_sweeps", "default_sweeps", "same_names"]
 
-DATASETS = ("mnist5k", "digits", "synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100")
+DATASETS = ("mnist5k", "digits", "synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder")
 
 COST_ROUNDS = 5           # interleaved rounds of the cost phase when COST_ROUNDS is not given
 AUTO_CHECKPOINT_S = 60.0  # checkpoint every epoch when a run is projected to last longer than this

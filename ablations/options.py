@@ -92,6 +92,9 @@ RUN = (
            choices=sorted(choices.DATASETS)),
     DATA_ROOT,
     Option("--download", "let torchvision download a missing dataset", "DOWNLOAD", switch=True),
+    Option("--img-size", "show the models every image at this side, resized batch by batch (e.g. 224 for a timm "
+                         "checkpoint on CIFAR); an image folder is stored at it (default: the dataset's own side; "
+                         "32 for imagefolder)", "IMG_SIZE", type=positive("--img-size (IMG_SIZE)")),
     Option("--epochs", "override the spec's epochs", "EPOCHS", type=positive("--epochs (EPOCHS)")),
     Option("--seeds", "comma-separated training seeds (default 0,1,2: the report's intervals and tests need them)",
            "SEEDS", type=seeds, default=(0, 1, 2)),

@@ -70,7 +70,7 @@ def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths) -> Out
     run's. The row takes this sweep's name and cost-phase figures, and names where it was trained."""
     theirs = SweepPaths.of(paths.out, other)
     row = {**row, **task.cost, "sweep": task.point.sweep, "reused_from": other,
-           "experiment_id": experiment_id(task.point, task.options.dataset, task.options.init_id)}
+           "experiment_id": experiment_id(task.point, task.options.dataset, task.options.init_id, task.options.data_id)}
     return Outcome(row, store.history_of(theirs, task.run_id), theirs.weights_file(task.run_id).read_bytes(),
                    theirs.preds_file(task.run_id).read_bytes())
 
@@ -261,6 +261,6 @@ def _record_twin(twin: Task, trained_in: str, outcome: Outcome, share: _Share) -
         share.reused += 1
         return
     row = {**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in,
-           "experiment_id": experiment_id(twin.point, twin.options.dataset, twin.options.init_id)}
+           "experiment_id": experiment_id(twin.point, twin.options.dataset, twin.options.init_id, twin.options.data_id)}
     record(Outcome(row, outcome.history), share.paths)
     share.statuses[row["status"]] = share.statuses.get(row["status"], 0) + 1

@@ -31,6 +31,8 @@ class RunOptions:
     checkpoint_every: int | None = None  # epochs between a run's checkpoints; 0 never; None auto (train.Checkpointing)
     graphs: bool = True  # on CUDA, the training step as CUDA graphs (bench.step.StaticStep); not part of a run's identity
     tensorboard: bool = False  # write each finished run's TensorBoard events (ablations.tensorboard)
+    img_size: int | None = None  # the side models see every image at (None: the dataset's own)
+    data_id: str = ""  # what identifies the data beyond its name (an image folder's files, a resize); in run ids
 
 
 @dataclass(frozen=True)
@@ -52,13 +54,13 @@ class Outcome:
     preds: bytes | None = None    # np.savez of the final model's test predictions and the labels
 
 
-def task_key(point: Point, dataset: str, seed: int, init_id: str = "") -> dict[str, Any]:
+def task_key(point: Point, dataset: str, seed: int, init_id: str = "", data_id: str = "") -> dict[str, Any]:
     """What defines a run: the model, the training recipe, the data, the seed and the starting weights."""
     key = {"model": point.model.to_dict(), "train": point.train.identity(), "dataset": dataset, "seed": seed}
-    return {**key, "init": init_id} if init_id else key
+    return {**key, **({"init": init_id} if init_id else {}), **({"data": data_id} if data_id else {})}
 
 
-def experiment_id(point: Point, dataset: str, init_id: str = "") -> str:
+def experiment_id(point: Point, dataset: str, init_id: str = "", data_id: str = "") -> str:
     """What a sweep's runs share: the task key without the seed and without the fields the sweep varies
     (its factors and tuned fields). Two rows of one table with different ids come from different
     experiments (other epochs, recipe, dataset or base model) and are never pooled."""
@@ -66,11 +68,11 @@ def experiment_id(point: Point, dataset: str, init_id: str = "") -> str:
     model = {k: v for k, v in point.model.to_dict().items() if k not in varied}
     train = {k: v for k, v in point.train.identity().items() if k not in varied}
     key = {"factor": point.factor, "model": model, "train": train, "dataset": dataset}
-    return run_id({**key, "init": init_id} if init_id else key)
+    return run_id({**key, **({"init": init_id} if init_id else {}), **({"data": data_id} if data_id else {})})
 
 
 def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
-    return [Task(p, s, run_id(task_key(p, options.dataset, s, options.init_id)), options)
+    return [Task(p, s, run_id(task_key(p, options.dataset, s, options.init_id, options.data_id)), options)
             for p in points for s in options.seeds]
 
 
@@ -80,7 +82,8 @@ def base_row(task: Task, device: torch.device) -> dict[str, Any]:
     return {**environment(device), **point.model.to_dict(), "tokens": point.model.tokens,
             "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset, "seed": task.seed,
             **point.train.to_dict(), "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
-            "init": options.init_id, "experiment_id": experiment_id(point, options.dataset, options.init_id)}
+            "init": options.init_id, "experiment_id": experiment_id(point, options.dataset, options.init_id, options.data_id),
+            "data_id": options.data_id}
 
 
 def lost_outcome(task: Task, message: str) -> Outcome:

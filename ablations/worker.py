@@ -30,7 +30,7 @@ DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 def load_data(options: RunOptions) -> Dataset:
     """A task's dataset, loaded once per process."""
-    return cached_dataset(options.dataset, options.data_root, options.download)
+    return cached_dataset(options.dataset, options.data_root, options.download, options.img_size)
 
 
 def execute(task: Task, data: Dataset) -> Outcome:

@@ -10,6 +10,7 @@ value back to the host.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -154,13 +155,16 @@ class StaticStep(EagerStep):
         return bloss.clone()
 
     def _capture(self, bx: Tensor, by: Tensor, bloss: Tensor) -> Any:
-        """Warm up on a side stream (the optimizer's state is allocated there), put weights, buffers and
-        optimizer state back in place, capture one step and replay it: the batch is trained on once, as
-        by the eager step. If anything fails, weights and optimizer state are put back before raising."""
+        """Warm up on a side stream (the optimizer's state is allocated there), put weights, buffers,
+        optimizer state and the device's random generator back as they were, capture one step and replay
+        it: the batch is trained on once, as by the eager step, and a run draws the same random numbers
+        whether or not it captures. If anything fails, all of that is put back before raising."""
         model_state = [t.clone() for t in self.model.state_dict().values()]
         optim_state = {id(p): {k: v.clone() for k, v in st.items() if torch.is_tensor(v)}
                        for p, st in self.optimizer.state.items()}
+        rng = None
         try:
+            rng = torch.cuda.get_rng_state(self.device)
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
@@ -168,15 +172,18 @@ class StaticStep(EagerStep):
                     self._step(bx, by, cache=False)
             torch.cuda.current_stream(self.device).wait_stream(stream)
             self._put_back(model_state, optim_state)  # the graph will read these very tensors
+            torch.cuda.set_rng_state(rng, self.device)  # the warm-up's draws leave no trace (dropout)
             graph = torch.cuda.CUDAGraph()
             self.optimizer.zero_grad(set_to_none=True)  # backward allocates the grads in the graph's pool
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # checks only this thread
+            with capturing(graph, stream, self.device):
                 bloss.copy_(self._step(bx, by, cache=False))
             graph.replay()
             return graph
         except BaseException:
             self._put_back(model_state, optim_state)
             self.optimizer.zero_grad(set_to_none=True)
+            if rng is not None:
+                torch.cuda.set_rng_state(rng, self.device)
             raise
 
     def _put_back(self, model_state: list[Tensor], optim_state: dict[int, dict[str, Tensor]]) -> None:
@@ -189,6 +196,44 @@ class StaticStep(EagerStep):
                 for k, v in st.items():
                     if torch.is_tensor(v):
                         v.copy_(saved[k]) if k in saved else v.zero_()
+
+
+@contextlib.contextmanager
+def capturing(graph: Any, stream: Any, device: torch.device):
+    """Capture the block's CUDA work into `graph` on `stream` (only this thread's work is checked). Unlike
+    `torch.cuda.graph`, a failure leaves the process as it was: the previous stream is current again
+    whatever raised, the caching allocator stops allocating into the graph's private pool (a capture
+    that `capture_end` refuses would otherwise leave it capturing, and the next `empty_cache` fails an
+    internal assertion), the pool is released, and the first error, the real cause, is raised."""
+    torch.cuda.synchronize(device)
+    failed: BaseException | None = None
+    with torch.cuda.stream(stream):  # restores the previous current stream on the way out, raise or not
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            yield
+        except BaseException as err:  # the block failed: still end the capture before anything else
+            failed = err
+        try:
+            graph.capture_end()
+        except BaseException as err:  # an op invalidated the capture without raising, or the block did
+            failed = failed or err
+        if failed is not None:
+            abandon_capture(graph, device)
+    if failed is not None:
+        raise failed
+
+
+def abandon_capture(graph: Any, device: torch.device) -> None:
+    """After a failed capture: end the allocator's allocation into the graph's pool, release the pool and
+    reset the graph, each where it still applies (a step that already happened is not an error)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    for undo in (lambda: torch._C._cuda_endAllocateToPool(index, graph.pool()),
+                 lambda: torch._C._cuda_releasePool(index, graph.pool()),
+                 graph.reset):
+        try:
+            undo()
+        except Exception:
+            pass
 
 
 def training_parts(model: nn.Module, cfg: TrainConfig,

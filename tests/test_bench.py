@@ -400,3 +400,15 @@ def test_rapl_energy_sums_the_packages_and_undoes_the_counters_wrap_around(tmp_p
     assert meter.joules == pytest.approx(4.5) and meter.source == "rapl"
     with pytest.raises(OSError, match="no RAPL package zones"):
         RaplEnergy(tmp_path / "nothing")
+
+
+def test_a_cuda_training_steps_memory_is_taken_on_the_call_that_captures_its_graph():
+    """A graphed step allocates its activations in the graph's pool while it captures (its first call);
+    replays allocate nothing, so a CUDA training step's memory is taken first. Elsewhere after timing."""
+    from bench.measure import MeasureConfig, memory_first
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert memory_first(cuda, MeasureConfig(mode="train"))
+    assert not memory_first(cuda, MeasureConfig(mode="infer"))
+    assert not memory_first(cuda, MeasureConfig(mode="train", compile=True))  # its first call compiles
+    assert not memory_first(cpu, MeasureConfig(mode="train"))

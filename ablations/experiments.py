@@ -82,6 +82,19 @@ def differences(a, b, factor: str | Collection[str]) -> str:
     return ", ".join(diffs)
 
 
+STARVED_SHARE = 0.7  # a CPU run whose busy share is under this fraction of its threads' share got too little
+
+
+def starved(row) -> bool:
+    """Whether a CPU run was busy well under the share of the cores its threads could use (other work held
+    the machine, so its wall time and MFU understate it): each of JOBS runs may use 1 / JOBS of the cores."""
+    util, jobs = row.get("train_util_pct"), row.get("jobs")
+    jobs = jobs if isinstance(jobs, (int, float)) and jobs == jobs and jobs >= 1 else 1
+    if row.get("status") != "ok" or row.get("device") != "cpu" or not isinstance(util, (int, float)) or util != util:
+        return False
+    return util < STARVED_SHARE * 100.0 / jobs
+
+
 def latest_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """A table's rows that still stand: the last ok row of each run, and the last failure of each run that
     never finished (a failure followed by an ok row of the same run is history, not a failed run)."""

@@ -105,7 +105,7 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
     # a run killed after writing its history and rerun appears twice: keep the last record per epoch
     history = history.drop_duplicates(["run_id", "epoch"], keep="last")
     ok = rows.loc[rows["status"] == "ok", ["run_id", factor]]
-    data = history.merge(ok, on="run_id")
+    data = history.drop(columns=[factor], errors="ignore").merge(ok, on="run_id")  # a factor `lr`: the run's, not the epoch's
     data["test accuracy (%)"] = data["test_acc"] * 100
     fig, axes = subplots(1, 2, figsize=(9, 3.4))
     for ax, col in zip(axes, ["test accuracy (%)", "train_loss"]):

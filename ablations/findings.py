@@ -18,6 +18,7 @@ from bench.csvio import skipped
 from bench.rounds import Spread, ratio_or_noise
 from vit import ViTConfig
 
+from .experiments import starved
 from .stats import (
     ALPHA,
     POWER,
@@ -51,6 +52,7 @@ class Setting:
     reused_from: tuple[str, ...] = ()                          # sweeps its runs were copied from
     runs: dict[str, Spread] = field(default_factory=dict)      # train_util_pct, train_mfu of the runs, over seeds
     at_chance: bool = False                                    # accuracy within noise of guessing
+    starved: int = 0                                           # runs that got too little CPU while they trained
 
 
 @dataclass
@@ -103,7 +105,8 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
                                 int(g["params"].iloc[0]), float(g["gmacs"].iloc[0]),
                                 Spread.of(g["train_time_s"].astype(float)),
                                 infer.get(value, {}), train.get(value, {}), reused,
-                                {c: Spread.of(pd.to_numeric(g[c], errors="coerce")) for c in RUN_FIGURES if c in g}))
+                                {c: Spread.of(pd.to_numeric(g[c], errors="coerce")) for c in RUN_FIGURES if c in g},
+                                starved=sum(starved(r.to_dict()) for _, r in g.iterrows())))
     source = "no cost phase found (run the sweep with --cost-rounds ≥ 1)"
     if cost_phase is not None:
         loaded = len(cost_phase) - len(uncontended(cost_phase))
@@ -255,8 +258,11 @@ def cost_sentence(f: SweepFindings) -> str:
         a, b = getattr(last, mode).get(col), getattr(first, mode).get(col)
         return ratio_or_noise(a, b) if a is not None and b is not None else "not measured"
 
+    hungry = first.starved + last.starved
     wall = ("not compared (one side was trained in another sweep, at another time)"
-            if first.reused_from or last.reused_from else ratio_or_noise(last.train_s, first.train_s))
+            if first.reused_from or last.reused_from else
+            f"not compared ({hungry} of these runs got too little CPU while they trained: other work held the "
+            f"machine)" if hungry else ratio_or_noise(last.train_s, first.train_s))
     return (f"From {label(first)} to {label(last)}: GMACs ×{last.gmacs / first.gmacs:.2f}; inference img/s "
             f"{figure('infer', 'throughput_img_s')}; training-step img/s {figure('train', 'throughput_img_s')}; "
             f"training-step peak memory {figure('train', 'peak_mem_mb')}; wall time of a training run {wall}.")
@@ -305,7 +311,7 @@ def table_markdown(f: SweepFindings) -> str:
 
 def _latency_table(f: SweepFindings) -> list[str]:
     """Step-latency percentiles and energy per image from the cost phase, where it recorded them."""
-    if not any(d.get("step_ms_p99") for s in f.settings for d in (s.infer, s.train)):
+    if all(_or_dash_spread(d.get("step_ms_p99"), "g") == "—" for s in f.settings for d in (s.infer, s.train)):
         return []
 
     def cell(d: dict, fmt: str = ".2f") -> str:

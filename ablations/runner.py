@@ -34,7 +34,7 @@ from .cost import run_cost_phases
 from .data import Dataset
 from .executors.base import Executor, ExecutorOptions
 from .executors.local import LocalExecutor
-from .experiments import differences, same_experiment
+from .experiments import differences, same_experiment, starved
 from .schema import read_table
 from .specs import Point
 from .store import SweepError, SweepPaths, model_key, record
@@ -239,18 +239,6 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
             for twin in twins.pop(task.run_id, []):
                 _record_twin(twin, task.point.sweep, outcome, by_sweep[twin.point.sweep])
                 bar.update()
-
-
-STARVED_SHARE = 0.7  # a CPU run whose busy share is under this fraction of its threads' share got too little
-
-
-def starved(row: dict[str, Any]) -> bool:
-    """Whether a CPU run was busy well under the share of the cores its threads could use (other work held
-    the machine): each of JOBS runs may use 1 / JOBS of the cores."""
-    util, jobs = row.get("train_util_pct"), row.get("jobs") or 1
-    if row.get("status") != "ok" or row.get("device") != "cpu" or not isinstance(util, (int, float)):
-        return False
-    return util < STARVED_SHARE * 100.0 / jobs
 
 
 def _record_twin(twin: Task, trained_in: str, outcome: Outcome, share: _Share) -> None:

@@ -270,3 +270,28 @@ def test_tensorboard_without_the_package_is_one_line_before_any_work(tmp_path, m
     assert main(["sweep", "depth", "--dataset", "digits", "--out", str(tmp_path), "--tensorboard"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {tensorboard.INSTALL}"] and not (tmp_path / "ablations").exists()
+
+
+def test_wall_times_of_runs_that_got_too_little_cpu_are_not_compared():
+    from ablations.findings import Setting, SweepFindings, cost_sentence
+    from ablations.stats import accuracy_interval
+    from bench.rounds import Spread
+
+    def setting(value, times, starved):
+        return Setting(value, [0, 1, 2], accuracy_interval([0.97, 0.98, 0.975], 1000), 1000, 0.003,
+                       Spread.of(times), starved=starved)
+    fast, slow = setting("pre", [40.0, 41.0, 42.0], 0), setting("post", [20.0, 20.5, 21.0], 0)
+    sentence = cost_sentence(SweepFindings("norm", [fast, slow], 1000, "cost phase", None, None))
+    assert "wall time of a training run ×0.50" in sentence  # 20.5 s against 41 s
+    fast.starved = 2
+    sentence = cost_sentence(SweepFindings("norm", [fast, slow], 1000, "cost phase", None, None))
+    assert "wall time of a training run not compared (2 of these runs got too little CPU" in sentence
+
+
+def test_a_run_is_starved_when_busy_well_under_its_share_of_the_cores():
+    from ablations.experiments import starved
+
+    row = {"status": "ok", "device": "cpu", "train_util_pct": 65.0, "jobs": 1}
+    assert starved(row) and not starved({**row, "train_util_pct": 99.0})
+    assert not starved({**row, "jobs": 2, "train_util_pct": 40.0}) and starved({**row, "jobs": 2, "train_util_pct": 30.0})
+    assert starved({**row, "jobs": float("nan")}) and not starved({**row, "device": "cuda"})

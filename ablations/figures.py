@@ -272,8 +272,8 @@ def tuning_curves(curves: dict[str, dict[tuple, float]], chosen: dict[str, tuple
 
 def grid_heatmaps(cells: pd.DataFrame, a: str, b: str, path: Path, title: str) -> Path:
     """A two-factor grid as three heat maps over (a, b): test accuracy (mean over seeds, its 95 % interval
-    printed beneath), GMACs, and training throughput. `cells`: one row per cell with columns a, b,
-    acc_mean, acc_low, acc_high, gmacs, train_img_s."""
+    printed beneath, the colours spanning the intervals), GMACs, and training throughput. `cells`: one row
+    per cell with columns a, b, acc_mean, acc_low, acc_high, gmacs, train_img_s."""
     panels = [("test accuracy (%)", "acc_mean", "viridis"), ("GMACs per image", "gmacs", "mako"),
               ("training throughput (img/s)", "train_img_s", "rocket")]
     fig, axes = subplots(1, 3, figsize=(13.5, 0.9 * cells[a].nunique() + 2.6))
@@ -287,8 +287,11 @@ def grid_heatmaps(cells: pd.DataFrame, a: str, b: str, path: Path, title: str) -
         else:
             fmt = "{:.5f}" if column == "gmacs" else "{:,.0f}"
             notes = np.array([[fmt.format(v) if v == v else "—" for v in r] for r in values])
+        span = {}
+        if column == "acc_mean":  # colours over the intervals' whole span: a gap inside the noise looks small
+            span = {"vmin": float(np.nanmin(low)), "vmax": float(np.nanmax(high))}
         sns.heatmap(pd.DataFrame(values, index=table.index, columns=table.columns), annot=notes, fmt="", cmap=cmap,
-                    ax=ax, cbar=True, annot_kws={"fontsize": 8})
+                    ax=ax, cbar=True, annot_kws={"fontsize": 8}, **span)
         ax.set_title(label, fontsize=10)
         ax.set_xlabel(b)
         ax.set_ylabel(a)

@@ -233,7 +233,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return status
     out = Path(args.out)
     _summary(results, time.perf_counter() - t0,
-             f"Next: make report OUT='{out}' (figures and {out / 'REPORT.md'} from these tables)")
+             f"Next: make report OUT='{out}' (or vitbench report --out '{out}'): figures and "
+             f"{out / 'REPORT.md'} from these tables")
     return 0
 
 

@@ -295,3 +295,18 @@ def test_a_run_is_starved_when_busy_well_under_its_share_of_the_cores():
     assert starved(row) and not starved({**row, "train_util_pct": 99.0})
     assert not starved({**row, "jobs": 2, "train_util_pct": 40.0}) and starved({**row, "jobs": 2, "train_util_pct": 30.0})
     assert starved({**row, "jobs": float("nan")}) and not starved({**row, "device": "cuda"})
+
+
+def test_the_report_shows_latency_percentiles_and_energy_where_the_cost_phase_measured_them():
+    from ablations.findings import Setting, SweepFindings, table_markdown
+    from ablations.stats import accuracy_interval
+    from bench.rounds import Spread
+
+    def setting(value, p99):
+        infer = {} if p99 is None else {"step_ms_p50": Spread.of([1.0, 1.2]), "step_ms_p90": Spread.of([2.0]),
+                                        "step_ms_p99": Spread.of([p99]), "energy_j_per_img": Spread.of([0.0042])}
+        return Setting(value, [0], accuracy_interval([0.9], 1000), 10, 0.1, Spread.of([5.0]), infer=infer)
+    without = table_markdown(SweepFindings("depth", [setting(1, None), setting(2, None)], 1000, "c", None, None))
+    assert "p50 / p90 / p99" not in without
+    table = table_markdown(SweepFindings("depth", [setting(1, 3.5), setting(2, None)], 1000, "c", None, None))
+    assert "| 1 | 1.10 / 2.00 / 3.50 | — / — / — | 0.0042 / — |" in table and "| 2 | — / — / — |" in table

@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 # distributions whose module has another name
-MODULES = {"scikit-learn": "sklearn", "nvidia-ml-py": "pynvml", "pytest-benchmark": "pytest_benchmark",
+MODULES = {"scikit-learn": "sklearn", "nvidia-ml-py": "pynvml", "pillow": "PIL", "pytest-benchmark": "pytest_benchmark",
            "pytest-timeout": "pytest_timeout"}
 
 

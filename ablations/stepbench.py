@@ -3,7 +3,7 @@
     python -m ablations.stepbench [--preset vit_mnist] [--batch-size 64] [--device auto] [--dtype auto] [--rounds 7]
     make bench-step DEVICE=cuda
 
-The static-buffer step (`train.StaticStep`) is what sweeps train with on CUDA, each batch size captured
+The static-buffer step (`bench.step.StaticStep`) is what sweeps train with on CUDA, each batch size captured
 once into a CUDA graph and replayed; on the CPU it runs uncaptured (sweeps there use the eager step),
 so the CPU figures only show what the static buffers cost. Each step trains its own copy of the same
 model (the preset at the dataset's shape, `TrainConfig` defaults: AdamW, clipping, label smoothing) on

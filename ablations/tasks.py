@@ -28,7 +28,7 @@ class RunOptions:
     progress: bool = True
     init: str = ""     # a timm checkpoint file to start every run from
     init_id: str = ""  # its name and sha256 prefix (vit.checkpoint_id), part of each run's identity
-    checkpoint_every: int | None = None  # epochs between a run's checkpoints; 0 never; None auto (train.Checkpointing)
+    checkpoint_every: int | None = None  # epochs between a run's checkpoints; 0 never; None auto (checkpoints.Checkpointing)
     graphs: bool = True  # on CUDA, the training step as CUDA graphs (bench.step.StaticStep); not part of a run's identity
     tensorboard: bool = False  # write each finished run's TensorBoard events (ablations.tensorboard)
     img_size: int | None = None  # the side models see every image at (None: the dataset's own)

@@ -372,7 +372,7 @@ def test_garbage_lines_cannot_outvote_the_real_rows(tmp_path):
 
 
 @pytest.mark.parametrize("change,differs", [(dict(epochs=2), "epochs 1 vs 2"),
-                                            (dict(weight_decay=0.0), "the training recipe")])
+                                            (dict(weight_decay=0.0), "weight_decay 0.05 vs 0.0")])
 def test_a_table_with_two_experiments_is_reported_as_the_newest_one_naming_the_other(tmp_path, capsys, change,
                                                                                      differs):
     run_sweep("depth", points("depth", 1, 2), options(tmp_path))

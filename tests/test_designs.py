@@ -226,8 +226,10 @@ def test_a_validation_split_is_held_out_of_training_the_same_for_every_seed(tmp_
 
 def test_an_old_results_folder_is_read_appended_to_and_reported(tmp_path):
     out = tmp_path / "old"
-    shutil.copytree(ROOT / "results" / "reference" / "ablations", out / "ablations",
-                    ignore=shutil.ignore_patterns("weights", "checkpoints"))
+    source = ROOT / "results" / "reference" / "ablations"   # one sweep of the committed results: its files
+    shutil.copytree(source / "preds" / "depth", out / "ablations" / "preds" / "depth")
+    for table in source.glob("depth*.csv"):
+        shutil.copy(table, out / "ablations" / table.name)
     paths = SweepPaths.of(out, "depth")
     header = paths.rows.read_text().splitlines()[0].split(",")
     assert "mode" in header and "infer_batch_size" not in header  # the old format

@@ -202,7 +202,9 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
         bench = read_rows(tokens_csv, BENCH_SCHEMA)
         ok = bench[bench["status"] == "ok"]
         tokens = sorted(ok["tokens"].unique())
-        lines += ["Against sequence length (`make bench-tokens`):", "",
+        devices = ", ".join(sorted(ok["device_name"].astype(str).unique()))
+        lines += [f"Against sequence length (`make bench-tokens`; {devices}, "
+                  f"{', '.join(sorted(ok['dtype'].astype(str).unique()))}):", "",
                   "| attn | " + " | ".join(f"img/s @ {t} tok" for t in tokens) + " | "
                   + " | ".join(f"peak MB @ {t} tok" for t in tokens) + " |", "|" + "---|" * (1 + 2 * len(tokens))]
         for attn, g in ok.groupby("attn"):

@@ -120,7 +120,7 @@ bench: $(STAMP)
 
 # throughput and memory of the four backends against sequence length: $(OUT)/bench/backends.csv
 bench-tokens: $(STAMP)
-	$(PY) -m bench run --tokens 65,197,785 --name backends --out '$(OUT)' $(INTO_REF) $(ARGS)
+	$(PY) -m bench run --tokens 65,197,785 --batch-size 8 --name backends --out '$(OUT)' $(INTO_REF) $(ARGS)
 
 bench-speed: $(STAMP)
 	$(PY) -m bench.vs_timm --out '$(OUT)' $(INTO_REF) $(ARGS)

@@ -18,6 +18,19 @@ def _list(kind):
     return lambda text: [kind(v) for v in text.split(",") if v.strip()]
 
 
+def _batches(text: str) -> list[int | None]:
+    """`auto` (None) or comma-separated positive integers."""
+    if text.strip() == "auto":
+        return [None]
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"batch sizes are auto or comma-separated positive integers, got {text!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,9 +43,10 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--attn", type=_list(str), default=[],
                      help="attention backends, comma-separated (default: every registered one: loop, bmm, einops, sdpa)")
     run.add_argument("--tokens", type=_list(int), default=[], help="e.g. 65,197,785 (patches + 1); default: the preset's")
-    run.add_argument("--batch-size", type=_list(int), default=[8],
-                     help="images per step, comma-separated (default 8; small batches leave a GPU mostly idle: "
-                          "timm's benchmark uses 256)")
+    run.add_argument("--batch-size", type=_batches, default=[None], metavar="auto|N,…",
+                     help="images per step, comma-separated, or auto (default): 256 on CUDA (as timm's benchmark); "
+                          "on a CPU the smallest power of two whose forward is at least 32 GFLOPs, at most 256 "
+                          "(vit_mnist: 256, ViT-S/16: 4)")
     run.add_argument("--dtype", type=_list(str), default=["fp32"], help="fp32, bf16, fp16 (autocast), comma-separated")
     run.add_argument("--mode", type=_list(str), default=["infer"],
                      help="infer (eval, inference_mode) and/or train (forward, backward, AdamW step)")

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> None:
         timing = TimingConfig(warmup=args.warmup, min_repeats=args.repeats, min_time_s=args.min_time_s)
         base = PRESETS[args.preset].replace(**parse_overrides(args.set))
         points = expand_grid(base, args.attn, args.tokens or [0], args.batch_size, args.dtype, args.mode,
-                             bool(args.compile), timing)
+                             bool(args.compile), timing, device)
     except ValueError as err:
         _fail(str(err))
     if device.type == "cpu" and any(d != "fp32" for d in args.dtype):

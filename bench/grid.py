@@ -67,12 +67,34 @@ def measure_point(point: GridPoint, device: torch.device,
     return row
 
 
-def expand_grid(base: ViTConfig, backends: list[str], tokens: list[int], batch_sizes: list[int],
-                dtypes: list[str], modes: list[str], compile: bool, timing) -> list[GridPoint]:
-    """Validate every point before anything is measured."""
-    points = []
+AUTO_BATCH_GFLOP = 32.0  # on a CPU, "auto" batches enough images for a forward of at least this many GFLOPs
+AUTO_BATCH_MAX = 256     # and never more than this; on CUDA "auto" is this (timm's benchmark default)
+
+
+def auto_batch(cfg: ViTConfig, device: torch.device) -> int:
+    """The batch size `--batch-size auto` measures `cfg` at: AUTO_BATCH_MAX on CUDA; on a CPU the smallest
+    power of two whose forward pass costs at least AUTO_BATCH_GFLOP, at most AUTO_BATCH_MAX (a batch of 8
+    leaves a small model's matmuls too small to keep the cores busy; a large one at 256 takes minutes)."""
+    if device.type == "cuda":
+        return AUTO_BATCH_MAX
+    gflops = complexity(VisionTransformer(cfg), (cfg.in_chans, cfg.img_size, cfg.img_size))["gflops"]
+    batch = 1
+    while batch < AUTO_BATCH_MAX and batch * gflops < AUTO_BATCH_GFLOP:
+        batch *= 2
+    return batch
+
+
+def expand_grid(base: ViTConfig, backends: list[str], tokens: list[int], batch_sizes: list[int | None],
+                dtypes: list[str], modes: list[str], compile: bool, timing,
+                device: torch.device = torch.device("cpu")) -> list[GridPoint]:
+    """Validate every point before anything is measured; a batch size of None is `auto_batch` for the point's
+    model on `device`."""
+    points, autos = [], {}
     for backend, t, bs, dtype, mode in itertools.product(backends, tokens, batch_sizes, dtypes, modes):
         cfg = base.replace(attn=backend, img_size=img_size_for_tokens(t, base.patch_size)) if t else base.replace(attn=backend)
+        if bs is None:
+            key = cfg.replace(attn=base.attn)  # the backend does not change the FLOPs
+            bs = autos.setdefault(key, auto_batch(cfg, device))
         points.append(GridPoint(cfg, MeasureConfig(mode=mode, batch_size=bs, dtype=dtype, compile=compile,
                                                    timing=timing)))
     return points

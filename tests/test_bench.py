@@ -412,3 +412,26 @@ def test_a_cuda_training_steps_memory_is_taken_on_the_call_that_captures_its_gra
     assert not memory_first(cuda, MeasureConfig(mode="infer"))
     assert not memory_first(cuda, MeasureConfig(mode="train", compile=True))  # its first call compiles
     assert not memory_first(cpu, MeasureConfig(mode="train"))
+
+
+def test_bench_run_batches_auto_by_the_models_forward_cost(capsys):
+    """`--batch-size auto` (the default): on a CPU the smallest power of two whose forward costs ≥ 32 GFLOPs,
+    at most 256; 256 on CUDA. A small model is no longer timed at a batch that leaves the cores idle."""
+    from bench.__main__ import main
+    from bench.grid import AUTO_BATCH_GFLOP, auto_batch, expand_grid
+    from bench.measure import complexity
+    from vit import PRESETS
+
+    small = PRESETS["vit_small_patch16_224"]
+    gflops = complexity(VisionTransformer(small), (3, 224, 224))["gflops"]
+    expected = 1
+    while expected * gflops < AUTO_BATCH_GFLOP:
+        expected *= 2
+    assert auto_batch(small, torch.device("cpu")) == expected == 4
+    assert auto_batch(PRESETS["vit_mnist"], torch.device("cpu")) == 256
+    assert auto_batch(small, torch.device("cuda")) == 256
+    points = expand_grid(small, ["sdpa", "bmm"], [65, 197], [None, 2], ["fp32"], ["infer"], False, FAST)
+    assert [p.mcfg.batch_size for p in points] == [16, 2, 4, 2, 16, 2, 4, 2]  # 65 tokens: a quarter of the FLOPs
+    with pytest.raises(SystemExit):
+        main(["run", "--batch-size", "0"])
+    assert "batch sizes are auto or comma-separated positive integers, got '0'" in capsys.readouterr().err

@@ -108,7 +108,8 @@ class EagerStep:
 
 class StaticStep(EagerStep):
     """The step on static buffers: each batch is copied into input and label buffers of its batch size,
-    the learning rate lives in one device tensor per parameter group (AdamW reads it there), and autocast
+    the learning rates of all parameter groups live in one device table, each group's a view of it that
+    AdamW reads (one kernel sets them all each step), and autocast
     runs without its cast cache. On CUDA the whole step is captured once per batch size into a
     `torch.cuda.CUDAGraph` and replayed (the last, smaller batch of an epoch gets its own graph, so every
     image is seen); elsewhere the same code runs eagerly, so its logic is tested on any machine."""
@@ -119,16 +120,18 @@ class StaticStep(EagerStep):
         super().__init__(*args)
         self.capture = self.device.type == "cuda" if capture is None else capture
         self.graphed = self.capture
-        for group in self.optimizer.param_groups:  # a tensor the graph reads; refilled before each replay
-            group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
+        groups = self.optimizer.param_groups
+        self.lr_scales = torch.tensor([float(g["lr_scale"]) for g in groups], device=self.device)
+        self.lr_table = torch.tensor([float(g["lr"]) for g in groups], device=self.device)  # the graph reads it
+        for i, group in enumerate(groups):
+            group["lr"] = self.lr_table[i]  # a view: set_lr's one multiplication updates every group
             if self.capture:  # torch refuses to capture an optimizer step unless every group says capturable
                 group["capturable"] = True
         self.buffers: dict[int, tuple[Tensor, Tensor, Tensor]] = {}  # batch size -> (x, y, loss)
         self.graphs: dict[int, Any] = {}
 
     def set_lr(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"].fill_(lr * group["lr_scale"])
+        torch.mul(self.lr_scales, lr, out=self.lr_table)
 
     def __call__(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
         self.set_lr(lr)

@@ -403,3 +403,23 @@ def test_the_cost_phase_on_cuda_times_the_graphed_training_step(tmp_path, monkey
         assert (phase["status"] == "ok").all() and len(phase) == 2 * 2
     assert [type(s) for s in built] == [StaticStep, StaticStep, EagerStep, EagerStep]
     assert all(s.graphed and sorted(s.graphs) == [64] for s in built[:2])
+
+
+def test_the_static_step_sets_every_groups_learning_rate_with_one_kernel():
+    """Each parameter group's learning rate is a view of one device table that a single multiplication
+    refills per step (layer-wise decay included), instead of one fill per group."""
+    model = VisionTransformer(TINY.replace(depth=3))
+    opt = adamw(param_groups(model, 0.05, layer_decay=0.5), 1e-3)
+    step = StaticStep(model, model, opt, torch.amp.GradScaler("cpu", enabled=False), TrainConfig(), torch.device("cpu"),
+                      "fp32", capture=False)
+    step.set_lr(2e-3)
+    table = step.lr_table.untyped_storage().data_ptr()
+    assert len(opt.param_groups) > 3
+    for group in opt.param_groups:
+        assert group["lr"].untyped_storage().data_ptr() == table
+        assert float(group["lr"]) == pytest.approx(2e-3 * group["lr_scale"], rel=1e-6)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        step.set_lr(3e-3)
+    ops = [e.name for e in prof.events() if e.name.startswith("aten::")]
+    assert ops.count("aten::mul") == 1 and "aten::fill_" not in ops
+    assert float(opt.param_groups[-1]["lr"]) == pytest.approx(3e-3 * opt.param_groups[-1]["lr_scale"], rel=1e-6)

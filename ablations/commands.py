@@ -20,7 +20,6 @@ import torch
 from bench.env import resolve_device
 from bench.measure import complexity
 from bench.overrides import parse_overrides
-from bench.precision import DTYPES
 from bench.recipe import TrainConfig
 from bench.reference import refusal
 from vit import PRESETS, VisionTransformer, ViTConfig, checkpoint_id, init_from_checkpoint
@@ -37,9 +36,7 @@ from .specs import DATASET_FIELDS, Point, SpecError, base_preset, default_sweeps
 from .store import SweepError, SweepPaths, finished_ids
 from .tasks import RunOptions, make_tasks
 
-for what, listed, registry in (("datasets", choices.DATASETS, DATASETS), ("dtypes", choices.DTYPES, DTYPES),
-                               ("presets", choices.PRESETS, PRESETS)):
-    choices.same_names(what, listed, registry)  # the parser offered these names: each must be a real entry
+choices.same_names("datasets", choices.DATASETS, DATASETS)  # the parser offered these: each must be a real entry
 
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ViTConfig)}
 TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}

@@ -2,19 +2,24 @@
 
 `python -m bench --help` (and argparse's check of a choice) is built from this module alone, so it
 answers in a fraction of a second; torch and the models load only once a command runs.
-The objects behind the names live in their registries (`vit.PRESETS`, `bench.mfu.DTYPES`); a command
-compares each with its list here when it starts (`same_names`), so a name added on one side only fails
-at once, naming both lists. Attention backends are not listed: `vit.register_backend` adds them at
-run time, and `--attn` is checked against the registry itself.
+Each list has one source: the presets' names are read from `vit/presets.toml`, the file `vit.PRESETS` is
+built from; `bench.precision.DTYPES` is built from `DTYPES` here. Attention backends are not listed:
+`vit.register_backend` adds them at run time, and `--attn` is checked against the registry itself.
+`same_names` guards the lists that still have two sides (the datasets, `ablations.choices`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
-PRESETS = ("vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224", "vit_mnist", "vit_digits",
-           "vit_cifar")
-DTYPES = ("fp32", "bf16", "fp16")
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
+    import tomli as tomllib
+
+PRESETS = tuple(tomllib.loads((Path(__file__).resolve().parents[1] / "vit" / "presets.toml").read_text()))
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # name -> torch dtype attribute
 MODES = ("infer", "train")
 
 

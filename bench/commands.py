@@ -27,10 +27,6 @@ from .reference import refusal
 from .schema import BENCH_COLUMNS
 from .timing import TimingConfig
 
-for what, listed, registry in (("presets", choices.PRESETS, PRESETS), ("dtypes", choices.DTYPES, DTYPES)):
-    choices.same_names(what, listed, registry)  # the parser offered these names: each must be a real entry
-
-
 NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 

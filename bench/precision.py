@@ -6,7 +6,9 @@ import contextlib
 
 import torch
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from . import choices
+
+DTYPES = {name: getattr(torch, attribute) for name, attribute in choices.DTYPES.items()}
 
 
 def autocast(device: torch.device, dtype: str, cache_enabled: bool = True):

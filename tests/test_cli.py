@@ -103,8 +103,9 @@ def test_help_and_refused_arguments_never_load_torch(argv):
 
 
 def test_help_names_every_choice_the_registries_hold(capsys):
-    from ablations.commands import DATASETS, DTYPES, EXECUTORS, PRESETS, default_sweeps
+    from ablations.commands import DATASETS, EXECUTORS, PRESETS, default_sweeps
     from ablations.specs import SPEC_DIR, load_spec
+    from bench.precision import DTYPES
 
     for argv in (["sweep", "--help"], ["train", "--help"]):
         with pytest.raises(SystemExit):
@@ -153,3 +154,16 @@ def test_the_installed_vitbench_script_runs_a_command(tmp_path):
     assert script.exists(), "pip install -e . installs the vitbench console script ([project.scripts])"
     out = subprocess.run([str(script), "columns"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("# Result columns")
+
+
+def test_preset_and_dtype_names_have_one_source_that_help_reads_without_torch():
+    """--help lists presets from vit/presets.toml, the file vit.PRESETS is built from, and dtypes from the
+    table bench.precision builds its torch dtypes from: nothing to keep in step by hand."""
+    from bench import choices
+    from bench.precision import DTYPES
+    from vit import PRESETS, ViTConfig
+
+    assert choices.PRESETS == tuple(PRESETS) and list(DTYPES) == list(choices.DTYPES)
+    assert PRESETS["vit_mnist"] == ViTConfig(img_size=28, patch_size=7, in_chans=1, num_classes=10, embed_dim=64,
+                                             depth=4, num_heads=4, mlp_ratio=2.0, pool="avg", stem="conv")
+    assert str(DTYPES["bf16"]) == "torch.bfloat16"

@@ -6,7 +6,13 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
+    import tomli as tomllib
 
 from .attention import ATTENTION_BACKENDS
 from .blocks import NORM_PLACEMENTS
@@ -150,22 +156,7 @@ class ViTConfig:
         return cls(**values)
 
 
-def _timm(embed_dim: int, depth: int, num_heads: int) -> ViTConfig:
-    # timm's ImageNet ViTs: 224 px, 16 px patches, 1000 classes, fused attention.
-    return ViTConfig(img_size=224, patch_size=16, in_chans=3, num_classes=1000,
-                     embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=4.0)
-
-
-# Presets are data. The timm names mirror timm's configs; the small ones are where the default
-# sweeps start (28 px single-channel digits; 32 px RGB for CIFAR).
-PRESETS: dict[str, ViTConfig] = {
-    "vit_tiny_patch16_224": _timm(192, 12, 3),
-    "vit_small_patch16_224": _timm(384, 12, 6),
-    "vit_base_patch16_224": _timm(768, 12, 12),
-    "vit_mnist": ViTConfig(img_size=28, patch_size=7, in_chans=1, num_classes=10,
-                           embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0, pool="avg", stem="conv"),
-    "vit_digits": ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10,
-                            embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0),
-    "vit_cifar": ViTConfig(img_size=32, patch_size=4, in_chans=3, num_classes=10,
-                           embed_dim=192, depth=6, num_heads=3, mlp_ratio=2.0),
-}
+# Presets are data: vit/presets.toml, read here and (names only, without torch) by the command lines.
+PRESETS_FILE = Path(__file__).resolve().parent / "presets.toml"
+PRESETS: dict[str, ViTConfig] = {name: ViTConfig(**fields)
+                                 for name, fields in tomllib.loads(PRESETS_FILE.read_text()).items()}

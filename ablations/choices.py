@@ -2,10 +2,9 @@
 
 `python -m ablations --help` (and every subcommand's `--help`, and argparse's check of a choice) is
 built from this module alone, so it answers in a fraction of a second; torch, pandas and the models
-load only once a command runs. The objects behind the names live in their registries
-(`ablations.data.DATASETS`; presets and dtypes: `bench.choices`);
-`ablations.commands` compares each with its list here when it loads (`same_names`), so a name added on
-one side only fails at once, naming both lists.
+load only once a command runs. Presets and dtypes come from `bench.choices`, their one source. The
+datasets are named here and loaded by `ablations.data.DATASETS`; `ablations.commands` compares the two
+when it loads (`same_names`), so a dataset added on one side only fails at once, naming both lists.
 """
 
 from __future__ import annotations

@@ -86,22 +86,30 @@ def _replicate_means(correct: np.ndarray, image_weights: np.ndarray, seed_draws:
     return centre + scale * (drawn - centre)
 
 
+def _bootstrap_means(correct: Mapping[Hashable, np.ndarray], replicates: int, seed: int,
+                     what: str) -> tuple[dict[Hashable, float], dict[Hashable, np.ndarray]]:
+    """({key: observed accuracy}, {key: its R bootstrap replicates}) of (seeds, n) 0/1 arrays: the n test
+    images are drawn once for every key (paired), the seeds within each key; ValueError naming `what` when
+    the arrays cover different numbers of images."""
+    arrays = {k: np.atleast_2d(np.asarray(v, dtype=float)) for k, v in correct.items()}
+    sizes = {a.shape[1] for a in arrays.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"{what} were evaluated on different numbers of test images: {sorted(sizes)}")
+    n = sizes.pop()
+    rng = np.random.default_rng(seed)
+    image_weights = rng.multinomial(n, np.full(n, 1.0 / n), size=replicates) / n   # (R, n), paired across keys
+    boot = {k: _replicate_means(a, image_weights, rng.integers(0, len(a), size=(len(a), replicates)))
+            for k, a in arrays.items()}
+    return {k: float(a.mean()) for k, a in arrays.items()}, boot
+
+
 def compare_settings(correct: Mapping[Hashable, np.ndarray], replicates: int = REPLICATES,
                      seed: int = BOOTSTRAP_SEED) -> list[Comparison]:
     """Every pair of settings. correct[setting]: (seeds, n) array, 1 where that seed's model classified
     test image i correctly; every setting must be evaluated on the same n images in the same order."""
-    arrays = {k: np.atleast_2d(np.asarray(v, dtype=float)) for k, v in correct.items()}
-    sizes = {a.shape[1] for a in arrays.values()}
-    if len(sizes) != 1:
-        raise ValueError(f"settings were evaluated on different numbers of test images: {sorted(sizes)}")
-    n = sizes.pop()
-    rng = np.random.default_rng(seed)
-    image_weights = rng.multinomial(n, np.full(n, 1.0 / n), size=replicates) / n   # (R, n), paired across settings
-    boot = {k: _replicate_means(a, image_weights, rng.integers(0, len(a), size=(len(a), replicates)))
-            for k, a in arrays.items()}
-    observed = {k: float(a.mean()) for k, a in arrays.items()}
+    observed, boot = _bootstrap_means(correct, replicates, seed, "settings")
     pairs = [(a, b, *_bootstrap_figures(observed[a] - observed[b], boot[a] - boot[b]))
-             for a, b in itertools.combinations(arrays, 2)]
+             for a, b in itertools.combinations(observed, 2)]
     adjusted = holm([p[-1] for p in pairs])
     return [Comparison(*pair, p_holm=float(q)) for pair, q in zip(pairs, adjusted)]
 
@@ -117,16 +125,7 @@ def interaction_contrasts(correct: Mapping[tuple[Hashable, Hashable], np.ndarray
     missing = [(a, b) for a in levels_a for b in levels_b if (a, b) not in correct]
     if missing or len(levels_a) < 2 or len(levels_b) < 2:
         raise ValueError(f"an interaction needs every cell of a grid of at least 2 × 2 settings; missing {missing}")
-    arrays = {k: np.atleast_2d(np.asarray(v, dtype=float)) for k, v in correct.items()}
-    sizes = {a.shape[1] for a in arrays.values()}
-    if len(sizes) != 1:
-        raise ValueError(f"cells were evaluated on different numbers of test images: {sorted(sizes)}")
-    n = sizes.pop()
-    rng = np.random.default_rng(seed)
-    image_weights = rng.multinomial(n, np.full(n, 1.0 / n), size=replicates) / n
-    boot = {k: _replicate_means(a, image_weights, rng.integers(0, len(a), size=(len(a), replicates)))
-            for k, a in arrays.items()}
-    observed = {k: float(a.mean()) for k, a in arrays.items()}
+    observed, boot = _bootstrap_means(correct, replicates, seed, "cells")
     a1, b1 = levels_a[0], levels_b[0]
     found = []
     for ai in levels_a[1:]:

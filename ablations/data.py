@@ -27,7 +27,7 @@ import importlib.metadata
 import io
 import json
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +38,9 @@ from torch import Tensor
 from bench.atomic import write_atomic
 
 SPLIT_SEED = 0
+# model-sized float images augmented at once by `Dataset.epoch_batches` (its index tensors take some 8× more
+# while it runs): all of mnist5k's epoch, some 85 batches of 64 of CIFAR's
+CHUNK_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -111,6 +114,26 @@ class Dataset:
         if self.flip:
             x = torch.where(draws[:, 2, None, None, None].bool(), x.flip(-1), x)
         return x
+
+    def epoch_batches(self, x: Tensor, y: Tensor, order: Tensor, batch_size: int, generator: torch.Generator,
+                      chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[Tensor, Tensor]]:
+        """An epoch's training batches as the model sees them, in `order`: each batch's crops and flips drawn
+        from `generator` as `augment` would draw them batch by batch (so the images are the same), then
+        gathered, augmented, resized and normalised a chunk of whole batches at a time (as many as fit in
+        `chunk_bytes` of model-sized float images; all of a small dataset's epoch at once) rather than a
+        batch at a time: the dozen kernels of that work run once per chunk, not once per step. The labels
+        are gathered once per epoch. Batches are views of their chunk."""
+        n = len(order)
+        sizes = [len(b) for b in order.split(batch_size)]
+        draws = torch.cat(self.draw_augmentation(sizes, generator, x.device))
+        labels = y[order]
+        image_bytes = 4 * x.shape[1] * max(self.img_size, x.shape[-1]) ** 2
+        chunk = batch_size * max(1, chunk_bytes // (batch_size * image_bytes))
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            images = self.normalize(self.apply_augmentation(x[order[start:stop]], draws[start:stop]))
+            for i in range(0, stop - start, batch_size):
+                yield images[i:i + batch_size], labels[start + i:start + i + batch_size]
 
 
 

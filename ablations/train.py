@@ -142,14 +142,11 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
         train_mode(model, cfg)
         t0 = time.perf_counter()
         order = torch.randperm(n, generator=order_gen).to(device)
-        draws = data.draw_augmentation([len(b) for b in order.split(cfg.batch_size)], aug_gen, device)
         loss_sum = torch.zeros((), device=device)
         with UtilSampler(reader) as sampler:
-            for k, i in enumerate(range(0, n, cfg.batch_size)):
-                idx = order[i:i + cfg.batch_size]
-                x = data.normalize(data.apply_augmentation(train_x[idx], draws[k]))
+            for x, y in data.epoch_batches(train_x, train_y, order, cfg.batch_size, aug_gen):
                 lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
-                loss_sum += train_step(x, train_y[idx], lr)
+                loss_sum += train_step(x, y, lr)
                 step += 1
             train_loss = loss_sum.item() / n  # the epoch's one read of the training loss (it waits for the device)
         epoch_time = time.perf_counter() - t0

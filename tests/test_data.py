@@ -123,3 +123,35 @@ def test_a_download_that_fails_says_so_instead_of_asking_for_download(tmp_path, 
     monkeypatch.setattr(torchvision.datasets.MNIST, "download", offline)
     with pytest.raises(FileNotFoundError, match=r"mnist: --download could not fetch it into .*URLError.*no network"):
         load_dataset("mnist", tmp_path, download=True)
+
+
+@pytest.mark.parametrize("size", [None, 12])
+@pytest.mark.parametrize("chunk_batches", [1, 2, 1000])
+def test_an_epochs_batches_in_chunks_are_the_batch_by_batch_images_and_labels(size, chunk_batches):
+    data = dataclasses.replace(load_dataset("digits"), flip=True, size=size)
+    x, y = data.train_x[:88], data.train_y[:88]
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(1))
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    image_bytes = 4 * x.shape[1] * max(size or 8, 8) ** 2
+    got = list(data.epoch_batches(x, y, order, 16, g1, chunk_bytes=chunk_batches * 16 * image_bytes))
+    expected = [(data.normalize(data.augment(x[idx], g2)), y[idx]) for idx in order.split(16)]
+    assert [len(b) for b, _ in got] == [16] * 5 + [8]
+    assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in zip(got, expected, strict=True))
+    assert torch.equal(g1.get_state(), g2.get_state())
+    assert got[0][0].shape[-1] == (size or 8)
+
+
+def test_an_epochs_augmentation_runs_once_per_chunk_not_once_per_batch():
+    data = dataclasses.replace(load_dataset("digits"), flip=True)
+    x, y = data.train_x, data.train_y
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    steps = -(-len(y) // 32)
+
+    def gathers(chunk_bytes: int) -> int:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            batches = list(data.epoch_batches(x, y, order, 32, torch.Generator().manual_seed(0), chunk_bytes))
+        assert len(batches) == steps
+        return sum(e.count for e in prof.key_averages() if e.key == "aten::flip")
+
+    assert gathers(10**9) == 1                      # the whole epoch in one chunk
+    assert gathers(4 * 64 * 32 * 10) == -(-steps // 10)  # ten batches a chunk

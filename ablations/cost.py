@@ -8,6 +8,8 @@ graph per step on CUDA unless GRAPHS=0) at the sweep's training batch size. A mo
 share (the base config of `make ablations`) is timed once. Each round of each point and mode is one row
 of `<out>/ablations/<sweep>-cost.csv` of every sweep that has the point, appended as it is measured.
 Peak memory is taken in the first round only: the allocator's peak of a fixed step is the same every time.
+On CUDA each item's step is built once per phase and replayed in every round (`Steps`): one capture
+per training item, not one per round.
 
 The rows of one phase share a `phase_id`, a hash of everything that defines the measurement (the
 sweeps, models, batch sizes, dtype, rounds, timing, device). A rerun that finds a complete phase with
@@ -19,9 +21,11 @@ their config's inference figures: the median over rounds, with the interquartile
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import gc
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +37,10 @@ from tqdm import tqdm
 from bench.csvio import append_row, drop_rows
 from bench.env import environment, run_id
 from bench.failures import classify_failure
-from bench.measure import MeasureConfig, complexity, measure
+from bench.measure import MeasureConfig, StepFactory, complexity, default_step, measure
 from bench.recipe import TrainConfig
 from bench.rounds import interleaved
-from bench.step import training_step
+from bench.step import train_mode, training_step
 from bench.timing import TimingConfig
 from vit import VisionTransformer, ViTConfig
 
@@ -57,11 +61,14 @@ CUDA_TIMING = TimingConfig(warmup=3, min_repeats=20, min_time_s=0.05)
 class CostPlan:
     """rounds: interleaved rounds (0 = no cost phase; the rows' speed columns stay empty).
     infer_batch_size: images per inference step. timing: per item and round (None: CPU_TIMING, or
-    CUDA_TIMING on CUDA). measure_mfu: against the device's measured matmul peak."""
+    CUDA_TIMING on CUDA). measure_mfu: against the device's measured matmul peak. keep_steps: each item's
+    step built once per phase and reused in every round (None: on CUDA, where building the training step
+    captures a CUDA graph)."""
     rounds: int = COST_ROUNDS
     infer_batch_size: int = 256
     timing: TimingConfig | None = None
     measure_mfu: bool = True
+    keep_steps: bool | None = None  # build each item's step once per phase (None: on CUDA; see `Steps`)
 
     def timing_on(self, device: torch.device) -> TimingConfig:
         if self.timing is not None:
@@ -111,16 +118,59 @@ def phase_id(sweeps: list[str], items: list[_Item], plan: CostPlan, device: torc
                    "rounds": plan.rounds, "device_name": env["device_name"], "torch": env["torch_version"]})
 
 
+class Steps:
+    """The phase's built steps, each kept across rounds so that it is built (on CUDA: its training step
+    captured into a CUDA graph, with a synchronisation and a warm-up) once per phase rather than once per
+    round, while the device's memory in use stays within `share` of its total; beyond that the least
+    recently timed are let go (and built again when next timed). Off (`keep=False`): built every round."""
+
+    def __init__(self, device: torch.device, keep: bool, share: float = 0.5) -> None:
+        self.device, self.keep, self.share = device, keep, share
+        self.built: collections.OrderedDict[str, tuple[Callable[[], object], list[object]]] = collections.OrderedDict()
+        self.builds = 0
+
+    def factory(self, key: str, build: StepFactory, mode: Callable[[torch.nn.Module], object]) -> StepFactory:
+        """`build`, or the step it built before; `mode(model)` puts a kept step's model back in the mode
+        its step runs in (the items of one model share it, and each step sets the mode when built)."""
+        def get(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor):
+            if key in self.built:
+                self.built.move_to_end(key)
+                mode(model)
+                return self.built[key]
+            made = build(model, images, labels)
+            self.builds += 1
+            if self.keep:
+                self.built[key] = made
+                while len(self.built) > 1 and self._crowded():
+                    self.built.popitem(last=False)
+            return made
+        return get
+
+    def _crowded(self) -> bool:
+        if self.device.type != "cuda":
+            return False
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        return torch.cuda.memory_reserved(self.device) > self.share * total
+
+    def forget(self, key: str) -> None:
+        self.built.pop(key, None)
+
+
 def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], device: torch.device,
-                  first_round: bool, plan: CostPlan, graphs: bool) -> dict[str, Any]:
+                  first_round: bool, plan: CostPlan, graphs: bool, steps: Steps) -> dict[str, Any]:
     cfg, mcfg = item.cfg, dataclasses.replace(item.mcfg, measure_memory=first_round, measure_mfu=plan.measure_mfu)
     row: dict[str, Any] = {**costs}
-    factory = training_step(item.train, device, graphs) if item.mode == "train" else None
+    key = item_key(item)
+    if item.mode == "train":
+        factory = steps.factory(key, training_step(item.train, device, graphs), lambda m: train_mode(m, item.train))
+    else:
+        factory = steps.factory(key, default_step(mcfg, device), lambda m: m.eval())
     try:
         row.update(measure(model, (cfg.in_chans, cfg.img_size, cfg.img_size), cfg.num_classes, mcfg, device,
                            gflops=float(costs["gflops"]), step_factory=factory))
         row.update(status="ok", error="")
     except Exception as err:  # an out-of-memory point is a row, and the phase goes on
+        steps.forget(key)
         row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
         if row["status"] == "error":
             traceback.print_exc()
@@ -163,6 +213,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     env = environment(device)
     rows: dict[str, list[dict[str, Any]]] = {sweep: [] for sweep, _, _ in sweeps}
     names = ", ".join(sweep for sweep, _, _ in sweeps)
+    steps = Steps(device, device.type == "cuda" if plan.keep_steps is None else plan.keep_steps)
     bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names}", unit="step", leave=False, disable=not progress)
     for r, (item_id, item) in interleaved(list(distinct.items()), plan.rounds):
         key = model_key(item.cfg)
@@ -170,13 +221,13 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
                "round": r, "rounds": plan.rounds, "dtype": item.mcfg.dtype,
                "compile": int(item.mcfg.compile), "mode": item.mode, "batch_size": item.mcfg.batch_size,
                "run_id": run_id({"phase_id": pid, "model": key, "mode": item.mode, "round": r})}
-        row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan, graphs))
+        row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan, graphs, steps))
         for sweep, csv in where[item_id]:
             mine = {**row, "sweep": sweep, "phase_items": len(own[sweep])}
             append_row(csv, mine, COST_COLUMNS)
             rows[sweep].append(mine)
         bar.update()
     bar.close()
-    del models
+    del models, steps
     gc.collect()
     return {sweep: pd.DataFrame(mine) for sweep, mine in rows.items()}

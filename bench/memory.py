@@ -1,7 +1,10 @@
 """Peak tensor memory of one step: the allocator's peak on CUDA, MemTracker's tensor-level peak on CPU.
 
 Process RSS is not used: it counts the interpreter, libraries and allocator caches, not the step.
-Both figures include the tensors alive before the step (parameters, optimizer state, inputs).
+Both figures include the tensors alive before the step that it is given to track (parameters, optimizer
+state, inputs) and nothing else that happens to be alive: on CUDA the allocator's figures cover the whole
+device, so what was allocated before the step and is not tracked (other models, other steps kept by the
+caller) is taken off.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ import torch
 def peak_mem_mb(step: Callable[[], object], device: torch.device, track: Iterable[object] = ()) -> float:
     """Peak MiB of tensor memory while `step()` runs; `track`: modules/optimizers/tensors alive already."""
     if device.type == "cuda":
+        track = list(track)
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+        untracked = torch.cuda.memory_allocated(device) - resident_bytes(track, device)
         step()
         torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device) / 2**20
+        return (torch.cuda.max_memory_allocated(device) - max(0, untracked)) / 2**20
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()
@@ -30,3 +35,32 @@ def peak_mem_mb(step: Callable[[], object], device: torch.device, track: Iterabl
             step()
     snapshot = tracker.get_tracker_snapshot("peak")
     return max((per_device.get("Total", 0) for per_device in snapshot.values()), default=0) / 2**20
+
+
+ALLOCATOR_BLOCK = 512  # the CUDA caching allocator rounds every allocation up to a multiple of this
+
+
+def resident_bytes(track: Iterable[object], device: torch.device) -> int:
+    """Bytes the allocator holds for the distinct storages on `device` of `track`: modules (parameters, their
+    gradients, buffers), optimizers (state tensors) and tensors; a storage shared by several is counted once."""
+    storages: dict[int, int] = {}
+
+    def add(t: object) -> None:
+        if torch.is_tensor(t) and t.device == device:
+            storage = t.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+
+    for obj in track:
+        if isinstance(obj, torch.nn.Module):
+            for p in obj.parameters():
+                add(p)
+                add(p.grad)
+            for b in obj.buffers():
+                add(b)
+        elif isinstance(obj, torch.optim.Optimizer):
+            for state in obj.state.values():
+                for v in state.values():
+                    add(v)
+        else:
+            add(obj)
+    return sum(-(-n // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK for n in storages.values())

@@ -126,7 +126,8 @@ SPEED = [
     Column("step_ms_p99", "ms", "99th percentile of the step times (with fewer than 100 timed steps it "
                                 "interpolates towards the slowest)"),
     Column("peak_mem_mb", "MiB", "peak tensor memory of one step: CUDA allocator peak, or MemTracker's on the "
-                                 "CPU (parameters, optimizer state and activations, not process RSS); a CUDA "
+                                 "CPU (parameters, optimizer state and activations, not process RSS; on CUDA "
+                                 "less whatever else was allocated on the device before the step); a CUDA "
                                  "training step's is taken on its first call, which captures its CUDA graph, "
                                  "so the graph's pool (the activations) is counted"),
     Column("util_pct", "%", "GPU utilisation from NVML during the timed steps, or on the CPU this process's "

@@ -414,6 +414,44 @@ def test_a_cuda_training_steps_memory_is_taken_on_the_call_that_captures_its_gra
     assert not memory_first(cpu, MeasureConfig(mode="train"))
 
 
+def test_resident_bytes_counts_each_tracked_storage_once_in_allocator_blocks():
+    from bench.memory import ALLOCATOR_BLOCK, resident_bytes
+
+    cpu = torch.device("cpu")
+    model = nn.Linear(10, 3)            # 30 + 3 floats: one 512-byte block each
+    block = ALLOCATOR_BLOCK
+    assert resident_bytes([model], cpu) == 2 * block
+    model(torch.randn(4, 10)).sum().backward()
+    assert resident_bytes([model], cpu) == 4 * block  # and their gradients
+    opt = torch.optim.AdamW(model.parameters())
+    opt.step()
+    big = torch.zeros(1000)             # 4,000 bytes: eight blocks
+    # parameters and gradients (4 blocks); AdamW's exp_avg, exp_avg_sq and step tensor per parameter (6)
+    got = resident_bytes([model, opt, big, big[:10], model.weight], cpu)  # a view and a repeat count once
+    assert got == (4 + 6 + 8) * block
+    assert resident_bytes([big], torch.device("cuda")) == 0  # on another device: not resident there
+
+
+def test_a_cuda_peak_leaves_out_what_was_allocated_before_and_is_not_tracked(monkeypatch):
+    """The allocator's figures are the device's: another model or a kept step alive before the step is taken off."""
+    import bench.memory as memory
+
+    mib = 2**20
+    state = {"allocated": 10 * mib, "peak": 0}
+
+    def step():
+        state["peak"] = state["allocated"] + 4 * mib   # the step's own 4 MiB on top of everything alive
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: state["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: state["peak"])
+    cuda = torch.device("cuda")
+    assert peak_mem_mb(step, cuda) == 4.0                    # nothing tracked: the step alone
+    monkeypatch.setattr(memory, "resident_bytes", lambda track, device: 3 * mib)
+    assert peak_mem_mb(step, cuda, ["model"]) == 7.0          # and the 3 MiB it was given to track
+
+
 def test_bench_run_batches_auto_by_the_models_forward_cost(capsys):
     """`--batch-size auto` (the default): on a CPU the smallest power of two whose forward costs ≥ 32 GFLOPs,
     at most 256; 256 on CUDA. A small model is no longer timed at a batch that leaves the cores idle."""

@@ -188,3 +188,53 @@ def test_cli_refuses_bad_cost_rounds_and_repeated_seeds_before_any_work(tmp_path
             main(["sweep", "depth", "--dataset", "digits", "--out", str(tmp_path), *args])
         assert info.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "ablations").exists()
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_kept_steps_are_built_once_per_phase_and_run_in_their_own_mode(tmp_path, monkeypatch, keep):
+    import dataclasses
+
+    import ablations.cost as cost
+
+    builds, modes = [], []
+
+    def watched(real, kind):
+        def factory(*args, **kwargs):
+            build = real(*args, **kwargs)
+
+            def built(model, images, labels):
+                step, alive = build(model, images, labels)
+                builds.append(model.training)
+                return (lambda: (modes.append((kind, model.training)), step())[1]), alive
+            return built
+        return factory
+
+    monkeypatch.setattr(cost, "training_step", watched(cost.training_step, "train"))
+    monkeypatch.setattr(cost, "default_step", watched(cost.default_step, "infer"))
+    plan = dataclasses.replace(PLAN, keep_steps=keep)
+    rows = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv", progress=False)
+    assert len(rows) == 12 and (rows["status"] == "ok").all() and rows["step_ms_median"].notna().all()
+    assert len(builds) == (4 if keep else 12)      # 2 models × (infer, train), once per phase or every round
+    assert sorted(builds) == [False] * (len(builds) // 2) + [True] * (len(builds) // 2)
+    # a kept step of a model whose other item ran in between still runs in its own mode
+    assert {kind for kind, _ in modes} == {"train", "infer"}
+    assert all(training == (kind == "train") for kind, training in modes)
+    trained = rows[rows["mode"] == "train"]
+    assert trained["peak_mem_mb"].notna().sum() == 2
+
+
+def test_kept_steps_let_the_least_recently_timed_go_when_the_device_is_crowded(monkeypatch):
+    from ablations.cost import Steps
+
+    steps = Steps(torch.device("cpu"), keep=True)
+    crowded = iter([False, True, True])
+    monkeypatch.setattr(steps, "_crowded", lambda: next(crowded))
+    made = []
+
+    def build(name):
+        return lambda model, x, y: (made.append(name) or (name, []))
+    for name in ("a", "b", "c"):
+        steps.factory(name, build(name), lambda m: None)(None, None, None)
+    assert list(steps.built) == ["c"] and made == ["a", "b", "c"]   # b evicted a; c evicted b
+    steps.factory("c", build("c"), lambda m: None)(None, None, None)
+    assert made == ["a", "b", "c"]                                  # kept: not built again

@@ -22,13 +22,14 @@ def die_with_parent() -> None:
         pass
 
 
-def worker_main(conn, parent: int, threads: int, gpu: str | None) -> None:
+def worker_main(conn, parent: int, threads: int, gpu: str | None, env: dict[str, str] | None = None) -> None:
     die_with_parent()
     if os.getppid() != parent:  # the driver died before this worker could ask to die with it
         return
     for sig in (signal.SIGINT, signal.SIGHUP):  # a terminal's Ctrl-C reaches the whole group: the driver decides
         signal.signal(sig, signal.SIG_IGN)
-    if gpu is not None:  # before this process initialises CUDA
+    os.environ.update(env or {})  # before this process initialises CUDA (the MPS daemon's pipe folder)
+    if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     import threading
 

@@ -46,6 +46,11 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
         Option("--threads", "local executor on the CPU: torch threads per run (default: the cores // JOBS). Runs "
                             "with the same count give the same floats whatever JOBS is; a different count changes "
                             "the order of reductions", "THREADS", type=positive("--threads (THREADS)")),
+        Option("--mps", "local executor on CUDA with JOBS > 1: run the workers under CUDA MPS so that their "
+                        "kernels overlap (without it processes on one GPU take turns). auto (default): a daemon "
+                        "already running, else a private one started and stopped with the command, else without "
+                        "MPS, saying why; on: MPS or stop; off: never", "MPS", choices=("auto", "on", "off"),
+               default="auto"),
         MAX_RETRIES,
     ),
     "ray": (

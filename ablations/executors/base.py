@@ -25,6 +25,7 @@ class ExecutorOptions:
     jobs: int | None = 1      # local: runs in flight at once; None = auto (executors.local.auto_jobs)
     device: str = "auto"      # the runs' device (local: how JOBS places them)
     threads: int | None = None  # local, CPU: torch threads per run; None = the cores // jobs
+    mps: str = "auto"         # local, CUDA with jobs > 1: CUDA MPS for the workers (executors.mps)
 
     def __post_init__(self) -> None:
         if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):
@@ -36,6 +37,8 @@ class ExecutorOptions:
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
                                          or self.threads < 1):
             raise ValueError(f"threads must be an integer ≥ 1, got {self.threads!r}")
+        if self.mps not in ("auto", "on", "off"):
+            raise ValueError(f"mps must be auto, on or off, got {self.mps!r}")
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be ≥ 0, got {self.max_retries!r}")
 

@@ -4,7 +4,9 @@ JOBS=1 (default): one after another in this process, each dataset loaded once. J
 processes (spawned), each loading the dataset once from the parsed-array cache; on the CPU the cores are
 split between them (torch threads per run = cores // N); on CUDA they share the GPU, or with several
 GPUs each worker is pinned to one of them in turn. JOBS=auto: half the cores on the CPU (so each run
-keeps two threads), four runs per GPU. Only the driver writes results.
+keeps two threads), four runs per GPU. Workers that share a GPU run under CUDA MPS where it can be had
+(`executors.mps`, MPS=auto|on|off), so that their kernels overlap rather than take turns; the start line
+says which. Only the driver writes results.
 
 Each worker has a pipe of its own, so a worker that dies (SIGKILL, the kernel's OOM killer, a crash in
 a native library) takes only its own run with it: the driver sees its pipe close, starts a new worker
@@ -37,6 +39,7 @@ from ..interrupts import SIGNALS
 from ..spawned import Raised, worker_main
 from ..tasks import Outcome, Task, lost_outcome
 from .base import ExecutorOptions, Loader, RunFn
+from .mps import Mps
 
 RUNS_PER_GPU = 4  # JOBS=auto on CUDA
 STOP_GRACE_S = 3.0  # a stopped worker's time to exit on SIGTERM before it is killed
@@ -95,8 +98,10 @@ def _signals_ignored():
 class WorkerPool:
     """`size` spawned workers, each with its own pipe, running tasks of `fn`; see the module docstring."""
 
-    def __init__(self, size: int, threads: int, gpus: int, max_retries: int, fn: RunFn, load: Loader) -> None:
+    def __init__(self, size: int, threads: int, gpus: int, max_retries: int, fn: RunFn, load: Loader,
+                 env: dict[str, str] | None = None) -> None:
         self.size, self.threads, self.gpus, self.max_retries = size, threads, gpus, max_retries
+        self.env = env or {}  # set in each worker before it imports torch
         self.fn, self.load = fn, load
         self.ctx = mp.get_context("spawn")
         self.workers: list[_Worker] = []
@@ -104,7 +109,7 @@ class WorkerPool:
     def _start(self, slot: int) -> _Worker:
         ours, theirs = self.ctx.Pipe()
         gpu = visible_gpu(slot % self.gpus, os.environ.get("CUDA_VISIBLE_DEVICES")) if self.gpus else None
-        process = self.ctx.Process(target=worker_main, args=(theirs, os.getpid(), self.threads, gpu),
+        process = self.ctx.Process(target=worker_main, args=(theirs, os.getpid(), self.threads, gpu, self.env),
                                    name=f"vitbench-worker-{slot}", daemon=True)
         process.start()
         theirs.close()
@@ -205,6 +210,7 @@ class LocalExecutor:
         self.threads = self.options.threads or (max(1, torch.get_num_threads() // self.jobs) if not self.gpus else 1)
         # workers spread over the GPUs only where DEVICE names none (auto, cuda); DEVICE=cuda:1 shares GPU 1
         self.spread = self.gpus > 1 and self.options.device in ("auto", "cuda")
+        self.mps = Mps(self.options.mps) if self.gpus and self.jobs > max(1, self.gpus if self.spread else 1) else None
 
     def start(self) -> str:
         chosen = " (JOBS=auto)" if self.options.jobs is None else ""
@@ -213,11 +219,14 @@ class LocalExecutor:
         where = (f"round-robin over {self.gpus} GPUs" if self.spread else
                  f"sharing {self.options.device if self.gpus > 1 else 'the GPU'}" if self.gpus else
                  f"{self.threads} CPU thread(s) each")
+        if self.mps is not None:
+            where += f", {self.mps.start()}"
         return (f"local: {self.jobs} runs at once{chosen}, {where}; a run whose worker dies is retried up to "
                 f"{self.options.max_retries}×")
 
     def close(self) -> None:
-        pass
+        if self.mps is not None:
+            self.mps.close()
 
     def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, Outcome]]:
         if self.jobs == 1:  # with JOBS > 1 even a lone run goes to a worker: the same threads as its siblings
@@ -230,5 +239,6 @@ class LocalExecutor:
             finally:
                 torch.set_num_threads(before)
             return
-        pool = WorkerPool(self.jobs, self.threads, self.gpus if self.spread else 0, self.options.max_retries, fn, load)
+        pool = WorkerPool(self.jobs, self.threads, self.gpus if self.spread else 0, self.options.max_retries, fn, load,
+                          self.mps.env if self.mps is not None else None)
         yield from pool.run(tasks)

@@ -3,8 +3,8 @@
 `python -m ablations --help` (and every subcommand's `--help`, and argparse's check of a choice) is
 built from this module alone, so it answers in a fraction of a second; torch, pandas and the models
 load only once a command runs. Presets and dtypes come from `bench.choices`, their one source. The
-datasets are named here and loaded by `ablations.data.DATASETS`; `ablations.commands` compares the two
-when it loads (`same_names`), so a dataset added on one side only fails at once, naming both lists.
+datasets are named here, their one list; `ablations.data.loader(name)` finds each one's `load_<name>`
+(a test checks that every name has one).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
     import tomli as tomllib
 from pathlib import Path
 
-from bench.choices import DTYPES, PRESETS, same_names
+from bench.choices import DTYPES, PRESETS
 
 __all__ = ["AUTO_CHECKPOINT_S", "COST_ROUNDS", "DATASETS", "DTYPES", "MAX_SEED", "PRESETS", "SPEC_DIR",
-           "available_sweeps", "default_sweeps", "same_names"]
+           "available_sweeps", "default_sweeps"]
 
 DATASETS = ("mnist5k", "digits", "synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder")
 

@@ -24,9 +24,9 @@ from bench.recipe import TrainConfig
 from bench.reference import refusal
 from vit import PRESETS, VisionTransformer, ViTConfig, checkpoint_id, init_from_checkpoint
 
-from . import choices, tensorboard
+from . import tensorboard
 from .cost import CostPlan
-from .data import DATASETS, cached_dataset
+from .data import cached_dataset
 from .executors import EXECUTORS, Executor, ExecutorOptions
 from .executors import OPTIONS as EXECUTOR_OPTIONS
 from .interrupts import Interrupted
@@ -35,8 +35,6 @@ from .schema import read_table
 from .specs import DATASET_FIELDS, Point, SpecError, base_preset, default_sweeps, find_spec, load_spec
 from .store import SweepError, SweepPaths, finished_ids
 from .tasks import RunOptions, make_tasks
-
-choices.same_names("datasets", choices.DATASETS, DATASETS)  # the parser offered these: each must be a real entry
 
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ViTConfig)}
 TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}

@@ -37,6 +37,8 @@ from torch import Tensor
 
 from bench.atomic import write_atomic
 
+from .choices import DATASETS
+
 SPLIT_SEED = 0
 # model-sized float images augmented at once by `Dataset.epoch_batches` (its index tensors take some 8× more
 # while it runs): all of mnist5k's epoch, some 85 batches of 64 of CIFAR's
@@ -307,10 +309,16 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
                    len(classes["train"]), mean, std, crop_padding=max(1, side // 16), flip=True)
 
 
-DATASETS: dict[str, Callable[[Path, bool], Dataset]] = {
-    "mnist5k": load_mnist5k, "digits": load_digits, "synthetic": load_synthetic,
-    **{name: _torchvision_loader(name) for name in _TORCHVISION}, "imagefolder": load_imagefolder,
-}
+load_mnist, load_fashion_mnist = _torchvision_loader("mnist"), _torchvision_loader("fashion-mnist")
+load_cifar10, load_cifar100 = _torchvision_loader("cifar10"), _torchvision_loader("cifar100")
+
+
+def loader(name: str) -> Callable[[Path, bool], Dataset]:
+    """The loader of a dataset named in `DATASETS` (`ablations.choices`, the one list of names, which the
+    command line offers without torch): this module's `load_<name>`, dashes written as underscores."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}")
+    return globals()[f"load_{name.replace('-', '_')}"]
 
 
 CACHE_VERSION = 1
@@ -367,8 +375,7 @@ def load_dataset(name: str, data_root: str | Path = "data", download: bool = Fal
                  img_size: int | None = None) -> Dataset:
     """The dataset, from the parsed-array cache when it has a current copy (synthetic is never cached);
     with `img_size`, shown to models at that side (`Dataset.size`; an image folder is also stored at it)."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}")
+    loader(name)  # an unknown name fails here, naming the choices
     if img_size is not None and (isinstance(img_size, bool) or not isinstance(img_size, int) or img_size < 1):
         raise ValueError(f"img_size must be a positive integer, got {img_size!r}")
     data = _load(name, Path(data_root), download, img_size if name == "imagefolder" else None)
@@ -377,19 +384,19 @@ def load_dataset(name: str, data_root: str | Path = "data", download: bool = Fal
 
 def _load(name: str, data_root: Path, download: bool, side: int | None) -> Dataset:
     if name == "synthetic":
-        return DATASETS[name](Path(data_root), download)
+        return load_synthetic(Path(data_root), download)
     if name == "imagefolder":
-        loader = functools.partial(load_imagefolder, side=side or IMAGEFOLDER_SIZE)
+        load = functools.partial(load_imagefolder, side=side or IMAGEFOLDER_SIZE)
         name_key = f"imagefolder{side or IMAGEFOLDER_SIZE}"
     else:
-        loader, name_key = DATASETS[name], name
+        load, name_key = loader(name), name
     path = _cache_file(name, Path(data_root), name_key)
     if path.exists():
         try:
             return _load_cached(path)
         except Exception:  # a damaged cache file is parsed again and replaced
             path.unlink(missing_ok=True)
-    data = loader(Path(data_root), download)
+    data = load(Path(data_root), download)
     if download:  # the files may have just arrived: key the cache by them
         path = _cache_file(name, Path(data_root), name_key)
     _save_cached(data, path)

@@ -5,12 +5,10 @@ answers in a fraction of a second; torch and the models load only once a command
 Each list has one source: the presets' names are read from `vit/presets.toml`, the file `vit.PRESETS` is
 built from; `bench.precision.DTYPES` is built from `DTYPES` here. Attention backends are not listed:
 `vit.register_backend` adds them at run time, and `--attn` is checked against the registry itself.
-`same_names` guards the lists that still have two sides (the datasets, `ablations.choices`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 try:
@@ -21,11 +19,3 @@ except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
 PRESETS = tuple(tomllib.loads((Path(__file__).resolve().parents[1] / "vit" / "presets.toml").read_text()))
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # name -> torch dtype attribute
 MODES = ("infer", "train")
-
-
-def same_names(what: str, listed: Iterable[str], registry: Iterable[str]) -> None:
-    """Raise RuntimeError unless the command line's list of `what` names exactly the registry's entries."""
-    listed, real = sorted(listed), sorted(registry)
-    if listed != real:
-        raise RuntimeError(f"the command line lists the {what} {listed}, but the registry holds {real}; "
-                           f"add or remove the name in both")

@@ -103,7 +103,8 @@ def test_help_and_refused_arguments_never_load_torch(argv):
 
 
 def test_help_names_every_choice_the_registries_hold(capsys):
-    from ablations.commands import DATASETS, EXECUTORS, PRESETS, default_sweeps
+    from ablations.choices import DATASETS
+    from ablations.commands import EXECUTORS, PRESETS, default_sweeps
     from ablations.specs import SPEC_DIR, load_spec
     from bench.precision import DTYPES
 
@@ -117,13 +118,19 @@ def test_help_names_every_choice_the_registries_hold(capsys):
     assert default_sweeps() == sorted(s.name for s in specs if s.default)  # the light reader agrees with the spec loader
 
 
-def test_a_registry_name_missing_from_the_command_line_fails_naming_both_lists():
-    from ablations import choices
-    from ablations.data import DATASETS
+def test_every_dataset_the_command_line_names_has_a_loader_and_no_other_name_does():
+    import inspect
 
-    choices.same_names("datasets", choices.DATASETS, DATASETS)  # as shipped: equal
-    with pytest.raises(RuntimeError, match=r"lists the datasets \[.*\], but the registry holds \[.*'svhn'.*\]; add"):
-        choices.same_names("datasets", choices.DATASETS, [*DATASETS, "svhn"])
+    from ablations import choices, data
+
+    assert data.DATASETS is choices.DATASETS  # one list
+    for name in choices.DATASETS:
+        assert callable(data.loader(name))
+    loaders = {n[len("load_"):] for n, f in vars(data).items() if n.startswith("load_") and callable(f)
+               and n != "load_dataset" and not inspect.isclass(f)}
+    assert loaders == {n.replace("-", "_") for n in choices.DATASETS}  # a loader the command line cannot name fails
+    with pytest.raises(ValueError, match=r"unknown dataset 'svhn'; choose one of \['cifar10',"):
+        data.loader("svhn")
 
 
 def test_a_command_reads_its_dataset_once(tmp_path, monkeypatch):

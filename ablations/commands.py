@@ -22,7 +22,7 @@ from bench.measure import complexity
 from bench.overrides import parse_overrides
 from bench.recipe import TrainConfig
 from bench.reference import refusal
-from vit import PRESETS, VisionTransformer, ViTConfig, checkpoint_id, init_from_checkpoint
+from vit import VisionTransformer, ViTConfig, checkpoint_id, init_from_checkpoint
 
 from . import tensorboard
 from .cost import CostPlan
@@ -32,7 +32,7 @@ from .executors import OPTIONS as EXECUTOR_OPTIONS
 from .interrupts import Interrupted
 from .runner import run_sweeps
 from .schema import read_table
-from .specs import DATASET_FIELDS, Point, SpecError, base_preset, default_sweeps, find_spec, load_spec
+from .specs import DATASET_FIELDS, Point, SpecError, SweepSpec, base_preset, default_sweeps, find_spec, load_spec
 from .store import SweepError, SweepPaths, finished_ids
 from .tasks import RunOptions, make_tasks
 
@@ -259,15 +259,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         _check_device(args)
         data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
         args.preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
-        model = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
-                                             num_classes=data.num_classes, **model_changes)
-        train_cfg = dataclasses.replace(TrainConfig(), **train_changes)
+        spec = SweepSpec.one_run("train", args.preset, model_changes, train_changes)
+        points = spec.points(data.img_size, data.in_chans, data.num_classes)
         _fetch_pretrained(args)
-        _check_init(args.init, [Point("train", "preset", args.preset, model, train_cfg)])
+        _check_init(args.init, points)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    points = [Point("train", "preset", args.preset, model, train_cfg)]
     options = _options(args)
     if args.dry_run:
         _dry_run("train", points, options)

@@ -125,6 +125,14 @@ class SweepSpec:
     holdout: float = 0.0   # the validation share when tuning
     holdout_seed: int = 0
 
+    @classmethod
+    def one_run(cls, name: str, preset: str, model_overrides: dict[str, Any],
+                train_overrides: dict[str, Any]) -> SweepSpec:
+        """A sweep of one point, the preset with these overrides (`python -m ablations train`): its factor is
+        `preset`, its errors name `--set`."""
+        return cls(name, Path("--set"), ("preset",), ((preset,),), {}, preset, dict(model_overrides),
+                   dict(train_overrides))
+
     @property
     def factor(self) -> str:
         return " × ".join(self.factors)

@@ -104,7 +104,7 @@ def test_help_and_refused_arguments_never_load_torch(argv):
 
 def test_help_names_every_choice_the_registries_hold(capsys):
     from ablations.choices import DATASETS
-    from ablations.commands import EXECUTORS, PRESETS, default_sweeps
+    from ablations.commands import EXECUTORS, default_sweeps
     from ablations.specs import SPEC_DIR, load_spec
     from bench.precision import DTYPES
 
@@ -174,3 +174,20 @@ def test_preset_and_dtype_names_have_one_source_that_help_reads_without_torch():
     assert PRESETS["vit_mnist"] == ViTConfig(img_size=28, patch_size=7, in_chans=1, num_classes=10, embed_dim=64,
                                              depth=4, num_heads=4, mlp_ratio=2.0, pool="avg", stem="conv")
     assert str(DTYPES["bf16"]) == "torch.bfloat16"
+
+
+def test_train_builds_its_point_as_a_sweep_does_so_the_same_model_and_recipe_are_the_same_runs(tmp_path, capsys):
+    """`train --set depth=3 --set lr=0.002` and a one-value depth sweep with lr 0.002 list the same run ids; a
+    bad --set value names --set, the point and the field."""
+    import re
+
+    spec = write_spec(tmp_path / "d3.toml", "depth", "[3]", train="epochs = 1\nlr = 0.002")
+    common = ["--dataset", "digits", "--epochs", "1", "--seeds", "0,1", "--dry-run", "--out", str(tmp_path)]
+    assert ablations_main(["train", "--preset", "vit_digits", "--set", "depth=3", "--set", "lr=0.002", *common]) == 0
+    from_train = re.findall(r"\b[0-9a-f]{12}\b", capsys.readouterr().out)
+    assert ablations_main(["sweep", str(spec), *common]) == 0
+    from_sweep = re.findall(r"\b[0-9a-f]{12}\b", capsys.readouterr().out)
+    assert len(from_train) == 2 and from_train == from_sweep
+    assert ablations_main(["train", "--preset", "vit_digits", "--set", "depth=0", *common]) == 2
+    assert "error: --set: point preset='vit_digits': ViTConfig.depth must be a positive int, got 0" in \
+        capsys.readouterr().err

@@ -28,6 +28,7 @@ def peak_mem_mb(step: Callable[[], object], device: torch.device, track: Iterabl
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()
+    _no_hooks_on_frozen(tracker, track)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tracker.track_external(*track)
@@ -35,6 +36,25 @@ def peak_mem_mb(step: Callable[[], object], device: torch.device, track: Iterabl
             step()
     snapshot = tracker.get_tracker_snapshot("peak")
     return max((per_device.get("Total", 0) for per_device in snapshot.values()), default=0) / 2**20
+
+
+class _NoHook:
+    def remove(self) -> None:
+        pass
+
+
+def _no_hooks_on_frozen(tracker: object, track: Iterable[object]) -> None:
+    """MemTracker puts a gradient hook on every parameter of each module the step calls, and a parameter that
+    takes no gradient (a frozen backbone, `freeze=all_but_head`) refuses one: such parameters are entered in
+    its table of hooked parameters beforehand, with hooks that do nothing (they would never fire)."""
+    handles = getattr(tracker, "_param_to_grad_hook_handles", None)
+    if handles is None:  # another torch: its tracker keeps no such table
+        return
+    for obj in track:
+        if isinstance(obj, torch.nn.Module):
+            for p in obj.parameters():
+                if not p.requires_grad:
+                    handles[p] = (_NoHook(), _NoHook())
 
 
 ALLOCATOR_BLOCK = 512  # the CUDA caching allocator rounds every allocation up to a multiple of this

@@ -20,7 +20,7 @@ from bench.memory import peak_mem_mb
 from bench.schema import BENCH_COLUMNS, CONFIG, IDENTITY, SIZE, SPEED, names
 from bench.timing import TimingConfig, time_steps
 from bench.utilisation import UtilSampler
-from vit import ATTENTION_BACKENDS, VisionTransformer, ViTConfig
+from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer, ViTConfig
 
 FAST = TimingConfig(warmup=1, min_repeats=2, min_time_s=0.0)
 
@@ -412,6 +412,22 @@ def test_a_cuda_training_steps_memory_is_taken_on_the_call_that_captures_its_gra
     assert not memory_first(cuda, MeasureConfig(mode="infer"))
     assert not memory_first(cuda, MeasureConfig(mode="train", compile=True))  # its first call compiles
     assert not memory_first(cpu, MeasureConfig(mode="train"))
+
+
+def test_a_frozen_backbones_training_step_has_its_cpu_peak_and_it_is_below_the_full_steps():
+    """freeze=all_but_head: no gradients or AdamW state for the backbone, so less memory than training it all."""
+    from bench.recipe import TrainConfig
+    from bench.step import training_step
+
+    cpu = torch.device("cpu")
+    peaks = {}
+    for freeze in ("none", "all_but_head"):
+        torch.manual_seed(0)
+        model = VisionTransformer(PRESETS["vit_digits"])
+        images, labels = torch.randn(32, 1, 8, 8), torch.randint(0, 10, (32,))
+        step, alive = training_step(TrainConfig(freeze=freeze, batch_size=32), cpu)(model, images, labels)
+        peaks[freeze] = peak_mem_mb(step, cpu, alive)
+    assert 0 < peaks["all_but_head"] < peaks["none"]
 
 
 def test_resident_bytes_counts_each_tracked_storage_once_in_allocator_blocks():

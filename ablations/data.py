@@ -309,6 +309,11 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
                    len(classes["train"]), mean, std, crop_padding=max(1, side // 16), flip=True)
 
 
+def published_statistics(name: str) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """(mean, std) per channel that a torchvision dataset is normalised with, without reading its files."""
+    return (_TORCHVISION[name][2], _TORCHVISION[name][3]) if name in _TORCHVISION else None
+
+
 load_mnist, load_fashion_mnist = _torchvision_loader("mnist"), _torchvision_loader("fashion-mnist")
 load_cifar10, load_cifar100 = _torchvision_loader("cifar10"), _torchvision_loader("cifar100")
 

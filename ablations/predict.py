@@ -103,8 +103,13 @@ def load_weights(weights: Path, preset: str, dataset: str | None = None, data_ro
 
 
 def _statistics(dataset: str, data_root: str | Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    from .data import cached_dataset
+    """The dataset's normalisation: the published figures of a torchvision dataset (its files are not
+    needed), else the loaded dataset's (an image folder's are computed from its training images)."""
+    from .data import cached_dataset, published_statistics
 
+    known = published_statistics(dataset)
+    if known is not None:
+        return known
     data = cached_dataset(dataset, str(data_root))
     return tuple(data.mean), tuple(data.std)
 

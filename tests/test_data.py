@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ablations.__main__ import main as ablations_main
-from ablations.data import load_dataset
+from ablations.data import load_dataset, published_statistics
 
 
 def test_cifar10_with_empty_root_names_path_and_download_flag(tmp_path):
@@ -54,6 +54,8 @@ def test_cifar10_loader_reads_the_real_format(tmp_path, monkeypatch):
     expected = torch.as_tensor(raw.reshape(-1, 3, 32, 32)).float() / 255  # CHW planes in the pickle
     torch.testing.assert_close(data.test_x, expected)
     assert data.test_y.tolist() == labels and data.flip and data.num_classes == 10
+    assert published_statistics("cifar10") == (data.mean, data.std)  # what predict uses without the files
+    assert published_statistics("digits") is None
 
 
 def write_idx(path: Path, array: np.ndarray):

@@ -90,3 +90,16 @@ def test_predict_bad_inputs_are_one_line_errors(trained, tmp_path, capsys, case,
     assert cli.main(["predict", image, *run, "--out", str(out), "--figure", str(tmp_path / "f.png")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_checkpoint_for_a_torchvision_dataset_needs_none_of_its_files(tmp_path):
+    """--weights with --dataset cifar10: CIFAR-10's published normalisation, no data folder read."""
+    from ablations.data import published_statistics
+    from ablations.predict import load_weights
+    from vit import PRESETS
+
+    weights = tmp_path / "cifar.pth"
+    torch.save(VisionTransformer(PRESETS["vit_cifar"]).state_dict(), weights)
+    loaded = load_weights(weights, "vit_cifar", "cifar10", data_root=tmp_path / "no-data-here")
+    assert (loaded.mean, loaded.std) == published_statistics("cifar10")
+    assert not (tmp_path / "no-data-here").exists()

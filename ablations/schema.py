@@ -31,8 +31,9 @@ TRAINING = [
     Column("train_throughput_img_s", "images/s", "training images per second over the whole run"),
     Column("train_util_pct", "%", "while the training epochs ran (evaluation excluded): GPU utilisation from "
                                   "NVML (the whole GPU's: with jobs above 1 it counts the other runs' kernels too), "
-                                  "or on the CPU this process's CPU time over wall time as a share of its "
-                                  "cores; util_pct is the inference step's in the cost phase"),
+                                  "or on the CPU this process's CPU time over wall time as a share of the "
+                                  "cores its torch threads can use (rows without torch_threads: of all its "
+                                  "cores); util_pct is the inference step's in the cost phase"),
     Column("train_mfu", "", "training MFU over the whole run: 3 × gflops × train_throughput_img_s over the "
                             "device's measured matmul peak; mfu is the cost phase's inference step"),
     Column("init", "", "the starting checkpoint, file:sha256-prefix or timm:<name>; empty for random init", "text"),

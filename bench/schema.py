@@ -131,7 +131,7 @@ SPEED = [
                                  "training step's is taken on its first call, which captures its CUDA graph, "
                                  "so the graph's pool (the activations) is counted"),
     Column("util_pct", "%", "GPU utilisation from NVML during the timed steps, or on the CPU this process's "
-                            "CPU time over wall time as a share of its cores"),
+                            "CPU time over wall time as a share of the cores its torch threads can use"),
     Column("util_source", "", "nvml or cpu: where util_pct came from", "text"),
     Column("other_cpu_pct", "%", "other processes' share of all CPUs while the steps were timed (busy time from "
                                  "/proc/stat, hypervisor steal included, less this process's)"),

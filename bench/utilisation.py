@@ -25,13 +25,16 @@ class Reader(Protocol):
 
 
 class CpuReader:
-    """The process's CPU time over wall time, as a share of the cores it may use. The figure over an
-    interval is exact from its two ends, so a sampler reads it at the start and end only (no thread)."""
+    """The process's CPU time over wall time, as a share of the cores its torch threads can use (the
+    cores it may run on, or fewer threads: a run given one thread of two cores is fully busy at 100 %).
+    The figure over an interval is exact from its two ends, so a sampler reads it at the start and end
+    only (no thread)."""
     source = "cpu"
     cumulative = True
 
     def __init__(self) -> None:
-        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self.cores = max(1, min(allowed, torch.get_num_threads()))
         self._last = (time.perf_counter(), time.process_time())
 
     def read(self) -> dict[str, float]:

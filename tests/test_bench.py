@@ -184,6 +184,16 @@ def test_cpu_utilisation_of_a_busy_loop_and_of_sleep():
     assert busy.summary()["util_pct"] == pytest.approx(one_core, rel=0.25)
     assert idle.summary()["util_pct"] < 0.2 * one_core
     assert busy.summary()["util_samples"] == 1 and not busy._thread.is_alive()  # exact from its ends: no thread ran
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)   # a run given one thread (JOBS, THREADS, a one-CPU Ray task): one busy core is all of it
+    try:
+        with UtilSampler(CpuReader(), interval_s=0.02) as alone:
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < 0.3:
+                pass
+    finally:
+        torch.set_num_threads(before)
+    assert alone.summary()["util_pct"] == pytest.approx(100.0, rel=0.25)
 
 
 def test_nvml_reads_the_gpu_torch_trains_on_not_the_one_with_its_index(monkeypatch):

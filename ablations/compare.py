@@ -48,7 +48,8 @@ def compare_outs(a: Path, b: Path) -> pd.DataFrame:
             continue
         rows_a = rows_a[rows_a["run_id"].isin(rows_b.index)]
         keys = [c for c in POINT_COLUMNS if c in rows_a.columns]
-        varying = [c for c in keys if rows_a[c].nunique(dropna=False) > 1]  # the others are one value per table
+        # a blank cell (an older table that did not record the column) matches any value, as in `experiments`
+        varying = [c for c in keys if rows_a[c].nunique(dropna=True) > 1]  # the others are one value per table
         rows_a = rows_a.assign(point=[", ".join(f"{c}={v}" for c, v in zip(varying, values)) or "all"
                                       for values in rows_a[varying].itertuples(index=False)])
         rows_b = rows_b.loc[rows_a["run_id"]].assign(point=rows_a["point"].to_numpy())  # same runs, same order

@@ -65,3 +65,25 @@ def test_folders_with_no_run_in_common_are_refused_naming_them(sweep_out, tmp_pa
     assert main(["compare", str(sweep_out), str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "empty have no finished run in common" in err
+
+
+def test_rows_of_an_older_table_with_blank_recipe_cells_join_their_points(tmp_path):
+    """The committed lr and patch-depth tables mix rows that record the whole recipe with rows reused from
+    older tables that leave it blank: a blank matches any value, so each point is labelled by its factors
+    alone and holds all its seeds."""
+    from pathlib import Path
+
+    from ablations.compare import compare_outs
+
+    reference = Path(__file__).resolve().parents[1] / "results" / "reference"
+    copy = tmp_path / "copy" / "ablations"
+    for sweep in ("lr", "patch-depth"):
+        copy.joinpath("preds").mkdir(parents=True, exist_ok=True)
+        shutil.copy(reference / "ablations" / f"{sweep}.csv", copy)
+        shutil.copytree(reference / "ablations" / "preds" / sweep, copy / "preds" / sweep)
+    table = compare_outs(tmp_path / "copy", reference)
+    lr = table[table["sweep"] == "lr"]
+    assert sorted(lr["point"]) == sorted(f"lr={v}" for v in (0.0005, 0.001, 0.002, 0.004, 0.008))
+    grid = table[table["sweep"] == "patch-depth"]
+    assert set(grid["point"]) == {f"patch_size={p}, depth={d}" for p in (7, 14) for d in (1, 2, 4)}
+    assert (table["seeds"] == 3).all() and (table["diff_pts"] == 0).all()

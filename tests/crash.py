@@ -17,10 +17,11 @@ On a small digits sweep (3 points × 3 seeds, 3 epochs, a checkpoint every epoch
    equals the uninterrupted run's, and `python -m ablations report` succeeds and lists the garbage
    under "Skipped inputs".
 Then, with `--jobs-kills N` (default as many as `--kills`), the same sweep with JOBS=2: at random
-instants it SIGKILLs one of the two workers (the sweep goes on: a new worker resumes that run), SIGKILLs
-the driver (the workers must die with it), or sends the driver SIGTERM (it must exit 143 within 10 s
-with no worker left); after each, nothing finished may be lost, and the end state must equal an
-uninterrupted JOBS=2 sweep's, run for run and byte for byte.
+instants, in turn, it SIGKILLs one of the two workers (the sweep goes on: a new worker resumes that run),
+SIGKILLs the driver (the workers must die with it), sends the driver SIGTERM (it must exit 143 within 10 s
+with no worker left), and SIGKILLs a worker again (so any three kills hit all three ways); after each,
+nothing finished may be lost, and the end state must equal an uninterrupted JOBS=2 sweep's, run for run
+and byte for byte.
 It prints the counts and exits 1 on any violation. `tests/test_crash.py` runs a short campaign.
 """
 
@@ -137,9 +138,12 @@ def _state(pid: int) -> str:
         return "Z"
 
 
+ACTIONS = ("worker", "driver", "term", "worker")  # the JOBS=2 campaign's kills, in turn
+
+
 def jobs_sweep_once(spec: Path, out: Path, work: Path, rng: random.Random, tally: Tally, kills: int) -> None:
     """One JOBS=2 sweep process, hit at random instants until it ends: worker SIGKILLs (it goes on), then a
-    driver SIGKILL or SIGTERM (it ends), or it finishes first."""
+    driver SIGKILL or SIGTERM (it ends), as `ACTIONS` takes turns, or it finishes first."""
     before = finished(out, spec.stem)
     log = work / "jobs.log"
     with open(log, "w") as stderr:
@@ -155,7 +159,9 @@ def jobs_sweep_once(spec: Path, out: Path, work: Path, rng: random.Random, tally
             tally.finished_before_kill += 1
             break
         workers = workers_of(proc.pid)
-        action = rng.choice(["worker", "worker", "driver", "term"]) if workers else rng.choice(["driver", "term"])
+        action = ACTIONS[tally.kills % len(ACTIONS)]
+        if action == "worker" and not workers:
+            action = "driver"
         tally.kills += 1
         if action == "worker":
             os.kill(rng.choice(workers), signal.SIGKILL)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import kill_after_first_row, write_spec
+from conftest import write_spec
 from crash import workers_of
 from helpers import run_sweep
 
@@ -47,22 +47,6 @@ def test_two_jobs_write_the_rows_of_one_job(tmp_path):
     assert (one["jobs"] == 1).all() and (two["jobs"] == 2).all() and (two["status"] == "ok").all()
     same = [c for c in one.columns if c not in MEASURED and c not in PLACEMENT]
     pd.testing.assert_frame_equal(one[same].reset_index(drop=True), two[same].reset_index(drop=True))
-
-
-def test_sigkill_with_two_jobs_then_rerun_keeps_every_finished_run(tmp_path):
-    spec = write_spec(tmp_path / "jk.toml", "depth", "[1, 2, 3]", train="epochs = 2")
-    out = tmp_path / "out"
-    csv = out / "ablations" / "jk.csv"
-    cmd = [sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--out", str(out),
-           "--device", "cpu", "--seeds", "0,1", "--cost-rounds", "0", "--jobs", "2"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    first = kill_after_first_row(cmd, env, csv)
-    assert 1 <= len(first) < 6, "the kill should land mid-sweep"
-    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    table = read_table(csv)
-    assert len(table) == 6 and (table["status"] == "ok").all() and table["run_id"].is_unique
-    pd.testing.assert_frame_equal(table.iloc[: len(first)].reset_index(drop=True), first)
 
 
 def test_a_worker_pinned_to_a_gpu_keeps_to_the_gpus_the_driver_was_given():

@@ -445,7 +445,7 @@ def test_a_table_from_before_a_column_existed_is_appended_to_with_blank_cells(tm
     assert "## depth" in build_report(tmp_path).read_text()
 
 
-def test_report_bench_and_compare_on_bad_inputs_are_one_line_errors(tmp_path):
+def test_report_bench_and_compare_on_bad_inputs_are_one_line_errors(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     empty = tmp_path / "empty" / "ablations"
     empty.mkdir(parents=True)
@@ -453,15 +453,21 @@ def test_report_bench_and_compare_on_bad_inputs_are_one_line_errors(tmp_path):
     nostatus = tmp_path / "nostatus" / "ablations"
     nostatus.mkdir(parents=True)
     (nostatus / "depth.csv").write_text("run_id,seed\nabcdefabcdef,0\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "VITBENCH_CACHE": str(tmp_path / "cache")}
+    from bench.__main__ import main as bench_main
+
+    mains = {"ablations": cli.main, "bench": bench_main}
     for argv, message in [(["ablations", "report", "--out", str(tmp_path / "file")], "not a folder"),
                           (["bench", "run", "--preset", "vit_digits", "--out", str(tmp_path / "file"), "--tokens", "5"],
                            "cannot create"),
                           (["ablations", "compare", str(tmp_path / "empty"), str(tmp_path / "nostatus")],
                            "no finished run in common")]:
-        done = subprocess.run([sys.executable, "-m", *argv], env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 2, (argv, done.stderr[-1500:])
-        assert message in done.stderr and "Traceback" not in done.stderr, (argv, done.stderr[-1500:])
+        try:
+            status = mains[argv[0]](argv[1:])
+        except SystemExit as stop:
+            status = stop.code
+        err = capsys.readouterr().err
+        assert status == 2, (argv, err[-1500:])
+        assert message in err and "Traceback" not in err, (argv, err[-1500:])
 
 
 def test_a_checkpoint_of_another_model_is_ignored_with_a_line_and_the_run_starts_from_epoch_1(tmp_path, capsys):

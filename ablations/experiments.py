@@ -87,10 +87,10 @@ STARVED_SHARE = 0.7  # a CPU run whose busy share is under this fraction of its 
 
 def starved(row) -> bool:
     """Whether a CPU run was busy well under the share of the cores its threads could use (other work held
-    the machine, so its wall time and MFU understate it). A row that records `torch_threads` measured its
-    busy share against the cores those threads could use (whatever placed it: JOBS, THREADS, Ray); an
+    the machine, so its wall time and MFU understate it). A row that records `util_cores` measured its
+    busy share against the cores its threads could use (whatever placed it: JOBS, THREADS, Ray); an
     older row measured it against all the process's cores, of which each of JOBS runs had 1 / JOBS."""
-    util, jobs, threads = row.get("train_util_pct"), row.get("jobs"), row.get("torch_threads")
+    util, jobs, threads = row.get("train_util_pct"), row.get("jobs"), row.get("util_cores")
     jobs = jobs if isinstance(jobs, (int, float)) and jobs == jobs and jobs >= 1 else 1
     if row.get("status") != "ok" or row.get("device") != "cpu" or not isinstance(util, (int, float)) or util != util:
         return False

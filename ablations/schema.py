@@ -32,7 +32,7 @@ TRAINING = [
     Column("train_util_pct", "%", "while the training epochs ran (evaluation excluded): GPU utilisation from "
                                   "NVML (the whole GPU's: with jobs above 1 it counts the other runs' kernels too), "
                                   "or on the CPU this process's CPU time over wall time as a share of the "
-                                  "cores its torch threads can use (rows without torch_threads: of all its "
+                                  "cores its torch threads can use (util_cores; older rows: of all its "
                                   "cores); util_pct is the inference step's in the cost phase"),
     Column("train_mfu", "", "training MFU over the whole run: 3 × gflops × train_throughput_img_s over the "
                             "device's measured matmul peak; mfu is the cost phase's inference step"),
@@ -50,6 +50,9 @@ TRAINING = [
     Column("torch_threads", "", "torch's intra-op threads while this run trained (the cores // JOBS on the CPU): a "
                                 "different count changes the order of float reductions, so runs compare "
                                 "bit for bit only at the same count", "int"),
+    Column("util_cores", "", "on the CPU, the cores train_util_pct is a share of: the run's torch threads, at "
+                             "most the cores it may run on (empty in older rows, whose share is of all its "
+                             "cores)", "int"),
     Column("jobs", "", "runs in flight at once on the machine while this run trained (JOBS; empty with Ray): "
                        "above 1, train_time_s and train_util_pct were measured under sharing, the cost phase's "
                        "columns never are", "int"),
@@ -96,8 +99,8 @@ COST_COLUMNS = names(COST_TABLE)
 HISTORY_COLUMNS = names(HISTORY_TABLE)
 
 # what differs between two runs of one config: when, where and how fast (not what was computed)
-MEASURED = ["started_at", "host", "torch_threads", "throughput_img_s", "step_ms_median", "step_ms_iqr", "peak_mem_mb",
-            "util_pct", "step_ms_p50", "step_ms_p90", "step_ms_p99", "energy_j_per_img", "energy_source",
+MEASURED = ["started_at", "host", "torch_threads", "util_cores", "throughput_img_s", "step_ms_median", "step_ms_iqr",
+            "peak_mem_mb", "util_pct", "step_ms_p50", "step_ms_p90", "step_ms_p99", "energy_j_per_img", "energy_source",
             "mfu", "train_time_s", "train_throughput_img_s", "train_util_pct", "train_mfu", "jobs", "resumed_after",
             "gpu_mem_used_mb", "power_w", "repeats", "other_cpu_pct", "contended", "mfu_peak_gflops", "mfu_peak_at"]
 

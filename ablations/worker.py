@@ -17,6 +17,7 @@ from bench.env import resolve_device
 from bench.failures import classify_failure
 from bench.measure import complexity
 from bench.mfu import Peak, matmul_peak, mfu
+from bench.utilisation import thread_cores
 from vit import VisionTransformer, init_from_checkpoint
 
 from .checkpoints import Checkpointing
@@ -37,7 +38,9 @@ def execute(task: Task, data: Dataset) -> Outcome:
     """Train one run on `data`; never raises for a failure of the run itself."""
     point, options = task.point, task.options
     device = resolve_device(options.device)
-    row = {**base_row(task, device), "torch_threads": torch.get_num_threads(),  # augmentation as it will run
+    row = {**base_row(task, device), "torch_threads": torch.get_num_threads(),
+           "util_cores": thread_cores() if device.type == "cpu" else None,
+           # the augmentation as it will run
            "crop_padding": data.crop_padding if point.train.crop_padding is None else point.train.crop_padding,
            "flip": data.flip if point.train.flip is None else point.train.flip}
     history: list[dict[str, Any]] = []

@@ -24,6 +24,13 @@ class Reader(Protocol):
     def read(self) -> dict[str, float]: ...
 
 
+def thread_cores() -> int:
+    """The cores this process's torch threads can keep busy: its torch thread count, at most the cores it
+    may run on."""
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(allowed, torch.get_num_threads()))
+
+
 class CpuReader:
     """The process's CPU time over wall time, as a share of the cores its torch threads can use (the
     cores it may run on, or fewer threads: a run given one thread of two cores is fully busy at 100 %).
@@ -33,8 +40,7 @@ class CpuReader:
     cumulative = True
 
     def __init__(self) -> None:
-        allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        self.cores = max(1, min(allowed, torch.get_num_threads()))
+        self.cores = thread_cores()
         self._last = (time.perf_counter(), time.process_time())
 
     def read(self) -> dict[str, float]:

@@ -297,10 +297,10 @@ def test_a_run_is_starved_when_busy_well_under_its_share_of_the_cores():
     assert starved(row) and not starved({**row, "train_util_pct": 99.0})
     assert not starved({**row, "jobs": 2, "train_util_pct": 40.0}) and starved({**row, "jobs": 2, "train_util_pct": 30.0})
     assert starved({**row, "jobs": float("nan")}) and not starved({**row, "device": "cuda"})
-    # a row with torch_threads measured against its threads' cores: one thread of two cores under Ray (no jobs)
-    ray = {"status": "ok", "device": "cpu", "train_util_pct": 98.0, "jobs": float("nan"), "torch_threads": 1}
+    # a row with util_cores measured against its threads' cores: one thread of two cores under Ray (no jobs)
+    ray = {"status": "ok", "device": "cpu", "train_util_pct": 98.0, "jobs": float("nan"), "util_cores": 1}
     assert not starved(ray) and starved({**ray, "train_util_pct": 40.0})
-    assert starved({**ray, "jobs": 2, "torch_threads": 1, "train_util_pct": 48.0})  # half its one core: starved
+    assert starved({**ray, "jobs": 2, "util_cores": 1, "train_util_pct": 48.0})  # half its one core: starved
 
 
 def test_the_report_shows_latency_percentiles_and_energy_where_the_cost_phase_measured_them():

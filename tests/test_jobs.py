@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from conftest import write_spec
 from crash import workers_of
 from helpers import run_sweep
@@ -45,6 +46,8 @@ def test_two_jobs_write_the_rows_of_one_job(tmp_path):
         tables[jobs] = read_table(tmp_path / f"jobs{jobs}" / "ablations" / "j.csv").sort_values("run_id")
     one, two = tables[1], tables[2]
     assert (one["jobs"] == 1).all() and (two["jobs"] == 2).all() and (two["status"] == "ok").all()
+    cores = min(torch.get_num_threads(), len(os.sched_getaffinity(0)))  # the busy share's base: the run's threads
+    assert (one["util_cores"] == cores).all() and (two["util_cores"] == max(1, torch.get_num_threads() // 2)).all()
     same = [c for c in one.columns if c not in MEASURED and c not in PLACEMENT]
     pd.testing.assert_frame_equal(one[same].reset_index(drop=True), two[same].reset_index(drop=True))
 

@@ -210,7 +210,8 @@ def test_a_cpu_run_busy_well_under_its_cores_is_called_starved():
     assert starved(row)
     assert not starved({**row, "train_util_pct": 95.0})
     assert not starved({**row, "jobs": 2, "train_util_pct": 48.0})   # one of two runs: half the cores is its share
-    assert starved({**row, "jobs": 2, "torch_threads": 1, "train_util_pct": 48.0})  # but half its own thread's core
+    assert starved({**row, "jobs": 2, "util_cores": 1, "train_util_pct": 48.0})  # but half its own thread's core
+    assert not starved({**row, "jobs": 2, "torch_threads": 1, "train_util_pct": 48.0})  # an older row: of all cores
     assert starved({**row, "jobs": 2, "train_util_pct": 20.0})
     assert not starved({**row, "device": "cuda"}) and not starved({**row, "status": "error"})
 

@@ -360,9 +360,13 @@ def campaign(work: Path, kills: int, seed: int = 0) -> Tally:
           f"start-up); {tally.finished_before_kill} sweeps finished before their kill", flush=True)
 
     csv, history = out / "ablations" / "depth.csv", out / "ablations" / "depth-history.csv"
+    before = finished(out, spec.stem)
     done = run(spec, out, work)
     tally.reruns += 1
     tally.check(done.returncode == 0, f"rerun after the kills failed: {done.stderr[-500:]}")
+    tally.check(f"{len(before)} already done" in done.stdout, f"the rerun after the kills did not skip the "
+                f"{len(before)} finished runs: {done.stdout[-300:]}")
+    tally.check(all(finished(out, spec.stem).get(r) == d for r, d in before.items()), "the rerun changed a finished run")
     tear_last_line(csv)
     kept = finished(out, spec.stem)
     again = run(spec, out, work)

@@ -1,16 +1,11 @@
 """The sweep runner: a SIGKILL mid-sweep loses nothing finished and a rerun trains only what is missing; a
 diverging run is recorded; every run keeps its test predictions; a run finished in another sweep is reused."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import torch
-from conftest import kill_after_first_row, write_spec
 from helpers import run_sweep
 
 from ablations import runner
@@ -162,33 +157,6 @@ def test_a_run_whose_files_are_gone_is_trained_again_rather_than_reused(tmp_path
         f.unlink()
     summary = run_sweep("b", depth_points("b", 2), options(tmp_path, seeds=(0,)))
     assert summary["reused"] == 0 and summary["statuses"] == {"ok": 1}
-
-
-def sweep_cmd(spec: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--out", str(out),
-            "--device", "cpu", "--seeds", "0", "--cost-rounds", "1"]
-
-
-def test_sigkill_mid_sweep_then_rerun_trains_only_missing_points(tmp_path):
-    spec = write_spec(tmp_path / "depthk.toml", "depth", "[1, 2, 3]")
-    out = tmp_path / "out"
-    csv = out / "ablations" / "depthk.csv"
-    env = {**os.environ, "VITBENCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    first = kill_after_first_row(sweep_cmd(spec, out), env, csv)
-    assert 1 <= len(first) < 3, "the kill should land mid-sweep"
-
-    rerun = subprocess.run(sweep_cmd(spec, out), env=env, capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert f"{len(first)} already done" in rerun.stdout
-    table = read_table(csv)
-    assert len(table) == 3 and (table["status"] == "ok").all()
-    assert table["run_id"].is_unique and sorted(table["depth"]) == [1, 2, 3]
-    # the rows written before the kill are untouched: not trained again
-    pd.testing.assert_frame_equal(table.iloc[: len(first)].reset_index(drop=True), first)
-    history = read_table(out / "ablations" / "depthk-history.csv")
-    assert set(history["run_id"]) == set(table["run_id"])
-    weights = torch.load(out / "ablations" / "weights" / "depthk" / f"{table.run_id[0]}.pt", weights_only=True)
-    assert "blocks.0.attn.qkv.weight" in weights
 
 
 def test_diverging_run_is_recorded_and_the_next_point_runs(tmp_path):

@@ -127,7 +127,6 @@ class Steps:
     def __init__(self, device: torch.device, keep: bool, share: float = 0.5) -> None:
         self.device, self.keep, self.share = device, keep, share
         self.built: collections.OrderedDict[str, tuple[Callable[[], object], list[object]]] = collections.OrderedDict()
-        self.builds = 0
 
     def factory(self, key: str, build: StepFactory, mode: Callable[[torch.nn.Module], object]) -> StepFactory:
         """`build`, or the step it built before; `mode(model)` puts a kept step's model back in the mode
@@ -138,7 +137,6 @@ class Steps:
                 mode(model)
                 return self.built[key]
             made = build(model, images, labels)
-            self.builds += 1
             if self.keep:
                 self.built[key] = made
                 while len(self.built) > 1 and self._crowded():
@@ -157,10 +155,10 @@ class Steps:
 
 
 def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], device: torch.device,
-                  first_round: bool, plan: CostPlan, graphs: bool, steps: Steps) -> dict[str, Any]:
+                  first_round: bool, plan: CostPlan, graphs: bool, steps: Steps, key: str) -> dict[str, Any]:
+    """One round of one item (`key`: its `item_key`)."""
     cfg, mcfg = item.cfg, dataclasses.replace(item.mcfg, measure_memory=first_round, measure_mfu=plan.measure_mfu)
     row: dict[str, Any] = {**costs}
-    key = item_key(item)
     if item.mode == "train":
         factory = steps.factory(key, training_step(item.train, device, graphs), lambda m: train_mode(m, item.train))
     else:
@@ -221,7 +219,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
                "round": r, "rounds": plan.rounds, "dtype": item.mcfg.dtype,
                "compile": int(item.mcfg.compile), "mode": item.mode, "batch_size": item.mcfg.batch_size,
                "run_id": run_id({"phase_id": pid, "model": key, "mode": item.mode, "round": r})}
-        row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan, graphs, steps))
+        row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan, graphs, steps, item_id))
         for sweep, csv in where[item_id]:
             mine = {**row, "sweep": sweep, "phase_items": len(own[sweep])}
             append_row(csv, mine, COST_COLUMNS)

@@ -30,6 +30,7 @@ import pickle
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,6 +91,10 @@ class Dataset:
         flip), drawn from `generator` in the order `augment` would draw them batch by batch (so the images
         are the same) and moved to `device` in one copy. Training draws an epoch's at once: a blocking
         host-to-device copy waits for the device, and two or three of them per step would stall a GPU."""
+        return list(self._draws(sizes, generator, device).split(list(sizes)))
+
+    def _draws(self, sizes: Sequence[int], generator: torch.Generator, device: torch.device) -> Tensor:
+        """`draw_augmentation`'s batches as one (sum(sizes), 3) tensor on `device`."""
         p, draws = self.crop_padding, []
         for b in sizes:
             dy = dx = flip = torch.zeros(b, dtype=torch.int64)
@@ -99,7 +104,7 @@ class Dataset:
             if self.flip:
                 flip = (torch.rand(b, generator=generator) < 0.5).long()
             draws.append(torch.stack([dy, dx, flip], 1))
-        return list(torch.cat(draws).to(device).split(list(sizes)))
+        return torch.cat(draws).to(device)
 
     def apply_augmentation(self, x: Tensor, draws: Tensor) -> Tensor:
         """The crops and flips of `draw_augmentation` applied to a batch, on its device, with no host read."""
@@ -126,8 +131,7 @@ class Dataset:
         batch at a time: the dozen kernels of that work run once per chunk, not once per step. The labels
         are gathered once per epoch. Batches are views of their chunk."""
         n = len(order)
-        sizes = [len(b) for b in order.split(batch_size)]
-        draws = torch.cat(self.draw_augmentation(sizes, generator, x.device))
+        draws = self._draws([min(batch_size, n - i) for i in range(0, n, batch_size)], generator, x.device)
         labels = y[order]
         image_bytes = 4 * x.shape[1] * max(self.img_size, x.shape[-1]) ** 2
         chunk = batch_size * max(1, chunk_bytes // (batch_size * image_bytes))
@@ -139,15 +143,18 @@ class Dataset:
 
 
 
+def augmentation(data: Dataset, recipe) -> dict[str, Any]:
+    """{crop_padding, flip} a recipe (`bench.recipe.TrainConfig`) trains with: its own where set, else the
+    dataset's."""
+    return {"crop_padding": data.crop_padding if recipe.crop_padding is None else recipe.crop_padding,
+            "flip": data.flip if recipe.flip is None else recipe.flip}
+
+
 def recipe_data(data: Dataset, recipe) -> tuple[Dataset, tuple[Tensor, Tensor] | None]:
     """The data a training recipe (`bench.recipe.TrainConfig`) trains on: its augmentation (crop_padding,
     flip; unset: the dataset's), and the training set less its validation split (`holdout` of it, drawn
     with `holdout_seed`, the same for every seed and setting), with that split: (images, labels) or None."""
-    changes: dict = {}
-    if recipe.crop_padding is not None:
-        changes["crop_padding"] = recipe.crop_padding
-    if recipe.flip is not None:
-        changes["flip"] = recipe.flip
+    changes = {k: v for k, v in augmentation(data, recipe).items() if v != getattr(data, k)}
     held = None
     if recipe.holdout:
         n = len(data.train_y)

@@ -21,7 +21,7 @@ from bench.utilisation import thread_cores
 from vit import VisionTransformer, init_from_checkpoint
 
 from .checkpoints import Checkpointing
-from .data import Dataset, cached_dataset
+from .data import Dataset, augmentation, cached_dataset
 from .store import SweepPaths, save_preds
 from .tasks import Outcome, RunOptions, Task, base_row
 from .train import Diverged, train
@@ -39,10 +39,7 @@ def execute(task: Task, data: Dataset) -> Outcome:
     point, options = task.point, task.options
     device = resolve_device(options.device)
     row = {**base_row(task, device), "torch_threads": torch.get_num_threads(),
-           "util_cores": thread_cores() if device.type == "cpu" else None,
-           # the augmentation as it will run
-           "crop_padding": data.crop_padding if point.train.crop_padding is None else point.train.crop_padding,
-           "flip": data.flip if point.train.flip is None else point.train.flip}
+           "util_cores": thread_cores() if device.type == "cpu" else None, **augmentation(data, point.train)}
     history: list[dict[str, Any]] = []
     try:
         torch.manual_seed(task.seed)

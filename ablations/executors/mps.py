@@ -36,10 +36,10 @@ class Mps:
     """The MPS state of one executor: `start()` says in words how the workers share their GPU, `env` is
     what the workers are started with, `close()` stops a daemon that `start` started."""
 
-    def __init__(self, mode: str = "auto", gpu: str | None = None) -> None:
+    def __init__(self, mode: str = "auto") -> None:
         if mode not in MODES:
             raise ValueError(f"mps must be one of {', '.join(MODES)}, got {mode!r}")
-        self.mode, self.gpu = mode, gpu
+        self.mode = mode
         self.env: dict[str, str] = {}
         self.own: Path | None = None  # the private daemon's folder, while it runs
 
@@ -59,11 +59,8 @@ class Mps:
         return f"under a private MPS daemon ({self.own})"
 
     def _running(self) -> Path | None:
-        pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
-        for folder in ([Path(pipe)] if pipe else [DEFAULT_PIPE]):
-            if (folder / "control").exists():
-                return folder
-        return None
+        folder = Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_PIPE)
+        return folder if (folder / "control").exists() else None
 
     def _start_own(self, binary: str) -> str:
         """Start a private daemon and check a client under it; '' when it works, else why not (and nothing left running)."""
@@ -77,8 +74,7 @@ class Mps:
             if started:
                 self.close()
                 return f"the daemon did not start: {started}"
-            probe = {**env, **({"CUDA_VISIBLE_DEVICES": self.gpu} if self.gpu is not None else {})}
-            checked = self._call(list(PROBE), None, probe)
+            checked = self._call(list(PROBE), None)
         except BaseException:  # Ctrl-C while it starts: no daemon is left behind
             self.close()
             raise
@@ -87,10 +83,11 @@ class Mps:
             return f"a CUDA process under it failed: {checked}"
         return ""
 
-    def _call(self, argv: list[str], stdin: str | None, extra: dict[str, str] | None = None) -> str:
-        """'' when `argv` exits 0 within TIMEOUT_S, else the last line it wrote (or how it ended)."""
+    def _call(self, argv: list[str], stdin: str | None) -> str:
+        """'' when `argv`, run with the daemon's folders, exits 0 within TIMEOUT_S, else the last line it wrote
+        (or how it ended)."""
         try:
-            done = subprocess.run(argv, input=stdin, env={**os.environ, **(extra or self.env)}, text=True,
+            done = subprocess.run(argv, input=stdin, env={**os.environ, **self.env}, text=True,
                                   capture_output=True, timeout=TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as err:
             return f"{type(err).__name__}: {err}"

@@ -102,7 +102,7 @@ crash-test: $(STAMP)
 # the sweeps marked `default = true` in ablations/sweeps/*.toml (patch, heads, depth), then the report
 ablations: $(STAMP)
 	$(PY) -m ablations sweep default $(RUN_ARGS)
-	$(if $(filter 1 yes true,$(DRY_RUN)),,$(MAKE) report OUT='$(OUT)' INTO_REFERENCE=$(INTO_REFERENCE))
+	$(if $(filter 1 yes true,$(DRY_RUN)),,$(MAKE) report OUT='$(OUT)' INTO_REFERENCE=$(INTO_REFERENCE) MARGIN=$(MARGIN))
 
 # one target per ablations/sweeps/<name>.toml: a new sweep is a new TOML file and nothing else
 SWEEP_NAMES := $(basename $(notdir $(wildcard ablations/sweeps/*.toml)))
@@ -130,11 +130,14 @@ bench-speed: $(STAMP)
 bench-step: $(STAMP)
 	$(PY) -m ablations.stepbench $(call opt,--device,$(DEVICE)) $(ARGS)
 
-# the report's test against known answers: A/A pairs of one setting (false-positive rate against α)
-# and a planted label-noise cost (power), on digits; CALIBRATE_ARGS="--pairs 20" for a quicker one
+# the report's test against known answers: A/A trials (false-positive rate against α, p-value distribution)
+# and planted 0.5- and 1-point differences (power), from the saved predictions of the runs under FROM (no
+# training; default the committed reference); TRAIN=1 trains a small ViT on digits instead (minutes)
+FROM ?= results/reference
+TRAIN ?=
 CALIBRATE_ARGS ?=
 calibrate: $(STAMP)
-	$(PY) -m ablations.calibrate --out '$(OUT)' $(CALIBRATE_ARGS)
+	$(PY) -m ablations.calibrate $(if $(filter 1 yes true,$(TRAIN)),--train,--from '$(FROM)') --out '$(OUT)' $(INTO_REF) $(CALIBRATE_ARGS)
 
 # a trained run on your images: make predict IMAGES="digit.png x.jpg" RUN=3f2a9c (top-5 and attention figure)
 IMAGES ?=
@@ -146,8 +149,10 @@ predict: $(STAMP)
 compare: $(STAMP)
 	$(PY) -m ablations compare '$(A)' '$(B)' $(ARGS)
 
+# MARGIN: the report's equivalence margin in accuracy points, for sweeps whose spec sets none (default 0.5)
+MARGIN ?=
 report: $(STAMP)
-	$(PY) -m ablations report --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT)) $(INTO_REF)
+	$(PY) -m ablations report --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT)) $(call opt,--margin,$(MARGIN)) $(INTO_REF)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .benchmarks

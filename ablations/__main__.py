@@ -17,7 +17,7 @@ import sys
 from . import choices
 from .choices import available_sweeps, default_sweeps
 from .executors import OPTIONS as EXECUTOR_OPTIONS
-from .options import DATA_ROOT, INTO_REFERENCE, OUT, add_options, run_options
+from .options import DATA_ROOT, INTO_REFERENCE, MARGIN, OUT, add_options, run_options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                                             "this checkout, where there is one; 'none' for no comparison)")
     DATA_ROOT.add_to(report, help="where torchvision datasets live, for the attention maps' few test images "
                                   "(DATA_ROOT)")
+    MARGIN.add_to(report)
     predict = sub.add_parser("predict", help="a trained run (or a checkpoint) on your images: the top-5 classes with "
                                              "their probabilities, and a figure of where its classifier looks")
     predict.add_argument("images", nargs="+", help="image files (any format Pillow reads)")

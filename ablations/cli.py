@@ -3,7 +3,7 @@
     vitbench sweep default --seeds 0        # python -m ablations sweep …  (also train, report, compare,
                                             #   predict, columns)
     vitbench bench run --preset vit_mnist   # python -m bench run …  (also convert-json, peak)
-    vitbench calibrate --pairs 20           # python -m ablations.calibrate …
+    vitbench calibrate --trials 100         # python -m ablations.calibrate …
 
 Like the `python -m` forms it wraps, `--help` and a refused argument load no torch.
 """

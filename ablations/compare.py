@@ -4,8 +4,8 @@ Two result folders (OUT) that ran the same sweeps under different conditions, e.
 `GRAPHS=0`, two torch versions or two machines, are matched run by run (`run_id`: the model, training
 settings, dataset and seed, not the device or the step kind). For each point (the runs that differ only
 by seed) it gives the mean test accuracy of each folder over the seeds both have, their difference with
-a 95 % paired bootstrap interval over seeds and test images (`stats.paired_difference`, on the
-saved per-image predictions), and the mean `train_util_pct` and `train_time_s` of each.
+a 95 % interval over the seeds (paired by seed) and the test images, each source of variation counted
+once (`stats.paired_difference`, on the saved per-image predictions), and the mean `train_util_pct` and `train_time_s` of each.
 """
 
 from __future__ import annotations

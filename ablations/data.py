@@ -150,6 +150,28 @@ def augmentation(data: Dataset, recipe) -> dict[str, Any]:
             "flip": data.flip if recipe.flip is None else recipe.flip}
 
 
+def _holdout(labels: Tensor, k: int, seed: int, split: str) -> tuple[Tensor, Tensor]:
+    """(training indices, validation indices), both sorted: k images held out, drawn with `seed`; `stratified`
+    holds out each class in its share of the training set (scikit-learn's stratified split)."""
+    n = len(labels)
+    if split == "random":
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+        return order[k:].sort().values, order[:k].sort().values
+    from sklearn.model_selection import train_test_split
+
+    counts = torch.bincount(labels)
+    if (counts[counts > 0] < 2).any():
+        sparse = int(torch.nonzero((counts > 0) & (counts < 2))[0])
+        raise ValueError(f"holdout_split = stratified needs at least 2 training images per class; class {sparse} "
+                         f"has {int(counts[sparse])} (choose holdout_split = \"random\")")
+    try:
+        keep, out = train_test_split(np.arange(n), test_size=k, stratify=labels.numpy(), random_state=seed)
+    except ValueError as err:   # fewer held-out (or kept) images than classes
+        raise ValueError(f"holdout_split = stratified: {err}; choose a larger holdout or holdout_split = "
+                         f"\"random\"") from None
+    return torch.as_tensor(np.sort(keep)), torch.as_tensor(np.sort(out))
+
+
 def recipe_data(data: Dataset, recipe) -> tuple[Dataset, tuple[Tensor, Tensor] | None]:
     """The data a training recipe (`bench.recipe.TrainConfig`) trains on: its augmentation (crop_padding,
     flip; unset: the dataset's), and the training set less its validation split (`holdout` of it, drawn
@@ -162,8 +184,7 @@ def recipe_data(data: Dataset, recipe) -> tuple[Dataset, tuple[Tensor, Tensor] |
         if not 0 < k < n:
             raise ValueError(f"holdout={recipe.holdout} of {n} training images leaves {k} for validation; choose a "
                              f"share that holds out at least one image and keeps one")
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(recipe.holdout_seed))
-        keep, out = order[k:].sort().values, order[:k].sort().values
+        keep, out = _holdout(data.train_y, k, recipe.holdout_seed, recipe.holdout_split)
         held = (data.train_x[out], data.train_y[out])
         changes.update(train_x=data.train_x[keep], train_y=data.train_y[keep])
     return (dataclasses.replace(data, **changes) if changes else data), held

@@ -15,19 +15,22 @@ import pandas as pd
 
 from bench.contention import CONTENDED_PCT
 from bench.csvio import skipped
-from bench.rounds import Spread, ratio_or_noise
+from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
 from vit import ViTConfig
 
 from .experiments import starved
 from .stats import (
     ALPHA,
+    MARGIN,
+    MIN_SEEDS,
     POWER,
-    REPLICATES,
     Comparison,
+    Components,
     Interval,
     Verdict,
     accuracy_interval,
     compare_settings,
+    contrast,
     detectable_difference,
     seeds_needed,
     verdict,
@@ -68,6 +71,9 @@ class SweepFindings:
     seeds_for_delta: int | None = None     # seeds per setting to detect POWER_DELTA at POWER (None: not reachable)
     seed_sd: float | None = None           # s.d. of one run's accuracy between seeds, pooled over settings
     floor: float | None = None             # smallest difference detectable with these test images at any seeds
+    margin: float = MARGIN                 # the equivalence margin the comparisons test against
+    setting_parts: Components | None = None   # variance of one setting's mean by source, mean over settings
+    pair_parts: Components | None = None      # variance of a difference of two settings' means, mean over pairs
 
 
 def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, np.ndarray] | None, str]:
@@ -93,15 +99,18 @@ def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[H
 
 
 def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_phase: pd.DataFrame | None,
-            replicates: int = REPLICATES) -> SweepFindings:
+            margin: float = MARGIN) -> SweepFindings:
     ok = rows[rows["status"] == "ok"]
     test_size = _test_size(ok)
     infer, train = _cost_spreads(cost_phase, ok, factor, order)
+    enough = len(order) >= 1 and all((ok[factor] == v).sum() >= MIN_SEEDS for v in order)
+    correct, reason = load_correct(ok, factor, preds_dir) if enough else (None, "")
     settings = []
     for value in order:
         g = ok[ok[factor] == value]
         reused = tuple(sorted(g["reused_from"].dropna().astype(str).unique())) if "reused_from" in g else ()
-        settings.append(Setting(value, sorted(int(s) for s in g["seed"]), accuracy_interval(g["test_acc"], test_size),
+        settings.append(Setting(value, sorted(int(s) for s in g["seed"]),
+                                accuracy_interval(g["test_acc"], test_size, correct.get(value) if correct else None),
                                 int(g["params"].iloc[0]), float(g["gmacs"].iloc[0]),
                                 Spread.of(g["train_time_s"].astype(float)),
                                 infer.get(value, {}), train.get(value, {}), reused,
@@ -113,13 +122,16 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
         source = (f"cost phase, {int(cost_phase['rounds'].iloc[0])} interleaved rounds"
                   + (f" ({loaded} of {len(cost_phase)} timed steps ran while other processes took ≥ "
                      f"{CONTENDED_PCT:.0f} % of the machine and are left out)" if loaded else ""))
-    findings = SweepFindings(factor, settings, test_size, source, None, None)
+    findings = SweepFindings(factor, settings, test_size, source, None, None, margin=margin)
     _mark_chance(findings, ok)
+    if correct is not None:
+        findings.test_size = next(iter(correct.values())).shape[1]
+        findings.setting_parts = _mean_parts([contrast([correct[v]], [1.0]).parts for v in order])
     if len(settings) < 2:
         findings.no_test = "one setting only: nothing to compare"
         return findings
     lowest = min(len(s.seeds) for s in settings)
-    if lowest < 2:
+    if lowest < MIN_SEEDS:
         findings.no_test = (f"one seed per setting{'' if all(len(s.seeds) == 1 for s in settings) else ' (for some)'}. "
                             f"Its intervals cover the test images only: they leave out how much accuracy moves "
                             f"between training seeds, which a second seed would measure and a test would then "
@@ -133,15 +145,20 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
                             f"{'that model has' if len(at_chance) == 1 else 'those models have'} not learned the "
                             f"task, so no comparison says anything about the factor; train longer (EPOCHS)")
         return findings
-    correct, reason = load_correct(ok, factor, preds_dir)
     if correct is None:
         findings.no_test = reason
         return findings
-    findings.test_size = next(iter(correct.values())).shape[1]
-    findings.comparisons = compare_settings({v: correct[v] for v in order}, replicates=replicates)
+    findings.comparisons = compare_settings({v: correct[v] for v in order}, margin=margin)
+    findings.pair_parts = _mean_parts([c.parts for c in findings.comparisons if c.parts is not None])
     findings.verdict = verdict({s.value: s.acc.mean for s in settings}, findings.comparisons)
-    _power(findings, ok, factor, [correct[v] for v in order])
+    _power(findings, ok, factor)
     return findings
+
+
+def _mean_parts(parts: list[Components]) -> Components | None:
+    if not parts:
+        return None
+    return Components(*(float(np.mean([getattr(p, name) for p in parts])) for name in ("seed", "seed_image", "image")))
 
 
 def _mark_chance(f: SweepFindings, ok: pd.DataFrame) -> None:
@@ -157,16 +174,17 @@ def _mark_chance(f: SweepFindings, ok: pd.DataFrame) -> None:
         s.at_chance = s.acc.mean < chance + max(noise, half)
 
 
-def _power(f: SweepFindings, ok: pd.DataFrame, factor: str, correct: list[np.ndarray]) -> None:
-    """Seeds per setting that would detect POWER_DELTA at POWER: the pooled seed variance of the runs'
-    accuracies and the variance the shared test set adds to a paired difference (median over pairs)."""
+def _power(f: SweepFindings, ok: pd.DataFrame, factor: str) -> None:
+    """Seeds per setting that would detect POWER_DELTA at POWER: the pooled variance of the runs'
+    accuracies between seeds (coin flips included) and the variance the finite test set adds to a
+    difference net of the coin flips (mean over pairs), which more seeds do not remove."""
     variances = [g["test_acc"].astype(float).var(ddof=1) for _, g in ok.groupby(factor) if len(g) >= 2]
     seed_var = float(np.mean(variances)) if variances else 0.0
-    image_vars = [float(np.var(a.mean(0) - b.mean(0), ddof=1) / a.shape[1])
-                  for i, a in enumerate(correct) for b in correct[i + 1:]]
-    f.seed_sd, image_var = math.sqrt(seed_var), float(np.median(image_vars))
-    f.seeds_for_delta = seeds_needed(seed_var, image_var, POWER_DELTA, len(f.comparisons or []))
-    f.floor = detectable_difference(math.sqrt(image_var), len(f.comparisons or []))
+    image_var = f.pair_parts.image if f.pair_parts is not None else 0.0
+    m = len(f.comparisons or [])
+    f.seed_sd = math.sqrt(seed_var)
+    f.seeds_for_delta = seeds_needed(seed_var, image_var, POWER_DELTA, m)
+    f.floor = detectable_difference(math.sqrt(image_var), m)
 
 
 def _test_size(ok: pd.DataFrame) -> int | None:
@@ -218,11 +236,17 @@ def power_sentence(f: SweepFindings) -> str:
     m = len(f.comparisons or [])
     if f.seed_sd is None:
         return ""
-    need = (f"about {f.seeds_for_delta} seeds per setting" if f.seeds_for_delta is not None else
+    floor = (f" (the test images alone limit any number of seeds to about {100 * f.floor:.2f} points)"
+             if f.floor and f.floor >= 0.0001 else " (the test images' share is negligible here)")
+    need = (f"about {f.seeds_for_delta} seeds per setting{floor}" if f.seeds_for_delta is not None else
             f"more test images: with this test set no number of seeds detects less than about "
-            f"{100 * (f.floor or 0):.1f} points")
+            f"{100 * (f.floor or 0):.2f} points")
     return (f"Detecting a {100 * POWER_DELTA:.1f}-point difference at {POWER:.0%} power (α = {ALPHA}, Holm over "
-            f"{m} pair(s)) would take {need} (seed-to-seed s.d. {100 * f.seed_sd:.2f} points, measured here).")
+            f"{m} pair(s)) would take {need}; seed-to-seed s.d. {100 * f.seed_sd:.2f} points, measured here.")
+
+
+def _margin_text(margin: float) -> str:
+    return f"±{100 * margin:g} points"
 
 
 def _verdict_text(f: SweepFindings) -> str:
@@ -230,19 +254,37 @@ def _verdict_text(f: SweepFindings) -> str:
     assert f.verdict is not None
     v, m = f.verdict, len(f.comparisons or [])
     best = next(s for s in f.settings if s.value == v.best)
-    p_of = {(c.a, c.b): c.p_holm for c in f.comparisons or []}
-    p = lambda other: p_of.get((v.best, other), p_of.get((other, v.best)))  # noqa: E731
+    by_pair = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
+    pair = lambda other: by_pair[frozenset((v.best, other))]  # noqa: E731
+    signed = lambda other: (pair(other).diff if pair(other).a == v.best else -pair(other).diff)  # noqa: E731
     budget = (f"{_seeds_text(f)} × {f.test_size:,} test images" if f.test_size else _seeds_text(f))
+    within = _margin_text(v.margin)
     if v.winner:
         return (f"**Best: {factor}={v.best}** at {interval_text(best.acc)} % test accuracy: better than every "
                 f"other setting after Holm's adjustment over {m} pair(s) (largest adjusted p = "
-                f"{max(p(o) for o in v.beats):.3g}; {budget}).")
-    tied = ", ".join(f"{factor}={o} (p = {p(o):.3g})" for o in v.tied_with)
-    beats = ("; it is better than " + ", ".join(f"{factor}={o} (p = {p(o):.3g})" for o in v.beats)) if v.beats else ""
-    return (f"**No single best {factor} at this budget.** The highest mean, {factor}={v.best} "
-            f"({pct(best.acc.mean)} %), cannot be told apart from {tied}{beats} (Holm-adjusted). Differences "
-            f"smaller than about {100 * v.detectable:.1f} points could not be detected ({POWER:.0%} power, "
-            f"α = {ALPHA} with Holm over {m} pair(s); {budget}).")
+                f"{max(pair(o).p_holm for o in v.beats):.3g}; {budget}).")
+    parts = []
+    if v.beats:
+        parts.append("better than " + ", ".join(f"{factor}={o} (by {100 * signed(o):.2f} points, p = "
+                                                 f"{pair(o).p_holm:.3g})" for o in v.beats))
+    if v.equivalent:
+        parts.append(f"equivalent within {within} to " + ", ".join(
+            f"{factor}={o} (TOST p = {pair(o).p_equiv_holm:.3g})" for o in v.equivalent))
+    if v.inconclusive:
+        parts.append("inconclusive against " + ", ".join(
+            f"{factor}={o} ({100 * signed(o):+.2f} points, p = {pair(o).p_holm:.3g}, TOST p = "
+            f"{pair(o).p_equiv_holm:.3g})" for o in v.inconclusive))
+    if v.inconclusive:
+        head = f"**Inconclusive: no single best {factor} at this budget.**"
+        tail = (f" Differences smaller than about {100 * v.detectable:.1f} points could not be detected "
+                f"({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget}).")
+    else:
+        names = ", ".join(f"{factor}={o}" for o in (v.best, *v.equivalent))
+        head = f"**Equivalent within {within}: {names}.**"
+        tail = f" ({budget}.)"
+    return (f"{head} The highest mean, {factor}={v.best} ({pct(best.acc.mean)} %), is " + "; ".join(parts)
+            + " (Holm-adjusted over the pairs; equivalence by two one-sided tests against "
+            + f"{within}).{tail}")
 
 
 def _seeds_text(f: SweepFindings) -> str:
@@ -254,9 +296,9 @@ def cost_sentence(f: SweepFindings) -> str:
     first, last = f.settings[0], f.settings[-1]
     label = lambda s: f"{f.factor}={s.value}"  # noqa: E731
 
-    def figure(mode: str, col: str) -> str:
+    def figure(mode: str, col: str, least: int = MIN_ROUNDS) -> str:
         a, b = getattr(last, mode).get(col), getattr(first, mode).get(col)
-        return ratio_or_noise(a, b) if a is not None and b is not None else "not measured"
+        return ratio_or_noise(a, b, least=least) if a is not None and b is not None else "not measured"
 
     hungry = first.starved + last.starved
     wall = ("not compared (one side was trained in another sweep, at another time)"
@@ -265,7 +307,7 @@ def cost_sentence(f: SweepFindings) -> str:
             f"machine)" if hungry else ratio_or_noise(last.train_s, first.train_s))
     return (f"From {label(first)} to {label(last)}: GMACs ×{last.gmacs / first.gmacs:.2f}; inference img/s "
             f"{figure('infer', 'throughput_img_s')}; training-step img/s {figure('train', 'throughput_img_s')}; "
-            f"training-step peak memory {figure('train', 'peak_mem_mb')}; wall time of a training run {wall}.")
+            f"training-step peak memory {figure('train', 'peak_mem_mb', least=1)}; wall time of a training run {wall}.")
 
 
 def _spread_text(s: Spread | None, fmt: str) -> str:
@@ -329,15 +371,38 @@ def _or_dash_spread(s: Spread | None, fmt: str) -> str:
     return "—" if s is None or s.median != s.median else format(s.median, fmt)
 
 
+OUTCOME_WORDS = {"better": "a better", "worse": "b better", "equivalent": "equivalent", "inconclusive": "inconclusive"}
+
+
 def comparisons_markdown(f: SweepFindings) -> str:
     if not f.comparisons:
         return ""
-    lines = [f"| {f.factor} a | {f.factor} b | a − b (points) [95 % bootstrap interval] | p | Holm-adjusted p |",
-             "|---|---|---|---|---|"]
+    within = _margin_text(f.margin)
+    lines = [f"| {f.factor} a | {f.factor} b | a − b (points) [95 % interval] | Holm p: differ / within {within} | "
+             f"P(a beats b) on a fresh seed | verdict |", "|---|---|---|---|---|---|"]
     for c in f.comparisons:
+        win = "—" if c.win != c.win else f"{c.win:.2f}"
         lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}] | "
-                     f"{c.p:.3g} | {c.p_holm:.3g} |")
+                     f"{c.p_holm:.3g} / {c.p_equiv_holm:.3g} | {win} | {OUTCOME_WORDS[c.outcome()]} |")
     return "\n".join(lines)
+
+
+def components_markdown(f: SweepFindings) -> str:
+    """Where the noise of the sweep's means comes from: each source's share of the variance of one
+    setting's mean and of a difference of two, so a reader sees which budget buys precision."""
+    rows = [("one setting's mean (mean over settings)", f.setting_parts),
+            ("a difference of two settings (mean over pairs)", f.pair_parts)]
+    rows = [(label, p) for label, p in rows if p is not None and p.total > 0]
+    if not rows:
+        return ""
+    lines = ["| variance of | s.e. (points) | seed | seed × test image | test image |", "|---|---|---|---|---|"]
+    for label, p in rows:
+        shares = " | ".join(f"{100 * x:.0f} %" for x in p.shares())
+        lines.append(f"| {label} | {100 * math.sqrt(p.total):.2f} | {shares} |")
+    return "\n".join(lines + ["", "_Where the noise comes from, at this sweep's seeds and test images: a seed "
+                               "shifts a run on every image (more seeds shrink it); which borderline images a run "
+                               "gets right is a coin flip per seed and image (more seeds or more test images "
+                               "shrink it); which images the test set holds (more test images shrink it)._"])
 
 
 def setting_rows(f: SweepFindings) -> list[dict[str, Any]]:

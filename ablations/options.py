@@ -81,10 +81,25 @@ def positive(what: str) -> Callable[[str], int | None]:
     return integer(1, f"{what} must be a positive integer")
 
 
+def margin_points(text: str) -> float:
+    """argparse type: an equivalence margin in accuracy points, above 0 and below 100 → a fraction."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 100:
+        raise argparse.ArgumentTypeError(f"the margin must be a number of accuracy points above 0 and below 100, "
+                                         f"got {text!r}")
+    return value / 100
+
+
 OUT = Option("--out", "the results folder (default results)", "OUT", default="results", path=True)
 DATA_ROOT = Option("--data-root", "where torchvision datasets live (DATA_ROOT)", "DATA_ROOT", default="data", path=True)
 INTO_REFERENCE = Option("--into-reference", "allow writing into a folder of committed reference results "
                                             "(results/reference)", "INTO_REFERENCE", switch=True)
+MARGIN = Option("--margin", "the equivalence margin in accuracy points for sweeps whose spec sets none (default "
+                            "0.5): a pair is called equivalent when two one-sided tests place its difference "
+                            "within ±margin", "MARGIN", type=margin_points, default=0.005, metavar="POINTS")
 
 # the options of `sweep` and `train`, in --help order
 RUN = (

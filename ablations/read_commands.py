@@ -25,7 +25,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         reference = (None if args.reference == "none" else Path(args.reference) if args.reference
                      else default_reference(out))
-        path = build_report(out, data_root=args.data_root, reference=reference)
+        path = build_report(out, data_root=args.data_root, reference=reference, margin=args.margin)
     except OSError as err:
         print(f"error: --out {out}: cannot write the report there ({err.strerror or err}); choose a writable OUT",
               file=sys.stderr)

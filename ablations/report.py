@@ -14,6 +14,8 @@ import torch
 
 from bench.contention import CONTENDED_PCT
 from bench.csvio import SkippedInput, read_rows, skipped
+from bench.reference import CHECKOUT_REFERENCE
+from bench.rounds import MIN_ROUNDS
 from bench.schema import BENCH_SCHEMA
 from vit import POOLINGS, VisionTransformer, ViTConfig
 
@@ -24,7 +26,7 @@ from .experiments import differences, latest_rows, newest_experiment
 from .findings import CHANCE_SDS, POWER_DELTA
 from .schema import read_table
 from .specs import SPEC_DIR, SweepSpec, available_sweeps, load_spec
-from .stats import ALPHA, POWER, REPLICATES, accuracy_interval
+from .stats import MARGIN, MIN_SEEDS, POWER, accuracy_interval
 from .store import SweepPaths, latest_cost_phase, ok_rows, sweep_names
 
 
@@ -102,11 +104,12 @@ def _trained_model(row: pd.Series, paths: SweepPaths) -> VisionTransformer | Non
 
 
 def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path,
-                   tuning: designs.Tuning | None = None) -> list[str]:
+                   tuning: designs.Tuning | None = None, margin: float = MARGIN) -> list[str]:
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
     ok = rows[rows["status"] == "ok"]
     cost = latest_cost_phase(paths)
-    f = findings.analyse(rows, factor, order, paths.preds, cost)
+    margin = spec.margin or margin
+    f = findings.analyse(rows, factor, order, paths.preds, cost, margin)
     seeds = sorted({int(s) for s in ok["seed"]})
     devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
     test = f"{f.test_size:,} test images" if f.test_size else "test-set size not recorded"
@@ -118,10 +121,15 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
              findings.verdict_sentence(f), "", findings.cost_sentence(f), "", *_sharing_note(ok), _base_line(rows, spec),
              "", findings.table_markdown(f), ""]
+    components = findings.components_markdown(f)
+    if components:
+        lines += [components, ""]
     if spec.design == "grid" and len(spec.factors) == 2:
-        lines += _grid_lines(spec, f, ok, paths, figures, devices)
+        lines += _grid_lines(spec, f, ok, paths, figures, devices, margin)
     if f.comparisons:
-        lines += ["Pairwise comparisons (paired bootstrap over seeds and test images; see Method):", "",
+        lines += [f"Pairwise comparisons (seeds crossed with test images, each source counted once; equivalence "
+                  f"margin {100 * margin:g} points{' set by the sweep' if spec.margin else ''}; intervals are each pair's own, "
+                  f"p-values Holm-adjusted over the pairs; see Method):", "",
                   findings.comparisons_markdown(f), ""]
     reused = any(s.reused_from for s in f.settings)
     copied = " Hollow: runs copied from another sweep (trained at another time)." if reused else ""
@@ -144,7 +152,7 @@ def _tuning_lines(spec: SweepSpec, tuning: designs.Tuning, figures: Path) -> lis
 
 
 def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, paths: SweepPaths, figures: Path,
-                devices: str) -> list[str]:
+                devices: str, margin: float = MARGIN) -> list[str]:
     """A two-factor grid's heat maps (accuracy with its interval, GMACs, training throughput) and its
     interaction test."""
     a, b = spec.factors
@@ -159,7 +167,7 @@ def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, pa
         "the runs' whole-run training throughput")
     fig = figs.grid_heatmaps(pd.DataFrame(cells), a, b, figures / f"{spec.name}-grid.png",
                              f"{spec.label} on {devices}: each cell's mean over seeds")
-    it = designs.interaction(spec, ok, paths.preds)
+    it = designs.interaction(spec, ok, paths.preds, margin)
     return [f"![{spec.name} grid](figures/{fig.name})", "",
             f"_Accuracy: mean over seeds with its 95 % interval beneath. Training throughput: {source}._", "",
             *designs.interaction_lines(it)]
@@ -219,29 +227,44 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
     return lines
 
 
-METHOD = f"""## Method
+def method(margin: float = MARGIN) -> str:
+    return f"""## Method
 
-- **Seeds.** Each setting is trained once per seed; the seed fixes the initial weights, the batch order
-  and the augmentation. The test set is fixed (the same images for every run).
-- **Accuracy intervals.** With two or more seeds: the 95 % t-interval of the mean over seeds
-  (training variation; the test set is held fixed). With one seed: the exact binomial
+- **Seeds and test images.** Each setting is trained once per seed; the seed fixes the initial weights,
+  the batch order and the augmentation. Every run is scored on the same test images, so a setting's
+  answers form a seeds × images table. Its mean accuracy varies for three reasons: a seed shifts a run
+  on every image (**seed**); which borderline images a run gets right is a coin flip per seed and image
+  (**seed × image**); which images the test set holds (**test image**). The spread of the runs'
+  accuracies between seeds already contains the first two; each sweep's table of variance components
+  gives every source's share.
+- **Accuracy intervals.** With two or more seeds and saved predictions: the 95 % t-interval of the mean
+  with the variance S²/s + v (S² the variance between the s runs' accuracies; v what the finite test
+  set adds, estimated from the per-image accuracies net of their coin flips, below), Welch–Satterthwaite
+  degrees of freedom, clipped to [0, 100] %: it covers seeds and test images. Without predictions: the
+  t-interval over seeds, the test set held fixed, labelled so. With one seed: the exact binomial
   (Clopper–Pearson) 95 % interval over the test images, labelled as such.
-- **Comparisons.** Every pair of settings of a sweep by a two-level paired bootstrap
-  ({REPLICATES:,} replicates, fixed random seed, so the report is deterministic): each replicate
-  draws the test images with replacement, the same draw for both settings (paired), and
-  independently for each setting its seeds with replacement, the seed-level deviations scaled by
-  √(s/(s−1)) so that s seeds do not understate the seed variance. The p-value is two-sided, from the
-  null-centred replicates: P(|d* − d| ≥ |d|). The p-values of all pairs of a sweep are adjusted
-  together by Holm's step-down method.
-- **Verdicts.** A sweep names a best setting only if the setting with the highest mean is better than
-  every other setting at α = {ALPHA} after Holm's adjustment. Otherwise it names the settings it
-  cannot be told apart from and the smallest difference the sweep could have detected:
-  (z₁₋α/2m + z_power) × the median bootstrap standard error of its pairs, at {POWER:.0%} power and
-  the strictest Holm level α/m for m pairs. It then states how many seeds per setting would detect a
-  {100 * POWER_DELTA:.1f}-point difference at {POWER:.0%} power: the difference of two means over s seeds has
-  variance 2σ²/s + v, σ the seed-to-seed s.d. of one run's accuracy (pooled over settings) and v the
-  variance the shared test set adds to a paired difference (the per-image differences' variance over
-  n, median over pairs), which more seeds do not remove; where v alone is too large it says so.
+- **Comparisons.** Every pair of settings a, b (and each interaction contrast of a two-factor grid) is a
+  contrast c = Σ w_j acc_j of settings' means, with variance S_a²/s_a + S_b²/s_b + v: each setting's
+  variance between seeds, plus the test-image term v = max(0, var_i(D_i) − (coin flips of D_i)) / n of the
+  per-image contrast D_i = Σ w_j ȳ_ji, its coin flips estimated by Σ w_j² · (mean over images of the
+  per-image variance between seeds) / s_j. A two-level bootstrap that resamples both seeds and images
+  counts the coin flips twice and is deaf (Owen 2007); this moment estimator counts each source once.
+  t = c / s.e. with Welch–Satterthwaite degrees of freedom; two-sided p; the p-values of a sweep's
+  pairs are adjusted together by Holm's step-down method. `make calibrate` checks the test on the
+  saved predictions of the committed runs (false-positive rate at α, power at planted differences).
+- **Verdicts, three ways.** For each pair: **better** where the difference excludes 0 after Holm's
+  adjustment; **equivalent** where two one-sided tests (TOST) reject a difference beyond ±δ, δ =
+  {100 * margin:g} points unless the sweep sets its own (`margin` in the spec; `--margin` on the
+  command line), Holm-adjusted over the pairs too; **inconclusive** where neither holds: not a finding of
+  equality. Each pair also gives the probability that a fresh seed of a scores above one of b (the
+  Mann–Whitney estimate over the runs' accuracies; Agarwal et al. 2021). A sweep names a best setting
+  only if the setting with the highest mean is better than every other; where it is inconclusive
+  against some, the smallest difference the sweep could have detected is (t₁₋α/2m + t_power) × the
+  median standard error of its pairs, at {POWER:.0%} power and the strictest Holm level α/m for m pairs.
+  It then states how many seeds per setting would detect a {100 * POWER_DELTA:.1f}-point difference at
+  {POWER:.0%} power: the difference of two means over s seeds has variance 2σ²/s + v (σ the seed-to-seed
+  s.d. of one run's accuracy, pooled over settings; v the test-image term, mean over pairs), which more
+  seeds do not remove; where v alone is too large it says so.
 - **No verdict** is given, and no p-value shown, for a sweep with one seed per setting (its binomial
   intervals cover the test images only: one seed says nothing of the variation between training
   seeds), or with a setting within noise of chance (mean accuracy below 1/classes +
@@ -251,8 +274,9 @@ METHOD = f"""## Method
   interleaved rounds (each round measures every point once, the starting point rotating) with nothing
   else running: an inference step and the training step the runs train with (forward, backward, clipping,
   fused AdamW over their parameter groups; one CUDA graph per step on CUDA unless GRAPHS=0). Figures are the median
-  over rounds with [Q1, Q3]; a ratio between two settings is printed only where their IQRs do not
-  overlap, otherwise "same within noise". A round taken while other processes used ≥ {CONTENDED_PCT:.0f} % of
+  over rounds with [Q1, Q3]; a ratio between two settings is printed only where each rests on at least
+  {MIN_ROUNDS} uncontended rounds and their IQRs do not overlap, otherwise "same within noise" (or "not
+  measured"). A round taken while other processes used ≥ {CONTENDED_PCT:.0f} % of
   the CPUs (or computed on the GPU) is left out, and the table's note says how many were. """ f"""\
 Peak memory is the tensor-level peak of one step (CUDA
   allocator, or MemTracker on the CPU), taken in the first round: it is the same every time.
@@ -262,10 +286,13 @@ Peak memory is the tensor-level peak of one step (CUDA
   "busy % train runs" (`train_mfu`, `train_util_pct`) from each training run's own epochs, data
   handling included.
 - **References.** S. Holm (1979), A simple sequentially rejective multiple test procedure, Scand. J.
-  Statist. 6:65–70. P. Hall and S. R. Wilson (1991), Two guidelines for bootstrap hypothesis testing,
-  Biometrics 47:757–762. A. C. Davison and D. V. Hinkley (1997), Bootstrap Methods and their
-  Application, Cambridge University Press, §3.8 (hierarchical data). X. Bouthillier et al. (2021),
-  Accounting for variance in machine learning benchmarks, MLSys.
+  Statist. 6:65–70. F. E. Satterthwaite (1946), An approximate distribution of estimates of variance
+  components, Biometrics Bulletin 2:110–114. D. J. Schuirmann (1987), A comparison of the two one-sided
+  tests procedure and the power approach for assessing the equivalence of average bioavailability,
+  J. Pharmacokinet. Biopharm. 15:657–680. A. B. Owen (2007), The pigeonhole bootstrap, Ann. Appl.
+  Statist. 1:386–411. X. Bouthillier et al. (2021), Accounting for variance in machine learning
+  benchmarks, MLSys. R. Agarwal et al. (2021), Deep reinforcement learning at the edge of the
+  statistical precipice, NeurIPS (rliable).
 """
 
 
@@ -297,7 +324,7 @@ def _guarded(what: str, build, *args) -> list[str]:
         return [f"_{what} could not be built from its inputs; see Skipped inputs._", ""]
 
 
-REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"  # a checkout's committed results
+REFERENCE = CHECKOUT_REFERENCE
 
 
 def default_reference(out: Path) -> Path | None:
@@ -307,13 +334,15 @@ def default_reference(out: Path) -> Path | None:
     return REFERENCE
 
 
-def build_report(out: Path, data_root: str | Path = "data", reference: Path | None = None) -> Path:
+def build_report(out: Path, data_root: str | Path = "data", reference: Path | None = None,
+                 margin: float = MARGIN) -> Path:
     """Figures and REPORT.md under `out`; `data_root` is read only for the attention maps' test images;
-    with `reference` (a folder of reference results), a section compares the runs with it point by point.
+    with `reference` (a folder of reference results), a section compares the runs with it point by point;
+    `margin` (a fraction) is the equivalence margin of sweeps whose spec sets none.
     A damaged row or file is skipped and listed at the end under "Skipped inputs"."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedInput)
-        lines = _report_lines(Path(out), data_root)
+        lines = _report_lines(Path(out), data_root, margin)
         if reference is not None:
             lines += _guarded("against the reference", _reference_section, Path(out), Path(reference))
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, SkippedInput)))
@@ -323,13 +352,13 @@ def build_report(out: Path, data_root: str | Path = "data", reference: Path | No
     if notes:
         lines += ["## Skipped inputs", "", "These rows and files could not be read and were left out of the report:",
                   ""] + [f"- {note}" for note in notes] + [""]
-    lines.append(METHOD)
+    lines.append(method(margin))
     path = Path(out) / "REPORT.md"
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def _report_lines(out: Path, data_root: str | Path) -> list[str]:
+def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> list[str]:
     ablations, figures = out / "ablations", out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     specs = {name: load_spec(SPEC_DIR / f"{name}.toml") for name in available_sweeps()}
@@ -370,14 +399,14 @@ def _report_lines(out: Path, data_root: str | Path) -> list[str]:
         failed = rows[rows["status"] != "ok"]
         if (rows["status"] == "ok").any():
             lines += _guarded(f"the {sweep} sweep's section", _sweep_section, spec, rows, SweepPaths.of(out, sweep),
-                              figures, tunings.get(sweep))
+                              figures, tunings.get(sweep), margin)
         if len(failed):
             lines.append(f"Failed runs ({len(failed)}), not counted above:")
             for _, r in failed.iterrows():
                 lines.append(f"- {factor}={r[factor]} seed {r['seed']}: **{r['status']}** {r['error']}")
             lines.append("")
     if not all_rows.empty and (all_rows["status"] == "ok").any():
-        lines += _guarded("accuracy against compute", _pareto_section, all_rows, factors, figures)
+        lines += _guarded("accuracy against compute", _pareto_section, all_rows, factors, figures, out)
         lines += _guarded("inside the model", _inside_the_model, out, tables, factors, figures, Path(data_root))
     lines += _guarded("attention backends (bench)", _bench_section, out / "bench", figures)
     return lines
@@ -391,7 +420,8 @@ def _reference_section(out: Path, reference: Path) -> list[str]:
     lines = ["## against the reference", "",
              f"The same runs (same model, recipe, data and seed, so the same run_id) in `{reference}`, trained "
              f"on another machine or at another commit; the difference is here − reference, with a 95 % "
-             f"paired bootstrap interval over the common seeds and the test images.", ""]
+             f"interval over the common seeds (paired by seed) and the test images, each source counted once "
+             f"(one common seed: the test images' alone).", ""]
     try:
         table = compare_outs(out, reference)
     except ValueError:
@@ -419,21 +449,28 @@ def _reference_section(out: Path, reference: Path) -> list[str]:
     return lines + [""]
 
 
-def setting_means(all_rows: pd.DataFrame, factors: dict[str, str]) -> pd.DataFrame:
+def setting_means(all_rows: pd.DataFrame, factors: dict[str, str], out: Path | None = None) -> pd.DataFrame:
     """One row per setting of each sweep: its factor value, GFLOPs, mean test accuracy over seeds and
-    the accuracy interval the sweep's table gives (t over seeds, or binomial for one seed)."""
+    the accuracy interval the sweep's table gives (seeds and test images from the saved predictions under
+    `out`; without them over seeds, or binomial for one seed)."""
     ok = all_rows[(all_rows["status"] == "ok") & all_rows["sweep"].isin(list(factors))]
     found = []
-    for (sweep, value), group in ok.groupby(["sweep", ok.apply(lambda r: r[factors[r["sweep"]]], axis=1)], sort=False):
-        size = int(group["test_size"].dropna().iloc[0]) if "test_size" in group and group["test_size"].notna().any() else None
-        interval = accuracy_interval(group["test_acc"].astype(float), size)
-        found.append({"sweep": sweep, "value": value, "gflops": float(group["gflops"].iloc[0]), "seeds": len(group),
-                      "acc_mean": interval.mean, "acc_low": interval.low, "acc_high": interval.high})
+    for sweep, rows in ok.groupby("sweep", sort=False):
+        factor = factors[sweep]
+        enough = rows.groupby(factor)["seed"].size().min() >= MIN_SEEDS
+        correct = (findings.load_correct(rows, factor, SweepPaths.of(out, sweep).preds)[0]
+                   if out is not None and enough else None)
+        for value, group in rows.groupby(factor, sort=False):
+            size = int(group["test_size"].dropna().iloc[0]) if "test_size" in group and group["test_size"].notna().any() else None
+            interval = accuracy_interval(group["test_acc"].astype(float), size, correct.get(value) if correct else None)
+            found.append({"sweep": sweep, "value": value, "gflops": float(group["gflops"].iloc[0]),
+                          "seeds": len(group), "acc_mean": interval.mean, "acc_low": interval.low,
+                          "acc_high": interval.high})
     return pd.DataFrame(found)
 
 
-def _pareto_section(all_rows: pd.DataFrame, factors: dict[str, str], figures: Path) -> list[str]:
-    settings = setting_means(all_rows, factors)
+def _pareto_section(all_rows: pd.DataFrame, factors: dict[str, str], figures: Path, out: Path) -> list[str]:
+    settings = setting_means(all_rows, factors, out)
     front = figs.pareto_front(settings, "acc_mean")
     pareto = figs.accuracy_vs_gflops(settings, figures / "pareto.png")
     return ["## accuracy against compute", "",

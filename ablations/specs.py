@@ -4,6 +4,7 @@
     label = "patch size (px)"      # optional: how figures and the report name the factor
     description = "tokens against detail"   # optional: one line under the report's heading
     default = true                 # optional: one of the sweeps `make ablations` runs
+    margin = 0.5                   # optional: the report's equivalence margin for this sweep, in points
     factor = "patch_size"          # any ViTConfig field the dataset does not fix, or any TrainConfig field
     values = [2, 4, 7, 14]         # one setting per value (each trained once per seed)
     values_by_img_size = { 32 = [2, 4, 8, 16] }   # optional: other values for other image sizes
@@ -20,8 +21,9 @@ or `"paired"` (the i-th values of each list together; the lists of equal length)
 
 Tuned comparisons: a [tune] table of training fields and their grids (`lr = [1e-3, 2e-3, 4e-3]`) trains
 every setting at every grid value on the training set less a validation split (`holdout`, default 0.1
-of it, drawn with `holdout_seed`, default 0); the report picks each setting's value by validation
-accuracy and compares the settings at their picks on the test set.
+of it, drawn with `holdout_seed`, default 0, stratified by class unless `holdout_split = "random"`);
+the report picks each setting's value by validation accuracy and compares the settings at their picks
+on the test set.
 
 A new sweep is one new TOML file in `ablations/sweeps/` and nothing else: `make ablate-<name>`, the
 report's section and the spec tests find it there. The dataset fixes img_size, in_chans and
@@ -53,13 +55,13 @@ __all__ = ["DATASET_FIELDS", "FACTOR_FIELDS", "SPEC_DIR", "Point", "SpecError", 
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ViTConfig))
 TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 DATASET_FIELDS = ("img_size", "in_chans", "num_classes")
-TUNE_SPLIT = ("holdout", "holdout_seed")  # set by [tune], not factors or tuned fields themselves
+TUNE_SPLIT = ("holdout", "holdout_seed", "holdout_split")  # set by [tune], not factors or tuned fields themselves
 FACTOR_FIELDS = tuple(f for f in MODEL_FIELDS if f not in DATASET_FIELDS) + tuple(
     f for f in TRAIN_FIELDS if f not in TUNE_SPLIT)
 DESIGNS = ("grid", "paired")
 DEFAULT_HOLDOUT = 0.1
 _SECTIONS = {"sweep": {"factor", "values", "factors", "design", "values_by_img_size", "description", "label", "default",
-                       "init"},
+                       "init", "margin"},
              "values": set(FACTOR_FIELDS),
              "tune": {*(f for f in TRAIN_FIELDS if f not in TUNE_SPLIT), *TUNE_SPLIT},
              "model": {"preset", *MODEL_FIELDS},
@@ -124,6 +126,8 @@ class SweepSpec:
     tune: tuple[tuple[str, tuple[Any, ...]], ...] = ()   # (training field, its grid) of each tuned field
     holdout: float = 0.0   # the validation share when tuning
     holdout_seed: int = 0
+    holdout_split: str = "stratified"
+    margin: float | None = None   # equivalence margin (fraction) the report tests against; None: the report's
 
     @classmethod
     def one_run(cls, name: str, preset: str, model_overrides: dict[str, Any],
@@ -175,7 +179,7 @@ class SweepSpec:
                 raise SpecError(f"{self.path}: [model] {err} in [model]") from None
         base_train = {**self.train_overrides, **(train_changes or {})}
         if self.tune:
-            base_train.update(holdout=self.holdout, holdout_seed=self.holdout_seed)
+            base_train.update(holdout=self.holdout, holdout_seed=self.holdout_seed, holdout_split=self.holdout_split)
         try:
             TrainConfig(**base_train)
         except (TypeError, ValueError) as err:
@@ -304,6 +308,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     tune_table = dict(data.get("tune", {}))
     holdout = tune_table.pop("holdout", DEFAULT_HOLDOUT)
     holdout_seed = tune_table.pop("holdout_seed", 0)
+    holdout_split = tune_table.pop("holdout_split", "stratified")
     tune = tuple((name, tuple(_value_list(path, f"[tune] {name}", values))) for name, values in tune_table.items())
     clash = sorted({name for name, _ in tune} & set(factors))
     if clash:
@@ -312,7 +317,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError(f"{path}: [tune] names no field to tune (e.g. lr = [1e-3, 2e-3, 4e-3])")
     if tune:
         try:
-            TrainConfig(holdout=holdout, holdout_seed=holdout_seed)
+            TrainConfig(holdout=holdout, holdout_seed=holdout_seed, holdout_split=holdout_split)
         except (TypeError, ValueError) as err:
             raise SpecError(f"{path}: [tune]: {err}") from None
         if not holdout:
@@ -326,10 +331,17 @@ def load_spec(path: str | Path) -> SweepSpec:
     for key, kind in (("label", str), ("description", str), ("default", bool)):
         if key in sweep and not isinstance(sweep[key], kind):
             raise SpecError(f"{path}: [sweep] {key} must be a {kind.__name__}, got {sweep[key]!r}")
+    margin = sweep.get("margin")
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))
+                               or not 0 < margin < 100):
+        raise SpecError(f"{path}: [sweep] margin must be a number of accuracy points above 0 and below 100, "
+                        f"got {margin!r}")
     factor = " × ".join(factors)
     return SweepSpec(path.stem, path, factors, levels, by_size, preset, model, dict(train), init,
                      sweep.get("label", factor), sweep.get("description", ""), sweep.get("default", False),
-                     design, tune, float(holdout) if tune else 0.0, int(holdout_seed) if tune else 0)
+                     design, tune, float(holdout) if tune else 0.0, int(holdout_seed) if tune else 0,
+                     holdout_split,
+                     None if margin is None else margin / 100)
 
 
 def find_spec(name: str, spec_dir: Path = SPEC_DIR) -> Path:

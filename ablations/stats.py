@@ -1,26 +1,44 @@
-"""Statistics behind the report's intervals and verdicts: seeds and test images, compared honestly.
+"""Statistics behind the report's intervals and verdicts: seeds crossed with test images, each source of
+variation counted once.
 
-A sweep's accuracy varies for two reasons: the training seed (initial weights, batch order,
-augmentation) and the finite test set (1,000 images in mnist5k: one accuracy's binomial standard error
-there is about 0.5 points). Every setting is evaluated on the same test images, so two settings can be
-compared image by image, which removes the variation they share.
+Every run of a sweep is scored on the same test images, so a setting's results form a seeds × images
+table of 0/1 answers. Its mean accuracy varies for three reasons:
 
-- `accuracy_interval`: 95 % t-interval of the mean over seeds (training variation; the test set is
-  fixed); with one seed, the exact binomial (Clopper–Pearson) interval over the test images.
-- `compare_settings`: every pair of settings by a two-level paired bootstrap (Davison & Hinkley 1997,
-  §3.8, hierarchical data; as advocated for ML benchmarks by Bouthillier et al. 2021): each replicate
-  draws the test images with replacement (the same draw for both settings: paired) and, independently
-  per setting, the seeds with replacement. With s seeds the seed-level deviations are scaled by
-  √(s/(s−1)), so the seed variance is not understated (a plain bootstrap of 3 seeds shrinks it by 2/3).
-  The p-value is two-sided from the null-centred replicates, P(|d* − d| ≥ |d|) (Hall & Wilson 1991).
-  p-values of all pairs of a sweep are adjusted together by Holm's step-down method (Holm 1979).
-- `verdict`: names a best setting only if it beats every other one after the adjustment; otherwise
-  which settings it cannot be told apart from, and the smallest difference the sweep could detect
-  (80 % power at the strictest Holm level) from the bootstrap standard error.
+- **seed**: a training seed (initial weights, batch order, augmentation) lifts or lowers a run's accuracy
+  on all images at once;
+- **seed × image**: which borderline images a run happens to get right ("coin flips"), independently
+  of the other images;
+- **test image**: which images the test set happens to contain (the population a reader cares about is
+  all images like these, not these 1,000).
+
+The spread of the runs' accuracies between seeds already contains the first two. A test that also
+resamples the test images (a two-level bootstrap) counts the coin flips a second time and is
+conservative: deaf to real differences (Owen 2007, "The pigeonhole bootstrap"). Here every estimate is a
+linear contrast c = Σ_j w_j · acc_j of settings' mean accuracies (a difference: w = (1, −1); an interaction:
+(1, −1, −1, 1); one setting: (1)) with the variance that counts each source once:
+
+    V = Σ_j w_j² S_j² / s_j  +  v_image
+
+S_j² is the variance between setting j's s_j runs (seed and seed × image); v_image is the variance the
+finite test set adds, estimated from the per-image contrast D_i = Σ_j w_j ȳ_ji net of its coin flips:
+v_image = max(0, var_i(D_i) − n/(n−1) · (Σ_j w_j² m_j / s_j − Σ_j w_j² S_j² / s_j)) / n, with m_j the mean
+over images of the per-image variance between seeds (unbiased for the coin-flip share of var_i(D_i)).
+The test statistic c / √V has Welch–Satterthwaite degrees of freedom (the image term with n − 1).
+
+- `accuracy_interval`: one setting's mean with the 95 % interval of that contrast (seeds and test
+  images), clipped to [0, 1]; from the runs' accuracies alone (no per-image answers) a t-interval over
+  seeds that holds the test set fixed; one seed: the exact binomial interval over the test images.
+- `compare_settings`: every pair, with a two-sided p (Holm's step-down adjustment over the sweep's pairs),
+  two one-sided tests (TOST) against an equivalence margin ±δ (Holm-adjusted likewise), and the
+  probability that a fresh seed of one setting beats one of the other (the Mann–Whitney estimate over
+  the runs' accuracies; rliable's probability of improvement).
+- `verdict`: per pair *better* / *equivalent within ±δ* / *inconclusive*; a best setting is named only
+  if it is better than every other one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
@@ -32,8 +50,8 @@ from statsmodels.stats.multitest import multipletests
 
 ALPHA = 0.05
 POWER = 0.80
-REPLICATES = 4000
-BOOTSTRAP_SEED = 0  # fixed: the same CSVs and predictions give the same report
+MARGIN = 0.005      # default equivalence margin δ: ±0.5 points
+MIN_SEEDS = 2       # a test needs the spread between seeds
 
 
 @dataclass(frozen=True)
@@ -45,15 +63,100 @@ class Interval:
     kind: str
 
 
-def accuracy_interval(accs: Sequence[float], test_size: int | None = None, confidence: float = 0.95) -> Interval:
-    """t-interval over seeds (≥ 2 seeds), or the exact binomial interval of one run over its test images."""
+@dataclass(frozen=True)
+class Components:
+    """The variance of a contrast split by source (fractions², each already divided by its sample size):
+    seed (between-run shifts over all images), seed × image (coin flips), test image."""
+    seed: float
+    seed_image: float
+    image: float
+
+    @property
+    def total(self) -> float:
+        return self.seed + self.seed_image + self.image
+
+    def shares(self) -> tuple[float, float, float]:
+        t = self.total
+        return (self.seed / t, self.seed_image / t, self.image / t) if t > 0 else (math.nan,) * 3
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A contrast's value, standard error, Welch–Satterthwaite degrees of freedom and its variance split."""
+    value: float
+    se: float
+    df: float
+    parts: Components
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        half = sps.t.ppf(0.5 + confidence / 2, self.df) * self.se if self.se > 0 else 0.0
+        return self.value - half, self.value + half
+
+    def p(self) -> float:
+        """Two-sided p of value = 0."""
+        if self.se == 0:
+            return 1.0 if self.value == 0 else 0.0
+        return float(2 * sps.t.sf(abs(self.value) / self.se, self.df))
+
+    def p_equivalent(self, margin: float) -> float:
+        """TOST: the larger of the one-sided p's of value ≤ −margin and value ≥ +margin."""
+        if self.se == 0:
+            return 0.0 if abs(self.value) < margin else 1.0
+        lower = sps.t.sf((self.value + margin) / self.se, self.df)
+        upper = sps.t.cdf((self.value - margin) / self.se, self.df)
+        return float(max(lower, upper))
+
+
+def _cells(correct: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
+    arrays = [np.atleast_2d(np.asarray(a, dtype=float)) for a in correct]
+    sizes = {a.shape[1] for a in arrays}
+    if len(sizes) != 1:
+        raise ValueError(f"{what} were evaluated on different numbers of test images: {sorted(sizes)}")
+    few = min(len(a) for a in arrays)
+    if few < MIN_SEEDS:
+        raise ValueError(f"{what}: a test needs at least {MIN_SEEDS} seeds per setting (the spread between seeds), "
+                         f"got {few}")
+    return arrays
+
+
+def contrast(correct: Sequence[np.ndarray], weights: Sequence[float], what: str = "settings") -> Estimate:
+    """Σ_j weights[j] · mean accuracy of correct[j], with the crossed-design variance of the module docstring.
+    correct[j]: (seeds, n) 0/1 array of setting j, ≥ 2 seeds; every setting on the same n images in order.
+    ValueError (naming `what`) for fewer seeds or different image counts."""
+    cells = _cells(correct, what)
+    n = cells[0].shape[1]
+    value = sum(w * float(a.mean()) for w, a in zip(weights, cells))
+    seed_terms = [w * w * float(a.mean(1).var(ddof=1)) / len(a) for w, a in zip(weights, cells)]
+    flips = [w * w * float(a.var(0, ddof=1).mean()) / len(a) for w, a in zip(weights, cells)]
+    per_image = sum(w * a.mean(0) for w, a in zip(weights, cells))
+    spread = float(per_image.var(ddof=1)) if n > 1 else 0.0
+    image = max(0.0, spread - n / max(n - 1, 1) * (sum(flips) - sum(seed_terms))) / n
+    seed_image = min(sum(flips) / n, sum(seed_terms))         # the coin-flip share of the seed terms
+    parts = Components(sum(seed_terms) - seed_image, seed_image, image)
+    variance = sum(seed_terms) + image
+    dof = sum(t * t / (len(a) - 1) for t, a in zip(seed_terms, cells)) + (image * image / (n - 1) if n > 1 else 0)
+    df = variance * variance / dof if dof > 0 else math.inf
+    return Estimate(value, math.sqrt(variance), df, parts)
+
+
+def accuracy_interval(accs: Sequence[float], test_size: int | None = None, correct: np.ndarray | None = None,
+                      confidence: float = 0.95) -> Interval:
+    """One setting's mean accuracy and 95 % interval, never outside [0, 1]: over seeds and test images
+    from `correct` ((seeds, n) 0/1, ≥ 2 seeds); without it, over seeds with the test set held fixed; one
+    seed: the exact binomial interval over its `test_size` test images."""
     accs = np.asarray(accs, dtype=float)
     if len(accs) == 0:
         raise ValueError("accuracy_interval needs at least one accuracy")
     mean = float(accs.mean())
-    if len(accs) >= 2:
+    if len(accs) >= MIN_SEEDS and correct is not None and len(correct) >= MIN_SEEDS:
+        est = contrast([correct], [1.0], "a setting")
+        low, high = est.interval(confidence)
+        return Interval(est.value, max(0.0, low), min(1.0, high),
+                        f"t over {len(correct)} seeds and {correct.shape[1]:,} test images")
+    if len(accs) >= MIN_SEEDS:
         half = sps.t.ppf(0.5 + confidence / 2, len(accs) - 1) * accs.std(ddof=1) / math.sqrt(len(accs))
-        return Interval(mean, mean - half, mean + half, f"t over {len(accs)} seeds")
+        return Interval(mean, max(0.0, mean - half), min(1.0, mean + half),
+                        f"t over {len(accs)} seeds, test set held fixed")
     if test_size:
         ci = sps.binomtest(round(mean * test_size), test_size).proportion_ci(confidence, method="exact")
         return Interval(mean, ci.low, ci.high, f"binomial over {test_size} test images (1 seed)")
@@ -62,8 +165,10 @@ def accuracy_interval(accs: Sequence[float], test_size: int | None = None, confi
 
 @dataclass(frozen=True)
 class Comparison:
-    """Setting a against b: diff = acc(a) − acc(b) (fractions), its bootstrap 95 % interval, standard
-    error and p-value, and the p-value after Holm's adjustment over every pair of the sweep."""
+    """Setting a against b: diff = acc(a) − acc(b) (fractions), its 95 % interval, standard error, degrees of
+    freedom and two-sided p; p_holm after Holm's adjustment over the sweep's pairs; p_equiv, the TOST p
+    against ±margin (Holm-adjusted likewise: p_equiv_holm); win, the probability that a fresh seed of a
+    beats one of b (ties count half; nan where the runs' accuracies are not given)."""
     a: Hashable
     b: Hashable
     diff: float
@@ -72,144 +177,164 @@ class Comparison:
     se: float
     p: float
     p_holm: float
+    df: float = math.inf
+    margin: float = MARGIN
+    p_equiv: float = 1.0
+    p_equiv_holm: float = 1.0
+    win: float = math.nan
+    parts: Components | None = None
+
+    def outcome(self, alpha: float = ALPHA) -> str:
+        """'better' (a above b), 'worse', 'equivalent' (within ±margin) or 'inconclusive'."""
+        if self.p_holm < alpha:
+            return "better" if self.diff > 0 else "worse"
+        return "equivalent" if self.p_equiv_holm < alpha else "inconclusive"
 
 
-def _replicate_means(correct: np.ndarray, image_weights: np.ndarray, seed_draws: np.ndarray) -> np.ndarray:
-    """Accuracy of one setting in each replicate. correct: (s, n) 0/1; image_weights: (R, n), each row
-    the multiplicities of a resample of the n images divided by n; seed_draws: (s, R) seed indices."""
-    per_seed = correct @ image_weights.T                          # (s, R): each seed's accuracy on each resample
-    if len(correct) == 1:
-        return per_seed[0]
-    centre = per_seed.mean(0)                                     # (R,)
-    drawn = np.take_along_axis(per_seed, seed_draws, axis=0).mean(0)
-    scale = math.sqrt(len(correct) / (len(correct) - 1))          # unbiased seed variance
-    return centre + scale * (drawn - centre)
+def probability_of_improvement(a: np.ndarray, b: np.ndarray) -> float:
+    """P(a run of a scores above a run of b), ties counting half: the Mann–Whitney U over the runs'
+    accuracies divided by the number of pairs (Agarwal et al. 2021, rliable)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if np.all(a == a[0]) and np.all(b == b[0]):
+        return 1.0 if a[0] > b[0] else 0.0 if a[0] < b[0] else 0.5
+    return float(sps.mannwhitneyu(a, b).statistic) / (len(a) * len(b))
 
 
-def _bootstrap_means(correct: Mapping[Hashable, np.ndarray], replicates: int, seed: int,
-                     what: str) -> tuple[dict[Hashable, float], dict[Hashable, np.ndarray]]:
-    """({key: observed accuracy}, {key: its R bootstrap replicates}) of (seeds, n) 0/1 arrays: the n test
-    images are drawn once for every key (paired), the seeds within each key; ValueError naming `what` when
-    the arrays cover different numbers of images."""
-    arrays = {k: np.atleast_2d(np.asarray(v, dtype=float)) for k, v in correct.items()}
-    sizes = {a.shape[1] for a in arrays.values()}
-    if len(sizes) != 1:
-        raise ValueError(f"{what} were evaluated on different numbers of test images: {sorted(sizes)}")
-    n = sizes.pop()
-    rng = np.random.default_rng(seed)
-    image_weights = rng.multinomial(n, np.full(n, 1.0 / n), size=replicates) / n   # (R, n), paired across keys
-    boot = {k: _replicate_means(a, image_weights, rng.integers(0, len(a), size=(len(a), replicates)))
-            for k, a in arrays.items()}
-    return {k: float(a.mean()) for k, a in arrays.items()}, boot
+def _compared(label_a, label_b, est: Estimate, margin: float, win: float) -> Comparison:
+    low, high = est.interval()
+    return Comparison(label_a, label_b, est.value, low, high, est.se, est.p(), math.nan, est.df, margin,
+                      est.p_equivalent(margin), math.nan, win, est.parts)
 
 
-def compare_settings(correct: Mapping[Hashable, np.ndarray], replicates: int = REPLICATES,
-                     seed: int = BOOTSTRAP_SEED) -> list[Comparison]:
+def _adjusted(found: list[Comparison]) -> list[Comparison]:
+    p_holm, equiv_holm = holm([c.p for c in found]), holm([c.p_equiv for c in found])
+    return [dataclasses.replace(c, p_holm=float(p), p_equiv_holm=float(q)) for c, p, q in zip(found, p_holm, equiv_holm)]
+
+
+def compare_settings(correct: Mapping[Hashable, np.ndarray], margin: float = MARGIN) -> list[Comparison]:
     """Every pair of settings. correct[setting]: (seeds, n) array, 1 where that seed's model classified
-    test image i correctly; every setting must be evaluated on the same n images in the same order."""
-    observed, boot = _bootstrap_means(correct, replicates, seed, "settings")
-    pairs = [(a, b, *_bootstrap_figures(observed[a] - observed[b], boot[a] - boot[b]))
-             for a, b in itertools.combinations(observed, 2)]
-    adjusted = holm([p[-1] for p in pairs])
-    return [Comparison(*pair, p_holm=float(q)) for pair, q in zip(pairs, adjusted)]
+    test image i correctly; every setting evaluated on the same n images in the same order, ≥ 2 seeds."""
+    check_margin(margin)
+    arrays = dict(zip(correct, _cells(list(correct.values()), "settings")))
+    found = [_compared(a, b, contrast([arrays[a], arrays[b]], [1.0, -1.0]), margin,
+                       probability_of_improvement(arrays[a].mean(1), arrays[b].mean(1)))
+             for a, b in itertools.combinations(arrays, 2)]
+    return _adjusted(found)
 
 
 def interaction_contrasts(correct: Mapping[tuple[Hashable, Hashable], np.ndarray], levels_a: Sequence[Hashable],
-                          levels_b: Sequence[Hashable], replicates: int = REPLICATES,
-                          seed: int = BOOTSTRAP_SEED) -> list[Comparison]:
+                          levels_b: Sequence[Hashable], margin: float = MARGIN) -> list[Comparison]:
     """Does the effect of factor A depend on factor B? For a full grid of two factors, one contrast per
     cell (a_i, b_j) off the first row and column: the difference of differences
     acc(a_i, b_j) − acc(a_1, b_j) − acc(a_i, b_1) + acc(a_1, b_1) (0 where A's effect is the same at b_j as
-    at b_1), with the bootstrap of `compare_settings` (test images drawn once for every cell, seeds within
-    each cell) and Holm's adjustment over the contrasts. correct[(a, b)]: (seeds, n) 0/1, as there."""
+    at b_1), with the crossed-design variance of `contrast` and Holm's adjustment over the contrasts.
+    correct[(a, b)]: (seeds, n) 0/1, as in `compare_settings`."""
     missing = [(a, b) for a in levels_a for b in levels_b if (a, b) not in correct]
     if missing or len(levels_a) < 2 or len(levels_b) < 2:
         raise ValueError(f"an interaction needs every cell of a grid of at least 2 × 2 settings; missing {missing}")
-    observed, boot = _bootstrap_means(correct, replicates, seed, "cells")
+    check_margin(margin)
     a1, b1 = levels_a[0], levels_b[0]
     found = []
     for ai in levels_a[1:]:
         for bj in levels_b[1:]:
-            cells = ((ai, bj), (a1, bj), (ai, b1), (a1, b1))
-            signs = (1, -1, -1, 1)
-            d = sum(s * observed[c] for s, c in zip(signs, cells))
-            dstar = sum(s * boot[c] for s, c in zip(signs, cells))
-            found.append(((ai, bj), (a1, b1), *_bootstrap_figures(d, dstar)))
-    adjusted = holm([f[-1] for f in found])
-    return [Comparison(*f, p_holm=float(q)) for f, q in zip(found, adjusted)]
+            cells = [correct[c] for c in ((ai, bj), (a1, bj), (ai, b1), (a1, b1))]
+            found.append(_compared((ai, bj), (a1, b1), contrast(cells, [1.0, -1.0, -1.0, 1.0], "cells"), margin,
+                                   math.nan))
+    return _adjusted(found)
 
 
-def _bootstrap_figures(d: float, dstar: np.ndarray) -> tuple[float, float, float, float, float]:
-    """(difference, 2.5 and 97.5 percentiles, standard error, two-sided p) from its bootstrap replicates."""
-    p = (1 + np.count_nonzero(np.abs(dstar - d) >= abs(d) - 1e-12)) / (len(dstar) + 1)
-    low, high = np.percentile(dstar, [2.5, 97.5])
-    return d, float(low), float(high), float(dstar.std(ddof=1)), float(p)
-
-
-def paired_difference(a: np.ndarray, b: np.ndarray, replicates: int = REPLICATES,
-                      seed: int = BOOTSTRAP_SEED) -> Comparison:
+def paired_difference(a: np.ndarray, b: np.ndarray, margin: float = MARGIN) -> Comparison:
     """The same runs under two conditions: a[i] and b[i] are seed i's (0/1 per test image, same images).
-    acc(a) − acc(b) with a bootstrap that draws the same seeds and images for both (paired), so two equal
+    acc(a) − acc(b) from the per-seed differences: with ≥ 2 seeds the crossed-design variance of their
+    mean; with one seed, the test images' alone (that seed's run, as McNemar's test has it). Two equal
     folders give exactly 0 with the interval [0, 0]."""
     a, b = np.atleast_2d(np.asarray(a, dtype=float)), np.atleast_2d(np.asarray(b, dtype=float))
     if a.shape != b.shape:
         raise ValueError(f"paired runs must cover the same seeds and test images: {a.shape} against {b.shape}")
     d = a - b
-    n = d.shape[1]
-    rng = np.random.default_rng(seed)
-    image_weights = rng.multinomial(n, np.full(n, 1.0 / n), size=replicates) / n
-    dstar = _replicate_means(d, image_weights, rng.integers(0, len(d), size=(len(d), replicates)))
-    figures = _bootstrap_figures(float(d.mean()), dstar)
-    return Comparison("a", "b", *figures, p_holm=figures[-1])
+    if len(d) >= MIN_SEEDS:
+        est = contrast([d], [1.0], "paired runs")
+    else:
+        n = d.shape[1]
+        var = float(d[0].var(ddof=1)) / n if n > 1 else 0.0
+        est = Estimate(float(d.mean()), math.sqrt(var), n - 1, Components(0.0, 0.0, var))
+    c = _compared("a", "b", est, margin, math.nan)
+    return dataclasses.replace(c, p_holm=c.p, p_equiv_holm=c.p_equiv)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values (statsmodels' implementation)."""
-    if len(pvalues) == 0:
-        return []
+    """Holm-adjusted p-values (statsmodels' implementation; one p-value is its own adjustment)."""
+    if len(pvalues) <= 1:
+        return [float(p) for p in pvalues]
     return list(multipletests(pvalues, method="holm")[1])
 
 
-def detectable_difference(se: float, comparisons: int, alpha: float = ALPHA, power: float = POWER) -> float:
+def check_margin(margin) -> float:
+    """The equivalence margin as a fraction > 0 and < 1; ValueError naming it otherwise."""
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin < 1:
+        raise ValueError(f"the equivalence margin must be a number of points above 0 and below 100, "
+                         f"got {margin * 100 if isinstance(margin, (int, float)) else margin!r}")
+    return float(margin)
+
+
+def _quantiles(comparisons: int, df: float, alpha: float, power: float) -> float:
+    """t_{1−α/2m} + t_power at `df` degrees of freedom: a difference this many standard errors from 0 is
+    detected with `power` at the strictest Holm level α/m."""
+    df = df if math.isfinite(df) else 1e9
+    return float(sps.t.ppf(1 - alpha / (2 * max(comparisons, 1)), df) + sps.t.ppf(power, df))
+
+
+def detectable_difference(se: float, comparisons: int, df: float = math.inf, alpha: float = ALPHA,
+                          power: float = POWER) -> float:
     """The difference a two-sided test at the strictest Holm level α/m detects with `power`, given the
-    standard error of the difference: (z_{1−α/2m} + z_power) · se."""
-    return (sps.norm.ppf(1 - alpha / (2 * max(comparisons, 1))) + sps.norm.ppf(power)) * se
+    standard error of the difference and its degrees of freedom: (t_{1−α/2m} + t_power) · se."""
+    return _quantiles(comparisons, df, alpha, power) * se
 
 
 def seeds_needed(seed_var: float, image_var: float, delta: float, comparisons: int, alpha: float = ALPHA,
-                 power: float = POWER) -> int | None:
+                 power: float = POWER, most: int = 10_000) -> int | None:
     """Seeds per setting for a two-sided test at the strictest Holm level α/m to detect a difference
     `delta` (fraction) with `power`, when the difference of two settings' means over s seeds has
-    variance 2·seed_var/s + image_var (seed_var: the variance of one run's accuracy between seeds;
-    image_var: the variance the finite, shared test set adds to a paired difference, which more seeds
-    do not remove). None when the test set's variance alone is too large for `delta`."""
-    z = sps.norm.ppf(1 - alpha / (2 * max(comparisons, 1))) + sps.norm.ppf(power)
-    room = (delta / z) ** 2 - image_var
-    if room <= 0:
+    variance 2·seed_var/s + image_var with 2(s − 1) degrees of freedom (seed_var: the variance of one
+    run's accuracy between seeds, coin flips included; image_var: what the finite test set adds, which
+    more seeds do not remove). None when the test set's share alone is too large for `delta`."""
+    if _quantiles(comparisons, math.inf, alpha, power) ** 2 * image_var >= delta ** 2:
         return None
-    return max(2, math.ceil(2 * seed_var / room))
+    for s in range(MIN_SEEDS, most + 1):
+        if _quantiles(comparisons, 2 * (s - 1), alpha, power) ** 2 * (2 * seed_var / s + image_var) <= delta ** 2:
+            return s
+    return None
 
 
 @dataclass(frozen=True)
 class Verdict:
-    best: Hashable                      # the setting with the highest mean accuracy
-    winner: bool                        # it beats every other setting after Holm's adjustment
-    tied_with: tuple[Hashable, ...]     # settings it cannot be told apart from
-    beats: tuple[Hashable, ...]         # settings it is shown better than
-    detectable: float                   # smallest detectable difference (fraction), median over pairs
+    best: Hashable                        # the setting with the highest mean accuracy
+    winner: bool                          # it is better than every other setting after Holm's adjustment
+    beats: tuple[Hashable, ...]           # settings it is shown better than
+    equivalent: tuple[Hashable, ...]      # settings shown equivalent to it within ±margin
+    inconclusive: tuple[Hashable, ...]    # neither
+    detectable: float                     # smallest detectable difference (fraction), from the median s.e.
+    margin: float = MARGIN
+
+    @property
+    def tied_with(self) -> tuple[Hashable, ...]:
+        """The settings not shown worse than the best: equivalent or inconclusive."""
+        return self.equivalent + self.inconclusive
 
 
 def verdict(means: Mapping[Hashable, float], comparisons: Sequence[Comparison], alpha: float = ALPHA) -> Verdict:
     best = max(means, key=lambda k: means[k])
-    tied, beats = [], []
+    found: dict[str, list] = {"better": [], "equivalent": [], "inconclusive": []}
     for c in comparisons:
         if best not in (c.a, c.b):
             continue
         other = c.b if c.a == best else c.a
-        (beats if c.p_holm < alpha else tied).append(other)
+        outcome = c.outcome(alpha)
+        found["better" if outcome in ("better", "worse") else outcome].append(other)
     order = list(means)
-    tied.sort(key=order.index)
-    beats.sort(key=order.index)
+    beats, equivalent, inconclusive = (tuple(sorted(v, key=order.index)) for v in found.values())
     se = float(np.median([c.se for c in comparisons])) if comparisons else math.nan
-    return Verdict(best, winner=bool(comparisons) and not tied, tied_with=tuple(tied), beats=tuple(beats),
-                   detectable=detectable_difference(se, len(comparisons), alpha))
+    df = float(np.median([c.df for c in comparisons])) if comparisons else math.inf
+    margin = comparisons[0].margin if comparisons else MARGIN
+    return Verdict(best, bool(comparisons) and not (equivalent or inconclusive), beats, equivalent, inconclusive,
+                   detectable_difference(se, len(comparisons), df, alpha), margin)

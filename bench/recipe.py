@@ -18,6 +18,7 @@ def _doc(unit: str, meaning: str, kind: str = "number") -> dict[str, str]:
 # Fields added after run ids existed: they enter a run's identity only when set away from their default,
 # so every run defined before them keeps its id.
 LATER_FIELDS = ("crop_padding", "flip", "holdout", "holdout_seed")
+HOLDOUT_SPLITS = ("stratified", "random")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class TrainConfig:
         "fraction", "share of the training set held out as a validation split for tuning, never trained on "
                     "(0: none)"))
     holdout_seed: int = field(default=0, metadata=_doc("", "seed of the validation split's draw", "int"))
+    holdout_split: str = field(default="stratified", metadata=_doc(
+        "", "how the validation split is drawn: stratified (each class in its training-set share) or random "
+            "(blank: random, as older rows drew it)", "text"))
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "eval_batch_size"):
@@ -80,6 +84,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.holdout must be a fraction in [0, 1), got {self.holdout!r}")
         if isinstance(self.holdout_seed, bool) or not isinstance(self.holdout_seed, int) or self.holdout_seed < 0:
             raise ValueError(f"TrainConfig.holdout_seed must be an int ≥ 0, got {self.holdout_seed!r}")
+        if self.holdout_split not in HOLDOUT_SPLITS:
+            raise ValueError(f"TrainConfig.holdout_split={self.holdout_split!r} is unknown; choose "
+                             f"{' or '.join(HOLDOUT_SPLITS)}")
 
     def resolved_dtype(self, device: torch.device) -> str:
         return ("bf16" if device.type == "cuda" else "fp32") if self.dtype == "auto" else self.dtype
@@ -89,6 +96,10 @@ class TrainConfig:
 
     def identity(self) -> dict[str, Any]:
         """What of the recipe defines a run: every field, but `LATER_FIELDS` only where set away from their
-        default (so a run keeps the id it had before those fields existed)."""
+        default, and `holdout_split` only where a split is drawn and it is not the random draw that runs
+        used before the field existed (so a run keeps the id it had before those fields existed)."""
         defaults = {f.name: f.default for f in fields(self)}
-        return {k: v for k, v in asdict(self).items() if k not in LATER_FIELDS or v != defaults[k]}
+        found = {k: v for k, v in asdict(self).items() if k not in LATER_FIELDS or v != defaults[k]}
+        if not self.holdout or self.holdout_split == "random":
+            del found["holdout_split"]
+        return found

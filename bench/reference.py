@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 REFERENCE_MARK = ".vitbench-reference"
+CHECKOUT_REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"   # a checkout's committed results
 
 
 def refusal(out: str | Path, into_reference: bool) -> str | None:

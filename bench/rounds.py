@@ -4,7 +4,8 @@ Timing one configuration after another lets drift of the machine (thermal state,
 background job) land on some of them only. In interleaved rounds every item is measured once per
 round, the round's starting item rotating, so drift hits all items alike; each item's figure is the
 median over rounds with the interquartile range as its spread. Two items are called different only
-when their IQRs do not overlap; otherwise they are the same within noise.
+when each rests on at least `MIN_ROUNDS` rounds and their IQRs do not overlap; otherwise they are the
+same within noise (or, with fewer rounds, not measured well enough to say).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TypeVar
 import numpy as np
 
 Item = TypeVar("Item")
+MIN_ROUNDS = 3   # rounds per item below which no ratio is stated (two rounds have no spread to speak of)
 
 
 def interleaved(items: Sequence[Item], rounds: int) -> Iterator[tuple[int, Item]]:
@@ -52,10 +54,15 @@ class Spread:
         return self.q1 <= other.q3 and other.q1 <= self.q3
 
 
-def ratio_or_noise(new: Spread, old: Spread, fmt: Callable[[float], str] = lambda r: f"×{r:.2f}") -> str:
-    """`new / old` as a ratio where the two IQRs are apart, else "same within noise"."""
+def ratio_or_noise(new: Spread, old: Spread, fmt: Callable[[float], str] = lambda r: f"×{r:.2f}",
+                   least: int = MIN_ROUNDS) -> str:
+    """`new / old` as a ratio where both rest on ≥ `least` measurements and their IQRs are apart, else "same
+    within noise" (or why there is no ratio). `least` = 1 for a figure that is the same every time it is
+    measured (a step's peak memory)."""
     if not (new.n and old.n) or old.median == 0:
         return "not measured"
+    if min(new.n, old.n) < least:
+        return f"not compared (fewer than {least} measurements on a side)"
     if new.overlaps(old):
         return "same within noise (IQRs overlap)"
     return fmt(new.median / old.median)

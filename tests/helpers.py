@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -28,3 +30,20 @@ def run_cost_phase(sweep: str, points: list[Point], plan: CostPlan, device: torc
                    progress: bool = True, graphs: bool = True) -> pd.DataFrame:
     """The rows of this sweep's complete cost phase (`run_cost_phases` of one sweep)."""
     return run_cost_phases([(sweep, points, csv_path)], plan, device, progress, graphs)[sweep]
+
+
+def naive_bootstrap_p(a, b, rng, replicates=500):
+    """The naive two-level paired bootstrap of two settings' (seeds, n) 0/1 arrays (test images resampled
+    once for both, seeds within each, seed deviations scaled by √(s/(s−1))): it counts the seed × image
+    noise twice, so it is the conservative reference the crossed-design test must out-power."""
+    n = a.shape[1]
+    weights = rng.multinomial(n, np.full(n, 1 / n), size=replicates) / n
+
+    def replicate(x):
+        per_seed = x @ weights.T
+        centre = per_seed.mean(0)
+        drawn = per_seed[rng.integers(0, len(x), (len(x), replicates)), np.arange(replicates)].mean(0)
+        return centre + math.sqrt(len(x) / (len(x) - 1)) * (drawn - centre)
+    d = a.mean() - b.mean()
+    dstar = replicate(a) - replicate(b)
+    return (1 + np.count_nonzero(np.abs(dstar - d) >= abs(d) - 1e-12)) / (replicates + 1)

@@ -1,20 +1,98 @@
-"""The report's comparison against known answers (ablations.calibrate): two groups of seeds of one
-setting are called different no more often than α allows, and a planted accuracy cost is found."""
+"""The report's comparison against known answers (ablations.calibrate): from saved predictions (the
+committed reference: the ~97 % regime the report speaks about) A/A trials stay within α and planted
+differences are found more often than the naive bootstrap finds them; by training, the plumbing at its
+smallest, resumable after an interruption; bad input refused in one line."""
 
 import numpy as np
+import pytest
+from helpers import naive_bootstrap_p
 
-from ablations.calibrate import Rate, calibrate, compare_pairs, with_label_noise
+from ablations import calibrate as cal
+from ablations.calibrate import Rate, calibrate, compare_pairs, draw_groups, saved_pool, with_label_noise
 from ablations.data import cached_dataset
-from ablations.stats import ALPHA
+from ablations.report import REFERENCE
+from ablations.stats import ALPHA, compare_settings
+from ablations.store import SweepPaths, sweep_names
 
 
-def test_a_short_aa_calibration_stays_within_alpha_and_a_planted_cost_is_detected():
-    # the plumbing at its smallest (make calibrate runs the real one: 100 A/A pairs, 30 planted)
-    result = calibrate(pairs=3, seeds=3, planted_pairs=2, label_noise=0.5, replicates=1000)
-    assert len(result.aa) == 3 and len(result.planted) == 2
-    assert result.false_positives.low <= ALPHA          # not significantly above α
+@pytest.fixture(scope="module")
+def reference_pool():
+    return saved_pool(REFERENCE)
+
+
+def test_the_pool_holds_each_committed_run_once_with_its_answers(reference_pool):
+    ids = set()
+    for sweep in sweep_names(REFERENCE):
+        ids |= {p.stem for p in SweepPaths.of(REFERENCE, sweep).preds.glob("*.npz")}
+    assert reference_pool.correct.shape == (len(ids), 1000) and reference_pool.dataset == "mnist5k"
+    assert 0.95 < reference_pool.correct.mean() < 0.99 and set(np.unique(reference_pool.correct)) == {0.0, 1.0}
+
+
+def test_on_the_reference_false_positives_stay_within_alpha_and_power_beats_the_naive_bootstrap(reference_pool):
+    trials = cal.calibrate_saved(reference_pool, seeds=3, trials=400)
+    assert len(trials) == 400 * 2 * 3
+    hit = cal.detected(trials)
+    aa = trials[trials["planted_pts"] == 0]
+    fp = Rate.of(int(hit[aa.index].sum()), len(aa))
+    assert fp.low <= ALPHA, fp.text()
+    one_point = trials[(trials["planted_pts"] == 1) & (trials["source"] == "runs")]
+    ours = hit[one_point.index].mean()
+    # the naive bootstrap on the same 1-point trials (the same draws: draw_groups is deterministic)
+    rng = np.random.default_rng(0)
+    theirs = np.mean([naive_bootstrap_p(a, b, rng) < ALPHA and a.mean() > b.mean()
+                      for a, b in draw_groups(reference_pool.correct, 3, 150, "runs", 0.01)])
+    assert ours > theirs, (ours, theirs)
+    planted = trials[trials["planted_pts"] > 0]
+    assert (planted["acc_a"] - planted["acc_b"]).groupby(planted["planted_pts"]).mean().to_dict() == pytest.approx(
+        {0.5: 0.005, 1.0: 0.01}, abs=0.002)   # planting takes exactly δ from every B run
+
+
+def test_planting_takes_exactly_delta_from_each_run():
+    rng = np.random.default_rng(0)
+    runs = (rng.random((3, 400)) < 0.9).astype(float)
+    planted = cal.plant(runs, 0.01, rng)
+    assert (runs.sum(1) - planted.sum(1) == 4).all() and (planted <= runs).all()
+    with pytest.raises(ValueError, match="fewer than the 4"):
+        cal.plant(np.zeros((1, 400)), 0.01, rng)
+
+
+def test_the_summary_reports_the_rate_with_its_interval_and_the_p_value_distribution(capsys, tmp_path):
+    assert cal.main(["--from", str(REFERENCE), "--trials", "40", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "false positives (A/A, α = 0.05)" in out and "p < 0.2" in out and "mean p" in out
+    assert "power at 0.5 pt" in out and "power at 1 pt" in out and "[95 % interval" in out
+    assert (tmp_path / "calibrate" / "calibration.csv").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--from", "{empty}"], "no finished run with saved test predictions"),
+    (["--from", "{ref}", "--seeds", "1"], "--seeds must be ≥ 2"),
+    (["--from", "{ref}", "--seeds", "50"], "need 100 runs"),
+    (["--from", "{ref}", "--out", "{ref}"], "holds the committed reference results"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_any_work(argv, message, tmp_path, capsys):
+    (tmp_path / "empty" / "ablations").mkdir(parents=True)
+    argv = [a.format(empty=tmp_path / "empty", ref=REFERENCE) for a in argv]
+    with pytest.raises(SystemExit) as exit_:
+        raise SystemExit(cal.main(argv + ([] if "--out" in argv else ["--out", str(tmp_path)])))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.strip().splitlines()[-1].count("error") == 1
+
+
+def test_a_short_training_calibration_resumes_after_an_interruption(tmp_path, monkeypatch):
+    # the plumbing at its smallest (make calibrate TRAIN=1 runs the real one: 100 A/A pairs, 30 planted)
+    result = calibrate(pairs=2, seeds=2, planted_pairs=1, label_noise=0.5, keep=tmp_path)
+    assert len(result.aa) == 2 and len(result.planted) == 1
     assert result.planted["diff_pts"].mean() > 0        # label noise costs accuracy
-    assert result.power is not None and result.power.hits == 2
+    assert len(list((tmp_path / "clean").glob("*.npy"))) == 8 and len(list(tmp_path.glob("noise-*/*.npy"))) == 2
+    import ablations.train
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a kept run was trained again")
+    monkeypatch.setattr(ablations.train, "train", no_training)
+    again = calibrate(pairs=2, seeds=2, planted_pairs=1, label_noise=0.5, keep=tmp_path)
+    assert again.aa["p"].tolist() == result.aa["p"].tolist()
 
 
 def test_label_noise_changes_only_the_share_of_training_labels_asked_for():
@@ -28,6 +106,7 @@ def test_label_noise_changes_only_the_share_of_training_labels_asked_for():
 def test_pairs_are_disjoint_groups_and_identical_groups_give_no_difference():
     rng = np.random.default_rng(0)
     runs = (rng.random((6, 200)) < 0.9).astype(float)
-    table = compare_pairs(runs, runs, seeds=3, replicates=200)
+    table = compare_pairs(runs, runs, seeds=3)
     assert list(table["pair"]) == [0, 1] and (table["diff_pts"] == 0).all() and (table["p"] == 1).all()
     assert Rate.of(5, 100).low < 0.05 < Rate.of(5, 100).high
+    assert compare_settings({"A": runs[:3], "B": runs[:3]})[0].p == 1.0

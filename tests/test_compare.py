@@ -25,7 +25,7 @@ TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim
 def sweep_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("a")
     points = [Point("cmp", "depth", d, TINY.replace(depth=d), TrainConfig(epochs=1, batch_size=128)) for d in (1, 2)]
-    run_sweep("cmp", points, RunOptions(dataset="digits", out=str(out), seeds=(0, 1), progress=False,
+    run_sweep("cmp", points, RunOptions(dataset="digits", out=str(out), seeds=(0, 1, 2), progress=False,
                                         cost=CostPlan(rounds=0)))
     return out
 
@@ -34,7 +34,7 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
     copy = tmp_path / "b"
     shutil.copytree(sweep_out, copy)
     same = compare_outs(sweep_out, copy)
-    assert same["point"].tolist() == ["depth=1", "depth=2"] and (same["seeds"] == 2).all()
+    assert same["point"].tolist() == ["depth=1", "depth=2"] and (same["seeds"] == 3).all()
     assert (same["diff_pts"] == 0).all() and (same["low_pts"] == 0).all() and (same["high_pts"] == 0).all()
     assert (same["verdict"] == "same within noise").all()
 

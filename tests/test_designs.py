@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from conftest import write_spec
 from helpers import run_sweep
 
@@ -149,8 +150,9 @@ def write_grid_results(out: Path, spec, accuracy: dict, seeds=(0, 1, 2), n=2000)
     return read_table(paths.rows)
 
 
-@pytest.mark.parametrize("planted, claimed", [(0.0, False), (0.12, True)])
-def test_the_report_draws_a_grid_and_states_its_interaction_only_when_there_is_one(tmp_path, planted, claimed):
+@pytest.mark.parametrize("planted, margin, claimed", [(0.0, 0.005, "inconclusive"), (0.0, 0.08, "within"),
+                                                     (0.12, 0.005, "detected")])
+def test_the_report_draws_a_grid_and_states_its_interaction_only_when_there_is_one(tmp_path, planted, margin, claimed):
     spec = grid_spec(tmp_path)
     accuracy = {(d, lr): 0.70 + 0.05 * (d - 1) + (0.08 if lr > 2e-3 else 0.0) for d in (1, 2) for lr in (1e-3, 4e-3)}
     accuracy[(2, 4e-3)] += planted
@@ -158,12 +160,16 @@ def test_the_report_draws_a_grid_and_states_its_interaction_only_when_there_is_o
     assert set(rows[spec.factor]) == {"1 × 0.001", "1 × 0.004", "2 × 0.001", "2 × 0.004"}
     figures = tmp_path / "out" / "figures"
     figures.mkdir()
-    lines = "\n".join(report._sweep_section(spec, rows, SweepPaths.of(tmp_path / "out", spec.name), figures))
+    lines = "\n".join(report._sweep_section(spec, rows, SweepPaths.of(tmp_path / "out", spec.name), figures,
+                                            margin=margin))
     assert (figures / "grid-grid.png").exists() and "![grid grid](figures/grid-grid.png)" in lines
-    if claimed:
+    if claimed == "detected":
         assert "**Interaction of depth and lr detected**" in lines and "depth=2 at lr=0.004" in lines
-    else:
-        assert "**No interaction of depth and lr detectable**" in lines and "detected" not in lines
+    elif claimed == "within":   # a wide margin: the contrasts (s.e. about 1.5 points) are shown inside it
+        assert "**No interaction of depth and lr beyond ±8 points**" in lines and "detected**" not in lines
+    else:                       # no interaction planted, but ±0.5 points is more than 3 seeds can show
+        assert "**Interaction of depth and lr: inconclusive.**" in lines and "detected**" not in lines
+        assert "this does not show that each factor's effect is the same" in lines
 
 
 # --- tuned comparisons -----------------------------------------------------------------------------
@@ -199,7 +205,14 @@ def test_tuning_picks_by_validation_accuracy_never_test_accuracy_and_warns_at_th
     assert len(kept) == 6 and tuning.val_size == 144
     text = "\n".join(designs.tuning_lines(tuning, spec.factor, "x.png"))
     assert "**Widen the grid**: post picked lr=0.004" in text and "pre picked" not in text
-    assert "| pre | lr=0.002 |" in text and "144 images, 10 % of it" in text
+    assert "| pre | lr=0.002 |" in text and "144 images, 10 % of it, drawn at random" in text
+    assert "those of the runs that made each pick" in text and "A close pick" not in text
+    # post leads its runner-up by 0.3 points: under one image per seed of 144 (0.69 points)
+    val[("post", 2e-3)] = 0.877
+    _, tuning = designs.select(spec, tuned_rows(spec, val, test).assign(holdout_split="stratified"))
+    text = "\n".join(designs.tuning_lines(tuning, spec.factor, "x.png"))
+    assert "**A close pick**: post leads lr=0.002 by 0.30 points" in text and "stratified by class" in text
+    assert "less than one validation image per seed (0.69 points)" in text
     rows = tuned_rows(spec, val, test).assign(val_acc=np.nan)
     with pytest.raises(ValueError, match="no validation accuracy"):
         designs.select(spec, rows)
@@ -220,6 +233,25 @@ def test_a_validation_split_is_held_out_of_training_the_same_for_every_seed(tmp_
     # with no tuning asked for nothing changes: the same run ids as a recipe without the new fields
     plain = load_spec(write_spec(tmp_path / "plain.toml", "depth", "[1]")).points(8, 1, 10)[0]
     assert "holdout" not in plain.train.identity() and "crop_padding" not in plain.train.identity()
+    assert "holdout_split" not in plain.train.identity()
+
+
+def test_the_validation_split_is_stratified_by_class_and_a_random_split_keeps_its_older_run_id():
+    from ablations.data import cached_dataset, recipe_data
+
+    data = cached_dataset("digits")
+    stratified, (_, val_y) = recipe_data(data, TrainConfig(holdout=0.2))
+    share = torch.bincount(data.train_y) / len(data.train_y)
+    assert (torch.bincount(val_y) - share * len(val_y)).abs().max() <= 1     # each class in its share
+    assert len(val_y) == round(0.2 * len(data.train_y)) == len(data.train_y) - len(stratified.train_y)
+    _, (_, random_y) = recipe_data(data, TrainConfig(holdout=0.2, holdout_split="random"))
+    assert (torch.bincount(random_y) - share * len(random_y)).abs().max() > 1  # a random draw is not
+    # a random split is what runs drew before the field existed: their identity (and run id) is unchanged
+    older = TrainConfig(holdout=0.2, holdout_split="random").identity()
+    assert "holdout_split" not in older and older["holdout"] == 0.2
+    assert TrainConfig(holdout=0.2).identity() == {**older, "holdout_split": "stratified"}
+    with pytest.raises(ValueError, match="holdout_split='x' is unknown"):
+        TrainConfig(holdout=0.2, holdout_split="x")
 
 
 # --- results folders from before the recipe columns -------------------------------------------------

@@ -76,9 +76,13 @@ def _eager_and_static(model_cfg: ViTConfig, cfg: TrainConfig, capture: bool) -> 
 
 
 def _assert_same_weights(a: nn.Module, b: nn.Module) -> None:
-    # atol 1e-5, 1 % of one AdamW step: the key bias gets gradients of rounding noise only (softmax ignores it),
-    # which Adam normalises to ±lr, so float32 vs float64 learning rates may flip their sign
+    # atol 1e-5, 1 % of one AdamW step. The key third of a qkv bias is left out: softmax ignores it, so its
+    # gradients are rounding noise, which Adam normalises to ±lr whatever their size, and a different
+    # summation order (threads, fused kernels) flips their signs: the two copies walk apart by up to 2·lr a step
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
+        if name.endswith("attn.qkv.bias"):
+            third = len(p) // 3
+            p, q = torch.cat([p[:third], p[2 * third:]]), torch.cat([q[:third], q[2 * third:]])
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
 
 

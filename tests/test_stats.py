@@ -1,34 +1,172 @@
-"""ablations.stats: intervals against closed forms and statsmodels, the bootstrap against the paired
-closed form, Holm against a hand computation, and verdicts that follow the evidence."""
+"""ablations.stats: the crossed-design estimate against an independent float64 recomputation and against the
+true variance of simulated experiments; its false-positive rate and power on simulated crossed data whose
+answer is known (and the power against the naive two-level bootstrap it replaces); equivalence by TOST;
+intervals inside [0, 100] %; Holm against a hand computation; three-way verdicts that follow the evidence."""
 
 import math
 
 import numpy as np
 import pytest
+from helpers import naive_bootstrap_p
+from scipy import stats as sps
+from scipy.special import expit, logit
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
 from ablations.stats import (
+    ALPHA,
     Comparison,
     accuracy_interval,
     compare_settings,
+    contrast,
     detectable_difference,
     holm,
+    interaction_contrasts,
     paired_difference,
+    probability_of_improvement,
+    seeds_needed,
     verdict,
 )
 
+# --- simulated crossed data: known per-image probabilities, independent seeds ------------------------
 
-def test_t_interval_over_seeds_equals_the_closed_form_and_statsmodels():
-    accs = [0.979, 0.976, 0.978]
-    got = accuracy_interval(accs)
-    mean, sd = np.mean(accs), np.std(accs, ddof=1)
-    t_975_df2 = 4.302652729911275  # Student t table, 2 degrees of freedom
-    assert got.mean == pytest.approx(mean)
-    assert got.low == pytest.approx(mean - t_975_df2 * sd / math.sqrt(3), abs=1e-12)
-    assert got.high == pytest.approx(mean + t_975_df2 * sd / math.sqrt(3), abs=1e-12)
-    assert (got.low, got.high) == pytest.approx(DescrStatsW(np.array(accs)).tconfint_mean(0.05), abs=1e-12)
-    assert got.kind == "t over 3 seeds"
+def population(n, rng):
+    """Per-image probabilities of being right, like a ~97 % model's: most images always right, a few
+    borderline, a few hard."""
+    return rng.beta(0.35, 0.012, n).clip(1e-6, 1 - 1e-6)
+
+
+def runs(p, seeds, rng, seed_sd=0.2, shift=0.0):
+    """(seeds, n) 0/1: each seed shifts every image's logit by one draw (the seed effect), then each image
+    is a coin flip at its probability (seed × image)."""
+    b = rng.normal(0, seed_sd, (seeds, 1))
+    return (rng.random((seeds, len(p))) < expit(logit(p) + b + shift)).astype(float)
+
+
+def drop_correct(run_set, k, rng):
+    """Each run loses k of its correct answers at random: exactly k / n lower accuracy per run."""
+    out = run_set.copy()
+    for r in out:
+        r[rng.choice(np.flatnonzero(r == 1), k, replace=False)] = 0
+    return out
+
+
+def test_the_contrast_equals_an_independent_float64_recomputation():
+    rng = np.random.default_rng(3)
+    p = population(800, rng)
+    a, b = runs(p, 3, rng), runs(p, 4, rng, shift=0.3)
+    got = contrast([a, b], [1.0, -1.0])
+    # by hand, in float64, from the formulas: binary per-image variance ȳ(1 − ȳ)·s/(s − 1)
+    n = 800
+    acc_a, acc_b = a.sum(1) / n, b.sum(1) / n
+    sa2, sb2 = np.sum((acc_a - acc_a.mean()) ** 2) / 2, np.sum((acc_b - acc_b.mean()) ** 2) / 3
+    ya, yb = a.sum(0) / 3, b.sum(0) / 4
+    flips = np.mean(ya * (1 - ya) * 3 / 2) / 3 + np.mean(yb * (1 - yb) * 4 / 3) / 4
+    d = ya - yb
+    spread = np.sum((d - d.mean()) ** 2) / (n - 1)
+    image = max(0.0, spread - n / (n - 1) * (flips - sa2 / 3 - sb2 / 4)) / n
+    var = sa2 / 3 + sb2 / 4 + image
+    df = var ** 2 / ((sa2 / 3) ** 2 / 2 + (sb2 / 4) ** 2 / 3 + image ** 2 / (n - 1))
+    assert got.value == pytest.approx(acc_a.mean() - acc_b.mean(), abs=1e-15)
+    assert got.se == pytest.approx(math.sqrt(var), rel=1e-12)
+    assert got.df == pytest.approx(df, rel=1e-12)
+    assert got.parts.total == pytest.approx(var, rel=1e-12)
+    assert got.p() == pytest.approx(2 * sps.t.sf(abs(got.value) / got.se, df), rel=1e-12)
+
+
+def test_the_estimated_variance_is_the_true_one_and_the_naive_bootstrap_counts_coin_flips_twice():
+    # 1,500 simulated experiments: test images drawn from a population, seeds with their own effect
+    rng = np.random.default_rng(11)
+    diffs, estimated, naive = [], [], []
+    for k in range(1500):
+        p = population(1000, rng)
+        q = np.clip(p - 0.02 * rng.random(1000), 1e-6, 1)          # a second setting, per image a little worse
+        a, b = runs(p, 3, rng), runs(q, 3, rng)
+        est = contrast([a, b], [1.0, -1.0])
+        diffs.append(est.value)
+        estimated.append(est.se ** 2)
+        if k < 150:   # the naive bootstrap's spread, on a subset (it is slow)
+            n = 1000
+            w = rng.multinomial(n, np.full(n, 1 / n), size=400) / n
+            rep = [(x @ w.T)[rng.integers(0, 3, (3, 400)), np.arange(400)].mean(0) * math.sqrt(1.5)
+                   - (x @ w.T).mean(0) * (math.sqrt(1.5) - 1) for x in (a, b)]
+            naive.append(np.var(rep[0] - rep[1], ddof=1))
+    true_var = np.var(diffs, ddof=1)
+    assert np.mean(estimated) == pytest.approx(true_var, rel=0.12)     # unbiased within simulation error
+    assert np.mean(naive) > 1.4 * true_var                             # double-counted: too wide
+
+
+def test_false_positives_on_simulated_aa_data_are_not_above_alpha_and_the_test_is_not_deaf():
+    rng = np.random.default_rng(2024)
+    trials = 1000
+    p_values = []
+    for _ in range(trials):
+        p = population(1000, rng)
+        [c] = compare_settings({"A": runs(p, 3, rng), "B": runs(p, 3, rng)})
+        p_values.append(c.p)
+    p_values = np.array(p_values)
+    hits = int((p_values < ALPHA).sum())
+    low, high = proportion_confint(hits, trials, alpha=0.05, method="beta")
+    assert low <= ALPHA, f"{hits}/{trials} false positives: above α"
+    assert high >= ALPHA / 2, f"{hits}/{trials} false positives: far below α, the test is deaf"
+    # p about uniform; Welch–Satterthwaite degrees of freedom from 3 seeds a side make it a little conservative
+    assert 0.45 < p_values.mean() < 0.6 and 0.12 < (p_values < 0.2).mean() < 0.25
+
+
+def test_power_at_a_planted_one_point_beats_the_naive_bootstrap_on_the_same_trials():
+    rng = np.random.default_rng(7)
+    ours = theirs = 0
+    trials = 120
+    for _ in range(trials):
+        p = population(1000, rng)
+        a, b = runs(p, 3, rng), drop_correct(runs(p, 3, rng), 10, rng)   # exactly 1 point lower
+        [c] = compare_settings({"A": a, "B": b})
+        ours += c.p < ALPHA and c.diff > 0
+        theirs += naive_bootstrap_p(a, b, rng) < ALPHA and a.mean() > b.mean()
+    assert ours > theirs + 0.15 * trials, (ours, theirs)
+
+
+def test_tost_calls_identical_settings_equivalent_with_enough_seeds_and_refuses_one_seed():
+    rng = np.random.default_rng(5)
+    p = population(1000, rng)
+    same = {"A": runs(p, 10, rng), "B": runs(p, 10, rng)}
+    [c] = compare_settings(same, margin=0.01)
+    assert c.p_equiv_holm < ALPHA and c.outcome() == "equivalent"
+    assert c.low > -0.01 and c.high < 0.01
+    apart = {"A": runs(p, 10, rng), "B": drop_correct(runs(p, 10, rng), 20, rng)}   # 2 points apart
+    [d] = compare_settings(apart, margin=0.01)
+    assert d.p_equiv_holm > 0.5 and d.outcome() == "better"
+    with pytest.raises(ValueError, match="at least 2 seeds per setting"):
+        compare_settings({"A": same["A"][:1], "B": same["B"][:1]}, margin=0.01)
+    for bad in (0, -0.5, float("nan"), 1.5, "0.5", True):
+        with pytest.raises(ValueError, match="margin must be a number"):
+            compare_settings(same, margin=bad)
+
+
+def test_intervals_never_leave_0_to_100_percent():
+    two_seeds = accuracy_interval([0.1, 0.8834])      # mean 49.17 %, t with 1 degree of freedom: ±700 points
+    assert two_seeds.low == 0.0 and two_seeds.high == 1.0 and two_seeds.mean == pytest.approx(0.4917)
+    near_top = np.ones((2, 500))
+    near_top[0, 0] = 0
+    top = accuracy_interval(near_top.mean(1), 500, near_top)
+    assert 0 <= top.low <= top.mean <= top.high <= 1
+    assert "seeds and 500 test images" in top.kind
+
+
+def test_a_setting_interval_adds_the_test_images_to_the_seeds():
+    rng = np.random.default_rng(9)
+    correct = runs(population(1000, rng), 3, rng)
+    accs = correct.mean(1)
+    both = accuracy_interval(accs, 1000, correct)
+    seeds_only = accuracy_interval(accs, 1000)
+    est = contrast([correct], [1.0])
+    assert est.se ** 2 > accs.var(ddof=1) / 3 and est.parts.image > 0     # the test images add variance
+    half = sps.t.ppf(0.975, est.df) * est.se                              # with their own degrees of freedom
+    assert (both.low, both.high) == pytest.approx((accs.mean() - half, accs.mean() + half), abs=1e-12)
+    assert seeds_only.kind == "t over 3 seeds, test set held fixed"
+    mean, sd = accs.mean(), accs.std(ddof=1)
+    assert seeds_only.low == pytest.approx(max(0, mean - 4.302652729911275 * sd / math.sqrt(3)), abs=1e-12)
+    assert (seeds_only.low, seeds_only.high) == pytest.approx(DescrStatsW(accs).tconfint_mean(0.05), abs=1e-12)
 
 
 def test_one_seed_gets_the_exact_binomial_interval_of_its_test_set():
@@ -44,36 +182,43 @@ def test_one_seed_gets_the_exact_binomial_interval_of_its_test_set():
 def test_holm_adjustment_equals_the_hand_computation():
     # sorted 0.02, 0.04, 0.6 → 3·0.02 = 0.06, max(0.06, 2·0.04) = 0.08, max(0.08, 0.6) = 0.6
     assert holm([0.04, 0.6, 0.02]) == pytest.approx([0.08, 0.6, 0.06])
+    assert holm([0.3]) == [0.3]
 
 
-def test_holm_correction_turns_a_borderline_winner_into_no_winner():
+def comparison(a, b, diff, p_holm, p_equiv_holm=1.0):
+    return Comparison(a, b, diff, 0, 0, 0.005, p_holm, p_holm, p_equiv_holm=p_equiv_holm)
+
+
+def test_holm_correction_turns_a_borderline_winner_into_an_inconclusive_sweep():
     means = {"a": 0.98, "b": 0.97, "c": 0.969}
     raw = {("a", "b"): 0.04, ("a", "c"): 0.02, ("b", "c"): 0.6}
     adjusted = dict(zip(raw, holm(list(raw.values()))))
-
-    def comparisons(p_of):
-        return [Comparison(a, b, means[a] - means[b], 0, 0, 0.005, raw[a, b], p_of[a, b]) for a, b in raw]
-
-    unadjusted = verdict(means, comparisons(raw))
-    corrected = verdict(means, comparisons(adjusted))
+    unadjusted = verdict(means, [comparison(a, b, means[a] - means[b], raw[a, b]) for a, b in raw])
+    corrected = verdict(means, [comparison(a, b, means[a] - means[b], adjusted[a, b]) for a, b in raw])
     assert unadjusted.winner and unadjusted.best == "a" and unadjusted.beats == ("b", "c")
-    assert not corrected.winner and corrected.best == "a" and corrected.tied_with == ("b", "c")
+    assert not corrected.winner and corrected.best == "a" and corrected.inconclusive == ("b", "c")
 
 
-def correct_matrix(n, wrong, seeds=3):
-    row = np.ones(n)
-    row[list(wrong)] = 0
-    return np.tile(row, (seeds, 1))
+def test_the_verdict_sorts_each_other_setting_into_better_equivalent_or_inconclusive():
+    means = {"a": 0.98, "b": 0.979, "c": 0.975, "d": 0.95}
+    found = [comparison("a", "b", 0.001, 1.0, p_equiv_holm=0.01),   # shown within the margin
+             comparison("a", "c", 0.005, 0.3, p_equiv_holm=0.4),    # neither
+             comparison("d", "a", -0.03, 0.001)]                    # a shown better (a is b here)
+    v = verdict(means, found)
+    assert (v.beats, v.equivalent, v.inconclusive) == (("d",), ("b",), ("c",))
+    assert not v.winner and v.tied_with == ("b", "c")
 
 
-def test_predictions_differing_on_3_of_1000_images_are_indistinguishable():
+def test_predictions_differing_on_3_of_1000_images_are_not_called_different():
     n = 1000
-    a, b = correct_matrix(n, range(20)), correct_matrix(n, range(23))  # b misses 3 more images, every seed
+    rng = np.random.default_rng(4)
+    p = population(n, rng)
+    a = runs(p, 3, rng)
+    b = a.copy()
+    b[:, np.flatnonzero(a.min(0) == 1)[:3]] = 0            # every seed misses 3 more images
     [c] = compare_settings({"a": a, "b": b})
     assert c.diff == pytest.approx(0.003)
-    assert c.p_holm > 0.05 and c.low <= 0 <= c.high
-    v = verdict({"a": a.mean(), "b": b.mean()}, [c])
-    assert v.best == "a" and not v.winner and v.tied_with == ("b",)
+    assert c.p_holm > 0.05 and c.outcome() != "better"
 
 
 def test_settings_ten_points_apart_name_the_right_winner():
@@ -88,26 +233,17 @@ def test_settings_ten_points_apart_name_the_right_winner():
     assert all(c.p_holm < 0.01 for c in comparisons if "strong" in (c.a, c.b))
 
 
-def test_paired_bootstrap_se_matches_the_closed_form_for_one_seed():
-    # one seed each: d = (b − c)/n with b images only A gets right, c only B; Var(d̂) = ((b + c)/n − d²)/n
-    n, b, c = 1000, 40, 15
-    a_correct, b_correct = np.ones((1, n)), np.ones((1, n))
-    a_correct[0, :c] = 0
-    b_correct[0, c:c + b] = 0
-    [cmp] = compare_settings({"A": a_correct, "B": b_correct}, replicates=8000)
-    d = (b - c) / n
-    assert cmp.diff == pytest.approx(d)
-    assert cmp.se == pytest.approx(math.sqrt(((b + c) / n - d * d) / n), rel=0.05)
-
-
 def test_seed_variation_widens_the_interval_of_a_difference():
-    # the same image-level gap, but one setting's seeds disagree a lot: its comparison is less certain
+    # the same mean gap, but one setting's seeds disagree a lot: its comparison is less certain
     n = 1000
-    base = correct_matrix(n, range(30), seeds=3)
-    steady = correct_matrix(n, range(20), seeds=3)
-    shaky = np.stack([correct_matrix(n, range(k), seeds=1)[0] for k in (0, 20, 40)])  # same mean as steady
-    [c_steady] = compare_settings({"x": steady, "base": base})
-    [c_shaky] = compare_settings({"x": shaky, "base": base})
+    def rows(*wrong_counts):
+        out = np.ones((len(wrong_counts), n))
+        for i, k in enumerate(wrong_counts):
+            out[i, :k] = 0
+        return out
+    base = rows(30, 30, 30)
+    [c_steady] = compare_settings({"x": rows(20, 20, 20), "base": base})
+    [c_shaky] = compare_settings({"x": rows(0, 20, 40), "base": base})
     assert c_steady.diff == pytest.approx(c_shaky.diff)
     assert c_shaky.se > 2 * c_steady.se
 
@@ -117,10 +253,41 @@ def test_comparison_refuses_settings_evaluated_on_different_test_sets():
         compare_settings({"a": np.ones((2, 100)), "b": np.ones((2, 90))})
 
 
-def test_detectable_difference_is_the_normal_power_formula():
-    # z_{1-0.05/2} + z_{0.8} = 1.959964 + 0.841621 for one comparison
+def test_probability_of_improvement_is_the_share_of_run_pairs_won_ties_half():
+    a, b = np.array([0.97, 0.98, 0.99]), np.array([0.96, 0.98, 0.985])
+    # pairs (9): 0.97 beats 0.96 only (1); 0.98 beats 0.96, ties 0.98 (1.5); 0.99 beats all three (3)
+    assert probability_of_improvement(a, b) == pytest.approx(5.5 / 9)
+    assert probability_of_improvement(np.array([1.0, 1.0]), np.array([1.0, 1.0])) == 0.5
+
+
+def test_detectable_difference_is_the_power_formula():
+    # z_{1-0.05/2} + z_{0.8} = 1.959964 + 0.841621 for one comparison with many degrees of freedom
     assert detectable_difference(0.01, 1) == pytest.approx((1.959964 + 0.841621) * 0.01, rel=1e-5)
     assert detectable_difference(0.01, 6) > detectable_difference(0.01, 1)  # Holm's strictest level is α/m
+    assert detectable_difference(0.01, 1, df=4) == pytest.approx(
+        (sps.t.ppf(0.975, 4) + sps.t.ppf(0.8, 4)) * 0.01, rel=1e-12)
+
+
+def test_the_seeds_needed_for_a_difference_follow_the_variance_model():
+    seed_var, image_var, delta = 0.004 ** 2, 0.0005 ** 2, 0.005
+
+    def fits(s):
+        q = sps.t.ppf(1 - 0.05 / 2, 2 * (s - 1)) + sps.t.ppf(0.8, 2 * (s - 1))
+        return q * math.sqrt(2 * seed_var / s + image_var) <= delta
+    s = seeds_needed(seed_var, image_var, delta, 1)
+    assert fits(s) and not fits(s - 1)
+    z = sps.norm.ppf(1 - 0.05 / 2) + sps.norm.ppf(0.8)
+    assert seeds_needed(seed_var, (delta / z) ** 2 * 1.01, delta, 1) is None   # the test set alone is too noisy
+
+
+def test_interaction_contrasts_count_each_source_once():
+    rng = np.random.default_rng(8)
+    p = population(1000, rng)
+    cells = {(i, j): runs(p, 3, rng) for i in range(2) for j in range(2)}
+    [c] = interaction_contrasts(cells, [0, 1], [0, 1])
+    direct = contrast([cells[1, 1], cells[0, 1], cells[1, 0], cells[0, 0]], [1, -1, -1, 1])
+    assert (c.diff, c.se, c.df) == pytest.approx((direct.value, direct.se, direct.df), rel=1e-12)
+    assert c.p_holm == pytest.approx(c.p)
 
 
 def test_a_paired_difference_is_the_float64_difference_with_an_interval_narrower_than_unpaired():
@@ -133,8 +300,11 @@ def test_a_paired_difference_is_the_float64_difference_with_an_interval_narrower
     assert paired.diff == pytest.approx(float(a.astype(np.float64).mean() - b.astype(np.float64).mean()), abs=1e-15)
     assert paired.low <= paired.diff <= paired.high
     (unpaired,) = compare_settings({"a": a, "b": b})
-    assert paired.high - paired.low < unpaired.high - unpaired.low   # seeds drawn alike: their shared noise cancels
+    assert paired.high - paired.low < unpaired.high - unpaired.low   # seeds paired: their shared noise cancels
     same = paired_difference(a, a.copy())
     assert (same.diff, same.low, same.high, same.p) == (0.0, 0.0, 0.0, 1.0)
+    one = paired_difference(a[:1], b[:1])   # one seed: McNemar's variance over the test images
+    d = a[0] - b[0]
+    assert one.se == pytest.approx(math.sqrt(d.var(ddof=1) / 2000), rel=1e-12)
     with pytest.raises(ValueError, match="same seeds and test images"):
         paired_difference(a, b[:2])

@@ -4,18 +4,20 @@ VENV       := .venv
 # The torch build this machine's registry serves. TORCH_SPEC= keeps the torch of $(PYTHON)'s environment
 # (system, conda or an active venv): the venv then sees that environment's packages and installs no torch.
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+# optional extras: test (pytest and plugins); ray (EXECUTOR=ray) is opt-in: make install EXTRAS=test,ray
+EXTRAS     ?= test
 # INSTALL=0: no venv and no install step; run with an existing Python (PY=python3, default $(PYTHON)),
 # after checking that it can import every module vitbench needs (the missing ones named in one line)
 INSTALL    ?= 1
 ifeq ($(filter 0 no false,$(INSTALL)),)
 PY         := $(VENV)/bin/python
-STAMP      := $(VENV)/.installed
+# one stamp per set of extras: `make install EXTRAS=test,ray` on an existing .venv installs what it lacks
+comma      := ,
+STAMP      := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 else
 PY         ?= $(PYTHON)
 STAMP      := check-env
 endif
-# optional extras: test (pytest and plugins); ray (EXECUTOR=ray) is opt-in: make install EXTRAS=test,ray
-EXTRAS     ?= test
 
 # Run settings: each passes one flag of `python -m ablations sweep` / `train`, declared once in
 # ablations/options.py (tests/test_options.py checks this list against it). Empty: the program's default.
@@ -67,7 +69,7 @@ INTO_REF = $(call switch,--into-reference,$(INTO_REFERENCE))
 
 install: $(STAMP)
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed-%: pyproject.toml
 	$(PYTHON) -m venv $(if $(strip $(TORCH_SPEC)),,--system-site-packages) $(VENV)
 	$(if $(strip $(TORCH_SPEC)),,$(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$$($(VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/vitbench-base-env.pth")
 	$(VENV)/bin/pip install --quiet --upgrade pip

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import sys
 import time
 from pathlib import Path
@@ -68,13 +67,14 @@ def _options(args: argparse.Namespace, init: str = "") -> RunOptions:
 
 
 def data_id(dataset: str, data_root: str, img_size: int | None) -> str:
-    """What names the data beyond the dataset's name, for run ids: an image folder's files (names and
-    sizes, wherever the folder lies) and a resize; "" for a named dataset at its own size."""
+    """What names the data beyond the dataset's name, for run ids: an image folder's contents (each file's
+    path under the folder and its bytes, symlinked class folders followed, wherever the folder lies) and a
+    resize; "" for a named dataset at its own size."""
+    from .data import folder_digest
+
     parts = []
     if dataset == "imagefolder":
-        root = Path(data_root).expanduser().resolve()
-        files = sorted(f"{f.relative_to(root)}:{f.stat().st_size}" for f in root.rglob("*") if f.is_file())
-        parts.append(f"files:{hashlib.sha256(chr(10).join(files).encode()).hexdigest()[:12]}")
+        parts.append(f"files:{folder_digest(Path(data_root).expanduser().resolve())[:12]}")
     if img_size:
         parts.append(f"resized:{img_size}")
     return ",".join(parts)

@@ -26,6 +26,7 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import os
 import pickle
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -282,22 +283,53 @@ def _image_files(folder: Path) -> list[Path]:
     return sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def _read_square(path: Path, side: int) -> np.ndarray:
-    """(3, side, side) uint8: the image in RGB, its shorter side resized to `side`, centre-cropped."""
+HIGH_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")   # Pillow's 16/32-bit integer and float images
+
+
+def eight_bit(image):
+    """A Pillow image whose `convert("L")`/`convert("RGB")` keeps its brightness: 8-bit, palette and alpha
+    images as they are; a 16-bit, 32-bit or float image (which Pillow's conversion clips at 255, so that
+    30000/65535 would read as white) rescaled from its own range (16-bit: 0–65535; float: 0–1) to an 8-bit
+    greyscale image."""
+    from PIL import Image
+
+    if image.mode not in HIGH_BIT_MODES:
+        return image
+    values = np.asarray(image, dtype=np.float64)
+    if image.mode == "F":
+        top = 1.0 if values.max(initial=0) <= 1 else 255.0 if values.max() <= 255 else 65535.0
+    else:
+        top = max(65535.0, float(values.max(initial=0)))
+    return Image.fromarray(np.clip(np.rint(values / top * 255), 0, 255).astype(np.uint8), mode="L")
+
+
+def image_error(path: Path, err: Exception) -> ValueError:
+    """The one-line error for an image that cannot be read: a decompression bomb says so."""
+    from PIL import Image
+
+    if isinstance(err, Image.DecompressionBombError):
+        return ValueError(f"{path}: more pixels than Pillow reads safely (a decompression bomb?): {err}")
+    return ValueError(f"{path}: not an image Pillow can read ({type(err).__name__}); remove or replace it")
+
+
+def read_square(path: Path, side: int, mode: str = "RGB") -> np.ndarray:
+    """(C, side, side) uint8: the image in `mode` ("RGB", or "L" for greyscale) at its true brightness
+    (`eight_bit`), its shorter side resized to `side`, centre-cropped: how image folders and `predict` read
+    every image. ValueError naming the file for one Pillow cannot read (or a decompression bomb)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as image:
-            image = image.convert("RGB")
+            image = eight_bit(image).convert(mode)
             w, h = image.size
             scale = side / min(w, h)
             image = image.resize((max(side, round(w * scale)), max(side, round(h * scale))), Image.Resampling.BILINEAR)
             w, h = image.size
             left, top = (w - side) // 2, (h - side) // 2
             array = np.asarray(image.crop((left, top, left + side, top + side)), dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, ValueError) as err:
-        raise ValueError(f"{path}: not an image Pillow can read ({type(err).__name__}); remove or replace it") from None
-    return array.transpose(2, 0, 1)
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
+        raise image_error(path, err) from None
+    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
 
 
 def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SIZE) -> Dataset:
@@ -326,7 +358,7 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
             files = _image_files(folder / name)
             if not files:
                 raise ValueError(f"imagefolder: {folder / name} holds no image ({', '.join(sorted(IMAGE_SUFFIXES))})")
-            images += [_read_square(f, side) for f in files]
+            images += [read_square(f, side) for f in files]
             labels += [label] * len(files)
         arrays.append((np.stack(images), np.asarray(labels)))
     (xtr, ytr), (xte, yte) = arrays
@@ -358,6 +390,29 @@ CACHE_VERSION = 1
 _SCALES = {"digits": 16.0}  # images are stored as round(x · scale) in uint8: x = integer / scale exactly
 
 
+def folder_files(root: Path) -> list[Path]:
+    """Every file under `root`, sorted, following symlinked folders (a class folder may be a link to where the
+    images live); each real folder is walked once, so a link loop ends."""
+    seen, found = set(), []
+    for folder, subfolders, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subfolders[:] = []
+            continue
+        seen.add(real)
+        found += [Path(folder) / f for f in files if (Path(folder) / f).is_file()]
+    return sorted(found)
+
+
+def folder_digest(root: Path) -> str:
+    """sha256 of an image folder's contents: every file's path under `root` and its bytes, so two folders
+    with the same names and sizes but other pixels or labels differ."""
+    digest = hashlib.sha256()
+    for f in folder_files(root):
+        digest.update(f"{f.relative_to(root)}\0{hashlib.sha256(f.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
 def _source_stamp(name: str, data_root: Path) -> str:
     """What the parsed arrays depend on besides the loader: package versions, or the files on disk."""
     if name == "mnist5k":
@@ -366,8 +421,8 @@ def _source_stamp(name: str, data_root: Path) -> str:
         return importlib.metadata.version("scikit-learn")
     if name == "imagefolder":
         root = Path(data_root).expanduser().resolve()
-        files = sorted(f for f in root.rglob("*") if f.is_file())
-        return f"{root}:" + ",".join(f"{f.relative_to(root)}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+        return f"{root}:" + ",".join(f"{f.relative_to(root)}:{f.stat().st_size}:{f.stat().st_mtime_ns}"
+                                     for f in folder_files(root))
     folder = Path(data_root).expanduser().resolve() / _TORCHVISION[name][1]
     files = sorted(f for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else []
     return f"{folder}:" + ",".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)

@@ -115,22 +115,16 @@ def _statistics(dataset: str, data_root: str | Path) -> tuple[tuple[float, ...],
 
 
 def read_images(paths: list[Path], cfg: ViTConfig) -> torch.Tensor:
-    """(n, C, H, W) in [0, 1]: each image in the model's channels, resized to its img_size."""
-    from PIL import Image, UnidentifiedImageError
+    """(n, C, H, W) in [0, 1]: each image in the model's channels, read as an image folder's images are
+    (`data.read_square`: true brightness, shorter side resized to img_size, centre-cropped)."""
+    from .data import read_square
 
     images = []
     for path in paths:
         if not Path(path).is_file():
             raise ValueError(f"{path}: no such image file")
-        try:
-            with Image.open(path) as image:
-                image = image.convert("L" if cfg.in_chans == 1 else "RGB")
-                image = image.resize((cfg.img_size, cfg.img_size), Image.Resampling.BILINEAR)
-                array = np.asarray(image, dtype=np.float32) / 255.0
-        except (UnidentifiedImageError, OSError) as err:
-            raise ValueError(f"{path}: not an image Pillow can read ({type(err).__name__})") from None
-        tensor = torch.from_numpy(array)
-        images.append(tensor[None] if tensor.ndim == 2 else tensor.permute(2, 0, 1))
+        array = read_square(Path(path), cfg.img_size, "L" if cfg.in_chans == 1 else "RGB")
+        images.append(torch.from_numpy(array.astype(np.float32) / 255.0))
     return torch.stack(images)
 
 

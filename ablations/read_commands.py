@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.reference import refusal
+from bench.reference import reference_root, refusal
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -60,6 +60,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .predict import attention_figure, load_run, load_weights, predict, read_images, top_table
 
     images = [Path(p) for p in args.images]
+    figure = Path(args.figure) if args.figure else Path(args.out) / "figures" / "predict-attention.png"
+    if not args.figure and reference_root(figure.parent) is not None:   # a committed run: its figure goes to results/
+        figure = Path("results") / "figures" / figure.name
+    if reference_root(figure.parent) is not None:
+        print(f"error: --figure {figure} lies in the committed reference results, which no command writes into; "
+              f"choose another path", file=sys.stderr)
+        return 2
     try:
         if bool(args.run) == bool(args.weights):
             raise ValueError("give --run RUN_ID (a run under --out) or --weights FILE --preset NAME, one of them")
@@ -74,7 +81,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     probs, attns = predict(loaded, pictures)
     print(f"{loaded.name}: top-{min(5, probs.shape[1])} classes (softmax probability)")
     print(top_table(images, probs).to_string(index=False, formatters={"probability": "{:.4f}".format}))
-    figure = Path(args.figure) if args.figure else Path(args.out) / "figures" / "predict-attention.png"
     try:
         figure.parent.mkdir(parents=True, exist_ok=True)
         attention_figure(loaded, pictures, attns, probs, [p.name for p in images], figure)

@@ -143,10 +143,18 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
 
 def upgrade_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """Result rows written before the recipe had columns of its own carry the cost phase's inference batch
-    under `batch_size` (with `mode` = infer): it moves to `infer_batch_size`, and their training batch
-    size, which they did not record, is left blank."""
-    if "mode" not in table or table.empty:
+    """Result rows of an older format read as today's: rows written before the recipe had columns of its own
+    carry the cost phase's inference batch under `batch_size` (with `mode` = infer), which moves to
+    `infer_batch_size` (their training batch size, which they did not record, is left blank); rows that held
+    out a validation split before `holdout_split` existed drew it at random."""
+    if table.empty:
+        return table
+    if "holdout" in table:
+        split = table["holdout_split"] if "holdout_split" in table else pd.Series(pd.NA, index=table.index)
+        older = (pd.to_numeric(table["holdout"], errors="coerce") > 0) & split.isna()
+        if older.any():
+            table = table.assign(holdout_split=split.astype(object).where(~older, "random"))
+    if "mode" not in table:
         return table
     old = table["mode"].astype(str) == "infer"
     if not old.any():

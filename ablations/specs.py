@@ -217,10 +217,10 @@ class SweepSpec:
         return points
 
 
-def _value_list(path: Path, where: str, values: Any) -> list[Any]:
+def _value_list(path: Path, where: str, values: Any, unique: bool = True) -> list[Any]:
     if not isinstance(values, list) or not values:
         raise SpecError(f"{path}: {where} must be a non-empty list, got {values!r}")
-    if len(set(map(repr, values))) != len(values):
+    if unique and len(set(map(repr, values))) != len(values):
         raise SpecError(f"{path}: {where} has duplicates: {values!r}")
     return values
 
@@ -267,10 +267,12 @@ def load_spec(path: str | Path) -> SweepSpec:
         if missing or extra:
             raise SpecError(f"{path}: [values] must give a list for each factor and nothing else "
                             f"({'missing ' + ', '.join(missing) if missing else 'not a factor: ' + ', '.join(extra)})")
-        levels = tuple(tuple(_value_list(path, f"[values] {f}", table[f])) for f in factors)
         design = sweep.get("design", "grid")
         if design not in DESIGNS:
             raise SpecError(f"{path}: [sweep] design={design!r} is unknown; choose grid or paired")
+        # paired lists may repeat a value (embed_dim = [32, 32, 64] with depth = [1, 2, 1]); the settings they
+        # pair into may not
+        levels = tuple(tuple(_value_list(path, f"[values] {f}", table[f], unique=design == "grid")) for f in factors)
     else:
         if "values" in data or "design" in sweep:
             raise SpecError(f"{path}: a [values] table and design belong to several factors (factors = [...])")
@@ -288,12 +290,16 @@ def load_spec(path: str | Path) -> SweepSpec:
         if not isinstance(vals, dict) or not vals or not set(vals) <= set(factors):
             raise SpecError(f"{path}: {where} must map factors to their lists at that size, e.g. "
                             f"{{ {factors[0]} = [...] }}")
-        by_size[int(size)] = tuple(tuple(_value_list(path, f"{where}.{f}", vals[f])) if f in vals else lv
+        by_size[int(size)] = tuple(tuple(_value_list(path, f"{where}.{f}", vals[f], unique=design == "grid"))
+                                   if f in vals else lv
                                    for f, lv in zip(factors, levels))
     for lv in (levels, *by_size.values()):
         if design == "paired" and len({len(v) for v in lv}) != 1:
             raise SpecError(f"{path}: [sweep] design = \"paired\" needs lists of one length, got "
                             f"{', '.join(f'{f}: {len(v)}' for f, v in zip(factors, lv))}")
+        if design == "paired" and len(set(map(repr, zip(*lv)))) != len(lv[0]):
+            raise SpecError(f"{path}: [values] pair the same setting twice: "
+                            f"{[dict(zip(factors, s)) for s in zip(*lv)]!r}")
     preset = model.pop("preset", "auto")
     if preset != "auto" and preset not in PRESETS:
         raise SpecError(f"{path}: [model] preset={preset!r} is unknown; choose auto or one of {sorted(PRESETS)}")

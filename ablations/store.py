@@ -207,11 +207,13 @@ def sweep_lock(paths: SweepPaths, sweep: str):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "another process"
-            raise SweepError(f"sweep {sweep} under OUT={paths.out} is already running ({holder}); "
-                             f"wait for it to finish (it trains the same runs) or stop it, then rerun") from None
+            raise SweepError(f"sweep {sweep} under OUT={paths.out} is in use by another command ({holder}): two "
+                             f"commands cannot write one sweep's table at once; wait for it to finish or stop it, "
+                             f"or give this one another OUT") from None
         since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        command = " ".join(["python -m ablations", *sys.argv[1:]])[:200]
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()} since {since}\n".encode(), 0)
+        os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()} since {since}: {command}\n".encode(), 0)
         yield
     finally:
         os.close(fd)

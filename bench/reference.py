@@ -9,11 +9,24 @@ REFERENCE_MARK = ".vitbench-reference"
 CHECKOUT_REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"   # a checkout's committed results
 
 
+def reference_root(path: str | Path) -> Path | None:
+    """The reference folder `path` lies in (itself or a parent, symlinks resolved), or None."""
+    resolved = Path(path).expanduser().resolve()
+    return next((p for p in (resolved, *resolved.parents) if (p / REFERENCE_MARK).exists()), None)
+
+
 def refusal(out: str | Path, into_reference: bool) -> str | None:
-    """The one-line error for writing into a reference folder without `--into-reference`, else None."""
-    folder = Path(out).expanduser()
-    if into_reference or not (folder / REFERENCE_MARK).exists():
+    """The one-line error for writing under a reference folder without `--into-reference`, else None: `out`
+    itself, any folder above it, or a folder inside it that is a link into one (symlinks resolved)."""
+    if into_reference:
         return None
-    return (f"--out {out} holds the committed reference results; your runs write to OUT=results by default "
+    folder = Path(out).expanduser()
+    inside = [child for child in folder.iterdir() if child.is_dir()] if folder.is_dir() else []
+    hit = next(((place, root) for place in (folder, *inside) if (root := reference_root(place)) is not None), None)
+    if hit is None:
+        return None
+    place, root = hit
+    where = f"--out {out}" if place == folder else f"--out {out}: its {place.name}/ leads into {root}, which"
+    return (f"{where} holds the committed reference results; your runs write to OUT=results by default "
             f"(its report compares them with the reference). Pass --into-reference (INTO_REFERENCE=1) to "
             f"write into it on purpose")

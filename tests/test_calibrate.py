@@ -67,7 +67,7 @@ def test_the_summary_reports_the_rate_with_its_interval_and_the_p_value_distribu
 @pytest.mark.parametrize("argv, message", [
     (["--from", "{empty}"], "no finished run with saved test predictions"),
     (["--from", "{ref}", "--seeds", "1"], "--seeds must be ≥ 2"),
-    (["--from", "{ref}", "--seeds", "50"], "need 100 runs"),
+    (["--from", "{ref}", "--seeds", "1000"], "need 2000 runs"),
     (["--from", "{ref}", "--out", "{ref}"], "holds the committed reference results"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_work(argv, message, tmp_path, capsys):

@@ -94,6 +94,17 @@ def test_a_grid_gives_every_combination_once_and_paired_lists_go_together(tmp_pa
         path.write_text('[sweep]\nfactors = ["depth", "lr"]\ndesign = "paired"\n[values]\ndepth = [1, 2]\n'
                         'lr = [1e-3, 2e-3, 4e-3]\n')
         load_spec(path)
+    path = tmp_path / "repeats.toml"   # a paired list may repeat a value: the settings are what must differ
+    path.write_text('[sweep]\nfactors = ["embed_dim", "depth"]\ndesign = "paired"\n[values]\nembed_dim = [32, 32, 64]\n'
+                    'depth = [1, 2, 1]\n[model]\npreset = "vit_digits"\n')
+    assert [(p.model.embed_dim, p.model.depth) for p in load_spec(path).points(8, 1, 10)] == [(32, 1), (32, 2), (64, 1)]
+    with pytest.raises(SpecError, match="pair the same setting twice"):
+        path.write_text('[sweep]\nfactors = ["embed_dim", "depth"]\ndesign = "paired"\n[values]\n'
+                        'embed_dim = [32, 32]\ndepth = [1, 1]\n')
+        load_spec(path)
+    with pytest.raises(SpecError, match="has duplicates"):   # in a grid a repeated value is a repeated setting
+        path.write_text('[sweep]\nfactors = ["embed_dim", "depth"]\n[values]\nembed_dim = [32, 32]\ndepth = [1]\n')
+        load_spec(path)
     with pytest.raises(SpecError, match=r"\[values\] must give a list for each factor.*missing lr"):
         path = tmp_path / "missing.toml"
         path.write_text('[sweep]\nfactors = ["depth", "lr"]\n[values]\ndepth = [1, 2]\n')

@@ -122,3 +122,114 @@ def test_img_size_fine_tunes_a_224_px_checkpoint_on_32_px_images(tmp_path):
 
 def test_img_size_enters_run_ids_only_when_given():
     assert data_id("mnist5k", "data", None) == "" and data_id("mnist5k", "data", 224) == "resized:224"
+
+
+# --- images read at their true brightness, folders told apart by their contents ----------------------
+
+@pytest.mark.parametrize("kind", ["8-bit grey", "16-bit grey", "palette", "RGBA", "float"])
+def test_images_are_read_at_their_true_brightness(kind, tmp_path):
+    from ablations.data import read_square
+
+    rng = np.random.default_rng(3)
+    levels = rng.integers(0, 256, (6, 6)).astype(np.uint8)           # the brightness every kind encodes
+    if kind == "8-bit grey":
+        image = Image.fromarray(levels, mode="L")
+    elif kind == "16-bit grey":
+        image = Image.fromarray(levels.astype(np.uint16) * 257)       # 0..65535: mode I;16
+        assert image.mode == "I;16"
+    elif kind == "palette":
+        image = Image.fromarray(levels, mode="L").convert("P")
+    elif kind == "RGBA":
+        image = Image.fromarray(np.dstack([levels] * 3 + [np.full_like(levels, 40)]), mode="RGBA")
+    else:
+        image = Image.fromarray(levels.astype(np.float32) / 255, mode="F")
+    path = tmp_path / f"x.{'tiff' if kind == 'float' else 'png'}"
+    image.save(path)
+    with Image.open(path) as reopened:   # what numpy reads from the file, scaled from its own range
+        raw = np.asarray(reopened.convert("RGB") if reopened.mode in ("P", "RGBA") else reopened, dtype=np.float64)
+        top = 65535 if reopened.mode.startswith("I") else 1.0 if reopened.mode == "F" else 255
+    truth = (raw[..., 0] if raw.ndim == 3 else raw) / top
+    got = read_square(path, 6, "L")[0] / 255.0
+    assert np.abs(got - truth).max() <= 1 / 255 + 1e-9, kind
+    assert got.std() > 0.1                                            # not clipped to one white square
+
+
+def test_a_16_bit_image_is_not_white_in_predict_or_an_image_folder(tmp_path):
+    from ablations.predict import read_images
+
+    path = tmp_path / "grey.png"
+    Image.fromarray(np.full((8, 8), 30000, dtype=np.uint16)).save(path)
+    seen = read_images([path], PRESETS["vit_digits"])
+    assert seen.shape == (1, 1, 8, 8) and seen.max() == pytest.approx(30000 / 65535, abs=1 / 255)
+
+
+def test_a_decompression_bomb_is_one_line(tmp_path):
+    import struct
+    import zlib
+
+    from ablations.data import read_square
+
+    path = tmp_path / "bomb.png"     # a PNG whose header claims 20000 × 20000 pixels (Pillow checks at open)
+    Image.new("L", (8, 8)).save(path)
+    data = bytearray(path.read_bytes())
+    ihdr = data.index(b"IHDR")
+    data[ihdr + 4:ihdr + 12] = struct.pack(">II", 20000, 20000)
+    data[ihdr + 17:ihdr + 21] = struct.pack(">I", zlib.crc32(bytes(data[ihdr:ihdr + 17])))
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="bomb.png: more pixels than Pillow reads safely"):
+        read_square(path, 8)
+
+
+def test_predict_crops_a_wide_photo_as_an_image_folder_does(tmp_path):
+    from ablations.data import read_square
+    from ablations.predict import read_images
+
+    wide = np.zeros((30, 60, 3), dtype=np.uint8)
+    wide[:, :4] = 255                                                 # a bar at the left edge, outside the centre crop
+    Image.fromarray(wide).save(tmp_path / "wide.png")
+    cfg = PRESETS["vit_cifar"]
+    seen = read_images([tmp_path / "wide.png"], cfg)[0]
+    stored = read_square(tmp_path / "wide.png", cfg.img_size)
+    assert torch.equal(seen, torch.from_numpy(stored.astype(np.float32) / 255))
+    assert seen.max() == 0                                            # cropped away, not squashed in
+
+
+def test_two_folders_with_equal_names_and_sizes_but_other_contents_get_other_run_ids_and_caches(tmp_path):
+    a = tmp_path / "a"
+    for split in ("train", "val"):
+        for label, value in (("dark", 20), ("light", 220)):
+            (a / split / label).mkdir(parents=True)
+            for i in range(3):
+                Image.fromarray(np.full((8, 8), value, dtype=np.uint8)).save(a / split / label / f"{i}.bmp")
+    b = tmp_path / "b"
+    import shutil
+
+    shutil.copytree(a, b)
+    for i in range(3):   # b: the training images of the two classes swapped (same names, same byte sizes)
+        dark, light = b / "train" / "dark" / f"{i}.bmp", b / "train" / "light" / f"{i}.bmp"
+        dark_bytes, light_bytes = dark.read_bytes(), light.read_bytes()
+        dark.write_bytes(light_bytes)
+        light.write_bytes(dark_bytes)
+    assert data_id("imagefolder", str(a), None) != data_id("imagefolder", str(b), None)
+    assert not torch.equal(load_dataset("imagefolder", a, img_size=8).train_x, load_dataset("imagefolder", b, img_size=8).train_x)
+
+
+def test_a_symlinked_class_folder_enters_the_identity_and_the_cache(tmp_path):
+    elsewhere = tmp_path / "cats"
+    elsewhere.mkdir()
+    root = tmp_path / "images"
+    for split in ("train", "val"):
+        (root / split / "dog").mkdir(parents=True)
+        Image.fromarray(np.full((8, 8), 200, dtype=np.uint8)).save(root / split / "dog" / "0.png")
+    (root / "val" / "cat").mkdir()
+    Image.fromarray(np.full((8, 8), 10, dtype=np.uint8)).save(root / "val" / "cat" / "0.png")
+    (root / "train" / "cat").symlink_to(elsewhere, target_is_directory=True)
+    for i in range(6):
+        Image.fromarray(np.full((8, 8), 10 + i, dtype=np.uint8)).save(elsewhere / f"{i}.png")
+    before = data_id("imagefolder", str(root), None)
+    assert len(load_dataset("imagefolder", root, img_size=8).train_y) == 7
+    Image.fromarray(np.full((8, 8), 50, dtype=np.uint8)).save(elsewhere / "6.png")   # added through the link
+    assert data_id("imagefolder", str(root), None) != before
+    assert len(load_dataset("imagefolder", root, img_size=8).train_y) == 8            # the cache saw it
+    (elsewhere / "loop").symlink_to(elsewhere, target_is_directory=True)                # a link loop ends
+    assert data_id("imagefolder", str(root), None)

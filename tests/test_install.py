@@ -40,3 +40,14 @@ def test_the_check_reads_every_requirement_of_pyproject_with_its_module_name():
     names = required(["test"])
     assert {"torch", "torchvision", "einops", "sklearn", "pynvml", "pytest", "pytest_benchmark", "ruff"} <= set(names)
     assert ("tomli" in required([])) == (sys.version_info < (3, 11))  # a marker that applies or not
+
+
+def test_new_extras_on_an_existing_venv_install_what_it_lacks(tmp_path):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".installed-test").touch()          # a venv installed with the default extras, newer than pyproject
+    same = make("-n", "install", f"VENV={venv}")
+    assert same.returncode == 0 and "pip install" not in same.stdout
+    more = make("-n", "install", f"VENV={venv}", "EXTRAS=test,tensorboard")  # the line the TENSORBOARD=1 error gives
+    assert more.returncode == 0 and "pip install --quiet -e '.[test,tensorboard]'" in more.stdout
+    assert f"touch {venv}/.installed-test-tensorboard" in more.stdout

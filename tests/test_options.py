@@ -26,7 +26,7 @@ SAMPLE = {"--dataset": "digits", "--seeds": "4,5", "--cost-rounds": "2", "--devi
 
 def make_line(target: str, *assignments: str) -> str:
     """The ablations command `make -n target` would run (the install step left out)."""
-    done = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", target, *assignments],
+    done = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed-test", target, *assignments],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return next(line for line in done.stdout.splitlines() if " -m ablations " in line)

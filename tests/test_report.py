@@ -275,13 +275,24 @@ def test_no_command_writes_into_the_reference_unless_told_and_the_report_compare
     (reference / REFERENCE_MARK).write_text("reference\n")
     before = sorted((p.relative_to(reference), p.read_bytes()) for p in reference.rglob("*") if p.is_file())
     spec = Path(__file__).resolve().parents[1] / "ablations" / "sweeps" / "depth.toml"
+    linked = tmp_path / "linked"            # an OUT whose ablations/ is a link into the reference
+    linked.mkdir()
+    (linked / "ablations").symlink_to(reference / "ablations")
+    from ablations import calibrate
+
     for argv in (["sweep", str(spec), "--dataset", "digits", "--out", str(reference), "--seeds", "0"],
-                 ["report", "--out", str(reference)]):
-        assert cli.main(argv) == 2
+                 ["sweep", str(spec), "--dataset", "digits", "--out", str(reference / "ablations"), "--seeds", "0"],
+                 ["sweep", str(spec), "--dataset", "digits", "--out", str(linked), "--seeds", "0"],
+                 ["report", "--out", str(reference)], ["report", "--out", str(reference / "figures")]):
+        assert cli.main(argv) == 2, argv
         assert "holds the committed reference results" in capsys.readouterr().err
-    bench = subprocess.run([sys.executable, "-m", "bench", "run", "--preset", "vit_digits", "--out", str(reference)],
-                           capture_output=True, text=True, timeout=120)
-    assert bench.returncode == 2 and "holds the committed reference results" in bench.stderr
+    with pytest.raises(SystemExit):
+        calibrate.main(["--from", str(reference), "--out", str(reference / "calibrate")])
+    assert "holds the committed reference results" in capsys.readouterr().err
+    for out in (reference, reference / "bench"):
+        bench = subprocess.run([sys.executable, "-m", "bench", "run", "--preset", "vit_digits", "--out", str(out)],
+                               capture_output=True, text=True, timeout=120)
+        assert bench.returncode == 2 and "holds the committed reference results" in bench.stderr
     after = sorted((p.relative_to(reference), p.read_bytes()) for p in reference.rglob("*") if p.is_file())
     assert after == before
 

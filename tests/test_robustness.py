@@ -119,10 +119,12 @@ def test_a_second_identical_sweep_exits_naming_the_holder(tmp_path, capsys):
     with sweep_lock(paths, "twin"):
         code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "out"),
                          "--seeds", "0", "--cost-rounds", "0"])
-        with pytest.raises(SweepError, match=f"already running \\(PID {os.getpid()}"):
+        with pytest.raises(SweepError, match=f"in use by another command \\(PID {os.getpid()}"):
             run_sweep("twin", points("twin", 1), options(tmp_path / "out"))
     err = capsys.readouterr().err
-    assert code == 2 and f"sweep twin under OUT={tmp_path / 'out'} is already running (PID {os.getpid()}" in err
+    assert code == 2 and f"sweep twin under OUT={tmp_path / 'out'} is in use by another command (PID {os.getpid()}" in err
+    assert "python -m ablations" in err and "give this one another OUT" in err   # names the holder's command
+    assert "trains the same runs" not in err     # it may be another experiment (other EPOCHS) into the same OUT
     assert not (tmp_path / "out" / "ablations" / "twin.csv").exists()
     assert run_sweep("twin", points("twin", 1), options(tmp_path / "out"))["statuses"] == {"ok": 1}  # released
 
@@ -490,13 +492,13 @@ def test_a_checkpoint_of_another_model_is_ignored_with_a_line_and_the_run_starts
 def test_the_makefile_passes_paths_with_spaces_as_one_argument(tmp_path):
     import shlex
 
-    done = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", "ablations", "OUT=my results",
+    done = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed-test", "ablations", "OUT=my results",
                            "DATA_ROOT=/data dir", "INIT=/w s.pth"], cwd=ROOT, capture_output=True, text=True)
     sweep = next(line for line in done.stdout.splitlines() if "ablations sweep" in line)
     args = shlex.split(sweep)
     assert args[args.index("--out") + 1] == "my results"
     assert args[args.index("--data-root") + 1] == "/data dir" and args[args.index("--init") + 1] == "/w s.pth"
-    compare = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", "compare", "A=x y",
+    compare = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed-test", "compare", "A=x y",
                               "B=z w"], cwd=ROOT, capture_output=True, text=True).stdout
     line = next(line for line in compare.splitlines() if "ablations compare" in line)
     assert shlex.split(line)[-2:] == ["x y", "z w"]

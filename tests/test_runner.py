@@ -144,7 +144,7 @@ def test_a_shared_run_that_fails_is_recorded_as_failed_in_each_sweep(tmp_path):
 
 def test_a_locked_second_sweep_stops_the_command_before_any_work(tmp_path):
     with sweep_lock(SweepPaths.of(tmp_path, "b"), "b"):
-        with pytest.raises(SweepError, match="sweep b .* is already running"):
+        with pytest.raises(SweepError, match="sweep b .* is in use by another command"):
             run_sweeps([("a", depth_points("a", 1), options(tmp_path)), ("b", depth_points("b", 2), options(tmp_path))])
     assert not SweepPaths.of(tmp_path, "a").rows.exists()
     with pytest.raises(ValueError, match="each sweep may appear once"):

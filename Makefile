@@ -37,6 +37,7 @@ PRETRAINED ?=
 OUT       ?= results
 CHECKPOINT_EVERY ?=
 DRY_RUN   ?=
+LARGE     ?=
 INTO_REFERENCE ?=
 TENSORBOARD ?=
 EXECUTOR  ?=
@@ -59,7 +60,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)
   $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) $(call opt,--cost-rounds,$(COST_ROUNDS)) \
   $(call opt,--device,$(DEVICE)) $(call opt,--dtype,$(DTYPE)) $(call opt,--compile,$(COMPILE)) \
   $(call opt,--graphs,$(GRAPHS)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) \
-  $(call qopt,--out,$(OUT)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) $(call switch,--dry-run,$(DRY_RUN)) \
+  $(call qopt,--out,$(OUT)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) $(call switch,--dry-run,$(DRY_RUN)) $(call switch,--large,$(LARGE)) \
   $(INTO_REF) $(call switch,--tensorboard,$(TENSORBOARD)) $(call opt,--executor,$(EXECUTOR)) $(call opt,--jobs,$(JOBS)) $(call opt,--threads,$(THREADS)) \
   $(call opt,--mps,$(MPS)) $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) \
   $(call opt,--gpus-per-task,$(GPUS_PER_TASK))

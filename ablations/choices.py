@@ -17,13 +17,14 @@ from pathlib import Path
 
 from bench.choices import DTYPES, PRESETS
 
-__all__ = ["AUTO_CHECKPOINT_S", "COST_ROUNDS", "DATASETS", "DTYPES", "MAX_SEED", "PRESETS", "SPEC_DIR",
+__all__ = ["AUTO_CHECKPOINT_S", "COST_ROUNDS", "DATASETS", "DTYPES", "LARGE_RUNS", "MAX_SEED", "PRESETS", "SPEC_DIR",
            "available_sweeps", "default_sweeps"]
 
 DATASETS = ("mnist5k", "digits", "synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder")
 
 COST_ROUNDS = 5           # interleaved rounds of the cost phase when COST_ROUNDS is not given
 AUTO_CHECKPOINT_S = 60.0  # checkpoint every epoch when a run is projected to last longer than this
+LARGE_RUNS = 1000         # a command planning more runs than this needs --large (it would train for days)
 MAX_SEED = 2**32 - 2      # the augmentation generator is seeded with seed + 1; numpy takes seeds below 2**32
 
 SPEC_DIR = Path(__file__).resolve().parent / "sweeps"

@@ -24,15 +24,16 @@ from bench.reference import refusal
 from vit import VisionTransformer, ViTConfig, checkpoint_id, init_from_checkpoint
 
 from . import tensorboard
+from .choices import LARGE_RUNS
 from .cost import CostPlan
-from .data import cached_dataset
+from .data import cached_dataset, check_recipe
 from .executors import EXECUTORS, Executor, ExecutorOptions
 from .executors import OPTIONS as EXECUTOR_OPTIONS
 from .interrupts import Interrupted
 from .runner import run_sweeps
 from .schema import read_table
 from .specs import DATASET_FIELDS, Point, SpecError, SweepSpec, base_preset, default_sweeps, find_spec, load_spec
-from .store import SweepError, SweepPaths, finished_ids
+from .store import SweepError, SweepPaths, finished_ids, model_key
 from .tasks import RunOptions, make_tasks
 
 MODEL_FIELDS = {f.name for f in dataclasses.fields(ViTConfig)}
@@ -108,20 +109,39 @@ def _check_init(init: str, points: list[Point]) -> None:
             init_from_checkpoint(VisionTransformer(point.model), init, log=lambda message: None)
 
 
+def _check_recipes(sweep: str, points: list[Point], data) -> None:
+    """Every point's recipe against the dataset (its validation split, its crop), before any run."""
+    for point in points:
+        try:
+            check_recipe(data, point.train)
+        except ValueError as err:
+            raise ValueError(f"sweep {sweep}, point {point.label}: {err}") from None
+
+
+DRY_RUN_COUNTING_S = 5.0   # how long a dry run spends counting models' params and GMACs (fvcore traces each)
+
+
 def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
     paths = SweepPaths.of(options.out, sweep)
     done = finished_ids(paths)
     print(f"sweep {sweep}: {len(points)} points × {len(options.seeds)} seed(s)")
     print(f"  {'factor':<16} {'seed':>4} {'params':>10} {'GMACs':>9} {'tokens':>6}  run_id        done")
-    costs = {}
+    costs: dict[str, dict[str, float] | None] = {}
+    until = time.perf_counter() + DRY_RUN_COUNTING_S
     for task in make_tasks(points, options):
         cfg = task.point.model
-        if task.point.value not in costs:
-            costs[task.point.value] = complexity(VisionTransformer(cfg), (cfg.in_chans, cfg.img_size, cfg.img_size))
-        c = costs[task.point.value]
-        label = task.point.label
-        print(f"  {label:<16} {task.seed:>4} {c['params']:>10,} {c['gmacs']:>9.5f} {cfg.tokens:>6}  {task.run_id}  "
+        key = model_key(cfg)
+        if key not in costs:   # counted once per model, for as many as a few seconds allow: a big grid lists fast
+            costs[key] = (complexity(VisionTransformer(cfg), (cfg.in_chans, cfg.img_size, cfg.img_size))
+                          if time.perf_counter() < until else None)
+        c = costs[key]
+        size = f"{c['params']:>10,} {c['gmacs']:>9.5f}" if c else f"{'—':>10} {'—':>9}"
+        print(f"  {task.point.label:<16} {task.seed:>4} {size} {cfg.tokens:>6}  {task.run_id}  "
               f"{'yes' if task.run_id in done else 'no'}")
+    counted = sum(c is not None for c in costs.values())
+    if counted < len(costs):
+        print(f"  (params and GMACs of the first {counted} of {len(costs):,} models, counted in "
+              f"{DRY_RUN_COUNTING_S:.0f} s; each run records its own)")
 
 
 def _start_executor(args: argparse.Namespace) -> Executor:
@@ -211,6 +231,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
         plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes, _train_changes(args)))
                  for s in specs]  # every point of every sweep validated before any training
+        for name, points in plans:
+            _check_recipes(name, points, data)
         _fetch_pretrained(args)
         for spec, (_, points) in zip(specs, plans):
             _check_init(args.init or spec.init, points)
@@ -218,6 +240,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     options = {spec.name: _options(args, spec.init) for spec in specs}
+    runs = sum(len(points) for _, points in plans) * len(args.seeds)
+    if runs > LARGE_RUNS and not (args.large or args.dry_run):
+        print(f"error: this command plans {runs:,} runs ({' + '.join(f'{n}: {len(p):,} settings' for n, p in plans)}, "
+              f"× {len(args.seeds)} seed(s)), more than {LARGE_RUNS:,}; list them with --dry-run (DRY_RUN=1), shrink "
+              f"the grid, or pass --large (LARGE=1) to train them all", file=sys.stderr)
+        return 2
     if args.dry_run:
         for name, points in plans:
             _dry_run(name, points, options[name])
@@ -261,6 +289,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         args.preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
         spec = SweepSpec.one_run("train", args.preset, model_changes, train_changes)
         points = spec.points(data.img_size, data.in_chans, data.num_classes)
+        _check_recipes("train", points, data)
         _fetch_pretrained(args)
         _check_init(args.init, points)
     except (ValueError, FileNotFoundError) as err:

@@ -173,6 +173,22 @@ def _holdout(labels: Tensor, k: int, seed: int, split: str) -> tuple[Tensor, Ten
     return torch.as_tensor(np.sort(keep)), torch.as_tensor(np.sort(out))
 
 
+def check_recipe(data: Dataset, recipe) -> None:
+    """ValueError, before any training, for a recipe this dataset cannot serve: a validation split that
+    leaves no image on either side (or cannot be stratified), a crop padding larger than the image."""
+    pad = augmentation(data, recipe)["crop_padding"]
+    if pad and pad > data.img_size:
+        raise ValueError(f"crop_padding={pad} px is larger than the {data.name} images ({data.img_size} px); "
+                         f"at most {data.img_size}")
+    if recipe.holdout:
+        n = len(data.train_y)
+        k = round(recipe.holdout * n)
+        if not 0 < k < n:
+            raise ValueError(f"holdout={recipe.holdout} of {data.name}'s {n} training images leaves {k} for "
+                             f"validation and {n - k} for training; choose a share that keeps at least one of each")
+        _holdout(data.train_y, k, recipe.holdout_seed, recipe.holdout_split)
+
+
 def recipe_data(data: Dataset, recipe) -> tuple[Dataset, tuple[Tensor, Tensor] | None]:
     """The data a training recipe (`bench.recipe.TrainConfig`) trains on: its augmentation (crop_padding,
     flip; unset: the dataset's), and the training set less its validation split (`holdout` of it, drawn

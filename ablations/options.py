@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import choices
-from .choices import AUTO_CHECKPOINT_S, COST_ROUNDS, MAX_SEED
+from .choices import AUTO_CHECKPOINT_S, COST_ROUNDS, LARGE_RUNS, MAX_SEED
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,8 @@ RUN = (
            type=integer(0, "checkpoint-every must be auto or an integer ≥ 0 (0: never)", auto=True),
            metavar="N|auto"),
     Option("--dry-run", "list the runs and what is done; train nothing", "DRY_RUN", switch=True),
+    Option("--large", f"train a command of more than {LARGE_RUNS:,} runs (settings × seeds); without it such a "
+                      f"command stops before any work, saying how many", "LARGE", switch=True),
     Option("--tensorboard", "write each finished run's TensorBoard events to <out>/tensorboard/<sweep>/<run_id>/ "
                             "(needs the tensorboard extra)", "TENSORBOARD", switch=True),
     INTO_REFERENCE,

@@ -319,15 +319,23 @@ def load_spec(path: str | Path) -> SweepSpec:
     clash = sorted({name for name, _ in tune} & set(factors))
     if clash:
         raise SpecError(f"{path}: [tune] {clash[0]} is a factor of the sweep; tune other fields")
-    if data.get("tune") is not None and not tune:
-        raise SpecError(f"{path}: [tune] names no field to tune (e.g. lr = [1e-3, 2e-3, 4e-3])")
-    if tune:
+    if data.get("tune") is not None:
+        if isinstance(holdout, list):
+            raise SpecError(f"{path}: [tune] holdout must be one fraction, the validation share, got {holdout!r}: "
+                            f"the split is what every tuned value is judged on, so it is not tuned itself")
         try:
             TrainConfig(holdout=holdout, holdout_seed=holdout_seed, holdout_split=holdout_split)
         except (TypeError, ValueError) as err:
             raise SpecError(f"{path}: [tune]: {err}") from None
         if not holdout:
             raise SpecError(f"{path}: [tune] holdout must be above 0: tuning selects on a validation split")
+    if data.get("tune") is not None and not tune:
+        raise SpecError(f"{path}: [tune] names no field to tune (e.g. lr = [1e-3, 2e-3, 4e-3])")
+    held = sorted(set(train) & set(TUNE_SPLIT))
+    if held and not tune:
+        raise SpecError(f"{path}: [train] {held[0]} sets a validation split, which only a [tune] table uses (the "
+                        f"runs would train on less data and nothing would read the split); move it to [tune] "
+                        f"or remove it")
     init = sweep.get("init", "")
     if init:
         init_path = (path.parent / Path(init).expanduser()).resolve()

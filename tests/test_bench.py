@@ -307,6 +307,7 @@ def test_matmul_peak_keeps_the_best_seen_so_a_peak_measured_under_load_is_correc
     mfu.matmul_peak.cache_clear()
 
 
+@pytest.mark.load_meter
 def test_a_timed_region_beside_a_cpu_burner_is_flagged_as_contended():
     import subprocess
     import sys

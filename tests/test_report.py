@@ -101,6 +101,18 @@ def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
     assert "| variance of | s.e. (points) | seed | seed × test image | test image |" in text
 
 
+def test_report_calls_settings_equivalent_only_where_two_one_sided_tests_show_it(tmp_path):
+    for seed in range(6):   # 0.1 points apart, seeds agreeing to about 0.2 points
+        write_run(tmp_path, 1, seed, mask(range(20 + seed)))
+        write_run(tmp_path, 2, seed, mask(range(21 + seed)))
+    text = build_report(tmp_path).read_text()
+    assert "**Equivalent within ±0.5 points: depth=1, depth=2.**" in text and "Best:" not in text
+    assert "equivalent within ±0.5 points to depth=2 (TOST p = " in text and "| equivalent |" in text
+    narrow = build_report(tmp_path, margin=0.001).read_text()    # ±0.1 points: more than 6 seeds can show
+    assert "**Inconclusive: no single best depth at this budget.**" in narrow and "Equivalent within" not in narrow
+    assert "equivalence margin 0.1 points" in narrow
+
+
 def test_cost_ratio_is_suppressed_when_the_iqrs_overlap(tmp_path):
     ten_points_apart(tmp_path)
     write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [150, 260, 180, 210, 120]})

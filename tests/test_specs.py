@@ -34,6 +34,10 @@ def test_spec_with_invalid_point_fails_before_any_training(tmp_path, capsys):
     ('[sweep]\nfactor = "depth"\nvalues = [1]\n[train]\nepochs = 0\n', "TrainConfig.epochs"),
     ('[sweep]\nfactor = "depth"\nvalues = [1]\n[model]\nimg_size = 32\n', "img_size is set by the dataset"),
     ('[sweeps]\n', "unknown section"),
+    ('[sweep]\nfactor = "depth"\nvalues = [1]\nmargin = 0\n', "margin must be a number of accuracy points above 0"),
+    ('[sweep]\nfactor = "depth"\nvalues = [1]\nmargin = -0.5\n', "margin must be a number"),
+    ('[sweep]\nfactor = "depth"\nvalues = [1]\nmargin = "half"\n', "margin must be a number"),
+    ('[sweep]\nfactor = "depth"\nvalues = [1]\nmargin = nan\n', "margin must be a number"),
 ])
 def test_spec_errors_name_file_and_field(tmp_path, text, message):
     path = tmp_path / "s.toml"
@@ -102,3 +106,49 @@ def test_a_new_toml_file_alone_gives_a_make_target_a_report_section_and_spec_cov
         assert f"## {name}: MLP ratio" in text and "\n| 1.0 | 1 |" in text and "\n| 2.0 | 1 |" in text
     finally:
         path.unlink()
+
+
+def test_a_sweeps_margin_is_its_equivalence_margin_and_the_command_line_sets_the_rest(tmp_path, capsys):
+    path = tmp_path / "m.toml"
+    path.write_text('[sweep]\nfactor = "depth"\nvalues = [1, 2]\nmargin = 1.5\n')
+    assert load_spec(path).margin == pytest.approx(0.015)
+    assert load_spec(write_spec(tmp_path / "plain.toml", "depth", "[1]")).margin is None
+    for bad in ("0", "-1", "abc", "nan", "100"):
+        with pytest.raises(SystemExit) as exit_:
+            ablations_main(["report", "--out", str(tmp_path), "--margin", bad])
+        assert exit_.value.code == 2
+        assert "the margin must be a number of accuracy points above 0 and below 100" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("body, message", [
+    ('factor = "norm"\nvalues = ["pre"]\n[tune]\nlr = [1e-3]\nholdout = 0.0001\n', "leaves 0 for validation"),
+    ('factor = "norm"\nvalues = ["pre"]\n[tune]\nlr = [1e-3]\nholdout = 0.9999\n', "and 0 for training"),
+    ('factor = "norm"\nvalues = ["pre"]\n[tune]\nlr = [1e-3]\nholdout = 0.005\n', "holdout_split = stratified"),
+    ('factor = "depth"\nvalues = [1]\n[train]\ncrop_padding = 1000000\n', "crop_padding=1000000 px is larger"),
+    ('factor = "depth"\nvalues = [1]\n[train]\nholdout = 0.1\n', "[train] holdout sets a validation split"),
+    ('factor = "depth"\nvalues = [1]\n[tune]\nholdout = [0.1, 0.2]\nlr = [1e-3]\n', "holdout must be one fraction"),
+])
+def test_a_recipe_the_dataset_cannot_serve_is_one_line_before_any_run_and_in_the_dry_run(tmp_path, capsys, body, message):
+    path = tmp_path / "h.toml"
+    path.write_text(f'[sweep]\n{body}\n[model]\npreset = "vit_digits"\n'.replace("\n[model]", "\n[model]", 1))
+    for dry in ([], ["--dry-run"]):
+        assert ablations_main(["sweep", str(path), "--dataset", "digits", "--out", str(tmp_path / "out"), *dry]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out" / "ablations").exists()
+
+
+def test_a_10000_setting_grid_lists_in_seconds_and_trains_only_with_large(tmp_path, capsys):
+    path = tmp_path / "big.toml"
+    path.write_text('[sweep]\nfactors = ["lr", "weight_decay"]\n[values]\n'
+                    f"lr = [{', '.join(f'{1e-4 * (i + 1):.4g}' for i in range(100))}]\n"
+                    f"weight_decay = [{', '.join(f'{0.001 * i:.4g}' for i in range(100))}]\n"
+                    '[model]\npreset = "vit_digits"\n')
+    out = ["--dataset", "digits", "--seeds", "0", "--out", str(tmp_path / "out")]
+    assert ablations_main(["sweep", str(path), "--dry-run", *out]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0] == "sweep big: 10000 points × 1 seed(s)" and sum(" no" in line for line in listed) == 10_000
+    assert ablations_main(["sweep", str(path), *out]) == 2
+    err = capsys.readouterr().err
+    assert "plans 10,000 runs" in err and "--large (LARGE=1)" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out" / "ablations").exists()

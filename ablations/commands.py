@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from bench.atomic import write_atomic
 from bench.env import resolve_device
 from bench.measure import complexity
 from bench.overrides import parse_overrides
@@ -24,7 +25,7 @@ from bench.reference import refusal
 from vit import VisionTransformer, ViTConfig, checkpoint_id, init_from_checkpoint
 
 from . import tensorboard
-from .choices import LARGE_RUNS
+from .choices import LARGE_RUNS, SPEC_DIR
 from .cost import CostPlan
 from .data import cached_dataset, check_recipe
 from .executors import EXECUTORS, Executor, ExecutorOptions
@@ -250,6 +251,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for name, points in plans:
             _dry_run(name, points, options[name])
         return 0
+    try:
+        for spec in specs:   # a spec from elsewhere goes beside its results, where the report finds it
+            if spec.path.resolve().parent != SPEC_DIR.resolve():
+                write_atomic(SweepPaths.of(args.out, spec.name).spec, spec.path.read_bytes())
+    except OSError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     results, status = _run_all(args, plans, options)
     if results is None:

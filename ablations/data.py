@@ -181,12 +181,18 @@ def check_recipe(data: Dataset, recipe) -> None:
         raise ValueError(f"crop_padding={pad} px is larger than the {data.name} images ({data.img_size} px); "
                          f"at most {data.img_size}")
     if recipe.holdout:
-        n = len(data.train_y)
-        k = round(recipe.holdout * n)
-        if not 0 < k < n:
-            raise ValueError(f"holdout={recipe.holdout} of {data.name}'s {n} training images leaves {k} for "
-                             f"validation and {n - k} for training; choose a share that keeps at least one of each")
-        _holdout(data.train_y, k, recipe.holdout_seed, recipe.holdout_split)
+        split_indices(data, recipe)
+
+
+def split_indices(data: Dataset, recipe) -> tuple[Tensor, Tensor]:
+    """(training indices, validation indices) of a recipe's validation split (`holdout` > 0); ValueError
+    for a share that leaves no image on a side."""
+    n = len(data.train_y)
+    k = round(recipe.holdout * n)
+    if not 0 < k < n:
+        raise ValueError(f"holdout={recipe.holdout} of {data.name}'s {n} training images leaves {k} for "
+                         f"validation and {n - k} for training; choose a share that keeps at least one of each")
+    return _holdout(data.train_y, k, recipe.holdout_seed, recipe.holdout_split)
 
 
 def recipe_data(data: Dataset, recipe) -> tuple[Dataset, tuple[Tensor, Tensor] | None]:
@@ -196,15 +202,11 @@ def recipe_data(data: Dataset, recipe) -> tuple[Dataset, tuple[Tensor, Tensor] |
     changes = {k: v for k, v in augmentation(data, recipe).items() if v != getattr(data, k)}
     held = None
     if recipe.holdout:
-        n = len(data.train_y)
-        k = round(recipe.holdout * n)
-        if not 0 < k < n:
-            raise ValueError(f"holdout={recipe.holdout} of {n} training images leaves {k} for validation; choose a "
-                             f"share that holds out at least one image and keeps one")
-        keep, out = _holdout(data.train_y, k, recipe.holdout_seed, recipe.holdout_split)
+        keep, out = split_indices(data, recipe)
         held = (data.train_x[out], data.train_y[out])
         changes.update(train_x=data.train_x[keep], train_y=data.train_y[keep])
     return (dataclasses.replace(data, **changes) if changes else data), held
+
 
 def _stratified_split(x: np.ndarray, y: np.ndarray, test_size: int | float):
     from sklearn.model_selection import train_test_split

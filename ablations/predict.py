@@ -63,17 +63,58 @@ def find_run(out: Path, run_id: str) -> tuple[str, pd.Series]:
     return next(iter(found.values()))
 
 
+def _explicit(out: Path, sweep: str) -> set[str]:
+    """The training fields a sweep set itself ([train], factors, tuned fields), from its spec where it is
+    found; a row records the augmentation as it ran, the dataset's own included."""
+    from .specs import SPEC_DIR, SpecError, load_spec
+
+    for path in (SweepPaths.of(out, sweep).spec, SPEC_DIR / f"{sweep}.toml"):
+        if path.exists():
+            try:
+                spec = load_spec(path, check_files=False)
+            except SpecError:
+                continue
+            return set(spec.train_overrides) | set(spec.varied)
+    return set()
+
+
+def retrain_command(row: pd.Series, out: Path, sweep: str = "") -> str:
+    """The `python -m ablations train` line that trains this run again into `out` (same model, recipe,
+    dataset and seed, so the same run_id), writing its weights where predict finds them."""
+    import dataclasses
+    import shlex
+
+    from bench.recipe import TrainConfig
+
+    from .specs import DATASET_FIELDS
+
+    model, recipe = ViTConfig.from_row(row), TrainConfig.from_row(row)
+    set_here = _explicit(out, sweep)
+    recipe = dataclasses.replace(recipe, **{k: None for k in ("crop_padding", "flip") if k not in set_here})
+    sets = [f"{f.name}={getattr(model, f.name)}" for f in dataclasses.fields(ViTConfig) if f.name not in DATASET_FIELDS]
+    sets += [f"{f.name}={getattr(recipe, f.name)}" for f in dataclasses.fields(TrainConfig)
+             if getattr(recipe, f.name) != f.default]
+    resized = [p.split(":", 1)[1] for p in str(row.get("data_id") or "").split(",") if p.startswith("resized:")]
+    parts = ["python -m ablations train", "--dataset", str(row["dataset"]), "--seeds", str(int(row["seed"])),
+             "--out", shlex.quote(str(out)), *(["--img-size", resized[0]] if resized else []),
+             *(f"--set {shlex.quote(item)}" for item in sets)]
+    return " ".join(parts)
+
+
 def load_run(out: Path, run_id: str, data_root: str | Path = "data") -> Loaded:
     """The finished run's model with its trained weights, and its dataset's normalisation."""
     sweep, row = find_run(out, run_id)
     path = SweepPaths.of(out, sweep).weights_file(str(row["run_id"]))
+    again = (f"train it again with the same settings (same run_id; add DATA_ROOT or INIT as it had them): "
+             f"{retrain_command(row, out, sweep)}")
     if not path.exists():
-        raise ValueError(f"run {row['run_id']}: no weights at {path} (rerun its sweep to write them)")
+        raise ValueError(f"run {row['run_id']}: no weights at {path} (removed, or a folder that keeps none); {again}")
     model = VisionTransformer(ViTConfig.from_row(row))
     try:
         model.load_state_dict(torch.load(path, weights_only=True))
     except Exception as err:
-        raise ValueError(f"{path}: not this run's weights ({type(err).__name__})") from None
+        raise ValueError(f"{path}: not this run's weights, or damaged ({type(err).__name__}); delete it and "
+                         f"{again}") from None
     mean, std = _statistics(str(row["dataset"]), data_root)
     factor = f"{sweep} sweep, seed {row['seed']}"
     return Loaded(model.eval(), f"{row['run_id']} ({factor}, {row['dataset']}, test acc "

@@ -25,7 +25,7 @@ from .data import load_dataset
 from .experiments import differences, latest_rows, newest_experiment
 from .findings import CHANCE_SDS, POWER_DELTA
 from .schema import read_table
-from .specs import SPEC_DIR, SweepSpec, available_sweeps, load_spec
+from .specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec
 from .stats import MARGIN, MIN_SEEDS, POWER, accuracy_interval
 from .store import SweepPaths, latest_cost_phase, ok_rows, sweep_names
 
@@ -358,10 +358,29 @@ def build_report(out: Path, data_root: str | Path = "data", reference: Path | No
     return path
 
 
+def _specs(out: Path) -> dict[str, SweepSpec]:
+    """The shipped sweeps' specs, and for each table under `out` that a spec from elsewhere wrote, the copy
+    kept beside it (it wins over a shipped spec of the same name: it is what wrote the table). A table
+    with no spec anywhere is listed under Skipped inputs."""
+    specs = {name: load_spec(SPEC_DIR / f"{name}.toml") for name in available_sweeps()}
+    for name in sweep_names(out):
+        paths = SweepPaths.of(out, name)
+        if paths.spec.exists():
+            try:
+                specs[name] = load_spec(paths.spec, check_files=False)
+            except SpecError as err:
+                skipped(f"{paths.spec}: {err}; the {name} sweep is left out")
+                specs.pop(name, None)
+        elif name not in specs and name != "train":
+            skipped(f"{paths.rows}: no spec for the {name} sweep (neither {SPEC_DIR / (name + '.toml')} nor "
+                    f"{paths.spec}); rerun the sweep from its TOML file to keep a copy beside the table")
+    return specs
+
+
 def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> list[str]:
     ablations, figures = out / "ablations", out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    specs = {name: load_spec(SPEC_DIR / f"{name}.toml") for name in available_sweeps()}
+    specs = _specs(out)
     tables, tunings = {}, {}
     for name, spec in specs.items():
         if (ablations / f"{name}.csv").exists():

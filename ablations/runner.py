@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 from tqdm import tqdm
 
@@ -116,6 +119,9 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
         for name, _, options in plans:
             locks.enter_context(store.sweep_lock(SweepPaths.of(options.out, name), name))
         shares = [_prepare(name, points, options, executor.jobs or 1) for name, points, options in plans]
+        for share in shares:
+            if share.options.tensorboard:
+                _events_of_finished_runs(share)
         _cost_phases(shares)
         for share in shares:
             _reuse_finished(share)
@@ -135,6 +141,35 @@ def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int) ->
     if todo:
         _warn_other_experiment(paths, todo[0])
     return share
+
+
+def _events_of_finished_runs(share: _Share) -> None:
+    """TENSORBOARD=1: check that the event folder can be written (SweepError before any work), then write
+    the events of this sweep's finished runs that have none (runs finished without TENSORBOARD, or while the
+    folder could not be written)."""
+    root = Path(share.options.out) / "tensorboard"
+    probe = root / f".write-test-{os.getpid()}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise SweepError(f"TENSORBOARD=1: cannot write {root} ({err.strerror or err}); fix its permissions or "
+                         f"choose another OUT") from None
+    table = read_table(share.paths.rows) if share.paths.rows.exists() else pd.DataFrame()
+    if table.empty or "run_id" not in table:
+        return
+    mine = {t.run_id for t in make_tasks(share.points, share.options)}
+    ok = table[(table["status"] == "ok") & table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
+    missing = [r for _, r in ok.iterrows() if not tensorboard.folder(share.options.out, share.sweep, str(r["run_id"])).exists()]
+    if not missing:
+        return
+    history = read_table(share.paths.history) if share.paths.history.exists() else pd.DataFrame(columns=["run_id"])
+    for row in missing:
+        epochs = history[history["run_id"].astype(str) == str(row["run_id"])]
+        tensorboard.write_run(share.options.out, {**row.to_dict(), "sweep": share.sweep},
+                              [e.to_dict() for _, e in epochs.iterrows()])
+    print(f"tensorboard: events of {len(missing)} finished run(s) of {share.sweep} written", file=sys.stderr)
 
 
 def _warn_other_experiment(paths: SweepPaths, task: Task) -> None:

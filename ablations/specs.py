@@ -234,7 +234,9 @@ def _factor_name(path: Path, factor: Any) -> str:
                     f"field but {', '.join(DATASET_FIELDS)}, or a TrainConfig field but {', '.join(TUNE_SPLIT)}")
 
 
-def load_spec(path: str | Path) -> SweepSpec:
+def load_spec(path: str | Path, check_files: bool = True) -> SweepSpec:
+    """The validated spec at `path`; `check_files=False` for a copy kept beside a sweep's results, whose
+    `init` path (relative to where the spec was) is not read."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -337,7 +339,7 @@ def load_spec(path: str | Path) -> SweepSpec:
                         f"runs would train on less data and nothing would read the split); move it to [tune] "
                         f"or remove it")
     init = sweep.get("init", "")
-    if init:
+    if init and check_files:
         init_path = (path.parent / Path(init).expanduser()).resolve()
         if not init_path.is_file():
             raise SpecError(f"{path}: [sweep] init={init!r}: no file at {init_path}")

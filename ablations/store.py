@@ -10,6 +10,7 @@ no executor.
     preds/<sweep>/<run_id>.npz            `pred` and `target`, one entry per test image
     checkpoints/<sweep>/<run_id>.safetensors   an unfinished run's last epoch
     <sweep>.lock           flock'ed by the process running the sweep; names its PID
+    <sweep>.toml           the spec of a sweep run from a file outside ablations/sweeps/ (the report reads it)
 
 Writes: a run's history rows in one append, then its predictions and weights, then its result row, each
 atomic (`bench.atomic`), so a kill at any instant leaves every earlier row whole. One process per OUT
@@ -59,13 +60,14 @@ class SweepPaths:
     preds: Path
     checkpoints: Path
     lock: Path
+    spec: Path   # a copy of the spec a sweep from outside ablations/sweeps/ ran, for the report
 
     @classmethod
     def of(cls, out: str | Path, sweep: str) -> SweepPaths:
         base = Path(out) / "ablations"
         return cls(base / f"{sweep}.csv", base / f"{sweep}-history.csv", base / f"{sweep}-cost.csv",
                    base / "weights" / sweep, base / "preds" / sweep, base / "checkpoints" / sweep,
-                   base / f"{sweep}.lock")
+                   base / f"{sweep}.lock", base / f"{sweep}.toml")
 
     @property
     def out(self) -> Path:

@@ -88,6 +88,25 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.holdout_split={self.holdout_split!r} is unknown; choose "
                              f"{' or '.join(HOLDOUT_SPLITS)}")
 
+    @classmethod
+    def from_row(cls, row: Any) -> TrainConfig:
+        """The recipe a result-table row trained with: every field the row has (blank cells keep the default),
+        cast to the field's type; the row's dtype is what ran, so the device's automatic choice reads back
+        as `auto`."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = row.get(f.name)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            value = value.item() if hasattr(value, "item") else value
+            kind = bool if isinstance(f.default, bool) else {"int": int, "bool": bool, "text": str}.get(
+                f.metadata.get("kind", ""), float)
+            values[f.name] = str(value).strip().lower() in ("1", "1.0", "true") if kind is bool else kind(value)
+        device = torch.device(str(row.get("device") or "cpu").split(":")[0])
+        if values.get("dtype") == cls(dtype="auto").resolved_dtype(device):
+            values["dtype"] = "auto"
+        return cls(**values)
+
     def resolved_dtype(self, device: torch.device) -> str:
         return ("bf16" if device.type == "cuda" else "fp32") if self.dtype == "auto" else self.dtype
 

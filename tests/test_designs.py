@@ -296,7 +296,9 @@ def test_tensorboard_events_read_back_equal_the_history_rows(tmp_path):
 
     from ablations import tensorboard
 
-    spec = load_spec(write_spec(tmp_path / "tb.toml", "depth", "[1]", TINY, "epochs = 3\nbatch_size = 256\nholdout = 0.1"))
+    path = write_spec(tmp_path / "tb.toml", "depth", "[1]", TINY, "epochs = 3\nbatch_size = 256")
+    path.write_text(path.read_text() + "\n[tune]\nlr = [2e-3]\nholdout = 0.1\n")   # a split: validation curves too
+    spec = load_spec(path)
     run_sweep("tb", spec.points(8, 1, 10), dataclasses.replace(options(tmp_path / "out"), tensorboard=True))
     paths = SweepPaths.of(tmp_path / "out", "tb")
     row, history = read_table(paths.rows).iloc[0], read_table(paths.history)
@@ -305,6 +307,34 @@ def test_tensorboard_events_read_back_equal_the_history_rows(tmp_path):
         got = [(e.step, e.value) for e in events.Scalars(tag)]
         assert got == [(int(h["epoch"]), pytest.approx(float(h[column]), rel=1e-6)) for _, h in history.iterrows()], tag
     assert len(history) == 3 and history["val_acc"].notna().all()
+
+
+def test_an_unwritable_event_folder_stops_the_sweep_before_any_run(tmp_path):
+    pytest.importorskip("tensorboard")
+    from ablations.store import SweepError
+
+    spec = load_spec(write_spec(tmp_path / "tb.toml", "depth", "[1]", TINY, "epochs = 1\nbatch_size = 256"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tensorboard").write_text("a file where the event folder goes\n")   # unwritable, even for root
+    with pytest.raises(SweepError, match="TENSORBOARD=1: cannot write"):
+        run_sweep("tb", spec.points(8, 1, 10), dataclasses.replace(options(out), tensorboard=True))
+    assert not SweepPaths.of(out, "tb").rows.exists()
+
+
+def test_a_rerun_with_tensorboard_writes_the_events_of_runs_finished_without_them(tmp_path):
+    pytest.importorskip("tensorboard")
+    from ablations import tensorboard
+
+    spec = load_spec(write_spec(tmp_path / "tb.toml", "depth", "[1, 2]", TINY, "epochs = 1\nbatch_size = 256"))
+    out = tmp_path / "out"
+    run_sweep("tb", spec.points(8, 1, 10), options(out))                        # finished, no events
+    rows = read_table(SweepPaths.of(out, "tb").rows)
+    assert not (out / "tensorboard").exists()
+    again = run_sweep("tb", spec.points(8, 1, 10), dataclasses.replace(options(out), tensorboard=True))
+    assert again["skipped"] == 2                                                # nothing trained again
+    for run_id in rows["run_id"]:
+        assert any(tensorboard.folder(out, "tb", run_id).glob("events.out.tfevents.*")), run_id
 
 
 def test_tensorboard_without_the_package_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):

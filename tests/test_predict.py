@@ -103,3 +103,29 @@ def test_a_checkpoint_for_a_torchvision_dataset_needs_none_of_its_files(tmp_path
     loaded = load_weights(weights, "vit_cifar", "cifar10", data_root=tmp_path / "no-data-here")
     assert (loaded.mean, loaded.std) == published_statistics("cifar10")
     assert not (tmp_path / "no-data-here").exists()
+
+
+def test_a_run_whose_weights_are_gone_says_the_command_that_trains_it_again_and_that_command_does(tmp_path, capsys):
+    import shlex
+
+    import pandas as pd
+
+    from ablations.__main__ import main
+    from ablations.predict import load_run
+    from ablations.store import SweepPaths
+
+    spec = tmp_path / "w.toml"
+    spec.write_text('[sweep]\nfactor = "lr"\nvalues = [0.003]\n[model]\npreset = "vit_digits"\nembed_dim = 16\n'
+                    'num_heads = 2\ndepth = 1\n[train]\nepochs = 1\nbatch_size = 256\nweight_decay = 0.01\n')
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--dataset", "digits", "--seeds", "1", "--out", str(out), "--cost-rounds", "0"]) == 0
+    table = SweepPaths.of(out, "w")
+    run_id = str(pd.read_csv(table.rows)["run_id"].iloc[0])
+    table.weights_file(run_id).unlink()
+    with pytest.raises(ValueError, match="train it again with the same settings") as info:
+        load_run(out, run_id)
+    command = str(info.value).split(": python -m ablations ", 1)[1]
+    capsys.readouterr()
+    assert main(shlex.split(command)) == 0                      # trains it again under the same run_id
+    assert run_id in capsys.readouterr().out
+    assert load_run(out, run_id).model is not None              # and predict finds its weights

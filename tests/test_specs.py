@@ -152,3 +152,17 @@ def test_a_10000_setting_grid_lists_in_seconds_and_trains_only_with_large(tmp_pa
     err = capsys.readouterr().err
     assert "plans 10,000 runs" in err and "--large (LARGE=1)" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out" / "ablations").exists()
+
+
+def test_a_sweep_from_a_spec_elsewhere_gets_its_report_section_and_a_table_without_one_is_named(tmp_path):
+    mine = tmp_path / "elsewhere" / "mine.toml"
+    mine.parent.mkdir()
+    write_spec(mine, "depth", "[1, 2]", "embed_dim = 16\nnum_heads = 2\nmlp_ratio = 1.0", "epochs = 1\nbatch_size = 256")
+    out = tmp_path / "out"
+    assert ablations_main(["sweep", str(mine), "--dataset", "digits", "--out", str(out), "--seeds", "0",
+                           "--cost-rounds", "0"]) == 0
+    assert (out / "ablations" / "mine.toml").read_text() == mine.read_text()   # kept beside its table
+    (out / "ablations" / "orphan.csv").write_text((out / "ablations" / "mine.csv").read_text())
+    text = build_report(out).read_text()
+    assert "## mine: " in text and "| 1 | 1 | " in text.split("## mine: ", 1)[1]
+    assert "orphan.csv: no spec for the orphan sweep" in text.split("## Skipped inputs", 1)[1]

@@ -66,7 +66,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)
   $(call opt,--gpus-per-task,$(GPUS_PER_TASK))
 INTO_REF = $(call switch,--into-reference,$(INTO_REFERENCE))
 
-.PHONY: install check-env test lint test-gpu crash-test calibrate predict ablations train bench bench-tokens bench-speed bench-step compare report clean
+.PHONY: install check-env test lint test-gpu crash-test calibrate predict migrate ablations train bench bench-tokens bench-speed bench-step compare report clean
 
 install: $(STAMP)
 
@@ -151,6 +151,10 @@ predict: $(STAMP)
 # two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0) point by point: make compare A=out1 B=out2
 compare: $(STAMP)
 	$(PY) -m ablations compare '$(A)' '$(B)' $(ARGS)
+
+# an OUT's older sweep tables rewritten in the current format, in place (no retraining, run ids kept)
+migrate: $(STAMP)
+	$(PY) -m ablations migrate --out '$(OUT)' $(INTO_REF)
 
 # MARGIN: the report's equivalence margin in accuracy points, for sweeps whose spec sets none (default 0.5)
 MARGIN ?=

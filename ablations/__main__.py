@@ -6,6 +6,7 @@
     python -m ablations report [--out results]
     python -m ablations compare results-graphs results-eager   # the same sweeps in two folders, point by point
     python -m ablations predict digit.png --run 3f2a9c         # a trained run on your images: top-5, attention
+    python -m ablations migrate --out old-results                # older tables rewritten in today's format
     python -m ablations columns > docs/columns.md
 """
 
@@ -58,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
                                    "trained on one")
     predict.add_argument("--figure", help="where to write the attention figure (default "
                                           "<out>/figures/predict-attention.png)")
+    migrate = sub.add_parser("migrate", help="rewrite an OUT's sweep tables in the current format, in place: "
+                                             "no retraining, every run_id kept")
+    OUT.add_to(migrate)
+    INTO_REFERENCE.add_to(migrate, help="allow rewriting a folder of committed reference results")
     sub.add_parser("columns", help="the column dictionary of every result table, as markdown (docs/columns.md)")
     compare = sub.add_parser("compare", help="two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0), point "
                                              "by point: accuracy difference with its interval, utilisation, time")

@@ -14,7 +14,8 @@ import sys
 
 USAGE = """usage: vitbench COMMAND [ARGS]
 
-  sweep, train, report, compare, predict, columns   as python -m ablations COMMAND (vitbench sweep --help)
+  sweep, train, report, compare, predict, migrate, columns
+                                                    as python -m ablations COMMAND (vitbench sweep --help)
   bench run | convert-json | peak                   as python -m bench COMMAND (vitbench bench --help)
   calibrate                                         as python -m ablations.calibrate (vitbench calibrate --help)
 """

@@ -34,6 +34,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from .migrate import migrate
+
+    out = Path(args.out)
+    message = refusal(out, args.into_reference)
+    if not message and not (out / "ablations").is_dir():
+        message = f"--out {out}: no ablations/ folder of sweep tables there; pass the OUT folder a sweep wrote"
+    if message:
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    try:
+        changed = migrate(out)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for sweep, rows in changed.items():
+        print(f"  {sweep:<12} {f'{rows} row(s) rewritten' if rows else 'already current'}")
+    print(f"{sum(changed.values())} row(s) of {len(changed)} table(s) under {out / 'ablations'} in the current format; "
+          f"run ids unchanged")
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare_outs
 

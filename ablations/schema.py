@@ -19,9 +19,11 @@ RECIPE = [Column(f.name, f.metadata["unit"], f.metadata["doc"], f.metadata["kind
 TRAINING = [
     Column("sweep", "", "the sweep (its TOML file's name), or train for `make train`", "text"),
     Column("dataset", "", "the dataset's name (DATASET)", "text"),
-    Column("data_id", "", "what names the data beyond the dataset's name: an image folder's files (a hash of "
-                          "their names and sizes) and a resize (IMG_SIZE); blank for a named dataset as shipped",
+    Column("data_id", "", "what names the data beyond the dataset's name: an image folder's contents (a hash of "
+                          "its files' paths and bytes) and a resize (IMG_SIZE); blank for a named dataset as shipped",
            "text"),
+    Column("norm_mean", "", "per-channel mean the run's images were normalised with (space-separated)", "text"),
+    Column("norm_std", "", "per-channel standard deviation the run's images were normalised with", "text"),
     Column("seed", "", "training seed: initial weights, batch order and augmentation", "int"),
     Column("train_time_s", "s", "wall time of the training epochs, evaluation excluded"),
     Column("train_loss", "", "mean cross-entropy over the last epoch's training images"),

@@ -39,7 +39,8 @@ def execute(task: Task, data: Dataset) -> Outcome:
     point, options = task.point, task.options
     device = resolve_device(options.device)
     row = {**base_row(task, device), "torch_threads": torch.get_num_threads(),
-           "util_cores": thread_cores() if device.type == "cpu" else None, **augmentation(data, point.train)}
+           "util_cores": thread_cores() if device.type == "cpu" else None, **augmentation(data, point.train),
+           "norm_mean": " ".join(f"{m:.6g}" for m in data.mean), "norm_std": " ".join(f"{s:.6g}" for s in data.std)}
     history: list[dict[str, Any]] = []
     try:
         torch.manual_seed(task.seed)

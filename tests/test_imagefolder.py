@@ -233,3 +233,23 @@ def test_a_symlinked_class_folder_enters_the_identity_and_the_cache(tmp_path):
     assert len(load_dataset("imagefolder", root, img_size=8).train_y) == 8            # the cache saw it
     (elsewhere / "loop").symlink_to(elsewhere, target_is_directory=True)                # a link loop ends
     assert data_id("imagefolder", str(root), None)
+
+
+def test_predict_on_an_image_folder_run_needs_no_folder_its_normalisation_is_in_the_row(tmp_path):
+    import shutil
+
+    from ablations.__main__ import main
+    from ablations.predict import load_run
+
+    root = write_folder(tmp_path / "images", per_class=(6, 2))
+    expected = load_dataset("imagefolder", root)
+    spec = tmp_path / "f.toml"
+    spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1]\n[model]\npreset = "vit_cifar"\nembed_dim = 16\n'
+                    'num_heads = 2\n[train]\nepochs = 1\n')
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--dataset", "imagefolder", "--data-root", str(root), "--seeds", "0",
+                 "--out", str(out), "--cost-rounds", "0"]) == 0
+    run_id = str(read_table(SweepPaths.of(out, "f").rows)["run_id"].iloc[0])
+    shutil.rmtree(root)
+    loaded = load_run(out, run_id, data_root=root)
+    assert loaded.mean == pytest.approx(expected.mean, rel=1e-5) and loaded.std == pytest.approx(expected.std, rel=1e-5)

@@ -29,3 +29,35 @@ def test_model_columns_are_viTconfig_fields_documented_where_they_are_declared()
     fields = [f.name for f in dataclasses.fields(ViTConfig)]
     assert BENCH_COLUMNS[BENCH_COLUMNS.index("img_size"):][:len(fields)] == fields
     assert all(f.metadata.get("doc") for f in dataclasses.fields(ViTConfig))
+
+
+def test_migrate_rewrites_an_older_table_with_its_exact_recipe_and_keeps_every_run_id(tmp_path, capsys):
+    import csv
+    import shutil
+
+    from ablations.__main__ import main
+    from ablations.report import REFERENCE
+
+    out = tmp_path / "old"
+    (out / "ablations").mkdir(parents=True)
+    current = REFERENCE / "ablations" / "depth.csv"
+    shutil.copy(current, out / "ablations" / "depth.csv")
+    rows = list(csv.DictReader(current.open()))
+    recipe = ("batch_size", "weight_decay", "warmup_epochs", "label_smoothing", "grad_clip", "eval_batch_size",
+              "layer_decay", "freeze", "holdout", "holdout_seed", "holdout_split", "infer_batch_size")
+    header = [c for c in rows[0] if c not in recipe] + ["mode", "batch_size"]
+    with (out / "ablations" / "depth.csv").open("w", newline="") as f:   # the format before recipe columns
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(header)
+        for r in rows:
+            writer.writerow([{"mode": "infer", "batch_size": r["infer_batch_size"]}.get(c, r.get(c, "")) for c in header])
+    assert main(["migrate", "--out", str(out)]) == 0
+    assert "12 row(s) rewritten" in capsys.readouterr().out
+    migrated = list(csv.DictReader((out / "ablations" / "depth.csv").open()))
+    assert [r["run_id"] for r in migrated] == [r["run_id"] for r in rows]
+    for old, new in zip(rows, migrated):
+        assert {k: new[k] for k in recipe} == {k: old[k] for k in recipe}   # recovered through the run id
+        assert "mode" not in new
+    assert main(["migrate", "--out", str(out)]) == 0 and "0 row(s)" in capsys.readouterr().out   # idempotent
+    assert main(["migrate", "--out", str(tmp_path / "none")]) == 2
+    assert "no ablations/ folder" in capsys.readouterr().err

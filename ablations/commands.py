@@ -251,15 +251,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for name, points in plans:
             _dry_run(name, points, options[name])
         return 0
-    try:
-        for spec in specs:   # a spec from elsewhere goes beside its results, where the report finds it
-            if spec.path.resolve().parent != SPEC_DIR.resolve():
-                write_atomic(SweepPaths.of(args.out, spec.name).spec, spec.path.read_bytes())
-    except OSError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     t0 = time.perf_counter()
     results, status = _run_all(args, plans, options)
+    _keep_specs(specs, args.out)
     if results is None:
         return status
     out = Path(args.out)
@@ -267,6 +261,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
              f"Next: make report OUT='{out}' (or vitbench report --out '{out}'): figures and "
              f"{out / 'REPORT.md'} from these tables")
     return 0
+
+
+def _keep_specs(specs: list[SweepSpec], out: str) -> None:
+    """A spec from outside ablations/sweeps/ goes beside the table it wrote, where the report finds it."""
+    for spec in specs:
+        paths = SweepPaths.of(out, spec.name)
+        if spec.path.resolve().parent != SPEC_DIR.resolve() and paths.rows.exists():
+            try:
+                write_atomic(paths.spec, spec.path.read_bytes())
+            except OSError as err:
+                print(f"note: {err}: the report needs {spec.path} beside the table to give it a section",
+                      file=sys.stderr)
 
 
 def cmd_train(args: argparse.Namespace) -> int:

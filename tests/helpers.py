@@ -47,3 +47,24 @@ def naive_bootstrap_p(a, b, rng, replicates=500):
     d = a.mean() - b.mean()
     dstar = replicate(a) - replicate(b)
     return (1 + np.count_nonzero(np.abs(dstar - d) >= abs(d) - 1e-12)) / (replicates + 1)
+
+
+OLD_RECIPE = ("batch_size", "weight_decay", "warmup_epochs", "label_smoothing", "grad_clip", "eval_batch_size",
+              "layer_decay", "freeze", "holdout", "holdout_seed", "holdout_split", "infer_batch_size")
+
+
+def write_old_format(current: Path, dest: Path) -> list[dict[str, str]]:
+    """`current` (a sweep table of today's format) written to `dest` as tables were before the recipe had
+    columns: the cost phase's inference batch under batch_size with mode = infer, no recipe columns.
+    Returns the current rows (as text)."""
+    import csv
+
+    rows = list(csv.DictReader(current.open()))
+    header = [c for c in rows[0] if c not in OLD_RECIPE] + ["mode", "batch_size"]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with dest.open("w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(header)
+        for r in rows:
+            writer.writerow([{"mode": "infer", "batch_size": r["infer_batch_size"]}.get(c, r.get(c, "")) for c in header])
+    return rows

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import write_spec
-from helpers import run_sweep
+from helpers import run_sweep, write_old_format
 
 from ablations import designs, report
 from ablations.cost import CostPlan
@@ -271,8 +271,9 @@ def test_an_old_results_folder_is_read_appended_to_and_reported(tmp_path):
     out = tmp_path / "old"
     source = ROOT / "results" / "reference" / "ablations"   # one sweep of the committed results: its files
     shutil.copytree(source / "preds" / "depth", out / "ablations" / "preds" / "depth")
-    for table in source.glob("depth*.csv"):
+    for table in source.glob("depth-*.csv"):
         shutil.copy(table, out / "ablations" / table.name)
+    write_old_format(source / "depth.csv", out / "ablations" / "depth.csv")   # the format before recipe columns
     paths = SweepPaths.of(out, "depth")
     header = paths.rows.read_text().splitlines()[0].split(",")
     assert "mode" in header and "infer_batch_size" not in header  # the old format

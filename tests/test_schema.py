@@ -33,24 +33,15 @@ def test_model_columns_are_viTconfig_fields_documented_where_they_are_declared()
 
 def test_migrate_rewrites_an_older_table_with_its_exact_recipe_and_keeps_every_run_id(tmp_path, capsys):
     import csv
-    import shutil
+
+    from helpers import OLD_RECIPE, write_old_format
 
     from ablations.__main__ import main
     from ablations.report import REFERENCE
 
     out = tmp_path / "old"
-    (out / "ablations").mkdir(parents=True)
-    current = REFERENCE / "ablations" / "depth.csv"
-    shutil.copy(current, out / "ablations" / "depth.csv")
-    rows = list(csv.DictReader(current.open()))
-    recipe = ("batch_size", "weight_decay", "warmup_epochs", "label_smoothing", "grad_clip", "eval_batch_size",
-              "layer_decay", "freeze", "holdout", "holdout_seed", "holdout_split", "infer_batch_size")
-    header = [c for c in rows[0] if c not in recipe] + ["mode", "batch_size"]
-    with (out / "ablations" / "depth.csv").open("w", newline="") as f:   # the format before recipe columns
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(header)
-        for r in rows:
-            writer.writerow([{"mode": "infer", "batch_size": r["infer_batch_size"]}.get(c, r.get(c, "")) for c in header])
+    rows = write_old_format(REFERENCE / "ablations" / "depth.csv", out / "ablations" / "depth.csv")
+    recipe = OLD_RECIPE
     assert main(["migrate", "--out", str(out)]) == 0
     assert "12 row(s) rewritten" in capsys.readouterr().out
     migrated = list(csv.DictReader((out / "ablations" / "depth.csv").open()))

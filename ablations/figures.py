@@ -41,6 +41,17 @@ def _linear_plain(ax) -> None:
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
 
 
+def blank_panel(ax, title: str, xlabel: str = "", why: str = "not measured") -> None:
+    """A panel with no data: its title and a word why, no axes that would suggest a scale."""
+    ax.set_title(title, fontsize=10)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_color("0.8")
+    ax.set_xlabel(xlabel, fontsize=9)
+    ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, color="0.4", fontsize=10)
+
+
 def sweep_figure(settings: list[dict], path: Path, label: str, device: str, accuracy_kind: str,
                  speed_source: str) -> Path:
     """One panel per figure of a sweep's settings, in a 2 × 3 grid: accuracy with its interval, GMACs,
@@ -67,6 +78,9 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, accu
     fig, axes = subplots(2, 3, figsize=(10.5, 6.2))
     for ax, (ylabel, (centre, low, high)) in zip(axes.flat, panels):
         centre, low, high = (np.asarray(v, dtype=float) for v in (centre, low, high))
+        if not np.isfinite(centre).any():
+            blank_panel(ax, ylabel, label)
+            continue
         yerr = [np.clip(np.nan_to_num(centre - low), 0, None), np.clip(np.nan_to_num(high - centre), 0, None)]
         ax.errorbar(x, centre, yerr=yerr, fmt="-" if numeric else "none", capsize=4, color="C0")
         copied = [i for i, d in enumerate(settings) if d.get("reused")] if ylabel.startswith("training run") else []
@@ -93,8 +107,6 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, accu
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel(label, fontsize=9)
         ax.grid(alpha=0.3)
-        if not len(finite):
-            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes, color="0.4")
     fig.suptitle(f"{label} sweep on {device}", fontsize=11)
     return save(fig, path)
 
@@ -114,7 +126,10 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
         ax.set_ylabel(col.replace("_", " "))
         ax.legend(title=factor, fontsize=8)
         ax.grid(alpha=0.3)
-    log_axis(axes[1])
+    loss = data["train_loss"].to_numpy(dtype=float)
+    loss = loss[np.isfinite(loss) & (loss > 0)]
+    if len(loss) and loss.max() / loss.min() >= 10:   # a log axis only where it shows more than one label
+        log_axis(axes[1])
     ok_rows = rows[rows["status"] == "ok"]
     devices = sorted({f"{d} ({n})" for d, n in zip(ok_rows.get("device", []), ok_rows.get("device_name", []))})
     fig.suptitle(f"learning curves, {factor} sweep" + (f" on {', '.join(devices)}" if devices else ""))
@@ -136,20 +151,22 @@ def accuracy_vs_gflops(settings: pd.DataFrame, path: Path) -> Path:
     """One point per setting (sweep × value): mean test accuracy over its seeds with its 95 % interval,
     against forward GFLOPs; the Pareto front of the means drawn as a step line."""
     front = pareto_front(settings, "acc_mean")
-    fig, ax = subplots(figsize=(6.4, 4.2))
+    fig, ax = subplots(figsize=(7.8, 4.2))
+    colours = sns.color_palette("tab10" if settings["sweep"].nunique() <= 10 else "tab20", settings["sweep"].nunique())
     for i, (sweep, group) in enumerate(settings.groupby("sweep", sort=True)):
         mean = 100 * group["acc_mean"].to_numpy()
         low, high = 100 * group["acc_low"].to_numpy(), 100 * group["acc_high"].to_numpy()
         ax.errorbar(group["gflops"], mean, yerr=[mean - low, high - mean], fmt="os^vDP<>"[i % 8], ms=5, capsize=3,
-                    ls="none", label=sweep, color=f"C{i % 10}")
+                    ls="none", label=sweep, color=colours[i])
     ax.step(front["gflops"], 100 * front["acc_mean"], where="post", color="k", ls="--", lw=1,
             label="Pareto front of the means")
     log_axis(ax, "x")
     ax.set_xlabel("GFLOPs per image (forward)")
-    ax.set_ylabel("test accuracy (%), mean over seeds")
-    ax.legend(fontsize=8)
+    one_seed = bool(len(settings)) and (settings["seeds"] == 1).all() if "seeds" in settings else False
+    ax.set_ylabel("test accuracy (%)" + ("" if one_seed else ", mean over seeds"))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.grid(alpha=0.3, which="both")
-    ax.set_title("accuracy against compute: each setting's mean with its 95 % interval")
+    ax.set_title("accuracy against compute\n(each setting with its 95 % interval)", fontsize=10)
     return save(fig, path)
 
 
@@ -280,6 +297,9 @@ def grid_heatmaps(cells: pd.DataFrame, a: str, b: str, path: Path, title: str) -
     for ax, (label, column, cmap) in zip(axes, panels):
         table = cells.pivot(index=a, columns=b, values=column)
         values = table.to_numpy(dtype=float) * (100 if column == "acc_mean" else 1)
+        if not np.isfinite(values).any():
+            blank_panel(ax, label, b)
+            continue
         if column == "acc_mean":
             low = cells.pivot(index=a, columns=b, values="acc_low").to_numpy(dtype=float) * 100
             high = cells.pivot(index=a, columns=b, values="acc_high").to_numpy(dtype=float) * 100

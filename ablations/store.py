@@ -318,9 +318,16 @@ def uncontended(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def spreads(phase: pd.DataFrame, by: list[str]) -> dict[tuple, dict[str, Spread]]:
-    """{group: {figure: Spread over the uncontended rounds}} for the ok rows of one phase, grouped by `by`."""
-    ok = uncontended(phase[phase["status"] == "ok"])
-    return {key if isinstance(key, tuple) else (key,): _spread_of(group) for key, group in ok.groupby(by, sort=False)}
+    """{group: {figure: Spread over the uncontended rounds}} for the ok rows of one phase, grouped by `by`;
+    peak memory over every round (other processes do not change a step's allocator peak)."""
+    every = phase[phase["status"] == "ok"]
+    ok = uncontended(every)
+    found = {key if isinstance(key, tuple) else (key,): _spread_of(group) for key, group in ok.groupby(by, sort=False)}
+    for key, group in every.groupby(by, sort=False):   # a step's peak memory is the allocator's: load does not move it
+        if "peak_mem_mb" in group:
+            found.setdefault(key if isinstance(key, tuple) else (key,), {})["peak_mem_mb"] = Spread.of(
+                group["peak_mem_mb"].astype(float))
+    return found
 
 
 def row_figures(phase: pd.DataFrame) -> dict[str, dict[str, Any]]:

@@ -28,6 +28,7 @@ IMG_SIZE  ?=
 EPOCHS    ?=
 SEEDS     ?=
 COST_ROUNDS ?=
+COST_BUDGET ?=
 DEVICE    ?=
 DTYPE     ?=
 COMPILE   ?=
@@ -57,7 +58,7 @@ qopt = $(if $(strip $(2)),$(1) '$(2)')
 switch = $(if $(filter 1 yes true,$(strip $(2))),$(1))
 RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)) $(call switch,--download,$(DOWNLOAD)) \
   $(call opt,--img-size,$(IMG_SIZE)) \
-  $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) $(call opt,--cost-rounds,$(COST_ROUNDS)) \
+  $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) $(call opt,--cost-rounds,$(COST_ROUNDS)) $(call opt,--cost-budget,$(COST_BUDGET)) \
   $(call opt,--device,$(DEVICE)) $(call opt,--dtype,$(DTYPE)) $(call opt,--compile,$(COMPILE)) \
   $(call opt,--graphs,$(GRAPHS)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) \
   $(call qopt,--out,$(OUT)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) $(call switch,--dry-run,$(DRY_RUN)) $(call switch,--large,$(LARGE)) \
@@ -66,7 +67,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)
   $(call opt,--gpus-per-task,$(GPUS_PER_TASK))
 INTO_REF = $(call switch,--into-reference,$(INTO_REFERENCE))
 
-.PHONY: install check-env test lint test-gpu crash-test calibrate predict migrate ablations train bench bench-tokens bench-speed bench-step compare report clean
+.PHONY: install check-env test lint test-gpu crash-test calibrate predict migrate cost ablations train bench bench-tokens bench-speed bench-step compare report clean
 
 install: $(STAMP)
 
@@ -151,6 +152,11 @@ predict: $(STAMP)
 # two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0) point by point: make compare A=out1 B=out2
 compare: $(STAMP)
 	$(PY) -m ablations compare '$(A)' '$(B)' $(ARGS)
+
+# the speed of every point trained under OUT, measured in one interleaved cost phase (COST_ROUNDS, COST_BUDGET)
+cost: $(STAMP)
+	$(PY) -m ablations cost --out '$(OUT)' $(call opt,--device,$(DEVICE)) $(call opt,--cost-rounds,$(COST_ROUNDS)) \
+	  $(call opt,--cost-budget,$(COST_BUDGET)) $(call opt,--graphs,$(GRAPHS)) $(INTO_REF)
 
 # an OUT's older sweep tables rewritten in the current format, in place (no retraining, run ids kept)
 migrate: $(STAMP)

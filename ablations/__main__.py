@@ -6,6 +6,7 @@
     python -m ablations report [--out results]
     python -m ablations compare results-graphs results-eager   # the same sweeps in two folders, point by point
     python -m ablations predict digit.png --run 3f2a9c         # a trained run on your images: top-5, attention
+    python -m ablations cost --out results                       # speed of what is trained there, measured now
     python -m ablations migrate --out old-results                # older tables rewritten in today's format
     python -m ablations columns > docs/columns.md
 """
@@ -59,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
                                    "trained on one")
     predict.add_argument("--figure", help="where to write the attention figure (default "
                                           "<out>/figures/predict-attention.png)")
+    cost = sub.add_parser("cost", help="measure the speed of every point trained under an OUT in one interleaved "
+                                       "cost phase (for sweeps run with COST_ROUNDS=0 or on a busy machine); "
+                                       "never trains")
+    run_flags = {o.flag: o for o in run_options(EXECUTOR_OPTIONS)}
+    add_options(cost, [run_flags[f] for f in ("--out", "--device", "--cost-rounds", "--graphs", "--into-reference")])
+    run_flags["--cost-budget"].add_to(cost, help="seconds the phase may take (default: no limit)")
     migrate = sub.add_parser("migrate", help="rewrite an OUT's sweep tables in the current format, in place: "
                                              "no retraining, every run_id kept")
     OUT.add_to(migrate)
@@ -75,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with signals_raise():
             # torch and the rest load here, once the command line is known to be sound
-            if args.command in ("sweep", "train"):
+            if args.command in ("sweep", "train", "cost"):
                 from . import commands
             else:
                 from . import read_commands as commands

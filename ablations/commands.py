@@ -63,7 +63,8 @@ def _options(args: argparse.Namespace, init: str = "") -> RunOptions:
     init_id = f"timm:{args.pretrained}" if args.pretrained else (checkpoint_id(init) if init else "")
     return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
                       device=args.device, out=args.out, init=init, init_id=init_id,
-                      cost=CostPlan(rounds=args.cost_rounds), checkpoint_every=args.checkpoint_every,
+                      cost=CostPlan(rounds=0 if args.cost_budget == 0 else args.cost_rounds, budget_s=args.cost_budget),
+                      checkpoint_every=args.checkpoint_every,
                       graphs=bool(args.graphs), tensorboard=args.tensorboard, img_size=args.img_size,
                       data_id=data_id(args.dataset, args.data_root, args.img_size))
 
@@ -218,7 +219,7 @@ def _summary(results: list[dict[str, Any]], elapsed: float, report_hint: str = "
 def _check_out(args: argparse.Namespace) -> None:
     """ValueError for an OUT that holds the committed reference results, unless --into-reference; for
     TENSORBOARD=1 without the package."""
-    message = refusal(args.out, args.into_reference) or (tensorboard.available() if args.tensorboard else "")
+    message = refusal(args.out, args.into_reference) or (tensorboard.available() if getattr(args, "tensorboard", False) else "")
     if message:
         raise ValueError(message)
 
@@ -273,6 +274,29 @@ def _keep_specs(specs: list[SweepSpec], out: str) -> None:
             except OSError as err:
                 print(f"note: {err}: the report needs {spec.path} beside the table to give it a section",
                       file=sys.stderr)
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from .remeasure import measure_out
+
+    out = Path(args.out)
+    try:
+        _check_out(args)
+        device = resolve_device(args.device)
+        plan = CostPlan(rounds=args.cost_rounds, budget_s=float("inf") if args.cost_budget is None else args.cost_budget)
+        if not plan.rounds or not plan.budget_s:
+            raise ValueError("--cost-rounds and --cost-budget must be above 0 to measure anything")
+        t0 = time.perf_counter()
+        done = measure_out(out, plan, device, graphs=bool(args.graphs))
+    except (ValueError, SweepError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"\nCost phase done in {(time.perf_counter() - t0) / 60:.1f} min on {device}.")
+    for sweep, (points, filled) in done.items():
+        print(f"  {sweep:<12} {points} point(s) measured, {filled} row(s) given their speed   cost → "
+              f"{SweepPaths.of(out, sweep).cost}")
+    print(f"Next: make report OUT='{out}': its speed tables and figures read these phases")
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:

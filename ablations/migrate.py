@@ -53,38 +53,32 @@ def recovered_recipe(row: dict) -> TrainConfig | None:
     return None
 
 
-def _migrate_rows(header: list[str], rows: list[dict[str, str]],
-                  typed: list[dict]) -> tuple[list[str], list[dict[str, str]], int]:
-    """(header, rows, how many rows changed): `rows` as text, `typed` the same rows as pandas reads them."""
-    changed = 0
-    for row, as_read in zip(rows, typed):
-        before = dict(row)
-        if row.get("mode") == "infer":
-            row["infer_batch_size"], row["batch_size"], row["mode"] = row.get("batch_size", ""), "", ""
-            recipe = recovered_recipe(as_read)
-            if recipe is not None:
-                cells = recipe.to_dict()
-                for name in RECIPE_FIELDS:
-                    if name in ("dtype", "compile") or cells[name] is None:
-                        continue   # dtype and compile record what ran; None: the dataset's augmentation
-                    if row.get(name, "") == "":
-                        row[name] = str(int(cells[name]) if isinstance(cells[name], bool) else cells[name])
-        try:
-            holdout = float(row.get("holdout") or 0)
-        except ValueError:
-            holdout = 0.0
-        if holdout > 0 and row.get("holdout_split", "") == "":
-            row["holdout_split"] = "random"
-        changed += row != before
-    header = header + [k for row in rows for k in row if k not in header]
-    header = list(dict.fromkeys(header))
-    if "mode" in header and all(row.get("mode", "") == "" for row in rows):
-        header.remove("mode")
-    return header, rows, changed
+def _migrate_row(row: dict[str, str], as_read: dict) -> bool:
+    """One row in the current format (see the module docstring); whether it changed."""
+    before = dict(row)
+    if row.get("mode") == "infer":
+        row["infer_batch_size"], row["batch_size"], row["mode"] = row.get("batch_size", ""), "", ""
+        recipe = recovered_recipe(as_read)
+        if recipe is not None:
+            cells = recipe.to_dict()
+            for name in RECIPE_FIELDS:
+                if name in ("dtype", "compile") or cells[name] is None:
+                    continue   # dtype and compile record what ran; None: the dataset's augmentation
+                if row.get(name, "") == "":
+                    row[name] = str(int(cells[name]) if isinstance(cells[name], bool) else cells[name])
+    try:
+        holdout = float(row.get("holdout") or 0)
+    except ValueError:
+        holdout = 0.0
+    if holdout > 0 and row.get("holdout_split", "") == "":
+        row["holdout_split"] = "random"
+    return row != before
 
 
-def migrate_table(path: Path) -> int:
-    """Rewrite one sweep table in the current format; the number of rows changed (0: left as it was)."""
+def rewrite_table(path: Path, change) -> int:
+    """Rewrite a sweep table in place through `change(text_row, typed_row) -> bool` (it edits the text row, a
+    {column: cell} dict, and says whether it changed it; `typed_row` is the row as pandas reads it); new
+    columns go last. The number of rows changed (0: the file is left as it was)."""
     text = path.read_text()
     lines = list(csv.reader(io.StringIO(text)))
     if not lines:
@@ -95,14 +89,22 @@ def migrate_table(path: Path) -> int:
         raise ValueError(f"{path}: has lines that are not rows of its header; run `make report` first, which "
                          f"lists them, and repair or remove them")
     typed = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""], dtype={"run_id": str}).to_dict("records")
-    header, rows, changed = _migrate_rows(header, rows, typed)
+    changed = sum(bool(change(row, as_read)) for row, as_read in zip(rows, typed))
     if changed:
+        header = list(dict.fromkeys(header + [k for row in rows for k in row]))
+        if "mode" in header and all(row.get("mode", "") == "" for row in rows):
+            header.remove("mode")
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(header)
         writer.writerows([row.get(name, "") for name in header] for row in rows)
         write_atomic(path, buf.getvalue().encode())
     return changed
+
+
+def migrate_table(path: Path) -> int:
+    """Rewrite one sweep table in the current format; the number of rows changed (0: left as it was)."""
+    return rewrite_table(path, _migrate_row)
 
 
 def migrate(out: Path) -> dict[str, int]:

@@ -81,6 +81,19 @@ def positive(what: str) -> Callable[[str], int | None]:
     return integer(1, f"{what} must be a positive integer")
 
 
+def seconds_or_auto(text: str) -> float | None:
+    """argparse type: a number of seconds ≥ 0, or auto (None)."""
+    if text == "auto":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"the cost budget must be auto or a number of seconds ≥ 0, got {text!r}")
+    return value
+
+
 def margin_points(text: str) -> float:
     """argparse type: an equivalence margin in accuracy points, above 0 and below 100 → a fraction."""
     try:
@@ -116,6 +129,9 @@ RUN = (
     Option("--cost-rounds", f"interleaved rounds of the cost phase that times every point side by side before "
                             f"training (default {COST_ROUNDS}; 0 skips it and leaves the speed columns empty)",
            "COST_ROUNDS", type=integer(0, "cost rounds must be an integer ≥ 0"), default=COST_ROUNDS),
+    Option("--cost-budget", "seconds the cost phase may take (default auto: 10 %% of the runs' expected training "
+                            "time, at least 20 s and at most 600 s; 0 skips it, and `make cost` measures later)",
+           "COST_BUDGET", type=seconds_or_auto, metavar="SECONDS|auto"),
     Option("--device", "auto (CUDA where there is one, else the CPU), cpu, cuda or cuda:N", "DEVICE", default="auto"),
     Option("--dtype", "default auto: bf16 on CUDA, fp32 on CPU", "DTYPE", choices=["auto", *choices.DTYPES]),
     Option("--compile", "torch.compile the model (1). For these small models, on a CPU and on a GPU, compiling "

@@ -200,8 +200,10 @@ def _cost_phases(shares: list[_Share]) -> None:
             groups.setdefault((o.cost, o.device, o.graphs, o.progress), []).append(share)
     for (plan, device_name, graphs, progress), members in groups.items():
         device = resolve_device(device_name)
+        first = members[0].options
+        workload = (len(load_data(first).train_y), len(first.seeds))   # what the runs will train, for the budget
         phases = run_cost_phases([(share.sweep, share.points, share.paths.cost) for share in members], plan,
-                                 device, progress=progress, graphs=graphs)
+                                 device, progress=progress, graphs=graphs, workload=workload)
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the driver keeps no cached blocks while the runs train
         for share in members:

@@ -78,7 +78,7 @@ COST_PHASE = [
     Column("phase_id", "", "hash of what defines the phase (sweeps, models, batch sizes, dtype, rounds, device); "
                            "a complete phase is reused by a rerun", "id", required=True),
     Column("round", "", "interleaved round, from 0; each round measures every point and mode once", "int"),
-    Column("rounds", "", "rounds the phase planned", "int"),
+    Column("rounds", "", "rounds the phase took: as many as its time budget allowed, at most COST_ROUNDS", "int"),
     Column("phase_items", "", "this sweep's points × modes per round: its table holds the phase complete with "
                               "rounds × phase_items rows", "int"),
 ]

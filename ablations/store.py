@@ -281,15 +281,16 @@ def model_key(cfg: ViTConfig) -> str:
     return stable_id(cfg.to_dict())
 
 
-def complete_phase(csv_path: Path, pid: str, expected: int) -> pd.DataFrame | None:
-    """The rows of cost phase `pid` in one sweep's cost table, if all `expected` rows are there."""
+def complete_phase(csv_path: Path, pid: str, items: int) -> pd.DataFrame | None:
+    """The rows of cost phase `pid` in one sweep's cost table, if all its rounds (as its rows record them)
+    of its `items` items are there."""
     if not csv_path.exists():
         return None
     rows = read_table(csv_path)
     if rows.empty or "phase_id" not in rows:
         return None
     phase = rows[rows["phase_id"].astype(str) == pid]
-    return phase if len(phase) >= expected else None
+    return phase if len(phase) and len(phase) >= int(phase["rounds"].iloc[0]) * items else None
 
 
 def latest_cost_phase(paths: SweepPaths) -> pd.DataFrame | None:

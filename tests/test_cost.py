@@ -174,7 +174,9 @@ def test_cost_items_are_timed_for_their_device_unless_the_plan_says_how():
 
 
 @pytest.mark.parametrize("kwargs,message", [({"rounds": -1}, "cost rounds"), ({"rounds": 1.5}, "cost rounds"),
-                                            ({"infer_batch_size": 0}, "infer batch size")])
+                                            ({"infer_batch_size": 0}, "infer batch size"),
+                                            ({"budget_s": -1}, "cost budget"), ({"budget_s": "10"}, "cost budget"),
+                                            ({"budget_s": float("nan")}, "cost budget")])
 def test_bad_cost_plans_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         CostPlan(**kwargs)
@@ -183,7 +185,9 @@ def test_bad_cost_plans_are_refused(kwargs, message):
 def test_cli_refuses_bad_cost_rounds_and_repeated_seeds_before_any_work(tmp_path, capsys):
     from ablations.__main__ import main
 
-    for args, message in ((["--cost-rounds", "-2"], "cost rounds"), (["--seeds", "0,1,0"], "seeds name a seed twice")):
+    for args, message in ((["--cost-rounds", "-2"], "cost rounds"), (["--seeds", "0,1,0"], "seeds name a seed twice"),
+                          (["--cost-budget", "-5"], "cost budget must be auto or a number of seconds ≥ 0"),
+                          (["--cost-budget", "ten"], "cost budget must be auto")):
         with pytest.raises(SystemExit) as info:
             main(["sweep", "depth", "--dataset", "digits", "--out", str(tmp_path), *args])
         assert info.value.code == 2 and message in capsys.readouterr().err
@@ -238,3 +242,80 @@ def test_kept_steps_let_the_least_recently_timed_go_when_the_device_is_crowded(m
     assert list(steps.built) == ["c"] and made == ["a", "b", "c"]   # b evicted a; c evicted b
     steps.factory("c", build("c"), lambda m: None)(None, None, None)
     assert made == ["a", "b", "c"]                                  # kept: not built again
+
+
+# --- the budget ------------------------------------------------------------------------------------
+
+def test_the_budget_is_a_share_of_the_expected_training_within_a_floor_and_a_cap():
+    from ablations.cost import BUDGET_CAP_S, BUDGET_FLOOR_S, BUDGET_SHARE
+
+    plan = CostPlan()
+    assert plan.budget(1000.0) == pytest.approx(BUDGET_SHARE * 1000.0)
+    assert plan.budget(1.0) == BUDGET_FLOOR_S and plan.budget(1e6) == BUDGET_CAP_S and plan.budget(None) == BUDGET_CAP_S
+    assert CostPlan(budget_s=12.5).budget(1e6) == 12.5
+
+
+def test_a_small_budget_plans_fewer_rounds_and_the_rows_say_how_many(tmp_path, capsys):
+    import dataclasses
+    import time
+
+    plan = dataclasses.replace(PLAN, rounds=20, timing=None, budget_s=0.5)
+    t0 = time.perf_counter()
+    rows = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv")
+    took = time.perf_counter() - t0
+    taken = int(rows["rounds"].iloc[0])
+    assert 1 <= taken < 20 and len(rows) == taken * 4 and (rows["rounds"] == taken).all()
+    assert took < 20                                           # not the 20 rounds asked for
+    err = capsys.readouterr().err
+    assert f"cost c: {taken} round(s) of 4 timed steps in " in err and "(budget 0.5 s)" in err
+    if taken < 3:   # too few for a ratio: it says so, and how to measure later
+        assert f"fits {taken} of 20 rounds" in err and "make cost OUT=" in err
+    again = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv")
+    assert again["run_id"].tolist() == rows["run_id"].tolist()   # complete as it stands: a rerun reuses it
+
+
+def test_a_machine_busy_in_every_round_stops_the_phase_within_its_budget(tmp_path, monkeypatch, capsys):
+    import dataclasses
+    import time
+
+    from bench import contention
+
+    # every timed region sees other processes take the whole machine (a faked /proc/stat, the meter's input)
+    clock = {"busy": 0.0}
+
+    def busy_cpus() -> float:
+        clock["busy"] += 1e6
+        return clock["busy"]
+    monkeypatch.setattr(contention, "_cpu_busy_s", busy_cpus)
+    plan = dataclasses.replace(PLAN, rounds=50, budget_s=4.0)
+    t0 = time.perf_counter()
+    rows = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv")
+    took = time.perf_counter() - t0
+    assert rows["contended"].eq(1).all() and int(rows["rounds"].iloc[0]) < 50
+    assert took < 4.0 + 3.0                                      # the budget, and no more than a round past it
+    err = capsys.readouterr().err
+    assert "ran while other processes held the machine and are left out" in err and "make cost OUT=" in err
+
+
+def test_make_cost_measures_an_out_trained_without_a_cost_phase_and_the_report_shows_it(tmp_path, capsys):
+    from ablations.__main__ import main
+    from ablations.report import build_report
+    from ablations.store import SweepPaths
+
+    spec = tmp_path / "cz.toml"
+    spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1, 2]\n[model]\npreset = "vit_digits"\nembed_dim = 16\n'
+                    'num_heads = 2\n[train]\nepochs = 1\nbatch_size = 256\n')
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--dataset", "digits", "--seeds", "0,1", "--out", str(out), "--cost-budget", "0"]) == 0
+    rows = read_table(SweepPaths.of(out, "cz").rows)
+    assert rows["throughput_img_s"].isna().all() and not SweepPaths.of(out, "cz").cost.exists()
+    assert "infer img/s" in build_report(out, reference=None).read_text()
+    assert main(["cost", "--out", str(out), "--cost-rounds", "3"]) == 0
+    assert "2 point(s) measured, 4 row(s) given their speed" in capsys.readouterr().out
+    rows = read_table(SweepPaths.of(out, "cz").rows)
+    assert rows["throughput_img_s"].notna().all() and (rows["cost_rounds"] == 3).all()
+    section = build_report(out, reference=None).read_text().split("## cz", 1)[1]
+    speed = section.split("| depth | infer img/s", 1)[1].split("\n\n", 1)[0]
+    assert "| 1 | " in speed and "| 1 | — |" not in speed and "| 2 | — |" not in speed
+    assert main(["cost", "--out", str(tmp_path / "empty")]) == 2
+    assert "no finished run under" in capsys.readouterr().err

@@ -172,8 +172,16 @@ class Steps:
                 self.built[key] = made
                 while len(self.built) > 1 and self._crowded():
                     self.built.popitem(last=False)
+                    self._free()
             return made
         return get
+
+    def _free(self) -> None:
+        """Hand the blocks of a step let go back to the device: without it `memory_reserved` stays where it
+        was, and every later check would let go of all but the newest step."""
+        if self.device.type == "cuda":
+            gc.collect()
+            torch.cuda.empty_cache()
 
     def _crowded(self) -> bool:
         if self.device.type != "cuda":

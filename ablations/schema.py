@@ -104,7 +104,8 @@ HISTORY_COLUMNS = names(HISTORY_TABLE)
 MEASURED = ["started_at", "host", "torch_threads", "util_cores", "throughput_img_s", "step_ms_median", "step_ms_iqr",
             "peak_mem_mb", "util_pct", "step_ms_p50", "step_ms_p90", "step_ms_p99", "energy_j_per_img", "energy_source",
             "mfu", "train_time_s", "train_throughput_img_s", "train_util_pct", "train_mfu", "jobs", "resumed_after",
-            "gpu_mem_used_mb", "power_w", "repeats", "other_cpu_pct", "contended", "mfu_peak_gflops", "mfu_peak_at"]
+            "gpu_mem_used_mb", "power_w", "repeats", "other_cpu_pct", "contended", "gpu_procs_seen", "mfu_peak_gflops",
+            "mfu_peak_at"]
 
 TABLES = [
     ("`$(OUT)/bench/<name>.csv`", "one row per measurement (`python -m bench run`, `make bench`)", BENCH_TABLE),

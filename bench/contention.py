@@ -8,7 +8,8 @@ over wall time × CPUs. `/proc/stat` counts in clock ticks while the process's o
 CPU's count can be a tick off at either end: that much is taken off before the share is computed,
 which keeps a short region from showing load that is not there. A region is *contended* when the
 share reaches `CONTENDED_PCT` of the machine,
-or, on CUDA, when NVML lists a compute process of another PID on the GPU. Readers leave contended
+or, on CUDA, when NVML lists a compute process on the GPU that is neither this command's (this process
+and its workers) nor an MPS server (`gpu_procs_seen` says what it listed). Readers leave contended
 regions out of medians and ratios (`ablations.findings`), and the MFU's matmul peak is not kept from
 one (`bench.mfu`). Where `/proc/stat` cannot be read (not Linux) the share is unknown and nothing is
 flagged.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -48,13 +50,15 @@ class Load:
     other_cpu_pct: float | None  # other processes' share of all CPUs over the region, %
     other_gpu_procs: int | None  # other compute processes on the GPU (CUDA with NVML), else None
     load_avg_1m: float | None
+    gpu_procs_seen: str = ""     # what NVML listed on the GPU, by kind (CUDA only)
 
     @property
     def contended(self) -> bool:
         return bool((self.other_cpu_pct or 0.0) >= CONTENDED_PCT or (self.other_gpu_procs or 0) > 0)
 
     def columns(self) -> dict[str, object]:
-        return {"other_cpu_pct": self.other_cpu_pct, "contended": int(self.contended)}
+        return {"other_cpu_pct": self.other_cpu_pct, "contended": int(self.contended),
+                "gpu_procs_seen": self.gpu_procs_seen or None}
 
 
 class LoadMeter:
@@ -80,19 +84,68 @@ class LoadMeter:
             load_avg = os.getloadavg()[0]
         except OSError:
             load_avg = None
-        self.load = Load(share, _other_gpu_processes(self.device), load_avg)
+        others, seen = gpu_processes(self.device)
+        self.load = Load(share, others, load_avg, seen)
 
 
-def _other_gpu_processes(device: torch.device) -> int | None:
+MPS_SERVER = "nvidia-cuda-mps-server"
+
+
+def _family() -> set[int]:
+    """This process and its descendants (a command's workers), from /proc."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    family, grew = {os.getpid()}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in family} - family
+        family |= more
+        grew = bool(more)
+    return family
+
+
+def _name(pynvml, pid: int) -> str:
+    try:
+        name = pynvml.nvmlSystemGetProcessName(pid)
+        return (name.decode() if isinstance(name, bytes) else str(name)).rsplit("/", 1)[-1]
+    except Exception:
+        try:
+            return Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return ""
+
+
+def attribute(pids: list[int], names: dict[int, str], family: set[int]) -> tuple[int | None, str]:
+    """(other compute processes, what was seen) of the PIDs NVML lists on a GPU: this command's own
+    processes (this one and its workers) and an MPS server (which serves them, and which NVML lists as
+    a compute process) are not other work. Where none of the PIDs is one this namespace knows, including
+    this process's own, the driver reports host PIDs (a container): they cannot be told apart, so the
+    count is unknown (None), not contended."""
+    ours = [p for p in pids if p in family]
+    mps = [p for p in pids if p not in family and names.get(p) == MPS_SERVER]
+    others = [p for p in pids if p not in family and p not in mps]
+    if pids and not ours and not all(Path(f"/proc/{p}").exists() for p in pids):
+        return None, f"{len(pids)} process(es) with host PIDs: not attributable"
+    seen = ", ".join(f"{label} {len(group)}" for label, group in (("ours", ours), ("mps-server", mps),
+                                                                    ("other", others)) if group)
+    return len(others), seen
+
+
+def gpu_processes(device: torch.device) -> tuple[int | None, str]:
+    """(other compute processes on the CUDA device, what NVML listed); (None, "") off CUDA or without NVML."""
     if device.type != "cuda":
-        return None
+        return None, ""
     try:
         import pynvml
 
-        from .utilisation import nvml_uuid
+        from .utilisation import nvml_handle
 
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByUUID(nvml_uuid(device))
-        return sum(p.pid != os.getpid() for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(nvml_handle(pynvml, device))]
     except Exception:  # no NVML, or a driver that does not list processes: unknown, not flagged
-        return None
+        return None, ""
+    return attribute(pids, {pid: _name(pynvml, pid) for pid in pids}, _family())

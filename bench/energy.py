@@ -23,11 +23,11 @@ class NvmlEnergy:
     def __init__(self, device: torch.device) -> None:
         import pynvml
 
-        from .utilisation import nvml_uuid
+        from .utilisation import nvml_handle
 
         pynvml.nvmlInit()
         self._nvml = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByUUID(nvml_uuid(device))
+        self._handle = nvml_handle(pynvml, device)
         self.read()  # raises where the GPU has no energy counter
 
     def read(self) -> float:

@@ -136,8 +136,11 @@ SPEED = [
     Column("other_cpu_pct", "%", "other processes' share of all CPUs while the steps were timed (busy time from "
                                  "/proc/stat, hypervisor steal included, less this process's)"),
     Column("contended", "0/1", "1 where the timed steps ran under load: other_cpu_pct ≥ 10 % or, on CUDA, another "
-                               "process computing on the GPU; readers leave such rounds out of medians and ratios",
-           "int", ("0", "1")),
+                               "process computing on the GPU (not this command's own, not an MPS server); readers "
+                               "leave such rounds out of medians and ratios", "int", ("0", "1")),
+    Column("gpu_procs_seen", "", "on CUDA, the compute processes NVML listed on the GPU while the steps were timed, "
+                                 "by kind: ours (this command and its workers), mps-server, other; or that their "
+                                 "host PIDs could not be attributed (a container)", "text"),
     Column("mfu", "", "model FLOP utilisation: achieved FLOP/s over the device's measured matmul peak for "
                       "that dtype (a training step counts 3 × the forward FLOPs)"),
     Column("mfu_peak_gflops", "10⁹ FLOP/s", "the matmul peak the row's MFU figures were divided by: the best "

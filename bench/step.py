@@ -203,13 +203,18 @@ class StaticStep(EagerStep):
 
 @contextlib.contextmanager
 def capturing(graph: Any, stream: Any, device: torch.device):
-    """Capture the block's CUDA work into `graph` on `stream` (only this thread's work is checked). Unlike
-    `torch.cuda.graph`, a failure leaves the process as it was: the previous stream is current again
-    whatever raised, the caching allocator stops allocating into the graph's private pool (a capture
-    that `capture_end` refuses would otherwise leave it capturing, and the next `empty_cache` fails an
-    internal assertion), the pool is released, and the first error, the real cause, is raised."""
+    """Capture the block's CUDA work into `graph` on `stream` (only this thread's work is checked), as
+    `torch.cuda.graph` does: the device synchronised and the allocator's cache emptied first (cached blocks
+    are not released during a capture, so a warm-up's would stay reserved beside the graph's pool), and
+    `capture_end` called whatever the block did. On a failure the previous stream is current again, and
+    the graph's pool is released exactly once: by `graph.reset()` where `capture_end` succeeded (the block
+    raised inside a capture that stayed valid); where `capture_end` refused the capture there is no pool to
+    ask for (torch refuses `pool()` then) and nothing more is called. The first error, the real cause, is
+    raised."""
     torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
     failed: BaseException | None = None
+    ended = False
     with torch.cuda.stream(stream):  # restores the previous current stream on the way out, raise or not
         graph.capture_begin(capture_error_mode="thread_local")
         try:
@@ -218,25 +223,13 @@ def capturing(graph: Any, stream: Any, device: torch.device):
             failed = err
         try:
             graph.capture_end()
+            ended = True
         except BaseException as err:  # an op invalidated the capture without raising, or the block did
             failed = failed or err
-        if failed is not None:
-            abandon_capture(graph, device)
     if failed is not None:
+        if ended:
+            graph.reset()   # the one release of the pool of a capture that ended well but is not used
         raise failed
-
-
-def abandon_capture(graph: Any, device: torch.device) -> None:
-    """After a failed capture: end the allocator's allocation into the graph's pool, release the pool and
-    reset the graph, each where it still applies (a step that already happened is not an error)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    for undo in (lambda: torch._C._cuda_endAllocateToPool(index, graph.pool()),
-                 lambda: torch._C._cuda_releasePool(index, graph.pool()),
-                 graph.reset):
-        try:
-            undo()
-        except Exception:
-            pass
 
 
 def training_parts(model: nn.Module, cfg: TrainConfig,

@@ -54,15 +54,15 @@ class NvmlReader:
     source = "nvml"
     cumulative = False  # NVML reports recent activity: sample through the interval
 
-    def __init__(self, uuid: str) -> None:
-        """`uuid`: the GPU's NVML UUID ("GPU-…"), as `nvml_uuid` gives it for a torch device. NVML numbers
-        every GPU of the machine in PCI order, whatever CUDA_VISIBLE_DEVICES hides or reorders, so an index
-        would read another GPU in a worker pinned to GPU 2 (whose cuda:0 is NVML's 2)."""
+    def __init__(self, device: torch.device) -> None:
+        """The CUDA device's NVML handle, found by its UUID (`nvml_handle`). NVML numbers every GPU of the
+        machine in PCI order, whatever CUDA_VISIBLE_DEVICES hides or reorders, so an index would read
+        another GPU in a worker pinned to GPU 2 (whose cuda:0 is NVML's 2)."""
         import pynvml
 
         pynvml.nvmlInit()
         self._nvml = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        self._handle = nvml_handle(pynvml, device)
 
     def read(self) -> dict[str, float]:
         nvml, h = self._nvml, self._handle
@@ -71,17 +71,30 @@ class NvmlReader:
                 "power_w": nvml.nvmlDeviceGetPowerUsage(h) / 1e3}
 
 
-def nvml_uuid(device: torch.device) -> str:
-    """The NVML UUID of a CUDA device: torch's device UUID with NVML's "GPU-" prefix."""
+def nvml_uuids(device: torch.device) -> list[str]:
+    """The NVML UUIDs a CUDA device may go by: torch's device UUID as it is, and with NVML's "GPU-" and
+    (a MIG instance) "MIG-" prefixes."""
     uuid = str(torch.cuda.get_device_properties(device).uuid)
-    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    return [uuid] if uuid.startswith(("GPU-", "MIG-")) else [f"GPU-{uuid}", f"MIG-{uuid}", uuid]
+
+
+def nvml_handle(pynvml, device: torch.device):
+    """NVML's handle of a CUDA device (a whole GPU or a MIG instance), found by UUID; the last error when
+    NVML knows none of them."""
+    error: Exception | None = None
+    for uuid in nvml_uuids(device):
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        except Exception as err:  # NVML's "not found" for this spelling: try the next
+            error = err
+    raise error if error else LookupError(f"no NVML device for {device}")
 
 
 def reader_for(device: torch.device) -> Reader:
     """NVML on CUDA, process CPU otherwise; if NVML cannot start, say so and fall back to CPU."""
     if device.type == "cuda":
         try:
-            return NvmlReader(nvml_uuid(device))
+            return NvmlReader(device)
         except Exception as err:  # driver without NVML, or the package missing
             import warnings
 

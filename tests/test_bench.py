@@ -500,3 +500,47 @@ def test_bench_run_batches_auto_by_the_models_forward_cost(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--batch-size", "0"])
     assert "batch sizes are auto or comma-separated positive integers, got '0'" in capsys.readouterr().err
+
+
+def test_gpu_processes_of_this_command_and_an_mps_server_are_not_other_work(monkeypatch):
+    """NVML lists this process, its workers and the MPS server that serves them as compute processes: none
+    of them is contention. Another user's process is; host PIDs (a container) cannot be attributed."""
+    import types
+
+    from bench import contention
+
+    me, worker, server, stranger = os.getpid(), 424242, 424243, 424244
+    listed = [me, worker, server]
+    names = {me: "python", worker: "python", server: "nvidia-cuda-mps-server", stranger: "python"}
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByUUID=lambda uuid: uuid if uuid == "MIG-abcd" else (_ for _ in ()).throw(KeyError(uuid)),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=p) for p in listed],
+        nvmlSystemGetProcessName=lambda pid: names[pid].encode())
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(uuid="abcd"))  # a MIG slice
+    monkeypatch.setattr(contention, "_family", lambda: {me, worker})
+    cuda = torch.device("cuda:0")
+    assert contention.gpu_processes(cuda) == (0, "ours 2, mps-server 1")          # found by its MIG- UUID too
+    listed.append(stranger)
+    assert contention.gpu_processes(cuda) == (1, "ours 2, mps-server 1, other 1")
+    listed[:] = [10**7 + 1, 10**7 + 2]                                              # host PIDs: none of ours
+    others, seen = contention.gpu_processes(cuda)
+    assert others is None and "host PIDs: not attributable" in seen
+    load = contention.Load(0.0, 0, None, "ours 2, mps-server 1")
+    assert not load.contended and load.columns()["gpu_procs_seen"] == "ours 2, mps-server 1"
+    assert contention.Load(0.0, 1, None).contended
+
+
+def test_this_process_and_its_children_are_its_family():
+    import subprocess
+
+    from bench.contention import _family
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        family = _family()
+        assert os.getpid() in family and child.pid in family and 1 not in family
+    finally:
+        child.kill()
+        child.wait()

@@ -244,6 +244,29 @@ def test_kept_steps_let_the_least_recently_timed_go_when_the_device_is_crowded(m
     assert made == ["a", "b", "c"]                                  # kept: not built again
 
 
+def test_a_let_go_step_hands_its_memory_back_so_the_others_stay_kept(monkeypatch):
+    from ablations.cost import Steps
+
+    # a 100 MB device whose reserved memory falls only when the cache is emptied, as CUDA's does
+    device = {"reserved": 0, "live": 0}
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"total_memory": 100})())
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: device["reserved"])
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: device.update(reserved=device["live"]))
+
+    class Tensors:   # a step's memory: 20 MB while anything holds it
+        def __init__(self):
+            device["live"] += 20
+            device["reserved"] = max(device["reserved"], device["live"])
+
+        def __del__(self):
+            device["live"] -= 20
+
+    steps = Steps(torch.device("cuda"), keep=True)
+    for name in "abcde":   # a third step passes half the device: the oldest goes, and its memory with it
+        steps.factory(name, lambda model, x, y: (None, [Tensors()]), lambda m: None)(None, None, None)
+    assert list(steps.built) == ["d", "e"]   # without the cache emptied: only the newest would stay
+
+
 # --- the budget ------------------------------------------------------------------------------------
 
 def test_the_budget_is_a_share_of_the_expected_training_within_a_floor_and_a_cap():

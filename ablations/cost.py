@@ -49,7 +49,8 @@ from tqdm import tqdm
 from bench.csvio import append_row, drop_rows
 from bench.env import environment, run_id
 from bench.failures import classify_failure
-from bench.measure import MeasureConfig, StepFactory, complexity, default_step, measure
+from bench.flops import closed_form_macs, param_count
+from bench.measure import MeasureConfig, StepFactory, default_step, measure
 from bench.recipe import TrainConfig
 from bench.rounds import MIN_ROUNDS
 from bench.step import train_mode, training_step
@@ -251,7 +252,8 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
         if key not in models:
             torch.manual_seed(0)
             models[key] = VisionTransformer(item.cfg)
-            costs[key] = complexity(models[key], (item.cfg.in_chans, item.cfg.img_size, item.cfg.img_size))
+            macs = closed_form_macs(item.cfg)   # exact (tests hold it to fvcore's count), without tracing each model
+            costs[key] = {"params": param_count(models[key]), "gmacs": macs / 1e9, "gflops": 2 * macs / 1e9}
     env = environment(device)
     rows: dict[str, list[dict[str, Any]]] = {sweep: [] for sweep, _, _ in sweeps}
     names = ", ".join(sweep for sweep, _, _ in sweeps)

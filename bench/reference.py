@@ -9,6 +9,9 @@ REFERENCE_MARK = ".vitbench-reference"
 CHECKOUT_REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"   # a checkout's committed results
 
 
+WRITTEN = ("ablations", "figures", "bench", "calibrate", "tensorboard")   # what commands write under an OUT
+
+
 def reference_root(path: str | Path) -> Path | None:
     """The reference folder `path` lies in (itself or a parent, symlinks resolved), or None."""
     resolved = Path(path).expanduser().resolve()
@@ -17,11 +20,13 @@ def reference_root(path: str | Path) -> Path | None:
 
 def refusal(out: str | Path, into_reference: bool) -> str | None:
     """The one-line error for writing under a reference folder without `--into-reference`, else None: `out`
-    itself, any folder above it, or a folder inside it that is a link into one (symlinks resolved)."""
+    itself, any folder above it, or a folder the commands write into under it (`WRITTEN`) that leads into
+    one (symlinks resolved). A reference folder beside those (results/reference under OUT=results) is not
+    written into."""
     if into_reference:
         return None
     folder = Path(out).expanduser()
-    inside = [child for child in folder.iterdir() if child.is_dir()] if folder.is_dir() else []
+    inside = [folder / name for name in WRITTEN if (folder / name).is_dir()]
     hit = next(((place, root) for place in (folder, *inside) if (root := reference_root(place)) is not None), None)
     if hit is None:
         return None

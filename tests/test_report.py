@@ -301,6 +301,12 @@ def test_no_command_writes_into_the_reference_unless_told_and_the_report_compare
     with pytest.raises(SystemExit):
         calibrate.main(["--from", str(reference), "--out", str(reference / "calibrate")])
     assert "holds the committed reference results" in capsys.readouterr().err
+    from bench.reference import refusal
+
+    holder = tmp_path / "results"                   # OUT=results holds results/reference: writing there is fine
+    (holder / "reference").mkdir(parents=True)
+    (holder / "reference" / REFERENCE_MARK).write_text("reference\n")
+    assert refusal(holder, False) is None and refusal(holder / "reference", False) is not None
     for out in (reference, reference / "bench"):
         bench = subprocess.run([sys.executable, "-m", "bench", "run", "--preset", "vit_digits", "--out", str(out)],
                                capture_output=True, text=True, timeout=120)

@@ -58,7 +58,9 @@ def _check_device(args: argparse.Namespace) -> None:
         print(f"note: {args.dtype} autocast on a CPU can be hundreds of times slower than fp32", file=sys.stderr)
 
 
-def _options(args: argparse.Namespace, init: str = "") -> RunOptions:
+def _options(args: argparse.Namespace, init: str = "", ident: str | None = None) -> RunOptions:
+    """The runs' options from the command line; `ident`: the data's `data_id` where the caller has it (an
+    image folder's is a hash of every file: computed once per command)."""
     init = args.init or init
     init_id = f"timm:{args.pretrained}" if args.pretrained else (checkpoint_id(init) if init else "")
     return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
@@ -66,7 +68,7 @@ def _options(args: argparse.Namespace, init: str = "") -> RunOptions:
                       cost=CostPlan(rounds=0 if args.cost_budget == 0 else args.cost_rounds, budget_s=args.cost_budget),
                       checkpoint_every=args.checkpoint_every,
                       graphs=bool(args.graphs), tensorboard=args.tensorboard, img_size=args.img_size,
-                      data_id=data_id(args.dataset, args.data_root, args.img_size))
+                      data_id=data_id(args.dataset, args.data_root, args.img_size) if ident is None else ident)
 
 
 def data_id(dataset: str, data_root: str, img_size: int | None) -> str:
@@ -241,7 +243,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except (SpecError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    options = {spec.name: _options(args, spec.init) for spec in specs}
+    ident = data_id(args.dataset, args.data_root, args.img_size)
+    options = {spec.name: _options(args, spec.init, ident) for spec in specs}
     runs = sum(len(points) for _, points in plans) * len(args.seeds)
     if runs > LARGE_RUNS and not (args.large or args.dry_run):
         print(f"error: this command plans {runs:,} runs ({' + '.join(f'{n}: {len(p):,} settings' for n, p in plans)}, "

@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import write_spec
 from helpers import run_cost_phase
 
 from ablations.cost import CostPlan
@@ -325,9 +326,7 @@ def test_make_cost_measures_an_out_trained_without_a_cost_phase_and_the_report_s
     from ablations.report import build_report
     from ablations.store import SweepPaths
 
-    spec = tmp_path / "cz.toml"
-    spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1, 2]\n[model]\npreset = "vit_digits"\nembed_dim = 16\n'
-                    'num_heads = 2\n[train]\nepochs = 1\nbatch_size = 256\n')
+    spec = write_spec(tmp_path / "cz.toml", "depth", "[1, 2]", "embed_dim = 16\nnum_heads = 2", "epochs = 1\nbatch_size = 256")
     out = tmp_path / "out"
     assert main(["sweep", str(spec), "--dataset", "digits", "--seeds", "0,1", "--out", str(out), "--cost-budget", "0"]) == 0
     rows = read_table(SweepPaths.of(out, "cz").rows)

@@ -4,6 +4,7 @@ equal the model's softmax recomputed by hand from the pixels; each bad input is 
 import numpy as np
 import pytest
 import torch
+from conftest import write_spec
 from helpers import run_sweep
 from PIL import Image
 
@@ -114,9 +115,8 @@ def test_a_run_whose_weights_are_gone_says_the_command_that_trains_it_again_and_
     from ablations.predict import load_run
     from ablations.store import SweepPaths
 
-    spec = tmp_path / "w.toml"
-    spec.write_text('[sweep]\nfactor = "lr"\nvalues = [0.003]\n[model]\npreset = "vit_digits"\nembed_dim = 16\n'
-                    'num_heads = 2\ndepth = 1\n[train]\nepochs = 1\nbatch_size = 256\nweight_decay = 0.01\n')
+    spec = write_spec(tmp_path / "w.toml", "lr", "[0.003]", "embed_dim = 16\nnum_heads = 2\ndepth = 1",
+                      "epochs = 1\nbatch_size = 256\nweight_decay = 0.01")
     out = tmp_path / "out"
     assert main(["sweep", str(spec), "--dataset", "digits", "--seeds", "1", "--out", str(out), "--cost-rounds", "0"]) == 0
     table = SweepPaths.of(out, "w")

@@ -32,7 +32,8 @@ TRAINING = [
     Column("best_test_acc", "fraction", "highest test accuracy after any epoch (not for model selection)"),
     Column("train_throughput_img_s", "images/s", "training images per second over the whole run"),
     Column("train_util_pct", "%", "while the training epochs ran (evaluation excluded): GPU utilisation from "
-                                  "NVML (the whole GPU's: with jobs above 1 it counts the other runs' kernels too), "
+                                  "NVML's timestamped samples inside them (the whole GPU's: with jobs above 1, "
+                                  "under MPS or time-sliced, it counts the other runs' kernels too), "
                                   "or on the CPU this process's CPU time over wall time as a share of the "
                                   "cores its torch threads can use (util_cores; older rows: of all its "
                                   "cores); util_pct is the inference step's in the cost phase"),

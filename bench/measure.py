@@ -99,9 +99,9 @@ def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: in
     row: dict[str, object] = {
         "mode": mcfg.mode, "batch_size": mcfg.batch_size, "dtype": mcfg.dtype, "compile": int(mcfg.compile),
         "throughput_img_s": timing.throughput(mcfg.batch_size), "step_ms_median": timing.median_ms,
-        "step_ms_iqr": timing.iqr_ms, "repeats": len(timing.times_ms),
-        **{f"step_ms_p{q}": timing.percentile_ms(q) for q in (50, 90, 99)},
-        "energy_j_per_img": None if energy.joules is None else energy.joules / (len(timing.times_ms) * mcfg.batch_size),
+        "step_ms_iqr": timing.iqr_ms, "repeats": timing.steps,
+        **{f"step_ms_p{q}": timing.latency_percentile_ms(q) for q in (50, 90, 99)},
+        "energy_j_per_img": None if energy.joules is None else energy.joules / (timing.steps * mcfg.batch_size),
         "energy_source": energy.source,
         "util_pct": util.get("util_pct"), "util_source": util["util_source"],
         "gpu_mem_used_mb": util.get("gpu_mem_used_mb"), "power_w": util.get("power_w"),

@@ -16,14 +16,21 @@ import torch
 
 
 def peak_mem_mb(step: Callable[[], object], device: torch.device, track: Iterable[object] = ()) -> float:
-    """Peak MiB of tensor memory while `step()` runs; `track`: modules/optimizers/tensors alive already."""
+    """Peak MiB of tensor memory while `step()` runs; `track`: modules/optimizers/tensors alive already.
+    A step that captures a CUDA graph measures its own first call (`own_peak_bytes`, what it added to what
+    was alive; see `bench.step.StaticStep`): that is taken over the allocator's peak, which would count
+    the capture's scaffolding too."""
     if device.type == "cuda":
         track = list(track)
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-        untracked = torch.cuda.memory_allocated(device) - resident_bytes(track, device)
+        resident = resident_bytes(track, device)
+        untracked = torch.cuda.memory_allocated(device) - resident
         step()
         torch.cuda.synchronize(device)
+        own = getattr(step, "own_peak_bytes", None)
+        if own is not None:
+            return (resident + own) / 2**20
         return (torch.cuda.max_memory_allocated(device) - max(0, untracked)) / 2**20
     from torch.distributed._tools.mem_tracker import MemTracker
 

@@ -118,20 +118,28 @@ SPEED = [
     Column("mode", "", "infer (eval, inference_mode) or train (forward, backward, AdamW step)", "text",
            ("infer", "train")),
     Column("batch_size", "images", "images per step", "int"),
-    Column("throughput_img_s", "images/s", "batch_size / median step time"),
-    Column("step_ms_median", "ms", "median wall time of one step (CUDA events on a GPU)"),
-    Column("step_ms_iqr", "ms", "interquartile range of the step times"),
-    Column("step_ms_p50", "ms", "50th percentile (median) of the step times, numpy's linear interpolation"),
-    Column("step_ms_p90", "ms", "90th percentile of the step times: the latency 9 in 10 steps stay under"),
-    Column("step_ms_p99", "ms", "99th percentile of the step times (with fewer than 100 timed steps it "
+    Column("throughput_img_s", "images/s", "batch_size / step_ms_median"),
+    Column("step_ms_median", "ms", "median time per step: on the CPU of steps timed alone; on CUDA of blocks of "
+                                   "steps launched back to back between two CUDA events (the block's time over "
+                                   "its steps), as training runs them, so host launch time overlaps the device"),
+    Column("step_ms_iqr", "ms", "interquartile range of those per-step times"),
+    Column("step_ms_p50", "ms", "latency: 50th percentile of one step timed alone (on CUDA synchronised after it, "
+                                "host launch time included), numpy's linear interpolation"),
+    Column("step_ms_p90", "ms", "latency: 90th percentile of one step timed alone (9 in 10 steps stay under)"),
+    Column("step_ms_p99", "ms", "latency: 99th percentile of one step timed alone (with fewer than 100 steps it "
                                 "interpolates towards the slowest)"),
     Column("peak_mem_mb", "MiB", "peak tensor memory of one step: CUDA allocator peak, or MemTracker's on the "
                                  "CPU (parameters, optimizer state and activations, not process RSS; on CUDA "
                                  "less whatever else was allocated on the device before the step); a CUDA "
                                  "training step's is taken on its first call, which captures its CUDA graph, "
-                                 "so the graph's pool (the activations) is counted"),
-    Column("util_pct", "%", "GPU utilisation from NVML during the timed steps, or on the CPU this process's "
-                            "CPU time over wall time as a share of the cores its torch threads can use"),
+                                 "so the graph's pool (the activations) is counted, and the capture's own "
+                                 "scaffolding is not (the warm-up's saved copy of the weights, the capture "
+                                 "stream's cuBLAS workspace)"),
+    Column("util_pct", "%", "on CUDA, NVML's GPU utilisation (the share of time a kernel ran, on the whole GPU: "
+                            "every process on it counts) from the driver's timestamped samples that lie wholly "
+                            "inside the timed steps (each covers 1/6 to 1 s, by GPU); blank where none does (steps "
+                            "timed for less than two sample periods); on the CPU this process's CPU time over wall "
+                            "time as a share of the cores its torch threads can use"),
     Column("util_source", "", "nvml or cpu: where util_pct came from", "text"),
     Column("other_cpu_pct", "%", "other processes' share of all CPUs while the steps were timed (busy time from "
                                  "/proc/stat, hypervisor steal included, less this process's)"),
@@ -149,14 +157,16 @@ SPEED = [
     Column("mfu_peak_at", "ISO 8601", "when that peak was measured", "text"),
 ]
 EXTRA = [
-    Column("gpu_mem_used_mb", "MiB", "device memory in use per NVML during the timed steps (all processes)"),
-    Column("power_w", "W", "board power per NVML during the timed steps"),
+    Column("gpu_mem_used_mb", "MiB", "device memory in use per NVML at the ends of the timed steps (all processes)"),
+    Column("power_w", "W", "board power over the timed steps: the GPU's energy counter's difference over their "
+                           "wall time, or where it has none the mean of NVML's timestamped power samples wholly "
+                           "inside them (blank where none is); the whole board's"),
     Column("energy_j_per_img", "J/image", "energy over the timed steps from the device's cumulative counter "
                                           "(NVML's GPU energy; RAPL package energy on a CPU where readable) "
                                           "divided by their images; the whole board's or socket's, other "
                                           "processes included; blank without a counter"),
     Column("energy_source", "", "nvml or rapl: the counter behind energy_j_per_img; blank without one", "text"),
-    Column("repeats", "steps", "timed steps behind the figures", "int"),
+    Column("repeats", "steps", "timed steps behind the throughput figures (latency steps not counted)", "int"),
 ]
 
 BENCH_TABLE = IDENTITY + CONFIG + SIZE + SPEED + EXTRA

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from .memory import resident_bytes
 from .precision import autocast
 from .recipe import TrainConfig
 
@@ -129,21 +130,28 @@ class StaticStep(EagerStep):
                 group["capturable"] = True
         self.buffers: dict[int, tuple[Tensor, Tensor, Tensor]] = {}  # batch size -> (x, y, loss)
         self.graphs: dict[int, Any] = {}
+        # bytes this call's capture added to what was alive before it (set by a call that captured, else None)
+        self.first_call_bytes: int | None = None
 
     def set_lr(self, lr: float) -> None:
         torch.mul(self.lr_scales, lr, out=self.lr_table)
 
     def __call__(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
         self.set_lr(lr)
+        self.first_call_bytes = None
         b = len(y)
-        if b not in self.buffers:
+        new = b not in self.buffers
+        if new:
             self.buffers[b] = (x.clone(), y.clone(), torch.zeros((), device=self.device))
         bx, by, bloss = self.buffers[b]
         bx.copy_(x)
         by.copy_(y)
         if self.capture and b not in self.graphs:
             try:
+                state = resident_bytes([self.optimizer], self.device)
                 self.graphs[b] = self._capture(bx, by, bloss)  # trains on this batch once, as the eager step does
+                self.first_call_bytes = (resident_bytes(self.buffers[b], self.device) if new else 0) \
+                    + resident_bytes([self.optimizer], self.device) - state + self.capture_bytes
                 return bloss.clone()
             except Exception as err:  # weights and optimizer state are as before the attempt: go on eagerly
                 reason = (str(err).strip().splitlines() or [""])[0][:160]
@@ -161,10 +169,13 @@ class StaticStep(EagerStep):
         """Warm up on a side stream (the optimizer's state is allocated there), put weights, buffers,
         optimizer state and the device's random generator back as they were, capture one step and replay
         it: the batch is trained on once, as by the eager step, and a run draws the same random numbers
-        whether or not it captures. If anything fails, all of that is put back before raising."""
-        model_state = [t.clone() for t in self.model.state_dict().values()]
-        optim_state = {id(p): {k: v.clone() for k, v in st.items() if torch.is_tensor(v)}
-                       for p, st in self.optimizer.state.items()}
+        whether or not it captures. If anything fails, all of that is put back before raising.
+
+        The saved copies are let go before the capture (a capture runs nothing, so the weights stay as put
+        back), and `capture_bytes` is the capture's own peak over what was allocated when it began: the
+        graph's pool (activations, gradients), not the copies nor the side stream's cuBLAS workspace, which
+        the warm-up allocated."""
+        saved: tuple[list[Tensor], dict[int, dict[str, Tensor]]] | None = self._saved_state()
         rng = None
         try:
             rng = torch.cuda.get_rng_state(self.device)
@@ -174,20 +185,32 @@ class StaticStep(EagerStep):
                 for _ in range(self.WARMUP):
                     self._step(bx, by, cache=False)
             torch.cuda.current_stream(self.device).wait_stream(stream)
-            self._put_back(model_state, optim_state)  # the graph will read these very tensors
+            self._put_back(*saved)  # the graph will read these very tensors
+            saved = None            # the copies are not the step's memory: gone before the capture
             torch.cuda.set_rng_state(rng, self.device)  # the warm-up's draws leave no trace (dropout)
             graph = torch.cuda.CUDAGraph()
             self.optimizer.zero_grad(set_to_none=True)  # backward allocates the grads in the graph's pool
+            torch.cuda.synchronize(self.device)
+            start = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
             with capturing(graph, stream, self.device):
                 bloss.copy_(self._step(bx, by, cache=False))
+            self.capture_bytes = torch.cuda.max_memory_allocated(self.device) - start
             graph.replay()
             return graph
         except BaseException:
-            self._put_back(model_state, optim_state)
+            if saved is not None:
+                self._put_back(*saved)
             self.optimizer.zero_grad(set_to_none=True)
             if rng is not None:
                 torch.cuda.set_rng_state(rng, self.device)
             raise
+
+    def _saved_state(self) -> tuple[list[Tensor], dict[int, dict[str, Tensor]]]:
+        """Copies of the weights, buffers and optimizer state, to put back after the warm-up."""
+        return ([t.clone() for t in self.model.state_dict().values()],
+                {id(p): {k: v.clone() for k, v in st.items() if torch.is_tensor(v)}
+                 for p, st in self.optimizer.state.items()})
 
     def _put_back(self, model_state: list[Tensor], optim_state: dict[int, dict[str, Tensor]]) -> None:
         """Copies the saved weights, buffers and optimizer state back in place (state created since: zeros)."""
@@ -270,5 +293,21 @@ def training_step(cfg: TrainConfig, device: torch.device,
         compiled, optimizer, scaler = training_parts(model, cfg, device)
         train_mode(model, cfg)
         step = make_step(model, compiled, optimizer, scaler, cfg, device, cfg.resolved_dtype(device), graphs)
-        return (lambda: step(images, labels, cfg.lr)), [model, optimizer, images, labels]
+        return StepCall(step, images, labels, cfg.lr), [model, optimizer, images, labels]
     return build
+
+
+class StepCall:
+    """One training step on a fixed batch at a fixed learning rate, as `measure` times it. `own_peak_bytes`:
+    where the call just made captured a CUDA graph, the bytes it added to what was alive before it, as
+    the step measured them (`StaticStep.first_call_bytes`); None otherwise."""
+
+    def __init__(self, step: EagerStep, images: Tensor, labels: Tensor, lr: float) -> None:
+        self.step, self.images, self.labels, self.lr = step, images, labels, lr
+
+    def __call__(self) -> Tensor:
+        return self.step(self.images, self.labels, self.lr)
+
+    @property
+    def own_peak_bytes(self) -> int | None:
+        return getattr(self.step, "first_call_bytes", None)

@@ -1,8 +1,12 @@
-"""Wall-clock timing of one step, honest on CPU and CUDA.
+"""Wall-clock timing of a step, honest on CPU and CUDA: its throughput and, apart, its latency.
 
-CUDA steps are bracketed by CUDA events and synchronised, so the time is the device's, never a bare
-host clock around an asynchronous launch. Warm-up steps (which include any torch.compile compilation,
-cuDNN autotuning and allocator growth) are run and discarded before timing.
+On the CPU a step is synchronous: each is timed alone with the host clock, and those times are both.
+On CUDA a step only launches work, and training launches the next step while the device still runs
+this one. Throughput is therefore timed as training runs: CUDA events around a block of `block` steps
+launched back to back with no synchronisation inside, the block's time over its steps being one
+figure. Latency is timed apart afterwards: `latency_steps` steps, each bracketed by events and
+synchronised, so it includes the host's launch time. Warm-up steps (which include any torch.compile
+compilation, cuDNN autotuning, CUDA graph capture and allocator growth) are run and discarded first.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ class TimingConfig:
     min_repeats: int = 10      # timed steps at least ...
     min_time_s: float = 1.0    # ... and until this much time was timed ...
     max_repeats: int = 500     # ... but never more than this many
+    block: int = 8             # CUDA: steps launched back to back between two events (one throughput figure)
+    latency_steps: int = 10    # CUDA: steps timed alone, synchronised, after the throughput blocks
 
     def __post_init__(self) -> None:
         if self.warmup < 0:
@@ -34,11 +40,22 @@ class TimingConfig:
             raise ValueError(f"min_time_s must be ≥ 0 seconds, got {self.min_time_s}")
         if self.max_repeats < self.min_repeats:
             raise ValueError(f"max_repeats ({self.max_repeats}) must be ≥ repeats ({self.min_repeats})")
+        if self.block < 1 or self.latency_steps < 0:
+            raise ValueError(f"block must be ≥ 1 step and latency_steps ≥ 0, got {self.block} and {self.latency_steps}")
 
 
 @dataclass(frozen=True)
 class Timing:
+    """times_ms: milliseconds per step, one figure per step timed alone (CPU) or per block of steps
+    launched back to back (CUDA); steps: the steps they cover. latency_ms: steps timed alone and
+    synchronised, where that differs from times_ms (CUDA); empty elsewhere, where times_ms are latencies."""
     times_ms: tuple[float, ...]
+    steps: int = 0
+    latency_ms: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.steps:
+            object.__setattr__(self, "steps", len(self.times_ms))
 
     @property
     def median_ms(self) -> float:
@@ -53,34 +70,49 @@ class Timing:
         """The q-th percentile of the step times (numpy's linear interpolation)."""
         return float(np.percentile(self.times_ms, q))
 
+    def latency_percentile_ms(self, q: float) -> float:
+        """The q-th percentile of one step's latency (timed alone and synchronised)."""
+        return float(np.percentile(self.latency_ms or self.times_ms, q))
+
     def throughput(self, items_per_step: int) -> float:
         return items_per_step / (self.median_ms / 1e3)
 
 
-def _time_one(step: Callable[[], object], device: torch.device) -> float:
+def _time_block(step: Callable[[], object], device: torch.device, steps: int) -> float:
+    """Milliseconds per step over `steps` steps run back to back; on CUDA between two events, with one
+    synchronisation after the last."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        step()
+        for _ in range(steps):
+            step()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end)
+        return start.elapsed_time(end) / steps
     t0 = time.perf_counter()
-    step()
-    return (time.perf_counter() - t0) * 1e3
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - t0) * 1e3 / steps
 
 
 def time_steps(step: Callable[[], object], device: torch.device | str = "cpu",
                cfg: TimingConfig = TimingConfig(), around: AbstractContextManager | None = None) -> Timing:
-    """Run `step` cfg.warmup times untimed, then time it until both repeat and time floors are met.
-    `around`: a context entered for the timed steps alone (after the warm-up; left with the device idle)."""
+    """Run `step` cfg.warmup times untimed, then time it until both the step and time floors are met (at
+    most cfg.max_repeats steps); on CUDA in blocks of cfg.block steps, then cfg.latency_steps steps alone.
+    `around`: a context entered for the throughput steps alone (after the warm-up; left with the device idle)."""
     device = torch.device(device)
     for _ in range(cfg.warmup):
         step()
-    if device.type == "cuda":
+    cuda = device.type == "cuda"
+    if cuda:
         torch.cuda.synchronize(device)
+    block = cfg.block if cuda else 1
     times: list[float] = []
+    steps = 0
     with around or contextlib.nullcontext():
-        while len(times) < cfg.max_repeats and (len(times) < cfg.min_repeats or sum(times) < cfg.min_time_s * 1e3):
-            times.append(_time_one(step, device))
-    return Timing(tuple(times))
+        while steps < cfg.max_repeats and (steps < cfg.min_repeats or sum(times) * block < cfg.min_time_s * 1e3):
+            n = min(block, cfg.max_repeats - steps)
+            times.append(_time_block(step, device, n))
+            steps += n
+    latency = tuple(_time_block(step, device, 1) for _ in range(cfg.latency_steps)) if cuda else ()
+    return Timing(tuple(times), steps, latency)

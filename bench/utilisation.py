@@ -1,11 +1,14 @@
 """Device utilisation over a timed region.
 
-A reader returns figures since its last read; `UtilSampler` polls it every `interval_s` in a background
-thread and averages.
-- `NvmlReader`: GPU utilisation %, memory used (MiB) and power (W) from NVML (`nvidia-ml-py`).
-- `CpuReader`: this process's CPU time over wall time since the last read, as % of the usable cores.
-  Its samples carry the interval they cover and the figure is exact from the region's two ends, so it
-  is read at the start and the end only: no thread competes with the work for the cores.
+A reader measures one region at a time: `start()` at its beginning, `poll()` while it runs (where the
+reader says `poll_s`: from a background thread), `finish()` at its end → the region's figures.
+- `CpuReader`: this process's CPU time over wall time, as % of the cores its torch threads can use; exact
+  from the region's two ends, so nothing polls it and no thread competes with the work for the cores.
+- `NvmlReader`: GPU utilisation from the driver's own timestamped samples (`nvmlDeviceGetSamples`), only
+  those that lie wholly inside the region, so a short region is not credited with the last second of
+  whatever ran before it; power from the GPU's energy counter over the region's wall time (samples where
+  it has none); memory in use at the region's ends. Polled every `poll_s` so that the driver's sample
+  buffer is read before it wraps.
 """
 
 from __future__ import annotations
@@ -20,8 +23,13 @@ import torch
 
 class Reader(Protocol):
     source: str
+    poll_s: float | None
 
-    def read(self) -> dict[str, float]: ...
+    def start(self) -> None: ...
+
+    def poll(self) -> None: ...
+
+    def finish(self) -> dict[str, float]: ...
 
 
 def thread_cores() -> int:
@@ -34,25 +42,37 @@ def thread_cores() -> int:
 class CpuReader:
     """The process's CPU time over wall time, as a share of the cores its torch threads can use (the
     cores it may run on, or fewer threads: a run given one thread of two cores is fully busy at 100 %).
-    The figure over an interval is exact from its two ends, so a sampler reads it at the start and end
-    only (no thread)."""
+    Exact from the region's two ends: nothing polls it."""
     source = "cpu"
-    cumulative = True
+    poll_s = None
 
     def __init__(self) -> None:
         self.cores = thread_cores()
-        self._last = (time.perf_counter(), time.process_time())
+        self.start()
 
-    def read(self) -> dict[str, float]:
-        wall, cpu = time.perf_counter(), time.process_time()
-        (wall0, cpu0), self._last = self._last, (wall, cpu)
+    def start(self) -> None:
+        self._start = (time.perf_counter(), time.process_time())
+
+    def poll(self) -> None:
+        pass
+
+    def finish(self) -> dict[str, float]:
+        (wall0, cpu0), wall, cpu = self._start, time.perf_counter(), time.process_time()
         interval = max(wall - wall0, 1e-9)
-        return {"util_pct": min(100.0, 100.0 * (cpu - cpu0) / interval / self.cores), "interval_s": interval}
+        return {"util_pct": min(100.0, 100.0 * (cpu - cpu0) / interval / self.cores), "samples": 1}
+
+
+# nvmlSample_t.sampleValue's field for each nvmlValueType_t NVML says its samples have
+SAMPLE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+TOTAL_POWER_SAMPLES, GPU_UTILIZATION_SAMPLES = 0, 1   # nvmlSamplingType_t
 
 
 class NvmlReader:
+    """The region's GPU utilisation, power and memory in use from NVML, for the GPU (or MIG instance) that
+    is this CUDA device. NVML's sample timestamps are the host's wall clock in microseconds; a sample
+    covers the time since the one before it, and only samples whose whole period lies in the region count."""
     source = "nvml"
-    cumulative = False  # NVML reports recent activity: sample through the interval
+    poll_s = 1.0  # the driver keeps a few seconds of samples: read them well before they are overwritten
 
     def __init__(self, device: torch.device) -> None:
         """The CUDA device's NVML handle, found by its UUID (`nvml_handle`). NVML numbers every GPU of the
@@ -63,12 +83,58 @@ class NvmlReader:
         pynvml.nvmlInit()
         self._nvml = pynvml
         self._handle = nvml_handle(pynvml, device)
+        try:
+            self._energy_mj()
+            self.has_energy = True
+        except Exception:  # no energy counter on this GPU (before Volta) or not permitted
+            self.has_energy = False
+        self.start()
 
-    def read(self) -> dict[str, float]:
-        nvml, h = self._nvml, self._handle
-        return {"util_pct": float(nvml.nvmlDeviceGetUtilizationRates(h).gpu),
-                "gpu_mem_used_mb": nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20,
-                "power_w": nvml.nvmlDeviceGetPowerUsage(h) / 1e3}
+    def _energy_mj(self) -> float:
+        return float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+
+    def _memory_mb(self) -> float:
+        return self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used / 2**20
+
+    def _new_samples(self, kind: int, since_us: int) -> list[tuple[int, float]]:
+        """(timestamp µs, value) of the driver's samples of `kind` newer than `since_us`, oldest first."""
+        try:
+            value_type, samples = self._nvml.nvmlDeviceGetSamples(self._handle, kind, since_us)
+        except self._nvml.NVMLError:  # NVML_ERROR_NOT_FOUND: no sample since then (or none of this kind)
+            return []
+        field = SAMPLE_FIELDS.get(value_type, "uiVal")
+        return sorted((int(x.timeStamp), float(getattr(x.sampleValue, field))) for x in samples
+                      if int(x.timeStamp) > since_us)
+
+    def start(self) -> None:
+        self._t0_us = int(time.time() * 1e6)
+        self._wall0, self._mem = time.perf_counter(), [self._memory_mb()]
+        self._mj0 = self._energy_mj() if self.has_energy else None
+        # the newest sample so far: the one before the region's first, whose period starts inside it
+        self._seen = {kind: (self._new_samples(kind, 0) or [(0, 0.0)])[-1][0]
+                      for kind in (GPU_UTILIZATION_SAMPLES, TOTAL_POWER_SAMPLES)}
+        self._periods: dict[int, list[tuple[float, float]]] = {GPU_UTILIZATION_SAMPLES: [], TOTAL_POWER_SAMPLES: []}
+
+    def poll(self) -> None:
+        for kind, periods in self._periods.items():
+            for stamp, value in self._new_samples(kind, self._seen[kind]):
+                if self._seen[kind] >= self._t0_us:   # the period (previous stamp, stamp] lies inside the region
+                    periods.append((value, stamp - self._seen[kind]))
+                self._seen[kind] = stamp
+
+    def finish(self) -> dict[str, float]:
+        self.poll()
+        self._mem.append(self._memory_mb())
+        wall = max(time.perf_counter() - self._wall0, 1e-9)
+        util, power = self._periods[GPU_UTILIZATION_SAMPLES], self._periods[TOTAL_POWER_SAMPLES]
+        out: dict[str, float] = {"gpu_mem_used_mb": sum(self._mem) / len(self._mem), "samples": len(util)}
+        if util:
+            out["util_pct"] = sum(v * w for v, w in util) / sum(w for _, w in util)
+        if self._mj0 is not None:
+            out["power_w"] = (self._energy_mj() - self._mj0) / 1e3 / wall
+        elif power:
+            out["power_w"] = sum(v * w for v, w in power) / sum(w for _, w in power) / 1e3   # samples in mW
+        return out
 
 
 def nvml_uuids(device: torch.device) -> list[str]:
@@ -104,21 +170,22 @@ def reader_for(device: torch.device) -> Reader:
 
 
 class UtilSampler:
-    """`with UtilSampler(reader) as s: ...` then `s.summary()` → mean of every figure, and `util_source`."""
+    """`with UtilSampler(reader) as s: ...` then `s.summary()` → the reader's figures for the region, with
+    `util_source` and `util_samples` (the device samples behind util_pct)."""
 
-    def __init__(self, reader: Reader, interval_s: float = 0.05) -> None:
-        self.reader, self.interval_s = reader, interval_s
-        self.samples: list[dict[str, float]] = []
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+        self.figures: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.samples.append(self.reader.read())
+        while not self._stop.wait(self.reader.poll_s):
+            self.reader.poll()
 
     def __enter__(self) -> UtilSampler:
-        self.reader.read()  # start the reader's interval here
-        if not getattr(self.reader, "cumulative", False):  # no thread beside the work where two reads are exact
+        self.reader.start()
+        if self.reader.poll_s:  # no thread beside the work where the region's two ends are exact
             self._thread.start()
         return self
 
@@ -126,15 +193,10 @@ class UtilSampler:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        self.samples.append(self.reader.read())  # the tail since the last tick (all of it for a cumulative reader)
+        self.figures = self.reader.finish()
 
     def summary(self) -> dict[str, float | str]:
-        """Mean of each figure, weighted by the interval a sample covers where the reader says it."""
-        keys = sorted({k for s in self.samples for k in s} - {"interval_s"})
-        out: dict[str, float | str] = {}
-        for key in keys:
-            pairs = [(s[key], s.get("interval_s", 1.0)) for s in self.samples if key in s]
-            out[key] = sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
+        out: dict[str, float | str] = {k: v for k, v in self.figures.items() if k != "samples"}
         out["util_source"] = self.reader.source
-        out["util_samples"] = len(self.samples)
+        out["util_samples"] = int(self.figures.get("samples", 0))
         return out

@@ -65,26 +65,83 @@ def test_sdpa_attention_products_are_counted():
     assert attention_products / with_products > 0.1  # a loss fvcore alone would cause is not small
 
 
-class FakeReader:
-    source = "fake"
+class FakeNvml:
+    """pynvml as the driver answers it: a buffer of timestamped samples (µs of the host's wall clock) that
+    `nvmlDeviceGetSamples` returns only where newer than the timestamp asked for, refusing with an NVMLError
+    (NOT_FOUND) where there is none; a cumulative energy counter (mJ) unless the GPU has none."""
 
-    def __init__(self, values):
-        self.values, self.calls = list(values), 0
+    class NVMLError(Exception):
+        pass
 
-    def read(self):
-        self.calls += 1
-        return {"util_pct": self.values[min(self.calls - 1, len(self.values) - 1)], "power_w": 100.0}
+    def __init__(self, energy: bool = True) -> None:
+        import types
+
+        self.samples: dict[int, list] = {0: [], 1: []}   # power (mW), utilisation (%)
+        self.mj, self.energy, self.types = 0.0, energy, types
+
+    def add(self, kind: int, at_s: float, value: float) -> None:
+        self.samples[kind].append(self.types.SimpleNamespace(timeStamp=int(at_s * 1e6),
+                                                             sampleValue=self.types.SimpleNamespace(uiVal=value)))
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return uuid
+
+    def nvmlDeviceGetSamples(self, handle, kind, since_us):
+        new = [x for x in self.samples[kind] if x.timeStamp > since_us]
+        if not new:
+            raise self.NVMLError("Not Found")
+        return 1, new   # NVML_VALUE_TYPE_UNSIGNED_INT
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        if not self.energy:
+            raise self.NVMLError("Not Supported")
+        return self.mj
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return self.types.SimpleNamespace(used=512 * 2**20)
 
 
-def test_sampler_aggregates_what_it_read():
-    reader = FakeReader([0.0, 10.0, 20.0, 30.0, 40.0, 40.0, 40.0, 40.0, 40.0, 40.0, 40.0, 40.0])
-    with UtilSampler(reader, interval_s=0.01) as sampler:
-        time.sleep(0.2)
-    summary = sampler.summary()
-    read = [min(i, 4) * 10.0 for i in range(1, reader.calls)]  # the first read only starts the interval
-    assert summary["util_pct"] == pytest.approx(sum(read) / len(read))
-    assert summary["power_w"] == 100.0 and summary["util_source"] == "fake"
-    assert summary["util_samples"] == reader.calls - 1 >= 2  # ~20 on an idle machine; fewer under load
+@pytest.mark.parametrize("energy", [True, False])
+def test_gpu_utilisation_counts_only_the_driver_samples_wholly_inside_the_region(energy, monkeypatch):
+    """The driver samples utilisation every 1/6 s or so, each covering the time since the one before. A
+    region gets only the samples whose whole period lies inside it: not the first one after it starts,
+    which mostly covers what ran before (the previous item of an interleaved round). Power is the energy
+    counter's difference over the region's wall time, or the power samples' mean without a counter."""
+    import types
+
+    from bench import utilisation
+
+    fake = FakeNvml(energy)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(uuid="GPU-1"))
+    now = time.time()
+    for k in range(6):                       # before the region: another item kept the GPU 90 % busy
+        fake.add(1, now - 1.0 + k / 6, 90.0)
+        fake.add(0, now - 1.0 + k / 6, 300_000.0)
+    reader = utilisation.NvmlReader(torch.device("cuda:0"))
+    outer = time.perf_counter()
+    with UtilSampler(reader) as sampler:
+        t0 = time.time()
+        fake.add(1, t0 + 0.05, 90.0)             # straddles the start: mostly the item before
+        fake.add(0, t0 + 0.05, 300_000.0)
+        for k, value in enumerate([40.0, 40.0, 70.0]):
+            fake.add(1, t0 + 0.05 + (k + 1) / 6, value)
+            fake.add(0, t0 + 0.05 + (k + 1) / 6, 150_000.0)
+        fake.mj += 1234.0                        # 1.234 J while the region ran
+    outer = time.perf_counter() - outer
+    figures = sampler.summary()
+    assert figures["util_pct"] == pytest.approx(50.0) and figures["util_samples"] == 3
+    assert figures["util_source"] == "nvml" and figures["gpu_mem_used_mb"] == 512
+    if energy:
+        assert figures["power_w"] >= 1.234 / outer   # the counter over the region's wall time (inside `outer`)
+    else:
+        assert figures["power_w"] == pytest.approx(150.0)
+    with UtilSampler(reader) as short:           # shorter than a sample period: no figure rather than a wrong one
+        pass
+    assert "util_pct" not in short.summary() and short.summary()["util_samples"] == 0
 
 
 def test_sleep_is_timed_from_below_and_tightly():
@@ -93,6 +150,53 @@ def test_sleep_is_timed_from_below_and_tightly():
     assert 50.0 <= timing.median_ms <= 60.0
     assert timing.throughput(10) == pytest.approx(10 / (timing.median_ms / 1e3))
     assert 10 <= len(timing.times_ms) and min(timing.times_ms) >= 50.0
+    assert timing.steps == len(timing.times_ms) and timing.latency_ms == ()   # on the CPU each step is its latency
+
+
+class FakeCudaClock:
+    """CUDA events as strict as CUDA's: `elapsed_time` refuses unless both events were recorded and the end
+    one has completed (synchronised); the device runs each step for `step_ms` after the host launches it."""
+
+    def __init__(self, monkeypatch, step_ms: float) -> None:
+        self.device_ms, self.step_ms, self.syncs = 0.0, step_ms, 0
+        clock = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                assert enable_timing
+                self.at, self.done = None, False
+
+            def record(self, stream=None):
+                self.at, self.done = clock.device_ms, False
+
+            def synchronize(self):
+                clock.syncs += 1
+                self.done = True
+
+            def elapsed_time(self, end):
+                if self.at is None or end.at is None or not end.done:
+                    raise RuntimeError("Both events must be completed before calculating elapsed time.")
+                return end.at - self.at
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: setattr(clock, "syncs", clock.syncs + 1))
+
+    def step(self) -> None:
+        self.device_ms += self.step_ms
+
+
+def test_cuda_throughput_is_timed_over_blocks_of_unsynchronised_steps_and_latency_apart(monkeypatch):
+    """Training never waits for the device between steps, so neither does the throughput figure: events
+    around a block of steps, one synchronisation per block; latency is timed apart, one step at a time."""
+    clock = FakeCudaClock(monkeypatch, step_ms=2.5)
+    cfg = TimingConfig(warmup=2, min_repeats=20, min_time_s=0.0, block=8, latency_steps=5)
+    timing = time_steps(clock.step, "cuda", cfg)
+    assert timing.steps == 24 and len(timing.times_ms) == 3             # three blocks of 8 cover 20 steps
+    assert timing.times_ms == (2.5, 2.5, 2.5) and timing.median_ms == 2.5
+    assert timing.latency_ms == (2.5,) * 5 and timing.latency_percentile_ms(99) == 2.5
+    assert clock.syncs == 1 + 3 + 5          # after the warm-up, once per block, once per latency step
+    capped = time_steps(clock.step, "cuda", TimingConfig(warmup=0, min_repeats=5, max_repeats=5, block=8,
+                                                         min_time_s=1.0, latency_steps=0))
+    assert capped.steps == 5 and capped.times_ms == (2.5,)              # max_repeats caps the steps, not blocks
 
 
 class OOMOnBackend(nn.Module):
@@ -183,9 +287,9 @@ def test_cpu_utilisation_of_a_busy_loop_and_of_sleep():
     from bench.utilisation import CpuReader
 
     reader = CpuReader()
-    with UtilSampler(reader, interval_s=0.02) as busy:
+    with UtilSampler(reader) as busy:
         got = busy_loop(0.3)    # one core while the machine is idle; less beside other work
-    with UtilSampler(CpuReader(), interval_s=0.02) as idle:
+    with UtilSampler(CpuReader()) as idle:
         time.sleep(0.3)
     one_core = 100.0 / reader.cores
     assert busy.summary()["util_pct"] == pytest.approx(got * one_core, rel=0.2)
@@ -194,7 +298,7 @@ def test_cpu_utilisation_of_a_busy_loop_and_of_sleep():
     before = torch.get_num_threads()
     torch.set_num_threads(1)   # a run given one thread (JOBS, THREADS, a one-CPU Ray task): one busy core is all of it
     try:
-        with UtilSampler(CpuReader(), interval_s=0.02) as alone:
+        with UtilSampler(CpuReader()) as alone:
             got = busy_loop(0.3)
     finally:
         torch.set_num_threads(before)
@@ -208,21 +312,21 @@ def test_nvml_reads_the_gpu_torch_trains_on_not_the_one_with_its_index(monkeypat
 
     from bench import utilisation
 
-    gpus = {"GPU-aaaa": 11, "GPU-bbbb": 22, "GPU-cccc": 33}  # NVML's order: index 0, 1, 2; utilisation %
-    fake = types.SimpleNamespace(
-        nvmlInit=lambda: None,
-        nvmlDeviceGetHandleByIndex=lambda i: list(gpus)[i],
-        nvmlDeviceGetHandleByUUID=lambda uuid: uuid if uuid in gpus else (_ for _ in ()).throw(KeyError(uuid)),
-        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=gpus[h]),
-        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=gpus[h] * 2**20),
-        nvmlDeviceGetPowerUsage=lambda h: 1000 * gpus[h])
+    gpus = {"GPU-aaaa": 11, "GPU-bbbb": 22, "GPU-cccc": 33}  # NVML's order: index 0, 1, 2; memory used, MiB
+    fake = FakeNvml()
+    fake.nvmlDeviceGetHandleByIndex = lambda i: list(gpus)[i]
+    fake.nvmlDeviceGetHandleByUUID = lambda uuid: uuid if uuid in gpus else (_ for _ in ()).throw(KeyError(uuid))
+    fake.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=gpus[h] * 2**20)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda device: types.SimpleNamespace(uuid="cccc" if str(device) == "cuda:0" else "bbbb"))
     reader = utilisation.reader_for(torch.device("cuda:0"))
     assert reader.source == "nvml"
-    assert reader.read() == {"util_pct": 33.0, "gpu_mem_used_mb": 33.0, "power_w": 33.0}
-    assert utilisation.reader_for(torch.device("cuda:1")).read()["util_pct"] == 22.0
+    reader.start()
+    assert reader.finish()["gpu_mem_used_mb"] == 33.0
+    other = utilisation.reader_for(torch.device("cuda:1"))
+    other.start()
+    assert other.finish()["gpu_mem_used_mb"] == 22.0
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(uuid="dddd"))
     with pytest.warns(UserWarning, match="NVML unavailable"):  # a GPU NVML does not list: said, then CPU figures
         assert utilisation.reader_for(torch.device("cuda:0")).source == "cpu"

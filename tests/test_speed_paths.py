@@ -142,7 +142,9 @@ class _FakeCuda:
     """The CUDA calls a capture makes, on the CPU, as strict as torch's: which stream is current, whether
     the cache was emptied, and a graph whose capture_end refuses a capture the block invalidated, whose
     `pool()` is refused without a successful capture, and whose pool may be released once only (a second
-    release is torch's `TORCH_INTERNAL_ASSERT(uc >= 0)`, which aborts the process)."""
+    release is torch's `TORCH_INTERNAL_ASSERT(uc >= 0)`, which aborts the process). A capture records work
+    without running it: the step the block runs here on the CPU is undone when the capture ends, and a
+    successful capture's effect is what its first replay applies (`watch`: the step whose state to keep)."""
 
     def __init__(self, monkeypatch, fail_in_block: bool, fail_at_end: bool) -> None:
         self.current, self.calls, self.releases = ["default"], [], 0
@@ -150,12 +152,16 @@ class _FakeCuda:
 
         class Graph:
             captured = False
+            before = effect = None
 
             def capture_begin(self, capture_error_mode="global"):
                 fake.calls.append(("capture_begin", fake.current[-1], capture_error_mode))
+                self.before = fake.state()
 
             def capture_end(self):
                 fake.calls.append(("capture_end", fake.current[-1]))
+                self.effect = fake.state()
+                fake.restore(self.before)      # what the block did was recorded, not run
                 if fail_at_end:
                     raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
                 self.captured = True
@@ -173,6 +179,8 @@ class _FakeCuda:
 
             def replay(self):
                 fake.calls.append(("replay",))
+                if self.effect is not None:
+                    fake.restore(self.effect)
 
         @contextlib.contextmanager
         def stream(s):
@@ -195,6 +203,30 @@ class _FakeCuda:
         monkeypatch.setattr(torch.cuda, "set_rng_state",
                             lambda state, device=None: (self.calls.append(("set_rng",)), self.generator.set_state(state)))
         monkeypatch.setattr(torch._C, "_cuda_releasePool", lambda d, pool: self.release())
+        self.allocated = self.peak = 10**6   # the caching allocator's counters, bytes
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: self.allocated)
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: self.peak)
+        monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: setattr(self, "peak", self.allocated))
+
+    watch: EagerStep | None = None
+
+    def state(self) -> list[torch.Tensor] | None:
+        if self.watch is None:
+            return None
+        optimizer_state = [v for st in self.watch.optimizer.state.values() for v in st.values() if torch.is_tensor(v)]
+        return [t.detach().clone() for t in [*self.watch.model.state_dict().values(), *optimizer_state]]
+
+    def restore(self, saved: list[torch.Tensor] | None) -> None:
+        if saved is None or self.watch is None:
+            return
+        optimizer_state = [v for st in self.watch.optimizer.state.values() for v in st.values() if torch.is_tensor(v)]
+        with torch.no_grad():
+            for t, v in zip([*self.watch.model.state_dict().values(), *optimizer_state], saved):
+                t.copy_(v)
+
+    def alloc(self, n: int) -> None:
+        self.allocated += n
+        self.peak = max(self.peak, self.allocated)
 
     def release(self) -> None:
         self.releases += 1
@@ -214,6 +246,7 @@ def test_a_capture_that_fails_inside_the_graph_leaves_cuda_as_it_was_and_names_t
     fake = _FakeCuda(monkeypatch, fail_in_block, fail_at_end)
     model_cfg = TINY.replace(stem="conv", patch_size=4)
     models, steps = _eager_and_static(model_cfg, TrainConfig(batch_size=32, grad_clip=1.0), capture=True)
+    fake.watch = steps[1]
     real_step, warm = steps[1]._step, []
 
     def step(x, y, cache=True):
@@ -248,6 +281,7 @@ def test_a_capture_that_succeeds_puts_the_warm_ups_generator_draws_back(monkeypa
     fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
     model_cfg = TINY.replace(stem="conv", patch_size=4)
     _, steps = _eager_and_static(model_cfg, TrainConfig(batch_size=32, grad_clip=1.0), capture=True)
+    fake.watch = steps[1]
     real_step = steps[1]._step
     draws = []
 
@@ -472,6 +506,57 @@ def test_two_jobs_on_one_gpu_say_whether_they_share_it_under_mps_and_train(tmp_p
     assert summary["statuses"] == {"ok": 4}, summary
     assert not glob.glob(os.path.join(tempfile.gettempdir(), "vitbench-mps-*"))
     print(line)  # what the GPU machine did: under MPS, or time-sliced and why
+
+
+def test_the_graphed_steps_memory_is_its_pool_not_the_captures_scaffolding(monkeypatch):
+    """The first call of a graphed step warms up on a side stream (whose first matmul allocates that stream's
+    cuBLAS workspace) with copies of the weights and optimizer state saved, then captures. Its memory is
+    what the step keeps (input buffers, the optimizer state the warm-up created) and the capture's own peak
+    (the graph's pool): the copies are gone before the capture begins, and the workspace is not counted."""
+    import weakref
+
+    from bench.memory import peak_mem_mb, resident_bytes
+
+    fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
+    model_cfg = TINY.replace(stem="conv", patch_size=4)
+    models, steps = _eager_and_static(model_cfg, TrainConfig(batch_size=32, grad_clip=1.0), capture=True)
+    step = fake.watch = steps[1]
+    real_step, real_saved, copies = step._step, step._saved_state, []
+    workspace, pool = 32 * 2**20, 5 * 2**20
+
+    def saved():
+        model_state, optim_state = real_saved()
+        copies.extend(weakref.ref(t) for t in model_state)
+        return model_state, optim_state
+
+    def traced(x, y, cache=True):
+        capturing_now = any(c[0] == "capture_begin" for c in fake.calls)
+        if not capturing_now and fake.current[-1] is fake.side and not fake.calls.count(("workspace",)):
+            fake.calls.append(("workspace",))
+            fake.alloc(workspace)        # the side stream's cuBLAS workspace: allocated once, kept
+        if capturing_now:
+            fake.calls.append(("copies alive", any(r() is not None for r in copies)))
+            fake.alloc(pool)             # the graph's activations and gradients at their peak ...
+            fake.alloc(-pool)            # ... freed into its pool by the end of the step
+        return real_step(x, y, cache)
+    step._step, step._saved_state = traced, saved
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(32, 1, 8, 8, generator=g), torch.randint(0, 10, (32,), generator=g)
+    losses = [s(x, y, lr=1e-3) for s in steps]
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    _assert_same_weights(*models)        # trained once on the batch, as the eager step
+    assert step.graphed and ("copies alive", False) in fake.calls
+    kept = resident_bytes(step.buffers[32], torch.device("cpu")) + resident_bytes([step.optimizer], torch.device("cpu"))
+    assert kept > 0 and step.first_call_bytes == kept + pool
+    step(x, y, lr=1e-3)                  # a replay captures nothing: no figure of its own
+    assert step.first_call_bytes is None
+
+    class Measured:                      # a step that measured its own first call
+        own_peak_bytes = 3 * 2**20
+
+        def __call__(self):
+            fake.alloc(workspace)        # scaffolding the allocator's peak would count
+    assert peak_mem_mb(Measured(), torch.device("cuda"), ()) == 3.0
 
 
 def test_the_static_step_sets_every_groups_learning_rate_with_one_kernel():

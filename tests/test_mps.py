@@ -17,8 +17,12 @@ from ablations.executors.mps import Mps
 from ablations.tasks import Outcome
 
 FAKE = """#!/bin/sh
-echo "$* pipe=$CUDA_MPS_PIPE_DIRECTORY log=$CUDA_MPS_LOG_DIRECTORY stdin=$(cat)" >> "{log}"
+input=$(cat)
+echo "$* pipe=$CUDA_MPS_PIPE_DIRECTORY log=$CUDA_MPS_LOG_DIRECTORY stdin=$input" >> "{log}"
 if [ "$1" = "-d" ] && [ -n "$FAKE_MPS_FAIL" ]; then echo "$FAKE_MPS_FAIL" >&2; exit 1; fi
+if [ "$input" = "get_server_list" ] && [ -n "$FAKE_MPS_STALE" ]; then
+    echo "Cannot find MPS control daemon process" >&2; exit 1
+fi
 exit 0
 """
 CLIENT_OK = (sys.executable, "-c", "import os, sys; sys.exit(0 if os.environ['CUDA_MPS_PIPE_DIRECTORY'] else 3)")
@@ -99,7 +103,58 @@ def test_a_daemon_already_running_is_used_as_is_and_left_running(fake, monkeypat
     assert m.start() == f"under the MPS daemon already running ({pipe})"
     assert m.env == {"CUDA_MPS_PIPE_DIRECTORY": str(pipe)}
     m.close()
-    assert calls(fake) == []  # neither started nor stopped
+    assert calls(fake) == [f" pipe={pipe} log= stdin=get_server_list"]  # asked whether it answers; not started nor stopped
+
+
+def test_a_control_pipe_whose_daemon_is_gone_is_stale_and_a_private_daemon_serves(fake, monkeypatch, tmp_path):
+    """/tmp/nvidia-mps/control left behind by a daemon that died: workers pointed at it would time-slice
+    while the start line said MPS. The daemon is asked first; a pipe that does not answer is said stale."""
+    pipe = tmp_path / "left-behind"
+    pipe.mkdir()
+    (pipe / "control").touch()
+    monkeypatch.setattr(mps, "DEFAULT_PIPE", pipe)
+    monkeypatch.setenv("FAKE_MPS_STALE", "1")
+    m = Mps("auto")
+    said = m.start()
+    assert said == (f"under a private MPS daemon ({m.own}; {pipe}/control is stale (Cannot find MPS control daemon "
+                    f"process))")
+    assert m.env["CUDA_MPS_PIPE_DIRECTORY"] == str(m.own / "pipe")
+    m.close()
+
+
+def _gpus_in_mode(monkeypatch, mode: int, count: int = 1) -> None:
+    """CUDA with `count` GPUs whose NVML compute mode is `mode` (nvmlComputeMode_t), found by UUID."""
+    import types
+
+    fake_nvml = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
+                                      nvmlDeviceGetComputeMode=lambda handle: mode)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(uuid=f"GPU-{d}"))
+
+
+@pytest.mark.parametrize("mode, name", [(3, "EXCLUSIVE_PROCESS"), (2, "PROHIBITED")])
+def test_a_gpu_that_admits_one_process_refuses_workers_in_a_line_before_any_daemon(fake, monkeypatch, mode, name):
+    """In EXCLUSIVE_PROCESS compute mode the driver (which measures the cost phase on the GPU) and its
+    workers cannot each hold a context, MPS or not: JOBS=2 is refused in one line before anything starts;
+    JOBS=1 (runs in this process) goes on."""
+    _gpus_in_mode(monkeypatch, mode)
+    executor = LocalExecutor(ExecutorOptions(jobs=2, device="cuda"))
+    with pytest.raises(ValueError) as err:
+        executor.start()
+    assert f"GPU 0 is in {name} compute mode" in str(err.value) and "\n" not in str(err.value)
+    assert calls(fake) == []                                   # no daemon started, so none left behind
+    assert LocalExecutor(ExecutorOptions(jobs=1, device="cuda")).start().startswith("local: this process")
+
+
+def test_a_gpu_in_default_mode_is_shared_as_before(fake, monkeypatch):
+    _gpus_in_mode(monkeypatch, 0)
+    executor = LocalExecutor(ExecutorOptions(jobs=2, device="cuda"))
+    try:
+        assert "under a private MPS daemon" in executor.start()
+    finally:
+        executor.close()
 
 
 def test_off_and_bad_modes(fake):
@@ -133,3 +188,25 @@ def test_workers_sharing_a_gpu_run_under_the_daemon_and_one_worker_per_gpu_needs
     assert LocalExecutor(ExecutorOptions(jobs=2, device="cuda")).mps is None  # one worker per GPU
     assert LocalExecutor(ExecutorOptions(jobs=3, device="cuda")).mps is not None
     assert LocalExecutor(ExecutorOptions(jobs=2, device="cuda:1")).mps is not None  # both on GPU 1
+
+
+def test_the_gpu_check_says_which_cost_rows_ran_beside_other_work(tmp_path):
+    """`.ci/gpu` starts with its preflight (on this machine: no driver), and `check-cost` counts the rows of the
+    graphs and eager runs' cost tables taken while other work used the machine, naming what NVML saw."""
+    import subprocess
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[1]
+    for run, flags in (("graphs", [0, 1, 0]), ("eager", [0, 0, 0])):
+        (tmp_path / run / "ablations").mkdir(parents=True)
+        pd.DataFrame({"contended": flags, "gpu_procs_seen": ["ours 1", "ours 1, other 1", "ours 1"]}).to_csv(
+            tmp_path / run / "ablations" / "depth-cost.csv", index=False)
+    done = subprocess.run(["bash", str(root / ".ci" / "gpu"), "check-cost"], cwd=root, capture_output=True,
+                          text=True, env={**os.environ, "OUT": str(tmp_path), "PY": sys.executable}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "## preflight" in summary and "torch " in summary
+    assert ("graphs: cost tables: 1, 3 rows, 1 contended (WARNING: their speed is left out; NVML saw: ours 1; "
+            "ours 1, other 1)") in summary
+    assert "eager: cost tables: 1, 3 rows, 0 contended; GPU processes seen: ours 1" in summary

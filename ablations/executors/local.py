@@ -39,7 +39,7 @@ from ..interrupts import SIGNALS
 from ..spawned import Raised, worker_main
 from ..tasks import Outcome, Task, lost_outcome
 from .base import ExecutorOptions, Loader, RunFn
-from .mps import Mps
+from .mps import Mps, shared_gpu_refusal
 
 RUNS_PER_GPU = 4  # JOBS=auto on CUDA
 STOP_GRACE_S = 3.0  # a stopped worker's time to exit on SIGTERM before it is killed
@@ -219,10 +219,21 @@ class LocalExecutor:
         where = (f"round-robin over {self.gpus} GPUs" if self.spread else
                  f"sharing {self.options.device if self.gpus > 1 else 'the GPU'}" if self.gpus else
                  f"{self.threads} CPU thread(s) each")
+        if self.gpus:
+            refusal = shared_gpu_refusal(self._gpu_indices(), self.jobs)
+            if refusal:
+                raise ValueError(refusal)
         if self.mps is not None:
             where += f", {self.mps.start()}"
         return (f"local: {self.jobs} runs at once{chosen}, {where}; a run whose worker dies is retried up to "
                 f"{self.options.max_retries}×")
+
+    def _gpu_indices(self) -> list[int]:
+        """The GPUs the workers run on: all of them where they spread, else the one DEVICE names."""
+        if self.spread:
+            return list(range(self.gpus))
+        device = torch.device(self.options.device if self.options.device.startswith("cuda") else "cuda")
+        return [device.index or 0]   # plain "cuda" is device 0 (asking torch would start CUDA here)
 
     def close(self) -> None:
         if self.mps is not None:

@@ -81,7 +81,7 @@ $(VENV)/.installed-%: pyproject.toml
 
 # INSTALL=0: the Python at hand must import everything vitbench needs (no network, no pip)
 check-env:
-	$(PY) -m ablations.envcheck $(EXTRAS)
+	$(PY) -m ablations.cli.envcheck $(EXTRAS)
 
 # the linter (ruff, configured in pyproject.toml), then the suite
 test: $(STAMP)

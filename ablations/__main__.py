@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import choices
-from .choices import available_sweeps, default_sweeps
-from .executors import OPTIONS as EXECUTOR_OPTIONS
-from .options import DATA_ROOT, INTO_REFERENCE, MARGIN, OUT, add_options, run_options
+from ablations import choices
+from ablations.choices import available_sweeps, default_sweeps
+from ablations.options import DATA_ROOT, INTO_REFERENCE, MARGIN, OUT, add_options, run_options
+from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,15 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_argument("b", help="another OUT folder of the same sweeps")
     compare.add_argument("--csv", help="also write the table here")
     args = parser.parse_args(argv)
-    from .interrupts import Interrupted, signals_raise
+    from ablations.running.interrupts import Interrupted, signals_raise
 
     try:
         with signals_raise():
             # torch and the rest load here, once the command line is known to be sound
             if args.command in ("sweep", "train", "cost"):
-                from . import commands
+                from ablations.cli import commands
             else:
-                from . import read_commands as commands
+                from ablations.cli import read_commands as commands
             return getattr(commands, f"cmd_{args.command}")(args)
     except Interrupted as err:  # a sweep's runs say what was kept themselves (commands._run_all)
         runs = " before any run finished; rerun the same command to start again" if args.command in ("sweep", "train") else ""

@@ -3,7 +3,7 @@
 `python -m ablations --help` (and every subcommand's `--help`, and argparse's check of a choice) is
 built from this module alone, so it answers in a fraction of a second; torch, pandas and the models
 load only once a command runs. Presets and dtypes come from `bench.choices`, their one source. The
-datasets are named here, their one list; `ablations.data.loader(name)` finds each one's `load_<name>`
+datasets are named here, their one list; `ablations.training.data.loader(name)` finds each one's `load_<name>`
 (a test checks that every name has one).
 """
 

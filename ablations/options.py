@@ -2,7 +2,7 @@
 passes it, its type, default, choices and help. The parsers are built from these declarations
 (`add_options`); the Makefile's variable-to-flag list is checked against them by a test
 (tests/test_options.py), so an option added here and not there (or there and not here) fails at once.
-The executors' own options are declared beside their registry (`ablations.executors.OPTIONS`).
+The executors' own options are declared beside their registry (`ablations.running.executors.OPTIONS`).
 
 Loads no torch: `--help` and a refused argument answer in a fraction of a second.
 """
@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import choices
-from .choices import AUTO_CHECKPOINT_S, COST_ROUNDS, LARGE_RUNS, MAX_SEED
+from ablations import choices
+from ablations.choices import AUTO_CHECKPOINT_S, COST_ROUNDS, LARGE_RUNS, MAX_SEED
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> N
 
 
 def run_options(executor_options: dict[str, tuple[Option, ...]]) -> tuple[Option, ...]:
-    """`RUN`, then the executor choice and every executor's own options (`ablations.executors.OPTIONS`)."""
+    """`RUN`, then the executor choice and every executor's own options (`ablations.running.executors.OPTIONS`)."""
     executor = Option("--executor", "where runs happen: local (this process and its workers) or ray (RAY_ADDRESS, "
                                     "or a local cluster)", "EXECUTOR", default="local",
                       choices=sorted(executor_options))

@@ -44,10 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.recipe import TrainConfig
+from ablations.choices import SPEC_DIR, available_sweeps, default_sweeps
+from bench.training.recipe import TrainConfig
 from vit import PRESETS, ViTConfig
-
-from .choices import SPEC_DIR, available_sweeps, default_sweeps
 
 __all__ = ["DATASET_FIELDS", "FACTOR_FIELDS", "SPEC_DIR", "Point", "SpecError", "SweepSpec", "available_sweeps", "default_sweeps",
            "find_spec", "load_spec"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .choices import DTYPES, PRESETS
+from bench.choices import DTYPES, PRESETS
 
 
 def _list(kind):
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     peak.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     peak.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
     args = parser.parse_args(argv)
-    from . import commands  # torch and the rest load here, once the command line is known to be sound
+    from bench import commands  # torch and the rest load here, once the command line is known to be sound
 
     {"run": commands.run, "convert-json": commands.convert, "peak": commands.peak}[args.command](args)
 

@@ -3,7 +3,7 @@
 `python -m bench --help` (and argparse's check of a choice) is built from this module alone, so it
 answers in a fraction of a second; torch and the models load only once a command runs.
 Each list has one source: the presets' names are read from `vit/presets.toml`, the file `vit.PRESETS` is
-built from; `bench.precision.DTYPES` is built from `DTYPES` here. Attention backends are not listed:
+built from; `bench.training.precision.DTYPES` is built from `DTYPES` here. Attention backends are not listed:
 `vit.register_backend` adds them at run time, and `--attn` is checked against the registry itself.
 """
 

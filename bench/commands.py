@@ -13,19 +13,18 @@ from typing import NoReturn
 import pandas as pd
 import torch
 
+from bench import choices
+from bench.env import device_name, environment, resolve_device, run_id
+from bench.grid import expand_grid, run_grid
+from bench.io.csvio import append_row
+from bench.io.overrides import parse_overrides
+from bench.measure import add_mfu
+from bench.mfu import matmul_peak_flops
+from bench.reference import refusal
+from bench.schema import BENCH_COLUMNS
+from bench.timing import TimingConfig
+from bench.training.precision import DTYPES
 from vit import ATTENTION_BACKENDS, PRESETS
-
-from . import choices
-from .csvio import append_row
-from .env import device_name, environment, resolve_device, run_id
-from .grid import expand_grid, run_grid
-from .measure import add_mfu
-from .mfu import matmul_peak_flops
-from .overrides import parse_overrides
-from .precision import DTYPES
-from .reference import refusal
-from .schema import BENCH_COLUMNS
-from .timing import TimingConfig
 
 NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 

@@ -10,7 +10,7 @@ which keeps a short region from showing load that is not there. A region is *con
 share reaches `CONTENDED_PCT` of the machine,
 or, on CUDA, when NVML lists a compute process on the GPU that is neither this command's (this process
 and its workers) nor an MPS server (`gpu_procs_seen` says what it listed). Readers leave contended
-regions out of medians and ratios (`ablations.findings`), and the MFU's matmul peak is not kept from
+regions out of medians and ratios (`ablations.analysis.findings`), and the MFU's matmul peak is not kept from
 one (`bench.mfu`). Where `/proc/stat` cannot be read (not Linux) the share is unknown and nothing is
 flagged.
 """
@@ -142,7 +142,7 @@ def gpu_processes(device: torch.device) -> tuple[int | None, str]:
     try:
         import pynvml
 
-        from .utilisation import nvml_handle
+        from bench.utilisation import nvml_handle
 
         pynvml.nvmlInit()
         pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(nvml_handle(pynvml, device))]

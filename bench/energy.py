@@ -23,7 +23,7 @@ class NvmlEnergy:
     def __init__(self, device: torch.device) -> None:
         import pynvml
 
-        from .utilisation import nvml_handle
+        from bench.utilisation import nvml_handle
 
         pynvml.nvmlInit()
         self._nvml = pynvml

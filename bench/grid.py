@@ -17,13 +17,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from bench.env import environment, run_id
+from bench.failures import classify_failure
+from bench.io.csvio import append_row
+from bench.measure import MeasureConfig, complexity, measure
+from bench.schema import BENCH_COLUMNS
 from vit import VisionTransformer, ViTConfig
-
-from .csvio import append_row
-from .env import environment, run_id
-from .failures import classify_failure
-from .measure import MeasureConfig, complexity, measure
-from .schema import BENCH_COLUMNS
 
 
 def img_size_for_tokens(tokens: int, patch_size: int) -> int:

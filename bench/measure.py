@@ -8,17 +8,17 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .choices import MODES
-from .contention import LoadMeter
-from .energy import EnergyMeter, energy_counter
-from .flops import count_macs, param_count
-from .memory import peak_mem_mb
-from .mfu import matmul_peak, mfu
-from .precision import DTYPES, autocast
-from .recipe import TrainConfig
-from .step import training_step
-from .timing import Timing, TimingConfig, time_steps
-from .utilisation import UtilSampler, reader_for
+from bench.choices import MODES
+from bench.contention import LoadMeter
+from bench.energy import EnergyMeter, energy_counter
+from bench.flops import count_macs, param_count
+from bench.memory import peak_mem_mb
+from bench.mfu import matmul_peak, mfu
+from bench.timing import Timing, TimingConfig, time_steps
+from bench.training.precision import DTYPES, autocast
+from bench.training.recipe import TrainConfig
+from bench.training.step import training_step
+from bench.utilisation import UtilSampler, reader_for
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def memory_first(device: torch.device, mcfg: MeasureConfig) -> bool:
 
 def default_step(mcfg: MeasureConfig, device: torch.device) -> StepFactory:
     """What `measure` times unless told otherwise: the inference step, or the training step the sweeps
-    train with (`bench.step`) under the default recipe at this batch size, dtype and compile setting."""
+    train with (`bench.training.step`) under the default recipe at this batch size, dtype and compile setting."""
     if mcfg.mode == "infer":
         return lambda model, images, labels: inference_step(model, images, mcfg, device)
     return training_step(TrainConfig(batch_size=mcfg.batch_size, dtype=mcfg.dtype, compile=mcfg.compile), device)

@@ -14,11 +14,13 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from bench.training.step import resident_bytes
+
 
 def peak_mem_mb(step: Callable[[], object], device: torch.device, track: Iterable[object] = ()) -> float:
     """Peak MiB of tensor memory while `step()` runs; `track`: modules/optimizers/tensors alive already.
     A step that captures a CUDA graph measures its own first call (`own_peak_bytes`, what it added to what
-    was alive; see `bench.step.StaticStep`): that is taken over the allocator's peak, which would count
+    was alive; see `bench.training.step.StaticStep`): that is taken over the allocator's peak, which would count
     the capture's scaffolding too."""
     if device.type == "cuda":
         track = list(track)
@@ -62,32 +64,3 @@ def _no_hooks_on_frozen(tracker: object, track: Iterable[object]) -> None:
             for p in obj.parameters():
                 if not p.requires_grad:
                     handles[p] = (_NoHook(), _NoHook())
-
-
-ALLOCATOR_BLOCK = 512  # the CUDA caching allocator rounds every allocation up to a multiple of this
-
-
-def resident_bytes(track: Iterable[object], device: torch.device) -> int:
-    """Bytes the allocator holds for the distinct storages on `device` of `track`: modules (parameters, their
-    gradients, buffers), optimizers (state tensors) and tensors; a storage shared by several is counted once."""
-    storages: dict[int, int] = {}
-
-    def add(t: object) -> None:
-        if torch.is_tensor(t) and t.device == device:
-            storage = t.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
-
-    for obj in track:
-        if isinstance(obj, torch.nn.Module):
-            for p in obj.parameters():
-                add(p)
-                add(p.grad)
-            for b in obj.buffers():
-                add(b)
-        elif isinstance(obj, torch.optim.Optimizer):
-            for state in obj.state.values():
-                for v in state.values():
-                    add(v)
-        else:
-            add(obj)
-    return sum(-(-n // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK for n in storages.values())

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-from .atomic import write_atomic
-from .contention import LoadMeter
-from .env import cache_dir, device_name
-from .precision import DTYPES
-from .timing import TimingConfig, time_steps
+from bench.contention import LoadMeter
+from bench.env import cache_dir, device_name
+from bench.io.atomic import write_atomic
+from bench.timing import TimingConfig, time_steps
+from bench.training.precision import DTYPES
 
 TRAIN_FLOP_FACTOR = 3
 

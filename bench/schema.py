@@ -1,6 +1,6 @@
 """The columns of the measurement tables: one definition each (name, unit, meaning), in the order files
 are written. The model's columns are `ViTConfig`'s fields, documented in their metadata. The columns of
-training runs, histories and cost phases belong to `ablations.schema`; `docs/columns.md` is rendered from
+training runs, histories and cost phases belong to `ablations.results.schema`; `docs/columns.md` is rendered from
 both (`python -m ablations columns`) and a test keeps it in step.
 """
 

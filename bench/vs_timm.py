@@ -19,13 +19,12 @@ import pandas as pd
 import timm
 import torch
 
+from bench.contention import LoadMeter
+from bench.env import device_name
+from bench.reference import refusal
+from bench.rounds import Spread, interleaved, ratio_or_noise
+from bench.timing import TimingConfig, time_steps
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer, load_timm_weights
-
-from .contention import LoadMeter
-from .env import device_name
-from .reference import refusal
-from .rounds import Spread, interleaved, ratio_or_noise
-from .timing import TimingConfig, time_steps
 
 MIN_ROUNDS = 3
 

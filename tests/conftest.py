@@ -75,7 +75,7 @@ def kill_after_first_row(cmd: list[str], env: dict[str, str], csv: Path, timeout
     import subprocess
     import time
 
-    from ablations.schema import read_table
+    from ablations.results.schema import read_table
 
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + timeout_s

@@ -44,8 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ablations.schema import read_table as read_rows  # noqa: E402
-from bench.csvio import SkippedInput  # noqa: E402
+from ablations.results.schema import read_table as read_rows  # noqa: E402
+from bench.io.csvio import SkippedInput  # noqa: E402
 
 warnings.simplefilter("ignore", SkippedInput)  # the campaign damages tables on purpose; it checks the report
 

@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ablations.cost import CostPlan, run_cost_phases
-from ablations.data import Dataset
-from ablations.executors.base import Executor
-from ablations.runner import run_sweeps
+from ablations.running.cost import CostPlan, run_cost_phases
+from ablations.running.executors.base import Executor
+from ablations.running.runner import run_sweeps
+from ablations.running.tasks import Outcome, RunOptions, Task
+from ablations.running.worker import execute
 from ablations.specs import Point
-from ablations.tasks import Outcome, RunOptions, Task
-from ablations.worker import execute
+from ablations.training.data import Dataset
 
 
 def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Executor | None = None,

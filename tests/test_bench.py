@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-from bench.csvio import read_rows
 from bench.flops import closed_form_macs, count_macs, stem_macs
 from bench.grid import GridPoint, img_size_for_tokens, run_grid
+from bench.io.csvio import read_rows
 from bench.measure import MeasureConfig
 from bench.memory import peak_mem_mb
 from bench.schema import BENCH_COLUMNS, CONFIG, IDENTITY, SIZE, SPEED, names
@@ -536,8 +536,8 @@ def test_a_cuda_training_steps_memory_is_taken_on_the_call_that_captures_its_gra
 
 def test_a_frozen_backbones_training_step_has_its_cpu_peak_and_it_is_below_the_full_steps():
     """freeze=all_but_head: no gradients or AdamW state for the backbone, so less memory than training it all."""
-    from bench.recipe import TrainConfig
-    from bench.step import training_step
+    from bench.training.recipe import TrainConfig
+    from bench.training.step import training_step
 
     cpu = torch.device("cpu")
     peaks = {}
@@ -551,7 +551,7 @@ def test_a_frozen_backbones_training_step_has_its_cpu_peak_and_it_is_below_the_f
 
 
 def test_resident_bytes_counts_each_tracked_storage_once_in_allocator_blocks():
-    from bench.memory import ALLOCATOR_BLOCK, resident_bytes
+    from bench.training.step import ALLOCATOR_BLOCK, resident_bytes
 
     cpu = torch.device("cpu")
     model = nn.Linear(10, 3)            # 30 + 3 floats: one 512-byte block each

@@ -1,4 +1,4 @@
-"""The report's comparison against known answers (ablations.calibrate): from saved predictions (the
+"""The report's comparison against known answers (ablations.analysis.calibrate): from saved predictions (the
 committed reference: the ~97 % regime the report speaks about) A/A trials stay within α and planted
 differences are found more often than the naive bootstrap finds them; by training, the plumbing at its
 smallest, resumable after an interruption; bad input refused in one line."""
@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from helpers import naive_bootstrap_p
 
-from ablations import calibrate as cal
+from ablations.analysis import calibrate as cal
+from ablations.analysis.report import REFERENCE
+from ablations.analysis.stats import ALPHA, compare_settings
 from ablations.calibrate import Rate, calibrate, compare_pairs, draw_groups, saved_pool, with_label_noise
-from ablations.data import cached_dataset
-from ablations.report import REFERENCE
-from ablations.stats import ALPHA, compare_settings
-from ablations.store import SweepPaths, sweep_names
+from ablations.results.store import SweepPaths, sweep_names
+from ablations.training.data import cached_dataset
 
 
 @pytest.fixture(scope="module")
@@ -86,11 +86,11 @@ def test_a_short_training_calibration_resumes_after_an_interruption(tmp_path, mo
     assert len(result.aa) == 2 and len(result.planted) == 1
     assert result.planted["diff_pts"].mean() > 0        # label noise costs accuracy
     assert len(list((tmp_path / "clean").glob("*.npy"))) == 8 and len(list(tmp_path.glob("noise-*/*.npy"))) == 2
-    import ablations.train
+    import ablations.training.train
 
     def no_training(*args, **kwargs):
         raise AssertionError("a kept run was trained again")
-    monkeypatch.setattr(ablations.train, "train", no_training)
+    monkeypatch.setattr(ablations.training.train, "train", no_training)
     again = calibrate(pairs=2, seeds=2, planted_pairs=1, label_noise=0.5, keep=tmp_path)
     assert again.aa["p"].tolist() == result.aa["p"].tolist()
 

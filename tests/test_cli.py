@@ -8,7 +8,7 @@ import pytest
 from conftest import write_spec
 
 from ablations.__main__ import main as ablations_main
-from ablations.schema import read_table
+from ablations.results.schema import read_table
 from vit import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,9 +104,9 @@ def test_help_and_refused_arguments_never_load_torch(argv):
 
 def test_help_names_every_choice_the_registries_hold(capsys):
     from ablations.choices import DATASETS
-    from ablations.commands import EXECUTORS, default_sweeps
+    from ablations.cli.commands import EXECUTORS, default_sweeps
     from ablations.specs import SPEC_DIR, load_spec
-    from bench.precision import DTYPES
+    from bench.training.precision import DTYPES
 
     for argv in (["sweep", "--help"], ["train", "--help"]):
         with pytest.raises(SystemExit):
@@ -121,7 +121,8 @@ def test_help_names_every_choice_the_registries_hold(capsys):
 def test_every_dataset_the_command_line_names_has_a_loader_and_no_other_name_does():
     import inspect
 
-    from ablations import choices, data
+    from ablations import choices
+    from ablations.training import data
 
     assert data.DATASETS is choices.DATASETS  # one list
     for name in choices.DATASETS:
@@ -135,7 +136,7 @@ def test_every_dataset_the_command_line_names_has_a_loader_and_no_other_name_doe
 
 def test_a_command_reads_its_dataset_once(tmp_path, monkeypatch):
     """`train` checks the preset against the dataset, then trains on it: one read of the file, not two."""
-    from ablations import data
+    from ablations.training import data
 
     reads = []
     real = data.load_dataset
@@ -165,9 +166,9 @@ def test_the_installed_vitbench_script_runs_a_command(tmp_path):
 
 def test_preset_and_dtype_names_have_one_source_that_help_reads_without_torch():
     """--help lists presets from vit/presets.toml, the file vit.PRESETS is built from, and dtypes from the
-    table bench.precision builds its torch dtypes from: nothing to keep in step by hand."""
+    table bench.training.precision builds its torch dtypes from: nothing to keep in step by hand."""
     from bench import choices
-    from bench.precision import DTYPES
+    from bench.training.precision import DTYPES
     from vit import PRESETS, ViTConfig
 
     assert choices.PRESETS == tuple(PRESETS) and list(DTYPES) == list(choices.DTYPES)

@@ -8,13 +8,13 @@ import pytest
 from helpers import run_sweep
 
 from ablations.__main__ import main
-from ablations.compare import compare_outs
-from ablations.cost import CostPlan
-from ablations.schema import read_table
+from ablations.analysis.compare import compare_outs
+from ablations.results.schema import read_table
+from ablations.results.store import SweepPaths, load_preds
+from ablations.running.cost import CostPlan
+from ablations.running.tasks import RunOptions
 from ablations.specs import Point
-from ablations.store import SweepPaths, load_preds
-from ablations.tasks import RunOptions
-from bench.recipe import TrainConfig
+from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
@@ -73,7 +73,7 @@ def test_rows_of_an_older_table_with_blank_recipe_cells_join_their_points(tmp_pa
     alone and holds all its seeds."""
     from pathlib import Path
 
-    from ablations.compare import compare_outs
+    from ablations.analysis.compare import compare_outs
 
     reference = Path(__file__).resolve().parents[1] / "results" / "reference"
     copy = tmp_path / "copy" / "ablations"

@@ -60,8 +60,8 @@ def test_presets_are_valid_and_derived_sizes_consistent():
 
 
 def test_from_row_inverts_to_dict_through_a_csv(tmp_path):
-    from ablations.schema import read_table
-    from bench.csvio import append_row
+    from ablations.results.schema import read_table
+    from bench.io.csvio import append_row
 
     cfgs = [ViTConfig(img_size=28, patch_size=7, in_chans=1, embed_dim=48, num_heads=3, mlp_ratio=2.5,
                       pos="sincos2d", norm="post", pool="avg", stem="conv", qkv_bias=False, dropout=0.1),

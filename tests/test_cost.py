@@ -8,13 +8,13 @@ import torch
 from conftest import write_spec
 from helpers import run_cost_phase
 
-from ablations.cost import CostPlan
-from ablations.schema import read_table
+from ablations.results.schema import read_table
+from ablations.results.store import model_key, row_figures, uncontended
+from ablations.running.cost import CostPlan
 from ablations.specs import Point
-from ablations.store import model_key, row_figures, uncontended
-from bench.recipe import TrainConfig
 from bench.rounds import Spread, interleaved, ratio_or_noise
 from bench.timing import TimingConfig
+from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
@@ -87,9 +87,9 @@ def test_a_phase_cut_short_is_measured_again_whole(tmp_path):
 
 def test_one_phase_over_several_sweeps_times_a_shared_model_once_and_writes_each_sweep_its_rows(tmp_path,
                                                                                                 monkeypatch):
-    import ablations.cost as cost_module
-    from ablations.cost import run_cost_phases
-    from ablations.store import newest_complete_phase
+    import ablations.running.cost as cost_module
+    from ablations.results.store import newest_complete_phase
+    from ablations.running.cost import run_cost_phases
 
     measured = []
     real = cost_module._measure_item
@@ -138,10 +138,10 @@ def test_row_figures_are_the_medians_over_rounds_of_the_phase_rows(tmp_path):
 
 
 def test_the_cost_phase_times_the_training_step_that_training_runs(tmp_path, monkeypatch):
-    """The train rows time `bench.step.make_step`'s step under each point's own TrainConfig and GRAPHS, not
+    """The train rows time `bench.training.step.make_step`'s step under each point's own TrainConfig and GRAPHS, not
     a generic step: on CUDA that is the graphed step the runs train with."""
-    import bench.step as step_module
-    from bench.step import EagerStep, param_groups
+    import bench.training.step as step_module
+    from bench.training.step import EagerStep, param_groups
 
     built = []
 
@@ -165,7 +165,7 @@ def test_the_cost_phase_times_the_training_step_that_training_runs(tmp_path, mon
 
 
 def test_cost_items_are_timed_for_their_device_unless_the_plan_says_how():
-    from ablations.cost import CPU_TIMING, CUDA_TIMING, _items
+    from ablations.running.cost import CPU_TIMING, CUDA_TIMING, _items
 
     for device, timing in ((torch.device("cpu"), CPU_TIMING), (torch.device("cuda"), CUDA_TIMING)):
         items = _items(points(), CostPlan(), device)   # no GPU touched: the plan only
@@ -199,7 +199,7 @@ def test_cli_refuses_bad_cost_rounds_and_repeated_seeds_before_any_work(tmp_path
 def test_kept_steps_are_built_once_per_phase_and_run_in_their_own_mode(tmp_path, monkeypatch, keep):
     import dataclasses
 
-    import ablations.cost as cost
+    import ablations.running.cost as cost
 
     builds, modes = [], []
 
@@ -229,7 +229,7 @@ def test_kept_steps_are_built_once_per_phase_and_run_in_their_own_mode(tmp_path,
 
 
 def test_kept_steps_let_the_least_recently_timed_go_when_the_device_is_crowded(monkeypatch):
-    from ablations.cost import Steps
+    from ablations.running.cost import Steps
 
     steps = Steps(torch.device("cpu"), keep=True)
     crowded = iter([False, True, True])
@@ -246,7 +246,7 @@ def test_kept_steps_let_the_least_recently_timed_go_when_the_device_is_crowded(m
 
 
 def test_a_let_go_step_hands_its_memory_back_so_the_others_stay_kept(monkeypatch):
-    from ablations.cost import Steps
+    from ablations.running.cost import Steps
 
     # a 100 MB device whose reserved memory falls only when the cache is emptied, as CUDA's does
     device = {"reserved": 0, "live": 0}
@@ -271,7 +271,7 @@ def test_a_let_go_step_hands_its_memory_back_so_the_others_stay_kept(monkeypatch
 # --- the budget ------------------------------------------------------------------------------------
 
 def test_the_budget_is_a_share_of_the_expected_training_within_a_floor_and_a_cap():
-    from ablations.cost import BUDGET_CAP_S, BUDGET_FLOOR_S, BUDGET_SHARE
+    from ablations.running.cost import BUDGET_CAP_S, BUDGET_FLOOR_S, BUDGET_SHARE
 
     plan = CostPlan()
     assert plan.budget(1000.0) == pytest.approx(BUDGET_SHARE * 1000.0)
@@ -323,8 +323,8 @@ def test_a_machine_busy_in_every_round_stops_the_phase_within_its_budget(tmp_pat
 
 def test_make_cost_measures_an_out_trained_without_a_cost_phase_and_the_report_shows_it(tmp_path, capsys):
     from ablations.__main__ import main
-    from ablations.report import build_report
-    from ablations.store import SweepPaths
+    from ablations.analysis.report import build_report
+    from ablations.results.store import SweepPaths
 
     spec = write_spec(tmp_path / "cz.toml", "depth", "[1, 2]", "embed_dim = 16\nnum_heads = 2", "epochs = 1\nbatch_size = 256")
     out = tmp_path / "out"

@@ -1,8 +1,8 @@
-"""bench.csvio: appends that never tear a line, even from two processes at once."""
+"""bench.io.csvio: appends that never tear a line, even from two processes at once."""
 
 import multiprocessing as mp
 
-from bench.csvio import append_row, read_rows
+from bench.io.csvio import append_row, read_rows
 
 
 def _append_many(path, tag, n):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ablations.__main__ import main as ablations_main
-from ablations.data import load_dataset, published_statistics
+from ablations.training.data import load_dataset, published_statistics
 
 
 def test_cifar10_with_empty_root_names_path_and_download_flag(tmp_path):

@@ -13,14 +13,14 @@ import torch
 from conftest import write_spec
 from helpers import run_sweep, write_old_format
 
-from ablations import designs, report
-from ablations.cost import CostPlan
-from ablations.schema import read_table
+from ablations.analysis import designs, report
+from ablations.analysis.stats import interaction_contrasts
+from ablations.results.schema import read_table
+from ablations.results.store import SweepPaths, record, save_preds
+from ablations.running.cost import CostPlan
+from ablations.running.tasks import Outcome, RunOptions
 from ablations.specs import SpecError, load_spec
-from ablations.stats import interaction_contrasts
-from ablations.store import SweepPaths, record, save_preds
-from ablations.tasks import Outcome, RunOptions
-from bench.recipe import TrainConfig
+from bench.training.recipe import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -248,7 +248,7 @@ def test_a_validation_split_is_held_out_of_training_the_same_for_every_seed(tmp_
 
 
 def test_the_validation_split_is_stratified_by_class_and_a_random_split_keeps_its_older_run_id():
-    from ablations.data import cached_dataset, recipe_data
+    from ablations.training.data import cached_dataset, recipe_data
 
     data = cached_dataset("digits")
     stratified, (_, val_y) = recipe_data(data, TrainConfig(holdout=0.2))
@@ -295,7 +295,7 @@ def test_an_old_results_folder_is_read_appended_to_and_reported(tmp_path):
 def test_tensorboard_events_read_back_equal_the_history_rows(tmp_path):
     EventAccumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator").EventAccumulator
 
-    from ablations import tensorboard
+    from ablations.results import tensorboard
 
     path = write_spec(tmp_path / "tb.toml", "depth", "[1]", TINY, "epochs = 3\nbatch_size = 256")
     path.write_text(path.read_text() + "\n[tune]\nlr = [2e-3]\nholdout = 0.1\n")   # a split: validation curves too
@@ -312,7 +312,7 @@ def test_tensorboard_events_read_back_equal_the_history_rows(tmp_path):
 
 def test_an_unwritable_event_folder_stops_the_sweep_before_any_run(tmp_path):
     pytest.importorskip("tensorboard")
-    from ablations.store import SweepError
+    from ablations.results.store import SweepError
 
     spec = load_spec(write_spec(tmp_path / "tb.toml", "depth", "[1]", TINY, "epochs = 1\nbatch_size = 256"))
     out = tmp_path / "out"
@@ -325,7 +325,7 @@ def test_an_unwritable_event_folder_stops_the_sweep_before_any_run(tmp_path):
 
 def test_a_rerun_with_tensorboard_writes_the_events_of_runs_finished_without_them(tmp_path):
     pytest.importorskip("tensorboard")
-    from ablations import tensorboard
+    from ablations.results import tensorboard
 
     spec = load_spec(write_spec(tmp_path / "tb.toml", "depth", "[1, 2]", TINY, "epochs = 1\nbatch_size = 256"))
     out = tmp_path / "out"
@@ -339,8 +339,8 @@ def test_a_rerun_with_tensorboard_writes_the_events_of_runs_finished_without_the
 
 
 def test_tensorboard_without_the_package_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
-    from ablations import tensorboard
     from ablations.__main__ import main
+    from ablations.results import tensorboard
 
     monkeypatch.setattr(tensorboard, "available", lambda: tensorboard.INSTALL)
     assert main(["sweep", "depth", "--dataset", "digits", "--out", str(tmp_path), "--tensorboard"]) == 2
@@ -349,8 +349,8 @@ def test_tensorboard_without_the_package_is_one_line_before_any_work(tmp_path, m
 
 
 def test_wall_times_of_runs_that_got_too_little_cpu_are_not_compared():
-    from ablations.findings import Setting, SweepFindings, cost_sentence
-    from ablations.stats import accuracy_interval
+    from ablations.analysis.findings import Setting, SweepFindings, cost_sentence
+    from ablations.analysis.stats import accuracy_interval
     from bench.rounds import Spread
 
     def setting(value, times, starved):
@@ -365,7 +365,7 @@ def test_wall_times_of_runs_that_got_too_little_cpu_are_not_compared():
 
 
 def test_a_run_is_starved_when_busy_well_under_its_share_of_the_cores():
-    from ablations.experiments import starved
+    from ablations.results.experiments import starved
 
     row = {"status": "ok", "device": "cpu", "train_util_pct": 65.0, "jobs": 1}
     assert starved(row) and not starved({**row, "train_util_pct": 99.0})
@@ -378,8 +378,8 @@ def test_a_run_is_starved_when_busy_well_under_its_share_of_the_cores():
 
 
 def test_the_report_shows_latency_percentiles_and_energy_where_the_cost_phase_measured_them():
-    from ablations.findings import Setting, SweepFindings, table_markdown
-    from ablations.stats import accuracy_interval
+    from ablations.analysis.findings import Setting, SweepFindings, table_markdown
+    from ablations.analysis.stats import accuracy_interval
     from bench.rounds import Spread
 
     def setting(value, p99):

@@ -9,14 +9,14 @@ from timm.layers import resample_abs_pos_embed
 from timm.models.vision_transformer import VisionTransformer as TimmViT
 
 from ablations.__main__ import main as ablations_main
-from ablations.cost import CostPlan
-from ablations.data import load_dataset
-from ablations.schema import read_table
+from ablations.results.schema import read_table
+from ablations.running.cost import CostPlan
+from ablations.running.tasks import RunOptions
 from ablations.specs import Point
-from ablations.tasks import RunOptions
-from ablations.train import train
-from bench.recipe import TrainConfig
-from bench.step import param_groups
+from ablations.training.data import load_dataset
+from ablations.training.train import train
+from bench.training.recipe import TrainConfig
+from bench.training.step import param_groups
 from vit import VisionTransformer, ViTConfig, init_from_checkpoint
 
 KW = dict(img_size=16, patch_size=4, in_chans=3, num_classes=10, embed_dim=32, depth=3, num_heads=4, mlp_ratio=2.0)

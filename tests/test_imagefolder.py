@@ -11,15 +11,15 @@ import torch
 from helpers import run_sweep
 from PIL import Image
 
-from ablations.commands import data_id
-from ablations.cost import CostPlan
-from ablations.data import cached_dataset, load_dataset
-from ablations.schema import read_table
+from ablations.cli.commands import data_id
+from ablations.results.schema import read_table
+from ablations.results.store import SweepPaths
+from ablations.running.cost import CostPlan
+from ablations.running.tasks import RunOptions
 from ablations.specs import Point
-from ablations.store import SweepPaths
-from ablations.tasks import RunOptions
-from ablations.train import train
-from bench.recipe import TrainConfig
+from ablations.training.data import cached_dataset, load_dataset
+from ablations.training.train import train
+from bench.training.recipe import TrainConfig
 from vit import PRESETS, VisionTransformer, ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,7 +128,7 @@ def test_img_size_enters_run_ids_only_when_given():
 
 @pytest.mark.parametrize("kind", ["8-bit grey", "16-bit grey", "palette", "RGBA", "float"])
 def test_images_are_read_at_their_true_brightness(kind, tmp_path):
-    from ablations.data import read_square
+    from ablations.training.data import read_square
 
     rng = np.random.default_rng(3)
     levels = rng.integers(0, 256, (6, 6)).astype(np.uint8)           # the brightness every kind encodes
@@ -155,7 +155,7 @@ def test_images_are_read_at_their_true_brightness(kind, tmp_path):
 
 
 def test_a_16_bit_image_is_not_white_in_predict_or_an_image_folder(tmp_path):
-    from ablations.predict import read_images
+    from ablations.analysis.predict import read_images
 
     path = tmp_path / "grey.png"
     Image.fromarray(np.full((8, 8), 30000, dtype=np.uint16)).save(path)
@@ -167,7 +167,7 @@ def test_a_decompression_bomb_is_one_line(tmp_path):
     import struct
     import zlib
 
-    from ablations.data import read_square
+    from ablations.training.data import read_square
 
     path = tmp_path / "bomb.png"     # a PNG whose header claims 20000 × 20000 pixels (Pillow checks at open)
     Image.new("L", (8, 8)).save(path)
@@ -181,8 +181,8 @@ def test_a_decompression_bomb_is_one_line(tmp_path):
 
 
 def test_predict_crops_a_wide_photo_as_an_image_folder_does(tmp_path):
-    from ablations.data import read_square
-    from ablations.predict import read_images
+    from ablations.analysis.predict import read_images
+    from ablations.training.data import read_square
 
     wide = np.zeros((30, 60, 3), dtype=np.uint8)
     wide[:, :4] = 255                                                 # a bar at the left edge, outside the centre crop
@@ -239,7 +239,7 @@ def test_predict_on_an_image_folder_run_needs_no_folder_its_normalisation_is_in_
     import shutil
 
     from ablations.__main__ import main
-    from ablations.predict import load_run
+    from ablations.analysis.predict import load_run
 
     root = write_folder(tmp_path / "images", per_class=(6, 2))
     expected = load_dataset("imagefolder", root)

@@ -1,5 +1,8 @@
 """The packages' imports, read with `ast` (function-level imports included): no cycle, no private name
-imported across modules, and the layers flow one way: ablations → bench → vit."""
+imported across modules, and the layers flow one way: ablations → bench → vit; inside bench, measurement →
+bench.training → bench.io; inside ablations, cli → running | analysis → training | results → the
+vocabulary at its root (choices, options, specs), with running and analysis never importing each other,
+nor training and results."""
 
 import ast
 from pathlib import Path
@@ -44,7 +47,7 @@ def graph(modules=MODULES) -> dict[str, set[str]]:
     edges = {m: set() for m in modules}
     for m in modules:
         for target, _, _ in imports(m):
-            while target and target not in modules:  # `import ablations.cost` counts as ablations.cost
+            while target and target not in modules:  # `import ablations.running.cost` counts as ablations.running.cost
                 target = target.rpartition(".")[0]
             if target and target != m:
                 edges[m].add(target)
@@ -77,7 +80,7 @@ def test_the_walker_sees_a_cycle_and_a_package_submodule_loop():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     # the executors package imports its submodules lazily; they must not import the package back
-    assert "ablations.executors.local" in graph()["ablations.executors"]
+    assert "ablations.running.executors.local" in graph()["ablations.running.executors"]
 
 
 def test_no_import_cycle():
@@ -98,6 +101,53 @@ def test_layers_flow_one_way():
     assert not wrong, wrong
 
 
+# Inside a package: the layer of each subpackage or root module, and its rank; a module imports only layers
+# of lower rank (or its own). Two layers of one rank never import each other.
+INNER = {
+    "ablations": {"choices": ("vocabulary", 0), "options": ("vocabulary", 0), "specs": ("vocabulary", 0),
+                  "results": ("results", 1), "training": ("training", 1),
+                  "running": ("running", 2), "analysis": ("analysis", 2),
+                  "cli": ("cli", 3), "__main__": ("cli", 3), "calibrate": ("cli", 3), "stepbench": ("cli", 3)},
+    "bench": {"io": ("io", 0), "choices": ("io", 0), "training": ("training", 1)},  # the rest: measurement, 2
+}
+
+
+def inner_layer(module: str) -> tuple[str, int] | None:
+    """(layer, rank) of a module inside a layered package; None for the package itself and other packages."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] not in INNER:
+        return None
+    default = ("measurement", 2) if parts[0] == "bench" else ("unplaced", -1)
+    return INNER[parts[0]].get(parts[1], default)
+
+
+def test_every_module_of_a_layered_package_has_a_layer():
+    unplaced = [m for m in MODULES if m.split(".")[0] in INNER and (layer := inner_layer(m)) and layer[1] < 0]
+    assert not unplaced, f"modules outside the layers of tests/test_imports.py INNER: {unplaced}"
+
+
+def test_layers_inside_a_package_flow_one_way():
+    """running never imports analysis (nor back); training never imports results (nor back); nothing imports
+    the command line; the vocabulary (choices, options, specs) and bench.io import no layer above them."""
+    wrong = []
+    for m, targets in graph().items():
+        mine = inner_layer(m)
+        for t in targets:
+            theirs = inner_layer(t)
+            if mine is None or theirs is None or m.split(".")[0] != t.split(".")[0] or mine[0] == theirs[0]:
+                continue
+            if theirs[1] >= mine[1]:
+                wrong.append(f"{m} → {t}")
+    assert not wrong, wrong
+
+
+def test_the_inner_rule_sees_a_sideways_import():
+    assert inner_layer("ablations.running.cost") == ("running", 2)
+    assert inner_layer("ablations.analysis.report") == ("analysis", 2)
+    assert inner_layer("bench.measure") == ("measurement", 2) and inner_layer("bench.training.step") == ("training", 1)
+    assert inner_layer("vit.model") is None and inner_layer("ablations") is None
+
+
 @pytest.mark.parametrize("argv", [["report", "--reference", "none"], ["compare", "{out}", "{out}"], ["columns"]])
 def test_reading_results_loads_no_trainer_runner_or_executor(tmp_path, argv):
     """The commands that read a results folder stand on the store, not on the machinery that writes it."""
@@ -116,8 +166,9 @@ def test_reading_results_loads_no_trainer_runner_or_executor(tmp_path, argv):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     status, loaded = done.stdout.strip().splitlines()[-1].split(" ", 1)
     assert status == "0", done.stderr[-2000:]
-    heavy = [m for m in ("ablations.train", "ablations.executors.local", "ablations.executors.ray", "ablations.spawned",
-                         "ablations.runner", "ablations.worker", "ablations.cost", "ablations.checkpoints",
-                         "ablations.tasks") if f"'{m}'" in loaded]
+    heavy = [f"ablations.{m}" for m in ("training.train", "training.checkpoints", "running.executors.local",
+                                        "running.executors.ray", "running.spawned", "running.runner",
+                                        "running.worker", "running.cost", "running.tasks")
+             if f"'ablations.{m}'" in loaded]
     assert not heavy, f"{argv[0]} loaded {heavy}"
-    assert "'ablations.store'" in loaded or argv[0] == "columns"
+    assert "'ablations.results.store'" in loaded or argv[0] == "columns"

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ablations.envcheck import required
+from ablations.cli.envcheck import required
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ def test_install_0_runs_with_the_python_at_hand_and_no_install_step(tmp_path):
     planned = make("-n", "ablations", "INSTALL=0", f"PY={sys.executable}", "DRY_RUN=1", f"OUT={tmp_path}")
     assert planned.returncode == 0
     assert "pip install" not in planned.stdout and "-m venv" not in planned.stdout  # no install: no network needed
-    assert f"{sys.executable} -m ablations.envcheck" in planned.stdout
+    assert f"{sys.executable} -m ablations.cli.envcheck" in planned.stdout
     done = make("ablations", "INSTALL=0", f"PY={sys.executable}", "DRY_RUN=1", f"OUT={tmp_path}")
     assert done.returncode == 0, done.stderr
     assert "every module vitbench needs imports" in done.stdout and "sweep patch:" in done.stdout

@@ -18,14 +18,14 @@ from crash import workers_of
 from helpers import run_sweep
 
 import ablations.__main__ as cli
-from ablations.cost import CostPlan
-from ablations.executors import ExecutorOptions
-from ablations.executors.local import LocalExecutor, visible_gpu
-from ablations.runner import RUN_OVERHEAD_BYTES, planned_bytes
-from ablations.schema import MEASURED, read_table
+from ablations.results.schema import MEASURED, read_table
+from ablations.running.cost import CostPlan
+from ablations.running.executors import ExecutorOptions
+from ablations.running.executors.local import LocalExecutor, visible_gpu
+from ablations.running.runner import RUN_OVERHEAD_BYTES, planned_bytes
+from ablations.running.tasks import Outcome, RunOptions, make_tasks
 from ablations.specs import Point
-from ablations.tasks import Outcome, RunOptions, make_tasks
-from bench.recipe import TrainConfig
+from bench.training.recipe import TrainConfig
 from vit import VisionTransformer, ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,8 +112,8 @@ def _disk_full(task, data):
 
 def test_a_full_disk_inside_a_worker_stops_the_command_with_the_one_job_line(tmp_path, capsys):
     spec = write_spec(tmp_path / "full.toml", "depth", "[1, 2]")
-    import ablations.commands as commands
-    import ablations.runner as runner
+    import ablations.cli.commands as commands
+    import ablations.running.runner as runner
 
     original = runner.run_sweeps
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 from test_jobs import _no_data, _tasks
 
-import ablations.executors.mps as mps
-from ablations.executors import ExecutorOptions
-from ablations.executors.local import LocalExecutor
-from ablations.executors.mps import Mps
-from ablations.tasks import Outcome
+import ablations.running.executors.mps as mps
+from ablations.running.executors import ExecutorOptions
+from ablations.running.executors.local import LocalExecutor
+from ablations.running.executors.mps import Mps
+from ablations.running.tasks import Outcome
 
 FAKE = """#!/bin/sh
 input=$(cat)

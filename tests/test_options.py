@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ablations.__main__ import main as ablations_main
-from ablations.executors import OPTIONS as EXECUTOR_OPTIONS
-from ablations.executors import ExecutorOptions
 from ablations.options import run_options
+from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
+from ablations.running.executors import ExecutorOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = run_options(EXECUTOR_OPTIONS)
@@ -65,7 +65,7 @@ def test_the_makefile_passes_every_declared_flag_from_its_variable_and_the_parse
     def capture(args):
         parsed.update(vars(args))
         return 0
-    import ablations.commands as commands
+    import ablations.cli.commands as commands
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(commands, f"cmd_{'sweep' if target == 'ablations' else 'train'}", capture)

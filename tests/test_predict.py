@@ -10,12 +10,12 @@ from PIL import Image
 
 import ablations.__main__ as cli
 from ablations.calibrate import MODEL, RECIPE
-from ablations.cost import CostPlan
-from ablations.data import cached_dataset
-from ablations.schema import read_table
+from ablations.results.schema import read_table
+from ablations.running.cost import CostPlan
+from ablations.running.tasks import RunOptions
 from ablations.specs import Point
-from ablations.tasks import RunOptions
-from bench.csvio import append_row
+from ablations.training.data import cached_dataset
+from bench.io.csvio import append_row
 from vit import VisionTransformer
 
 
@@ -95,8 +95,8 @@ def test_predict_bad_inputs_are_one_line_errors(trained, tmp_path, capsys, case,
 
 def test_a_checkpoint_for_a_torchvision_dataset_needs_none_of_its_files(tmp_path):
     """--weights with --dataset cifar10: CIFAR-10's published normalisation, no data folder read."""
-    from ablations.data import published_statistics
-    from ablations.predict import load_weights
+    from ablations.analysis.predict import load_weights
+    from ablations.training.data import published_statistics
     from vit import PRESETS
 
     weights = tmp_path / "cifar.pth"
@@ -112,8 +112,8 @@ def test_a_run_whose_weights_are_gone_says_the_command_that_trains_it_again_and_
     import pandas as pd
 
     from ablations.__main__ import main
-    from ablations.predict import load_run
-    from ablations.store import SweepPaths
+    from ablations.analysis.predict import load_run
+    from ablations.results.store import SweepPaths
 
     spec = write_spec(tmp_path / "w.toml", "lr", "[0.003]", "embed_dim = 16\nnum_heads = 2\ndepth = 1",
                       "epochs = 1\nbatch_size = 256\nweight_decay = 0.01")

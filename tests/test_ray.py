@@ -17,15 +17,15 @@ from helpers import run_sweep  # noqa: E402
 from ray import cloudpickle  # noqa: E402
 
 from ablations.__main__ import main as ablations_main  # noqa: E402
-from ablations.cost import CostPlan  # noqa: E402
-from ablations.executors import ExecutorOptions  # noqa: E402
-from ablations.executors.local import LocalExecutor  # noqa: E402
-from ablations.executors.ray import RayExecutor  # noqa: E402
-from ablations.schema import MEASURED, read_table  # noqa: E402
+from ablations.results.schema import MEASURED, read_table  # noqa: E402
+from ablations.running.cost import CostPlan  # noqa: E402
+from ablations.running.executors import ExecutorOptions  # noqa: E402
+from ablations.running.executors.local import LocalExecutor  # noqa: E402
+from ablations.running.executors.ray import RayExecutor  # noqa: E402
+from ablations.running.tasks import RunOptions, Task  # noqa: E402
+from ablations.running.worker import execute  # noqa: E402
 from ablations.specs import Point  # noqa: E402
-from ablations.tasks import RunOptions, Task  # noqa: E402
-from ablations.worker import execute  # noqa: E402
-from bench.recipe import TrainConfig  # noqa: E402
+from bench.training.recipe import TrainConfig  # noqa: E402
 from vit import ViTConfig  # noqa: E402
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,

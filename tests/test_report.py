@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 import torch
 
-from ablations.findings import analyse, table_markdown
-from ablations.report import build_report
-from ablations.schema import ABLATION_COLUMNS, COST_COLUMNS, read_table
-from ablations.stats import contrast
-from ablations.store import SweepPaths, newest_complete_phase, save_preds
-from bench.csvio import append_row
+from ablations.analysis.findings import analyse, table_markdown
+from ablations.analysis.report import build_report
+from ablations.analysis.stats import contrast
+from ablations.results.schema import ABLATION_COLUMNS, COST_COLUMNS, read_table
+from ablations.results.store import SweepPaths, newest_complete_phase, save_preds
+from bench.io.csvio import append_row
 
 N_TEST = 1000
 ENV = {"device": "cpu", "device_name": "test cpu", "torch_version": "x", "git_sha": "abc", "dataset": "digits"}
@@ -179,7 +179,7 @@ def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(
 
 
 def test_pareto_front_keeps_only_undominated_runs_even_with_repeated_index():
-    from ablations.figures import pareto_front
+    from ablations.analysis.figures import pareto_front
 
     points = pd.DataFrame({"gflops": [1.0, 2.0, 3.0, 2.5, 0.5], "test_acc": [0.80, 0.90, 0.85, 0.95, 0.70]},
                           index=[0, 1, 0, 1, 2])
@@ -219,8 +219,8 @@ def test_reused_runs_are_marked_and_their_wall_time_not_compared(tmp_path):
 
 @pytest.mark.parametrize("values,numeric", [([1, 2], True), (["pre", "post"], False)])
 def test_the_sweep_figure_is_a_readable_grid_with_honest_axes(tmp_path, values, numeric):
-    import ablations.figures as figs
-    from ablations.findings import setting_rows
+    import ablations.analysis.figures as figs
+    from ablations.analysis.findings import setting_rows
 
     ten_points_apart(tmp_path)
     write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [100, 104, 99, 101, 103]})
@@ -290,7 +290,7 @@ def test_no_command_writes_into_the_reference_unless_told_and_the_report_compare
     linked = tmp_path / "linked"            # an OUT whose ablations/ is a link into the reference
     linked.mkdir()
     (linked / "ablations").symlink_to(reference / "ablations")
-    from ablations import calibrate
+    from ablations.analysis import calibrate
 
     for argv in (["sweep", str(spec), "--dataset", "digits", "--out", str(reference), "--seeds", "0"],
                  ["sweep", str(spec), "--dataset", "digits", "--out", str(reference / "ablations"), "--seeds", "0"],

@@ -15,19 +15,19 @@ from conftest import write_spec
 from helpers import run_sweep
 
 import ablations.__main__ as cli
-import ablations.commands as commands
-from ablations.checkpoints import Checkpointing
-from ablations.cost import CostPlan
-from ablations.data import load_dataset
-from ablations.report import build_report
-from ablations.schema import read_table
+import ablations.cli.commands as commands
+from ablations.analysis.report import build_report
+from ablations.results.schema import read_table
+from ablations.results.store import SweepError, SweepPaths, record, sweep_lock
+from ablations.running.cost import CostPlan
+from ablations.running.tasks import Outcome, RunOptions
 from ablations.specs import Point
-from ablations.store import SweepError, SweepPaths, record, sweep_lock
-from ablations.tasks import Outcome, RunOptions
-from ablations.train import train
-from bench.csvio import SkippedInput, append_row, read_rows
-from bench.recipe import TrainConfig
+from ablations.training.checkpoints import Checkpointing
+from ablations.training.data import load_dataset
+from ablations.training.train import train
+from bench.io.csvio import SkippedInput, append_row, read_rows
 from bench.schema import Column
+from bench.training.recipe import TrainConfig
 from vit import VisionTransformer, ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -282,7 +282,7 @@ class Killed(Exception):
 
 
 def test_a_run_killed_after_an_epoch_resumes_there_with_the_same_final_weights(tmp_path, monkeypatch):
-    import ablations.train as trainer
+    import ablations.training.train as trainer
 
     data = load_dataset("digits")
     cfg = TrainConfig(epochs=5, batch_size=128)
@@ -329,13 +329,13 @@ def test_a_sweep_run_resumes_from_its_checkpoint_and_says_so(tmp_path):
     pts = points("depth", 1, epochs=3)
     paths = SweepPaths.of(tmp_path, "depth")
     # a first attempt that wrote its epoch-2 checkpoint and was killed before its row
-    from ablations.tasks import make_tasks
+    from ablations.running.tasks import make_tasks
     task = make_tasks(pts, opts)[0]
     data = load_dataset("digits")
     torch.manual_seed(0)
     model = VisionTransformer(task.point.model)
     short = Checkpointing(paths.checkpoint(task.run_id), every=1)
-    import ablations.train as trainer
+    import ablations.training.train as trainer
     real = trainer.evaluate
     calls = []
 

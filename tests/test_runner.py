@@ -8,17 +8,17 @@ import pandas as pd
 import pytest
 from helpers import run_sweep
 
-from ablations import runner
-from ablations.cost import CostPlan
-from ablations.data import load_dataset
-from ablations.executors.local import LocalExecutor
-from ablations.runner import run_sweeps
-from ablations.schema import read_table
+from ablations.results.schema import read_table
+from ablations.results.store import SweepError, SweepPaths, load_preds, sweep_lock
+from ablations.running import runner
+from ablations.running.cost import CostPlan
+from ablations.running.executors.local import LocalExecutor
+from ablations.running.runner import run_sweeps
+from ablations.running.tasks import RunOptions
+from ablations.running.worker import execute
 from ablations.specs import Point
-from ablations.store import SweepError, SweepPaths, load_preds, sweep_lock
-from ablations.tasks import RunOptions
-from ablations.worker import execute
-from bench.recipe import TrainConfig
+from ablations.training.data import load_dataset
+from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,7 +172,7 @@ def test_diverging_run_is_recorded_and_the_next_point_runs(tmp_path):
 
 
 def test_a_cpu_run_busy_well_under_its_cores_is_called_starved():
-    from ablations.runner import starved
+    from ablations.running.runner import starved
 
     row = {"status": "ok", "device": "cpu", "train_util_pct": 35.0, "jobs": 1}
     assert starved(row)
@@ -185,7 +185,7 @@ def test_a_cpu_run_busy_well_under_its_cores_is_called_starved():
 
 
 def test_a_device_without_a_measurable_peak_leaves_mfu_blank_and_the_run_ok(tmp_path, monkeypatch):
-    import ablations.worker as worker
+    import ablations.running.worker as worker
 
     def no_peak(device, dtype):
         raise RuntimeError("no matmul on this device")

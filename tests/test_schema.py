@@ -4,7 +4,7 @@ rendered from the code (regenerate with `python -m ablations columns > docs/colu
 import dataclasses
 from pathlib import Path
 
-from ablations.schema import ABLATION_COLUMNS, COST_COLUMNS, HISTORY_COLUMNS, TABLES, columns_markdown
+from ablations.results.schema import ABLATION_COLUMNS, COST_COLUMNS, HISTORY_COLUMNS, TABLES, columns_markdown
 from bench.schema import BENCH_COLUMNS
 from vit import ViTConfig
 
@@ -37,7 +37,7 @@ def test_migrate_rewrites_an_older_table_with_its_exact_recipe_and_keeps_every_r
     from helpers import OLD_RECIPE, write_old_format
 
     from ablations.__main__ import main
-    from ablations.report import REFERENCE
+    from ablations.analysis.report import REFERENCE
 
     out = tmp_path / "old"
     rows = write_old_format(REFERENCE / "ablations" / "depth.csv", out / "ablations" / "depth.csv")

@@ -8,7 +8,7 @@ import pytest
 from conftest import write_spec
 
 from ablations.__main__ import main as ablations_main
-from ablations.report import build_report
+from ablations.analysis.report import build_report
 from ablations.specs import SPEC_DIR, SpecError, available_sweeps, default_sweeps, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]

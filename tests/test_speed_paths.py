@@ -17,16 +17,16 @@ from helpers import run_cost_phase, run_sweep
 from test_data import write_idx
 from torch import nn
 
-from ablations import stepbench
-from ablations.cost import CostPlan
-from ablations.data import _cache_file, load_dataset
-from ablations.schema import read_table
+from ablations.results.schema import read_table
+from ablations.running.cost import CostPlan
+from ablations.running.tasks import RunOptions
 from ablations.specs import Point
-from ablations.tasks import RunOptions
-from ablations.train import train
+from ablations.training import stepbench
+from ablations.training.data import _cache_file, load_dataset
+from ablations.training.train import train
 from bench.mfu import matmul_peak_flops
-from bench.recipe import TrainConfig
-from bench.step import EagerStep, StaticStep, adamw, param_groups
+from bench.training.recipe import TrainConfig
+from bench.training.step import EagerStep, StaticStep, adamw, param_groups
 from vit import VisionTransformer, ViTConfig
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
@@ -52,7 +52,7 @@ def test_an_epoch_reads_the_loss_back_a_fixed_few_times_not_once_per_step(monkey
 
 
 def test_a_diverging_loss_is_caught_once_per_epoch_naming_it():
-    from ablations.train import Diverged
+    from ablations.training.train import Diverged
 
     data = load_dataset("digits")
     torch.manual_seed(0)
@@ -469,7 +469,7 @@ def test_compiled_training_on_cuda_runs(tmp_path):
 def test_the_cost_phase_on_cuda_times_the_graphed_training_step(tmp_path, monkeypatch):
     """With GRAPHS on (the default), the cost phase's train rows come from the captured step, as the runs
     train; with GRAPHS=0 from the eager one. Each is built (captured) once for the phase's two rounds."""
-    import bench.step as step_module
+    import bench.training.step as step_module
     from bench.timing import TimingConfig
 
     built = []
@@ -490,7 +490,7 @@ def test_the_cost_phase_on_cuda_times_the_graphed_training_step(tmp_path, monkey
 def test_a_cuda_peak_is_the_same_whatever_else_is_allocated_on_the_device():
     """Another model alive on the GPU (as in a cost phase, which keeps every model) is not counted."""
     from bench.memory import peak_mem_mb
-    from bench.step import training_step
+    from bench.training.step import training_step
 
     device = torch.device("cuda")
     peaks = []
@@ -514,9 +514,9 @@ def test_two_jobs_on_one_gpu_say_whether_they_share_it_under_mps_and_train(tmp_p
     import glob
     import tempfile
 
-    from ablations.executors import ExecutorOptions
-    from ablations.executors.local import LocalExecutor
-    from ablations.executors.mps import compute_mode
+    from ablations.running.executors import ExecutorOptions
+    from ablations.running.executors.local import LocalExecutor
+    from ablations.running.executors.mps import compute_mode
 
     if compute_mode(0) not in (None, "DEFAULT"):
         pytest.skip(f"GPU 0 is in {compute_mode(0)} compute mode: one process at a time, so JOBS=2 is refused")
@@ -541,7 +541,8 @@ def test_the_graphed_steps_memory_is_its_pool_not_the_captures_scaffolding(monke
     (the graph's pool): the copies are gone before the capture begins, and the workspace is not counted."""
     import weakref
 
-    from bench.memory import peak_mem_mb, resident_bytes
+    from bench.memory import peak_mem_mb
+    from bench.training.step import resident_bytes
 
     fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
     model_cfg = TINY.replace(stem="conv", patch_size=4)

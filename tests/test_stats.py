@@ -1,4 +1,4 @@
-"""ablations.stats: the crossed-design estimate against an independent float64 recomputation and against the
+"""ablations.analysis.stats: the crossed-design estimate against an independent float64 recomputation and against the
 true variance of simulated experiments; its false-positive rate and power on simulated crossed data whose
 answer is known (and the power against the naive two-level bootstrap it replaces); equivalence by TOST;
 intervals inside [0, 100] %; Holm against a hand computation; three-way verdicts that follow the evidence."""
@@ -13,7 +13,7 @@ from scipy.special import expit, logit
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
-from ablations.stats import (
+from ablations.analysis.stats import (
     ALPHA,
     Comparison,
     accuracy_interval,

@@ -2,9 +2,9 @@
 
 import torch
 
-from ablations.data import load_dataset
-from ablations.train import train
-from bench.recipe import TrainConfig
+from ablations.training.data import load_dataset
+from ablations.training.train import train
+from bench.training.recipe import TrainConfig
 from vit import VisionTransformer, ViTConfig
 
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,

@@ -29,6 +29,11 @@ def _doc(unit: str, meaning: str) -> dict[str, str]:
     return {"unit": unit, "doc": meaning}
 
 
+# The fields run ids have hashed since ids were first written: a field added to ViTConfig is not listed here
+ID_FIELDS = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads", "mlp_ratio",
+             "attn", "pos", "norm", "pool", "stem", "qkv_bias", "dropout", "attn_dropout")
+
+
 @dataclass(frozen=True)
 class ViTConfig:
     """Every hyperparameter of a `VisionTransformer`, each field documented beside it (its metadata
@@ -142,6 +147,14 @@ class ViTConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def identity(self) -> dict[str, Any]:
+        """What of the model defines a run (its run id hashes this): every field of `ID_FIELDS`, the fields
+        run ids have always hashed, and any field added since only where set away from its default, so a
+        new field with a default leaves every existing run id (and the committed results) as it was."""
+        defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                    for f in dataclasses.fields(self)}
+        return {k: v for k, v in self.to_dict().items() if k in ID_FIELDS or v != defaults[k]}
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ViTConfig:

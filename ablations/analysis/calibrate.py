@@ -1,0 +1,363 @@
+"""Calibration of the report's comparison against cases whose answer is known (`make calibrate`).
+
+    python -m ablations.calibrate --from results/reference [--trials 400] [--seeds 3]   # no training
+    python -m ablations.calibrate --train [--pairs 100] [--seeds 3] [--planted-pairs 30]  # trains on digits
+
+**From saved predictions** (`--from OUT`: the regime the report speaks about, e.g. mnist5k at ~97 %).
+Every finished run under `OUT/ablations` with saved test predictions joins one pool per test set (the
+largest is used). Each trial builds two groups of `--seeds` runs and puts them through the report's
+own test (`stats.compare_settings`), from two sources:
+
+- **runs**: 2 × seeds runs drawn at random, without replacement, from the pool and split in two. The
+  labels are random, so the two groups' expected accuracies are equal (A/A), with the real runs'
+  seed, seed × image and between-setting variation.
+- **coin flips**: runs simulated from the pool's per-image accuracies p_i (each image right with
+  probability p_i, independently per run and image): the seed × image noise alone, with known truth.
+
+A/A trials give the false-positive rate at α (with its exact binomial 95 % interval) and the
+p-value distribution (share below 0.05 and 0.2, mean: uniform p has 5 %, 20 %, 0.5). Planted trials
+take δ · n of each B run's correct answers away (chosen at random per run), a difference of exactly δ
+in every run: the share called different with A ahead is the power at δ (0.5 and 1 point).
+
+**By training** (`--train`): one small ViT on `digits` (sklearn's 8×8 digits: no download) trained under
+many seeds; disjoint groups give the A/A pairs, and a copy trained on partly randomised labels the
+planted cost. Minutes on a laptop's CPU; the digits regime (~35 %) is far from the report's.
+
+Both print a summary and write `<out>/calibrate/calibration.csv` (one row per trial or pair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+from tqdm import tqdm
+
+from ablations.analysis.stats import ALPHA, MIN_SEEDS, compare_settings
+from ablations.results.schema import read_table
+from ablations.results.store import SweepPaths, load_preds, ok_rows, sweep_names
+from bench.io.atomic import write_atomic
+from bench.reference import CHECKOUT_REFERENCE, refusal
+from bench.training.recipe import TrainConfig
+from vit import PRESETS
+
+# the training mode's model: learns digits to 30–37 % (chance: 10 %) in about 1.4 s a run on a 2-core CPU, a
+# learned model whose accuracy varies between seeds, which is all a calibration needs, at a few hundred runs
+MODEL = PRESETS["vit_digits"].replace(embed_dim=32, depth=1)
+RECIPE = TrainConfig(epochs=15, batch_size=64, lr=3e-3)
+FIRST_SEED = 10_000  # calibration seeds stay clear of the sweeps' 0, 1, 2
+PLANTED = (0.005, 0.01)  # the differences whose power the saved mode measures (0.5 and 1 point)
+
+
+@dataclass(frozen=True)
+class Rate:
+    hits: int
+    trials: int
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, hits: int, trials: int) -> Rate:
+        ci = sps.binomtest(hits, trials).proportion_ci(0.95, method="exact")
+        return cls(hits, trials, float(ci.low), float(ci.high))
+
+    @property
+    def value(self) -> float:
+        return self.hits / self.trials
+
+    def text(self) -> str:
+        return f"{self.hits}/{self.trials} = {100 * self.value:.1f} % [95 % interval {100 * self.low:.1f}, {100 * self.high:.1f}]"
+
+
+# --- from saved predictions ------------------------------------------------------------------------
+
+@dataclass
+class Pool:
+    """The 0/1 test answers of finished runs that share one test set: (runs, n)."""
+    correct: np.ndarray
+    dataset: str
+    sweeps: list[str]
+
+
+def saved_pool(out: Path) -> Pool:
+    """The largest group of finished runs under `out/ablations` with saved predictions on one test set, each
+    run once; ValueError naming the folder when there are none."""
+    groups: dict[tuple, dict[str, np.ndarray]] = {}
+    sweeps: dict[tuple, set[str]] = {}
+    for sweep in sweep_names(out):
+        paths = SweepPaths.of(out, sweep)
+        rows = ok_rows(read_table(paths.rows))
+        for _, r in rows.iterrows() if "run_id" in rows else ():
+            path = paths.preds_file(str(r["run_id"]))
+            if not path.exists():
+                continue
+            pred, target = load_preds(path)
+            key = (str(r.get("dataset", "?")), target.tobytes())
+            groups.setdefault(key, {})[str(r["run_id"])] = (pred == target).astype(float)
+            sweeps.setdefault(key, set()).add(sweep)
+    if not groups:
+        raise ValueError(f"--from {out}: no finished run with saved test predictions under {out}/ablations "
+                         f"(run a sweep into it first, or pass the folder a sweep wrote)")
+    key = max(groups, key=lambda k: len(groups[k]))
+    runs = groups[key]
+    return Pool(np.stack([runs[k] for k in sorted(runs)]), key[0], sorted(sweeps[key]))
+
+
+def plant(runs: np.ndarray, delta: float, rng: np.random.Generator) -> np.ndarray:
+    """`runs` with round(delta · n) of each run's correct answers made wrong, chosen at random per run."""
+    runs = runs.copy()
+    k = round(delta * runs.shape[1])
+    for run in runs:
+        right = np.flatnonzero(run == 1)
+        if len(right) < k:
+            raise ValueError(f"a run has {len(right)} correct answers, fewer than the {k} a planted "
+                             f"{100 * delta:g}-point difference takes away")
+        run[rng.choice(right, k, replace=False)] = 0
+    return runs
+
+
+def draw_groups(pool: np.ndarray, seeds: int, trials: int, source: str, delta: float,
+                seed: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(A, B) per trial, each (seeds, n): from `source` 'runs' (drawn at random from the pool, split in two)
+    or 'coin flips' (simulated from the pool's per-image accuracies); B with `delta` planted (0: A/A). The
+    same arguments give the same groups."""
+    rng = np.random.default_rng([seed, seeds, trials, round(1e6 * delta), source == "runs"])
+    p = pool.mean(0)
+    for _ in range(trials):
+        if source == "runs":
+            pick = rng.choice(len(pool), 2 * seeds, replace=False)
+            a, b = pool[pick[:seeds]], pool[pick[seeds:]]
+        else:
+            a, b = ((rng.random((seeds, len(p))) < p).astype(float) for _ in range(2))
+        yield a, (plant(b, delta, rng) if delta else b)
+
+
+SOURCES = ("runs", "coin flips")
+
+
+def calibrate_saved(pool: Pool, seeds: int, trials: int, alpha: float = ALPHA) -> pd.DataFrame:
+    """One row per trial: source, planted difference (points), the report's difference and p."""
+    if 2 * seeds > len(pool.correct):
+        raise ValueError(f"{seeds} vs {seeds} seeds need {2 * seeds} runs; the pool has {len(pool.correct)}")
+    found = []
+    cases = [(source, delta) for source in SOURCES for delta in (0.0, *PLANTED)]
+    bar = tqdm(total=trials * len(cases), desc="trials", unit="trial", leave=False)
+    for source, delta in cases:
+        for i, (a, b) in enumerate(draw_groups(pool.correct, seeds, trials, source, delta)):
+            c = compare_settings({"A": a, "B": b})[0]
+            found.append({"source": source, "planted_pts": 100 * delta, "trial": i, "acc_a": a.mean(),
+                          "acc_b": b.mean(), "diff_pts": 100 * c.diff, "low_pts": 100 * c.low,
+                          "high_pts": 100 * c.high, "p": c.p})
+            bar.update()
+    bar.close()
+    return pd.DataFrame(found)
+
+
+def detected(trials: pd.DataFrame, alpha: float = ALPHA) -> pd.Series:
+    """Per trial: called different (p < α), and for a planted trial with A ahead, the right sign."""
+    return (trials["p"] < alpha) & ((trials["planted_pts"] == 0) | (trials["diff_pts"] > 0))
+
+
+def summary_table(trials: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """Per source: false positives with their exact interval, the A/A p-value distribution, power at each
+    planted difference."""
+    rows = []
+    hit = detected(trials, alpha)
+    for source, g in trials.groupby("source", sort=False):
+        aa = g[g["planted_pts"] == 0]
+        fp = Rate.of(int(hit[aa.index].sum()), len(aa))
+        row = {"source": source, f"false positives (A/A, α = {alpha})": fp.text(),
+               "p < 0.05": f"{(aa['p'] < 0.05).mean():.1%}", "p < 0.2": f"{(aa['p'] < 0.2).mean():.1%}",
+               "mean p": f"{aa['p'].mean():.2f}"}
+        for delta, d in g[g["planted_pts"] > 0].groupby("planted_pts"):
+            row[f"power at {delta:g} pt"] = f"{hit[d.index].mean():.1%}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# --- by training -----------------------------------------------------------------------------------
+
+def with_label_noise(data, share: float, seed: int):
+    """`data` with `share` of its training labels replaced by classes drawn uniformly (the test set untouched)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    flip = torch.rand(len(data.train_y), generator=g) < share
+    noisy = torch.where(flip, torch.randint(0, data.num_classes, data.train_y.shape, generator=g), data.train_y)
+    return dataclasses.replace(data, train_y=noisy, _stats={})
+
+
+def train_pool(data, seeds: list[int], keep: Path | None = None, desc: str = "runs") -> np.ndarray:
+    """(len(seeds), test images) 0/1: which test images each seed's trained model classifies correctly. With
+    `keep`, each run's answers are saved there as it finishes and a saved one is read instead of retrained,
+    so an interrupted calibration resumes where it stopped."""
+    import torch
+
+    from ablations.training.train import train
+    from vit import VisionTransformer
+
+    rows = []
+    for seed in tqdm(seeds, desc=desc, unit="run", leave=False):
+        saved = keep / f"{seed}.npy" if keep else None
+        if saved is not None and saved.exists():
+            rows.append(np.load(saved))
+            continue
+        torch.manual_seed(seed)
+        result = train(VisionTransformer(MODEL), data, RECIPE, seed, torch.device("cpu"), progress=False)
+        row = (result.test_preds == data.test_y).numpy().astype(float)
+        if saved is not None:   # written whole or not at all: a kill leaves no torn file to resume from
+            buf = io.BytesIO()
+            np.save(buf, row)
+            write_atomic(saved, buf.getvalue())
+        rows.append(row)
+    return np.stack(rows)
+
+
+def compare_pairs(a: np.ndarray, b: np.ndarray, seeds: int) -> pd.DataFrame:
+    """The report's test on disjoint groups of `seeds` runs: A group i against B group i."""
+    pairs = min(len(a), len(b)) // seeds
+    found = []
+    for i in range(pairs):
+        ga, gb = a[i * seeds:(i + 1) * seeds], b[i * seeds:(i + 1) * seeds]
+        c = compare_settings({"A": ga, "B": gb})[0]
+        found.append({"pair": i, "acc_a": ga.mean(), "acc_b": gb.mean(), "diff_pts": 100 * c.diff,
+                      "low_pts": 100 * c.low, "high_pts": 100 * c.high, "p": c.p})
+    return pd.DataFrame(found)
+
+
+@dataclass
+class Calibration:
+    aa: pd.DataFrame
+    planted: pd.DataFrame
+    false_positives: Rate
+    power: Rate | None
+    seconds: float
+
+
+def calibrate(pairs: int, seeds: int, planted_pairs: int, label_noise: float, alpha: float = ALPHA,
+              data=None, keep: Path | None = None) -> Calibration:
+    """Train the pools and run the report's test on every pair (see the module docstring); with `keep`, runs
+    are saved under it as they finish and reused by the next call."""
+    from ablations.training.data import cached_dataset
+
+    t0 = time.perf_counter()
+    data = data or cached_dataset("digits")
+    pool = train_pool(data, list(range(FIRST_SEED, FIRST_SEED + 2 * pairs * seeds)),
+                      keep and keep / "clean", desc="A/A runs")
+    aa = compare_pairs(pool[: pairs * seeds], pool[pairs * seeds:], seeds)
+    false_positives = Rate.of(int((aa["p"] < alpha).sum()), len(aa))
+    planted, power = pd.DataFrame(), None
+    if planted_pairs:
+        noisy = with_label_noise(data, label_noise, seed=FIRST_SEED)
+        b = train_pool(noisy, list(range(FIRST_SEED, FIRST_SEED + planted_pairs * seeds)),
+                       keep and keep / f"noise-{label_noise:g}", desc="planted runs")
+        planted = compare_pairs(pool[: planted_pairs * seeds], b, seeds)
+        power = Rate.of(int(((planted["p"] < alpha) & (planted["diff_pts"] > 0)).sum()), len(planted))
+    return Calibration(aa, planted, false_positives, power, time.perf_counter() - t0)
+
+
+# --- command line ----------------------------------------------------------------------------------
+
+def _saved_main(args, folder: Path) -> int:
+    try:
+        pool = saved_pool(Path(args.source))
+        if 2 * args.seeds > len(pool.correct):
+            raise ValueError(f"--seeds {args.seeds}: {args.seeds} vs {args.seeds} seeds need {2 * args.seeds} runs; "
+                             f"{args.source} has {len(pool.correct)} on one test set")
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    n = pool.correct.shape[1]
+    print(f"calibration from saved predictions: {len(pool.correct)} runs of {pool.dataset} ({n:,} test images, mean "
+          f"accuracy {100 * pool.correct.mean():.2f} %) under {args.source} ({', '.join(pool.sweeps)}); "
+          f"{args.seeds} vs {args.seeds} seeds, {args.trials} trials per case, α = {ALPHA}", file=sys.stderr)
+    t0 = time.perf_counter()
+    trials = calibrate_saved(pool, args.seeds, args.trials)
+    folder.mkdir(parents=True, exist_ok=True)
+    trials.to_csv(folder / "calibration.csv", index=False)
+    print(summary_table(trials).to_string(index=False))
+    hit = detected(trials)
+    aa = trials[trials["planted_pts"] == 0]
+    fp = Rate.of(int(hit[aa.index].sum()), len(aa))
+    verdict = "within α" if fp.low <= ALPHA else "ABOVE α: the test claims differences that are not there"
+    print(f"all A/A trials: false positives {fp.text()}: {verdict}")
+    print(f"{len(trials)} trials in {time.perf_counter() - t0:.1f} s; trials → {folder / 'calibration.csv'}")
+    return 0 if fp.low <= ALPHA else 1
+
+
+def _train_main(args, folder: Path) -> int:
+    model, recipe = MODEL, RECIPE
+    runs = 2 * args.pairs * args.seeds + args.planted_pairs * args.seeds
+    print(f"calibration: {runs} runs of {model.embed_dim}-wide, depth-{model.depth} ViT on digits, "
+          f"{recipe.epochs} epochs each, on the CPU (finished runs are kept in {folder / 'runs'}: a rerun "
+          f"resumes)", file=sys.stderr)
+    result = calibrate(args.pairs, args.seeds, args.planted_pairs, args.label_noise, keep=folder / "runs")
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pd.concat([result.aa.assign(kind="A/A"), result.planted.assign(kind="planted")], ignore_index=True)
+    table.to_csv(folder / "calibration.csv", index=False)
+    fp = result.false_positives
+    verdict = "within α" if fp.low <= ALPHA else "ABOVE α: the test claims differences that are not there"
+    print(f"A/A: {args.pairs} pairs of {args.seeds} vs {args.seeds} seeds of one setting: false positives at "
+          f"α = {ALPHA}: {fp.text()}: {verdict}")
+    print(f"     accuracy {100 * result.aa['acc_a'].mean():.2f} % (mean over runs); |A − B| median "
+          f"{result.aa['diff_pts'].abs().median():.2f} points")
+    if result.power is not None:
+        print(f"planted: {args.label_noise:.0%} of training labels randomised, {args.planted_pairs} pairs: "
+              f"mean cost {result.planted['diff_pts'].mean():.2f} points; detected (p < {ALPHA}, right sign) "
+              f"{result.power.text()}")
+    print(f"{runs} runs in {result.seconds / 60:.1f} min; pairs → {folder / 'calibration.csv'}")
+    return 0 if fp.low <= ALPHA else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ablations.calibrate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--from", dest="source", metavar="OUT",
+                      help="calibrate on the saved predictions of the runs under OUT (default: this checkout's "
+                           "results/reference)")
+    mode.add_argument("--train", action="store_true", help="calibrate by training a small ViT on digits")
+    parser.add_argument("--seeds", type=int, default=3, help="runs per group, as the sweeps' seeds (default 3)")
+    parser.add_argument("--trials", type=int, default=400, help="--from: trials per case (default 400)")
+    parser.add_argument("--pairs", type=int, default=100, help="--train: A/A pairs (default 100)")
+    parser.add_argument("--planted-pairs", type=int, default=30, help="--train: pairs with a planted difference")
+    parser.add_argument("--label-noise", type=float, default=0.3,
+                        help="--train: share of training labels randomised in the planted setting (default 0.3)")
+    parser.add_argument("--out", default="results", help="writes <out>/calibrate/calibration.csv")
+    parser.add_argument("--into-reference", action="store_true",
+                        help="allow writing into a folder of committed reference results")
+    args = parser.parse_args(argv)
+    if not args.train and args.source is None:
+        if not CHECKOUT_REFERENCE.is_dir():
+            parser.error("pass --from OUT (a folder a sweep wrote) or --train: there is no results/reference here")
+        args.source = str(CHECKOUT_REFERENCE)
+    if args.seeds < MIN_SEEDS:
+        parser.error(f"--seeds must be ≥ {MIN_SEEDS}: a test needs the spread between seeds")
+    for name in ("pairs", "trials"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be ≥ 1")
+    if args.planted_pairs < 0 or not 0 < args.label_noise <= 1:
+        parser.error("--planted-pairs must be ≥ 0 and --label-noise in (0, 1]")
+    message = refusal(args.out, args.into_reference)
+    if message:
+        parser.error(message)
+    folder = Path(args.out) / "calibrate"
+    try:
+        return _saved_main(args, folder) if args.source else _train_main(args, folder)
+    except KeyboardInterrupt:
+        kept = "; finished runs are kept and a rerun resumes" if args.train else ""
+        print(f"\ninterrupted{kept}", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""`python -m ablations compare A B`: the same sweeps run twice, point by point.
+
+Two result folders (OUT) that ran the same sweeps under different conditions, e.g. `GRAPHS=1` against
+`GRAPHS=0`, two torch versions or two machines, are matched run by run (`run_id`: the model, training
+settings, dataset and seed, not the device or the step kind). For each point (the runs that differ only
+by seed) it gives the mean test accuracy of each folder over the seeds both have, their difference with
+a 95 % interval over the seeds (paired by seed) and the test images, each source of variation counted
+once (`stats.paired_difference`, on the saved per-image predictions), and the mean `train_util_pct` and `train_time_s` of each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+
+from ablations.analysis.findings import load_correct
+from ablations.analysis.stats import paired_difference
+from ablations.results.schema import read_table
+from ablations.results.store import SweepPaths, ok_rows, sweep_names
+from bench.training.recipe import TrainConfig
+from vit import ViTConfig
+
+# what defines a point: the model, the dataset, the whole training recipe and the starting weights
+POINT_COLUMNS = ([f.name for f in dataclasses.fields(ViTConfig)] + ["dataset"]
+                 + [f.name for f in dataclasses.fields(TrainConfig)] + ["init"])
+
+
+def _ok_rows(path: Path) -> pd.DataFrame:
+    """The table's finished runs, the last row of each; empty for a table without rows or the columns."""
+    rows = read_table(path)
+    if rows.empty or not {"run_id", "status", "test_acc"} <= set(rows.columns):
+        return pd.DataFrame(columns=["run_id", "status", "test_acc"])
+    return ok_rows(rows).drop_duplicates("run_id", keep="last")
+
+
+def compare_outs(a: Path, b: Path) -> pd.DataFrame:
+    """One row per point that both folders ran; ValueError if they share no finished run."""
+    found = []
+    for sweep in sweep_names(a):
+        table, theirs = SweepPaths.of(a, sweep).rows, SweepPaths.of(b, sweep).rows
+        if not theirs.exists():
+            continue
+        rows_a, rows_b = _ok_rows(table), _ok_rows(theirs).set_index("run_id")
+        if rows_a.empty or rows_b.empty:
+            continue
+        rows_a = rows_a[rows_a["run_id"].isin(rows_b.index)]
+        keys = [c for c in POINT_COLUMNS if c in rows_a.columns]
+        # a blank cell (an older table that did not record the column) matches any value, as in `experiments`
+        varying = [c for c in keys if rows_a[c].nunique(dropna=True) > 1]  # the others are one value per table
+        rows_a = rows_a.assign(point=[", ".join(f"{c}={v}" for c, v in zip(varying, values)) or "all"
+                                      for values in rows_a[varying].itertuples(index=False)])
+        rows_b = rows_b.loc[rows_a["run_id"]].assign(point=rows_a["point"].to_numpy())  # same runs, same order
+        correct_a, _ = load_correct(rows_a, "point", SweepPaths.of(a, sweep).preds)
+        correct_b, _ = load_correct(rows_b.reset_index(), "point", SweepPaths.of(b, sweep).preds)
+        for point, runs in rows_a.groupby("point", sort=False):
+            other = rows_b.loc[runs["run_id"]]
+            row = {"sweep": sweep, "point": point, "seeds": len(runs), "acc_a": runs["test_acc"].mean(),
+                   "acc_b": other["test_acc"].mean()}
+            row["diff_pts"] = 100 * (row["acc_a"] - row["acc_b"])
+            low = high = float("nan")
+            if correct_a and correct_b and correct_a[point].shape == correct_b[point].shape:
+                comparison = paired_difference(correct_a[point], correct_b[point])
+                low, high = 100 * comparison.low, 100 * comparison.high
+            row.update(low_pts=low, high_pts=high, verdict=(
+                "no predictions to bound it" if low != low else
+                "same within noise" if low <= 0 <= high else "A higher" if low > 0 else "B higher"))
+            for column, short in (("train_util_pct", "util"), ("train_time_s", "time")):
+                if column in runs and column in other:
+                    row[f"{short}_a"], row[f"{short}_b"] = runs[column].mean(), other[column].mean()
+            found.append(row)
+    if not found:
+        raise ValueError(f"{a} and {b} have no finished run in common (same sweep table, same run_id)")
+    return pd.DataFrame(found)

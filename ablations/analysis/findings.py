@@ -1,0 +1,412 @@
+"""What a sweep's tables support: per setting an accuracy interval and cost spreads, across settings the
+paired comparisons and a verdict, and the sentences the report prints. Pure functions of the CSVs and
+the saved test predictions (`ablations.analysis.stats`, `bench.rounds`); `report.py` lays them out."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ablations.analysis.stats import (
+    ALPHA,
+    MARGIN,
+    MIN_SEEDS,
+    POWER,
+    Comparison,
+    Components,
+    Interval,
+    Verdict,
+    accuracy_interval,
+    compare_settings,
+    contrast,
+    detectable_difference,
+    seeds_needed,
+    verdict,
+)
+from ablations.results.experiments import starved
+from ablations.results.store import load_preds, model_key, spreads, uncontended
+from bench.contention import CONTENDED_PCT
+from bench.io.csvio import skipped
+from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
+from vit import ViTConfig
+
+RUN_FIGURES = ("train_util_pct", "train_mfu")  # measured by each training run, beside the cost phase's
+POWER_DELTA = 0.005    # the difference (0.5 points) whose seed budget the report states
+CHANCE_SDS = 3.0       # a setting is "at chance" within this many binomial s.d. of 1 / classes
+
+
+@dataclass
+class Setting:
+    value: Hashable
+    seeds: list[int]
+    acc: Interval
+    params: int
+    gmacs: float
+    train_s: Spread                                            # over seeds
+    infer: dict[str, Spread] = field(default_factory=dict)     # cost phase, over rounds
+    train: dict[str, Spread] = field(default_factory=dict)
+    reused_from: tuple[str, ...] = ()                          # sweeps its runs were copied from
+    runs: dict[str, Spread] = field(default_factory=dict)      # train_util_pct, train_mfu of the runs, over seeds
+    at_chance: bool = False                                    # accuracy within noise of guessing
+    starved: int = 0                                           # runs that got too little CPU while they trained
+
+
+@dataclass
+class SweepFindings:
+    factor: str
+    settings: list[Setting]
+    test_size: int | None
+    cost_source: str                       # "cost phase, N rounds" or why not
+    comparisons: list[Comparison] | None   # None: no test (reason in `no_test`)
+    verdict: Verdict | None
+    no_test: str = ""
+    chance: float | None = None            # 1 / classes
+    seeds_for_delta: int | None = None     # seeds per setting to detect POWER_DELTA at POWER (None: not reachable)
+    seed_sd: float | None = None           # s.d. of one run's accuracy between seeds, pooled over settings
+    floor: float | None = None             # smallest difference detectable with these test images at any seeds
+    margin: float = MARGIN                 # the equivalence margin the comparisons test against
+    setting_parts: Components | None = None   # variance of one setting's mean by source, mean over settings
+    pair_parts: Components | None = None      # variance of a difference of two settings' means, mean over pairs
+
+
+def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, np.ndarray] | None, str]:
+    """{value: (seeds, n) 0/1 array of correct test images}, or None and the reason there is none."""
+    missing = [rid for rid in ok["run_id"].astype(str) if not (preds_dir / f"{rid}.npz").exists()]
+    if missing:
+        return None, (f"{len(missing)} of {len(ok)} runs have no saved test predictions (runs from before "
+                      f"predictions were kept, or files removed; rerun them)")
+    correct: dict[Hashable, list[np.ndarray]] = {}
+    target0 = None
+    for _, r in ok.iterrows():
+        try:
+            pred, target = load_preds(preds_dir / f"{r['run_id']}.npz")
+        except ValueError as err:
+            skipped(f"{err}; the sweep's comparisons are skipped (rerun that run to restore them)")
+            return None, f"the predictions of run {r['run_id']} are damaged (listed under Skipped inputs)"
+        if target0 is None:
+            target0 = target
+        elif len(target) != len(target0) or not np.array_equal(target, target0):
+            return None, "the runs were evaluated on different test sets, so they cannot be paired image by image"
+        correct.setdefault(r[factor], []).append((pred == target).astype(float))
+    return {k: np.stack(v) for k, v in correct.items()}, ""
+
+
+def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_phase: pd.DataFrame | None,
+            margin: float = MARGIN) -> SweepFindings:
+    ok = rows[rows["status"] == "ok"]
+    test_size = _test_size(ok)
+    infer, train = _cost_spreads(cost_phase, ok, factor, order)
+    enough = len(order) >= 1 and all((ok[factor] == v).sum() >= MIN_SEEDS for v in order)
+    correct, reason = load_correct(ok, factor, preds_dir) if enough else (None, "")
+    settings = []
+    for value in order:
+        g = ok[ok[factor] == value]
+        reused = tuple(sorted(g["reused_from"].dropna().astype(str).unique())) if "reused_from" in g else ()
+        settings.append(Setting(value, sorted(int(s) for s in g["seed"]),
+                                accuracy_interval(g["test_acc"], test_size, correct.get(value) if correct else None),
+                                int(g["params"].iloc[0]), float(g["gmacs"].iloc[0]),
+                                Spread.of(g["train_time_s"].astype(float)),
+                                infer.get(value, {}), train.get(value, {}), reused,
+                                {c: Spread.of(pd.to_numeric(g[c], errors="coerce")) for c in RUN_FIGURES if c in g},
+                                starved=sum(starved(r.to_dict()) for _, r in g.iterrows())))
+    source = "no cost phase found (run the sweep with --cost-rounds ≥ 1)"
+    if cost_phase is not None:
+        loaded = len(cost_phase) - len(uncontended(cost_phase))
+        source = (f"cost phase, {int(cost_phase['rounds'].iloc[0])} interleaved rounds"
+                  + (f" ({loaded} of {len(cost_phase)} timed steps ran while other processes took ≥ "
+                     f"{CONTENDED_PCT:.0f} % of the machine and are left out)" if loaded else ""))
+    findings = SweepFindings(factor, settings, test_size, source, None, None, margin=margin)
+    _mark_chance(findings, ok)
+    if correct is not None:
+        findings.test_size = next(iter(correct.values())).shape[1]
+        findings.setting_parts = _mean_parts([contrast([correct[v]], [1.0]).parts for v in order])
+    if len(settings) < 2:
+        findings.no_test = "one setting only: nothing to compare"
+        return findings
+    lowest = min(len(s.seeds) for s in settings)
+    if lowest < MIN_SEEDS:
+        findings.no_test = (f"one seed per setting{'' if all(len(s.seeds) == 1 for s in settings) else ' (for some)'}. "
+                            f"Its intervals cover the test images only: they leave out how much accuracy moves "
+                            f"between training seeds, which a second seed would measure and a test would then "
+                            f"take into account (SEEDS=0,1,2)")
+        return findings
+    at_chance = [s for s in settings if s.at_chance]
+    if at_chance:
+        findings.no_test = (f"{', '.join(f'{factor}={s.value}' for s in at_chance)} "
+                            f"{'is' if len(at_chance) == 1 else 'are'} within noise of chance "
+                            f"({100 * (findings.chance or 0):.1f} % for guessing): "
+                            f"{'that model has' if len(at_chance) == 1 else 'those models have'} not learned the "
+                            f"task, so no comparison says anything about the factor; train longer (EPOCHS)")
+        return findings
+    if correct is None:
+        findings.no_test = reason
+        return findings
+    findings.comparisons = compare_settings({v: correct[v] for v in order}, margin=margin)
+    findings.pair_parts = _mean_parts([c.parts for c in findings.comparisons if c.parts is not None])
+    findings.verdict = verdict({s.value: s.acc.mean for s in settings}, findings.comparisons)
+    _power(findings, ok, factor)
+    return findings
+
+
+def _mean_parts(parts: list[Components]) -> Components | None:
+    if not parts:
+        return None
+    return Components(*(float(np.mean([getattr(p, name) for p in parts])) for name in ("seed", "seed_image", "image")))
+
+
+def _mark_chance(f: SweepFindings, ok: pd.DataFrame) -> None:
+    """Flag settings whose mean accuracy is within CHANCE_SDS binomial s.d. (or their interval) of guessing."""
+    classes = pd.to_numeric(ok["num_classes"], errors="coerce").dropna() if "num_classes" in ok else pd.Series([])
+    if classes.empty:
+        return
+    f.chance = chance = 1.0 / float(classes.iloc[0])
+    n = f.test_size or 0
+    noise = CHANCE_SDS * math.sqrt(chance * (1 - chance) / n) if n else 0.0
+    for s in f.settings:
+        half = (s.acc.high - s.acc.mean) if not math.isnan(s.acc.high) else 0.0
+        s.at_chance = s.acc.mean < chance + max(noise, half)
+
+
+def _power(f: SweepFindings, ok: pd.DataFrame, factor: str) -> None:
+    """Seeds per setting that would detect POWER_DELTA at POWER: the pooled variance of the runs'
+    accuracies between seeds (coin flips included) and the variance the finite test set adds to a
+    difference net of the coin flips (mean over pairs), which more seeds do not remove."""
+    variances = [g["test_acc"].astype(float).var(ddof=1) for _, g in ok.groupby(factor) if len(g) >= 2]
+    seed_var = float(np.mean(variances)) if variances else 0.0
+    image_var = f.pair_parts.image if f.pair_parts is not None else 0.0
+    m = len(f.comparisons or [])
+    f.seed_sd = math.sqrt(seed_var)
+    f.seeds_for_delta = seeds_needed(seed_var, image_var, POWER_DELTA, m)
+    f.floor = detectable_difference(math.sqrt(image_var), m)
+
+
+def _test_size(ok: pd.DataFrame) -> int | None:
+    if "test_size" not in ok or ok["test_size"].isna().all():
+        return None
+    return int(ok["test_size"].dropna().iloc[0])
+
+
+def _cost_spreads(phase: pd.DataFrame | None, ok: pd.DataFrame, factor: str, order: list) -> tuple[dict, dict]:
+    """({value: figures} of the inference step, {value: figures} of the training step): each setting's
+    figures are the cost-phase rows of its model (and, for the training step, its batch size), so a factor
+    the cost table does not record (a training field) finds them too."""
+    if phase is None or phase.empty:
+        return {}, {}
+    keys = phase.apply(lambda r: model_key(ViTConfig.from_row(r)), axis=1)
+    infer, train = {}, {}
+    for value in order:
+        runs = ok[ok[factor] == value]
+        if runs.empty:
+            continue
+        mine = phase[keys == model_key(ViTConfig.from_row(runs.iloc[0]))]
+        batch = pd.to_numeric(runs["batch_size"], errors="coerce").dropna() if "batch_size" in runs else pd.Series()
+        steps = mine[mine["mode"] == "train"]
+        if len(batch) and (steps["batch_size"] == batch.iloc[0]).any():
+            steps = steps[steps["batch_size"] == batch.iloc[0]]
+        infer[value] = spreads(mine[mine["mode"] == "infer"], ["mode"]).get(("infer",), {}) if len(mine) else {}
+        train[value] = spreads(steps, ["mode"]).get(("train",), {}) if len(steps) else {}
+    return infer, train
+
+
+# --- sentences -------------------------------------------------------------------------------------
+
+def pct(x: float) -> str:
+    return f"{100 * x:.2f}"
+
+
+def interval_text(i: Interval) -> str:
+    return f"{pct(i.mean)} [{pct(i.low)}, {pct(i.high)}]" if not math.isnan(i.low) else pct(i.mean)
+
+
+def verdict_sentence(f: SweepFindings) -> str:
+    if f.verdict is None:
+        return f"**No verdict**: {f.no_test}. Intervals only; no setting is named best."
+    return _verdict_text(f) + " " + power_sentence(f)
+
+
+def power_sentence(f: SweepFindings) -> str:
+    """How many seeds a difference of POWER_DELTA would need, from this sweep's own variances."""
+    m = len(f.comparisons or [])
+    if f.seed_sd is None:
+        return ""
+    floor = (f" (the test images alone limit any number of seeds to about {100 * f.floor:.2f} points)"
+             if f.floor and f.floor >= 0.0001 else " (the test images' share is negligible here)")
+    need = (f"about {f.seeds_for_delta} seeds per setting{floor}" if f.seeds_for_delta is not None else
+            f"more test images: with this test set no number of seeds detects less than about "
+            f"{100 * (f.floor or 0):.2f} points")
+    return (f"Detecting a {100 * POWER_DELTA:.1f}-point difference at {POWER:.0%} power (α = {ALPHA}, Holm over "
+            f"{m} pair(s)) would take {need}; seed-to-seed s.d. {100 * f.seed_sd:.2f} points, measured here.")
+
+
+def _margin_text(margin: float) -> str:
+    return f"±{100 * margin:g} points"
+
+
+def _verdict_text(f: SweepFindings) -> str:
+    factor = f.factor
+    assert f.verdict is not None
+    v, m = f.verdict, len(f.comparisons or [])
+    best = next(s for s in f.settings if s.value == v.best)
+    by_pair = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
+    pair = lambda other: by_pair[frozenset((v.best, other))]  # noqa: E731
+    signed = lambda other: (pair(other).diff if pair(other).a == v.best else -pair(other).diff)  # noqa: E731
+    budget = (f"{_seeds_text(f)} × {f.test_size:,} test images" if f.test_size else _seeds_text(f))
+    within = _margin_text(v.margin)
+    if v.winner:
+        return (f"**Best: {factor}={v.best}** at {interval_text(best.acc)} % test accuracy: better than every "
+                f"other setting after Holm's adjustment over {m} pair(s) (largest adjusted p = "
+                f"{max(pair(o).p_holm for o in v.beats):.3g}; {budget}).")
+    parts = []
+    if v.beats:
+        parts.append("better than " + ", ".join(f"{factor}={o} (by {100 * signed(o):.2f} points, p = "
+                                                 f"{pair(o).p_holm:.3g})" for o in v.beats))
+    if v.equivalent:
+        parts.append(f"equivalent within {within} to " + ", ".join(
+            f"{factor}={o} (TOST p = {pair(o).p_equiv_holm:.3g})" for o in v.equivalent))
+    if v.inconclusive:
+        parts.append("inconclusive against " + ", ".join(
+            f"{factor}={o} ({100 * signed(o):+.2f} points, p = {pair(o).p_holm:.3g}, TOST p = "
+            f"{pair(o).p_equiv_holm:.3g})" for o in v.inconclusive))
+    if v.inconclusive:
+        head = f"**Inconclusive: no single best {factor} at this budget.**"
+        tail = (f" Differences smaller than about {100 * v.detectable:.1f} points could not be detected "
+                f"({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget}).")
+    else:
+        names = ", ".join(f"{factor}={o}" for o in (v.best, *v.equivalent))
+        head = f"**Equivalent within {within}: {names}.**"
+        tail = f" ({budget}.)"
+    return (f"{head} The highest mean, {factor}={v.best} ({pct(best.acc.mean)} %), is " + "; ".join(parts)
+            + " (Holm-adjusted over the pairs; equivalence by two one-sided tests against "
+            + f"{within}).{tail}")
+
+
+def _seeds_text(f: SweepFindings) -> str:
+    counts = sorted({len(s.seeds) for s in f.settings})
+    return f"{'–'.join(map(str, counts))} seed(s) per setting"
+
+
+def cost_sentence(f: SweepFindings) -> str:
+    first, last = f.settings[0], f.settings[-1]
+    label = lambda s: f"{f.factor}={s.value}"  # noqa: E731
+
+    def figure(mode: str, col: str, least: int = MIN_ROUNDS) -> str:
+        a, b = getattr(last, mode).get(col), getattr(first, mode).get(col)
+        return ratio_or_noise(a, b, least=least) if a is not None and b is not None else "not measured"
+
+    hungry = first.starved + last.starved
+    wall = ("not compared (one side was trained in another sweep, at another time)"
+            if first.reused_from or last.reused_from else
+            f"not compared ({hungry} of these runs got too little CPU while they trained: other work held the "
+            f"machine)" if hungry else ratio_or_noise(last.train_s, first.train_s))
+    return (f"From {label(first)} to {label(last)}: GMACs ×{last.gmacs / first.gmacs:.2f}; inference img/s "
+            f"{figure('infer', 'throughput_img_s')}; training-step img/s {figure('train', 'throughput_img_s')}; "
+            f"training-step peak memory {figure('train', 'peak_mem_mb', least=1)}; wall time of a training run {wall}.")
+
+
+def _spread_text(s: Spread | None, fmt: str) -> str:
+    if s is None or not s.n:
+        return "—"
+    if s.n == 1 or s.iqr == 0:
+        return format(s.median, fmt)
+    return f"{format(s.median, fmt)} [{format(s.q1, fmt)}, {format(s.q3, fmt)}]"
+
+
+def table_markdown(f: SweepFindings) -> str:
+    """Three tables a Markdown viewer renders (at most six columns each): accuracy and size; the cost
+    phase's speed, memory and MFU; the training runs' own wall time, MFU and busy share."""
+    kinds = sorted({s.acc.kind for s in f.settings})
+    name = f.factor
+    accuracy = [f"| {name} | seeds | test acc % [95 % interval] | params | GMACs |", "|---|---|---|---|---|"]
+    speed = [f"| {name} | infer img/s [IQR] | train img/s [IQR] | peak MB infer / train | MFU infer | busy % infer |",
+             "|---|---|---|---|---|---|"]
+    runs = [f"| {name} | train run s [IQR] | MFU train runs | busy % train runs |", "|---|---|---|---|"]
+    for s in f.settings:
+        mem = " / ".join(_spread_text(d.get("peak_mem_mb"), ".1f") for d in (s.infer, s.train))
+        accuracy.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''} | "
+                        f"{s.params:,} | {s.gmacs:.4f} |")
+        speed.append(f"| {s.value} | {_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
+                     f"{_spread_text(s.train.get('throughput_img_s'), ',.0f')} | {mem} | "
+                     f"{_spread_text(s.infer.get('mfu'), '.3f')} | {_spread_text(s.infer.get('util_pct'), '.0f')} |")
+        runs.append(f"| {s.value} | {_spread_text(s.train_s, '.1f')}{' †' if s.reused_from else ''} | "
+                    f"{_spread_text(s.runs.get('train_mfu'), '.3f')} | "
+                    f"{_spread_text(s.runs.get('train_util_pct'), '.0f')} |")
+    lines = [*accuracy, "", f"Accuracy intervals: {'; '.join(kinds)}."]
+    if any(s.at_chance for s in f.settings):
+        lines.append(f"‡ within noise of chance ({100 * (f.chance or 0):.1f} % for guessing): the model has not "
+                     f"learned the task.")
+    lines += ["", *speed, "", f"Speed: {f.cost_source}, median [Q1, Q3] (busy %: GPU utilisation from NVML on "
+                              f"CUDA, process CPU time ÷ wall time ÷ cores on the CPU).", "", *runs, "",
+              "The training runs as they trained, over seeds, not interleaved."]
+    reused = sorted({sweep for s in f.settings for sweep in s.reused_from})
+    if reused:
+        lines.append(f"† copied from the {', '.join(reused)} sweep's identical runs (same run_id, so the same "
+                     f"result): trained at another time, so their wall time is not side by side with the others'.")
+    return "\n".join(lines + _latency_table(f))
+
+
+def _latency_table(f: SweepFindings) -> list[str]:
+    """Step-latency percentiles and energy per image from the cost phase, where it recorded them."""
+    if all(_or_dash_spread(d.get("step_ms_p99"), "g") == "—" for s in f.settings for d in (s.infer, s.train)):
+        return []
+
+    def cell(d: dict, fmt: str = ".2f") -> str:
+        return " / ".join(_or_dash_spread(d.get(f"step_ms_p{q}"), fmt) for q in (50, 90, 99))
+    lines = ["", f"| {f.factor} | infer step ms p50 / p90 / p99 | train step ms p50 / p90 / p99 | J per image infer / "
+                 f"train |", "|---|---|---|---|"]
+    for s in f.settings:
+        energy = " / ".join(_or_dash_spread(d.get("energy_j_per_img"), ".3g") for d in (s.infer, s.train))
+        lines.append(f"| {s.value} | {cell(s.infer)} | {cell(s.train)} | {energy} |")
+    return lines + ["", "Latency: each percentile of one round's step times, median over the cost phase's rounds; "
+                        "energy from the device's counter (— where it has none readable)."]
+
+
+def _or_dash_spread(s: Spread | None, fmt: str) -> str:
+    return "—" if s is None or s.median != s.median else format(s.median, fmt)
+
+
+OUTCOME_WORDS = {"better": "a better", "worse": "b better", "equivalent": "equivalent", "inconclusive": "inconclusive"}
+
+
+def comparisons_markdown(f: SweepFindings) -> str:
+    if not f.comparisons:
+        return ""
+    within = _margin_text(f.margin)
+    lines = [f"| {f.factor} a | {f.factor} b | a − b (points) [95 % interval] | Holm p: differ / within {within} | "
+             f"P(a beats b) on a fresh seed | verdict |", "|---|---|---|---|---|---|"]
+    for c in f.comparisons:
+        win = "—" if c.win != c.win else f"{c.win:.2f}"
+        lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}] | "
+                     f"{c.p_holm:.3g} / {c.p_equiv_holm:.3g} | {win} | {OUTCOME_WORDS[c.outcome()]} |")
+    return "\n".join(lines)
+
+
+def components_markdown(f: SweepFindings) -> str:
+    """Where the noise of the sweep's means comes from: each source's share of the variance of one
+    setting's mean and of a difference of two, so a reader sees which budget buys precision."""
+    rows = [("one setting's mean (mean over settings)", f.setting_parts),
+            ("a difference of two settings (mean over pairs)", f.pair_parts)]
+    rows = [(label, p) for label, p in rows if p is not None and p.total > 0]
+    if not rows:
+        return ""
+    lines = ["| variance of | s.e. (points) | seed | seed × test image | test image |", "|---|---|---|---|---|"]
+    for label, p in rows:
+        shares = " | ".join(f"{100 * x:.0f} %" for x in p.shares())
+        lines.append(f"| {label} | {100 * math.sqrt(p.total):.2f} | {shares} |")
+    return "\n".join(lines + ["", "_Where the noise comes from, at this sweep's seeds and test images: a seed "
+                               "shifts a run on every image (more seeds shrink it); which borderline images a run "
+                               "gets right is a coin flip per seed and image (more seeds or more test images "
+                               "shrink it); which images the test set holds (more test images shrink it)._"])
+
+
+def setting_rows(f: SweepFindings) -> list[dict[str, Any]]:
+    """One dict per setting, for the figure: value, accuracy interval, cost spreads."""
+    return [{"value": s.value, "acc": s.acc, "gmacs": s.gmacs, "infer": s.infer.get("throughput_img_s"),
+             "train": s.train.get("throughput_img_s"), "mem": s.train.get("peak_mem_mb"), "train_s": s.train_s,
+             "reused": bool(s.reused_from)}
+            for s in f.settings]

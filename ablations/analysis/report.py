@@ -1,0 +1,499 @@
+"""`make report`: figures and REPORT.md from whatever CSVs exist under the results root. Never trains.
+
+Every sentence with a number in it is computed from the tables; the same CSVs give the same report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ablations.analysis import designs, findings
+from ablations.analysis import figures as figs
+from ablations.analysis.findings import CHANCE_SDS, POWER_DELTA
+from ablations.analysis.stats import MARGIN, MIN_SEEDS, POWER, accuracy_interval
+from ablations.results.experiments import differences, latest_rows, newest_experiment
+from ablations.results.schema import read_table
+from ablations.results.store import SweepPaths, latest_cost_phase, ok_rows, sweep_names
+from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec
+from ablations.training.data import load_dataset
+from bench.contention import CONTENDED_PCT
+from bench.io.csvio import SkippedInput, read_rows, skipped
+from bench.reference import CHECKOUT_REFERENCE
+from bench.rounds import MIN_ROUNDS
+from bench.schema import BENCH_SCHEMA
+from vit import POOLINGS, VisionTransformer, ViTConfig
+
+
+def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
+    """The sweep's settings in the spec's order (settings the spec lacks go last, sorted)."""
+    present = list(rows.loc[rows["status"] == "ok", spec.factor].unique())
+    order = [v for v in dict.fromkeys(designs.setting_order(spec)) if v in present]
+    return order + sorted(v for v in present if v not in order)
+
+
+def _base_line(rows: pd.DataFrame, spec: SweepSpec) -> str:
+    """What the sweep held fixed: every model field and training column with one value across its ok runs."""
+    ok = rows[rows["status"] == "ok"]
+    fields = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr"]
+    fixed = [f"{name}={ok[name].iloc[0]}" for name in fields
+             if name not in spec.varied and name in ok and ok[name].nunique(dropna=False) == 1]
+    return "Held fixed: " + ", ".join(fixed) + "."
+
+
+def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], factors: dict[str, str], figures: Path,
+                      data_root: Path) -> list[str]:
+    """Position-embedding similarity and attention maps from the saved weights of the first sweep over
+    `pos` (one run per encoding)."""
+    lines = ["## inside the model", ""]
+    sweep = next((s for s, factor in factors.items() if factor == "pos" and (tables[s]["status"] == "ok").any()), None)
+    if sweep is None:
+        return lines + [f"_Needs a sweep over pos with its weights: `make ablate-pos OUT={out}` produces one._", ""]
+    ok = ok_rows(tables[sweep])
+    models = {}
+    for name in ("learned", "sinusoidal", "sincos2d"):
+        match = ok[ok["pos"] == name]
+        if len(match):
+            model = _trained_model(match.iloc[0], SweepPaths.of(out, sweep))
+            if model is not None:
+                models[name] = model
+    if models:
+        encodings = {name: model.pos_embed.weight[0].detach() for name, model in models.items()}
+        grid = next(iter(models.values())).cfg.grid_size
+        sim = figs.position_similarity(encodings, grid, figures / "position-similarity.png")
+        lines += [f"![position similarity](figures/{sim.name})", ""]
+    if "learned" in models:
+        row = ok[ok["pos"] == "learned"].iloc[0]
+        try:
+            data = load_dataset(str(row["dataset"]), data_root)
+        except (FileNotFoundError, ValueError, RuntimeError) as err:
+            return lines + [f"_Attention maps skipped: they draw four {row['dataset']} test images, and none could "
+                            f"be read ({err}). Pass DATA_ROOT=<folder> to `make report` (--data-root)._", ""]
+        from ablations.analysis.predict import Loaded, attention_figure, predict
+
+        loaded = Loaded(models["learned"].eval(), f"{row['run_id']} (pos=learned, seed {row['seed']}, "
+                                                  f"{row['dataset']})", tuple(data.mean), tuple(data.std))
+        images = data.test_x[:4]
+        probs, attns = predict(loaded, images)
+        labels = [f"test image {i} (label {int(data.test_y[i])})" for i in range(len(images))]
+        maps = attention_figure(loaded, images, attns, probs, labels, figures / "attention.png")
+        lines += [f"![attention maps](figures/{maps.name})", "",
+                  f"_What the classifier reads ({POOLINGS[loaded.model.cfg.pool].reader}) attends to over the "
+                  f"patches of four test images, per layer (mean over heads) and rolled out over the layers "
+                  f"(Abnar & Zuidema 2020), on one colour scale; run {loaded.name}._", ""]
+    return lines
+
+
+def _trained_model(row: pd.Series, paths: SweepPaths) -> VisionTransformer | None:
+    """The run's saved weights in its model, or None (a damaged file is listed under Skipped inputs)."""
+    path = paths.weights_file(str(row["run_id"]))
+    if not path.exists():
+        return None
+    try:
+        model = VisionTransformer(ViTConfig.from_row(row))
+        model.load_state_dict(torch.load(path, weights_only=True))
+    except Exception as err:
+        skipped(f"{path}: weights unreadable or not this run's model ({type(err).__name__}); figures drawn without it")
+        return None
+    return model
+
+
+def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path,
+                   tuning: designs.Tuning | None = None, margin: float = MARGIN) -> list[str]:
+    sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
+    ok = rows[rows["status"] == "ok"]
+    cost = latest_cost_phase(paths)
+    margin = spec.margin or margin
+    f = findings.analyse(rows, factor, order, paths.preds, cost, margin)
+    seeds = sorted({int(s) for s in ok["seed"]})
+    devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
+    test = f"{f.test_size:,} test images" if f.test_size else "test-set size not recorded"
+    fig = figures / f"{sweep}.png"
+    figs.sweep_figure(findings.setting_rows(f), fig, spec.label, device=devices,
+                      accuracy_kind=f.settings[0].acc.kind, speed_source=f.cost_source)
+    lines = [f"Seeds {', '.join(map(str, seeds))}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
+             f"{test}; device {devices}.", "",
+             *(_tuning_lines(spec, tuning, figures) if tuning else []),
+             findings.verdict_sentence(f), "", findings.cost_sentence(f), "", *_sharing_note(ok), _base_line(rows, spec),
+             "", findings.table_markdown(f), ""]
+    components = findings.components_markdown(f)
+    if components:
+        lines += [components, ""]
+    if spec.design == "grid" and len(spec.factors) == 2:
+        lines += _grid_lines(spec, f, ok, paths, figures, devices, margin)
+    if f.comparisons:
+        lines += [f"Pairwise comparisons (seeds crossed with test images, each source counted once; equivalence "
+                  f"margin {100 * margin:g} points{' set by the sweep' if spec.margin else ''}; intervals are each pair's own, "
+                  f"p-values Holm-adjusted over the pairs; see Method):", "",
+                  findings.comparisons_markdown(f), ""]
+    reused = any(s.reused_from for s in f.settings)
+    copied = " Hollow: runs copied from another sweep (trained at another time)." if reused else ""
+    lines += [f"![{sweep}](figures/{fig.name})", "",
+              f"_{spec.label} sweep on {devices}. Accuracy: mean with its 95 % interval ({f.settings[0].acc.kind}). "
+              f"Speed and memory: median with the interquartile range over the {f.cost_source}. Training wall "
+              f"time: median with the interquartile range over seeds.{copied}_", ""]
+    if paths.history.exists():
+        curves = figs.learning_curves(read_table(paths.history), rows, factor, figures / f"{sweep}-curves.png", order)
+        lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
+    return lines
+
+
+def _tuning_lines(spec: SweepSpec, tuning: designs.Tuning, figures: Path) -> list[str]:
+    curves = {c.setting: c.curve for c in tuning.choices}
+    picks = {c.setting: c.chosen for c in tuning.choices}
+    fig = figs.tuning_curves(curves, picks, ", ".join(tuning.fields), figures / f"{spec.name}-tuning.png",
+                             f"{spec.name}: validation accuracy against {', '.join(tuning.fields)} (ring: the pick)")
+    return designs.tuning_lines(tuning, spec.factor, fig.name)
+
+
+def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, paths: SweepPaths, figures: Path,
+                devices: str, margin: float = MARGIN) -> list[str]:
+    """A two-factor grid's heat maps (accuracy with its interval, GMACs, training throughput) and its
+    interaction test."""
+    a, b = spec.factors
+    cells = []
+    for s in f.settings:
+        runs = ok[ok[spec.factor] == s.value]
+        step = s.train.get("throughput_img_s")
+        cells.append({a: runs[a].iloc[0], b: runs[b].iloc[0], "acc_mean": s.acc.mean, "acc_low": s.acc.low,
+                      "acc_high": s.acc.high, "gmacs": s.gmacs,
+                      "train_img_s": step.median if step else float(runs["train_throughput_img_s"].median())})
+    source = "the cost phase's training step" if all(s.train.get("throughput_img_s") for s in f.settings) else (
+        "the runs' whole-run training throughput")
+    fig = figs.grid_heatmaps(pd.DataFrame(cells), a, b, figures / f"{spec.name}-grid.png",
+                             f"{spec.label} on {devices}: each cell's mean over seeds")
+    it = designs.interaction(spec, ok, paths.preds, margin)
+    return [f"![{spec.name} grid](figures/{fig.name})", "",
+            f"_Accuracy: mean over seeds with its 95 % interval beneath. Training throughput: {source}._", "",
+            *designs.interaction_lines(it)]
+
+
+def _sharing_note(ok: pd.DataFrame) -> list[str]:
+    """Training wall times measured while other runs shared the device (JOBS > 1) say so."""
+    jobs = pd.to_numeric(ok["jobs"], errors="coerce") if "jobs" in ok else pd.Series(dtype=float)
+    shared = jobs[jobs > 1]
+    if shared.empty:
+        return []
+    return [f"Training wall times (`train_time_s`, `train_util_pct`) of {len(shared)} of these {len(ok)} runs were "
+            f"measured with up to {int(shared.max())} runs sharing the device (JOBS); the cost-phase figures were "
+            f"measured alone.", ""]
+
+
+def _or_dash(value, fmt: str) -> str:
+    return "—" if value is None or value != value else format(value, fmt)
+
+
+def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
+    """`make bench` (pytest-benchmark: each backend's forward and training step) and `make bench-tokens`
+    (throughput and memory against sequence length)."""
+    lines = ["## attention backends (bench)", ""]
+    suite = bench_dir / "pytest-benchmark.csv"
+    if suite.exists():
+        ok = read_rows(suite, BENCH_SCHEMA)
+        ok = ok[ok["status"] == "ok"]
+        lines += [f"`make bench` ({', '.join(sorted(ok['device_name'].astype(str).unique()))}, "
+                  f"{', '.join(sorted(ok['dtype'].astype(str).unique()))}; median step over pytest-benchmark's rounds):",
+                  "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU |", "|---|---|---|---|---|---|---|"]
+        for _, r in ok.sort_values(["tokens", "mode", "attn"]).iterrows():
+            lines.append(f"| {r.tokens} | {r.batch_size} | {r['mode']} | {r.attn} | {r.throughput_img_s:,.1f} | "
+                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {_or_dash(r.get('mfu'), '.3f')} |")
+        lines.append("")
+    else:
+        lines += [f"_Missing: `{suite}`; `make bench` produces it._", ""]
+    tokens_csv = bench_dir / "backends.csv"
+    if tokens_csv.exists():
+        bench = read_rows(tokens_csv, BENCH_SCHEMA)
+        ok = bench[bench["status"] == "ok"]
+        tokens = sorted(ok["tokens"].unique())
+        devices = ", ".join(sorted(ok["device_name"].astype(str).unique()))
+        lines += [f"Against sequence length (`make bench-tokens`; {devices}, "
+                  f"{', '.join(sorted(ok['dtype'].astype(str).unique()))}):", "",
+                  "| attn | " + " | ".join(f"img/s @ {t} tok" for t in tokens) + " | "
+                  + " | ".join(f"peak MB @ {t} tok" for t in tokens) + " |", "|" + "---|" * (1 + 2 * len(tokens))]
+        for attn, g in ok.groupby("attn"):
+            by_t = g.groupby("tokens")
+            rate, mem = by_t["throughput_img_s"].median(), by_t["peak_mem_mb"].median()
+            lines.append(f"| {attn} | " + " | ".join(f"{rate.get(t, float('nan')):.2f}" for t in tokens) + " | "
+                         + " | ".join(f"{mem.get(t, float('nan')):.1f}" for t in tokens) + " |")
+        scaling = figs.backend_scaling(bench, figures / "backends.png")
+        lines += ["", f"![backends](figures/{scaling.name})", ""]
+    else:
+        lines += [f"_Missing: `{tokens_csv}`; `make bench-tokens` produces it._", ""]
+    return lines
+
+
+def method(margin: float = MARGIN) -> str:
+    return f"""## Method
+
+- **Seeds and test images.** Each setting is trained once per seed; the seed fixes the initial weights,
+  the batch order and the augmentation. Every run is scored on the same test images, so a setting's
+  answers form a seeds × images table. Its mean accuracy varies for three reasons: a seed shifts a run
+  on every image (**seed**); which borderline images a run gets right is a coin flip per seed and image
+  (**seed × image**); which images the test set holds (**test image**). The spread of the runs'
+  accuracies between seeds already contains the first two; each sweep's table of variance components
+  gives every source's share.
+- **Accuracy intervals.** With two or more seeds and saved predictions: the 95 % t-interval of the mean
+  with the variance S²/s + v (S² the variance between the s runs' accuracies; v what the finite test
+  set adds, estimated from the per-image accuracies net of their coin flips, below), Welch–Satterthwaite
+  degrees of freedom, clipped to [0, 100] %: it covers seeds and test images. Without predictions: the
+  t-interval over seeds, the test set held fixed, labelled so. With one seed: the exact binomial
+  (Clopper–Pearson) 95 % interval over the test images, labelled as such.
+- **Comparisons.** Every pair of settings a, b (and each interaction contrast of a two-factor grid) is a
+  contrast c = Σ w_j acc_j of settings' means, with variance S_a²/s_a + S_b²/s_b + v: each setting's
+  variance between seeds, plus the test-image term v = max(0, var_i(D_i) − (coin flips of D_i)) / n of the
+  per-image contrast D_i = Σ w_j ȳ_ji, its coin flips estimated by Σ w_j² · (mean over images of the
+  per-image variance between seeds) / s_j. A two-level bootstrap that resamples both seeds and images
+  counts the coin flips twice and is deaf (Owen 2007); this moment estimator counts each source once.
+  t = c / s.e. with Welch–Satterthwaite degrees of freedom; two-sided p; the p-values of a sweep's
+  pairs are adjusted together by Holm's step-down method. `make calibrate` checks the test on the
+  saved predictions of the committed runs (false-positive rate at α, power at planted differences).
+- **Verdicts, three ways.** For each pair: **better** where the difference excludes 0 after Holm's
+  adjustment; **equivalent** where two one-sided tests (TOST) reject a difference beyond ±δ, δ =
+  {100 * margin:g} points unless the sweep sets its own (`margin` in the spec; `--margin` on the
+  command line), Holm-adjusted over the pairs too; **inconclusive** where neither holds: not a finding of
+  equality. Each pair also gives the probability that a fresh seed of a scores above one of b (the
+  Mann–Whitney estimate over the runs' accuracies; Agarwal et al. 2021). A sweep names a best setting
+  only if the setting with the highest mean is better than every other; where it is inconclusive
+  against some, the smallest difference the sweep could have detected is (t₁₋α/2m + t_power) × the
+  median standard error of its pairs, at {POWER:.0%} power and the strictest Holm level α/m for m pairs.
+  It then states how many seeds per setting would detect a {100 * POWER_DELTA:.1f}-point difference at
+  {POWER:.0%} power: the difference of two means over s seeds has variance 2σ²/s + v (σ the seed-to-seed
+  s.d. of one run's accuracy, pooled over settings; v the test-image term, mean over pairs), which more
+  seeds do not remove; where v alone is too large it says so.
+- **No verdict** is given, and no p-value shown, for a sweep with one seed per setting (its binomial
+  intervals cover the test images only: one seed says nothing of the variation between training
+  seeds), or with a setting within noise of chance (mean accuracy below 1/classes +
+  {CHANCE_SDS:g} binomial standard errors or its interval's half-width, marked ‡), or without saved
+  predictions.
+- **Cost.** Before training, every point of a command's sweeps is measured side by side in
+  interleaved rounds (each round measures every point once, the starting point rotating) with nothing
+  else running: an inference step and the training step the runs train with (forward, backward, clipping,
+  fused AdamW over their parameter groups; one CUDA graph per step on CUDA unless GRAPHS=0). Figures are the median
+  over rounds with [Q1, Q3]; a ratio between two settings is printed only where each rests on at least
+  {MIN_ROUNDS} uncontended rounds and their IQRs do not overlap, otherwise "same within noise" (or "not
+  measured"). A round taken while other processes used ≥ {CONTENDED_PCT:.0f} % of
+  the CPUs (or computed on the GPU) is left out, and the table's note says how many were. """ f"""\
+Peak memory is the tensor-level peak of one step (CUDA
+  allocator, or MemTracker on the CPU), taken in the first round: it is the same every time.
+  MFU = achieved FLOP/s ÷ the device's measured matmul peak (a training step counts 3 × the forward);
+  every row stores that peak and when it was measured.
+  "MFU infer" and "busy % infer" come from the cost phase's inference timing; "MFU train runs" and
+  "busy % train runs" (`train_mfu`, `train_util_pct`) from each training run's own epochs, data
+  handling included.
+- **References.** S. Holm (1979), A simple sequentially rejective multiple test procedure, Scand. J.
+  Statist. 6:65–70. F. E. Satterthwaite (1946), An approximate distribution of estimates of variance
+  components, Biometrics Bulletin 2:110–114. D. J. Schuirmann (1987), A comparison of the two one-sided
+  tests procedure and the power approach for assessing the equivalence of average bioavailability,
+  J. Pharmacokinet. Biopharm. 15:657–680. A. B. Owen (2007), The pigeonhole bootstrap, Ann. Appl.
+  Statist. 1:386–411. X. Bouthillier et al. (2021), Accounting for variance in machine learning
+  benchmarks, MLSys. R. Agarwal et al. (2021), Deep reinforcement learning at the edge of the
+  statistical precipice, NeurIPS (rliable).
+"""
+
+
+REQUIRED = ("run_id", "status", "seed", "started_at", "dataset", "device", "device_name", "torch_version",
+            "git_sha", "test_acc", "params", "gmacs", "gflops")
+
+
+def _read_table(path: Path, spec: SweepSpec) -> pd.DataFrame | None:
+    """A sweep's standing rows of its newest experiment (`ablations.results.experiments`), with each row's setting
+    (`designs.with_settings`), or None (listed under Skipped inputs) when the file lacks the report's columns."""
+    table = read_table(path)
+    missing = [c for c in (*REQUIRED, *spec.varied) if c not in table]
+    if missing:
+        if len(table.columns):
+            skipped(f"{path}: no column(s) {', '.join(missing)}; file skipped (not a sweep table of this version?)")
+        return None
+    table, notes = newest_experiment(latest_rows(table), spec.varied)
+    for note in notes:
+        skipped(f"{path}: {note}")
+    return designs.with_settings(spec, table)
+
+
+def _guarded(what: str, build, *args) -> list[str]:
+    """A section of the report; one that fails on bad input says so instead of failing the report."""
+    try:
+        return build(*args)
+    except Exception as err:
+        skipped(f"{what}: could not be built ({type(err).__name__}: {str(err)[:200]})")
+        return [f"_{what} could not be built from its inputs; see Skipped inputs._", ""]
+
+
+REFERENCE = CHECKOUT_REFERENCE
+
+
+def default_reference(out: Path) -> Path | None:
+    """The checkout's reference results, unless `out` is that folder or there is none (an installed package)."""
+    if not REFERENCE.is_dir() or Path(out).resolve() == REFERENCE:
+        return None
+    return REFERENCE
+
+
+def build_report(out: Path, data_root: str | Path = "data", reference: Path | None = None,
+                 margin: float = MARGIN) -> Path:
+    """Figures and REPORT.md under `out`; `data_root` is read only for the attention maps' test images;
+    with `reference` (a folder of reference results), a section compares the runs with it point by point;
+    `margin` (a fraction) is the equivalence margin of sweeps whose spec sets none.
+    A damaged row or file is skipped and listed at the end under "Skipped inputs"."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SkippedInput)
+        lines = _report_lines(Path(out), data_root, margin)
+        if reference is not None:
+            lines += _guarded("against the reference", _reference_section, Path(out), Path(reference))
+    notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, SkippedInput)))
+    for w in caught:
+        if not issubclass(w.category, SkippedInput):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if notes:
+        lines += ["## Skipped inputs", "", "These rows and files could not be read and were left out of the report:",
+                  ""] + [f"- {note}" for note in notes] + [""]
+    lines.append(method(margin))
+    path = Path(out) / "REPORT.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _specs(out: Path) -> dict[str, SweepSpec]:
+    """The shipped sweeps' specs, and for each table under `out` that a spec from elsewhere wrote, the copy
+    kept beside it (it wins over a shipped spec of the same name: it is what wrote the table). A table
+    with no spec anywhere is listed under Skipped inputs."""
+    specs = {name: load_spec(SPEC_DIR / f"{name}.toml") for name in available_sweeps()}
+    for name in sweep_names(out):
+        paths = SweepPaths.of(out, name)
+        if paths.spec.exists():
+            try:
+                specs[name] = load_spec(paths.spec, check_files=False)
+            except SpecError as err:
+                skipped(f"{paths.spec}: {err}; the {name} sweep is left out")
+                specs.pop(name, None)
+        elif name not in specs and name != "train":
+            skipped(f"{paths.rows}: no spec for the {name} sweep (neither {SPEC_DIR / (name + '.toml')} nor "
+                    f"{paths.spec}); rerun the sweep from its TOML file to keep a copy beside the table")
+    return specs
+
+
+def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> list[str]:
+    ablations, figures = out / "ablations", out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    specs = _specs(out)
+    tables, tunings = {}, {}
+    for name, spec in specs.items():
+        if (ablations / f"{name}.csv").exists():
+            table = _read_table(ablations / f"{name}.csv", spec)
+            if table is not None and spec.tune and (table["status"] == "ok").any():
+                try:
+                    table, tunings[name] = designs.select(spec, table)  # each setting's runs at its pick
+                except ValueError as err:
+                    skipped(f"{ablations / (name + '.csv')}: {err}; the sweep is left out")
+                    table = None
+            if table is not None:
+                tables[name] = table
+    all_rows = pd.concat(tables.values(), ignore_index=True) if tables else pd.DataFrame()
+    lines = ["# vitbench report", ""]
+    if all_rows.empty:
+        lines += ["No ablation results yet: run `make ablations` or a `make ablate-*` target.", ""]
+    else:
+        newest = all_rows.sort_values("started_at").iloc[-1]
+        lines += [f"- ablation runs: device {newest.device} ({newest.device_name}); torch {newest.torch_version}; "
+                  f"git {newest.git_sha}",
+                  f"- data: {', '.join(sorted(all_rows['dataset'].astype(str).unique()))}; runs from "
+                  f"{all_rows['started_at'].min()} to {all_rows['started_at'].max()}", ""]
+    factors: dict[str, str] = {}
+    for sweep, spec in specs.items():
+        lines.append(f"## {sweep}: {spec.label}")
+        if spec.description:
+            lines += ["", f"_{spec.description}_"]
+        lines.append("")
+        if sweep not in tables:
+            lines += [f"_Missing: `{ablations / (sweep + '.csv')}` does not exist or cannot be read; "
+                      f"`make ablate-{sweep}` produces it._", ""]
+            continue
+        rows = tables[sweep]
+        factor = factors[sweep] = spec.factor
+        failed = rows[rows["status"] != "ok"]
+        if (rows["status"] == "ok").any():
+            lines += _guarded(f"the {sweep} sweep's section", _sweep_section, spec, rows, SweepPaths.of(out, sweep),
+                              figures, tunings.get(sweep), margin)
+        if len(failed):
+            lines.append(f"Failed runs ({len(failed)}), not counted above:")
+            for _, r in failed.iterrows():
+                lines.append(f"- {factor}={r[factor]} seed {r['seed']}: **{r['status']}** {r['error']}")
+            lines.append("")
+    if not all_rows.empty and (all_rows["status"] == "ok").any():
+        lines += _guarded("accuracy against compute", _pareto_section, all_rows, factors, figures, out)
+        lines += _guarded("inside the model", _inside_the_model, out, tables, factors, figures, Path(data_root))
+    lines += _guarded("attention backends (bench)", _bench_section, out / "bench", figures)
+    return lines
+
+
+def _reference_section(out: Path, reference: Path) -> list[str]:
+    """Each point trained both here and in the reference (same run_id: model, recipe, data and seed), with
+    the accuracy difference and its paired interval; for a sweep with no such point, what differs."""
+    from ablations.analysis.compare import compare_outs
+
+    lines = ["## against the reference", "",
+             f"The same runs (same model, recipe, data and seed, so the same run_id) in `{reference}`, trained "
+             f"on another machine or at another commit; the difference is here − reference, with a 95 % "
+             f"interval over the common seeds (paired by seed) and the test images, each source counted once "
+             f"(one common seed: the test images' alone).", ""]
+    try:
+        table = compare_outs(out, reference)
+    except ValueError:
+        table = pd.DataFrame(columns=["sweep"])
+    if len(table):
+        lines += ["| sweep | point | seeds | here % | reference % | here − reference (points) [95 % interval] | |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in table.itertuples():
+            verdict = {"A higher": "higher here", "B higher": "lower here"}.get(r.verdict, r.verdict)
+            lines.append(f"| {r.sweep} | {r.point} | {r.seeds} | {100 * r.acc_a:.2f} | {100 * r.acc_b:.2f} | "
+                         f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}] | {verdict} |")
+        lines.append("")
+    compared = set(table["sweep"])
+    for sweep in sweep_names(out):
+        theirs = SweepPaths.of(reference, sweep).rows
+        if sweep in compared or not theirs.exists():
+            continue
+        mine, ref = ok_rows(read_table(SweepPaths.of(out, sweep).rows)), ok_rows(read_table(theirs))
+        if len(mine) and len(ref):
+            spec = SPEC_DIR / f"{sweep}.toml"
+            factor = load_spec(spec).varied if spec.exists() else ""
+            what = differences(mine.iloc[-1], ref.iloc[-1], factor) or "the seeds"
+            lines.append(f"- {sweep}: no run in common with the reference, whose runs differ in {what} "
+                         f"(here vs reference): not compared.")
+    return lines + [""]
+
+
+def setting_means(all_rows: pd.DataFrame, factors: dict[str, str], out: Path | None = None) -> pd.DataFrame:
+    """One row per setting of each sweep: its factor value, GFLOPs, mean test accuracy over seeds and
+    the accuracy interval the sweep's table gives (seeds and test images from the saved predictions under
+    `out`; without them over seeds, or binomial for one seed)."""
+    ok = all_rows[(all_rows["status"] == "ok") & all_rows["sweep"].isin(list(factors))]
+    found = []
+    for sweep, rows in ok.groupby("sweep", sort=False):
+        factor = factors[sweep]
+        enough = rows.groupby(factor)["seed"].size().min() >= MIN_SEEDS
+        correct = (findings.load_correct(rows, factor, SweepPaths.of(out, sweep).preds)[0]
+                   if out is not None and enough else None)
+        for value, group in rows.groupby(factor, sort=False):
+            size = int(group["test_size"].dropna().iloc[0]) if "test_size" in group and group["test_size"].notna().any() else None
+            interval = accuracy_interval(group["test_acc"].astype(float), size, correct.get(value) if correct else None)
+            found.append({"sweep": sweep, "value": value, "gflops": float(group["gflops"].iloc[0]),
+                          "seeds": len(group), "acc_mean": interval.mean, "acc_low": interval.low,
+                          "acc_high": interval.high})
+    return pd.DataFrame(found)
+
+
+def _pareto_section(all_rows: pd.DataFrame, factors: dict[str, str], figures: Path, out: Path) -> list[str]:
+    settings = setting_means(all_rows, factors, out)
+    front = figs.pareto_front(settings, "acc_mean")
+    pareto = figs.accuracy_vs_gflops(settings, figures / "pareto.png")
+    return ["## accuracy against compute", "",
+            "Pareto front of the setting means (no setting is both cheaper and more accurate on average over "
+            "its seeds; a front point's lead can be inside the noise, see each sweep's comparisons): " + ", ".join(
+                f"{r.sweep} {factors[r.sweep]}={r.value} ({r.gflops:.5f} GFLOPs, {r.acc_mean * 100:.2f} %, "
+                f"{r.seeds} seed{'s' if r.seeds != 1 else ''})" for r in front.itertuples()) + ".", "",
+            f"![pareto](figures/{pareto.name})", ""]

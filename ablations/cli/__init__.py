@@ -1,0 +1,44 @@
+"""`vitbench`: one command for the project's programs (installed by `pip install .`).
+
+    vitbench sweep default --seeds 0        # python -m ablations sweep …  (also train, report, compare,
+                                            #   predict, columns)
+    vitbench bench run --preset vit_mnist   # python -m bench run …  (also convert-json, peak)
+    vitbench calibrate --trials 100         # python -m ablations.calibrate …
+
+Like the `python -m` forms it wraps, `--help` and a refused argument load no torch.
+"""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: vitbench COMMAND [ARGS]
+
+  sweep, train, report, compare, predict, migrate, columns
+                                                    as python -m ablations COMMAND (vitbench sweep --help)
+  bench run | convert-json | peak                   as python -m bench COMMAND (vitbench bench --help)
+  calibrate                                         as python -m ablations.calibrate (vitbench calibrate --help)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0 if argv else 2
+    if argv[0] == "bench":
+        from bench.__main__ import main as bench_main
+
+        bench_main(argv[1:])
+        return 0
+    if argv[0] == "calibrate":
+        from ablations.calibrate import main as calibrate_main
+
+        return calibrate_main(argv[1:])
+    from ablations.__main__ import main as ablations_main
+
+    return ablations_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""The commands of `python -m ablations` that train: sweep and train.
+
+`ablations.__main__` parses the command line from names alone (`ablations.choices`) and imports this
+module only to run one of them, so `--help` never loads torch. The commands that only read results
+(report, compare, predict, columns) are `ablations.cli.read_commands`, which loads no trainer or executor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ablations.choices import LARGE_RUNS, SPEC_DIR
+from ablations.results import tensorboard
+from ablations.results.schema import read_table
+from ablations.results.store import SweepError, SweepPaths, finished_ids, model_key
+from ablations.running.cost import CostPlan
+from ablations.running.executors import EXECUTORS, Executor, ExecutorOptions
+from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
+from ablations.running.interrupts import Interrupted
+from ablations.running.runner import run_sweeps
+from ablations.running.tasks import RunOptions, make_tasks
+from ablations.specs import DATASET_FIELDS, Point, SpecError, SweepSpec, base_preset, default_sweeps, find_spec, load_spec
+from ablations.training.data import cached_dataset, check_recipe
+from bench.env import resolve_device
+from bench.io.atomic import write_atomic
+from bench.io.overrides import parse_overrides
+from bench.measure import complexity
+from bench.reference import refusal
+from bench.training.recipe import TrainConfig
+from vit import VisionTransformer, ViTConfig, checkpoint_id, init_from_checkpoint
+
+MODEL_FIELDS = {f.name for f in dataclasses.fields(ViTConfig)}
+TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+def _train_changes(args: argparse.Namespace) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    if args.epochs is not None:
+        changes["epochs"] = args.epochs
+    if args.dtype:
+        changes["dtype"] = args.dtype
+    if args.compile:
+        changes["compile"] = True
+    return changes
+
+
+def _check_device(args: argparse.Namespace) -> None:
+    """Raises ValueError for a device that is not there; warns about reduced precision on a CPU."""
+    if resolve_device(args.device).type == "cpu" and args.dtype in ("bf16", "fp16"):
+        print(f"note: {args.dtype} autocast on a CPU can be hundreds of times slower than fp32", file=sys.stderr)
+
+
+def _options(args: argparse.Namespace, init: str = "", ident: str | None = None) -> RunOptions:
+    """The runs' options from the command line; `ident`: the data's `data_id` where the caller has it (an
+    image folder's is a hash of every file: computed once per command)."""
+    init = args.init or init
+    init_id = f"timm:{args.pretrained}" if args.pretrained else (checkpoint_id(init) if init else "")
+    return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
+                      device=args.device, out=args.out, init=init, init_id=init_id,
+                      cost=CostPlan(rounds=0 if args.cost_budget == 0 else args.cost_rounds, budget_s=args.cost_budget),
+                      checkpoint_every=args.checkpoint_every,
+                      graphs=bool(args.graphs), tensorboard=args.tensorboard, img_size=args.img_size,
+                      data_id=data_id(args.dataset, args.data_root, args.img_size) if ident is None else ident)
+
+
+def data_id(dataset: str, data_root: str, img_size: int | None) -> str:
+    """What names the data beyond the dataset's name, for run ids: an image folder's contents (each file's
+    path under the folder and its bytes, symlinked class folders followed, wherever the folder lies) and a
+    resize; "" for a named dataset at its own size."""
+    from ablations.training.data import folder_digest
+
+    parts = []
+    if dataset == "imagefolder":
+        parts.append(f"files:{folder_digest(Path(data_root).expanduser().resolve())[:12]}")
+    if img_size:
+        parts.append(f"resized:{img_size}")
+    return ",".join(parts)
+
+
+def _fetch_pretrained(args: argparse.Namespace) -> None:
+    """PRETRAINED=<timm name>: timm downloads the weights (network needed); they become args.init."""
+    if not args.pretrained:
+        return
+    if args.init:
+        raise ValueError("give INIT (a file) or PRETRAINED (a timm name), not both")
+    import timm
+
+    target = Path.home() / ".cache" / "vitbench" / "pretrained" / f"{args.pretrained}.pth"
+    if not target.exists():
+        try:
+            model = timm.create_model(args.pretrained, pretrained=True)
+        except Exception as err:
+            raise ValueError(f"could not fetch timm weights {args.pretrained!r} ({type(err).__name__}: "
+                             f"{str(err)[:200]}); with no network, download the checkpoint file yourself and pass "
+                             f"INIT=<file> (--init)") from None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), target)
+    args.init = str(target)
+
+
+def _check_init(init: str, points: list[Point]) -> None:
+    """Load the checkpoint into every point's model before any training: a mismatch fails here."""
+    if init:
+        for point in points:
+            init_from_checkpoint(VisionTransformer(point.model), init, log=lambda message: None)
+
+
+def _check_recipes(sweep: str, points: list[Point], data) -> None:
+    """Every point's recipe against the dataset (its validation split, its crop), before any run."""
+    for point in points:
+        try:
+            check_recipe(data, point.train)
+        except ValueError as err:
+            raise ValueError(f"sweep {sweep}, point {point.label}: {err}") from None
+
+
+DRY_RUN_COUNTING_S = 5.0   # how long a dry run spends counting models' params and GMACs (fvcore traces each)
+
+
+def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
+    paths = SweepPaths.of(options.out, sweep)
+    done = finished_ids(paths)
+    print(f"sweep {sweep}: {len(points)} points × {len(options.seeds)} seed(s)")
+    print(f"  {'factor':<16} {'seed':>4} {'params':>10} {'GMACs':>9} {'tokens':>6}  run_id        done")
+    costs: dict[str, dict[str, float] | None] = {}
+    until = time.perf_counter() + DRY_RUN_COUNTING_S
+    for task in make_tasks(points, options):
+        cfg = task.point.model
+        key = model_key(cfg)
+        if key not in costs:   # counted once per model, for as many as a few seconds allow: a big grid lists fast
+            costs[key] = (complexity(VisionTransformer(cfg), (cfg.in_chans, cfg.img_size, cfg.img_size))
+                          if time.perf_counter() < until else None)
+        c = costs[key]
+        size = f"{c['params']:>10,} {c['gmacs']:>9.5f}" if c else f"{'—':>10} {'—':>9}"
+        print(f"  {task.point.label:<16} {task.seed:>4} {size} {cfg.tokens:>6}  {task.run_id}  "
+              f"{'yes' if task.run_id in done else 'no'}")
+    counted = sum(c is not None for c in costs.values())
+    if counted < len(costs):
+        print(f"  (params and GMACs of the first {counted} of {len(costs):,} models, counted in "
+              f"{DRY_RUN_COUNTING_S:.0f} s; each run records its own)")
+
+
+def _start_executor(args: argparse.Namespace) -> Executor:
+    """Build and start the executor from its declared options; raises ValueError (missing Ray, unreachable
+    cluster) before any run."""
+    fields = {option.dest: getattr(args, option.dest) for options in EXECUTOR_OPTIONS.values() for option in options}
+    if fields.get("gpus_per_task") is None and args.device == "cpu":  # DEVICE=cpu: no GPU for any run
+        fields["gpus_per_task"] = 0.0
+    executor = EXECUTORS[args.executor](ExecutorOptions(**fields, device=args.device))
+    print(executor.start(), file=sys.stderr)
+    return executor
+
+
+def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
+             options: dict[str, RunOptions]) -> tuple[list[dict[str, Any]] | None, int]:
+    """Every sweep, through one executor (`runner.run_sweeps`): (summaries, 0), or (None, exit status)
+    after one line on stderr for a failure the user must fix (2) or a stop signal (128 + its number)."""
+    try:
+        executor = _start_executor(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, 2
+    before = _recorded(plans, options)
+    try:
+        return run_sweeps([(name, points, options[name]) for name, points in plans], executor), 0
+    except SweepError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, 2
+    except OSError as err:  # a full disk, a folder gone read-only: every finished run is kept
+        where = f"{err.filename}: " if err.filename and str(err.filename) not in str(err.strerror) else ""
+        print(f"error: {where}{err.strerror or err}; {_recorded(plans, options) - before} runs finished and kept "
+              f"(rerun the same command to resume)", file=sys.stderr)
+        return None, 2
+    except KeyboardInterrupt as err:  # the workers are stopped and the locks released by now
+        signal_name = str(err) if isinstance(err, Interrupted) else "SIGINT"
+        print(f"\ninterrupted ({signal_name}): {_recorded(plans, options) - before} runs finished and kept; rerun "
+              f"the same command to resume", file=sys.stderr)
+        return None, err.exit_status if isinstance(err, Interrupted) else 130
+    finally:
+        executor.close()
+
+
+def _recorded(plans: list[tuple[str, list[Point]]], options: dict[str, RunOptions]) -> int:
+    """Rows in the sweeps' tables: the difference over a command is the runs it finished."""
+    total = 0
+    for name, _ in plans:
+        rows = SweepPaths.of(options[name].out, name).rows
+        total += len(read_table(rows)) if rows.exists() else 0
+    return total
+
+
+def _summary(results: list[dict[str, Any]], elapsed: float, report_hint: str = "") -> None:
+    print(f"\nDone in {elapsed / 60:.1f} min.")
+    for r in results:
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items())) or "nothing new"
+        paths = r["paths"]
+        reused = f", {r['reused']} reused from other sweeps (same run_id)" if r.get("reused") else ""
+        resumed = f", {r['resumable']} resumed from checkpoints" if r.get("resumable") else ""
+        stale = f", {r['stale_tmp']} stale temporary files removed" if r.get("stale_tmp") else ""
+        print(f"  {r['sweep']:<8} {r['planned']} runs: {r['skipped']} already done{reused}{resumed}, {statuses}{stale}")
+        if r.get("starved"):
+            low = r["starved"]
+            print(f"           note: {len(low)} run(s) were busy only {min(low):.0f}–{max(low):.0f} % of the cores they "
+                  f"were given (train_util_pct): other work held the machine, so their train_time_s and "
+                  f"train_mfu understate it")
+        cost = f"   cost → {paths.cost}" if paths.cost.exists() else ""
+        print(f"           rows → {paths.rows}   epochs → {paths.history}{cost}")
+        print(f"           weights → {paths.weights}/   test predictions → {paths.preds}/")
+    if report_hint:
+        print(report_hint)
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """ValueError for an OUT that holds the committed reference results, unless --into-reference; for
+    TENSORBOARD=1 without the package."""
+    message = refusal(args.out, args.into_reference) or (tensorboard.available() if getattr(args, "tensorboard", False) else "")
+    if message:
+        raise ValueError(message)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    try:
+        _check_out(args)
+        _check_device(args)
+        names = [n for arg in args.sweeps for n in (default_sweeps() if arg == "default" else [arg])]
+        specs = [load_spec(find_spec(name)) for name in dict.fromkeys(names)]
+        data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
+        plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes, _train_changes(args)))
+                 for s in specs]  # every point of every sweep validated before any training
+        for name, points in plans:
+            _check_recipes(name, points, data)
+        _fetch_pretrained(args)
+        for spec, (_, points) in zip(specs, plans):
+            _check_init(args.init or spec.init, points)
+    except (SpecError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    ident = data_id(args.dataset, args.data_root, args.img_size)
+    options = {spec.name: _options(args, spec.init, ident) for spec in specs}
+    runs = sum(len(points) for _, points in plans) * len(args.seeds)
+    if runs > LARGE_RUNS and not (args.large or args.dry_run):
+        print(f"error: this command plans {runs:,} runs ({' + '.join(f'{n}: {len(p):,} settings' for n, p in plans)}, "
+              f"× {len(args.seeds)} seed(s)), more than {LARGE_RUNS:,}; list them with --dry-run (DRY_RUN=1), shrink "
+              f"the grid, or pass --large (LARGE=1) to train them all", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for name, points in plans:
+            _dry_run(name, points, options[name])
+        return 0
+    t0 = time.perf_counter()
+    results, status = _run_all(args, plans, options)
+    _keep_specs(specs, args.out)
+    if results is None:
+        return status
+    out = Path(args.out)
+    _summary(results, time.perf_counter() - t0,
+             f"Next: make report OUT='{out}' (or vitbench report --out '{out}'): figures and "
+             f"{out / 'REPORT.md'} from these tables")
+    return 0
+
+
+def _keep_specs(specs: list[SweepSpec], out: str) -> None:
+    """A spec from outside ablations/sweeps/ goes beside the table it wrote, where the report finds it."""
+    for spec in specs:
+        paths = SweepPaths.of(out, spec.name)
+        if spec.path.resolve().parent != SPEC_DIR.resolve() and paths.rows.exists():
+            try:
+                write_atomic(paths.spec, spec.path.read_bytes())
+            except OSError as err:
+                print(f"note: {err}: the report needs {spec.path} beside the table to give it a section",
+                      file=sys.stderr)
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from ablations.running.remeasure import measure_out
+
+    out = Path(args.out)
+    try:
+        _check_out(args)
+        device = resolve_device(args.device)
+        plan = CostPlan(rounds=args.cost_rounds, budget_s=float("inf") if args.cost_budget is None else args.cost_budget)
+        if not plan.rounds or not plan.budget_s:
+            raise ValueError("--cost-rounds and --cost-budget must be above 0 to measure anything")
+        t0 = time.perf_counter()
+        done = measure_out(out, plan, device, graphs=bool(args.graphs))
+    except (ValueError, SweepError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"\nCost phase done in {(time.perf_counter() - t0) / 60:.1f} min on {device}.")
+    for sweep, (points, filled) in done.items():
+        print(f"  {sweep:<12} {points} point(s) measured, {filled} row(s) given their speed   cost → "
+              f"{SweepPaths.of(out, sweep).cost}")
+    print(f"Next: make report OUT='{out}': its speed tables and figures read these phases")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    model_changes, train_changes = {}, _train_changes(args)
+    try:
+        overrides = parse_overrides(args.set)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for key, value in overrides.items():
+        if key in DATASET_FIELDS:
+            print(f"error: --set {key}={value}: {key} is fixed by the dataset (DATASET={args.dataset}), which "
+                  f"sets img_size, in_chans and num_classes of the model; choose another DATASET, or a preset of "
+                  f"another patch grid (a timm checkpoint's pos_embed is resampled to it)", file=sys.stderr)
+            return 2
+        if key in MODEL_FIELDS:
+            model_changes[key] = value
+        elif key in TRAIN_FIELDS:
+            train_changes[key] = value
+        else:
+            print(f"error: --set {key}: not a ViTConfig or TrainConfig field; model: {sorted(MODEL_FIELDS)}, "
+                  f"train: {sorted(TRAIN_FIELDS)}", file=sys.stderr)
+            return 2
+    try:
+        _check_out(args)
+        _check_device(args)
+        data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
+        args.preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
+        spec = SweepSpec.one_run("train", args.preset, model_changes, train_changes)
+        points = spec.points(data.img_size, data.in_chans, data.num_classes)
+        _check_recipes("train", points, data)
+        _fetch_pretrained(args)
+        _check_init(args.init, points)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    options = _options(args)
+    if args.dry_run:
+        _dry_run("train", points, options)
+        return 0
+    t0 = time.perf_counter()
+    results, status = _run_all(args, [("train", points)], {"train": options})
+    if results is None:
+        return status
+    _summary(results, time.perf_counter() - t0)
+    table = read_table(results[0]["paths"].rows)
+    mine = [t.run_id for t in make_tasks(points, options)]  # this command's runs, trained now or before
+    table = table[table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
+    print(table[["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs",
+                 "throughput_img_s"]].to_string(index=False))
+    return 0

@@ -1,0 +1,71 @@
+"""`make … INSTALL=0`: can the Python at hand run vitbench without an install step? Every requirement of
+pyproject.toml (and of the extras named on the command line) must import; the missing ones are named in
+one line (exit 2). Reads pyproject.toml with the standard library only and imports nothing of vitbench."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+# distributions whose module has another name
+MODULES = {"scikit-learn": "sklearn", "nvidia-ml-py": "pynvml", "pillow": "PIL", "pytest-benchmark": "pytest_benchmark",
+           "pytest-timeout": "pytest_timeout"}
+
+
+def _applies(marker: str) -> bool:
+    """The one kind of marker pyproject.toml uses: python_version < 'X.Y'."""
+    found = re.fullmatch(r"\s*python_version\s*<\s*['\"](\d+)\.(\d+)['\"]\s*", marker)
+    return True if not found else sys.version_info[:2] < (int(found[1]), int(found[2]))
+
+
+def required(extras: list[str], pyproject: Path = PYPROJECT) -> list[str]:
+    """The module names of the requirements that apply to this Python, in pyproject.toml's order."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    specs = list(project["dependencies"])
+    for extra in extras:
+        if extra not in project.get("optional-dependencies", {}):
+            raise SystemExit(f"error: no extra {extra!r} in {pyproject} "
+                             f"(extras: {', '.join(project.get('optional-dependencies', {}))})")
+        specs += project["optional-dependencies"][extra]
+    names = []
+    for spec in specs:
+        requirement, _, marker = spec.partition(";")
+        if marker and not _applies(marker):
+            continue
+        dist = re.match(r"[A-Za-z0-9_.\-]+", requirement.strip())[0]
+        names.append(MODULES.get(dist, dist.replace("-", "_")))
+    return list(dict.fromkeys(names))
+
+
+def missing(modules: list[str]) -> list[str]:
+    gone = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # not installed, or broken (an ImportError inside it)
+            gone.append(name)
+    return gone
+
+
+def main(argv: list[str]) -> int:
+    extras = [e for arg in argv for e in arg.split(",") if e]
+    gone = missing(required(extras))
+    if gone:
+        print(f"error: {sys.executable} cannot import {', '.join(gone)}; install them into it (pip install -e "
+              f"'.[{','.join(extras) or 'test'}]' needs the network once) or drop INSTALL=0 to build .venv",
+              file=sys.stderr)
+        return 2
+    print(f"{sys.executable}: every module vitbench needs imports (INSTALL=0: no install step)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

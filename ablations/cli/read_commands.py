@@ -1,0 +1,120 @@
+"""The commands of `python -m ablations` that read results: report, compare, predict, columns. They load
+the results store and the statistics, never the trainer, the runner or the executors."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench.reference import reference_root, refusal
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ablations.analysis.report import build_report, default_reference
+
+    out = Path(args.out)
+    message = refusal(out, args.into_reference)
+    if message:
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    if out.exists() and not out.is_dir():
+        print(f"error: --out {out}: not a folder; pass the OUT folder a sweep wrote (it holds ablations/)",
+              file=sys.stderr)
+        return 2
+    try:
+        reference = (None if args.reference == "none" else Path(args.reference) if args.reference
+                     else default_reference(out))
+        path = build_report(out, data_root=args.data_root, reference=reference, margin=args.margin)
+    except OSError as err:
+        print(f"error: --out {out}: cannot write the report there ({err.strerror or err}); choose a writable OUT",
+              file=sys.stderr)
+        return 2
+    print(f"report → {path}")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from ablations.results.migrate import migrate
+
+    out = Path(args.out)
+    message = refusal(out, args.into_reference)
+    if not message and not (out / "ablations").is_dir():
+        message = f"--out {out}: no ablations/ folder of sweep tables there; pass the OUT folder a sweep wrote"
+    if message:
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    try:
+        changed = migrate(out)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for sweep, rows in changed.items():
+        print(f"  {sweep:<12} {f'{rows} row(s) rewritten' if rows else 'already current'}")
+    print(f"{sum(changed.values())} row(s) of {len(changed)} table(s) under {out / 'ablations'} in the current format; "
+          f"run ids unchanged")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ablations.analysis.compare import compare_outs
+
+    try:
+        table = compare_outs(Path(args.a), Path(args.b))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"A = {args.a}   B = {args.b}   (accuracy in %, difference in points with its 95 % interval)")
+    shown = table.copy()
+    for column in ("acc_a", "acc_b"):
+        shown[column] = 100 * shown[column]
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(f"largest |A − B|: {table['diff_pts'].abs().max():.2f} points over {len(table)} points; "
+          + ", ".join(f"{label} mean train_util_pct {table[column].mean():.1f}"
+                      for label, column in (("A", "util_a"), ("B", "util_b")) if column in table))
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+        print(f"table → {args.csv}")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from ablations.analysis.predict import attention_figure, load_run, load_weights, predict, read_images, top_table
+
+    images = [Path(p) for p in args.images]
+    figure = Path(args.figure) if args.figure else Path(args.out) / "figures" / "predict-attention.png"
+    if not args.figure and reference_root(figure.parent) is not None:   # a committed run: its figure goes to results/
+        figure = Path("results") / "figures" / figure.name
+    if reference_root(figure.parent) is not None:
+        print(f"error: --figure {figure} lies in the committed reference results, which no command writes into; "
+              f"choose another path", file=sys.stderr)
+        return 2
+    try:
+        if bool(args.run) == bool(args.weights):
+            raise ValueError("give --run RUN_ID (a run under --out) or --weights FILE --preset NAME, one of them")
+        if args.weights and not args.preset:
+            raise ValueError("--weights needs --preset: the model the checkpoint belongs to")
+        loaded = (load_run(Path(args.out), args.run, args.data_root) if args.run else
+                  load_weights(Path(args.weights), args.preset, args.dataset, args.data_root))
+        pictures = read_images(images, loaded.model.cfg)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    probs, attns = predict(loaded, pictures)
+    print(f"{loaded.name}: top-{min(5, probs.shape[1])} classes (softmax probability)")
+    print(top_table(images, probs).to_string(index=False, formatters={"probability": "{:.4f}".format}))
+    try:
+        figure.parent.mkdir(parents=True, exist_ok=True)
+        attention_figure(loaded, pictures, attns, probs, [p.name for p in images], figure)
+    except OSError as err:
+        print(f"error: cannot write {figure} ({err.strerror or err}); pass --figure PATH", file=sys.stderr)
+        return 2
+    print(f"attention → {figure}")
+    return 0
+
+
+def cmd_columns(args: argparse.Namespace) -> int:
+    from ablations.results.schema import columns_markdown
+
+    print(columns_markdown(), end="")
+    return 0

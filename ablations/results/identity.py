@@ -1,0 +1,26 @@
+"""What identifies a run and an experiment: hashes (`bench.env.run_id`) of what defines them. A run id
+is what a resumed, reused or migrated row is found by; an experiment id is what a sweep's rows share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ablations.specs import Point
+from bench.env import run_id
+
+
+def task_key(point: Point, dataset: str, seed: int, init_id: str = "", data_id: str = "") -> dict[str, Any]:
+    """What defines a run: the model, the training recipe, the data, the seed and the starting weights."""
+    key = {"model": point.model.identity(), "train": point.train.identity(), "dataset": dataset, "seed": seed}
+    return {**key, **({"init": init_id} if init_id else {}), **({"data": data_id} if data_id else {})}
+
+
+def experiment_id(point: Point, dataset: str, init_id: str = "", data_id: str = "") -> str:
+    """What a sweep's runs share: the task key without the seed and without the fields the sweep varies
+    (its factors and tuned fields). Two rows of one table with different ids come from different
+    experiments (other epochs, recipe, dataset or base model) and are never pooled."""
+    varied = set(point.fields)
+    model = {k: v for k, v in point.model.identity().items() if k not in varied}
+    train = {k: v for k, v in point.train.identity().items() if k not in varied}
+    key = {"factor": point.factor, "model": model, "train": train, "dataset": dataset}
+    return run_id({**key, **({"init": init_id} if init_id else {}), **({"data": data_id} if data_id else {})})

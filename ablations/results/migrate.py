@@ -1,0 +1,112 @@
+"""`python -m ablations migrate --out OUT`: rewrite an OUT's sweep tables in the current format, in place,
+without retraining and without changing any run id.
+
+Rows written before the recipe had columns of its own carry the cost phase's inference batch under
+`batch_size` (with `mode` = infer) and no training recipe. Each such row's recipe is recovered exactly:
+the recipe whose run id (model, recipe, dataset, seed, starting weights, data) equals the row's run_id,
+tried at the row's recorded epochs and lr with each usual training batch size and every other field at
+its default. Found: `infer_batch_size` takes the inference batch, `batch_size` and the other recipe
+columns take the recovered recipe, `mode` is emptied (and dropped when no row uses it). Not found: the
+training batch size is left blank (unknown), never guessed. Rows that held out a validation split
+before `holdout_split` existed get `random`, the split they drew. Cells are rewritten as text, so every
+other cell keeps its exact characters; each file is replaced whole (a kill leaves the old one).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from pathlib import Path
+
+import pandas as pd
+
+from bench.io.atomic import write_atomic
+from bench.env import run_id
+from bench.training.recipe import TrainConfig
+from vit import ViTConfig
+
+from ablations.specs import Point
+from ablations.results.store import SweepPaths, sweep_names
+from ablations.results.identity import task_key
+
+BATCH_SIZES = (64, 32, 128, 256, 16, 512)   # training batch sizes tried when recovering an older row's recipe
+RECIPE_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
+
+
+def recovered_recipe(row: dict) -> TrainConfig | None:
+    """The recipe whose run id is the row's (a row as pandas reads it), among its epochs and lr at each of
+    BATCH_SIZES with every other field at its default, else None."""
+    known = {k: v for k, v in row.items() if not (v is None or v != v) and k not in ("batch_size", "mode")}
+    try:
+        model = ViTConfig.from_row(known)
+        base = TrainConfig.from_row({k: v for k, v in known.items() if k in RECIPE_FIELDS or k == "device"})
+        seed = int(row["seed"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    text = lambda k: "" if known.get(k) is None else str(known[k])  # noqa: E731
+    for batch in BATCH_SIZES:
+        recipe = dataclasses.replace(base, batch_size=batch)
+        point = Point(text("sweep"), "", None, model, recipe)
+        if run_id(task_key(point, text("dataset"), seed, text("init"), text("data_id"))) == str(row["run_id"]):
+            return recipe
+    return None
+
+
+def _migrate_row(row: dict[str, str], as_read: dict) -> bool:
+    """One row in the current format (see the module docstring); whether it changed."""
+    before = dict(row)
+    if row.get("mode") == "infer":
+        row["infer_batch_size"], row["batch_size"], row["mode"] = row.get("batch_size", ""), "", ""
+        recipe = recovered_recipe(as_read)
+        if recipe is not None:
+            cells = recipe.to_dict()
+            for name in RECIPE_FIELDS:
+                if name in ("dtype", "compile") or cells[name] is None:
+                    continue   # dtype and compile record what ran; None: the dataset's augmentation
+                if row.get(name, "") == "":
+                    row[name] = str(int(cells[name]) if isinstance(cells[name], bool) else cells[name])
+    try:
+        holdout = float(row.get("holdout") or 0)
+    except ValueError:
+        holdout = 0.0
+    if holdout > 0 and row.get("holdout_split", "") == "":
+        row["holdout_split"] = "random"
+    return row != before
+
+
+def rewrite_table(path: Path, change) -> int:
+    """Rewrite a sweep table in place through `change(text_row, typed_row) -> bool` (it edits the text row, a
+    {column: cell} dict, and says whether it changed it; `typed_row` is the row as pandas reads it); new
+    columns go last. The number of rows changed (0: the file is left as it was)."""
+    text = path.read_text()
+    lines = list(csv.reader(io.StringIO(text)))
+    if not lines:
+        return 0
+    header = lines[0]
+    rows = [dict(zip(header, record)) for record in lines[1:] if len(record) == len(header)]
+    if len(rows) != len(lines) - 1:
+        raise ValueError(f"{path}: has lines that are not rows of its header; run `make report` first, which "
+                         f"lists them, and repair or remove them")
+    typed = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""], dtype={"run_id": str}).to_dict("records")
+    changed = sum(bool(change(row, as_read)) for row, as_read in zip(rows, typed))
+    if changed:
+        header = list(dict.fromkeys(header + [k for row in rows for k in row]))
+        if "mode" in header and all(row.get("mode", "") == "" for row in rows):
+            header.remove("mode")
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows([row.get(name, "") for name in header] for row in rows)
+        write_atomic(path, buf.getvalue().encode())
+    return changed
+
+
+def migrate_table(path: Path) -> int:
+    """Rewrite one sweep table in the current format; the number of rows changed (0: left as it was)."""
+    return rewrite_table(path, _migrate_row)
+
+
+def migrate(out: Path) -> dict[str, int]:
+    """{sweep: rows changed} over every sweep table under `out/ablations`."""
+    return {sweep: migrate_table(SweepPaths.of(out, sweep).rows) for sweep in sweep_names(out)}

@@ -1,0 +1,172 @@
+"""The columns ablations write, one definition each: training rows (`<sweep>.csv`), per-epoch histories
+(`<sweep>-history.csv`) and cost phases (`<sweep>-cost.csv`). A training row is a measurement row
+(`bench.schema`) plus the training columns; `columns_markdown` renders every table into
+`docs/columns.md` (`python -m ablations columns`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+
+from bench.io.csvio import read_rows
+from bench.training.recipe import TrainConfig
+from bench.schema import BENCH_TABLE, CONFIG, EXTRA, IDENTITY, SIZE, SPEED, Column, by_name, names
+
+RECIPE = [Column(f.name, f.metadata["unit"], f.metadata["doc"], f.metadata["kind"])
+          for f in dataclasses.fields(TrainConfig) if f.name not in ("dtype", "compile")]  # those two: IDENTITY
+TRAINING = [
+    Column("sweep", "", "the sweep (its TOML file's name), or train for `make train`", "text"),
+    Column("dataset", "", "the dataset's name (DATASET)", "text"),
+    Column("data_id", "", "what names the data beyond the dataset's name: an image folder's contents (a hash of "
+                          "its files' paths and bytes) and a resize (IMG_SIZE); blank for a named dataset as shipped",
+           "text"),
+    Column("norm_mean", "", "per-channel mean the run's images were normalised with (space-separated)", "text"),
+    Column("norm_std", "", "per-channel standard deviation the run's images were normalised with", "text"),
+    Column("seed", "", "training seed: initial weights, batch order and augmentation", "int"),
+    Column("train_time_s", "s", "wall time of the training epochs, evaluation excluded"),
+    Column("train_loss", "", "mean cross-entropy over the last epoch's training images"),
+    Column("test_loss", "", "mean cross-entropy over the test set after the last epoch"),
+    Column("test_acc", "fraction", "test accuracy after the last epoch"),
+    Column("best_test_acc", "fraction", "highest test accuracy after any epoch (not for model selection)"),
+    Column("train_throughput_img_s", "images/s", "training images per second over the whole run"),
+    Column("train_util_pct", "%", "while the training epochs ran (evaluation excluded): GPU utilisation from "
+                                  "NVML's timestamped samples inside them (the whole GPU's: with jobs above 1, "
+                                  "under MPS or time-sliced, it counts the other runs' kernels too), "
+                                  "or on the CPU this process's CPU time over wall time as a share of the "
+                                  "cores its torch threads can use (util_cores; older rows: of all its "
+                                  "cores); util_pct is the inference step's in the cost phase"),
+    Column("train_mfu", "", "training MFU over the whole run: 3 × gflops × train_throughput_img_s over the "
+                            "device's measured matmul peak; mfu is the cost phase's inference step"),
+    Column("init", "", "the starting checkpoint, file:sha256-prefix or timm:<name>; empty for random init", "text"),
+    Column("test_size", "images", "test images behind test_acc (and in the run's predictions file)", "int"),
+    Column("train_size", "images", "training images the run trained on (the training set less its validation "
+                                   "split)", "int"),
+    Column("val_size", "images", "images of the validation split held out of the training set (holdout); "
+                                 "blank without one", "int"),
+    Column("val_loss", "", "mean cross-entropy over the validation split after the last epoch"),
+    Column("val_acc", "fraction", "validation accuracy after the last epoch: what tuning selects on (never "
+                                  "test_acc)"),
+    Column("cost_rounds", "", "interleaved rounds of the sweep's cost phase behind the row's speed columns", "int"),
+    Column("reused_from", "", "the sweep whose identical run (same run_id) this row was copied from", "text"),
+    Column("torch_threads", "", "torch's intra-op threads while this run trained (the cores // JOBS on the CPU): a "
+                                "different count changes the order of float reductions, so runs compare "
+                                "bit for bit only at the same count", "int"),
+    Column("util_cores", "", "on the CPU, the cores train_util_pct is a share of: the run's torch threads, at "
+                             "most the cores it may run on (empty in older rows, whose share is of all its "
+                             "cores)", "int"),
+    Column("jobs", "", "runs in flight at once on the machine while this run trained (JOBS; empty with Ray): "
+                       "above 1, train_time_s and train_util_pct were measured under sharing, the cost phase's "
+                       "columns never are", "int"),
+    Column("experiment_id", "", "12-hex hash of what the sweep's runs share: the model but for the factor, the "
+                                "training recipe, the dataset and the starting weights. Rows of one table with "
+                                "different ids are different experiments: the report keeps the newest and lists "
+                                "the others under Skipped inputs", "id"),
+    Column("resumed_after", "epochs", "the epoch of the checkpoint a killed run resumed from (0: it ran "
+                                      "straight through); train_time_s includes the epochs before the kill", "int"),
+]
+SPEED_NOTE = ("in a training row: the inference step of its config from the sweep's cost phase, medians "
+              "over rounds (step_ms_iqr: IQR of the per-round medians)")
+# a training row's speed columns: its config's inference step from the cost phase, at its own batch size
+INFER_SPEED = [Column("infer_batch_size", "images", "images per inference step in the sweep's cost phase (the "
+                                                    "training batch size is batch_size)", "int")] + [
+    c for c in SPEED if c.name not in ("mode", "batch_size")]
+ABLATION_TABLE = IDENTITY + CONFIG + SIZE + RECIPE + INFER_SPEED + TRAINING + EXTRA
+COST_PHASE = [
+    Column("sweep", "", "the sweep whose point this is (a phase covers all sweeps of one command; a model "
+                        "they share is measured once and its rows are in each sweep's table)", "text"),
+    Column("phase_id", "", "hash of what defines the phase (sweeps, models, batch sizes, dtype, rounds, device); "
+                           "a complete phase is reused by a rerun", "id", required=True),
+    Column("round", "", "interleaved round, from 0; each round measures every point and mode once", "int"),
+    Column("rounds", "", "rounds the phase took: as many as its time budget allowed, at most COST_ROUNDS", "int"),
+    Column("phase_items", "", "this sweep's points × modes per round: its table holds the phase complete with "
+                              "rounds × phase_items rows", "int"),
+]
+COST_TABLE = BENCH_TABLE + COST_PHASE
+HISTORY_TABLE = [
+    Column("run_id", "", "the run (its row in <sweep>.csv)", "id", required=True),
+    Column("epoch", "", "epoch, from 1", "int", required=True),
+    Column("lr", "", "learning rate at the epoch's last step"),
+    Column("train_loss", "", "mean cross-entropy over the epoch's training images"),
+    Column("test_loss", "", "mean cross-entropy over the test set after the epoch"),
+    Column("test_acc", "fraction", "test accuracy after the epoch"),
+    Column("val_loss", "", "mean cross-entropy over the validation split after the epoch"),
+    Column("val_acc", "fraction", "validation accuracy after the epoch"),
+    Column("elapsed_s", "s", "training wall time up to the end of the epoch, evaluation excluded"),
+]
+
+SCHEMA = by_name(ABLATION_TABLE, COST_TABLE, HISTORY_TABLE)  # how a reader judges each cell of these tables
+ABLATION_COLUMNS = names(ABLATION_TABLE)
+COST_COLUMNS = names(COST_TABLE)
+HISTORY_COLUMNS = names(HISTORY_TABLE)
+
+# what differs between two runs of one config: when, where and how fast (not what was computed)
+MEASURED = ["started_at", "host", "torch_threads", "util_cores", "throughput_img_s", "step_ms_median", "step_ms_iqr",
+            "peak_mem_mb", "util_pct", "step_ms_p50", "step_ms_p90", "step_ms_p99", "energy_j_per_img", "energy_source",
+            "mfu", "train_time_s", "train_throughput_img_s", "train_util_pct", "train_mfu", "jobs", "resumed_after",
+            "gpu_mem_used_mb", "power_w", "repeats", "other_cpu_pct", "contended", "gpu_procs_seen", "mfu_peak_gflops",
+            "mfu_peak_at"]
+
+TABLES = [
+    ("`$(OUT)/bench/<name>.csv`", "one row per measurement (`python -m bench run`, `make bench`)", BENCH_TABLE),
+    ("`$(OUT)/ablations/<sweep>.csv`", "one row per training run", ABLATION_TABLE),
+    ("`$(OUT)/ablations/<sweep>-cost.csv`", "one row per point, mode and round of the sweep's cost phase",
+     COST_TABLE),
+    ("`$(OUT)/ablations/<sweep>-history.csv`", "one row per epoch of each run", HISTORY_TABLE),
+]
+
+
+def columns_markdown() -> str:
+    """The column dictionary: every table's columns in file order, each defined once."""
+    lines = ["# Result columns", "",
+             "Generated by `python -m ablations columns` from `bench/schema.py`, `ablations/results/schema.py` and "
+             "`vit.ViTConfig`'s field metadata; `tests/test_schema.py` fails when this file is out of date.",
+             "", "Columns may come in any order in a file (a file keeps the header it was created with); "
+             "blank cells are missing values.", ""]
+    defined: dict[str, Column] = {}
+    for path, what, table in TABLES:
+        lines += [f"## {path}", "", f"{what.capitalize()}: {', '.join(f'`{c.name}`' for c in table)}.", ""]
+        for c in table:
+            defined.setdefault(c.name, c)
+    lines += ["## Definitions", "", "| column | unit | meaning |", "|---|---|---|"]
+    for c in defined.values():
+        meaning = c.meaning + (f"; {SPEED_NOTE}" if c in INFER_SPEED[1:] else "")
+        lines.append(f"| `{c.name}` | {c.unit} | {meaning} |")
+    history_only = [c for c in HISTORY_TABLE if defined[c.name] is not c]
+    lines += ["", "In `<sweep>-history.csv` the same names mean the epoch's figures:", ""]
+    lines += [f"- `{c.name}`: {c.meaning}" for c in history_only]
+    return "\n".join(lines) + "\n"
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A sweep's table (rows, cost phase or history), each line judged by `SCHEMA` (`bench.io.csvio.read_rows`);
+    result rows of an older format read as today's (`upgrade_rows`)."""
+    table = read_rows(path, SCHEMA)
+    return table if Path(path).stem.endswith(("-history", "-cost")) else upgrade_rows(table)
+
+
+def upgrade_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Result rows of an older format read as today's: rows written before the recipe had columns of its own
+    carry the cost phase's inference batch under `batch_size` (with `mode` = infer), which moves to
+    `infer_batch_size` (their training batch size, which they did not record, is left blank); rows that held
+    out a validation split before `holdout_split` existed drew it at random."""
+    if table.empty:
+        return table
+    if "holdout" in table:
+        split = table["holdout_split"] if "holdout_split" in table else pd.Series(pd.NA, index=table.index)
+        older = (pd.to_numeric(table["holdout"], errors="coerce") > 0) & split.isna()
+        if older.any():
+            table = table.assign(holdout_split=split.astype(object).where(~older, "random"))
+    if "mode" not in table:
+        return table
+    old = table["mode"].astype(str) == "infer"
+    if not old.any():
+        return table
+    table = table.copy()
+    if "infer_batch_size" not in table:
+        table["infer_batch_size"] = pd.NA
+    table.loc[old, "infer_batch_size"] = table.loc[old, "batch_size"]
+    table.loc[old, "batch_size"] = pd.NA
+    table.loc[old, "mode"] = pd.NA
+    return table

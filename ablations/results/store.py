@@ -1,0 +1,349 @@
+"""The results folder: where a sweep's files live under `<out>/ablations/`, how they are written and how
+they are read back. Everything that writes results (the runner, the cost phase) and everything that
+reads them (the report, findings, compare, predict) goes through this module; it loads no trainer and
+no executor.
+
+    <sweep>.csv            one row per run (the commit mark of a run: written last)
+    <sweep>-history.csv    one row per epoch of each run
+    <sweep>-cost.csv       one row per model, mode and round of each cost phase
+    weights/<sweep>/<run_id>.pt           the trained state dict
+    preds/<sweep>/<run_id>.npz            `pred` and `target`, one entry per test image
+    checkpoints/<sweep>/<run_id>.safetensors   an unfinished run's last epoch
+    <sweep>.lock           flock'ed by the process running the sweep; names its PID
+    <sweep>.toml           the spec of a sweep run from a file outside ablations/sweeps/ (the report reads it)
+
+Writes: a run's history rows in one append, then its predictions and weights, then its result row, each
+atomic (`bench.io.atomic`), so a kill at any instant leaves every earlier row whole. One process per OUT
+and sweep (`sweep_lock`); temporary files of dead writers are removed before a sweep starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import io
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from bench.io.atomic import write_atomic
+from bench.io.csvio import append_row, append_rows, drop_rows
+from bench.env import run_id as stable_id
+from bench.rounds import Spread
+from vit import ViTConfig
+
+from ablations.results.schema import ABLATION_COLUMNS, HISTORY_COLUMNS, read_table
+
+SIDE_TABLES = ("-history", "-cost")  # suffixes of a sweep's other tables
+
+
+class SweepError(Exception):
+    """A sweep that cannot start or go on; the message names the input and the fix (the CLI exits 2)."""
+
+
+@dataclass(frozen=True)
+class SweepPaths:
+    """Where one sweep's outputs live under `<out>/ablations/`."""
+    rows: Path
+    history: Path
+    cost: Path
+    weights: Path
+    preds: Path
+    checkpoints: Path
+    lock: Path
+    spec: Path   # a copy of the spec a sweep from outside ablations/sweeps/ ran, for the report
+
+    @classmethod
+    def of(cls, out: str | Path, sweep: str) -> SweepPaths:
+        base = Path(out) / "ablations"
+        return cls(base / f"{sweep}.csv", base / f"{sweep}-history.csv", base / f"{sweep}-cost.csv",
+                   base / "weights" / sweep, base / "preds" / sweep, base / "checkpoints" / sweep,
+                   base / f"{sweep}.lock", base / f"{sweep}.toml")
+
+    @property
+    def out(self) -> Path:
+        return self.rows.parents[1]
+
+    def checkpoint(self, run_id: str) -> Path:
+        return self.checkpoints / f"{run_id}.safetensors"
+
+    def weights_file(self, run_id: str) -> Path:
+        return self.weights / f"{run_id}.pt"
+
+    def preds_file(self, run_id: str) -> Path:
+        return self.preds / f"{run_id}.npz"
+
+
+def sweep_names(out: str | Path) -> list[str]:
+    """The sweeps with a result table under `<out>/ablations/`, by name."""
+    return [csv.stem for csv in sorted((Path(out) / "ablations").glob("*.csv")) if not csv.stem.endswith(SIDE_TABLES)]
+
+
+def ok_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The finished runs of a result table (none for a table without the status column)."""
+    if table.empty or "status" not in table:
+        return table.iloc[0:0]
+    return table[table["status"] == "ok"]
+
+
+# --- predictions -----------------------------------------------------------------------------------
+
+def save_preds(pred: np.ndarray, target: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, pred=np.asarray(pred).astype(np.int32), target=np.asarray(target).astype(np.int32))
+    return buffer.getvalue()
+
+
+def load_preds(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(pred, target) of one run, as `record` wrote them; ValueError naming the file if it is damaged."""
+    try:
+        with np.load(path) as data:
+            pred, target = data["pred"], data["target"]
+    except Exception as err:
+        raise ValueError(f"{path}: not a readable predictions file ({type(err).__name__})") from None
+    if pred.shape != target.shape:
+        raise ValueError(f"{path}: {len(pred)} predictions for {len(target)} labels")
+    return pred, target
+
+
+# --- finished and reusable runs --------------------------------------------------------------------
+
+def finished_ids(paths: SweepPaths, need_preds: bool = True) -> set[str]:
+    """The runs with an ok row; with `need_preds`, only those whose test predictions are still there (a run
+    whose predictions file is gone is trained again, so the report can compare it)."""
+    if not paths.rows.exists():
+        return set()
+    table = read_table(paths.rows)
+    if "run_id" not in table:
+        return set()
+    done = set(ok_rows(table)["run_id"].astype(str))
+    return {rid for rid in done if paths.preds_file(rid).exists()} if need_preds else done
+
+
+def _plain(row: pd.Series) -> dict[str, Any]:
+    return {k: (None if v != v else v) for k, v in row.items()}
+
+
+def finished_elsewhere(out: str | Path, sweep: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """{run_id: (other sweep, its ok row)} over the other sweeps of the same OUT whose predictions and
+    weights are on disk: runs `sweep` need not train again."""
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for other in sweep_names(out):
+        if other == sweep:
+            continue
+        theirs = SweepPaths.of(out, other)
+        for _, r in ok_rows(read_table(theirs.rows)).iterrows():
+            rid = str(r["run_id"])
+            if theirs.preds_file(rid).exists() and theirs.weights_file(rid).exists():
+                found.setdefault(rid, (other, _plain(r)))
+    return found
+
+
+def history_of(paths: SweepPaths, run_id: str) -> list[dict[str, Any]]:
+    """The epoch rows of one run (the last of each epoch)."""
+    table = read_table(paths.history) if paths.history.exists() else None
+    if table is None or "run_id" not in table:
+        return []
+    mine = table[table["run_id"].astype(str) == run_id].drop_duplicates("epoch", keep="last")
+    return [_plain(h) for _, h in mine.iterrows()]
+
+
+# --- writing a run ---------------------------------------------------------------------------------
+
+class Recordable(Protocol):
+    """What `record` writes: a result row, its epoch rows, and the weights and predictions files (bytes)."""
+    row: dict[str, Any]
+    history: list[dict[str, Any]]
+    weights: bytes | None
+    preds: bytes | None
+
+
+def _save_mark(stage: str, run_id: str) -> None:
+    """VITBENCH_SAVE_MARKS=<seconds>: print where a run's save step is and pause there, so that a crash
+    test can kill a sweep inside it and tell that it did (tests/crash.py). Off by default."""
+    pause = os.environ.get("VITBENCH_SAVE_MARKS")
+    if pause:
+        print(f"save {stage} {run_id}", file=sys.stderr, flush=True)
+        time.sleep(float(pause))
+
+
+def record(outcome: Recordable, paths: SweepPaths) -> None:
+    """History, then predictions and weights, then the row: the row is the commit mark of a run. The
+    history of an earlier attempt of the same run (killed before its row) is removed first."""
+    run_id = str(outcome.row["run_id"])
+    _save_mark("begin", run_id)
+    drop_rows(paths.history, "run_id", {run_id})
+    append_rows(paths.history, outcome.history, HISTORY_COLUMNS)
+    _save_mark("history", run_id)
+    if outcome.preds is not None:
+        write_atomic(paths.preds_file(run_id), outcome.preds)
+    if outcome.weights is not None:
+        write_atomic(paths.weights_file(run_id), outcome.weights)
+    _save_mark("files", run_id)
+    append_row(paths.rows, outcome.row, ABLATION_COLUMNS)
+    if outcome.row.get("status") == "ok":  # a failed run keeps its checkpoint: a rerun resumes it
+        paths.checkpoint(run_id).unlink(missing_ok=True)
+    _save_mark("end", run_id)
+
+
+@contextlib.contextmanager
+def sweep_lock(paths: SweepPaths, sweep: str):
+    """Hold the sweep's lock file for the duration; SweepError naming the holder if another process has it."""
+    try:
+        paths.lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise SweepError(f"OUT={paths.out}: cannot create {paths.lock} ({err.strerror}); "
+                         f"choose another OUT (--out) or fix its permissions") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "another process"
+            raise SweepError(f"sweep {sweep} under OUT={paths.out} is in use by another command ({holder}): two "
+                             f"commands cannot write one sweep's table at once; wait for it to finish or stop it, "
+                             f"or give this one another OUT") from None
+        since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        command = " ".join(["python -m ablations", *sys.argv[1:]])[:200]
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"PID {os.getpid()} on {socket.gethostname()} since {since}: {command}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_tmp(paths: SweepPaths) -> int:
+    """Remove `<name>.<pid>.tmp` files (`bench.io.atomic`) whose writer is gone (killed mid-write, or out of space)."""
+    removed = 0
+    for folder in (paths.rows.parent, paths.weights, paths.preds, paths.checkpoints):
+        for tmp in folder.glob("*.tmp") if folder.is_dir() else ():
+            pid = tmp.name.rsplit(".", 2)[-2] if tmp.name.count(".") >= 2 else ""
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                tmp.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def preflight(paths: SweepPaths, runs: int, need: int) -> int:
+    """Before any work: OUT is creatable and writable and has `need` bytes free for `runs` runs; returns how
+    many stale temporary files it removed. Raises SweepError naming OUT and the fix."""
+    out, base = paths.out, paths.rows.parent
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SweepError(f"OUT={out}: cannot create {base} ({err.strerror}); choose another OUT (--out)") from None
+    probe = base / f".preflight.{os.getpid()}.tmp"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"\0" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        raise SweepError(f"OUT={out}: cannot write in {base} ({err.strerror}); choose another OUT (--out) or "
+                         f"free space") from None
+    finally:
+        probe.unlink(missing_ok=True)
+    free = shutil.disk_usage(base).free
+    if free < need:
+        raise SweepError(f"OUT={out}: {free / 2**20:,.1f} MiB free, but the {runs} runs to do need about "
+                         f"{need / 2**20:,.1f} MiB (weights, a checkpoint per run in flight, predictions and rows); "
+                         f"free space or choose another OUT (--out)")
+    return clean_stale_tmp(paths)
+
+
+# --- cost phases, read back ------------------------------------------------------------------------
+
+SPEED_FIGURES = ("throughput_img_s", "step_ms_median", "step_ms_p50", "step_ms_p90", "step_ms_p99", "peak_mem_mb",
+                 "mfu", "util_pct", "gpu_mem_used_mb", "power_w", "energy_j_per_img")
+
+
+def model_key(cfg: ViTConfig) -> str:
+    """The key a model's cost-phase figures are kept under."""
+    return stable_id(cfg.identity())
+
+
+def complete_phase(csv_path: Path, pid: str, items: int) -> pd.DataFrame | None:
+    """The rows of cost phase `pid` in one sweep's cost table, if all its rounds (as its rows record them)
+    of its `items` items are there."""
+    if not csv_path.exists():
+        return None
+    rows = read_table(csv_path)
+    if rows.empty or "phase_id" not in rows:
+        return None
+    phase = rows[rows["phase_id"].astype(str) == pid]
+    return phase if len(phase) and len(phase) >= int(phase["rounds"].iloc[0]) * items else None
+
+
+def latest_cost_phase(paths: SweepPaths) -> pd.DataFrame | None:
+    """The sweep's newest complete cost phase (`newest_complete_phase` of its cost table), or None."""
+    return newest_complete_phase(read_table(paths.cost) if paths.cost.exists() else None)
+
+
+def newest_complete_phase(cost: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The newest cost phase whose every planned row is there (a phase cut short by a kill is not)."""
+    if cost is None or cost.empty or "phase_id" not in cost:
+        return None
+    complete = [g for _, g in cost.groupby("phase_id", sort=False)
+                if len(g) >= int(g["rounds"].iloc[0]) * int(g["phase_items"].iloc[0])]
+    return max(complete, key=lambda g: str(g["started_at"].max())) if complete else None
+
+
+def _spread_of(rows: pd.DataFrame) -> dict[str, Spread]:
+    return {f: Spread.of(rows[f].astype(float)) for f in SPEED_FIGURES if f in rows}
+
+
+def uncontended(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rounds not taken under load (`bench.contention`); rows from before the flag count as uncontended."""
+    if "contended" not in rows:
+        return rows
+    return rows[pd.to_numeric(rows["contended"], errors="coerce").fillna(0) != 1]
+
+
+def spreads(phase: pd.DataFrame, by: list[str]) -> dict[tuple, dict[str, Spread]]:
+    """{group: {figure: Spread over the uncontended rounds}} for the ok rows of one phase, grouped by `by`;
+    peak memory over every round (other processes do not change a step's allocator peak)."""
+    every = phase[phase["status"] == "ok"]
+    ok = uncontended(every)
+    found = {key if isinstance(key, tuple) else (key,): _spread_of(group) for key, group in ok.groupby(by, sort=False)}
+    for key, group in every.groupby(by, sort=False):   # a step's peak memory is the allocator's: load does not move it
+        if "peak_mem_mb" in group:
+            found.setdefault(key if isinstance(key, tuple) else (key,), {})["peak_mem_mb"] = Spread.of(
+                group["peak_mem_mb"].astype(float))
+    return found
+
+
+def row_figures(phase: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """{model_key: the inference speed columns of a training row}: medians over rounds, the IQR of the
+    per-round step times as step_ms_iqr."""
+    figures = {}
+    ok = uncontended(phase[(phase["status"] == "ok") & (phase["mode"] == "infer")])
+    keys = ok.apply(lambda r: model_key(ViTConfig.from_row(r)), axis=1) if len(ok) else pd.Series(dtype=str)
+    for key in dict.fromkeys(keys):
+        group = ok[keys == key]
+        spread = _spread_of(group)
+        step = spread["step_ms_median"]
+        figures[key] = {**{f: (None if s.median != s.median else s.median) for f, s in spread.items()},
+                        "infer_batch_size": int(group["batch_size"].iloc[0]), "step_ms_iqr": step.iqr,
+                        "util_source": group["util_source"].iloc[0], "repeats": int(group["repeats"].sum()),
+                        "energy_source": group["energy_source"].iloc[0] if "energy_source" in group else "",
+                        "cost_rounds": step.n}
+    return figures

@@ -1,0 +1,419 @@
+"""A command's cost phase: every point's speed, memory and MFU measured side by side, before any training.
+
+Speed is a property of a configuration, not of a seed or of trained weights, so each distinct model of
+the command's sweeps is measured once per round, in interleaved rounds (`bench.rounds`), with nothing
+else running: an inference step at `infer_batch_size` and the training step that training itself runs
+(`bench.training.step.make_step`: the point's AdamW parameter groups, label smoothing and clipping; one CUDA
+graph per step on CUDA unless GRAPHS=0) at the sweep's training batch size. A model that several sweeps
+share (the base config of `make ablations`) is timed once. Each round of each point and mode is one row
+of `<out>/ablations/<sweep>-cost.csv` of every sweep that has the point, appended as it is measured.
+Peak memory is taken in the first round only: the allocator's peak of a fixed step is the same every time.
+On CUDA each item's step is built once per phase and replayed in every round (`Steps`): one capture
+per training item, not one per round.
+
+**A budget.** The phase gets `budget_s` seconds (COST_BUDGET), by default BUDGET_SHARE of the training
+the command will do (estimated from the first round's training steps, the runs' epochs and the training
+set), between BUDGET_FLOOR_S and BUDGET_CAP_S. After the first round it plans as many rounds as fit
+(at most `rounds`); a round taken entirely under load waits, within the budget and at most
+QUIET_WAIT_S, for the machine to quiet down; a phase that would overrun stops after the round in hand
+and its rows record the rounds it took. Where fewer than MIN_ROUNDS rounds of an item ran on a quiet
+machine, its speed is reported as not measured, and one line says how to measure it later
+(`make cost`).
+
+The rows of one phase share a `phase_id`, a hash of everything that defines the measurement (the
+sweeps, models, batch sizes, dtype, rounds, timing, device). A rerun that finds a complete phase with
+the same id reuses it; the rows of a phase cut short by a kill are removed and the phase is measured
+again whole, so a sweep's points are always compared within one sitting. The training rows then carry
+their config's inference figures: the median over rounds, with the interquartile range over rounds as
+`step_ms_iqr`, and `cost_rounds`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gc
+import math
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from ablations.choices import COST_ROUNDS
+from ablations.results.schema import COST_COLUMNS
+from ablations.results.store import complete_phase, model_key
+from ablations.specs import Point
+from bench.env import environment, run_id
+from bench.failures import classify_failure
+from bench.flops import closed_form_macs, param_count
+from bench.io.csvio import append_row, drop_rows
+from bench.measure import MeasureConfig, StepFactory, default_step, measure
+from bench.rounds import MIN_ROUNDS
+from bench.timing import TimingConfig
+from bench.training.recipe import TrainConfig
+from bench.training.step import train_mode, training_step
+from vit import VisionTransformer, ViTConfig
+
+# Timing of one item in one round, by device. A CPU step of these models takes 5–50 ms: 0.25 s is 5–50
+# steps. A graphed CUDA step of them takes about a millisecond, so 0.25 s would be hundreds of steps per
+# item and round and tens of seconds of `make ablations`; 50 ms is tens of steps, each bracketed by CUDA
+# events, and the median over rounds takes ≥ 100 of them.
+CPU_TIMING = TimingConfig(warmup=3, min_repeats=5, min_time_s=0.25)
+CUDA_TIMING = TimingConfig(warmup=3, min_repeats=20, min_time_s=0.05)
+BUDGET_SHARE = 0.10      # of the command's expected training time, when no budget is given
+BUDGET_FLOOR_S = 2.0     # at least this: a quick pass gets its first round (and a rough median) all the same
+BUDGET_CAP_S = 600.0     # at most this, so a long job's measurement stays a side matter
+QUIET_WAIT_S = 30.0      # how long a phase whose round ran under load waits for a quiet machine, in all
+# the first round of a phase with a budget: a median of a few steps per item, quickly, to plan the rest
+FIRST_ROUND_TIMING = TimingConfig(warmup=1, min_repeats=3, min_time_s=0.0)
+
+
+@dataclass(frozen=True)
+class CostPlan:
+    """rounds: interleaved rounds (0 = no cost phase; the rows' speed columns stay empty).
+    infer_batch_size: images per inference step. timing: per item and round (None: CPU_TIMING, or
+    CUDA_TIMING on CUDA). measure_mfu: against the device's measured matmul peak. keep_steps: each item's
+    step built once per phase and reused in every round (None: on CUDA, where building the training step
+    captures a CUDA graph)."""
+    rounds: int = COST_ROUNDS
+    infer_batch_size: int = 256
+    timing: TimingConfig | None = None
+    measure_mfu: bool = True
+    keep_steps: bool | None = None  # build each item's step once per phase (None: on CUDA; see `Steps`)
+    budget_s: float | None = None   # seconds the phase may take (None: BUDGET_SHARE of the expected training)
+
+    def timing_on(self, device: torch.device) -> TimingConfig:
+        if self.timing is not None:
+            return self.timing
+        return CUDA_TIMING if device.type == "cuda" else CPU_TIMING
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
+            raise ValueError(f"cost rounds must be an int ≥ 0, got {self.rounds!r}")
+        if isinstance(self.infer_batch_size, bool) or not isinstance(self.infer_batch_size, int) \
+                or self.infer_batch_size < 1:
+            raise ValueError(f"infer batch size must be a positive int, got {self.infer_batch_size!r}")
+        if self.budget_s is not None and (isinstance(self.budget_s, bool) or not isinstance(self.budget_s, (int, float))
+                                          or not self.budget_s >= 0):
+            raise ValueError(f"the cost budget must be a number of seconds ≥ 0, got {self.budget_s!r}")
+
+    def budget(self, expected_training_s: float | None) -> float:
+        """The phase's seconds: the given budget, else BUDGET_SHARE of the expected training time within
+        [BUDGET_FLOOR_S, BUDGET_CAP_S] (the cap where that time is unknown)."""
+        if self.budget_s is not None:
+            return float(self.budget_s)
+        if expected_training_s is None:
+            return BUDGET_CAP_S
+        return min(BUDGET_CAP_S, max(BUDGET_FLOOR_S, BUDGET_SHARE * expected_training_s))
+
+
+@dataclass(frozen=True)
+class _Item:
+    cfg: ViTConfig
+    mode: str
+    mcfg: MeasureConfig
+    train: TrainConfig
+
+
+def _items(points: list[Point], plan: CostPlan, device: torch.device) -> list[_Item]:
+    """One inference item per distinct model and one training item per distinct model and step (batch size,
+    dtype, compile, what trains): settings that differ only in what a step does not depend on (the
+    learning rate, the augmentation, a tuned value) share their items."""
+    found: dict[tuple, _Item] = {}
+    for p in points:
+        dtype, compile_ = p.train.resolved_dtype(device), p.train.compile
+        for mode, batch in (("infer", plan.infer_batch_size), ("train", p.train.batch_size)):
+            step = (batch, dtype, compile_, p.train.freeze) if mode == "train" else (dtype, compile_)
+            found.setdefault((model_key(p.model), mode, step), _Item(
+                p.model, mode, MeasureConfig(mode=mode, batch_size=batch, dtype=dtype, compile=compile_,
+                                             timing=plan.timing_on(device)), p.train))
+    return list(found.values())
+
+
+def item_key(item: _Item) -> str:
+    """What makes two sweeps' items the same measurement: the model, the mode and the training step's config."""
+    return run_id({"model": item.cfg.identity(), "mode": item.mode, "train": item.train.identity()})
+
+
+def phase_id(sweeps: list[str], items: list[_Item], plan: CostPlan, device: torch.device, graphs: bool = True) -> str:
+    env = environment(device)
+    return run_id({"sweep": "+".join(sweeps), "items": [(i.cfg.identity(), dataclasses.asdict(i.mcfg)) for i in items],
+                   "train": [i.train.identity() for i in items if i.mode == "train"], "graphs": graphs,
+                   "rounds": plan.rounds, "device_name": env["device_name"], "torch": env["torch_version"]})
+
+
+class Steps:
+    """The phase's built steps, each kept across rounds so that it is built (on CUDA: its training step
+    captured into a CUDA graph, with a synchronisation and a warm-up) once per phase rather than once per
+    round, while the device's memory in use stays within `share` of its total; beyond that the least
+    recently timed are let go (and built again when next timed). Off (`keep=False`): built every round."""
+
+    def __init__(self, device: torch.device, keep: bool, share: float = 0.5) -> None:
+        self.device, self.keep, self.share = device, keep, share
+        self.built: collections.OrderedDict[str, tuple[Callable[[], object], list[object]]] = collections.OrderedDict()
+
+    def factory(self, key: str, build: StepFactory, mode: Callable[[torch.nn.Module], object]) -> StepFactory:
+        """`build`, or the step it built before; `mode(model)` puts a kept step's model back in the mode
+        its step runs in (the items of one model share it, and each step sets the mode when built)."""
+        def get(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor):
+            if key in self.built:
+                self.built.move_to_end(key)
+                mode(model)
+                return self.built[key]
+            made = build(model, images, labels)
+            if self.keep:
+                self.built[key] = made
+                while len(self.built) > 1 and self._crowded():
+                    self.built.popitem(last=False)
+                    self._free()
+            return made
+        return get
+
+    def _free(self) -> None:
+        """Hand the blocks of a step let go back to the device: without it `memory_reserved` stays where it
+        was, and every later check would let go of all but the newest step."""
+        if self.device.type == "cuda":
+            gc.collect()
+            torch.cuda.empty_cache()
+
+    def _crowded(self) -> bool:
+        if self.device.type != "cuda":
+            return False
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        return torch.cuda.memory_reserved(self.device) > self.share * total
+
+    def forget(self, key: str) -> None:
+        self.built.pop(key, None)
+
+
+def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], device: torch.device,
+                  first_round: bool, plan: CostPlan, graphs: bool, steps: Steps, key: str,
+                  timing: TimingConfig | None = None) -> dict[str, Any]:
+    """One round of one item (`key`: its `item_key`); `timing` for this round (None: the item's)."""
+    cfg, mcfg = item.cfg, dataclasses.replace(item.mcfg, measure_memory=first_round, measure_mfu=plan.measure_mfu,
+                                              timing=timing or item.mcfg.timing)
+    row: dict[str, Any] = {**costs}
+    if item.mode == "train":
+        factory = steps.factory(key, training_step(item.train, device, graphs), lambda m: train_mode(m, item.train))
+    else:
+        factory = steps.factory(key, default_step(mcfg, device), lambda m: m.eval())
+    try:
+        row.update(measure(model, (cfg.in_chans, cfg.img_size, cfg.img_size), cfg.num_classes, mcfg, device,
+                           gflops=float(costs["gflops"]), step_factory=factory))
+        row.update(status="ok", error="")
+    except Exception as err:  # an out-of-memory point is a row, and the phase goes on
+        steps.forget(key)
+        row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
+        if row["status"] == "error":
+            traceback.print_exc()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return row
+
+
+def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan, device: torch.device,
+                    progress: bool = True, graphs: bool = True,
+                    workload: tuple[int, int] | None = None, reuse: bool = True) -> dict[str, pd.DataFrame]:
+    """{sweep: the rows of its points} of one cost phase over the points of several sweeps (a command's):
+    each distinct item (model, mode, training step) is measured once per round, so a model that several
+    sweeps share is timed once, and every point of the command is compared within one sitting. Each
+    sweep's csv gets the rows of its own points, under the phase's id, with `phase_items` its own count.
+    Found complete in every csv: reused. Otherwise the rows of an unfinished attempt are removed and the
+    phase is measured again whole. `graphs`: as the runs will train (GRAPHS), so the training step timed
+    is theirs. `workload`: (training images, seeds) of the runs to come, for the budget (`CostPlan.budget`).
+    `reuse=False` measures again even where the same phase is complete."""
+    own = {sweep: _items(points, plan, device) for sweep, points, _ in sweeps}
+    distinct: dict[str, _Item] = {}                    # item_key -> the item, measured once per round
+    where: dict[str, list[tuple[str, Path]]] = {}      # item_key -> the sweeps (and tables) that have it
+    for sweep, _, csv in sweeps:
+        for item in own[sweep]:
+            key = item_key(item)
+            distinct.setdefault(key, item)
+            where.setdefault(key, []).append((sweep, csv))
+    items = list(distinct.values())
+    pid = phase_id([sweep for sweep, _, _ in sweeps], items, plan, device, graphs)
+    found = {sweep: complete_phase(csv, pid, len(own[sweep])) for sweep, _, csv in sweeps}
+    if reuse and all(phase is not None for phase in found.values()):
+        return found  # type: ignore[return-value]
+    for _, _, csv in sweeps:
+        drop_rows(csv, "phase_id", {pid})  # an attempt cut short: its rounds are not of this sitting
+    clock = _Clock(plan, workload, [p for _, points, _ in sweeps for p in points], device)   # building counts too
+    models, costs = {}, {}
+    for item in items:
+        key = model_key(item.cfg)
+        if key not in models:
+            torch.manual_seed(0)
+            models[key] = VisionTransformer(item.cfg)
+            macs = closed_form_macs(item.cfg)   # exact (tests hold it to fvcore's count), without tracing each model
+            costs[key] = {"params": param_count(models[key]), "gmacs": macs / 1e9, "gflops": 2 * macs / 1e9}
+    env = environment(device)
+    rows: dict[str, list[dict[str, Any]]] = {sweep: [] for sweep, _, _ in sweeps}
+    names = ", ".join(sweep for sweep, _, _ in sweeps)
+    steps = Steps(device, device.type == "cuda" if plan.keep_steps is None else plan.keep_steps)
+    bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names} ({clock.describe()})", unit="step", leave=False,
+               disable=not progress)
+    order = list(distinct.items())
+    planned, kept = plan.rounds, []
+    for r in range(plan.rounds):
+        this_round = []
+        for item_id, item in order[r % len(order):] + order[:r % len(order)]:
+            key = model_key(item.cfg)
+            row = {**env, **item.cfg.to_dict(), "tokens": item.cfg.tokens, "phase_id": pid,
+                   "round": r, "rounds": planned, "dtype": item.mcfg.dtype,
+                   "compile": int(item.mcfg.compile), "mode": item.mode, "batch_size": item.mcfg.batch_size,
+                   "run_id": run_id({"phase_id": pid, "model": key, "mode": item.mode, "round": r})}
+            row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan, graphs, steps, item_id,
+                                     clock.timing(r)))
+            this_round.append((item_id, item, row))
+            bar.update()
+        if r == 0:
+            planned = clock.plan_rounds(this_round, len(items))
+            bar.total = planned * len(items)
+            bar.set_description(f"cost {names} ({clock.describe()})")
+        for item_id, _, row in this_round:
+            row["rounds"] = planned
+            for sweep, csv in where[item_id]:
+                mine = {**row, "sweep": sweep, "phase_items": len(own[sweep])}
+                append_row(csv, mine, COST_COLUMNS)
+                rows[sweep].append(mine)
+        kept += [row for _, _, row in this_round]
+        if r + 1 >= planned:
+            break
+        if all(row.get("contended") for _, _, row in this_round):
+            clock.wait_for_quiet(device)
+        if clock.overruns(r + 1):
+            _close_early(sweeps, rows, pid, r + 1, clock)
+            break
+    bar.close()
+    if progress:
+        tqdm.write(f"cost {names}: {kept[-1]['round'] + 1 if kept else 0} round(s) of {len(items)} timed steps in "
+                   f"{clock.elapsed():.0f} s ({clock.describe()})", file=sys.stderr)
+    _say_what_is_missing(kept, len(items), names, clock)
+    del models, steps
+    gc.collect()
+    return {sweep: pd.DataFrame(mine) for sweep, mine in rows.items()}
+
+
+class _Clock:
+    """The phase's time budget: what it is, how many rounds it plans after the first, whether the next
+    round would overrun it, and the bounded wait for a quiet machine."""
+
+    def __init__(self, plan: CostPlan, workload: tuple[int, int] | None, points: list[Point],
+                 device: torch.device) -> None:
+        self.plan, self.workload, self.points, self.device = plan, workload, points, device
+        self.start = time.perf_counter()
+        self.budget_s: float | None = plan.budget_s
+        self.waited = 0.0
+        self.stopped = ""
+        self.later: TimingConfig | None = None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def describe(self) -> str:
+        if self.budget_s is None:
+            return "budget auto"
+        return "no time limit" if math.isinf(self.budget_s) else f"budget {self.budget_s:.3g} s"
+
+    def expected_training_s(self, first_round: list[tuple[str, _Item, dict[str, Any]]]) -> float | None:
+        """The command's training time from the first round's training-step times: every point's runs,
+        epochs × steps per epoch × its step."""
+        if self.workload is None:
+            return None
+        images, seeds = self.workload
+        step_s = {(model_key(item.cfg), item.mcfg.batch_size): float(row.get("step_ms_median") or 0) / 1e3
+                  for _, item, row in first_round if item.mode == "train" and row.get("status") == "ok"}
+        total = 0.0
+        for p in self.points:
+            per_epoch = math.ceil(images * (1 - p.train.holdout) / p.train.batch_size)
+            total += seeds * p.train.epochs * per_epoch * step_s.get((model_key(p.model), p.train.batch_size), 0.0)
+        return total
+
+    def timing(self, r: int) -> TimingConfig | None:
+        """Round r's timing per item: the first round short (it finds what the budget allows: a median of
+        a few steps), later rounds as long as the budget lets their steps be, up to the device's default;
+        a plan with its own timing keeps it."""
+        if self.plan.timing is not None:
+            return None
+        if r == 0:
+            return FIRST_ROUND_TIMING
+        return self.later
+
+    def plan_rounds(self, first_round: list[tuple[str, _Item, dict[str, Any]]], items: int) -> int:
+        """The rounds that fit in the budget (at least the one taken, at most the plan's), and the time per
+        item that spreads the rest of the budget over them."""
+        self.budget_s = self.plan.budget(self.expected_training_s(first_round))
+        default = self.plan.timing_on(self.device)
+        if math.isinf(self.budget_s):
+            self.later = default
+            return self.plan.rounds
+        first = max(self.elapsed(), 1e-3)
+        fit = max(1, min(self.plan.rounds, 1 + int(max(0.0, self.budget_s - first) // first)))
+        if fit < self.plan.rounds:
+            share = "" if self.plan.budget_s is not None else f", {BUDGET_SHARE:.0%} of the runs' expected training"
+            self.stopped = f"its {self.budget_s:.3g} s budget (COST_BUDGET{share}) fits {fit} of {self.plan.rounds} rounds"
+        if fit > 1:
+            spare = self.budget_s - first * fit      # beyond rounds as short as the first
+            self.later = dataclasses.replace(default, min_time_s=min(default.min_time_s,
+                                                                     max(0.0, spare / ((fit - 1) * items))))
+        return fit
+
+    def overruns(self, done: int) -> bool:
+        """Whether one more round (at this phase's mean round time) would take it past its budget."""
+        assert self.budget_s is not None
+        if self.elapsed() + self.elapsed() / done > self.budget_s:
+            self.stopped = f"stopped after {done} round(s) to stay within its {self.budget_s:.3g} s budget"
+            return True
+        return False
+
+    def wait_for_quiet(self, device: torch.device) -> None:
+        """Sleep in one-second windows while other processes hold the machine, within QUIET_WAIT_S in all and
+        within the budget."""
+        from bench.contention import LoadMeter
+
+        assert self.budget_s is not None
+        while self.waited < QUIET_WAIT_S and self.elapsed() + 1 < self.budget_s:
+            with LoadMeter(device) as meter:
+                time.sleep(1.0)
+            self.waited += 1.0
+            if meter.load is None or not meter.load.contended:
+                return
+
+
+def _close_early(sweeps: list[tuple[str, list[Point], Path]], rows: dict[str, list[dict[str, Any]]], pid: str,
+                 done: int, clock: _Clock) -> None:
+    """A phase stopped within its budget: its rows rewritten to record the rounds it took, so it is
+    complete as it stands (a kill meanwhile leaves an incomplete phase, measured again next time)."""
+    for sweep, _, csv in sweeps:
+        drop_rows(csv, "phase_id", {pid})
+        for row in rows[sweep]:
+            row["rounds"] = done
+            append_row(csv, row, COST_COLUMNS)
+
+
+def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clock: _Clock) -> None:
+    """One line where a budget stop or other processes left items with fewer than MIN_ROUNDS quiet rounds."""
+    per_item: dict[tuple, int] = collections.Counter()
+    for row in kept:
+        if not row.get("contended") and row.get("status") == "ok":
+            per_item[_row_item(row)] += 1
+    short = items - sum(1 for n in per_item.values() if n >= MIN_ROUNDS)
+    if short <= 0:
+        return
+    loaded = sum(1 for row in kept if row.get("contended"))
+    why = "; ".join(filter(None, [clock.stopped, f"{loaded} of {len(kept)} timed steps ran while other processes held "
+                                                 f"the machine and are left out" if loaded else ""]))
+    tqdm.write(f"cost {names}: {why}: {short} of {items} timed step(s) rest on fewer than {MIN_ROUNDS} quiet rounds, "
+               f"so the report states no speed ratio for them. To compare speed, measure later on an idle machine: "
+               f"make cost OUT=<this OUT> (python -m ablations cost)", file=sys.stderr)
+
+
+def _row_item(row: dict[str, Any]) -> tuple:
+    return (model_key(ViTConfig.from_row(row)), row.get("mode"), row.get("batch_size"))

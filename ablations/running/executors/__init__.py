@@ -1,0 +1,63 @@
+"""Where runs happen: the seam between the sweep runner and a process, a cluster or a scheduler.
+
+An executor is registered in `EXECUTORS` under the name users type for EXECUTOR. Each implements
+`Executor`: `start` connects and fails early with a clear message (ValueError); `run(tasks, fn, load)`
+calls `fn(task, data)` for every task, wherever it places it, and yields `(task, outcome)` as each
+finishes, in any order, turning a task that never reports back into `tasks.lost_outcome`; `close`
+lets go of what `start` took. `load(options)` gives a task's dataset on the driver: an executor that
+runs tasks elsewhere ships it (and anything else a task reads from the driver's disk) to them. Only
+the driver, which consumes the yields, writes files. A Slurm back-end (e.g. submitit) would be one
+more module here and one more entry in `EXECUTORS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ablations.options import Option, integer, positive
+from ablations.running.executors.base import Executor, ExecutorOptions, Loader, RunFn
+
+__all__ = ["EXECUTORS", "OPTIONS", "Executor", "ExecutorOptions", "Loader", "RunFn"]
+
+
+def _local(options: ExecutorOptions | None = None) -> Executor:
+    from ablations.running.executors.local import LocalExecutor
+
+    return LocalExecutor(options)
+
+
+def _ray(options: ExecutorOptions | None = None) -> Executor:
+    from ablations.running.executors.ray import RayExecutor  # Ray is an optional extra: imported only when asked for
+
+    return RayExecutor(options)
+
+
+EXECUTORS: dict[str, Callable[[ExecutorOptions | None], Executor]] = {"local": _local, "ray": _ray}
+
+# Each executor's command-line options (`ablations.options.Option`), each flag an `ExecutorOptions` field.
+MAX_RETRIES = Option("--max-retries", "re-runs of a run whose worker died (default 2)", "MAX_RETRIES", type=int,
+                     default=2)
+OPTIONS: dict[str, tuple[Option, ...]] = {
+    "local": (
+        Option("--jobs", "local executor: runs in flight at once (default 1). On the CPU the cores are split "
+                         "between them; on CUDA they share the GPU (or spread over several). auto: half the "
+                         "cores, or 4 per GPU", "JOBS", type=integer(1, "jobs must be auto or an integer ≥ 1", auto=True),
+               default=1, metavar="N|auto"),
+        Option("--threads", "local executor on the CPU: torch threads per run (default: the cores // JOBS). Runs "
+                            "with the same count give the same floats whatever JOBS is; a different count changes "
+                            "the order of reductions", "THREADS", type=positive("--threads (THREADS)")),
+        Option("--mps", "local executor on CUDA with JOBS > 1: run the workers under CUDA MPS so that their "
+                        "kernels overlap (without it processes on one GPU take turns). auto (default): a daemon "
+                        "already running, else a private one started and stopped with the command, else without "
+                        "MPS, saying why; on: MPS or stop; off: never", "MPS", choices=("auto", "on", "off"),
+               default="auto"),
+        MAX_RETRIES,
+    ),
+    "ray": (
+        Option("--cpus-per-task", "CPUs each run asks the executor for (ray default 1)", "CPUS_PER_TASK", type=float),
+        Option("--gpus-per-task", "GPUs each run asks for (ray default: 1 where the cluster has GPUs, else 0)",
+               "GPUS_PER_TASK", type=float),
+        MAX_RETRIES,
+    ),
+}
+

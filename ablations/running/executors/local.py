@@ -1,0 +1,255 @@
+"""EXECUTOR=local: runs tasks on this machine, JOBS at a time.
+
+JOBS=1 (default): one after another in this process, each dataset loaded once. JOBS=N: N worker
+processes (spawned), each loading the dataset once from the parsed-array cache; on the CPU the cores are
+split between them (torch threads per run = cores // N); on CUDA they share the GPU, or with several
+GPUs each worker is pinned to one of them in turn. JOBS=auto: half the cores on the CPU (so each run
+keeps two threads), four runs per GPU. Workers that share a GPU run under CUDA MPS where it can be had
+(`executors.mps`, MPS=auto|on|off), so that their kernels overlap rather than take turns; the start line
+says which. Only the driver writes results.
+
+Each worker has a pipe of its own, so a worker that dies (SIGKILL, the kernel's OOM killer, a crash in
+a native library) takes only its own run with it: the driver sees its pipe close, starts a new worker
+in its place and gives the run to it again, up to `max_retries` times (the run resumes from its last
+checkpoint); only a run that keeps losing its worker is recorded as `error`. Queued runs are never
+touched. A disk that fills inside a worker stops the command, as with one job. On any exception in the
+driver (Ctrl-C, SIGTERM, a full disk) no new run starts and every worker is stopped before `run`
+returns: SIGTERM, then SIGKILL after `STOP_GRACE_S`. Workers ignore the terminal's SIGINT (the driver
+stops them) and die with the driver (`ablations.running.spawned`: PR_SET_PDEATHSIG on Linux, set before a
+worker imports torch).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+
+import torch
+from tqdm import tqdm
+
+from ablations.running.executors.base import ExecutorOptions, Loader, RunFn
+from ablations.running.executors.mps import Mps, shared_gpu_refusal
+from ablations.running.interrupts import SIGNALS
+from ablations.running.spawned import Raised, worker_main
+from ablations.running.tasks import Outcome, Task, lost_outcome
+
+RUNS_PER_GPU = 4  # JOBS=auto on CUDA
+STOP_GRACE_S = 3.0  # a stopped worker's time to exit on SIGTERM before it is killed
+
+
+def auto_jobs(device: str) -> int:
+    if device != "cpu" and torch.cuda.is_available():
+        return RUNS_PER_GPU * torch.cuda.device_count()
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
+def visible_gpu(index: int, visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES for a worker pinned to the index-th GPU this process sees: an entry of the
+    driver's own CUDA_VISIBLE_DEVICES where it has one (GPU 0 of "2,3" is physical GPU 2)."""
+    entries = [v.strip() for v in (visible or "").split(",") if v.strip()]
+    return entries[index] if index < len(entries) else str(index)
+
+
+def death_text(exitcode: int | None) -> str:
+    """How a worker ended, in words: 'SIGKILL (killed; out of memory?)', 'exit status 1'."""
+    if exitcode is None:
+        return "its pipe closed"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"{name} (killed; out of memory?)" if -exitcode == signal.SIGKILL else name
+    return f"exit status {exitcode}"
+
+
+@dataclass
+class _Worker:
+    slot: int
+    process: mp.process.BaseProcess
+    conn: Connection
+    task: Task | None = None
+    attempt: int = 0
+
+
+@contextlib.contextmanager
+def _signals_ignored():
+    """Hold off SIGINT, SIGTERM and SIGHUP while workers are being stopped (a second Ctrl-C must not cut
+    the stop short and leave workers training); only the main thread can change handlers."""
+    try:
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in SIGNALS}
+    except ValueError:  # not the main thread
+        previous = {}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class WorkerPool:
+    """`size` spawned workers, each with its own pipe, running tasks of `fn`; see the module docstring."""
+
+    def __init__(self, size: int, threads: int, gpus: int, max_retries: int, fn: RunFn, load: Loader,
+                 env: dict[str, str] | None = None) -> None:
+        self.size, self.threads, self.gpus, self.max_retries = size, threads, gpus, max_retries
+        self.env = env or {}  # set in each worker before it imports torch
+        self.fn, self.load = fn, load
+        self.ctx = mp.get_context("spawn")
+        self.workers: list[_Worker] = []
+
+    def _start(self, slot: int) -> _Worker:
+        ours, theirs = self.ctx.Pipe()
+        gpu = visible_gpu(slot % self.gpus, os.environ.get("CUDA_VISIBLE_DEVICES")) if self.gpus else None
+        process = self.ctx.Process(target=worker_main, args=(theirs, os.getpid(), self.threads, gpu, self.env),
+                                   name=f"vitbench-worker-{slot}", daemon=True)
+        process.start()
+        theirs.close()
+        try:
+            ours.send((self.fn, self.load))  # buffered in the pipe until the worker, started, reads it
+        except OSError:  # it died at once: the next task sent to it finds that out and replaces it
+            pass
+        worker = _Worker(slot, process, ours)
+        self.workers.append(worker)
+        return worker
+
+    def _retire(self, worker: _Worker) -> int | None:
+        """Forget a dead worker; its exit code."""
+        worker.process.join(timeout=5)
+        worker.conn.close()
+        self.workers.remove(worker)
+        return worker.process.exitcode
+
+    def run(self, tasks: list[Task]) -> Iterator[tuple[Task, Outcome]]:
+        queue = collections.deque((task, 0) for task in tasks)
+        try:
+            for slot in range(min(self.size, len(tasks))):
+                self._start(slot)
+            while queue or any(w.task for w in self.workers):
+                self._dispatch(queue)
+                busy = [w for w in self.workers if w.task is not None]
+                ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy]))
+                for worker in busy:
+                    if worker.conn in ready or worker.process.sentinel in ready:
+                        yield from self._collect(worker, queue)
+        finally:
+            self.stop()
+
+    def _dispatch(self, queue: collections.deque) -> None:
+        for worker in [w for w in self.workers if w.task is None]:
+            if not queue:
+                return
+            task, attempt = queue.popleft()
+            try:
+                worker.conn.send(task)
+            except OSError:  # died while idle: its slot gets a new worker and the task waits for it
+                queue.appendleft((task, attempt))
+                self._retire(worker)
+                self._start(worker.slot)
+                continue
+            worker.task, worker.attempt = task, attempt
+
+    def _collect(self, worker: _Worker, queue: collections.deque) -> Iterator[tuple[Task, Outcome]]:
+        task, attempt = worker.task, worker.attempt
+        assert task is not None
+        try:
+            result = worker.conn.recv() if worker.conn.poll() else None
+        except (EOFError, OSError):  # killed mid-send, or its pipe closed
+            result = None
+        if result is not None:
+            worker.task = None
+            if isinstance(result, Raised):
+                if isinstance(result.error, OSError):  # a full disk inside a worker: the command stops
+                    raise result.error
+                yield task, lost_outcome(task, f"the worker failed: {result.error}")
+            else:
+                yield task, result
+            return
+        how = death_text(self._retire(worker))
+        self._start(worker.slot)
+        if attempt < self.max_retries:
+            tqdm.write(f"run {task.run_id} ({task.point.factor}={task.point.value}, seed {task.seed}): its worker "
+                       f"died ({how}); a new worker retries it from its last checkpoint (retry {attempt + 1} of "
+                       f"{self.max_retries})", file=sys.stderr)
+            queue.appendleft((task, attempt + 1))
+            return
+        yield task, lost_outcome(task, f"worker lost: {how}, {attempt + 1} time(s) (MAX_RETRIES={self.max_retries}); "
+                                       f"its last checkpoint is kept, so a rerun resumes it")
+
+    def stop(self) -> None:
+        """Stop every worker (SIGTERM, SIGKILL after STOP_GRACE_S) and wait until each is gone."""
+        with _signals_ignored():
+            for worker in self.workers:
+                if worker.process.is_alive():
+                    worker.process.terminate()
+            deadline = time.monotonic() + STOP_GRACE_S
+            for worker in self.workers:
+                worker.process.join(max(0.0, deadline - time.monotonic()))
+                if worker.process.is_alive():
+                    worker.process.kill()
+                    worker.process.join()
+                worker.conn.close()
+            self.workers.clear()
+
+
+class LocalExecutor:
+    remote = False
+
+    def __init__(self, options: ExecutorOptions | None = None) -> None:
+        self.options = options or ExecutorOptions()
+        self.jobs = self.options.jobs or auto_jobs(self.options.device)
+        self.gpus = torch.cuda.device_count() if self.options.device != "cpu" and torch.cuda.is_available() else 0
+        self.threads = self.options.threads or (max(1, torch.get_num_threads() // self.jobs) if not self.gpus else 1)
+        # workers spread over the GPUs only where DEVICE names none (auto, cuda); DEVICE=cuda:1 shares GPU 1
+        self.spread = self.gpus > 1 and self.options.device in ("auto", "cuda")
+        self.mps = Mps(self.options.mps) if self.gpus and self.jobs > max(1, self.gpus if self.spread else 1) else None
+
+    def start(self) -> str:
+        chosen = " (JOBS=auto)" if self.options.jobs is None else ""
+        if self.jobs == 1:
+            return f"local: this process, {self.threads if self.options.threads else torch.get_num_threads()} threads{chosen}"
+        where = (f"round-robin over {self.gpus} GPUs" if self.spread else
+                 f"sharing {self.options.device if self.gpus > 1 else 'the GPU'}" if self.gpus else
+                 f"{self.threads} CPU thread(s) each")
+        if self.gpus:
+            refusal = shared_gpu_refusal(self._gpu_indices(), self.jobs)
+            if refusal:
+                raise ValueError(refusal)
+        if self.mps is not None:
+            where += f", {self.mps.start()}"
+        return (f"local: {self.jobs} runs at once{chosen}, {where}; a run whose worker dies is retried up to "
+                f"{self.options.max_retries}×")
+
+    def _gpu_indices(self) -> list[int]:
+        """The GPUs the workers run on: all of them where they spread, else the one DEVICE names."""
+        if self.spread:
+            return list(range(self.gpus))
+        device = torch.device(self.options.device if self.options.device.startswith("cuda") else "cuda")
+        return [device.index or 0]   # plain "cuda" is device 0 (asking torch would start CUDA here)
+
+    def close(self) -> None:
+        if self.mps is not None:
+            self.mps.close()
+
+    def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, Outcome]]:
+        if self.jobs == 1:  # with JOBS > 1 even a lone run goes to a worker: the same threads as its siblings
+            before = torch.get_num_threads()
+            if self.options.threads:
+                torch.set_num_threads(self.options.threads)
+            try:
+                for task in tasks:
+                    yield task, fn(task, load(task.options))
+            finally:
+                torch.set_num_threads(before)
+            return
+        pool = WorkerPool(self.jobs, self.threads, self.gpus if self.spread else 0, self.options.max_retries, fn, load,
+                          self.mps.env if self.mps is not None else None)
+        yield from pool.run(tasks)

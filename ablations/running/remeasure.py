@@ -1,0 +1,70 @@
+"""`make cost OUT=…` (`python -m ablations cost`): the speed of every point already trained under an OUT,
+measured again in one interleaved cost phase (`ablations.running.cost`), for a sweep run with `COST_ROUNDS=0` or
+on a machine too busy to time (a laptop, a shared server). Each sweep's cost table gets the phase (the
+report reads its newest complete phase), and its training rows get their config's inference figures,
+as a sweep's own phase would have given them. Never trains."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ablations.results.migrate import rewrite_table
+from ablations.results.schema import read_table
+from ablations.results.store import SweepPaths, model_key, ok_rows, row_figures, sweep_lock, sweep_names
+from ablations.running.cost import CostPlan, run_cost_phases
+from ablations.specs import Point
+from bench.training.recipe import TrainConfig
+from vit import ViTConfig
+
+SPEED_COLUMNS = ("infer_batch_size", "throughput_img_s", "step_ms_median", "step_ms_iqr", "peak_mem_mb", "util_pct",
+                 "util_source", "mfu", "repeats", "cost_rounds", "energy_j_per_img", "energy_source")
+
+
+def trained_points(out: Path) -> dict[str, list[Point]]:
+    """{sweep: one point per distinct model and recipe among its finished runs} under `out`."""
+    found: dict[str, list[Point]] = {}
+    for sweep in sweep_names(out):
+        rows = ok_rows(read_table(SweepPaths.of(out, sweep).rows))
+        points: dict[tuple, Point] = {}
+        for _, row in rows.iterrows() if "run_id" in rows else ():
+            model, recipe = ViTConfig.from_row(row), TrainConfig.from_row(row)
+            points.setdefault((model_key(model), str(sorted(recipe.identity().items()))),
+                              Point(sweep, "", None, model, recipe))
+        if points:
+            found[sweep] = list(points.values())
+    return found
+
+
+def fill_rows(path: Path, phase: pd.DataFrame) -> int:
+    """The table's finished rows get their config's inference figures from `phase`; the rows changed."""
+    figures = row_figures(phase)
+
+    def change(row: dict[str, str], as_read: dict) -> bool:
+        if row.get("status") != "ok":
+            return False
+        mine = figures.get(model_key(ViTConfig.from_row(as_read)))
+        if not mine:
+            return False
+        before = dict(row)
+        row.update({k: "" if mine.get(k) is None else str(mine[k]) for k in SPEED_COLUMNS if k in mine})
+        return row != before
+    return rewrite_table(path, change)
+
+
+def measure_out(out: Path, plan: CostPlan, device: torch.device, graphs: bool = True,
+                progress: bool = True) -> dict[str, tuple[int, int]]:
+    """{sweep: (points measured, rows filled)}; ValueError naming `out` when it holds no finished run."""
+    plans = trained_points(out)
+    if not plans:
+        raise ValueError(f"--out {out}: no finished run under {out / 'ablations'}; run a sweep into it first")
+    with contextlib.ExitStack() as locks:   # no sweep writes these tables meanwhile
+        for sweep in plans:
+            locks.enter_context(sweep_lock(SweepPaths.of(out, sweep), sweep))
+        phases = run_cost_phases([(sweep, points, SweepPaths.of(out, sweep).cost) for sweep, points in plans.items()],
+                                 plan, device, progress=progress, graphs=graphs, reuse=False)
+        return {sweep: (len(plans[sweep]), fill_rows(SweepPaths.of(out, sweep).rows, phases[sweep]))
+                for sweep in plans}

@@ -1,0 +1,290 @@
+"""The sweep runner: every point × seed becomes one run; each finished run is one CSV row.
+
+Before training, the sweep's cost phase (`ablations.running.cost`) measures every point's speed side by side;
+each training row carries its config's figures. A command's sweeps share one executor (`run_sweeps`):
+every sweep's cost phase first, then all their runs as one stream, so JOBS workers start once and no
+sweep waits for the slowest run of the one before. Resume: a run whose `run_id` already has an `ok` row
+in `<out>/ablations/<sweep>.csv` is skipped. Faults: a run that diverges, runs out of memory or raises
+is recorded with its status and the sweep goes on. Writes: only the driver writes, through `ablations.results.store`
+(`store.record`), so an executor that runs tasks elsewhere (Ray) needs no shared filesystem. What one run
+does is `ablations.running.worker.execute`; a run that was killed resumes from its last checkpoint.
+
+Before any work: each sweep's lock and a preflight (`store.sweep_lock`, `store.preflight`). Failures of
+that kind raise `store.SweepError`, whose message names the input and the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from ablations.results import store, tensorboard
+from ablations.results.experiments import differences, same_experiment, starved
+from ablations.results.schema import read_table
+from ablations.results.store import SweepError, SweepPaths, model_key, record
+from ablations.running.cost import run_cost_phases
+from ablations.running.executors.base import Executor, ExecutorOptions
+from ablations.running.executors.local import LocalExecutor
+from ablations.running.tasks import Outcome, RunOptions, Task, base_row, make_tasks
+from ablations.running.worker import execute, load_data, peak_or_none
+from ablations.specs import Point
+from ablations.training.data import Dataset
+from bench.env import resolve_device
+from bench.mfu import Peak
+from vit import VisionTransformer
+
+__all__ = ["SweepError", "run_sweeps", "planned_bytes", "starved"]
+
+
+RUN_OVERHEAD_BYTES = 64 * 1024  # a run's predictions, result row and history rows, with room to spare
+
+
+def planned_bytes(tasks: list[Task], jobs: int = 1) -> int:
+    """Disk a sweep's runs need: weights (fp32), a checkpoint (weights and two AdamW moments) of the
+    largest model for each of the `jobs` runs in flight, and each run's small files."""
+    params: dict[str, int] = {}
+    for task in tasks:
+        key = model_key(task.point.model)
+        if key not in params:
+            params[key] = sum(p.numel() for p in VisionTransformer(task.point.model).parameters())
+    per_run = [4 * params[model_key(t.point.model)] + RUN_OVERHEAD_BYTES for t in tasks]
+    return sum(per_run) + 3 * max(jobs, 1) * max(per_run, default=0)
+
+
+def preflight(paths: SweepPaths, todo: list[Task], jobs: int = 1) -> int:
+    """`store.preflight` for the runs of `todo`, `jobs` of them in flight at once."""
+    return store.preflight(paths, len(todo), planned_bytes(todo, jobs))
+
+
+def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths) -> Outcome:
+    """The outcome of a run already finished in sweep `other`: the same run_id means the same model,
+    training, data, seed and initial weights, so its row, history, predictions and weights are this
+    run's. The row takes this sweep's name and cost-phase figures, and names where it was trained."""
+    theirs = SweepPaths.of(paths.out, other)
+    row = {**row, **task.cost, "sweep": task.point.sweep, "reused_from": other,
+           "experiment_id": task.experiment_id}
+    return Outcome(row, store.history_of(theirs, task.run_id), theirs.weights_file(task.run_id).read_bytes(),
+                   theirs.preds_file(task.run_id).read_bytes())
+
+
+@dataclass
+class _Share:
+    """One sweep's part of a command: its paths, its runs and what became of them."""
+    sweep: str
+    points: list[Point]
+    options: RunOptions
+    paths: SweepPaths
+    planned: int
+    skipped: int        # finished earlier: an ok row in the sweep's own table
+    todo: list[Task]    # left to train
+    reused: int = 0     # recorded from the same run finished in another sweep
+    stale: int = 0
+    resumable: int = 0
+    statuses: dict[str, int] = dataclasses.field(default_factory=dict)
+    starved: list[float] = dataclasses.field(default_factory=list)  # train_util_pct of runs that got too little CPU
+
+    def summary(self) -> dict[str, Any]:
+        return {"sweep": self.sweep, "planned": self.planned, "skipped": self.skipped,
+                "reused": self.reused, "statuses": self.statuses, "paths": self.paths, "stale_tmp": self.stale,
+                "resumable": self.resumable, "starved": self.starved}
+
+
+def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
+               fn: Callable[[Task, Dataset], Outcome] = execute) -> list[dict[str, Any]]:
+    """Run every missing point × seed of several sweeps with one executor; one summary dict per sweep.
+
+    First, with every sweep's lock held: each sweep's preflight, one cost phase over all their points
+    (with no training beside it; a model several sweeps share is timed once), and the runs that sweeps
+    on disk already finished. Then all the sweeps' runs as one stream through the executor, in sweep
+    order: JOBS workers start once and stay busy from one sweep to the next. A run two of these sweeps
+    share (same run_id: the base point of several sweeps) is trained once and recorded in each, as a
+    reuse in all but the first. Raises SweepError (another process runs one of the sweeps; OUT
+    unusable) before any work."""
+    names = [name for name, _, _ in plans]
+    if len(set(names)) != len(names):
+        raise ValueError(f"sweeps {names}: each sweep may appear once in one command")
+    executor = executor or LocalExecutor(ExecutorOptions())
+    with contextlib.ExitStack() as locks:
+        for name, _, options in plans:
+            locks.enter_context(store.sweep_lock(SweepPaths.of(options.out, name), name))
+        shares = [_prepare(name, points, options, executor.jobs or 1) for name, points, options in plans]
+        for share in shares:
+            if share.options.tensorboard:
+                _events_of_finished_runs(share)
+        _cost_phases(shares)
+        for share in shares:
+            _reuse_finished(share)
+        _ship_peaks(shares)
+        _train_all(shares, executor, fn)
+    return [share.summary() for share in shares]
+
+
+def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int) -> _Share:
+    """The sweep's runs not finished in its own table, after a preflight for them."""
+    paths = SweepPaths.of(options.out, sweep)
+    tasks = make_tasks(points, options)
+    done = store.finished_ids(paths)
+    todo = [t for t in tasks if t.run_id not in done]
+    share = _Share(sweep, points, options, paths, len(tasks), len(tasks) - len(todo), todo)
+    share.stale = preflight(paths, todo, jobs) if todo else 0
+    if todo:
+        _warn_other_experiment(paths, todo[0])
+    return share
+
+
+def _events_of_finished_runs(share: _Share) -> None:
+    """TENSORBOARD=1: check that the event folder can be written (SweepError before any work), then write
+    the events of this sweep's finished runs that have none (runs finished without TENSORBOARD, or while the
+    folder could not be written)."""
+    root = Path(share.options.out) / "tensorboard"
+    probe = root / f".write-test-{os.getpid()}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise SweepError(f"TENSORBOARD=1: cannot write {root} ({err.strerror or err}); fix its permissions or "
+                         f"choose another OUT") from None
+    table = read_table(share.paths.rows) if share.paths.rows.exists() else pd.DataFrame()
+    if table.empty or "run_id" not in table:
+        return
+    mine = {t.run_id for t in make_tasks(share.points, share.options)}
+    ok = table[(table["status"] == "ok") & table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
+    missing = [r for _, r in ok.iterrows() if not tensorboard.folder(share.options.out, share.sweep, str(r["run_id"])).exists()]
+    if not missing:
+        return
+    history = read_table(share.paths.history) if share.paths.history.exists() else pd.DataFrame(columns=["run_id"])
+    for row in missing:
+        epochs = history[history["run_id"].astype(str) == str(row["run_id"])]
+        tensorboard.write_run(share.options.out, {**row.to_dict(), "sweep": share.sweep},
+                              [e.to_dict() for _, e in epochs.iterrows()])
+    print(f"tensorboard: events of {len(missing)} finished run(s) of {share.sweep} written", file=sys.stderr)
+
+
+def _warn_other_experiment(paths: SweepPaths, task: Task) -> None:
+    """Say before training when the sweep's table holds runs of another experiment (other epochs,
+    dataset or recipe): the report will show the newest experiment only."""
+    table = read_table(paths.rows) if paths.rows.exists() else None
+    if table is None or table.empty or "status" not in table:
+        return
+    ok = table[table["status"] == "ok"]
+    if ok.empty:
+        return
+    mine = base_row(task, torch.device("cpu"))
+    factor = task.point.fields
+    others = [r for _, r in ok.iterrows() if not same_experiment(r, mine, factor)]
+    if others:
+        print(f"note: {paths.rows} holds {len(others)} run(s) of another experiment "
+              f"({differences(others[-1], mine, factor)}); the report shows the newest experiment only and lists "
+              f"the others under Skipped inputs. To keep both, use another OUT (--out)", file=sys.stderr)
+
+
+def _cost_phases(shares: list[_Share]) -> None:
+    """One cost phase (`cost.run_cost_phases`) over the sweeps with runs to do that measure alike (the
+    same plan, device and GRAPHS: all of one command's); each run's task takes its config's figures."""
+    groups: dict[tuple, list[_Share]] = {}
+    for share in shares:
+        o = share.options
+        if share.todo and o.cost.rounds:
+            groups.setdefault((o.cost, o.device, o.graphs, o.progress), []).append(share)
+    for (plan, device_name, graphs, progress), members in groups.items():
+        device = resolve_device(device_name)
+        first = members[0].options
+        workload = (len(load_data(first).train_y), len(first.seeds))   # what the runs will train, for the budget
+        phases = run_cost_phases([(share.sweep, share.points, share.paths.cost) for share in members], plan,
+                                 device, progress=progress, graphs=graphs, workload=workload)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the driver keeps no cached blocks while the runs train
+        for share in members:
+            figures = store.row_figures(phases[share.sweep])
+            share.todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in share.todo]
+
+
+def _ship_peaks(shares: list[_Share]) -> None:
+    """Measure each (device, dtype) matmul peak of the runs left to train here, before any trains (the
+    device is idle), and give it to every task: workers training side by side would measure it under
+    each other's load."""
+    peaks: dict[tuple, Peak | None] = {}
+    for share in shares:
+        tasks = []
+        for task in share.todo:
+            device = resolve_device(task.options.device)
+            key = (str(device), task.point.train.resolved_dtype(device))
+            if key not in peaks:
+                peaks[key] = peak_or_none(device, key[1])
+            tasks.append(dataclasses.replace(task, peak=peaks[key]))
+        share.todo = tasks
+
+
+def _keep(outcome: Outcome, share: _Share) -> None:
+    """Record a run in its sweep's folder (`store.record`), and its TensorBoard events where asked for."""
+    record(outcome, share.paths)
+    if share.options.tensorboard and outcome.row.get("status") == "ok":
+        tensorboard.write_run(share.options.out, outcome.row, outcome.history)
+
+
+def _reuse_finished(share: _Share) -> None:
+    """Record the runs that another sweep under the same OUT already finished; the rest are left to train."""
+    elsewhere = store.finished_elsewhere(share.paths.out, share.sweep) if share.todo else {}
+    for task in share.todo:
+        if task.run_id in elsewhere:
+            _keep(reuse(task, *elsewhere[task.run_id], share.paths), share)
+            share.reused += 1
+    share.todo = [t for t in share.todo if t.run_id not in elsewhere]
+    share.resumable = sum(share.paths.checkpoint(t.run_id).exists() for t in share.todo)
+
+
+def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dataset], Outcome]) -> None:
+    by_sweep = {share.sweep: share for share in shares}
+    first: dict[str, Task] = {}
+    twins: dict[str, list[Task]] = {}
+    for task in (t for share in shares for t in share.todo):
+        if task.run_id in first:
+            twins.setdefault(task.run_id, []).append(task)
+        else:
+            first[task.run_id] = task
+    desc = f"sweep {shares[0].sweep}" if len(shares) == 1 else f"{len(shares)} sweeps"
+    total = sum(len(share.todo) for share in shares)
+    # closed (the workers stopped) on a raise
+    stream = contextlib.closing(executor.run(list(first.values()), fn, load_data))
+    with tqdm(total=total, desc=desc, unit="run", disable=not shares[0].options.progress) as bar, stream as outcomes:
+        for task, outcome in outcomes:
+            outcome.row["jobs"] = executor.jobs
+            share = by_sweep[task.point.sweep]
+            _keep(outcome, share)
+            if starved(outcome.row):
+                share.starved.append(float(outcome.row["train_util_pct"]))
+            status = outcome.row["status"]
+            share.statuses[status] = share.statuses.get(status, 0) + 1
+            acc = outcome.row.get("test_acc")
+            where = f" on {outcome.row.get('host') or '?'}" if executor.remote else ""
+            bar.set_postfix_str(f"{'' if len(shares) == 1 else task.point.sweep + ' '}"
+                                f"{task.point.label} seed={task.seed}{where}: {status}"
+                                + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
+            bar.update()
+            for twin in twins.pop(task.run_id, []):
+                _record_twin(twin, task.point.sweep, outcome, by_sweep[twin.point.sweep])
+                bar.update()
+
+
+def _record_twin(twin: Task, trained_in: str, outcome: Outcome, share: _Share) -> None:
+    """Record, in `share`'s sweep, the outcome of the same run trained for another sweep of this command:
+    an ok run as a reuse (its files are on disk now); a failed one as the same failure, retried by a rerun."""
+    if outcome.row["status"] == "ok":
+        _keep(reuse(twin, trained_in, outcome.row, share.paths), share)
+        share.reused += 1
+        return
+    row = {**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in,
+           "experiment_id": twin.experiment_id}
+    record(Outcome(row, outcome.history), share.paths)
+    share.statuses[row["status"]] = share.statuses.get(row["status"], 0) + 1

@@ -1,0 +1,80 @@
+"""What a run is: the options of a sweep, one task (point × seed) and its outcome; picklable, so an
+executor can run a task anywhere and send its outcome back to the driver."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ablations.results.identity import experiment_id, task_key
+from ablations.running.cost import CostPlan
+from ablations.specs import Point
+from bench.env import environment, run_id
+from bench.mfu import Peak
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    dataset: str = "mnist5k"
+    data_root: str = "data"
+    download: bool = False
+    seeds: tuple[int, ...] = (0, 1, 2)
+    device: str = "auto"
+    out: str = "results"
+    cost: CostPlan = field(default_factory=CostPlan)
+    progress: bool = True
+    init: str = ""     # a timm checkpoint file to start every run from
+    init_id: str = ""  # its name and sha256 prefix (vit.checkpoint_id), part of each run's identity
+    checkpoint_every: int | None = None  # epochs between a run's checkpoints; 0 never; None auto (checkpoints.Checkpointing)
+    graphs: bool = True  # on CUDA, the step as CUDA graphs (bench.training.step.StaticStep); not part of a run id
+    tensorboard: bool = False  # write each finished run's TensorBoard events (ablations.results.tensorboard)
+    img_size: int | None = None  # the side models see every image at (None: the dataset's own)
+    data_id: str = ""  # what identifies the data beyond its name (an image folder's files, a resize); in run ids
+
+
+@dataclass(frozen=True)
+class Task:
+    """Everything a worker needs to train one run; picklable."""
+    point: Point
+    seed: int
+    run_id: str
+    options: RunOptions
+    cost: dict[str, Any] = field(default_factory=dict)  # the config's speed columns from the cost phase
+    peak: Peak | None = None  # the device's matmul peak, measured by the driver on an idle device
+
+    @property
+    def experiment_id(self) -> str:
+        return experiment_id(self.point, self.options.dataset, self.options.init_id, self.options.data_id)
+
+
+@dataclass
+class Outcome:
+    row: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    weights: bytes | None = None  # torch.save of the state dict
+    preds: bytes | None = None    # np.savez of the final model's test predictions and the labels
+
+
+def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
+    return [Task(p, s, run_id(task_key(p, options.dataset, s, options.init_id, options.data_id)), options)
+            for p in points for s in options.seeds]
+
+
+def base_row(task: Task, device: torch.device) -> dict[str, Any]:
+    """The columns a run has before it trains: environment, config and identity."""
+    point, options = task.point, task.options
+    return {**environment(device), **point.model.to_dict(), "tokens": point.model.tokens,
+            "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset, "seed": task.seed,
+            **point.train.to_dict(), "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
+            "init": options.init_id, "experiment_id": task.experiment_id,
+            "data_id": options.data_id}
+
+
+def lost_outcome(task: Task, message: str) -> Outcome:
+    """The `error` row for a run whose worker never reported back (killed, node lost)."""
+    row = base_row(task, torch.device("cpu"))
+    row.update(host="", device=task.options.device, device_name="", status="error", error=message[:500])
+    return Outcome(row)

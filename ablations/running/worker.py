@@ -1,0 +1,83 @@
+"""What one run does, on whichever machine runs it: build the model under its seed, train it (resuming
+from its checkpoint), and return its row, epoch rows, weights and test predictions as an `Outcome`.
+A failure of the run itself (divergence, out of memory, an exception) becomes a row with its status;
+only a failure of the results disk is raised, so that the sweep stops and keeps what is done."""
+
+from __future__ import annotations
+
+import errno
+import io
+import traceback
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from ablations.results.store import SweepPaths, save_preds
+from ablations.running.tasks import Outcome, RunOptions, Task, base_row
+from ablations.training.checkpoints import Checkpointing
+from ablations.training.data import Dataset, augmentation, cached_dataset
+from ablations.training.train import Diverged, train
+from bench.env import resolve_device
+from bench.failures import classify_failure
+from bench.measure import complexity
+from bench.mfu import Peak, matmul_peak, mfu
+from bench.utilisation import thread_cores
+from vit import VisionTransformer, init_from_checkpoint
+
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def load_data(options: RunOptions) -> Dataset:
+    """A task's dataset, loaded once per process."""
+    return cached_dataset(options.dataset, options.data_root, options.download, options.img_size)
+
+
+def execute(task: Task, data: Dataset) -> Outcome:
+    """Train one run on `data`; never raises for a failure of the run itself."""
+    point, options = task.point, task.options
+    device = resolve_device(options.device)
+    row = {**base_row(task, device), "torch_threads": torch.get_num_threads(),
+           "util_cores": thread_cores() if device.type == "cpu" else None, **augmentation(data, point.train),
+           "norm_mean": " ".join(f"{m:.6g}" for m in data.mean), "norm_std": " ".join(f"{s:.6g}" for s in data.std)}
+    history: list[dict[str, Any]] = []
+    try:
+        torch.manual_seed(task.seed)
+        model = VisionTransformer(point.model)
+        if options.init:
+            init_from_checkpoint(model, options.init, log=tqdm.write)
+        row.update(complexity(model, (point.model.in_chans, point.model.img_size, point.model.img_size)))
+        checkpoint = Checkpointing(SweepPaths.of(options.out, point.sweep).checkpoint(task.run_id),
+                                   options.checkpoint_every)
+        result = train(model, data, point.train, task.seed, device, progress=options.progress, checkpoint=checkpoint,
+                       graphs=options.graphs)
+        history = [{"run_id": task.run_id, **h} for h in result.history]
+        row.update(result.row())
+        peak = task.peak or peak_or_none(device, row["dtype"])
+        if peak is not None:
+            row.update(train_mfu=mfu(row["gflops"], result.train_throughput_img_s, "train", peak.flops),
+                       **peak.columns())
+        row.update(task.cost)
+        buffer = io.BytesIO()
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
+        row.update(status="ok", error="")
+        return Outcome(row, history, buffer.getvalue(), save_preds(result.test_preds.numpy(), data.test_y.numpy()))
+    except Diverged as err:
+        row.update(status="diverged", error=str(err))
+    except OSError as err:
+        if err.errno in DISK_ERRORS:  # the results disk, not the run, failed: stop the sweep, keep what is done
+            raise
+        row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
+        traceback.print_exc()
+    except Exception as err:
+        row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
+        traceback.print_exc()
+    return Outcome(row, history)
+
+
+def peak_or_none(device: torch.device, dtype: str) -> Peak | None:
+    """The device's matmul peak for the MFU columns, or None where none can be measured (they stay blank)."""
+    try:
+        return matmul_peak(device, dtype)
+    except Exception:
+        return None

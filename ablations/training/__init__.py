@@ -1,0 +1,1 @@
+"""Training one model: the datasets, the training loop, its checkpoints, and the step benchmark."""

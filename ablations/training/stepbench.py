@@ -1,0 +1,92 @@
+"""The training step timed alone: the eager step against the static-buffer step, side by side.
+
+    python -m ablations.stepbench [--preset vit_mnist] [--batch-size 64] [--device auto] [--dtype auto] [--rounds 7]
+    make bench-step DEVICE=cuda
+
+The static-buffer step (`bench.training.step.StaticStep`) is what sweeps train with on CUDA, each batch size captured
+once into a CUDA graph and replayed; on the CPU it runs uncaptured (sweeps there use the eager step),
+so the CPU figures only show what the static buffers cost. Each step trains its own copy of the same
+model (the preset at the dataset's shape, `TrainConfig` defaults: AdamW, clipping, label smoothing) on
+one fixed batch already on the device. The steps are timed in interleaved rounds (`bench.rounds`: every
+round times each once, the first one rotating), each time with `bench.timing.time_steps` (warm-up,
+which includes the capture, then at least 10 steps and 0.5 s); a step's figure is the median of its
+rounds' medians with their interquartile range, and the ratio is named only when those ranges are apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from ablations.training.data import DATASETS, load_dataset
+from bench.env import resolve_device
+from bench.rounds import Spread, interleaved, ratio_or_noise
+from bench.timing import TimingConfig, time_steps
+from bench.training.recipe import TrainConfig
+from bench.training.step import EagerStep, StaticStep, train_mode, training_parts
+from vit import PRESETS, VisionTransformer, ViTConfig
+
+KINDS = ("eager", "static")
+
+
+def build_steps(model_cfg: ViTConfig, cfg: TrainConfig, device: torch.device) -> dict[str, EagerStep]:
+    """One training step of each kind, each with its own model (same initial weights) and optimizer."""
+    steps: dict[str, EagerStep] = {}
+    for kind in KINDS:
+        torch.manual_seed(0)
+        model = VisionTransformer(model_cfg).to(device)
+        runner, optimizer, scaler = training_parts(model, cfg, device)
+        train_mode(model, cfg)
+        args = (model, runner, optimizer, scaler, cfg, device, cfg.resolved_dtype(device))
+        steps[kind] = StaticStep(*args) if kind == "static" else EagerStep(*args)
+    return steps
+
+
+def main(argv: list[str] | None = None) -> dict[str, Spread]:
+    parser = argparse.ArgumentParser(prog="python -m ablations.stepbench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="vit_mnist", choices=sorted(PRESETS))
+    parser.add_argument("--dataset", default="mnist5k", choices=sorted(DATASETS),
+                        help="gives the image shape and classes (default mnist5k: 28×28, 1 channel, 10 classes)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"],
+                        help="autocast dtype (auto: bf16 on CUDA, fp32 on the CPU; fp16 has no graphed step)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--min-time", type=float, default=0.5, help="seconds timed per step kind and round")
+    args = parser.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+        cfg = TrainConfig(batch_size=args.batch_size, dtype=args.dtype)
+        timing = TimingConfig(warmup=4, min_repeats=10, min_time_s=args.min_time)
+        if args.rounds < 1:
+            raise ValueError(f"--rounds must be ≥ 1, got {args.rounds}")
+        data = load_dataset(args.dataset)
+        model_cfg = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
+                                                 num_classes=data.num_classes)
+    except (ValueError, FileNotFoundError) as err:
+        parser.exit(2, f"error: {err}\n")
+    steps = build_steps(model_cfg, cfg, device)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch_size, data.in_chans, data.img_size, data.img_size, generator=g).to(device)
+    y = torch.randint(0, data.num_classes, (args.batch_size,), generator=g).to(device)
+    medians: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    for _, kind in interleaved(KINDS, args.rounds):
+        step = steps[kind]
+        medians[kind].append(time_steps(lambda: step(x, y, 1e-4), device, timing).median_ms)
+    spreads = {kind: Spread.of(values) for kind, values in medians.items()}
+    static = "graphed" if steps["static"].graphed else "static buffers, not captured"
+    dtype = cfg.resolved_dtype(device)
+    print(f"{args.preset} training step, batch {args.batch_size}, {device.type} {dtype}, "
+          f"{args.rounds} interleaved rounds")
+    for kind, s in spreads.items():
+        label = f"{kind} ({static})" if kind == "static" else kind
+        print(f"  {label:<36} {s.median:8.3f} ms/step  [IQR {s.q1:.3f}–{s.q3:.3f}]")
+    print(f"  static / eager: {ratio_or_noise(spreads['static'], spreads['eager'])}")
+    return spreads
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,182 @@
+"""The trainer: AdamW, linear warm-up then cosine, label smoothing, gradient clipping, autocast.
+
+Seeded and reproducible on CPU: the seed fixes the initial weights, the batch order and the
+augmentation (one generator each); the same seed on the same machine gives the same accuracy.
+
+No host synchronisation per step: the loss is summed on the device and read once per epoch, when a
+non-finite epoch loss stops the run with `Diverged` naming the epoch. The learning rate is computed on
+the host from the step count.
+
+Checkpoints (`ablations.training.checkpoints`): `train` given an existing checkpoint of the same run resumes
+after its epoch, and on the CPU ends with the same weights as a run that was never interrupted. The
+step itself (AdamW, clipping, autocast, the CUDA-graph variant) is `bench.training.step`'s, so the cost phase
+and `bench` time the very step the runs train with.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from ablations.training.checkpoints import Checkpointing, load_checkpoint, restore, save_checkpoint, training_state
+from ablations.training.data import Dataset, recipe_data
+from bench.training.precision import autocast
+from bench.training.recipe import TrainConfig
+from bench.training.step import make_step, train_mode, training_parts
+from bench.utilisation import UtilSampler, reader_for
+
+
+class Diverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+
+@dataclass
+class TrainResult:
+    train_loss: float
+    test_loss: float
+    test_acc: float
+    best_test_acc: float
+    train_time_s: float
+    train_throughput_img_s: float
+    history: list[dict[str, float]] = field(default_factory=list)
+    test_preds: Tensor | None = None  # (n_test,) the final model's class index for each test image
+    resumed_after: int = 0  # the epoch of the checkpoint this run resumed from; 0 = not resumed
+    train_util_pct: float | None = None  # NVML (CUDA) or process CPU use, sampled while training epochs ran
+    train_size: int | None = None  # images trained on (the training set less a validation split)
+    val_size: int | None = None    # images of the validation split (None without one)
+    val_loss: float | None = None  # on the validation split after the last epoch
+    val_acc: float | None = None
+
+    def row(self) -> dict[str, float]:
+        """The result-table columns: the scalars, and the test-set size."""
+        scalars = {k: v for k, v in asdict(self).items() if k not in ("history", "test_preds")}
+        return {**scalars, "test_size": None if self.test_preds is None else len(self.test_preds)}
+
+
+def lr_at(step: int, total_steps: int, warmup_steps: int, peak: float) -> float:
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str, batch_size: int,
+             on_device: tuple[Tensor, Tensor] | None = None) -> tuple[float, float, Tensor]:
+    """Loss, accuracy, and the predicted class of every image (on the CPU), of the test set or of
+    `on_device`: images and labels already on `device` (training copies them once, not once per epoch: a
+    blocking copy waits for the device)."""
+    model.eval()
+    total_loss, preds = torch.zeros((), device=device), []
+    images, labels = on_device or (data.test_x.to(device), data.test_y.to(device))
+    for i in range(0, len(labels), batch_size):
+        x, y = data.normalize(images[i:i + batch_size]), labels[i:i + batch_size]
+        with autocast(device, dtype):
+            logits = model(x)
+        total_loss += F.cross_entropy(logits.float(), y, reduction="sum")
+        preds.append(logits.argmax(-1))
+    pred = torch.cat(preds).cpu()  # one transfer, and one read of the loss, per evaluation
+    n = len(labels)
+    return total_loss.item() / n, (pred == labels.cpu()).sum().item() / n, pred
+
+
+def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
+          progress: bool = True, checkpoint: Checkpointing | None = None, graphs: bool = True) -> TrainResult:
+    """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch. With
+    `checkpoint`, resume from its file when there is one and write it as `checkpoint` says. `graphs`:
+    the static-buffer step (`StaticStep`: one CUDA graph per batch size on CUDA), else the eager one."""
+    dtype = cfg.resolved_dtype(device)
+    data, held_out = recipe_data(data, cfg)
+    val_on_device = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
+    model = model.to(device)
+    compiled, optimizer, scaler = training_parts(model, cfg, device)
+    generators = {"order": torch.Generator().manual_seed(seed), "augment": torch.Generator().manual_seed(seed + 1)}
+    order_gen, aug_gen = generators["order"], generators["augment"]
+    train_x, train_y = data.train_x.to(device), data.train_y.to(device)
+    test_on_device = data.test_x.to(device), data.test_y.to(device)
+    n = len(train_y)
+    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    total_steps = cfg.epochs * steps_per_epoch
+    warmup_steps = max(1, round(cfg.warmup_epochs * steps_per_epoch))
+    history: list[dict[str, float]] = []
+    best_acc, step, train_time, images_seen, first = 0.0, 0, 0.0, 0, 1
+    # what a checkpoint must match to be resumed: the recipe, the data, the seed and the model's parameters
+    identity = {"seed": seed, "train": cfg.identity(), "n_train": n,
+                "params": {k: list(v.shape) for k, v in model.state_dict().items()}}
+    reader, util_time = reader_for(device), [0.0, 0.0]  # Σ util × epoch seconds, Σ seconds (this process)
+    saved = load_checkpoint(checkpoint.path) if checkpoint and checkpoint.path.exists() else None
+    if saved and saved[1].get("identity") != identity:
+        tqdm.write(f"checkpoint {checkpoint.path} is not this run's (another model, recipe or data); the run "
+                   f"starts from epoch 1", file=sys.stderr)
+    elif saved and saved[1]["epoch"] < cfg.epochs:
+        tensors, meta = saved
+        fresh = {k: v.clone() for k, v in model.state_dict().items()}
+        try:
+            restore(tensors, meta, model, optimizer, scaler, generators)
+        except Exception as err:  # a damaged or foreign state: back to the untouched start
+            model.load_state_dict(fresh)
+            compiled, optimizer, scaler = training_parts(model, cfg, device)
+            generators = {"order": torch.Generator().manual_seed(seed),
+                          "augment": torch.Generator().manual_seed(seed + 1)}
+            order_gen, aug_gen = generators["order"], generators["augment"]
+            tqdm.write(f"checkpoint {checkpoint.path} could not be restored ({type(err).__name__}); the run starts "
+                       f"from epoch 1", file=sys.stderr)
+        else:
+            history, step, train_time = meta["history"], meta["step"], meta["train_time_s"]
+            first = meta["epoch"] + 1
+            images_seen, best_acc = meta["epoch"] * n, max(h["test_acc"] for h in history)
+            tqdm.write(f"resumed from {checkpoint.path.name} after epoch {meta['epoch']} of {cfg.epochs}")
+    train_step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, graphs)
+    epochs = tqdm(range(first, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
+    for epoch in epochs:
+        train_mode(model, cfg)
+        t0 = time.perf_counter()
+        order = torch.randperm(n, generator=order_gen).to(device)
+        loss_sum = torch.zeros((), device=device)
+        with UtilSampler(reader) as sampler:
+            for x, y in data.epoch_batches(train_x, train_y, order, cfg.batch_size, aug_gen):
+                lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
+                loss_sum += train_step(x, y, lr)
+                step += 1
+            train_loss = loss_sum.item() / n  # the epoch's one read of the training loss (it waits for the device)
+        epoch_time = time.perf_counter() - t0
+        train_time += epoch_time
+        util = sampler.summary().get("util_pct")
+        if util is not None:
+            util_time[0] += util * epoch_time
+            util_time[1] += epoch_time
+        if not math.isfinite(train_loss):
+            raise Diverged(f"loss became {train_loss} in epoch {epoch} (steps {step - steps_per_epoch + 1}–{step}, "
+                           f"lr {lr:.3g} at the last)")
+        images_seen += n
+        test_loss, test_acc, test_preds = evaluate(compiled, data, device, dtype, cfg.eval_batch_size, test_on_device)
+        best_acc = max(best_acc, test_acc)
+        record = {"epoch": epoch, "lr": lr, "train_loss": train_loss, "test_loss": test_loss,
+                  "test_acc": test_acc, "elapsed_s": train_time}
+        if val_on_device is not None:
+            record["val_loss"], record["val_acc"], _ = evaluate(compiled, data, device, dtype, cfg.eval_batch_size,
+                                                                val_on_device)
+        history.append(record)
+        epochs.set_postfix(loss=f"{train_loss:.3f}", acc=f"{test_acc:.4f}")
+        if checkpoint and checkpoint.due(epoch, cfg.epochs, train_time / (epoch - first + 1)):
+            save_checkpoint(checkpoint.path, training_state(model, optimizer, generators),
+                            {"identity": identity, "epoch": epoch, "step": step, "train_time_s": train_time,
+                             "history": history, "param_groups": [  # as the eager step keeps them
+                                 {k: float(v) if torch.is_tensor(v) else v for k, v in g.items() if k != "capturable"}
+                                 for g in optimizer.state_dict()["param_groups"]],
+                             "scaler": scaler.state_dict() if scaler.is_enabled() else {}})
+    last = history[-1]
+    return TrainResult(last["train_loss"], last["test_loss"], last["test_acc"], best_acc, train_time,
+                       images_seen / train_time, history, test_preds, resumed_after=first - 1,
+                       train_util_pct=util_time[0] / util_time[1] if util_time[1] else None, train_size=n,
+                       val_size=len(held_out[1]) if held_out else None, val_loss=last.get("val_loss"),
+                       val_acc=last.get("val_acc"))

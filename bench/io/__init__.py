@@ -1,0 +1,1 @@
+"""Files: CSV tables that survive a crash and any column order, atomic writes, `--set` overrides."""

@@ -1,0 +1,235 @@
+"""Append-only CSV tables that survive kills, full disks, concurrent writers and bad lines.
+
+Writes: the rows of one call are formatted in memory and written on an `O_APPEND` descriptor while
+holding an exclusive `flock`, then fsync'd. Before appending, a torn last line (a write cut by a kill,
+a power loss or a full disk) is cut off and kept in `<file>.quarantine`, so a new row never fuses with
+a fragment. A short write is retried until complete; a write that fails (ENOSPC, EFBIG) is rolled back
+to the file's previous length and raised as `OSError` naming the file: a full disk never leaves half a
+row. Two processes appending to one file never interleave.
+
+Every record is one line (a line break inside a cell is written as " | "), so a damaged line cannot
+swallow the lines after it. Reads: `read_rows` never fails on content. A line with the wrong number of
+fields, undecodable bytes, or a cell its column's schema refuses (a word where a number belongs, an
+identifier that is not 12 hex digits, a status that is not one of the statuses, a blank run_id) is
+skipped with one `SkippedInput` warning naming the file and the line numbers (the report lists these
+warnings under "Skipped inputs"). Each line is judged on its own, so any number of garbage lines
+cannot make real rows look malformed.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import os
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import pandas as pd
+
+from bench.io.atomic import write_atomic
+
+
+class CellCheck(Protocol):
+    kind: str  # "text", "id" and "time" cells are read as strings
+
+    def accepts(self, cell: str) -> bool: ...
+
+
+class SkippedInput(UserWarning):
+    """An input (a line, a row, a file) that a reader skipped; the message names it and why."""
+
+
+def skipped(message: str) -> None:
+    warnings.warn(message, SkippedInput, stacklevel=3)
+
+
+def _format(rows: Iterable[Iterable[object]]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for values in rows:  # one record per line: a line break inside a cell (an error message's) becomes " | "
+        writer.writerow(["" if v is None else " | ".join(str(v).splitlines()) if isinstance(v, str) else v
+                         for v in values])
+    return buf.getvalue().encode()
+
+
+def _write_all(fd: int, data: bytes, path: Path) -> None:
+    """Write every byte or raise naming `path`, with the file cut back to its length before the call."""
+    start = os.fstat(fd).st_size
+    view = memoryview(data)
+    try:
+        while view:
+            written = os.write(fd, view)
+            if written <= 0:
+                raise OSError(f"write returned {written}")
+            view = view[written:]
+        os.fsync(fd)
+    except OSError as err:
+        try:
+            os.ftruncate(fd, start)
+        except OSError:
+            pass
+        reason = err.strerror or str(err)
+        raise OSError(err.errno, f"{path}: could not write {len(data)} bytes ({reason}); nothing of them was "
+                                 f"kept. Free space or choose another OUT, then rerun to resume") from None
+
+
+def _heal_tail(fd: int, path: Path) -> None:
+    """Cut an unterminated last line off the file (under the caller's lock) into `<path>.quarantine`."""
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    data = os.pread(fd, size, 0)
+    cut = data.rfind(b"\n") + 1
+    quarantine = path.with_name(path.name + ".quarantine")
+    with open(quarantine, "ab") as q:
+        q.write(data[cut:] + b"\n")
+    os.ftruncate(fd, cut)
+    warnings.warn(f"{path}: cut a torn last line ({size - cut} bytes, from an interrupted write) and kept it in "
+                  f"{quarantine.name}", SkippedInput, stacklevel=3)
+
+
+def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> None:
+    """Append `rows` in one write under the file's header (written from `columns` if the file is new):
+    all of them land, or none. A row with columns the header lacks (a table written by an older
+    version) first extends the header: the file is rewritten atomically with the new columns at the
+    end, blank in the old rows."""
+    if not rows:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise OSError(err.errno, f"{path}: cannot open for writing ({err.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not _still_the_file(fd, path):  # replaced (header extended, rows dropped) while we waited
+                continue
+            _heal_tail(fd, path)
+            header = _read_header(fd)
+            lines: list[Iterable[object]] = []
+            if header is None:
+                header = list(dict.fromkeys([*columns, *(k for row in rows for k in row)]))
+                lines.append(header)
+            unknown = [c for c in dict.fromkeys([*columns, *(k for row in rows for k in row)])
+                       if c not in header and any(c in row for row in rows)]  # in the schema's order
+            if unknown:
+                _extend_header(fd, path, unknown)
+                continue  # append to the new file
+            lines += [[row.get(c) for c in header] for row in rows]
+            _write_all(fd, _format(lines), path)
+            return
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def _still_the_file(fd: int, path: Path) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _extend_header(fd: int, path: Path, new: list[str]) -> None:
+    """Rewrite the file (under the caller's lock) with `new` columns after the old ones, blank in old rows."""
+    data = os.pread(fd, os.fstat(fd).st_size, 0)
+    lines = data.splitlines()
+    pad = b"," * len(new)
+    head = lines[0] + b"," + _format([new]).rstrip(b"\n")
+    write_atomic(path, b"".join(line + b"\n" for line in [head, *(line + pad for line in lines[1:] if line)]))
+
+
+def append_row(path: str | Path, row: Mapping[str, object], columns: Sequence[str]) -> None:
+    """Append one row (see `append_rows`)."""
+    append_rows(path, [row], columns)
+
+
+def _read_header(fd: int) -> list[str] | None:
+    first = os.pread(fd, 65536, 0).split(b"\n", 1)[0]
+    if not first.strip():
+        return None
+    return next(csv.reader([first.decode("utf-8", errors="replace")]))
+
+
+def drop_rows(path: str | Path, column: str, values: set[str]) -> int:
+    """Remove the rows whose `column` is in `values` (a rerun's leftovers), atomically, under the lock.
+    Returns how many were removed. Only for files that one process writes at a time (a sweep's, under
+    its sweep lock)."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        lines = data.splitlines(keepends=True)
+        header = next(csv.reader([lines[0].decode("utf-8", errors="replace")])) if lines else []
+        if column not in header:
+            return 0
+        i = header.index(column)
+
+        def leftover(line: bytes) -> bool:
+            try:
+                record = next(csv.reader([line.decode("utf-8", errors="replace")], strict=True))
+            except (StopIteration, csv.Error):
+                return False  # a damaged line stays for the readers to skip and name
+            return len(record) == len(header) and record[i] in values
+
+        kept = lines[:1] + [line for line in lines[1:] if not leftover(line)]
+        removed = len(lines) - len(kept)
+        if removed:
+            write_atomic(path, b"".join(kept))
+        return removed
+    finally:
+        os.close(fd)
+
+
+def read_rows(path: str | Path, schema: Mapping[str, CellCheck] | None = None) -> pd.DataFrame:
+    """The table as a DataFrame; malformed lines are skipped with a `SkippedInput` warning. `schema`
+    ({column name: its definition}, e.g. `bench.schema.BENCH_SCHEMA`) judges every cell of the columns
+    it names; without it only a line's shape and bytes are judged."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        skipped(f"{path}: unreadable ({err.strerror}); skipped")
+        return pd.DataFrame()
+    text = data.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+    if text and not text.endswith("\n"):
+        skipped(f"{path}: dropping an unterminated last line (interrupted write)")
+        text = text[: text.rfind("\n") + 1]
+    lines = text.splitlines()
+    try:
+        header = next(csv.reader(lines[:1], strict=True))
+    except (StopIteration, csv.Error):
+        header = []
+    if not header or len(set(header)) != len(header) or "\ufffd" in "".join(header):
+        if lines:
+            skipped(f"{path}: line 1 is not a header of distinct column names; file skipped")
+        return pd.DataFrame()
+    checks = [(j, schema[name]) for j, name in enumerate(header) if name in schema] if schema else []
+    good: list[tuple[int, list[str]]] = []
+    bad: list[int] = []
+    for number, line in enumerate(lines[1:], start=2):  # the writer keeps every record on one line
+        try:
+            record = next(csv.reader([line], strict=True))
+        except (StopIteration, csv.Error):
+            record = []
+        if (len(record) != len(header) or "\ufffd" in line
+                or not all(column.accepts(record[j]) for j, column in checks)):
+            bad.append(number)
+        else:
+            good.append((number, record))
+    if bad:
+        shown = ", ".join(map(str, sorted(bad)[:10])) + (" …" if len(bad) > 10 else "")
+        skipped(f"{path}: skipped {len(bad)} malformed line(s): {shown}")
+    if not good:
+        return pd.DataFrame(columns=header)
+    text_columns = {name: str for name, column in (schema or {}).items()
+                    if name in header and column.kind in ("text", "id", "time")}  # "000123" stays a string
+    return pd.read_csv(io.BytesIO(_format([header] + [rec for _, rec in good])), keep_default_na=False,
+                       na_values=[""], dtype=text_columns)

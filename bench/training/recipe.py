@@ -1,0 +1,124 @@
+"""The training recipe: one frozen dataclass, validated when it is built."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+
+from bench.training.precision import DTYPES
+
+
+def _doc(unit: str, meaning: str, kind: str = "number") -> dict[str, str]:
+    return {"unit": unit, "doc": meaning, "kind": kind}
+
+
+# Fields added after run ids existed: they enter a run's identity only when set away from their default,
+# so every run defined before them keeps its id.
+LATER_FIELDS = ("crop_padding", "flip", "holdout", "holdout_seed")
+HOLDOUT_SPLITS = ("stratified", "random")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How a model is trained; each field is a column of a training row (`docs/columns.md`). The defaults
+    are the best mnist5k recipe measured within ~60 s on a 2-core CPU (see README)."""
+
+    epochs: int = field(default=20, metadata=_doc("", "training epochs", "int"))
+    batch_size: int = field(default=64, metadata=_doc("images", "training images per optimisation step", "int"))
+    lr: float = field(default=2e-3, metadata=_doc("", "peak AdamW learning rate, reached after warmup_epochs of "
+                                                      "linear warm-up, then cosine decay to 0"))
+    weight_decay: float = field(default=0.05, metadata=_doc("", "AdamW weight decay (not on biases, norms, the "
+                                                                "CLS token or positions)"))
+    warmup_epochs: float = field(default=1.0, metadata=_doc("epochs", "linear learning-rate warm-up"))
+    label_smoothing: float = field(default=0.0, metadata=_doc("", "label smoothing of the training loss"))
+    grad_clip: float = field(default=1.0, metadata=_doc("", "maximum global gradient norm (0: no clipping)"))
+    dtype: str = field(default="auto", metadata=_doc("", "fp32, or bf16/fp16 autocast (auto: bf16 on CUDA, "
+                                                         "fp32 on the CPU)", "text"))
+    compile: bool = field(default=False, metadata=_doc("0/1", "whether the model ran under torch.compile", "int"))
+    eval_batch_size: int = field(default=500, metadata=_doc("images", "images per evaluation step", "int"))
+    layer_decay: float = field(default=1.0, metadata=_doc("", "layer-wise lr decay for fine-tuning (BEiT/MAE): "
+                                                              "block i of L trains at lr·decay^(L−i), embeddings "
+                                                              "at lr·decay^(L+1), head at lr (1: off)"))
+    freeze: str = field(default="none", metadata=_doc("", "none, or all_but_head for a linear probe", "text"))
+    crop_padding: int | None = field(default=None, metadata=_doc(
+        "px", "zero padding of the random-crop augmentation (blank: the dataset's default; 0: no crop)", "int"))
+    flip: bool | None = field(default=None, metadata=_doc(
+        "", "random horizontal flips (blank: the dataset's default: on for CIFAR only)", "bool"))
+    holdout: float = field(default=0.0, metadata=_doc(
+        "fraction", "share of the training set held out as a validation split for tuning, never trained on "
+                    "(0: none)"))
+    holdout_seed: int = field(default=0, metadata=_doc("", "seed of the validation split's draw", "int"))
+    holdout_split: str = field(default="stratified", metadata=_doc(
+        "", "how the validation split is drawn: stratified (each class in its training-set share) or random "
+            "(blank: random, as older rows drew it)", "text"))
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "eval_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TrainConfig.{name} must be a positive int, got {value!r}")
+        for name in ("weight_decay", "warmup_epochs", "label_smoothing", "grad_clip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+                raise ValueError(f"TrainConfig.{name} must be a finite number ≥ 0, got {value!r}")
+        if isinstance(self.layer_decay, bool) or not isinstance(self.layer_decay, (int, float)) \
+                or not 0 < self.layer_decay <= 1:
+            raise ValueError(f"TrainConfig.layer_decay must be in (0, 1], got {self.layer_decay!r}")
+        if self.freeze not in ("none", "all_but_head"):
+            raise ValueError(f"TrainConfig.freeze={self.freeze!r} is unknown; choose none or all_but_head")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < math.inf:
+            raise ValueError(f"TrainConfig.lr must be a finite number > 0, got {self.lr!r}")
+        if self.label_smoothing >= 1:
+            raise ValueError(f"TrainConfig.label_smoothing must be < 1, got {self.label_smoothing!r}")
+        if self.dtype not in ("auto", *DTYPES):
+            raise ValueError(f"TrainConfig.dtype={self.dtype!r} is unknown; choose auto, {', '.join(DTYPES)}")
+        if self.crop_padding is not None and (isinstance(self.crop_padding, bool) or not isinstance(self.crop_padding, int)
+                                              or self.crop_padding < 0):
+            raise ValueError(f"TrainConfig.crop_padding must be an int ≥ 0 (or unset), got {self.crop_padding!r}")
+        if self.flip is not None and not isinstance(self.flip, bool):
+            raise ValueError(f"TrainConfig.flip must be true or false (or unset), got {self.flip!r}")
+        if isinstance(self.holdout, bool) or not isinstance(self.holdout, (int, float)) or not 0 <= self.holdout < 1:
+            raise ValueError(f"TrainConfig.holdout must be a fraction in [0, 1), got {self.holdout!r}")
+        if isinstance(self.holdout_seed, bool) or not isinstance(self.holdout_seed, int) or self.holdout_seed < 0:
+            raise ValueError(f"TrainConfig.holdout_seed must be an int ≥ 0, got {self.holdout_seed!r}")
+        if self.holdout_split not in HOLDOUT_SPLITS:
+            raise ValueError(f"TrainConfig.holdout_split={self.holdout_split!r} is unknown; choose "
+                             f"{' or '.join(HOLDOUT_SPLITS)}")
+
+    @classmethod
+    def from_row(cls, row: Any) -> TrainConfig:
+        """The recipe a result-table row trained with: every field the row has (blank cells keep the default),
+        cast to the field's type; the row's dtype is what ran, so the device's automatic choice reads back
+        as `auto`."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = row.get(f.name)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            value = value.item() if hasattr(value, "item") else value
+            kind = bool if isinstance(f.default, bool) else {"int": int, "bool": bool, "text": str}.get(
+                f.metadata.get("kind", ""), float)
+            values[f.name] = str(value).strip().lower() in ("1", "1.0", "true") if kind is bool else kind(value)
+        device = torch.device(str(row.get("device") or "cpu").split(":")[0])
+        if values.get("dtype") == cls(dtype="auto").resolved_dtype(device):
+            values["dtype"] = "auto"
+        return cls(**values)
+
+    def resolved_dtype(self, device: torch.device) -> str:
+        return ("bf16" if device.type == "cuda" else "fp32") if self.dtype == "auto" else self.dtype
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def identity(self) -> dict[str, Any]:
+        """What of the recipe defines a run: every field, but `LATER_FIELDS` only where set away from their
+        default, and `holdout_split` only where a split is drawn and it is not the random draw that runs
+        used before the field existed (so a run keeps the id it had before those fields existed)."""
+        defaults = {f.name: f.default for f in fields(self)}
+        found = {k: v for k, v in asdict(self).items() if k not in LATER_FIELDS or v != defaults[k]}
+        if not self.holdout or self.holdout_split == "random":
+            del found["holdout_split"]
+        return found

@@ -8,9 +8,9 @@ import pytest
 from helpers import naive_bootstrap_p
 
 from ablations.analysis import calibrate as cal
+from ablations.analysis.calibrate import Rate, calibrate, compare_pairs, draw_groups, saved_pool, with_label_noise
 from ablations.analysis.report import REFERENCE
 from ablations.analysis.stats import ALPHA, compare_settings
-from ablations.calibrate import Rate, calibrate, compare_pairs, draw_groups, saved_pool, with_label_noise
 from ablations.results.store import SweepPaths, sweep_names
 from ablations.training.data import cached_dataset
 

@@ -9,7 +9,7 @@ from helpers import run_sweep
 from PIL import Image
 
 import ablations.__main__ as cli
-from ablations.calibrate import MODEL, RECIPE
+from ablations.analysis.calibrate import MODEL, RECIPE
 from ablations.results.schema import read_table
 from ablations.running.cost import CostPlan
 from ablations.running.tasks import RunOptions

@@ -32,13 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         bench_main(argv[1:])
         return 0
     if argv[0] == "calibrate":
-        from ablations.calibrate import main as calibrate_main
+        from ablations.analysis.calibrate import main as calibrate_main
 
         return calibrate_main(argv[1:])
     from ablations.__main__ import main as ablations_main
 
     return ablations_main(argv)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -84,3 +84,39 @@ def test_conv_stem_halves_to_the_patch_grid(img, patch, convs, grid):
     with torch.no_grad():
         tokens = VisionTransformer(cfg).patch_embed(torch.randn(2, 1, img, img))
     assert tokens.shape == (2, grid * grid, 64)
+
+
+def test_a_new_model_field_with_its_default_keeps_every_committed_reference_run_id():
+    """A run id hashes the model's identity: the fields ids have always hashed, and a field added since only
+    where set away from its default. Every finished run of the committed reference is found again from
+    today's sweep specs, both as ViTConfig is and with a new defaulted field; set away from its default, the
+    new field makes new runs."""
+    import dataclasses
+    from pathlib import Path
+
+    from ablations.results.identity import task_key
+    from ablations.results.schema import read_table
+    from ablations.specs import find_spec, load_spec
+    from bench.env import run_id
+
+    extended = dataclasses.make_dataclass("Extended", [("layer_scale", float, dataclasses.field(default=0.0))],
+                                          bases=(ViTConfig,), frozen=True)
+    reference = Path(__file__).resolve().parents[1] / "results" / "reference" / "ablations"
+    tables = [t for t in sorted(reference.glob("*.csv")) if not t.stem.endswith(("-cost", "-history"))]
+    assert len(tables) >= 10
+    for table in tables:
+        rows = read_table(table)
+        finished = set(rows.loc[rows["status"] == "ok", "run_id"].astype(str))
+        spec = load_spec(find_spec(table.stem))
+        points = spec.points(28, 1, 10)
+        points += [dataclasses.replace(p, train=dataclasses.replace(p.train, holdout_split="random"))
+                   for p in points if p.train.holdout]    # the older experiment a tuned table keeps
+        seeds = range(3)
+
+        def ids(model_of):
+            return {run_id(task_key(dataclasses.replace(p, model=model_of(p.model)), "mnist5k", s))
+                    for p in points for s in seeds}
+        as_is = ids(lambda m: m)
+        assert finished and finished <= as_is, f"{table.name}: {len(finished - as_is)} run ids not recomputed"
+        assert ids(lambda m: extended(**m.to_dict())) == as_is
+        assert not ids(lambda m: extended(**m.to_dict(), layer_scale=0.1)) & as_is

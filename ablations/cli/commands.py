@@ -8,7 +8,6 @@ module only to run one of them, so `--help` never loads torch. The commands that
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -26,18 +25,25 @@ from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
 from ablations.running.interrupts import Interrupted
 from ablations.running.runner import run_sweeps
 from ablations.running.tasks import RunOptions, make_tasks
-from ablations.specs import DATASET_FIELDS, Point, SpecError, SweepSpec, base_preset, default_sweeps, find_spec, load_spec
+from ablations.specs import (
+    DATASET_FIELDS,
+    MODEL_FIELDS,
+    TRAIN_FIELDS,
+    Point,
+    SpecError,
+    SweepSpec,
+    base_preset,
+    default_sweeps,
+    find_spec,
+    load_spec,
+)
 from ablations.training.data import cached_dataset, check_recipe
 from bench.env import resolve_device
 from bench.io.atomic import write_atomic
 from bench.io.overrides import parse_overrides
 from bench.measure import complexity
 from bench.reference import refusal
-from bench.training.recipe import TrainConfig
-from vit import VisionTransformer, ViTConfig, checkpoint_id, init_from_checkpoint
-
-MODEL_FIELDS = {f.name for f in dataclasses.fields(ViTConfig)}
-TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+from vit import VisionTransformer, checkpoint_id, init_from_checkpoint
 
 
 def _train_changes(args: argparse.Namespace) -> dict[str, Any]:

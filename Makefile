@@ -119,7 +119,7 @@ train: $(STAMP)
 
 bench: $(STAMP)
 	mkdir -p '$(OUT)/bench'
-	$(PY) -m pytest bench/test_bench_backends.py -p no:cacheprovider --benchmark-enable \
+	$(PY) -m pytest benchmarks/test_bench_backends.py -p no:cacheprovider --benchmark-enable \
 	  '--benchmark-json=$(OUT)/bench/pytest-benchmark.json' $(PYTEST_ARGS)
 	$(PY) -m bench convert-json '$(OUT)/bench/pytest-benchmark.json' '$(OUT)/bench/pytest-benchmark.csv' $(INTO_REF)
 

@@ -101,3 +101,30 @@ def test_attention_dropout_is_active_in_training_only():
         assert not torch.equal(model(x), model(x)), backend
         model.eval()
         assert torch.equal(model(x), model(x)), backend
+
+
+def test_a_backend_registered_through_the_vit_package_is_a_choice_of_the_config():
+    """`vit.register_backend` (what `python -m bench --help` points to for new backends) adds a backend that a
+    ViTConfig accepts and the model calls: here bmm under another name, so the outputs are equal."""
+    import vit
+    from vit.attention import ATTENTION_BACKENDS
+
+    calls = []
+
+    @vit.register_backend("counted_bmm")
+    def counted(x, qkv_weight, qkv_bias, num_heads, dropout_p, need_weights):
+        calls.append(x.shape)
+        return ATTENTION_BACKENDS["bmm"](x, qkv_weight, qkv_bias, num_heads, dropout_p, need_weights)
+    try:
+        cfg = vit.ViTConfig(img_size=8, patch_size=4, in_chans=1, embed_dim=16, depth=2, num_heads=2)
+        torch.manual_seed(0)
+        reference = vit.VisionTransformer(cfg.replace(attn="bmm")).eval()
+        mine = vit.VisionTransformer(cfg.replace(attn="counted_bmm")).eval()
+        mine.load_state_dict(reference.state_dict())
+        x = torch.randn(3, 1, 8, 8)
+        torch.testing.assert_close(mine(x), reference(x))
+        assert len(calls) == cfg.depth
+    finally:
+        ATTENTION_BACKENDS.pop("counted_bmm", None)
+    with pytest.raises(ValueError, match="attn='counted_bmm' is unknown"):
+        vit.ViTConfig(attn="counted_bmm")

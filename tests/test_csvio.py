@@ -2,6 +2,8 @@
 
 import multiprocessing as mp
 
+import pytest
+
 from bench.io.csvio import append_row, read_rows
 
 
@@ -23,3 +25,22 @@ def test_two_processes_appending_never_tear_a_line(tmp_path):
     assert (table["payload"] == table["writer"] + "-" + table["i"].astype(str) + "-" + "x" * 3000).all()
     for tag in ("a", "b"):
         assert sorted(table.loc[table.writer == tag, "i"]) == list(range(150))
+
+
+def test_skipped_lines_go_to_the_enclosing_collector_once_each_and_are_warnings_elsewhere(tmp_path):
+    """The report collects what readers skipped without touching the process's warning filters: inside
+    `collecting_skips` a skipped line is a note (each message once, however often the file is read), with
+    no warning; outside, the same read warns."""
+    import warnings
+
+    from bench.io.csvio import SkippedInput, collecting_skips, read_rows
+
+    path = tmp_path / "t.csv"
+    path.write_text("a,b\n1,2\nonly-one-field\n3,4\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # any warning inside the collector fails the test
+        with collecting_skips() as notes:
+            assert len(read_rows(path)) == 2 and len(read_rows(path)) == 2
+    assert notes == [f"{path}: skipped 1 malformed line(s): 3"]
+    with pytest.warns(SkippedInput, match="skipped 1 malformed line"):
+        read_rows(path)

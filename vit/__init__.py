@@ -1,7 +1,7 @@
 """The ViT core: one config, and registries for attention backends, position encodings, norm
 placements, stems and pooling."""
 
-from .attention import ATTENTION_BACKENDS, Attention
+from .attention import ATTENTION_BACKENDS, Attention, register_backend
 from .blocks import NORM_PLACEMENTS, Block
 from .config import PRESETS, ViTConfig
 from .model import VisionTransformer
@@ -20,5 +20,5 @@ from .timm_interop import (
 __all__ = [
     "ATTENTION_BACKENDS", "Attention", "Block", "NORM_PLACEMENTS", "POOLINGS", "POSITION_ENCODINGS", "PRESETS", "STEMS",
     "ViTConfig", "VisionTransformer", "adapt_timm_state_dict", "checkpoint_id", "init_from_checkpoint",
-    "load_timm_weights", "read_checkpoint", "sincos_2d", "sinusoidal_1d", "timm_to_vit_keys",
+    "load_timm_weights", "read_checkpoint", "register_backend", "sincos_2d", "sinusoidal_1d", "timm_to_vit_keys",
 ]

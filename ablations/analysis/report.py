@@ -6,7 +6,6 @@ Every sentence with a number in it is computed from the tables; the same CSVs gi
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +21,7 @@ from ablations.results.store import SweepPaths, latest_cost_phase, ok_rows, swee
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec
 from ablations.training.data import load_dataset
 from bench.contention import CONTENDED_PCT
-from bench.io.csvio import SkippedInput, read_rows, skipped
+from bench.io.csvio import collecting_skips, read_rows, skipped
 from bench.reference import CHECKOUT_REFERENCE
 from bench.rounds import MIN_ROUNDS
 from bench.schema import BENCH_SCHEMA
@@ -339,15 +338,10 @@ def build_report(out: Path, data_root: str | Path = "data", reference: Path | No
     with `reference` (a folder of reference results), a section compares the runs with it point by point;
     `margin` (a fraction) is the equivalence margin of sweeps whose spec sets none.
     A damaged row or file is skipped and listed at the end under "Skipped inputs"."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SkippedInput)
+    with collecting_skips() as notes:
         lines = _report_lines(Path(out), data_root, margin)
         if reference is not None:
             lines += _guarded("against the reference", _reference_section, Path(out), Path(reference))
-    notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, SkippedInput)))
-    for w in caught:
-        if not issubclass(w.category, SkippedInput):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if notes:
         lines += ["## Skipped inputs", "", "These rows and files could not be read and were left out of the report:",
                   ""] + [f"- {note}" for note in notes] + [""]
@@ -377,18 +371,19 @@ def _specs(out: Path) -> dict[str, SweepSpec]:
 
 
 def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> list[str]:
-    ablations, figures = out / "ablations", out / "figures"
+    figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     specs = _specs(out)
     tables, tunings = {}, {}
     for name, spec in specs.items():
-        if (ablations / f"{name}.csv").exists():
-            table = _read_table(ablations / f"{name}.csv", spec)
+        rows = SweepPaths.of(out, name).rows
+        if rows.exists():
+            table = _read_table(rows, spec)
             if table is not None and spec.tune and (table["status"] == "ok").any():
                 try:
                     table, tunings[name] = designs.select(spec, table)  # each setting's runs at its pick
                 except ValueError as err:
-                    skipped(f"{ablations / (name + '.csv')}: {err}; the sweep is left out")
+                    skipped(f"{rows}: {err}; the sweep is left out")
                     table = None
             if table is not None:
                 tables[name] = table
@@ -409,7 +404,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> l
             lines += ["", f"_{spec.description}_"]
         lines.append("")
         if sweep not in tables:
-            lines += [f"_Missing: `{ablations / (sweep + '.csv')}` does not exist or cannot be read; "
+            lines += [f"_Missing: `{SweepPaths.of(out, sweep).rows}` does not exist or cannot be read; "
                       f"`make ablate-{sweep}` produces it._", ""]
             continue
         rows = tables[sweep]

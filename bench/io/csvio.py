@@ -11,19 +11,22 @@ Every record is one line (a line break inside a cell is written as " | "), so a 
 swallow the lines after it. Reads: `read_rows` never fails on content. A line with the wrong number of
 fields, undecodable bytes, or a cell its column's schema refuses (a word where a number belongs, an
 identifier that is not 12 hex digits, a status that is not one of the statuses, a blank run_id) is
-skipped with one `SkippedInput` warning naming the file and the line numbers (the report lists these
-warnings under "Skipped inputs"). Each line is judged on its own, so any number of garbage lines
-cannot make real rows look malformed.
+skipped with one message naming the file and the line numbers: inside `collecting_skips()` (the report,
+which lists them under "Skipped inputs") it goes to the collector; elsewhere it is a `SkippedInput`
+warning. Each line is judged on its own, so any number of garbage lines cannot make real rows look
+malformed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import csv
 import fcntl
 import io
 import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -42,8 +45,29 @@ class SkippedInput(UserWarning):
     """An input (a line, a row, a file) that a reader skipped; the message names it and why."""
 
 
+# the messages of the innermost `collecting_skips` of this thread (or task); None outside one
+_COLLECTED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("skipped_inputs", default=None)
+
+
+@contextlib.contextmanager
+def collecting_skips() -> Iterator[list[str]]:
+    """`with collecting_skips() as notes:` the messages of every input skipped inside, in order, each once;
+    none of them becomes a warning."""
+    notes: list[str] = []
+    token = _COLLECTED.set(notes)
+    try:
+        yield notes
+    finally:
+        _COLLECTED.reset(token)
+
+
 def skipped(message: str) -> None:
-    warnings.warn(message, SkippedInput, stacklevel=3)
+    """Say that an input was skipped: to the enclosing `collecting_skips`, or as a `SkippedInput` warning."""
+    notes = _COLLECTED.get()
+    if notes is None:
+        warnings.warn(message, SkippedInput, stacklevel=3)
+    elif message not in notes:
+        notes.append(message)
 
 
 def _format(rows: Iterable[Iterable[object]]) -> bytes:
@@ -87,8 +111,8 @@ def _heal_tail(fd: int, path: Path) -> None:
     with open(quarantine, "ab") as q:
         q.write(data[cut:] + b"\n")
     os.ftruncate(fd, cut)
-    warnings.warn(f"{path}: cut a torn last line ({size - cut} bytes, from an interrupted write) and kept it in "
-                  f"{quarantine.name}", SkippedInput, stacklevel=3)
+    skipped(f"{path}: cut a torn last line ({size - cut} bytes, from an interrupted write) and kept it in "
+            f"{quarantine.name}")
 
 
 def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> None:

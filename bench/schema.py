@@ -152,8 +152,8 @@ SPEED = [
     Column("mfu", "", "model FLOP utilisation: achieved FLOP/s over the device's measured matmul peak for "
                       "that dtype (a training step counts 3 × the forward FLOPs)"),
     Column("mfu_peak_gflops", "10⁹ FLOP/s", "the matmul peak the row's MFU figures were divided by: the best "
-                                            "seen on this device, dtype and thread count, never one measured "
-                                            "under load"),
+                                            "square matmul of this device and dtype measured in the same "
+                                            "command (again while other processes held the machine)"),
     Column("mfu_peak_at", "ISO 8601", "when that peak was measured", "text"),
 ]
 EXTRA = [

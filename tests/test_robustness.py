@@ -415,18 +415,9 @@ def test_a_run_whose_predictions_were_deleted_is_trained_again_and_reported(tmp_
 
 # 7. the smaller ones: a cache that cannot be written, an older table, tracebacks, a foreign checkpoint ------
 
-def test_an_unwritable_cache_costs_only_the_cached_peak(tmp_path, monkeypatch, capsys):
-    from bench import mfu
-
+def test_an_unwritable_cache_costs_only_the_cache(tmp_path, monkeypatch):
     (tmp_path / "cache-file").write_text("a file where the cache folder should be")
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache-file"))
-    monkeypatch.setattr(mfu, "measure_matmul_peak", lambda device, dtype, n=None: 1.5e11)
-    mfu.matmul_peak.cache_clear()
-    try:
-        assert mfu.matmul_peak_flops(torch.device("cpu"), "fp32") == 1.5e11
-    finally:
-        mfu.matmul_peak.cache_clear()
-    assert "cannot keep the matmul peak" in capsys.readouterr().err
     summary = run_sweep("depth", points("depth", 1), dataclasses.replace(options(tmp_path / "o"),
                                                                          cost=CostPlan(rounds=1)))
     assert summary["statuses"] == {"ok": 1}

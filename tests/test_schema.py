@@ -52,3 +52,20 @@ def test_migrate_rewrites_an_older_table_with_its_exact_recipe_and_keeps_every_r
     assert main(["migrate", "--out", str(out)]) == 0 and "0 row(s)" in capsys.readouterr().out   # idempotent
     assert main(["migrate", "--out", str(tmp_path / "none")]) == 2
     assert "no ablations/ folder" in capsys.readouterr().err
+
+
+def test_column_roles_are_declared_with_the_columns_and_checked():
+    """What readers do with a column (leave it out of equality checks, take its cost-phase median) is said
+    where the column is declared; the lists readers use are read from there."""
+    import pytest
+
+    from ablations.results.schema import ABLATION_TABLE, COST_TABLE, MEASURED
+    from ablations.results.store import SPEED_FIGURES
+    from bench.schema import Column
+
+    assert {"throughput_img_s", "train_time_s", "started_at"} <= set(MEASURED) and "test_acc" not in MEASURED
+    assert set(SPEED_FIGURES) <= {c.name for c in COST_TABLE} and "throughput_img_s" in SPEED_FIGURES
+    assert all("measured" in c.roles for c in COST_TABLE if "speed" in c.roles)  # a speed figure always varies
+    assert not [c.name for c in ABLATION_TABLE if c.name in ("run_id", "seed", "test_acc") and c.roles]
+    with pytest.raises(ValueError, match="roles \\['fast'\\] are not among"):
+        Column("x", "", "a column", roles=("fast",))

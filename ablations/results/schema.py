@@ -12,7 +12,7 @@ import pandas as pd
 
 from bench.io.csvio import read_rows
 from bench.training.recipe import TrainConfig
-from bench.schema import BENCH_TABLE, CONFIG, EXTRA, IDENTITY, SIZE, SPEED, Column, by_name, names
+from bench.schema import BENCH_TABLE, CONFIG, EXTRA, IDENTITY, SIZE, SPEED, Column, by_name, names, with_role
 
 RECIPE = [Column(f.name, f.metadata["unit"], f.metadata["doc"], f.metadata["kind"])
           for f in dataclasses.fields(TrainConfig) if f.name not in ("dtype", "compile")]  # those two: IDENTITY
@@ -25,20 +25,20 @@ TRAINING = [
     Column("norm_mean", "", "per-channel mean the run's images were normalised with (space-separated)", "text"),
     Column("norm_std", "", "per-channel standard deviation the run's images were normalised with", "text"),
     Column("seed", "", "training seed: initial weights, batch order and augmentation", "int"),
-    Column("train_time_s", "s", "wall time of the training epochs, evaluation excluded"),
+    Column("train_time_s", "s", "wall time of the training epochs, evaluation excluded", roles=("measured",)),
     Column("train_loss", "", "mean cross-entropy over the last epoch's training images"),
     Column("test_loss", "", "mean cross-entropy over the test set after the last epoch"),
     Column("test_acc", "fraction", "test accuracy after the last epoch"),
     Column("best_test_acc", "fraction", "highest test accuracy after any epoch (not for model selection)"),
-    Column("train_throughput_img_s", "images/s", "training images per second over the whole run"),
+    Column("train_throughput_img_s", "images/s", "training images per second over the whole run", roles=("measured",)),
     Column("train_util_pct", "%", "while the training epochs ran (evaluation excluded): GPU utilisation from "
                                   "NVML's timestamped samples inside them (the whole GPU's: with jobs above 1, "
                                   "under MPS or time-sliced, it counts the other runs' kernels too), "
                                   "or on the CPU this process's CPU time over wall time as a share of the "
                                   "cores its torch threads can use (util_cores; older rows: of all its "
-                                  "cores); util_pct is the inference step's in the cost phase"),
+                                  "cores); util_pct is the inference step's in the cost phase", roles=("measured",)),
     Column("train_mfu", "", "training MFU over the whole run: 3 × gflops × train_throughput_img_s over the "
-                            "device's measured matmul peak; mfu is the cost phase's inference step"),
+                            "device's measured matmul peak; mfu is the cost phase's inference step", roles=("measured",)),
     Column("init", "", "the starting checkpoint, file:sha256-prefix or timm:<name>; empty for random init", "text"),
     Column("test_size", "images", "test images behind test_acc (and in the run's predictions file)", "int"),
     Column("train_size", "images", "training images the run trained on (the training set less its validation "
@@ -52,19 +52,20 @@ TRAINING = [
     Column("reused_from", "", "the sweep whose identical run (same run_id) this row was copied from", "text"),
     Column("torch_threads", "", "torch's intra-op threads while this run trained (the cores // JOBS on the CPU): a "
                                 "different count changes the order of float reductions, so runs compare "
-                                "bit for bit only at the same count", "int"),
+                                "bit for bit only at the same count", "int", roles=("measured",)),
     Column("util_cores", "", "on the CPU, the cores train_util_pct is a share of: the run's torch threads, at "
                              "most the cores it may run on (empty in older rows, whose share is of all its "
-                             "cores)", "int"),
+                             "cores)", "int", roles=("measured",)),
     Column("jobs", "", "runs in flight at once on the machine while this run trained (JOBS; empty with Ray): "
                        "above 1, train_time_s and train_util_pct were measured under sharing, the cost phase's "
-                       "columns never are", "int"),
+                       "columns never are", "int", roles=("measured",)),
     Column("experiment_id", "", "12-hex hash of what the sweep's runs share: the model but for the factor, the "
                                 "training recipe, the dataset and the starting weights. Rows of one table with "
                                 "different ids are different experiments: the report keeps the newest and lists "
                                 "the others under Skipped inputs", "id"),
     Column("resumed_after", "epochs", "the epoch of the checkpoint a killed run resumed from (0: it ran "
-                                      "straight through); train_time_s includes the epochs before the kill", "int"),
+                                      "straight through); train_time_s includes the epochs before the kill", "int",
+           roles=("measured",)),
 ]
 SPEED_NOTE = ("in a training row: the inference step of its config from the sweep's cost phase, medians "
               "over rounds (step_ms_iqr: IQR of the per-round medians)")
@@ -102,11 +103,7 @@ COST_COLUMNS = names(COST_TABLE)
 HISTORY_COLUMNS = names(HISTORY_TABLE)
 
 # what differs between two runs of one config: when, where and how fast (not what was computed)
-MEASURED = ["started_at", "host", "torch_threads", "util_cores", "throughput_img_s", "step_ms_median", "step_ms_iqr",
-            "peak_mem_mb", "util_pct", "step_ms_p50", "step_ms_p90", "step_ms_p99", "energy_j_per_img", "energy_source",
-            "mfu", "train_time_s", "train_throughput_img_s", "train_util_pct", "train_mfu", "jobs", "resumed_after",
-            "gpu_mem_used_mb", "power_w", "repeats", "other_cpu_pct", "contended", "gpu_procs_seen", "mfu_peak_gflops",
-            "mfu_peak_at"]
+MEASURED = with_role(ABLATION_TABLE, "measured")
 
 TABLES = [
     ("`$(OUT)/bench/<name>.csv`", "one row per measurement (`python -m bench run`, `make bench`)", BENCH_TABLE),

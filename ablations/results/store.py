@@ -41,7 +41,8 @@ from bench.env import run_id as stable_id
 from bench.rounds import Spread
 from vit import ViTConfig
 
-from ablations.results.schema import ABLATION_COLUMNS, HISTORY_COLUMNS, read_table
+from ablations.results.schema import ABLATION_COLUMNS, COST_TABLE, HISTORY_COLUMNS, read_table
+from bench.schema import with_role
 
 SIDE_TABLES = ("-history", "-cost")  # suffixes of a sweep's other tables
 
@@ -272,8 +273,7 @@ def preflight(paths: SweepPaths, runs: int, need: int) -> int:
 
 # --- cost phases, read back ------------------------------------------------------------------------
 
-SPEED_FIGURES = ("throughput_img_s", "step_ms_median", "step_ms_p50", "step_ms_p90", "step_ms_p99", "peak_mem_mb",
-                 "mfu", "util_pct", "gpu_mem_used_mb", "power_w", "energy_j_per_img")
+SPEED_FIGURES = tuple(with_role(COST_TABLE, "speed"))   # the figures a training row takes from the cost phase
 
 
 def model_key(cfg: ViTConfig) -> str:

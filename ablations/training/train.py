@@ -89,6 +89,50 @@ def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str, 
     return total_loss.item() / n, (pred == labels.cpu()).sum().item() / n, pred
 
 
+@dataclass
+class Done:
+    """What a run has done before this call: its epochs, steps, training time and history (none when fresh)."""
+    epoch: int = 0
+    step: int = 0
+    train_time_s: float = 0.0
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def generators(seed: int) -> dict[str, torch.Generator]:
+    """The run's random streams: the batch order, and the augmentation."""
+    return {"order": torch.Generator().manual_seed(seed), "augment": torch.Generator().manual_seed(seed + 1)}
+
+
+def resume(checkpoint: Checkpointing | None, identity: dict, model: nn.Module, cfg: TrainConfig, seed: int,
+           device: torch.device) -> tuple[tuple[nn.Module, torch.optim.Optimizer, torch.amp.GradScaler],
+                                          dict[str, torch.Generator], Done]:
+    """The run's training parts (`training_parts`), generators and what it has done: restored from its
+    checkpoint where that is this very run's (`identity`) with epochs still to go, else fresh. A checkpoint
+    of another run, or one that cannot be restored, is said in one line and the run starts from epoch 1
+    with the model as it was given."""
+    parts, streams = training_parts(model, cfg, device), generators(seed)
+    saved = load_checkpoint(checkpoint.path) if checkpoint and checkpoint.path.exists() else None
+    if saved is None:
+        return parts, streams, Done()
+    tensors, meta = saved
+    if meta.get("identity") != identity:
+        tqdm.write(f"checkpoint {checkpoint.path} is not this run's (another model, recipe or data); the run "
+                   f"starts from epoch 1", file=sys.stderr)
+        return parts, streams, Done()
+    if meta["epoch"] >= cfg.epochs:
+        return parts, streams, Done()
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        restore(tensors, meta, model, parts[1], parts[2], streams)
+    except Exception as err:  # a damaged or foreign state: back to the untouched start
+        model.load_state_dict(fresh)
+        tqdm.write(f"checkpoint {checkpoint.path} could not be restored ({type(err).__name__}); the run starts "
+                   f"from epoch 1", file=sys.stderr)
+        return training_parts(model, cfg, device), generators(seed), Done()
+    tqdm.write(f"resumed from {checkpoint.path.name} after epoch {meta['epoch']} of {cfg.epochs}")
+    return parts, streams, Done(meta["epoch"], meta["step"], meta["train_time_s"], meta["history"])
+
+
 def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
           progress: bool = True, checkpoint: Checkpointing | None = None, graphs: bool = True) -> TrainResult:
     """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch. With
@@ -98,43 +142,20 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     data, held_out = recipe_data(data, cfg)
     val_on_device = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
     model = model.to(device)
-    compiled, optimizer, scaler = training_parts(model, cfg, device)
-    generators = {"order": torch.Generator().manual_seed(seed), "augment": torch.Generator().manual_seed(seed + 1)}
-    order_gen, aug_gen = generators["order"], generators["augment"]
     train_x, train_y = data.train_x.to(device), data.train_y.to(device)
     test_on_device = data.test_x.to(device), data.test_y.to(device)
     n = len(train_y)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
     warmup_steps = max(1, round(cfg.warmup_epochs * steps_per_epoch))
-    history: list[dict[str, float]] = []
-    best_acc, step, train_time, images_seen, first = 0.0, 0, 0.0, 0, 1
     # what a checkpoint must match to be resumed: the recipe, the data, the seed and the model's parameters
     identity = {"seed": seed, "train": cfg.identity(), "n_train": n,
                 "params": {k: list(v.shape) for k, v in model.state_dict().items()}}
+    (compiled, optimizer, scaler), streams, done = resume(checkpoint, identity, model, cfg, seed, device)
+    order_gen, aug_gen = streams["order"], streams["augment"]
+    history, step, train_time, first = done.history, done.step, done.train_time_s, done.epoch + 1
+    images_seen, best_acc = done.epoch * n, max((h["test_acc"] for h in history), default=0.0)
     reader, util_time = reader_for(device), [0.0, 0.0]  # Σ util × epoch seconds, Σ seconds (this process)
-    saved = load_checkpoint(checkpoint.path) if checkpoint and checkpoint.path.exists() else None
-    if saved and saved[1].get("identity") != identity:
-        tqdm.write(f"checkpoint {checkpoint.path} is not this run's (another model, recipe or data); the run "
-                   f"starts from epoch 1", file=sys.stderr)
-    elif saved and saved[1]["epoch"] < cfg.epochs:
-        tensors, meta = saved
-        fresh = {k: v.clone() for k, v in model.state_dict().items()}
-        try:
-            restore(tensors, meta, model, optimizer, scaler, generators)
-        except Exception as err:  # a damaged or foreign state: back to the untouched start
-            model.load_state_dict(fresh)
-            compiled, optimizer, scaler = training_parts(model, cfg, device)
-            generators = {"order": torch.Generator().manual_seed(seed),
-                          "augment": torch.Generator().manual_seed(seed + 1)}
-            order_gen, aug_gen = generators["order"], generators["augment"]
-            tqdm.write(f"checkpoint {checkpoint.path} could not be restored ({type(err).__name__}); the run starts "
-                       f"from epoch 1", file=sys.stderr)
-        else:
-            history, step, train_time = meta["history"], meta["step"], meta["train_time_s"]
-            first = meta["epoch"] + 1
-            images_seen, best_acc = meta["epoch"] * n, max(h["test_acc"] for h in history)
-            tqdm.write(f"resumed from {checkpoint.path.name} after epoch {meta['epoch']} of {cfg.epochs}")
     train_step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, graphs)
     epochs = tqdm(range(first, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
     for epoch in epochs:
@@ -168,7 +189,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
         history.append(record)
         epochs.set_postfix(loss=f"{train_loss:.3f}", acc=f"{test_acc:.4f}")
         if checkpoint and checkpoint.due(epoch, cfg.epochs, train_time / (epoch - first + 1)):
-            save_checkpoint(checkpoint.path, training_state(model, optimizer, generators),
+            save_checkpoint(checkpoint.path, training_state(model, optimizer, streams),
                             {"identity": identity, "epoch": epoch, "step": step, "train_time_s": train_time,
                              "history": history, "param_groups": [  # as the eager step keeps them
                                  {k: float(v) if torch.is_tensor(v) else v for k, v in g.items() if k != "capturable"}

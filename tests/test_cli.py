@@ -192,3 +192,25 @@ def test_train_builds_its_point_as_a_sweep_does_so_the_same_model_and_recipe_are
     assert ablations_main(["train", "--preset", "vit_digits", "--set", "depth=0", *common]) == 2
     assert "error: --set: point preset='vit_digits': ViTConfig.depth must be a positive int, got 0" in \
         capsys.readouterr().err
+
+
+def test_a_command_parses_each_sweep_table_once(tmp_path, monkeypatch):
+    """`make train` over runs already done reads its table to see what is done, to warn about other
+    experiments, to count what was recorded before and after, and to print its rows: one parse of the
+    file, whose later reads are copies of it while its bytes are the same; a changed file is parsed again."""
+    from collections import Counter
+
+    import ablations.results.schema as schema
+
+    assert ablations_main(["train", *QUICK, "--seeds", "0", "--out", str(tmp_path)]) == 0
+    parsed, real = Counter(), schema.read_rows
+    monkeypatch.setattr(schema, "read_rows", lambda path, *a: parsed.update([Path(path).name]) or real(path, *a))
+    monkeypatch.setattr(schema, "_PARSED", {})
+    assert ablations_main(["train", *QUICK, "--seeds", "0", "--out", str(tmp_path)]) == 0  # done: nothing trains
+    assert parsed["train.csv"] == 1, parsed
+    rows = tmp_path / "ablations" / "train.csv"
+    first = read_table(rows)
+    first.loc[0, "test_acc"] = -1.0                       # a copy: what a caller does to it stays its own
+    assert read_table(rows).loc[0, "test_acc"] >= 0 and parsed["train.csv"] == 1
+    rows.write_text(rows.read_text().replace("\n", "\n", 1) + rows.read_text().splitlines()[1] + "\n")
+    assert len(read_table(rows)) == 2 and parsed["train.csv"] == 2

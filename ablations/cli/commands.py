@@ -351,7 +351,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return status
     _summary(results, time.perf_counter() - t0)
     table = read_table(results[0]["paths"].rows)
-    mine = [t.run_id for t in make_tasks(points, options)]  # this command's runs, trained now or before
+    mine = results[0]["run_ids"]  # this command's runs, trained now or before
     table = table[table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
     print(table[["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs",
                  "throughput_img_s"]].to_string(index=False))

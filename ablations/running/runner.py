@@ -87,6 +87,7 @@ class _Share:
     planned: int
     skipped: int        # finished earlier: an ok row in the sweep's own table
     todo: list[Task]    # left to train
+    run_ids: list[str] = dataclasses.field(default_factory=list)  # every run of the sweep: trained now or before
     reused: int = 0     # recorded from the same run finished in another sweep
     stale: int = 0
     resumable: int = 0
@@ -96,7 +97,7 @@ class _Share:
     def summary(self) -> dict[str, Any]:
         return {"sweep": self.sweep, "planned": self.planned, "skipped": self.skipped,
                 "reused": self.reused, "statuses": self.statuses, "paths": self.paths, "stale_tmp": self.stale,
-                "resumable": self.resumable, "starved": self.starved}
+                "resumable": self.resumable, "starved": self.starved, "run_ids": self.run_ids}
 
 
 def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
@@ -135,7 +136,8 @@ def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int) ->
     tasks = make_tasks(points, options)
     done = store.finished_ids(paths)
     todo = [t for t in tasks if t.run_id not in done]
-    share = _Share(sweep, points, options, paths, len(tasks), len(tasks) - len(todo), todo)
+    share = _Share(sweep, points, options, paths, len(tasks), len(tasks) - len(todo), todo,
+                   [t.run_id for t in tasks])
     share.stale = preflight(paths, todo, jobs) if todo else 0
     if todo:
         _warn_other_experiment(paths, todo[0])
@@ -158,7 +160,7 @@ def _events_of_finished_runs(share: _Share) -> None:
     table = read_table(share.paths.rows) if share.paths.rows.exists() else pd.DataFrame()
     if table.empty or "run_id" not in table:
         return
-    mine = {t.run_id for t in make_tasks(share.points, share.options)}
+    mine = set(share.run_ids)
     ok = table[(table["status"] == "ok") & table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
     missing = [r for _, r in ok.iterrows() if not tensorboard.folder(share.options.out, share.sweep, str(r["run_id"])).exists()]
     if not missing:

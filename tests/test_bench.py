@@ -650,3 +650,15 @@ def test_this_process_and_its_children_are_its_family():
     finally:
         child.kill()
         child.wait()
+
+
+def test_plain_cuda_means_the_current_device_when_storages_are_counted(monkeypatch):
+    """DEVICE=cuda is torch.device("cuda"), while a tensor there says "cuda:0", and torch holds the two
+    unequal: counted by plain equality, a step's own parameters and optimizer state would be none of its."""
+    from bench.training.step import exact_device
+
+    assert torch.device("cuda:0") != torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert exact_device(torch.device("cuda")) == torch.device("cuda:1")
+    assert exact_device(torch.device("cuda:0")) == torch.device("cuda:0")
+    assert exact_device(torch.device("cpu")) == torch.device("cpu")

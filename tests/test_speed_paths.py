@@ -504,6 +504,11 @@ def test_a_cuda_peak_is_the_same_whatever_else_is_allocated_on_the_device():
         del other, step, alive, model
         torch.cuda.empty_cache()
     assert peaks[0] > 0 and abs(peaks[1] - peaks[0]) < 1.0, peaks
+    from bench.training.step import resident_bytes
+
+    model = VisionTransformer(TINY).to(device)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert resident_bytes([model], torch.device("cuda")) >= params > 0   # plain "cuda": the current device
 
 
 @pytest.mark.gpu

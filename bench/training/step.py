@@ -25,9 +25,19 @@ from bench.training.recipe import TrainConfig
 ALLOCATOR_BLOCK = 512  # the CUDA caching allocator rounds every allocation up to a multiple of this
 
 
+def exact_device(device: torch.device) -> torch.device:
+    """`device` with its index: plain "cuda" is the current CUDA device, as a tensor created there reports it."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def resident_bytes(track: Iterable[object], device: torch.device) -> int:
     """Bytes the allocator holds for the distinct storages on `device` of `track`: modules (parameters, their
-    gradients, buffers), optimizers (state tensors) and tensors; a storage shared by several is counted once."""
+    gradients, buffers), optimizers (state tensors) and tensors; a storage shared by several is counted once.
+    `device` may be plain "cuda": it means the current CUDA device (a tensor there says "cuda:0", and torch
+    holds "cuda:0" and "cuda" unequal)."""
+    device = exact_device(device)
     storages: dict[int, int] = {}
 
     def add(t: object) -> None:

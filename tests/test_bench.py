@@ -562,7 +562,7 @@ def test_resident_bytes_counts_each_tracked_storage_once_in_allocator_blocks():
     # parameters and gradients (4 blocks); AdamW's exp_avg, exp_avg_sq and step tensor per parameter (6)
     got = resident_bytes([model, opt, big, big[:10], model.weight], cpu)  # a view and a repeat count once
     assert got == (4 + 6 + 8) * block
-    assert resident_bytes([big], torch.device("cuda")) == 0  # on another device: not resident there
+    assert resident_bytes([big], torch.device("cuda:0")) == 0  # on another device: not resident there
 
 
 def test_a_cuda_peak_leaves_out_what_was_allocated_before_and_is_not_tracked(monkeypatch):
@@ -579,6 +579,7 @@ def test_a_cuda_peak_leaves_out_what_was_allocated_before_and_is_not_tracked(mon
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: state["allocated"])
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: state["peak"])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     cuda = torch.device("cuda")
     assert peak_mem_mb(step, cuda) == 4.0                    # nothing tracked: the step alone
     monkeypatch.setattr(memory, "resident_bytes", lambda track, device: 3 * mib)

@@ -86,11 +86,11 @@ def test_conv_stem_halves_to_the_patch_grid(img, patch, convs, grid):
     assert tokens.shape == (2, grid * grid, 64)
 
 
-def test_a_new_model_field_with_its_default_keeps_every_committed_reference_run_id():
-    """A run id hashes the model's identity: the fields ids have always hashed, and a field added since only
-    where set away from its default. Every finished run of the committed reference is found again from
-    today's sweep specs, both as ViTConfig is and with a new defaulted field; set away from its default, the
-    new field makes new runs."""
+def test_a_new_model_or_recipe_field_with_its_default_keeps_every_committed_reference_run_id():
+    """A run id hashes the model's and the recipe's identities: the fields ids have always hashed, and a
+    field added since only where set away from its default. Every finished run of the committed reference
+    is found again from today's sweep specs, as ViTConfig and TrainConfig are and with a new defaulted field
+    on either; set away from its default, the new field makes new runs."""
     import dataclasses
     from pathlib import Path
 
@@ -98,9 +98,12 @@ def test_a_new_model_field_with_its_default_keeps_every_committed_reference_run_
     from ablations.results.schema import read_table
     from ablations.specs import find_spec, load_spec
     from bench.env import run_id
+    from bench.training.recipe import TrainConfig
 
     extended = dataclasses.make_dataclass("Extended", [("layer_scale", float, dataclasses.field(default=0.0))],
                                           bases=(ViTConfig,), frozen=True)
+    recipe = dataclasses.make_dataclass("Recipe", [("mixup", float, dataclasses.field(default=0.0))],
+                                        bases=(TrainConfig,), frozen=True)
     reference = Path(__file__).resolve().parents[1] / "results" / "reference" / "ablations"
     tables = [t for t in sorted(reference.glob("*.csv")) if not t.stem.endswith(("-cost", "-history"))]
     assert len(tables) >= 10
@@ -113,10 +116,12 @@ def test_a_new_model_field_with_its_default_keeps_every_committed_reference_run_
                    for p in points if p.train.holdout]    # the older experiment a tuned table keeps
         seeds = range(3)
 
-        def ids(model_of):
-            return {run_id(task_key(dataclasses.replace(p, model=model_of(p.model)), "mnist5k", s))
-                    for p in points for s in seeds}
-        as_is = ids(lambda m: m)
+        def ids(model_of=lambda m: m, train_of=lambda t: t):
+            return {run_id(task_key(dataclasses.replace(p, model=model_of(p.model), train=train_of(p.train)),
+                                    "mnist5k", s)) for p in points for s in seeds}
+        as_is = ids()
         assert finished and finished <= as_is, f"{table.name}: {len(finished - as_is)} run ids not recomputed"
-        assert ids(lambda m: extended(**m.to_dict())) == as_is
-        assert not ids(lambda m: extended(**m.to_dict(), layer_scale=0.1)) & as_is
+        assert ids(model_of=lambda m: extended(**m.to_dict())) == as_is
+        assert ids(train_of=lambda t: recipe(**t.to_dict())) == as_is
+        assert not ids(model_of=lambda m: extended(**m.to_dict(), layer_scale=0.1)) & as_is
+        assert not ids(train_of=lambda t: recipe(**t.to_dict(), mixup=0.2)) & as_is

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -15,9 +15,10 @@ def _doc(unit: str, meaning: str, kind: str = "number") -> dict[str, str]:
     return {"unit": unit, "doc": meaning, "kind": kind}
 
 
-# Fields added after run ids existed: they enter a run's identity only when set away from their default,
-# so every run defined before them keeps its id.
-LATER_FIELDS = ("crop_padding", "flip", "holdout", "holdout_seed")
+# The fields run ids have always hashed. Any other field (those added since, and any added later) enters a
+# run's identity only where set away from its default, so every run defined before it keeps its id.
+ID_FIELDS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "label_smoothing", "grad_clip", "dtype",
+             "compile", "eval_batch_size", "layer_decay", "freeze")
 HOLDOUT_SPLITS = ("stratified", "random")
 
 
@@ -114,11 +115,11 @@ class TrainConfig:
         return asdict(self)
 
     def identity(self) -> dict[str, Any]:
-        """What of the recipe defines a run: every field, but `LATER_FIELDS` only where set away from their
+        """What of the recipe defines a run: the `ID_FIELDS`, any other field only where set away from its
         default, and `holdout_split` only where a split is drawn and it is not the random draw that runs
         used before the field existed (so a run keeps the id it had before those fields existed)."""
-        defaults = {f.name: f.default for f in fields(self)}
-        found = {k: v for k, v in asdict(self).items() if k not in LATER_FIELDS or v != defaults[k]}
+        defaults = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(self)}
+        found = {k: v for k, v in asdict(self).items() if k in (*ID_FIELDS, "holdout_split") or v != defaults[k]}
         if not self.holdout or self.holdout_split == "random":
             del found["holdout_split"]
         return found

@@ -63,8 +63,8 @@ from vit import VisionTransformer, ViTConfig
 
 # Timing of one item in one round, by device. A CPU step of these models takes 5–50 ms: 0.25 s is 5–50
 # steps. A graphed CUDA step of them takes about a millisecond, so 0.25 s would be hundreds of steps per
-# item and round and tens of seconds of `make ablations`; 50 ms is tens of steps, each bracketed by CUDA
-# events, and the median over rounds takes ≥ 100 of them.
+# item and round and tens of seconds of `make ablations`; 50 ms is tens of steps, timed in blocks of 8
+# between CUDA events (`bench.timing`), and the median over rounds takes ≥ 100 of them.
 CPU_TIMING = TimingConfig(warmup=3, min_repeats=5, min_time_s=0.25)
 CUDA_TIMING = TimingConfig(warmup=3, min_repeats=20, min_time_s=0.05)
 BUDGET_SHARE = 0.10      # of the command's expected training time, when no budget is given

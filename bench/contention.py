@@ -140,12 +140,10 @@ def gpu_processes(device: torch.device) -> tuple[int | None, str]:
     if device.type != "cuda":
         return None, ""
     try:
-        import pynvml
+        from bench.nvml import nvml_device
 
-        from bench.utilisation import nvml_handle
-
-        pynvml.nvmlInit()
-        pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(nvml_handle(pynvml, device))]
+        pynvml, handle = nvml_device(device)
+        pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
     except Exception:  # no NVML, or a driver that does not list processes: unknown, not flagged
         return None, ""
     return attribute(pids, {pid: _name(pynvml, pid) for pid in pids}, _family())

@@ -21,13 +21,9 @@ class NvmlEnergy:
     source = "nvml"
 
     def __init__(self, device: torch.device) -> None:
-        import pynvml
+        from bench.nvml import nvml_device
 
-        from bench.utilisation import nvml_handle
-
-        pynvml.nvmlInit()
-        self._nvml = pynvml
-        self._handle = nvml_handle(pynvml, device)
+        self._nvml, self._handle = nvml_device(device)
         self.read()  # raises where the GPU has no energy counter
 
     def read(self) -> float:

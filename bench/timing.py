@@ -50,12 +50,8 @@ class Timing:
     launched back to back (CUDA); steps: the steps they cover. latency_ms: steps timed alone and
     synchronised, where that differs from times_ms (CUDA); empty elsewhere, where times_ms are latencies."""
     times_ms: tuple[float, ...]
-    steps: int = 0
+    steps: int
     latency_ms: tuple[float, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.steps:
-            object.__setattr__(self, "steps", len(self.times_ms))
 
     @property
     def median_ms(self) -> float:
@@ -108,11 +104,11 @@ def time_steps(step: Callable[[], object], device: torch.device | str = "cpu",
         torch.cuda.synchronize(device)
     block = cfg.block if cuda else 1
     times: list[float] = []
-    steps = 0
+    steps, timed_ms = 0, 0.0
     with around or contextlib.nullcontext():
-        while steps < cfg.max_repeats and (steps < cfg.min_repeats or sum(times) * block < cfg.min_time_s * 1e3):
+        while steps < cfg.max_repeats and (steps < cfg.min_repeats or timed_ms < cfg.min_time_s * 1e3):
             n = min(block, cfg.max_repeats - steps)
             times.append(_time_block(step, device, n))
-            steps += n
+            steps, timed_ms = steps + n, timed_ms + times[-1] * n
     latency = tuple(_time_block(step, device, 1) for _ in range(cfg.latency_steps)) if cuda else ()
     return Timing(tuple(times), steps, latency)

@@ -20,6 +20,9 @@ from typing import Protocol
 
 import torch
 
+from bench.energy import energy_counter
+from bench.nvml import nvml_device
+
 
 class Reader(Protocol):
     source: str
@@ -75,23 +78,10 @@ class NvmlReader:
     poll_s = 1.0  # the driver keeps a few seconds of samples: read them well before they are overwritten
 
     def __init__(self, device: torch.device) -> None:
-        """The CUDA device's NVML handle, found by its UUID (`nvml_handle`). NVML numbers every GPU of the
-        machine in PCI order, whatever CUDA_VISIBLE_DEVICES hides or reorders, so an index would read
-        another GPU in a worker pinned to GPU 2 (whose cuda:0 is NVML's 2)."""
-        import pynvml
-
-        pynvml.nvmlInit()
-        self._nvml = pynvml
-        self._handle = nvml_handle(pynvml, device)
-        try:
-            self._energy_mj()
-            self.has_energy = True
-        except Exception:  # no energy counter on this GPU (before Volta) or not permitted
-            self.has_energy = False
+        self._nvml, self._handle = nvml_device(device)
+        self._energy = energy_counter(device)  # None where the GPU has no energy counter (before Volta)
+        self._seen = {GPU_UTILIZATION_SAMPLES: 0, TOTAL_POWER_SAMPLES: 0}   # newest sample stamp read, µs
         self.start()
-
-    def _energy_mj(self) -> float:
-        return float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
 
     def _memory_mb(self) -> float:
         return self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used / 2**20
@@ -109,10 +99,13 @@ class NvmlReader:
     def start(self) -> None:
         self._t0_us = int(time.time() * 1e6)
         self._wall0, self._mem = time.perf_counter(), [self._memory_mb()]
-        self._mj0 = self._energy_mj() if self.has_energy else None
-        # the newest sample so far: the one before the region's first, whose period starts inside it
-        self._seen = {kind: (self._new_samples(kind, 0) or [(0, 0.0)])[-1][0]
-                      for kind in (GPU_UTILIZATION_SAMPLES, TOTAL_POWER_SAMPLES)}
+        self._j0 = self._energy.read() if self._energy is not None else None
+        # the newest sample so far (read since the last region's): the one before the region's first, whose
+        # period starts inside it
+        for kind in self._seen:
+            newer = self._new_samples(kind, self._seen[kind])
+            if newer:
+                self._seen[kind] = newer[-1][0]
         self._periods: dict[int, list[tuple[float, float]]] = {GPU_UTILIZATION_SAMPLES: [], TOTAL_POWER_SAMPLES: []}
 
     def poll(self) -> None:
@@ -130,30 +123,11 @@ class NvmlReader:
         out: dict[str, float] = {"gpu_mem_used_mb": sum(self._mem) / len(self._mem), "samples": len(util)}
         if util:
             out["util_pct"] = sum(v * w for v, w in util) / sum(w for _, w in util)
-        if self._mj0 is not None:
-            out["power_w"] = (self._energy_mj() - self._mj0) / 1e3 / wall
+        if self._j0 is not None:
+            out["power_w"] = (self._energy.read() - self._j0) / wall
         elif power:
             out["power_w"] = sum(v * w for v, w in power) / sum(w for _, w in power) / 1e3   # samples in mW
         return out
-
-
-def nvml_uuids(device: torch.device) -> list[str]:
-    """The NVML UUIDs a CUDA device may go by: torch's device UUID as it is, and with NVML's "GPU-" and
-    (a MIG instance) "MIG-" prefixes."""
-    uuid = str(torch.cuda.get_device_properties(device).uuid)
-    return [uuid] if uuid.startswith(("GPU-", "MIG-")) else [f"GPU-{uuid}", f"MIG-{uuid}", uuid]
-
-
-def nvml_handle(pynvml, device: torch.device):
-    """NVML's handle of a CUDA device (a whole GPU or a MIG instance), found by UUID; the last error when
-    NVML knows none of them."""
-    error: Exception | None = None
-    for uuid in nvml_uuids(device):
-        try:
-            return pynvml.nvmlDeviceGetHandleByUUID(uuid)
-        except Exception as err:  # NVML's "not found" for this spelling: try the next
-            error = err
-    raise error if error else LookupError(f"no NVML device for {device}")
 
 
 def reader_for(device: torch.device) -> Reader:

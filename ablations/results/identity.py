@@ -19,8 +19,9 @@ def experiment_id(point: Point, dataset: str, init_id: str = "", data_id: str = 
     """What a sweep's runs share: the task key without the seed and without the fields the sweep varies
     (its factors and tuned fields). Two rows of one table with different ids come from different
     experiments (other epochs, recipe, dataset or base model) and are never pooled."""
+    key = task_key(point, dataset, 0, init_id, data_id)
+    del key["seed"]
     varied = set(point.fields)
-    model = {k: v for k, v in point.model.identity().items() if k not in varied}
-    train = {k: v for k, v in point.train.identity().items() if k not in varied}
-    key = {"factor": point.factor, "model": model, "train": train, "dataset": dataset}
-    return run_id({**key, **({"init": init_id} if init_id else {}), **({"data": data_id} if data_id else {})})
+    for part in ("model", "train"):
+        key[part] = {k: v for k, v in key[part].items() if k not in varied}
+    return run_id({**key, "factor": point.factor})

@@ -39,10 +39,10 @@ from bench.io.atomic import write_atomic
 from bench.io.csvio import append_row, append_rows, drop_rows
 from bench.env import run_id as stable_id
 from bench.rounds import Spread
+from bench.schema import with_role
 from vit import ViTConfig
 
 from ablations.results.schema import ABLATION_COLUMNS, COST_TABLE, HISTORY_COLUMNS, read_table
-from bench.schema import with_role
 
 SIDE_TABLES = ("-history", "-cost")  # suffixes of a sweep's other tables
 

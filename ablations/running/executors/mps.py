@@ -40,13 +40,12 @@ COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLU
 def compute_mode(index: int) -> str | None:
     """NVML's compute mode of CUDA device `index` (found by its UUID), or None where NVML cannot say."""
     try:
-        import pynvml
         import torch
 
-        from bench.utilisation import nvml_handle
+        from bench.nvml import nvml_device
 
-        pynvml.nvmlInit()
-        mode = pynvml.nvmlDeviceGetComputeMode(nvml_handle(pynvml, torch.device("cuda", index)))
+        pynvml, handle = nvml_device(torch.device("cuda", index))
+        mode = pynvml.nvmlDeviceGetComputeMode(handle)
     except Exception:  # no NVML, no such device: nothing to refuse on
         return None
     return COMPUTE_MODES.get(int(mode), f"mode {mode}")

@@ -67,7 +67,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)
   $(call opt,--gpus-per-task,$(GPUS_PER_TASK))
 INTO_REF = $(call switch,--into-reference,$(INTO_REFERENCE))
 
-.PHONY: install check-env test lint test-gpu crash-test calibrate predict migrate cost ablations train bench bench-tokens bench-speed bench-step compare report clean
+.PHONY: install check-env test lint test-gpu crash-test calibrate known predict migrate cost ablations train bench bench-tokens bench-speed bench-step compare report clean
 
 install: $(STAMP)
 
@@ -105,14 +105,14 @@ crash-test: $(STAMP)
 
 # the sweeps marked `default = true` in ablations/sweeps/*.toml (patch, heads, depth), then the report
 ablations: $(STAMP)
-	$(PY) -m ablations sweep default $(RUN_ARGS)
+	$(PY) -m ablations sweep default $(RUN_ARGS) $(ARGS)
 	$(if $(filter 1 yes true,$(DRY_RUN)),,$(MAKE) report OUT='$(OUT)' INTO_REFERENCE=$(INTO_REFERENCE) MARGIN=$(MARGIN))
 
 # one target per ablations/sweeps/<name>.toml: a new sweep is a new TOML file and nothing else
 SWEEP_NAMES := $(basename $(notdir $(wildcard ablations/sweeps/*.toml)))
 .PHONY: $(addprefix ablate-,$(SWEEP_NAMES))
 $(addprefix ablate-,$(SWEEP_NAMES)): ablate-%: $(STAMP)
-	$(PY) -m ablations sweep $* $(RUN_ARGS)
+	$(PY) -m ablations sweep $* $(RUN_ARGS) $(ARGS)
 
 train: $(STAMP)
 	$(PY) -m ablations train $(call opt,--preset,$(PRESET)) $(RUN_ARGS) $(ARGS)
@@ -142,6 +142,11 @@ TRAIN ?=
 CALIBRATE_ARGS ?=
 calibrate: $(STAMP)
 	$(PY) -m ablations.calibrate $(if $(filter 1 yes true,$(TRAIN)),--train,--from '$(FROM)') --out '$(OUT)' $(INTO_REF) $(CALIBRATE_ARGS)
+
+# the harness on synthetic tasks whose answers are known (positions needed, identical backends, shuffled
+# labels, a planted difference): runs through `sweep`, checks the report's analysis; exits 1 on a miss
+known: $(STAMP)
+	$(PY) -m ablations known --out '$(OUT)/known' $(ARGS)
 
 # a trained run on your images: make predict IMAGES="digit.png x.jpg" RUN=3f2a9c (top-5 and attention figure)
 IMAGES ?=

@@ -9,6 +9,7 @@
     python -m ablations cost --out results                       # speed of what is trained there, measured now
     python -m ablations migrate --out old-results                # older tables rewritten in today's format
     python -m ablations columns > docs/columns.md
+    python -m ablations known                                    # synthetic tasks whose answers are known
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     sweep = sub.add_parser("sweep", help=f"run sweeps: {', '.join(available_sweeps())}, a .toml path, or default "
                                          f"({' '.join(default_sweeps())}: what make ablations runs)")
     sweep.add_argument("sweeps", nargs="+")
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="hold a ViTConfig or TrainConfig field at this value in every point of every sweep "
+                            "named (repeatable; e.g. --set flip=false); not a field a sweep varies, nor one the "
+                            "dataset fixes")
     add_options(sweep, run_options(EXECUTOR_OPTIONS))
     one = sub.add_parser("train", help="one config (a preset plus --set overrides), once per seed; rows in "
                                        "<out>/ablations/train.csv")
@@ -71,11 +76,19 @@ def main(argv: list[str] | None = None) -> int:
     OUT.add_to(migrate)
     INTO_REFERENCE.add_to(migrate, help="allow rewriting a folder of committed reference results")
     sub.add_parser("columns", help="the column dictionary of every result table, as markdown (docs/columns.md)")
+    sub.add_parser("known", help="the harness on small synthetic tasks whose answers are known (positions needed, "
+                                 "identical backends, shuffled labels, a planted difference); exits 1 if one fails",
+                   add_help=False)
     compare = sub.add_parser("compare", help="two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0), point "
                                              "by point: accuracy difference with its interval, utilisation, time")
     compare.add_argument("a", help="an OUT folder")
     compare.add_argument("b", help="another OUT folder of the same sweeps")
     compare.add_argument("--csv", help="also write the table here")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["known"]:    # its own parser (ablations.cli.known): options after the name are its
+        from ablations.cli.known import main as known
+
+        return known(argv[1:])
     args = parser.parse_args(argv)
     from ablations.running.interrupts import Interrupted, signals_raise
 

@@ -36,7 +36,18 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
     same = compare_outs(sweep_out, copy)
     assert same["point"].tolist() == ["depth=1", "depth=2"] and (same["seeds"] == 3).all()
     assert (same["diff_pts"] == 0).all() and (same["low_pts"] == 0).all() and (same["high_pts"] == 0).all()
-    assert (same["verdict"] == "same within noise").all()
+    assert (same["verdict"] == "identical predictions").all()
+
+    # B's depth-1 runs now give another wrong class wherever they were wrong: the same accuracy on the same
+    # images, but not the same predictions, so a bounded "same within noise", never ±0
+    for run_id in read_table(copy / "ablations" / "cmp.csv").query("depth == 1")["run_id"]:
+        path = SweepPaths.of(copy, "cmp").preds / f"{run_id}.npz"
+        pred, target = load_preds(path)
+        np.savez_compressed(path, pred=np.where(pred == target, pred, (pred + 1 + (pred + 1 == target)) % 10),
+                            target=target)
+    near = compare_outs(sweep_out, copy).set_index("point")
+    assert near.loc["depth=1", "diff_pts"] == 0 and near.loc["depth=1", "verdict"] == "same within noise"
+    assert near.loc["depth=1", "low_pts"] < 0 < near.loc["depth=1", "high_pts"]
 
     # B's depth-2 runs now miss every test image: A is higher there by exactly its own accuracy
     table_path = copy / "ablations" / "cmp.csv"

@@ -139,16 +139,35 @@ def test_one_seed_names_no_winner_and_says_what_a_second_seed_adds(tmp_path):
     assert "Best:" not in text and "Pairwise comparisons" not in text and "p = " not in text.split("## Method")[0]
 
 
-def test_a_setting_at_chance_is_marked_and_its_sweep_gets_no_verdict(tmp_path):
+def test_a_setting_at_chance_is_compared_like_any_other_and_named_as_not_learning(tmp_path):
     ten_points_apart(tmp_path)
     for seed in range(3):   # 10.5 %, 11 %, 11.5 % on ten classes: guessing
         write_run(tmp_path, 4, seed, mask(range(895 - 5 * seed)))
     text = build_report(tmp_path).read_text()
     section = text.split("## depth", 1)[1].split("\n## ", 1)[0]
-    assert "**No verdict**: depth=4 is within noise of chance (10.0 % for guessing)" in section
-    assert "Best:" not in section and "Pairwise comparisons" not in section
+    assert "**Best: depth=2** at 94.50 [" in section and "No verdict" not in section
+    assert "depth=4 (11.00 %) does not learn this task at this budget" in section
+    assert "may learn with more epochs" in section
+    assert "| 2 | 4 | +83.50 [" in section and section.split("| 2 | 4 | ")[1].split("|")[-2].strip() == "a better"
     assert "| 4 | 3 | " in section and section.split("| 4 | 3 | ")[1].split("|")[0].endswith("‡ ")
     assert "| 2 | 3 | 94.50 [" in section and section.split("| 2 | 3 | ")[1].split("|")[0].strip()[-1] == "]"
+
+
+def test_a_sweep_whose_best_setting_is_at_chance_gets_no_verdict(tmp_path):
+    for depth in (1, 2):     # shuffled labels: every setting guesses
+        for seed in range(3):
+            write_run(tmp_path, depth, seed, mask(range(880 + 7 * seed + depth)))
+    section = build_report(tmp_path).read_text().split("## depth", 1)[1].split("\n## ", 1)[0]
+    assert "**No verdict**: even the best setting, depth=1 (" in section and "is within noise of chance" in section
+    assert "Pairwise comparisons" not in section and "Best:" not in section
+
+
+def test_two_seeds_far_apart_and_far_above_chance_are_not_called_chance(tmp_path):
+    for seed, right in ((0, 300), (1, 550)):     # 30 % and 55 % on ten classes: learning, noisily
+        write_run(tmp_path, 1, seed, mask(range(right, N_TEST)))
+        write_run(tmp_path, 2, seed, mask(range(right + 20, N_TEST)))
+    section = build_report(tmp_path).read_text().split("## depth", 1)[1].split("\n## ", 1)[0]
+    assert "‡" not in section and "No verdict" not in section and "Pairwise comparisons" in section
 
 
 def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(tmp_path):
@@ -326,7 +345,7 @@ def test_no_command_writes_into_the_reference_unless_told_and_the_report_compare
     rows.to_csv(SweepPaths.of(mine, "depth").rows, index=False)
     text = build_report(mine, reference=reference).read_text()
     section = text.split("## against the reference", 1)[1].split("\n## ", 1)[0]
-    assert "| depth | depth=1 | 3 | 84.00 | 84.00 | +0.00 [+0.00, +0.00] | same within noise |" in section
+    assert "| depth | depth=1 | 3 | 84.00 | 84.00 | +0.00 [+0.00, +0.00] | identical predictions |" in section
     assert "| depth | depth=2 | 3 |" in section and "-0.10 [" in section
 
 

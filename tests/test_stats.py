@@ -301,8 +301,11 @@ def test_a_paired_difference_is_the_float64_difference_with_an_interval_narrower
     assert paired.low <= paired.diff <= paired.high
     (unpaired,) = compare_settings({"a": a, "b": b})
     assert paired.high - paired.low < unpaired.high - unpaired.low   # seeds paired: their shared noise cancels
-    same = paired_difference(a, a.copy())
-    assert (same.diff, same.low, same.high, same.p) == (0.0, 0.0, 0.0, 1.0)
+    same = paired_difference(a, a.copy())   # the same answers: 0, bounded but not known to ±0
+    assert (same.diff, same.p) == (0.0, 1.0) and same.low < 0 < same.high and same.high < 0.001
+    # the same pair as settings trained under the same seeds is this paired comparison, whatever the row order
+    (by_seed,) = compare_settings({"a": a, "b": b[::-1]}, seeds={"a": [0, 1, 2], "b": [2, 1, 0]})
+    assert by_seed.paired and (by_seed.diff, by_seed.se, by_seed.df) == pytest.approx((paired.diff, paired.se, paired.df))
     one = paired_difference(a[:1], b[:1])   # one seed: McNemar's variance over the test images
     d = a[0] - b[0]
     assert one.se == pytest.approx(math.sqrt(d.var(ddof=1) / 2000), rel=1e-12)

@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from ablations.analysis.findings import load_correct
+from ablations.analysis.findings import load_runs
 from ablations.analysis.stats import paired_difference
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, ok_rows, sweep_names
@@ -52,19 +53,21 @@ def compare_outs(a: Path, b: Path) -> pd.DataFrame:
         rows_a = rows_a.assign(point=[", ".join(f"{c}={v}" for c, v in zip(varying, values)) or "all"
                                       for values in rows_a[varying].itertuples(index=False)])
         rows_b = rows_b.loc[rows_a["run_id"]].assign(point=rows_a["point"].to_numpy())  # same runs, same order
-        correct_a, _ = load_correct(rows_a, "point", SweepPaths.of(a, sweep).preds)
-        correct_b, _ = load_correct(rows_b.reset_index(), "point", SweepPaths.of(b, sweep).preds)
+        runs_a, _ = load_runs(rows_a, "point", SweepPaths.of(a, sweep).preds)
+        runs_b, _ = load_runs(rows_b.reset_index(), "point", SweepPaths.of(b, sweep).preds)
         for point, runs in rows_a.groupby("point", sort=False):
             other = rows_b.loc[runs["run_id"]]
             row = {"sweep": sweep, "point": point, "seeds": len(runs), "acc_a": runs["test_acc"].mean(),
                    "acc_b": other["test_acc"].mean()}
             row["diff_pts"] = 100 * (row["acc_a"] - row["acc_b"])
             low = high = float("nan")
-            if correct_a and correct_b and correct_a[point].shape == correct_b[point].shape:
-                comparison = paired_difference(correct_a[point], correct_b[point])
-                low, high = 100 * comparison.low, 100 * comparison.high
+            same = False
+            if runs_a and runs_b and runs_a[point].correct.shape == runs_b[point].correct.shape:
+                same = bool(np.array_equal(runs_a[point].preds, runs_b[point].preds))
+                comparison = paired_difference(runs_a[point].correct, runs_b[point].correct)
+                low, high = (0.0, 0.0) if same else (100 * comparison.low, 100 * comparison.high)
             row.update(low_pts=low, high_pts=high, verdict=(
-                "no predictions to bound it" if low != low else
+                "identical predictions" if same else "no predictions to bound it" if low != low else
                 "same within noise" if low <= 0 <= high else "A higher" if low > 0 else "B higher"))
             for column, short in (("train_util_pct", "util"), ("train_time_s", "time")):
                 if column in runs and column in other:

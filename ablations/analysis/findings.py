@@ -17,6 +17,7 @@ from ablations.analysis.stats import (
     ALPHA,
     MARGIN,
     MIN_SEEDS,
+    MIN_WIN_SEEDS,
     POWER,
     Comparison,
     Components,
@@ -75,13 +76,22 @@ class SweepFindings:
     pair_parts: Components | None = None      # variance of a difference of two settings' means, mean over pairs
 
 
-def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, np.ndarray] | None, str]:
-    """{value: (seeds, n) 0/1 array of correct test images}, or None and the reason there is none."""
+@dataclass
+class Runs:
+    """One setting's saved test answers, a row per run in table order: the run's seed, its predicted class
+    for every test image and whether that was right."""
+    seeds: list[int]
+    preds: np.ndarray      # (runs, n) predicted classes
+    correct: np.ndarray    # (runs, n) 0/1
+
+
+def load_runs(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, Runs] | None, str]:
+    """{value: its runs' answers on the test images}, or None and the reason there is none."""
     missing = [rid for rid in ok["run_id"].astype(str) if not (preds_dir / f"{rid}.npz").exists()]
     if missing:
         return None, (f"{len(missing)} of {len(ok)} runs have no saved test predictions (runs from before "
                       f"predictions were kept, or files removed; rerun them)")
-    correct: dict[Hashable, list[np.ndarray]] = {}
+    found: dict[Hashable, tuple[list, list, list]] = {}
     target0 = None
     for _, r in ok.iterrows():
         try:
@@ -93,8 +103,17 @@ def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[H
             target0 = target
         elif len(target) != len(target0) or not np.array_equal(target, target0):
             return None, "the runs were evaluated on different test sets, so they cannot be paired image by image"
-        correct.setdefault(r[factor], []).append((pred == target).astype(float))
-    return {k: np.stack(v) for k, v in correct.items()}, ""
+        seeds, preds, correct = found.setdefault(r[factor], ([], [], []))
+        seeds.append(int(r["seed"]))
+        preds.append(np.asarray(pred))
+        correct.append((pred == target).astype(float))
+    return {k: Runs(s, np.stack(p), np.stack(c)) for k, (s, p, c) in found.items()}, ""
+
+
+def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, np.ndarray] | None, str]:
+    """{value: (seeds, n) 0/1 array of correct test images}, or None and the reason there is none."""
+    runs, reason = load_runs(ok, factor, preds_dir)
+    return ({k: r.correct for k, r in runs.items()} if runs is not None else None), reason
 
 
 def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_phase: pd.DataFrame | None,
@@ -103,7 +122,8 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     test_size = _test_size(ok)
     infer, train = _cost_spreads(cost_phase, ok, factor, order)
     enough = len(order) >= 1 and all((ok[factor] == v).sum() >= MIN_SEEDS for v in order)
-    correct, reason = load_correct(ok, factor, preds_dir) if enough else (None, "")
+    runs, reason = load_runs(ok, factor, preds_dir) if enough else (None, "")
+    correct = {k: r.correct for k, r in runs.items()} if runs is not None else None
     settings = []
     for value in order:
         g = ok[ok[factor] == value]
@@ -122,10 +142,10 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
                   + (f" ({loaded} of {len(cost_phase)} timed steps ran while other processes took ≥ "
                      f"{CONTENDED_PCT:.0f} % of the machine and are left out)" if loaded else ""))
     findings = SweepFindings(factor, settings, test_size, source, None, None, margin=margin)
-    _mark_chance(findings, ok)
     if correct is not None:
         findings.test_size = next(iter(correct.values())).shape[1]
         findings.setting_parts = _mean_parts([contrast([correct[v]], [1.0]).parts for v in order])
+    _mark_chance(findings, ok)
     if len(settings) < 2:
         findings.no_test = "one setting only: nothing to compare"
         return findings
@@ -136,19 +156,21 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
                             f"between training seeds, which a second seed would measure and a test would then "
                             f"take into account (SEEDS=0,1,2)")
         return findings
-    at_chance = [s for s in settings if s.at_chance]
-    if at_chance:
-        findings.no_test = (f"{', '.join(f'{factor}={s.value}' for s in at_chance)} "
-                            f"{'is' if len(at_chance) == 1 else 'are'} within noise of chance "
-                            f"({100 * (findings.chance or 0):.1f} % for guessing): "
-                            f"{'that model has' if len(at_chance) == 1 else 'those models have'} not learned the "
-                            f"task, so no comparison says anything about the factor; train longer (EPOCHS)")
+    best = max(settings, key=lambda s: s.acc.mean)
+    if best.at_chance:
+        findings.no_test = (f"even the best setting, {factor}={best.value} ({pct(best.acc.mean)} %), is within "
+                            f"noise of chance ({100 * (findings.chance or 0):.1f} % for guessing): no setting has "
+                            f"learned the task at this budget, so no comparison says anything about the factor; "
+                            f"train longer (EPOCHS), or check that the labels can be learned from the images")
         return findings
-    if correct is None:
+    if runs is None:
         findings.no_test = reason
         return findings
-    findings.comparisons = compare_settings({v: correct[v] for v in order}, margin=margin)
-    findings.pair_parts = _mean_parts([c.parts for c in findings.comparisons if c.parts is not None])
+    findings.comparisons = compare_settings({v: correct[v] for v in order}, margin=margin,
+                                            seeds={v: runs[v].seeds for v in order},
+                                            preds={v: runs[v].preds for v in order})
+    findings.pair_parts = _mean_parts([c.parts for c in findings.comparisons
+                                       if c.parts is not None and not c.identical])
     findings.verdict = verdict({s.value: s.acc.mean for s in settings}, findings.comparisons)
     _power(findings, ok, factor)
     return findings
@@ -161,7 +183,9 @@ def _mean_parts(parts: list[Components]) -> Components | None:
 
 
 def _mark_chance(f: SweepFindings, ok: pd.DataFrame) -> None:
-    """Flag settings whose mean accuracy is within CHANCE_SDS binomial s.d. (or their interval) of guessing."""
+    """Flag settings whose mean accuracy is under 1 / classes + CHANCE_SDS binomial s.d. over the test
+    images: a rule of the test set alone, so two seeds far apart (30 % and 55 %) are not called chance
+    because their interval is wide."""
     classes = pd.to_numeric(ok["num_classes"], errors="coerce").dropna() if "num_classes" in ok else pd.Series([])
     if classes.empty:
         return
@@ -169,8 +193,7 @@ def _mark_chance(f: SweepFindings, ok: pd.DataFrame) -> None:
     n = f.test_size or 0
     noise = CHANCE_SDS * math.sqrt(chance * (1 - chance) / n) if n else 0.0
     for s in f.settings:
-        half = (s.acc.high - s.acc.mean) if not math.isnan(s.acc.high) else 0.0
-        s.at_chance = s.acc.mean < chance + max(noise, half)
+        s.at_chance = s.acc.mean < chance + noise
 
 
 def _power(f: SweepFindings, ok: pd.DataFrame, factor: str) -> None:
@@ -227,7 +250,19 @@ def interval_text(i: Interval) -> str:
 def verdict_sentence(f: SweepFindings) -> str:
     if f.verdict is None:
         return f"**No verdict**: {f.no_test}. Intervals only; no setting is named best."
-    return _verdict_text(f) + " " + power_sentence(f)
+    return " ".join(t for t in (_verdict_text(f), chance_sentence(f), power_sentence(f)) if t)
+
+
+def chance_sentence(f: SweepFindings) -> str:
+    """Which settings stay at chance while others learn: a finding about them, compared like the rest."""
+    low = [s for s in f.settings if s.at_chance]
+    if not low or f.verdict is None:
+        return ""
+    names = ", ".join(f"{f.factor}={s.value} ({pct(s.acc.mean)} %)" for s in low)
+    one = len(low) == 1
+    return (f"{names} {'does' if one else 'do'} not learn this task at this budget: within noise of chance "
+            f"({100 * (f.chance or 0):.1f} % for guessing, ‡), compared above like any other setting; "
+            f"{'it' if one else 'they'} may learn with more epochs (EPOCHS).")
 
 
 def power_sentence(f: SweepFindings) -> str:
@@ -266,6 +301,9 @@ def _verdict_text(f: SweepFindings) -> str:
     if v.beats:
         parts.append("better than " + ", ".join(f"{factor}={o} (by {100 * signed(o):.2f} points, p = "
                                                  f"{pair(o).p_holm:.3g})" for o in v.beats))
+    if v.identical:
+        parts.append("identical to " + ", ".join(f"{factor}={o}" for o in v.identical)
+                     + " (the same predicted class on every test image, seed by seed)")
     if v.equivalent:
         parts.append(f"equivalent within {within} to " + ", ".join(
             f"{factor}={o} (TOST p = {pair(o).p_equiv_holm:.3g})" for o in v.equivalent))
@@ -278,8 +316,8 @@ def _verdict_text(f: SweepFindings) -> str:
         tail = (f" Differences smaller than about {100 * v.detectable:.1f} points could not be detected "
                 f"({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget}).")
     else:
-        names = ", ".join(f"{factor}={o}" for o in (v.best, *v.equivalent))
-        head = f"**Equivalent within {within}: {names}.**"
+        names = ", ".join(f"{factor}={o}" for o in (v.best, *v.identical, *v.equivalent))
+        head = (f"**Equivalent within {within}: {names}.**" if v.equivalent else f"**Identical: {names}.**")
         tail = f" ({budget}.)"
     return (f"{head} The highest mean, {factor}={v.best} ({pct(best.acc.mean)} %), is " + "; ".join(parts)
             + " (Holm-adjusted over the pairs; equivalence by two one-sided tests against "
@@ -339,7 +377,8 @@ def table_markdown(f: SweepFindings) -> str:
     lines = [*accuracy, "", f"Accuracy intervals: {'; '.join(kinds)}."]
     if any(s.at_chance for s in f.settings):
         lines.append(f"‡ within noise of chance ({100 * (f.chance or 0):.1f} % for guessing): the model has not "
-                     f"learned the task.")
+                     f"learned the task at this budget (binomial rule over the test images: under chance + "
+                     f"{CHANCE_SDS:g} s.d.).")
     lines += ["", *speed, "", f"Speed: {f.cost_source}, median [Q1, Q3] (busy %: GPU utilisation from NVML on "
                               f"CUDA, process CPU time ÷ wall time ÷ cores on the CPU).", "", *runs, "",
               "The training runs as they trained, over seeds, not interleaved."]
@@ -370,7 +409,8 @@ def _or_dash_spread(s: Spread | None, fmt: str) -> str:
     return "—" if s is None or s.median != s.median else format(s.median, fmt)
 
 
-OUTCOME_WORDS = {"better": "a better", "worse": "b better", "equivalent": "equivalent", "inconclusive": "inconclusive"}
+OUTCOME_WORDS = {"better": "a better", "worse": "b better", "equivalent": "equivalent", "inconclusive": "inconclusive",
+                 "identical": "identical"}
 
 
 def comparisons_markdown(f: SweepFindings) -> str:
@@ -381,9 +421,26 @@ def comparisons_markdown(f: SweepFindings) -> str:
              f"P(a beats b) on a fresh seed | verdict |", "|---|---|---|---|---|---|"]
     for c in f.comparisons:
         win = "—" if c.win != c.win else f"{c.win:.2f}"
-        lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}] | "
+        if c.identical:
+            lines.append(f"| {c.a} | {c.b} | 0 (same predictions) | — | {win} | identical |")
+            continue
+        mark = " ⁼" if c.paired else ""
+        lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}]{mark} | "
                      f"{c.p_holm:.3g} / {c.p_equiv_holm:.3g} | {win} | {OUTCOME_WORDS[c.outcome()]} |")
-    return "\n".join(lines)
+    notes = []
+    if any(c.paired and not c.identical for c in f.comparisons):
+        notes.append("⁼ paired by seed: both settings trained under the same seeds, so the difference is the mean "
+                     "of the per-seed differences on the same images, and what a seed does to both cancels.")
+    if any(c.identical for c in f.comparisons):
+        notes.append("identical: seed by seed, the two settings' runs predicted the same class for every test "
+                     "image; an observation, not a test.")
+    if any(c.win != c.win for c in f.comparisons if not c.identical):
+        notes.append(f"P(a beats b) is given from {MIN_WIN_SEEDS} seeds a setting (—): from fewer it takes a "
+                     f"handful of values and reads as certainty.")
+    notes.append("Intervals are each pair's own (unadjusted, 95 %); the verdict uses the Holm-adjusted p, so "
+                 "an interval that excludes 0 beside \"inconclusive\" is a difference that does not survive "
+                 "the adjustment for the sweep's other pairs.")
+    return "\n".join(lines + [""] + [f"_{n}_" for n in notes])
 
 
 def components_markdown(f: SweepFindings) -> str:

@@ -14,7 +14,7 @@ import torch
 from ablations.analysis import designs, findings
 from ablations.analysis import figures as figs
 from ablations.analysis.findings import CHANCE_SDS, POWER_DELTA
-from ablations.analysis.stats import MARGIN, MIN_SEEDS, POWER, accuracy_interval
+from ablations.analysis.stats import MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
 from ablations.results.experiments import differences, latest_rows, newest_experiment
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, latest_cost_phase, ok_rows, sweep_names
@@ -25,6 +25,7 @@ from bench.io.csvio import collecting_skips, read_rows, skipped
 from bench.reference import CHECKOUT_REFERENCE
 from bench.rounds import MIN_ROUNDS
 from bench.schema import BENCH_SCHEMA
+from bench.training.recipe import TrainConfig
 from vit import POOLINGS, VisionTransformer, ViTConfig
 
 
@@ -36,12 +37,37 @@ def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
 
 
 def _base_line(rows: pd.DataFrame, spec: SweepSpec) -> str:
-    """What the sweep held fixed: every model field and training column with one value across its ok runs."""
+    """What the sweep held fixed: every model field, the dataset, epochs and lr, any other training field set
+    away from its default (a spec's [train] or --set), and the augmentation, each with one value across the
+    sweep's ok runs."""
     ok = rows[rows["status"] == "ok"]
+    recipe = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    augmentation = ("crop_padding", "flip")
     fields = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr"]
+    fields += [name for name in recipe if name not in (*fields, *augmentation) and name in ok
+               and ok[name].nunique(dropna=False) == 1 and not _is_default(ok[name].iloc[0], recipe[name])]
     fixed = [f"{name}={ok[name].iloc[0]}" for name in fields
              if name not in spec.varied and name in ok and ok[name].nunique(dropna=False) == 1]
+    for name in augmentation:
+        if name in spec.varied:
+            continue
+        values = ok[name] if name in ok else pd.Series([None] * len(ok), dtype=object)
+        if values.nunique(dropna=False) == 1:
+            value = values.iloc[0]
+            fixed.append(f"{name}={value}" if pd.notna(value) and value != "" else f"{name}=the dataset's default")
     return "Held fixed: " + ", ".join(fixed) + "."
+
+
+def _is_default(value, default) -> bool:
+    """A table cell equal to a TrainConfig default (blank cells are the default; 1 and 1.0, "True" and True agree)."""
+    if value is None or (isinstance(value, float) and value != value) or value == "":
+        return True
+    if isinstance(default, bool):
+        return str(value).strip().lower() in (("1", "1.0", "true") if default else ("0", "0.0", "false"))
+    try:
+        return float(value) == float(default)
+    except (TypeError, ValueError):
+        return str(value) == str(default)
 
 
 def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], factors: dict[str, str], figures: Path,
@@ -248,14 +274,22 @@ def method(margin: float = MARGIN) -> str:
   per-image variance between seeds) / s_j. A two-level bootstrap that resamples both seeds and images
   counts the coin flips twice and is deaf (Owen 2007); this moment estimator counts each source once.
   t = c / s.e. with Welch–Satterthwaite degrees of freedom; two-sided p; the p-values of a sweep's
-  pairs are adjusted together by Holm's step-down method. `make calibrate` checks the test on the
+  pairs are adjusted together by Holm's step-down method. Two settings trained under the same seeds (same
+  initial weights, batch order and augmentation) are compared seed by seed: the contrast is the mean of
+  the per-seed differences d_si = y_a,si − y_b,si, with the same variance applied to d (its spread between
+  seeds, plus its test-image term), so what a seed does to both cancels (marked ⁼). Where the runs of a
+  pair predicted the same class for every image, seed by seed, the pair is **identical**: an observation,
+  not a test. Where every seed of a setting scored exactly the same, the spread between seeds is not
+  taken as 0 but as the variance of one run's accuracy over n independent answers at the observed rate
+  with one imagined answer each way (Laplace), so no interval is ±0. `make calibrate` checks the test on the
   saved predictions of the committed runs (false-positive rate at α, power at planted differences).
 - **Verdicts, three ways.** For each pair: **better** where the difference excludes 0 after Holm's
   adjustment; **equivalent** where two one-sided tests (TOST) reject a difference beyond ±δ, δ =
   {100 * margin:g} points unless the sweep sets its own (`margin` in the spec; `--margin` on the
   command line), Holm-adjusted over the pairs too; **inconclusive** where neither holds: not a finding of
   equality. Each pair also gives the probability that a fresh seed of a scores above one of b (the
-  Mann–Whitney estimate over the runs' accuracies; Agarwal et al. 2021). A sweep names a best setting
+  Mann–Whitney estimate over the runs' accuracies; Agarwal et al. 2021), from {MIN_WIN_SEEDS} seeds a
+  setting (from fewer it takes a handful of values and reads as certainty). A sweep names a best setting
   only if the setting with the highest mean is better than every other; where it is inconclusive
   against some, the smallest difference the sweep could have detected is (t₁₋α/2m + t_power) × the
   median standard error of its pairs, at {POWER:.0%} power and the strictest Holm level α/m for m pairs.
@@ -263,11 +297,14 @@ def method(margin: float = MARGIN) -> str:
   {POWER:.0%} power: the difference of two means over s seeds has variance 2σ²/s + v (σ the seed-to-seed
   s.d. of one run's accuracy, pooled over settings; v the test-image term, mean over pairs), which more
   seeds do not remove; where v alone is too large it says so.
+- **At chance.** A setting whose mean accuracy is below 1/classes + {CHANCE_SDS:g} binomial standard
+  errors over the test images is marked ‡: it has not learned the task at this budget. It is compared
+  like any other setting (a model that learns is *better* than one that does not where the test says
+  so), and the text names it, adding that it may learn with more epochs.
 - **No verdict** is given, and no p-value shown, for a sweep with one seed per setting (its binomial
   intervals cover the test images only: one seed says nothing of the variation between training
-  seeds), or with a setting within noise of chance (mean accuracy below 1/classes +
-  {CHANCE_SDS:g} binomial standard errors or its interval's half-width, marked ‡), or without saved
-  predictions.
+  seeds), for a sweep whose best setting is itself at chance (nothing was learned, so nothing is known
+  about the factor), or without saved predictions.
 - **Cost.** Before training, every point of a command's sweeps is measured side by side in
   interleaved rounds (each round measures every point once, the starting point rotating) with nothing
   else running: an inference step and the training step the runs train with (forward, backward, clipping,

@@ -23,7 +23,9 @@ S_j² is the variance between setting j's s_j runs (seed and seed × image); v_i
 finite test set adds, estimated from the per-image contrast D_i = Σ_j w_j ȳ_ji net of its coin flips:
 v_image = max(0, var_i(D_i) − n/(n−1) · (Σ_j w_j² m_j / s_j − Σ_j w_j² S_j² / s_j)) / n, with m_j the mean
 over images of the per-image variance between seeds (unbiased for the coin-flip share of var_i(D_i)).
-The test statistic c / √V has Welch–Satterthwaite degrees of freedom (the image term with n − 1).
+The test statistic c / √V has Satterthwaite degrees of freedom over the mean squares V is made of (each
+setting's spread between seeds with s_j − 1, var_i(D_i) with n − 1, each coin-flip mean with n(s_j − 1)):
+an image term that is a small difference of two large estimates gets the few degrees of freedom it has.
 
 - `accuracy_interval`: one setting's mean with the 95 % interval of that contrast (seeds and test
   images), clipped to [0, 1]; from the runs' accuracies alone (no per-image answers) a t-interval over
@@ -32,8 +34,11 @@ The test statistic c / √V has Welch–Satterthwaite degrees of freedom (the im
   two one-sided tests (TOST) against an equivalence margin ±δ (Holm-adjusted likewise), and the
   probability that a fresh seed of one setting beats one of the other (the Mann–Whitney estimate over
   the runs' accuracies; rliable's probability of improvement).
-- `verdict`: per pair *better* / *equivalent within ±δ* / *inconclusive*; a best setting is named only
-  if it is better than every other one.
+- Settings trained under the same seeds are compared seed by seed (the mean of the per-seed differences,
+  the same variance applied to those differences); runs that predict the same class on every image of
+  every seed are *identical*, which is an observation, not a test.
+- `verdict`: per pair *identical* / *better* / *equivalent within ±δ* / *inconclusive*; a best setting is
+  named only if it is better than every other one.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ ALPHA = 0.05
 POWER = 0.80
 MARGIN = 0.005      # default equivalence margin δ: ±0.5 points
 MIN_SEEDS = 2       # a test needs the spread between seeds
+MIN_WIN_SEEDS = 5   # P(a beats b) is given from this many runs a side
 
 
 @dataclass(frozen=True)
@@ -126,17 +132,38 @@ def contrast(correct: Sequence[np.ndarray], weights: Sequence[float], what: str 
     cells = _cells(correct, what)
     n = cells[0].shape[1]
     value = sum(w * float(a.mean()) for w, a in zip(weights, cells))
-    seed_terms = [w * w * float(a.mean(1).var(ddof=1)) / len(a) for w, a in zip(weights, cells)]
+    seed_terms = [w * w * _run_variance(a) / len(a) for w, a in zip(weights, cells)]
     flips = [w * w * float(a.var(0, ddof=1).mean()) / len(a) for w, a in zip(weights, cells)]
     per_image = sum(w * a.mean(0) for w, a in zip(weights, cells))
     spread = float(per_image.var(ddof=1)) if n > 1 else 0.0
-    image = max(0.0, spread - n / max(n - 1, 1) * (sum(flips) - sum(seed_terms))) / n
+    c = n / max(n - 1, 1)
+    image = max(0.0, spread - c * (sum(flips) - sum(seed_terms))) / n
     seed_image = min(sum(flips) / n, sum(seed_terms))         # the coin-flip share of the seed terms
     parts = Components(sum(seed_terms) - seed_image, seed_image, image)
     variance = sum(seed_terms) + image
-    dof = sum(t * t / (len(a) - 1) for t, a in zip(seed_terms, cells)) + (image * image / (n - 1) if n > 1 else 0)
+    if image > 0 and n > 1:
+        # V = Σ T_j (1 + c/n) + spread/n − c Σ F_j/n: Satterthwaite over the mean squares it is made of, so an
+        # image term that is a small difference of two large ones gets the few degrees of freedom it has
+        dof = (sum((t * (1 + c / n)) ** 2 / (len(a) - 1) for t, a in zip(seed_terms, cells))
+               + (spread / n) ** 2 / (n - 1)
+               + sum((c * f / n) ** 2 / (n * (len(a) - 1)) for f, a in zip(flips, cells)))
+    else:
+        dof = sum(t * t / (len(a) - 1) for t, a in zip(seed_terms, cells))
     df = variance * variance / dof if dof > 0 else math.inf
     return Estimate(value, math.sqrt(variance), df, parts)
+
+
+def _run_variance(a: np.ndarray) -> float:
+    """The variance of one run's accuracy between seeds. Where every seed scored exactly the same, the
+    spread measured is 0 but not known to be 0: then the variance one run's accuracy would have if its n
+    answers were independent draws at the cells' rate, with one imagined extra answer each way
+    (Laplace), q / n: a setting at 100 % on every seed gets a small interval, never ±0."""
+    spread = float(a.mean(1).var(ddof=1))
+    if spread > 0:
+        return spread
+    cells = a.size
+    q = (float((a * a).sum()) + 1) / (cells + 2) - (float(a.sum()) / (cells + 2)) ** 2
+    return q / a.shape[1]
 
 
 def accuracy_interval(accs: Sequence[float], test_size: int | None = None, correct: np.ndarray | None = None,
@@ -183,9 +210,14 @@ class Comparison:
     p_equiv_holm: float = 1.0
     win: float = math.nan
     parts: Components | None = None
+    paired: bool = False      # compared seed by seed (the two settings' runs share their seeds)
+    identical: bool = False   # every seed's run predicted the same class as its twin on every test image
 
     def outcome(self, alpha: float = ALPHA) -> str:
-        """'better' (a above b), 'worse', 'equivalent' (within ±margin) or 'inconclusive'."""
+        """'identical' (the same predictions, not a statistical verdict), 'better' (a above b), 'worse',
+        'equivalent' (within ±margin) or 'inconclusive'."""
+        if self.identical:
+            return "identical"
         if self.p_holm < alpha:
             return "better" if self.diff > 0 else "worse"
         return "equivalent" if self.p_equiv_holm < alpha else "inconclusive"
@@ -211,15 +243,52 @@ def _adjusted(found: list[Comparison]) -> list[Comparison]:
     return [dataclasses.replace(c, p_holm=float(p), p_equiv_holm=float(q)) for c, p, q in zip(found, p_holm, equiv_holm)]
 
 
-def compare_settings(correct: Mapping[Hashable, np.ndarray], margin: float = MARGIN) -> list[Comparison]:
+def compare_settings(correct: Mapping[Hashable, np.ndarray], margin: float = MARGIN,
+                     seeds: Mapping[Hashable, Sequence[int]] | None = None,
+                     preds: Mapping[Hashable, np.ndarray] | None = None) -> list[Comparison]:
     """Every pair of settings. correct[setting]: (seeds, n) array, 1 where that seed's model classified
-    test image i correctly; every setting evaluated on the same n images in the same order, ≥ 2 seeds."""
+    test image i correctly; every setting evaluated on the same n images in the same order, ≥ 2 seeds.
+
+    seeds[setting]: the seed of each row of correct[setting]. Two settings trained under the same seeds
+    (the same initial weights, batch order and augmentation where the models allow) are compared seed by
+    seed: the contrast is the mean of the per-seed differences, whose spread between seeds leaves out
+    what a seed does to both. preds[setting]: each row's predicted classes; a paired pair whose
+    predictions agree on every image of every seed is `identical` (difference 0, no test)."""
     check_margin(margin)
     arrays = dict(zip(correct, _cells(list(correct.values()), "settings")))
-    found = [_compared(a, b, contrast([arrays[a], arrays[b]], [1.0, -1.0]), margin,
-                       probability_of_improvement(arrays[a].mean(1), arrays[b].mean(1)))
-             for a, b in itertools.combinations(arrays, 2)]
+    found = []
+    for a, b in itertools.combinations(arrays, 2):
+        order = _shared_seeds(seeds, a, b)
+        # withheld below MIN_WIN_SEEDS runs a side: from 3 against 3 it takes one of 10 values and reads as certainty
+        win = (probability_of_improvement(arrays[a].mean(1), arrays[b].mean(1))
+               if min(len(arrays[a]), len(arrays[b])) >= MIN_WIN_SEEDS else math.nan)
+        if order is None:
+            found.append(_compared(a, b, contrast([arrays[a], arrays[b]], [1.0, -1.0]), margin, win))
+            continue
+        ia, ib = order
+        if preds is not None and a in preds and b in preds and np.array_equal(preds[a][ia], preds[b][ib]):
+            found.append(_identical(a, b, margin, win))
+            continue
+        est = contrast([arrays[a][ia] - arrays[b][ib]], [1.0], "paired runs")
+        found.append(dataclasses.replace(_compared(a, b, est, margin, win), paired=True))
     return _adjusted(found)
+
+
+def _shared_seeds(seeds: Mapping[Hashable, Sequence[int]] | None, a: Hashable, b: Hashable):
+    """(rows of a, rows of b) in seed order where a and b were trained under the same seeds, else None."""
+    if seeds is None or a not in seeds or b not in seeds:
+        return None
+    sa, sb = [int(x) for x in seeds[a]], [int(x) for x in seeds[b]]
+    if sorted(sa) != sorted(sb) or len(set(sa)) != len(sa) or len(sa) < MIN_SEEDS:
+        return None
+    return np.argsort(sa, kind="stable"), np.argsort(sb, kind="stable")
+
+
+def _identical(a: Hashable, b: Hashable, margin: float, win: float) -> Comparison:
+    """Two settings whose runs predicted the same class on every image, seed by seed: no difference to test.
+    Its p-values (1 against 0, 0 against ±margin) take part in Holm's adjustment as the exact answers."""
+    return Comparison(a, b, 0.0, 0.0, 0.0, 0.0, 1.0, math.nan, math.inf, margin, 0.0, math.nan, win,
+                      Components(0.0, 0.0, 0.0), paired=True, identical=True)
 
 
 def interaction_contrasts(correct: Mapping[tuple[Hashable, Hashable], np.ndarray], levels_a: Sequence[Hashable],
@@ -315,16 +384,17 @@ class Verdict:
     inconclusive: tuple[Hashable, ...]    # neither
     detectable: float                     # smallest detectable difference (fraction), from the median s.e.
     margin: float = MARGIN
+    identical: tuple[Hashable, ...] = ()  # settings whose runs predicted exactly what the best's did
 
     @property
     def tied_with(self) -> tuple[Hashable, ...]:
-        """The settings not shown worse than the best: equivalent or inconclusive."""
-        return self.equivalent + self.inconclusive
+        """The settings not shown worse than the best: identical, equivalent or inconclusive."""
+        return self.identical + self.equivalent + self.inconclusive
 
 
 def verdict(means: Mapping[Hashable, float], comparisons: Sequence[Comparison], alpha: float = ALPHA) -> Verdict:
     best = max(means, key=lambda k: means[k])
-    found: dict[str, list] = {"better": [], "equivalent": [], "inconclusive": []}
+    found: dict[str, list] = {"better": [], "equivalent": [], "inconclusive": [], "identical": []}
     for c in comparisons:
         if best not in (c.a, c.b):
             continue
@@ -332,9 +402,10 @@ def verdict(means: Mapping[Hashable, float], comparisons: Sequence[Comparison], 
         outcome = c.outcome(alpha)
         found["better" if outcome in ("better", "worse") else outcome].append(other)
     order = list(means)
-    beats, equivalent, inconclusive = (tuple(sorted(v, key=order.index)) for v in found.values())
-    se = float(np.median([c.se for c in comparisons])) if comparisons else math.nan
-    df = float(np.median([c.df for c in comparisons])) if comparisons else math.inf
+    beats, equivalent, inconclusive, identical = (tuple(sorted(v, key=order.index)) for v in found.values())
+    tested = [c for c in comparisons if not c.identical]
+    se = float(np.median([c.se for c in tested])) if tested else math.nan
+    df = float(np.median([c.df for c in tested])) if tested else math.inf
     margin = comparisons[0].margin if comparisons else MARGIN
-    return Verdict(best, bool(comparisons) and not (equivalent or inconclusive), beats, equivalent, inconclusive,
-                   detectable_difference(se, len(comparisons), df, alpha), margin)
+    return Verdict(best, bool(comparisons) and not (equivalent or inconclusive or identical), beats, equivalent,
+                   inconclusive, detectable_difference(se, len(comparisons), df, alpha), margin, identical)

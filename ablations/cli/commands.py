@@ -8,6 +8,7 @@ module only to run one of them, so `--help` never loads torch. The commands that
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -237,8 +238,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _check_device(args)
         names = [n for arg in args.sweeps for n in (default_sweeps() if arg == "default" else [arg])]
         specs = [load_spec(find_spec(name)) for name in dict.fromkeys(names)]
+        model_changes, train_changes = _overrides(args, specs)
+        specs = [dataclasses.replace(s, model_overrides={**s.model_overrides, **model_changes}) for s in specs]
         data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
-        plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes, _train_changes(args)))
+        plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes,
+                                   {**_train_changes(args), **train_changes}))
                  for s in specs]  # every point of every sweep validated before any training
         for name, points in plans:
             _check_recipes(name, points, data)
@@ -307,27 +311,36 @@ def cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    model_changes, train_changes = {}, _train_changes(args)
-    try:
-        overrides = parse_overrides(args.set)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    for key, value in overrides.items():
+def _overrides(args: argparse.Namespace, specs: list[SweepSpec] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+    """--set KEY=VALUE as (model changes, training changes); ValueError in one line for an item that is not
+    key=value, a field that is neither, one the dataset fixes, or a factor a sweep varies."""
+    model_changes, train_changes = {}, {}
+    for key, value in parse_overrides(getattr(args, "set", None) or []).items():
         if key in DATASET_FIELDS:
-            print(f"error: --set {key}={value}: {key} is fixed by the dataset (DATASET={args.dataset}), which "
-                  f"sets img_size, in_chans and num_classes of the model; choose another DATASET, or a preset of "
-                  f"another patch grid (a timm checkpoint's pos_embed is resampled to it)", file=sys.stderr)
-            return 2
+            raise ValueError(f"--set {key}={value}: {key} is fixed by the dataset (DATASET={args.dataset}), which "
+                             f"sets img_size, in_chans and num_classes of the model; choose another DATASET, or a "
+                             f"preset of another patch grid (a timm checkpoint's pos_embed is resampled to it)")
+        varying = next((spec for spec in specs if key in spec.varied), None)
+        if varying is not None:
+            raise ValueError(f"--set {key}={value}: {key} is what sweep {varying.name} varies "
+                             f"({', '.join(map(str, varying.values))}); --set holds a field fixed at every point")
         if key in MODEL_FIELDS:
             model_changes[key] = value
         elif key in TRAIN_FIELDS:
             train_changes[key] = value
         else:
-            print(f"error: --set {key}: not a ViTConfig or TrainConfig field; model: {sorted(MODEL_FIELDS)}, "
-                  f"train: {sorted(TRAIN_FIELDS)}", file=sys.stderr)
-            return 2
+            raise ValueError(f"--set {key}: not a ViTConfig or TrainConfig field; model: {sorted(MODEL_FIELDS)}, "
+                             f"train: {sorted(TRAIN_FIELDS)}")
+    return model_changes, train_changes
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    try:
+        model_changes, train_changes = _overrides(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    train_changes = {**_train_changes(args), **train_changes}
     try:
         _check_out(args)
         _check_device(args)

@@ -8,7 +8,10 @@ from typing import Any
 
 
 def parse_value(text: str) -> Any:
-    """A `--set key=value` value: a Python literal (6, 1e-3, True) or else the bare word (sdpa, conv)."""
+    """A `--set key=value` value: a Python literal (6, 1e-3, True), true/false as in TOML, or else the bare
+    word (sdpa, conv)."""
+    if text.strip().lower() in ("true", "false"):
+        return text.strip().lower() == "true"
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):

@@ -1,0 +1,173 @@
+"""`make known` (`python -m ablations known`): the harness on small synthetic tasks whose answers are known.
+
+Each task is an image folder written as PNG files (the format a user's own images come in) and a sweep
+spec; the sweeps run through the same command a user runs (`sweep … --dataset imagefolder`), and the
+report's own analysis (`ablations.analysis.findings.analyse`) must give the known answer:
+
+- **positions**: the class is the quadrant that holds a bright square, so only a model that knows where
+  its tokens are can solve it. pos=none (tokens as a set) stays at chance and is decided worse than
+  pos=sincos2d (fixed 2-D positions, which this budget learns fastest). Trained with `--set flip=false`:
+  a horizontal flip would move the square to the other side.
+- **backends**: attn=bmm and attn=einops compute one function with the same operations: identical
+  predictions on every image of every seed.
+- **shuffled**: the same images under random labels: nothing can be learned, so every setting is at
+  chance and the sweep gives no verdict.
+- **planted**: flip=false against flip=true on the quadrant task: flipping loses left from right, about
+  half the answers; the difference is decided at 3 seeds.
+
+Prints one line per check and exits 1 if any fails. The runs resume like any sweep (rerun: nothing trains).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SIDE = 16            # px: a 4 × 4 grid of 4 px patches, each quadrant 2 × 2 patches
+SQUARE = 4           # px side of the bright square
+CLASSES = ("top-left", "top-right", "bottom-left", "bottom-right")
+TRAIN_PER_CLASS = 200
+TEST_PER_CLASS = 50
+SEEDS = "0,1,2"
+MODEL = 'preset = "vit_digits"\npatch_size = 4\nembed_dim = 32\ndepth = 2\nnum_heads = 2\npos = "sincos2d"\n'
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    data: str            # "quadrants" or "shuffled"
+    factor: str
+    values: str          # TOML list
+    sets: tuple[str, ...]
+    expect: str          # what the check requires, for the reader
+
+
+TASKS = (
+    Task("positions", "quadrants", "pos", '["sincos2d", "none"]', ("flip=false",),
+         "pos=none at chance (‡) and decided worse than pos=sincos2d"),
+    Task("backends", "quadrants", "attn", '["bmm", "einops"]', ("flip=false",),
+         "attn=bmm and attn=einops identical (same predictions, every image, every seed)"),
+    Task("shuffled", "shuffled", "depth", "[1, 2]", ("flip=false",),
+         "every setting at chance: no verdict"),
+    Task("planted", "quadrants", "flip", "[false, true]", (),
+         "flip=false decided better than flip=true"),
+)
+
+
+def write_quadrants(root: Path, shuffled: bool, seed: int = 0) -> Path:
+    """train/ and test/ folders of PNGs, a folder per class: noise with a bright square in the class's quadrant
+    (shuffled: the labels drawn at random instead, so they cannot be learned). Written once; reused."""
+    from PIL import Image
+
+    if (root / "test").is_dir():
+        return root
+    rng = np.random.default_rng(seed)
+    half = SIDE // 2
+    for split, per_class in (("train", TRAIN_PER_CLASS), ("test", TEST_PER_CLASS)):
+        # shuffled: each class keeps its count, so always answering one class scores exactly chance
+        labels = np.repeat(np.arange(len(CLASSES)), per_class)
+        folders = rng.permutation(labels) if shuffled else labels
+        for i, (label, folder_label) in enumerate(zip(labels, folders)):
+            image = rng.integers(0, 80, (SIDE, SIDE, 3), dtype=np.uint8)
+            y0, x0 = (label // 2) * half, (label % 2) * half
+            dy, dx = rng.integers(0, half - SQUARE + 1, 2)
+            image[y0 + dy:y0 + dy + SQUARE, x0 + dx:x0 + dx + SQUARE] = 255
+            folder = root / split / CLASSES[folder_label]
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(image).save(folder / f"{i:04d}.png")
+    return root
+
+
+def write_spec(folder: Path, task: Task, epochs: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"known-{task.name}.toml"
+    path.write_text(f'[sweep]\nlabel = "{task.factor} ({task.name})"\ndescription = "known answer: {task.expect}"\n'
+                    f'factor = "{task.factor}"\nvalues = {task.values}\n\n[model]\n{MODEL}\n'
+                    f"[train]\nepochs = {epochs}\nlr = 0.004\n")
+    return path
+
+
+def check(task: Task, f) -> tuple[bool, str]:
+    """(passed, what the analysis said) for one task's findings."""
+    settings = ", ".join(f"{f.factor}={s.value} {100 * s.acc.mean:.1f} %{' ‡' if s.at_chance else ''}"
+                         for s in f.settings)
+    pairs = "; ".join(f"{c.a} vs {c.b}: {c.outcome()}" for c in f.comparisons or [])
+    said = f"{settings}; " + (pairs or f"no verdict ({f.no_test[:80]}…)")
+    by_value = {s.value: s for s in f.settings}
+    outcome = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
+    if task.name == "positions":
+        c = outcome.get(frozenset(("sincos2d", "none")))
+        ok = by_value["none"].at_chance and not by_value["sincos2d"].at_chance and c is not None and (
+            c.outcome() == ("better" if c.a == "sincos2d" else "worse"))
+    elif task.name == "backends":
+        c = outcome.get(frozenset(("bmm", "einops")))
+        ok = c is not None and c.outcome() == "identical"
+    elif task.name == "shuffled":
+        ok = f.verdict is None and all(s.at_chance for s in f.settings)
+    else:
+        c = outcome.get(frozenset((False, True)))
+        ok = c is not None and c.outcome() == ("better" if str(c.a).lower() in ("false", "0") else "worse")
+    return bool(ok), said
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ablations known", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="results/known", help="where the data, runs and report go "
+                                                              "(default results/known)")
+    parser.add_argument("--epochs", type=int, default=10, help="training epochs of every run (default 10)")
+    parser.add_argument("--only", nargs="*", choices=[t.name for t in TASKS], help="run only these tasks")
+    args = parser.parse_args(argv)
+    if args.epochs < 1:
+        parser.error(f"--epochs must be a positive integer, got {args.epochs}")
+    from bench.reference import refusal
+
+    out = Path(args.out)
+    message = refusal(str(out), False)
+    if message:
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    import pandas as pd
+
+    from ablations.analysis.findings import analyse
+    from ablations.analysis.report import build_report
+    from ablations.results.schema import read_table
+    from ablations.results.store import SweepPaths
+
+    t0 = time.perf_counter()
+    tasks = [t for t in TASKS if not args.only or t.name in args.only]
+    data = {name: write_quadrants(out / "data" / name, shuffled=name == "shuffled") for name in {t.data for t in tasks}}
+    results = []
+    for task in tasks:
+        spec = write_spec(out / "specs", task, args.epochs)
+        argv = ["sweep", str(spec), "--dataset", "imagefolder", "--data-root", str(data[task.data]),
+                "--img-size", str(SIDE), "--seeds", SEEDS, "--cost-rounds", "0", "--out", str(out),
+                *(x for s in task.sets for x in ("--set", s))]
+        print(f"\n== {task.name}: {task.expect}", flush=True)
+        status = subprocess.run([sys.executable, "-m", "ablations", *argv]).returncode
+        if status != 0:
+            results.append((task, False, f"the sweep command exited {status}"))
+            continue
+        paths = SweepPaths.of(out, spec.stem)
+        rows = read_table(paths.rows)
+        ok_rows = rows[rows["status"] == "ok"]
+        values = [v for v in pd.unique(ok_rows[task.factor])]
+        results.append((task, *check(task, analyse(rows, task.factor, values, paths.preds, None))))
+    report = build_report(out, reference=None)
+    print(f"\nKnown answers ({time.perf_counter() - t0:.0f} s, {SEEDS.count(',') + 1} seeds, {args.epochs} epochs, "
+          f"{SIDE} px, {TRAIN_PER_CLASS * len(CLASSES)} training and {TEST_PER_CLASS * len(CLASSES)} test images):")
+    for task, passed, said in results:
+        print(f"  {'PASS' if passed else 'FAIL'}  {task.name:<10} expected {task.expect}\n"
+              f"        got: {said}")
+    print(f"Report: {report}   runs: {out / 'ablations'}/")
+    return 0 if all(passed for _, passed, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -66,7 +66,13 @@ def test_the_contrast_equals_an_independent_float64_recomputation():
     spread = np.sum((d - d.mean()) ** 2) / (n - 1)
     image = max(0.0, spread - n / (n - 1) * (flips - sa2 / 3 - sb2 / 4)) / n
     var = sa2 / 3 + sb2 / 4 + image
-    df = var ** 2 / ((sa2 / 3) ** 2 / 2 + (sb2 / 4) ** 2 / 3 + image ** 2 / (n - 1))
+    assert image > 0   # the case where the image term counts
+    # Satterthwaite over the mean squares the variance is made of:
+    # V = (sa2/3 + sb2/4)(1 + c/n) + spread/n − c·flips/n with c = n/(n − 1)
+    c = n / (n - 1)
+    fa, fb = np.mean(ya * (1 - ya) * 3 / 2) / 3, np.mean(yb * (1 - yb) * 4 / 3) / 4
+    df = var ** 2 / ((sa2 / 3 * (1 + c / n)) ** 2 / 2 + (sb2 / 4 * (1 + c / n)) ** 2 / 3 + (spread / n) ** 2 / (n - 1)
+                     + (c * fa / n) ** 2 / (n * 2) + (c * fb / n) ** 2 / (n * 3))
     assert got.value == pytest.approx(acc_a.mean() - acc_b.mean(), abs=1e-15)
     assert got.se == pytest.approx(math.sqrt(var), rel=1e-12)
     assert got.df == pytest.approx(df, rel=1e-12)
@@ -311,3 +317,66 @@ def test_a_paired_difference_is_the_float64_difference_with_an_interval_narrower
     assert one.se == pytest.approx(math.sqrt(d.var(ddof=1) / 2000), rel=1e-12)
     with pytest.raises(ValueError, match="same seeds and test images"):
         paired_difference(a, b[:2])
+
+
+def _shared_seed_runs(rng, seeds: int, n: int = 1000, delta: float = 0.0) -> dict[str, np.ndarray]:
+    """Two settings trained under the same seeds: per image a fixed difficulty, per seed a shift both share
+    and a smaller one of each setting's own, and half of each answer's coin flip shared between the two
+    (same initial weights and batch order). B loses `delta` of its answers, exactly, in every run."""
+    from scipy.special import expit
+
+    base, shared_shift = rng.normal(6.0, 3.0, n), rng.normal(0, 0.15, seeds)
+    shared_draw = rng.random((seeds, n))
+    out = {}
+    for name in "AB":
+        p = expit(base[None] + (shared_shift + rng.normal(0, 0.1, seeds))[:, None])
+        draw = np.where(rng.random((seeds, n)) < 0.5, shared_draw, rng.random((seeds, n)))
+        c = (draw < p).astype(float)
+        if name == "B" and delta:
+            for s in range(seeds):
+                right = np.flatnonzero(c[s])
+                c[s, rng.choice(right, int(round(delta * n)), replace=False)] = 0
+        out[name] = c
+    return out
+
+
+def test_pairing_by_seed_keeps_alpha_and_false_equivalence_and_finds_more_than_unpaired():
+    """Known answers on simulated same-seed settings at 3 seeds: A/A false positives within α (exact 95 %
+    interval), an exact 0.5-point difference called equivalent within ±0.5 at most α of the time, and
+    power at 1 point at least the unpaired test's on the same trials."""
+    rng = np.random.default_rng(21)
+    trials, seeds = 400, {"A": [0, 1, 2], "B": [0, 1, 2]}
+    found = {"aa": 0, "equiv": 0, "paired": 0, "unpaired": 0}
+    for _ in range(trials):
+        [c] = compare_settings(_shared_seed_runs(rng, 3), seeds=seeds)
+        found["aa"] += c.outcome() in ("better", "worse")
+        [c] = compare_settings(_shared_seed_runs(rng, 3, delta=0.005), seeds=seeds)
+        found["equiv"] += c.outcome() == "equivalent"
+        one = _shared_seed_runs(rng, 3, delta=0.01)
+        [p], [u] = compare_settings(one, seeds=seeds), compare_settings(one)
+        assert p.paired and not u.paired
+        found["paired"] += p.outcome() == "better"
+        found["unpaired"] += u.outcome() == "better"
+    for key in ("aa", "equiv"):
+        low = sps.binomtest(found[key], trials).proportion_ci(0.95, method="exact").low
+        assert low <= ALPHA, (key, found[key])
+    assert found["paired"] >= found["unpaired"] and found["paired"] / trials > 0.15, found
+
+
+def test_identical_runs_are_identical_and_a_setting_with_no_spread_is_not_known_to_zero():
+    rng = np.random.default_rng(4)
+    a = (rng.random((3, 360)) < 0.95).astype(float)
+    preds = {"bmm": np.where(a == 1, 3, 5), "einops": np.where(a == 1, 3, 5), "loop": np.where(a == 1, 3, 6)}
+    found = compare_settings({k: a for k in preds}, seeds={k: [0, 1, 2] for k in preds}, preds=preds)
+    by_pair = {(c.a, c.b): c for c in found}
+    assert by_pair["bmm", "einops"].outcome() == "identical" and by_pair["bmm", "einops"].identical
+    # the same answers but other wrong classes: not identical; equivalent, with an interval that is not ±0
+    loop = by_pair["bmm", "loop"]
+    assert not loop.identical and loop.paired and loop.low < 0 < loop.high
+    v = verdict({"bmm": 0.95, "einops": 0.95, "loop": 0.95}, found)
+    assert v.identical == ("einops",) and not v.winner
+    perfect = np.ones((3, 360))
+    i = accuracy_interval(perfect.mean(1), 360, perfect)
+    assert i.mean == 1.0 and 0.99 < i.low < 1.0 and i.high == 1.0
+    [c] = compare_settings({"a": perfect, "b": np.pad(np.ones((3, 359)), ((0, 0), (0, 1)))})
+    assert c.se > 0 and c.p_equiv > 0 and 0 < c.p < 1

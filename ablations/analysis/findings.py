@@ -205,7 +205,12 @@ def _power(f: SweepFindings, ok: pd.DataFrame, factor: str) -> None:
     image_var = f.pair_parts.image if f.pair_parts is not None else 0.0
     m = len(f.comparisons or [])
     f.seed_sd = math.sqrt(seed_var)
-    f.seeds_for_delta = seeds_needed(seed_var, image_var, POWER_DELTA, m)
+    tested = [c for c in f.comparisons or [] if not c.identical and c.parts is not None]
+    seeds = {s.value: len(s.seeds) for s in f.settings}
+    # every pair compared seed by seed: a seed's difference varies as var(d_s), not as two independent runs
+    paired_var = (float(np.mean([(c.parts.seed + c.parts.seed_image) * seeds[c.a] for c in tested]))
+                  if tested and all(c.paired for c in tested) else None)
+    f.seeds_for_delta = seeds_needed(seed_var, image_var, POWER_DELTA, m, paired_var=paired_var)
     f.floor = detectable_difference(math.sqrt(image_var), m)
 
 

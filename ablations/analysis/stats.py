@@ -361,16 +361,19 @@ def detectable_difference(se: float, comparisons: int, df: float = math.inf, alp
 
 
 def seeds_needed(seed_var: float, image_var: float, delta: float, comparisons: int, alpha: float = ALPHA,
-                 power: float = POWER, most: int = 10_000) -> int | None:
+                 power: float = POWER, most: int = 10_000, paired_var: float | None = None) -> int | None:
     """Seeds per setting for a two-sided test at the strictest Holm level α/m to detect a difference
     `delta` (fraction) with `power`, when the difference of two settings' means over s seeds has
     variance 2·seed_var/s + image_var with 2(s − 1) degrees of freedom (seed_var: the variance of one
     run's accuracy between seeds, coin flips included; image_var: what the finite test set adds, which
-    more seeds do not remove). None when the test set's share alone is too large for `delta`."""
+    more seeds do not remove). Settings compared seed by seed: `paired_var`, the variance of one seed's
+    difference, in place of 2·seed_var, with s − 1 degrees of freedom. None when the test set's share
+    alone is too large for `delta`."""
     if _quantiles(comparisons, math.inf, alpha, power) ** 2 * image_var >= delta ** 2:
         return None
     for s in range(MIN_SEEDS, most + 1):
-        if _quantiles(comparisons, 2 * (s - 1), alpha, power) ** 2 * (2 * seed_var / s + image_var) <= delta ** 2:
+        spread, df = (2 * seed_var, 2 * (s - 1)) if paired_var is None else (paired_var, s - 1)
+        if _quantiles(comparisons, df, alpha, power) ** 2 * (spread / s + image_var) <= delta ** 2:
             return s
     return None
 

@@ -88,6 +88,48 @@ class LoadMeter:
         self.load = Load(share, others, load_avg, seen)
 
 
+def _family_cpu_s(family: set[int]) -> float:
+    """User and system CPU time of these processes (this command's own), from /proc/<pid>/stat, in seconds."""
+    total = 0
+    for pid in family:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])     # utime, stime (the 14th and 15th fields)
+        except (OSError, IndexError, ValueError):
+            continue
+    return total * _tick_s()
+
+
+class FreeCores:
+    """How many of the machine's cores other processes leave free, measured between calls: all CPUs' busy
+    time over the interval less this command's own (this process and its workers), as whole cores. The
+    first call measures over `first_window_s`. None where /proc/stat cannot be read."""
+
+    def __init__(self, cores: int | None = None, first_window_s: float = 0.5) -> None:
+        self.cores = cores or os.cpu_count() or 1
+        self.first_window_s = first_window_s
+        self._last: tuple[float, float, float] | None = None
+        self.other_cores: float | None = None
+
+    def _sample(self) -> tuple[float, float, float] | None:
+        busy = _cpu_busy_s()
+        return None if busy is None else (time.perf_counter(), busy, _family_cpu_s(_family()))
+
+    def __call__(self) -> int | None:
+        if self._last is None:
+            self._last = self._sample()
+            time.sleep(self.first_window_s)
+        now = self._sample()
+        if now is None or self._last is None:
+            return None
+        (t0, busy0, own0), (t1, busy1, own1) = self._last, now
+        self._last = now
+        wall = max(t1 - t0, 1e-6)
+        other = max(0.0, (busy1 - busy0) - (own1 - own0) - 2 * self.cores * _tick_s()) / wall
+        self.other_cores = min(float(self.cores), other)
+        return max(0, min(self.cores, round(self.cores - self.other_cores)))
+
+
 MPS_SERVER = "nvidia-cuda-mps-server"
 
 

@@ -7,6 +7,17 @@ import torch
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _one_thread_per_test_worker():
+    """Under pytest-xdist (`make test` runs one worker per core) each worker's own torch work runs on one
+    thread: two workers with two OpenMP threads each on two cores spin and wait on each other."""
+    import os
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory):
     """Parsed datasets and matmul peaks go to a cache of this session, not the user's ~/.cache/vitbench
     (a test may point VITBENCH_CACHE elsewhere)."""
@@ -45,6 +56,17 @@ def _quiet_machine(request, monkeypatch):
         from bench import contention
 
         monkeypatch.setattr(contention, "_cpu_busy_s", time.process_time)
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _runs_in_this_process(monkeypatch):
+    """A command run inside a test (not a subprocess) trains in the test's process, as JOBS=1 does, so the
+    test's fakes and captured output reach its runs; JOBS=auto itself is tested through the pool and a
+    subprocess (tests/test_jobs.py)."""
+    from ablations.running.executors import local
+
+    monkeypatch.setattr(local, "auto_jobs", lambda device: 1)
     yield
 
 

@@ -226,3 +226,52 @@ def test_mnist5k_runs_give_the_same_accuracies_with_one_or_two_jobs_at_the_same_
     assert (tables[1]["torch_threads"] == 1).all() and (tables[2]["torch_threads"] == 1).all()
     assert list(tables[1]["test_acc"]) == list(tables[2]["test_acc"])
     assert list(tables[1]["test_loss"]) == list(tables[2]["test_loss"])
+
+
+# --- JOBS=auto: as many runs as other processes leave cores free, decided before each run ------------------
+
+def _reports_its_threads(task, data):
+    time.sleep(0.5)
+    return Outcome({"run_id": task.run_id, "seed": task.seed, "status": "ok", "pid": os.getpid(),
+                    "threads": torch.get_num_threads(), "started": time.monotonic()})
+
+
+def test_auto_jobs_start_as_many_one_thread_runs_as_cores_are_free_before_each_run(tmp_path):
+    from ablations.running.executors.local import WorkerPool
+
+    asked = []
+
+    def busy_machine():            # other processes hold all but one core, then the machine frees up
+        asked.append(len(asked))
+        return 0 if len(asked) <= 2 else 4
+    pool = WorkerPool(4, 1, 0, 0, _reports_its_threads, _no_data, capacity=busy_machine)
+    got = [o.row for _, o in pool.run(_tasks(tmp_path, (0, 1, 2, 3, 4, 5)))]
+    assert sorted(r["seed"] for r in got) == [0, 1, 2, 3, 4, 5] and {r["threads"] for r in got} == {1}
+    starts = sorted(r["started"] for r in got)
+    assert starts[1] - starts[0] > 0.4          # busy: the second run waited for the first (one at a time)
+    assert len({r["pid"] for r in got}) >= 2 and asked    # freed: more workers joined, each asked first
+
+
+def test_the_free_core_meter_counts_other_processes_not_this_commands_own(monkeypatch):
+    from bench import contention
+
+    meter = contention.FreeCores(cores=4, first_window_s=0.0)
+    readings = iter([100.0, 100.0 + 3.0])          # all CPUs' busy seconds at the two samples
+    own = iter([10.0, 10.0 + 1.0])                 # this command's share of them
+    clock = iter([0.0, 1.0])
+    monkeypatch.setattr(contention, "_cpu_busy_s", lambda: next(readings))
+    monkeypatch.setattr(contention, "_family_cpu_s", lambda family: next(own))
+    monkeypatch.setattr(contention.time, "perf_counter", lambda: next(clock))
+    assert meter() == 2 and meter.other_cores == pytest.approx(2.0 - 8 * contention._tick_s())
+
+
+def test_a_sweep_defaults_to_one_thread_a_run_and_records_it(tmp_path):
+    spec = write_spec(tmp_path / "t.toml", "depth", "[1, 2]")
+    done = subprocess.run([sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--seeds", "0",
+                           "--cost-rounds", "0", "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "JOBS=auto: before each run starts, as many as other processes leave cores free" in done.stderr \
+        or (os.cpu_count() or 1) == 1
+    rows = read_table(tmp_path / "out" / "ablations" / "t.csv")
+    assert set(rows["torch_threads"]) == {1} and len(rows) == 2

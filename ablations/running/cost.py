@@ -16,9 +16,10 @@ the command will do (estimated from the first round's training steps, the runs' 
 set), between BUDGET_FLOOR_S and BUDGET_CAP_S. After the first round it plans as many rounds as fit
 (at most `rounds`); a round taken entirely under load waits, within the budget and at most
 QUIET_WAIT_S, for the machine to quiet down; a phase that would overrun stops after the round in hand
-and its rows record the rounds it took. Where fewer than MIN_ROUNDS rounds of an item ran on a quiet
-machine, its speed is reported as not measured, and one line says how to measure it later
-(`make cost`).
+and its rows record the rounds it took. The budget is planned from the first round's quiet steps only,
+so it does not grow with the load; a first round taken mostly under load stops the phase at once. Where
+fewer than MIN_ROUNDS rounds of an item ran on a quiet machine, its speed is reported as not measured,
+and one line says how to measure it later (`make cost`).
 
 The rows of one phase share a `phase_id`, a hash of everything that defines the measurement (the
 sweeps, models, batch sizes, dtype, rounds, timing, device). A rerun that finds a complete phase with
@@ -273,6 +274,13 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
                                      clock.timing(r)))
             this_round.append((item_id, item, row))
             bar.update()
+        if r == 0 and clock.busy(this_round):
+            kept += [row for _, _, row in this_round]
+            for item_id, _, row in this_round:
+                for sweep, _csv in where[item_id]:
+                    rows[sweep].append({**row, "sweep": sweep, "phase_items": len(own[sweep])})
+            _close_early(sweeps, rows, pid, 1, clock)
+            break
         if r == 0:
             planned = clock.plan_rounds(this_round, len(items))
             bar.total = planned * len(items)
@@ -295,7 +303,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     if progress:
         tqdm.write(f"cost {names}: {kept[-1]['round'] + 1 if kept else 0} round(s) of {len(items)} timed steps in "
                    f"{clock.elapsed():.0f} s ({clock.describe()})", file=sys.stderr)
-    _say_what_is_missing(kept, len(items), names, clock)
+    _say_what_is_missing(kept, len(items), names, clock, sweeps[0][2].parent.parent)
     del models, steps
     gc.collect()
     return {sweep: pd.DataFrame(mine) for sweep, mine in rows.items()}
@@ -328,8 +336,10 @@ class _Clock:
         if self.workload is None:
             return None
         images, seeds = self.workload
+        # quiet steps only: a step slowed by other work would stretch the budget with the load
         step_s = {(model_key(item.cfg), item.mcfg.batch_size): float(row.get("step_ms_median") or 0) / 1e3
-                  for _, item, row in first_round if item.mode == "train" and row.get("status") == "ok"}
+                  for _, item, row in first_round
+                  if item.mode == "train" and row.get("status") == "ok" and not row.get("contended")}
         total = 0.0
         for p in self.points:
             per_epoch = math.ceil(images * (1 - p.train.holdout) / p.train.batch_size)
@@ -365,6 +375,19 @@ class _Clock:
                                                                      max(0.0, spare / ((fit - 1) * items))))
         return fit
 
+    def busy(self, first_round: list[tuple[str, _Item, dict[str, Any]]]) -> bool:
+        """Whether most of the first round's timed steps ran while other processes held the machine: then
+        the phase stops at once (the training goes on) rather than spend its budget on figures it leaves
+        out, and says how to measure later."""
+        loaded = [row for _, _, row in first_round if row.get("contended")]
+        if len(first_round) < 1 or 2 * len(loaded) <= len(first_round):
+            return False
+        shares = sorted(float(row.get("other_cpu_pct") or 0) for row in loaded)
+        self.stopped = (f"the machine was busy: {len(loaded)} of {len(first_round)} first timed steps ran while other "
+                        f"processes held a median {shares[len(shares) // 2]:.0f} % of it, so the phase stopped after "
+                        f"its first round")
+        return True
+
     def overruns(self, done: int) -> bool:
         """Whether one more round (at this phase's mean round time) would take it past its budget."""
         assert self.budget_s is not None
@@ -398,7 +421,7 @@ def _close_early(sweeps: list[tuple[str, list[Point], Path]], rows: dict[str, li
             append_row(csv, row, COST_COLUMNS)
 
 
-def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clock: _Clock) -> None:
+def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clock: _Clock, out: Path) -> None:
     """One line where a budget stop or other processes left items with fewer than MIN_ROUNDS quiet rounds."""
     per_item: dict[tuple, int] = collections.Counter()
     for row in kept:
@@ -410,9 +433,12 @@ def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clo
     loaded = sum(1 for row in kept if row.get("contended"))
     why = "; ".join(filter(None, [clock.stopped, f"{loaded} of {len(kept)} timed steps ran while other processes held "
                                                  f"the machine and are left out" if loaded else ""]))
+    later = (f"measure later on an idle machine: make cost OUT='{out}' (python -m ablations cost --out '{out}')"
+             if loaded else
+             f"measure with a larger budget: make cost OUT='{out}' (python -m ablations cost --out '{out}'; no time "
+             f"limit unless COST_BUDGET / --cost-budget)")
     tqdm.write(f"cost {names}: {why}: {short} of {items} timed step(s) rest on fewer than {MIN_ROUNDS} quiet rounds, "
-               f"so the report states no speed ratio for them. To compare speed, measure later on an idle machine: "
-               f"make cost OUT=<this OUT> (python -m ablations cost)", file=sys.stderr)
+               f"so the report states no speed ratio for them. To compare speed, {later}", file=sys.stderr)
 
 
 def _row_item(row: dict[str, Any]) -> tuple:

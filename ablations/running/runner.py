@@ -114,7 +114,7 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
     names = [name for name, _, _ in plans]
     if len(set(names)) != len(names):
         raise ValueError(f"sweeps {names}: each sweep may appear once in one command")
-    executor = executor or LocalExecutor(ExecutorOptions())
+    executor = executor or LocalExecutor(ExecutorOptions(jobs=1))
     with contextlib.ExitStack() as locks:
         for name, _, options in plans:
             locks.enter_context(store.sweep_lock(SweepPaths.of(options.out, name), name))

@@ -39,13 +39,14 @@ MAX_RETRIES = Option("--max-retries", "re-runs of a run whose worker died (defau
                      default=2)
 OPTIONS: dict[str, tuple[Option, ...]] = {
     "local": (
-        Option("--jobs", "local executor: runs in flight at once (default 1). On the CPU the cores are split "
-                         "between them; on CUDA they share the GPU (or spread over several). auto: half the "
-                         "cores, or 4 per GPU", "JOBS", type=integer(1, "jobs must be auto or an integer ≥ 1", auto=True),
-               default=1, metavar="N|auto"),
-        Option("--threads", "local executor on the CPU: torch threads per run (default: the cores // JOBS). Runs "
-                            "with the same count give the same floats whatever JOBS is; a different count changes "
-                            "the order of reductions", "THREADS", type=positive("--threads (THREADS)")),
+        Option("--jobs", "local executor: runs in flight at once (default auto: on the CPU up to one per core, "
+                         "as many as other processes leave cores free, decided before each run starts; 4 per "
+                         "GPU on CUDA). 1: one after another in this process", "JOBS",
+               type=integer(1, "jobs must be auto or an integer ≥ 1", auto=True), default=None, metavar="N|auto"),
+        Option("--threads", "local executor on the CPU: torch threads per run (default 1: beside other work two "
+                            "OpenMP threads spin and wait on each other). Runs with the same count give the same "
+                            "floats whatever JOBS is; a different count changes the order of reductions", "THREADS",
+               type=positive("--threads (THREADS)")),
         Option("--mps", "local executor on CUDA with JOBS > 1: run the workers under CUDA MPS so that their "
                         "kernels overlap (without it processes on one GPU take turns). auto (default): a daemon "
                         "already running, else a private one started and stopped with the command, else without "

@@ -22,9 +22,9 @@ class ExecutorOptions:
     cpus_per_task: float | None = None
     gpus_per_task: float | None = None
     max_retries: int = 2
-    jobs: int | None = 1      # local: runs in flight at once; None = auto (executors.local.auto_jobs)
+    jobs: int | None = None   # local: runs in flight at once; None = auto (executors.local.auto_jobs)
     device: str = "auto"      # the runs' device (local: how JOBS places them)
-    threads: int | None = None  # local, CPU: torch threads per run; None = the cores // jobs
+    threads: int | None = None  # local, CPU: torch threads per run; None = 1
     mps: str = "auto"         # local, CUDA with jobs > 1: CUDA MPS for the workers (executors.mps)
 
     def __post_init__(self) -> None:

@@ -1,10 +1,12 @@
 """EXECUTOR=local: runs tasks on this machine, JOBS at a time.
 
-JOBS=1 (default): one after another in this process, each dataset loaded once. JOBS=N: N worker
-processes (spawned), each loading the dataset once from the parsed-array cache; on the CPU the cores are
-split between them (torch threads per run = cores // N); on CUDA they share the GPU, or with several
-GPUs each worker is pinned to one of them in turn. JOBS=auto: half the cores on the CPU (so each run
-keeps two threads), four runs per GPU. Workers that share a GPU run under CUDA MPS where it can be had
+JOBS=auto (default): on the CPU up to one run per core, each on one torch thread (THREADS), and before
+each run starts as many runs as the cores other processes leave free (`bench.contention.FreeCores`): an
+idle machine runs on every core, a busy one on fewer, and since a run's threads, not how many run at
+once, decide its floats, the results are the same either way; four runs per GPU on CUDA. JOBS=1: one
+after another in this process, each dataset loaded once. JOBS=N: N worker processes (spawned), each
+loading the dataset once from the parsed-array cache; on CUDA they share the GPU, or with several GPUs
+each worker is pinned to one of them in turn. Workers that share a GPU run under CUDA MPS where it can be had
 (`executors.mps`, MPS=auto|on|off), so that their kernels overlap rather than take turns; the start line
 says which. Only the driver writes results.
 
@@ -28,7 +30,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
@@ -40,15 +42,18 @@ from ablations.running.executors.mps import Mps, shared_gpu_refusal
 from ablations.running.interrupts import SIGNALS
 from ablations.running.spawned import Raised, worker_main
 from ablations.running.tasks import Outcome, Task, lost_outcome
+from bench.contention import FreeCores
 
 RUNS_PER_GPU = 4  # JOBS=auto on CUDA
 STOP_GRACE_S = 3.0  # a stopped worker's time to exit on SIGTERM before it is killed
 
 
 def auto_jobs(device: str) -> int:
+    """JOBS=auto: at most this many runs at once: four per GPU, or every core on the CPU (each run on one
+    thread; how many start is decided before each run by the cores other processes leave free)."""
     if device != "cpu" and torch.cuda.is_available():
         return RUNS_PER_GPU * torch.cuda.device_count()
-    return max(1, (os.cpu_count() or 1) // 2)
+    return max(1, os.cpu_count() or 1)
 
 
 def visible_gpu(index: int, visible: str | None) -> str:
@@ -99,9 +104,11 @@ class WorkerPool:
     """`size` spawned workers, each with its own pipe, running tasks of `fn`; see the module docstring."""
 
     def __init__(self, size: int, threads: int, gpus: int, max_retries: int, fn: RunFn, load: Loader,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, capacity: Callable[[], int | None] | None = None) -> None:
         self.size, self.threads, self.gpus, self.max_retries = size, threads, gpus, max_retries
         self.env = env or {}  # set in each worker before it imports torch
+        # runs allowed at once, asked before each run starts (None: `size`); workers then start as needed
+        self.capacity = capacity
         self.fn, self.load = fn, load
         self.ctx = mp.get_context("spawn")
         self.workers: list[_Worker] = []
@@ -131,7 +138,7 @@ class WorkerPool:
     def run(self, tasks: list[Task]) -> Iterator[tuple[Task, Outcome]]:
         queue = collections.deque((task, 0) for task in tasks)
         try:
-            for slot in range(min(self.size, len(tasks))):
+            for slot in range(min(self.size, len(tasks)) if self.capacity is None else 0):
                 self._start(slot)
             while queue or any(w.task for w in self.workers):
                 self._dispatch(queue)
@@ -143,10 +150,23 @@ class WorkerPool:
         finally:
             self.stop()
 
+    def _limit(self) -> int:
+        """Runs allowed in flight now: `size`, or what `capacity` says (at least one, at most `size`)."""
+        if self.capacity is None:
+            return self.size
+        free = self.capacity()
+        return self.size if free is None else max(1, min(self.size, free))
+
     def _dispatch(self, queue: collections.deque) -> None:
-        for worker in [w for w in self.workers if w.task is None]:
-            if not queue:
-                return
+        if not queue:
+            return
+        running = sum(1 for w in self.workers if w.task is not None)
+        limit = self._limit() if running < self.size else running
+        while queue and running < limit:
+            worker = next((w for w in self.workers if w.task is None), None)
+            if worker is None:
+                slots = {w.slot for w in self.workers}
+                worker = self._start(next(i for i in range(self.size) if i not in slots))
             task, attempt = queue.popleft()
             try:
                 worker.conn.send(task)
@@ -156,6 +176,7 @@ class WorkerPool:
                 self._start(worker.slot)
                 continue
             worker.task, worker.attempt = task, attempt
+            running += 1
 
     def _collect(self, worker: _Worker, queue: collections.deque) -> Iterator[tuple[Task, Outcome]]:
         task, attempt = worker.task, worker.attempt
@@ -207,7 +228,10 @@ class LocalExecutor:
         self.options = options or ExecutorOptions()
         self.jobs = self.options.jobs or auto_jobs(self.options.device)
         self.gpus = torch.cuda.device_count() if self.options.device != "cpu" and torch.cuda.is_available() else 0
-        self.threads = self.options.threads or (max(1, torch.get_num_threads() // self.jobs) if not self.gpus else 1)
+        # one thread a run unless asked: two OpenMP threads beside other work spin and wait on each other
+        self.threads = self.options.threads or 1
+        # JOBS=auto on the CPU: before each run starts, as many runs as other processes leave cores free
+        self.free = FreeCores() if self.options.jobs is None and not self.gpus and self.jobs > 1 else None
         # workers spread over the GPUs only where DEVICE names none (auto, cuda); DEVICE=cuda:1 shares GPU 1
         self.spread = self.gpus > 1 and self.options.device in ("auto", "cuda")
         self.mps = Mps(self.options.mps) if self.gpus and self.jobs > max(1, self.gpus if self.spread else 1) else None
@@ -215,7 +239,11 @@ class LocalExecutor:
     def start(self) -> str:
         chosen = " (JOBS=auto)" if self.options.jobs is None else ""
         if self.jobs == 1:
-            return f"local: this process, {self.threads if self.options.threads else torch.get_num_threads()} threads{chosen}"
+            return f"local: this process, {self.threads} thread(s){chosen}"
+        if self.free is not None:
+            return (f"local: up to {self.jobs} runs at once (JOBS=auto: before each run starts, as many as other "
+                    f"processes leave cores free), {self.threads} CPU thread(s) each; a run whose worker dies is "
+                    f"retried up to {self.options.max_retries}×")
         where = (f"round-robin over {self.gpus} GPUs" if self.spread else
                  f"sharing {self.options.device if self.gpus > 1 else 'the GPU'}" if self.gpus else
                  f"{self.threads} CPU thread(s) each")
@@ -242,8 +270,7 @@ class LocalExecutor:
     def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, Outcome]]:
         if self.jobs == 1:  # with JOBS > 1 even a lone run goes to a worker: the same threads as its siblings
             before = torch.get_num_threads()
-            if self.options.threads:
-                torch.set_num_threads(self.options.threads)
+            torch.set_num_threads(self.threads)
             try:
                 for task in tasks:
                     yield task, fn(task, load(task.options))
@@ -251,5 +278,5 @@ class LocalExecutor:
                 torch.set_num_threads(before)
             return
         pool = WorkerPool(self.jobs, self.threads, self.gpus if self.spread else 0, self.options.max_retries, fn, load,
-                          self.mps.env if self.mps is not None else None)
+                          self.mps.env if self.mps is not None else None, self.free)
         yield from pool.run(tasks)

@@ -83,10 +83,12 @@ $(VENV)/.installed-%: pyproject.toml
 check-env:
 	$(PY) -m ablations.cli.envcheck $(EXTRAS)
 
-# the linter (ruff, configured in pyproject.toml), then the suite
+# the linter (ruff, configured in pyproject.toml), then the suite on every core (pytest-xdist, one torch
+# thread per worker; TEST_JOBS=0 runs it in one process)
+TEST_JOBS ?= auto
 test: $(STAMP)
 	$(PY) -m ruff check --quiet .
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter 0,$(TEST_JOBS)),-p no:xdist,-n $(TEST_JOBS)) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

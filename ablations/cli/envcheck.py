@@ -17,7 +17,7 @@ except ModuleNotFoundError:  # Python 3.10
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 # distributions whose module has another name
 MODULES = {"scikit-learn": "sklearn", "nvidia-ml-py": "pynvml", "pillow": "PIL", "pytest-benchmark": "pytest_benchmark",
-           "pytest-timeout": "pytest_timeout"}
+           "pytest-timeout": "pytest_timeout", "pytest-xdist": "xdist"}
 
 
 def _applies(marker: str) -> bool:

@@ -23,9 +23,15 @@ from ablations.options import DATA_ROOT, INTO_REFERENCE, MARGIN, OUT, add_option
 from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
 
 
+class Parser(argparse.ArgumentParser):
+    """A refused argument is one line (exit 2) naming it, not the usage block above it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ablations", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python -m ablations", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("sweep", help=f"run sweeps: {', '.join(available_sweeps())}, a .toml path, or default "
                                          f"({' '.join(default_sweeps())}: what make ablations runs)")

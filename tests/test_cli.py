@@ -259,3 +259,14 @@ def test_the_known_answer_suite_gets_every_known_answer(tmp_path):
     report = (tmp_path / "REPORT.md").read_text()
     assert "pos=none (" in report and "does not learn this task at this budget" in report
     assert "| bmm | einops | 0 (same predictions) | — | — | identical |" in report
+
+
+@pytest.mark.parametrize("args,said", [(["--jobs", "0"], "jobs must be auto or an integer ≥ 1, got '0'"),
+                                       (["--jobs", "two"], "jobs must be auto or an integer ≥ 1, got 'two'"),
+                                       (["--threads", "-1"], "must be a positive integer, got '-1'"),
+                                       (["--threads", "1.5"], "must be a positive integer, got '1.5'")])
+def test_bad_jobs_or_threads_are_one_line_and_exit_2_before_any_work(tmp_path, args, said):
+    done = subprocess.run([sys.executable, "-m", "ablations", "sweep", "depth", *args, "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert not any(tmp_path.iterdir())

@@ -125,3 +125,19 @@ def test_a_new_model_or_recipe_field_with_its_default_keeps_every_committed_refe
         assert ids(train_of=lambda t: recipe(**t.to_dict())) == as_is
         assert not ids(model_of=lambda m: extended(**m.to_dict(), layer_scale=0.1)) & as_is
         assert not ids(train_of=lambda t: recipe(**t.to_dict(), mixup=0.2)) & as_is
+
+
+def test_an_int_for_a_float_field_is_that_float_in_the_config_and_the_run_id():
+    from ablations.results.identity import task_key
+    from ablations.specs import Point
+    from bench.env import run_id
+    from bench.training.recipe import TrainConfig
+
+    assert TrainConfig(warmup_epochs=1, grad_clip=1, weight_decay=0, lr=1) == TrainConfig(
+        warmup_epochs=1.0, grad_clip=1.0, weight_decay=0.0, lr=1.0)
+    assert isinstance(TrainConfig(weight_decay=0).weight_decay, float) and TrainConfig(epochs=2).epochs == 2
+    base = ViTConfig(mlp_ratio=2)
+    assert base == ViTConfig(mlp_ratio=2.0) and isinstance(base.mlp_ratio, float)
+    ids = {run_id(task_key(Point("s", "depth", 1, ViTConfig(mlp_ratio=m), TrainConfig(warmup_epochs=w)), "digits", 0))
+           for m, w in ((2, 1), (2.0, 1.0), (2, 1.0))}
+    assert len(ids) == 1

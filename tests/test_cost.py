@@ -301,7 +301,6 @@ def test_a_small_budget_plans_fewer_rounds_and_the_rows_say_how_many(tmp_path, c
 
 
 def test_a_machine_busy_in_every_round_stops_the_phase_within_its_budget(tmp_path, monkeypatch, capsys):
-    import dataclasses
     import time
 
     from bench import contention
@@ -317,14 +316,28 @@ def test_a_machine_busy_in_every_round_stops_the_phase_within_its_budget(tmp_pat
     t0 = time.perf_counter()
     rows = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv")
     took = time.perf_counter() - t0
-    # a busy first round stops the phase at once: one round, far inside its budget, no wait for a quiet machine
-    assert rows["contended"].eq(1).all() and set(rows["rounds"]) == {1} and set(rows["round"]) == {0}
-    assert took < 15.0
+    # busy from the first timed steps: abandoned at once, far inside its budget, nothing kept of it
+    assert rows.empty and took < 15.0
+    assert not (tmp_path / "c-cost.csv").exists() or read_table(tmp_path / "c-cost.csv").empty
     err = capsys.readouterr().err
-    assert "the machine was busy" in err and "so the phase stopped after its first round" in err
-    assert "ran while other processes held the machine and are left out" in err
+    assert "the machine was busy: 3 of 3 first timed steps" in err and "stopped there and keeps nothing" in err
     assert f"make cost OUT='{tmp_path.parent}'" in err and "measure later on an idle machine" in err
+
+
+def test_a_first_round_mostly_under_load_stops_the_phase_after_it_and_keeps_it(tmp_path, monkeypatch, capsys):
+    from bench import contention
+
+    calls = {"n": 0}
+
+    def quiet_then_busy() -> float:      # the first timed region is quiet, every later one fully busy
+        calls["n"] += 1
+        return 0.0 if calls["n"] <= 2 else 1e6 * calls["n"]
+    monkeypatch.setattr(contention, "_cpu_busy_s", quiet_then_busy)
+    rows = run_cost_phase("c", points(), dataclasses.replace(PLAN, rounds=50, budget_s=60.0), torch.device("cpu"),
+                          tmp_path / "c-cost.csv")
+    assert set(rows["rounds"]) == {1} and set(rows["round"]) == {0} and rows["contended"].sum() == len(rows) - 1
     assert len(read_table(tmp_path / "c-cost.csv")) == len(rows)   # the round taken is kept, as a complete phase
+    assert "so the phase stopped after its first round" in capsys.readouterr().err
 
 
 def test_the_cost_budget_is_planned_from_quiet_steps_so_it_does_not_grow_with_the_load():

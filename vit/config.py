@@ -34,6 +34,15 @@ ID_FIELDS = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "
              "attn", "pos", "norm", "pool", "stem", "qkv_bias", "dropout", "attn_dropout")
 
 
+def floats_as_floats(config: Any) -> None:
+    """An int given for a float field becomes that float (mlp_ratio = 2 is 2.0), so one value has one
+    spelling in run ids (which hash the fields as JSON, where 2 and 2.0 differ) and in tables."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(config, f.name, float(value))
+
+
 @dataclass(frozen=True)
 class ViTConfig:
     """Every hyperparameter of a `VisionTransformer`, each field documented beside it (its metadata
@@ -70,6 +79,7 @@ class ViTConfig:
     attn_dropout: float = field(default=0.0, metadata=_doc("", "dropout on the attention probabilities"))
 
     def __post_init__(self) -> None:
+        floats_as_floats(self)
         for name in _POSITIVE_INTS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

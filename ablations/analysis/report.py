@@ -143,7 +143,8 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     lines = [f"Seeds {', '.join(map(str, seeds))}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "",
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
-             findings.verdict_sentence(f), "", findings.cost_sentence(f), "", *_sharing_note(ok), _base_line(rows, spec),
+             findings.verdict_sentence(f), "", *([findings.cost_sentence(f), ""] if len(f.settings) > 1 else []),
+             *_sharing_note(ok), _base_line(rows, spec),
              "", findings.table_markdown(f), ""]
     components = findings.components_markdown(f)
     if components:

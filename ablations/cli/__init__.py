@@ -1,7 +1,7 @@
 """`vitbench`: one command for the project's programs (installed by `pip install .`).
 
     vitbench sweep default --seeds 0        # python -m ablations sweep …  (also train, report, compare,
-                                            #   predict, columns)
+                                            #   predict, cost, migrate, columns, known)
     vitbench bench run --preset vit_mnist   # python -m bench run …  (also convert-json, peak)
     vitbench calibrate --trials 100         # python -m ablations.calibrate …
 
@@ -14,7 +14,7 @@ import sys
 
 USAGE = """usage: vitbench COMMAND [ARGS]
 
-  sweep, train, report, compare, predict, migrate, columns
+  sweep, train, report, compare, predict, cost, migrate, columns, known
                                                     as python -m ablations COMMAND (vitbench sweep --help)
   bench run | convert-json | peak                   as python -m bench COMMAND (vitbench bench --help)
   calibrate                                         as python -m ablations.calibrate (vitbench calibrate --help)

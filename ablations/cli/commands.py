@@ -59,9 +59,12 @@ def _train_changes(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _check_device(args: argparse.Namespace) -> None:
-    """Raises ValueError for a device that is not there; warns about reduced precision on a CPU."""
-    if resolve_device(args.device).type == "cpu" and args.dtype in ("bf16", "fp16"):
-        print(f"note: {args.dtype} autocast on a CPU can be hundreds of times slower than fp32", file=sys.stderr)
+    """Raises ValueError for a device that is not there; warns about reduced precision on a CPU. On the CPU
+    this process (its cost phase, and its runs where JOBS=1) uses THREADS torch threads, 1 unless asked."""
+    if resolve_device(args.device).type == "cpu":
+        torch.set_num_threads(getattr(args, "threads", None) or 1)
+        if getattr(args, "dtype", None) in ("bf16", "fp16"):
+            print(f"note: {args.dtype} autocast on a CPU can be hundreds of times slower than fp32", file=sys.stderr)
 
 
 def _options(args: argparse.Namespace, init: str = "", ident: str | None = None) -> RunOptions:
@@ -294,6 +297,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         _check_out(args)
+        _check_device(args)
         device = resolve_device(args.device)
         plan = CostPlan(rounds=args.cost_rounds, budget_s=float("inf") if args.cost_budget is None else args.cost_budget)
         if not plan.rounds or not plan.budget_s:

@@ -51,7 +51,8 @@ TRAINING = [
                                   "test_acc)"),
     Column("cost_rounds", "", "interleaved rounds of the sweep's cost phase behind the row's speed columns", "int"),
     Column("reused_from", "", "the sweep whose identical run (same run_id) this row was copied from", "text"),
-    Column("torch_threads", "", "torch's intra-op threads while this run trained (the cores // JOBS on the CPU): a "
+    Column("torch_threads", "", "torch's intra-op threads while this run trained (THREADS on the CPU, 1 unless "
+                                "asked): a "
                                 "different count changes the order of float reductions, so runs compare "
                                 "bit for bit only at the same count", "int", roles=("measured",)),
     Column("util_cores", "", "on the CPU, the cores train_util_pct is a share of: the run's torch threads, at "
@@ -84,6 +85,8 @@ COST_PHASE = [
     Column("rounds", "", "rounds the phase took: as many as its time budget allowed, at most COST_ROUNDS", "int"),
     Column("phase_items", "", "this sweep's points × modes per round: its table holds the phase complete with "
                               "rounds × phase_items rows", "int"),
+    Column("torch_threads", "", "torch's intra-op threads the phase timed with (on the CPU, THREADS: 1 unless "
+                                "asked), part of its phase_id", "int", roles=("measured",)),
 ]
 COST_TABLE = BENCH_TABLE + COST_PHASE
 HISTORY_TABLE = [

@@ -17,7 +17,8 @@ set), between BUDGET_FLOOR_S and BUDGET_CAP_S. After the first round it plans as
 (at most `rounds`); a round taken entirely under load waits, within the budget and at most
 QUIET_WAIT_S, for the machine to quiet down; a phase that would overrun stops after the round in hand
 and its rows record the rounds it took. The budget is planned from the first round's quiet steps only,
-so it does not grow with the load; a first round taken mostly under load stops the phase at once. Where
+so it does not grow with the load; a phase whose first BUSY_ITEMS timed steps all ran under load is
+abandoned at once (nothing kept), and one whose first round mostly did stops after it. Where
 fewer than MIN_ROUNDS rounds of an item ran on a quiet machine, its speed is reported as not measured,
 and one line says how to measure it later (`make cost`).
 
@@ -72,6 +73,7 @@ BUDGET_SHARE = 0.10      # of the command's expected training time, when no budg
 BUDGET_FLOOR_S = 2.0     # at least this: a quick pass gets its first round (and a rough median) all the same
 BUDGET_CAP_S = 600.0     # at most this, so a long job's measurement stays a side matter
 QUIET_WAIT_S = 30.0      # how long a phase whose round ran under load waits for a quiet machine, in all
+BUSY_ITEMS = 3           # first timed steps that, all taken under load, abandon a phase at once
 # the first round of a phase with a budget: a median of a few steps per item, quickly, to plan the rest
 FIRST_ROUND_TIMING = TimingConfig(warmup=1, min_repeats=3, min_time_s=0.0)
 
@@ -145,9 +147,11 @@ def item_key(item: _Item) -> str:
 
 def phase_id(sweeps: list[str], items: list[_Item], plan: CostPlan, device: torch.device, graphs: bool = True) -> str:
     env = environment(device)
+    # the CPU's thread count times another step; phases timed before it was recorded keep their ids
+    threads = {"threads": torch.get_num_threads()} if device.type == "cpu" else {}
     return run_id({"sweep": "+".join(sweeps), "items": [(i.cfg.identity(), dataclasses.asdict(i.mcfg)) for i in items],
                    "train": [i.train.identity() for i in items if i.mode == "train"], "graphs": graphs,
-                   "rounds": plan.rounds, "device_name": env["device_name"], "torch": env["torch_version"]})
+                   "rounds": plan.rounds, "device_name": env["device_name"], "torch": env["torch_version"], **threads})
 
 
 class Steps:
@@ -269,11 +273,18 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
             row = {**env, **item.cfg.to_dict(), "tokens": item.cfg.tokens, "phase_id": pid,
                    "round": r, "rounds": planned, "dtype": item.mcfg.dtype,
                    "compile": int(item.mcfg.compile), "mode": item.mode, "batch_size": item.mcfg.batch_size,
+                   "torch_threads": torch.get_num_threads(),
                    "run_id": run_id({"phase_id": pid, "model": key, "mode": item.mode, "round": r})}
             row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan, graphs, steps, item_id,
                                      clock.timing(r)))
             this_round.append((item_id, item, row))
             bar.update()
+            if r == 0 and len(this_round) == BUSY_ITEMS < len(order) and clock.busy(this_round, early=True):
+                break
+        if clock.abandoned:   # busy from its first timed steps: nothing of this sitting is kept
+            kept += [row for _, _, row in this_round]
+            rows = {sweep: [] for sweep in rows}
+            break
         if r == 0 and clock.busy(this_round):
             kept += [row for _, _, row in this_round]
             for item_id, _, row in this_round:
@@ -301,12 +312,13 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
             break
     bar.close()
     if progress:
-        tqdm.write(f"cost {names}: {kept[-1]['round'] + 1 if kept else 0} round(s) of {len(items)} timed steps in "
-                   f"{clock.elapsed():.0f} s ({clock.describe()})", file=sys.stderr)
+        taken = "none kept" if clock.abandoned else f"{kept[-1]['round'] + 1 if kept else 0} round(s)"
+        tqdm.write(f"cost {names}: {taken} of {len(items)} timed steps in {clock.elapsed():.0f} s ({clock.describe()})",
+                   file=sys.stderr)
     _say_what_is_missing(kept, len(items), names, clock, sweeps[0][2].parent.parent)
     del models, steps
     gc.collect()
-    return {sweep: pd.DataFrame(mine) for sweep, mine in rows.items()}
+    return {sweep: pd.DataFrame(mine, columns=None if mine else COST_COLUMNS) for sweep, mine in rows.items()}
 
 
 class _Clock:
@@ -320,6 +332,7 @@ class _Clock:
         self.budget_s: float | None = plan.budget_s
         self.waited = 0.0
         self.stopped = ""
+        self.abandoned = False   # stopped within its first round: no rows kept
         self.later: TimingConfig | None = None
 
     def elapsed(self) -> float:
@@ -375,17 +388,19 @@ class _Clock:
                                                                      max(0.0, spare / ((fit - 1) * items))))
         return fit
 
-    def busy(self, first_round: list[tuple[str, _Item, dict[str, Any]]]) -> bool:
-        """Whether most of the first round's timed steps ran while other processes held the machine: then
-        the phase stops at once (the training goes on) rather than spend its budget on figures it leaves
-        out, and says how to measure later."""
+    def busy(self, first_round: list[tuple[str, _Item, dict[str, Any]]], early: bool = False) -> bool:
+        """Whether the first round's timed steps ran while other processes held the machine: `early`, its
+        first BUSY_ITEMS all did (the phase is abandoned at once, nothing of it kept); else most of the
+        round did (the phase stops after it). Either way the training goes on, and one line says how to
+        measure later."""
         loaded = [row for _, _, row in first_round if row.get("contended")]
-        if len(first_round) < 1 or 2 * len(loaded) <= len(first_round):
+        if not first_round or (len(loaded) < len(first_round) if early else 2 * len(loaded) <= len(first_round)):
             return False
         shares = sorted(float(row.get("other_cpu_pct") or 0) for row in loaded)
+        self.abandoned = early
         self.stopped = (f"the machine was busy: {len(loaded)} of {len(first_round)} first timed steps ran while other "
-                        f"processes held a median {shares[len(shares) // 2]:.0f} % of it, so the phase stopped after "
-                        f"its first round")
+                        f"processes held a median {shares[len(shares) // 2]:.0f} % of it, so the phase "
+                        + ("stopped there and keeps nothing" if early else "stopped after its first round"))
         return True
 
     def overruns(self, done: int) -> bool:

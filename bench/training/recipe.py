@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from bench.training.precision import DTYPES
+from vit.config import floats_as_floats
 
 
 def _doc(unit: str, meaning: str, kind: str = "number") -> dict[str, str]:
@@ -57,6 +58,7 @@ class TrainConfig:
             "(blank: random, as older rows drew it)", "text"))
 
     def __post_init__(self) -> None:
+        floats_as_floats(self)
         for name in ("epochs", "batch_size", "eval_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -189,7 +189,7 @@ def test_holm_adjustment_equals_the_hand_computation():
     # sorted 0.02, 0.04, 0.6 → 3·0.02 = 0.06, max(0.06, 2·0.04) = 0.08, max(0.08, 0.6) = 0.6
     assert holm([0.04, 0.6, 0.02]) == pytest.approx([0.08, 0.6, 0.06])
     assert holm([0.3]) == [0.3]
-    from statsmodels.stats.multitest import multipletests   # the reference implementation
+    from statsmodels.stats.multitest import multipletests  # the reference implementation
 
     rng = np.random.default_rng(8)
     for m in (2, 3, 6, 15, 66):

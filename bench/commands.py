@@ -75,10 +75,18 @@ def run(args: argparse.Namespace) -> None:
 
 
 def convert_json(json_path: Path, csv_path: Path) -> int:
-    """pytest-benchmark JSON → measurement rows (one per benchmark)."""
-    data = json.loads(Path(json_path).read_text())
+    """pytest-benchmark JSON → measurement rows (one per benchmark), appended to `csv_path`; ValueError
+    naming the file for one that is not pytest-benchmark's JSON (nothing written)."""
+    try:
+        data = json.loads(Path(json_path).read_text())
+        benches = [(b, b.get("extra_info", {}), b["stats"]) for b in data.get("benchmarks", [])]
+        for _, info, stats in benches:
+            float(stats["median"]), float(stats["iqr"]), int(info["batch_size"]), int(stats["rounds"])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{json_path}: not a pytest-benchmark JSON file with batch sizes "
+                         f"({type(err).__name__}: {str(err)[:120]})") from None
     written = 0
-    for bench in data.get("benchmarks", []):
+    for bench, _, _ in benches:
         info, stats = bench.get("extra_info", {}), bench["stats"]
         device = torch.device(info.get("device", "cpu"))
         measured_on = info.get("device_name") or data.get("machine_info", {}).get("cpu", {}).get("brand_raw")
@@ -103,9 +111,19 @@ def peak(args: argparse.Namespace) -> None:
 
 
 def convert(args: argparse.Namespace) -> None:
-    message = refusal(args.csv_path.parent.parent, args.into_reference)  # <out>/bench/<name>.csv
+    """The CSV mirrors the JSON of the last `make bench`: written beside its target and moved over it only
+    once the JSON has been read whole, so a bad JSON deletes nothing; refused where the CSV's folder lies
+    in the committed reference."""
+    message = refusal(args.csv_path.parent, args.into_reference)
     if message:
         _fail(message)
-    if args.csv_path.exists():
-        args.csv_path.unlink()  # the CSV mirrors the JSON of the last `make bench`
-    print(f"{convert_json(args.json_path, args.csv_path)} rows written to {args.csv_path}")
+    fresh = args.csv_path.with_name(f".{args.csv_path.name}.converting")
+    fresh.unlink(missing_ok=True)
+    try:
+        rows = convert_json(args.json_path, fresh)
+    except ValueError as err:
+        fresh.unlink(missing_ok=True)
+        _fail(str(err))
+    if rows:
+        fresh.replace(args.csv_path)
+    print(f"{rows} rows written to {args.csv_path}")

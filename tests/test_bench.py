@@ -349,6 +349,42 @@ def test_pytest_benchmark_json_converts_to_contract_rows(tmp_path):
     assert row["device"] == "cpu" and row["device_name"] and row["attn"] == "sdpa" and row["status"] == "ok"
 
 
+def test_convert_json_refuses_a_csv_in_the_reference_and_a_bad_json_deletes_nothing(tmp_path, capsys):
+    from bench.__main__ import main
+    from bench.reference import REFERENCE_MARK
+
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    (reference / REFERENCE_MARK).write_text("reference\n")
+    report = reference / "REPORT.md"
+    report.write_text("the committed report\n")
+    (tmp_path / "bad.json").write_text("{ not json")
+    for target in (report, reference / "bench" / "x.csv"):      # directly in it, or a folder below it
+        with pytest.raises(SystemExit) as exit_:
+            main(["convert-json", str(tmp_path / "bad.json"), str(target)])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "holds the committed reference results" in err and err.count("\n") == 1
+    assert report.read_text() == "the committed report\n"
+    mine = tmp_path / "out" / "bench" / "b.csv"                   # outside it: a bad JSON leaves the old CSV
+    mine.parent.mkdir(parents=True)
+    mine.write_text("old,rows\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["convert-json", str(tmp_path / "bad.json"), str(mine)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "bad.json: not a pytest-benchmark JSON file" in err and err.count("\n") == 1
+    assert mine.read_text() == "old,rows\n" and sorted(p.name for p in mine.parent.iterdir()) == ["b.csv"]
+
+
+def test_compare_csv_refuses_the_reference_before_any_work(tmp_path, capsys):
+    from ablations.__main__ import main
+    from bench.reference import REFERENCE_MARK
+
+    (tmp_path / REFERENCE_MARK).write_text("reference\n")
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--csv", str(tmp_path / "c.csv")]) == 2
+    assert "holds the committed reference results" in capsys.readouterr().err
+    assert not (tmp_path / "c.csv").exists()
+
+
 def test_bench_cli_set_overrides_the_preset_and_bad_overrides_fail_first(tmp_path, capsys):
     from bench.__main__ import main
 

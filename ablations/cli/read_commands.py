@@ -59,6 +59,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from ablations.analysis.compare import compare_outs
 
+    message = refusal(Path(args.csv).parent, False) if args.csv else None
+    if message:
+        print(f"error: --csv {args.csv}: {message}", file=sys.stderr)
+        return 2
     try:
         table = compare_outs(Path(args.a), Path(args.b))
     except ValueError as err:

@@ -69,3 +69,34 @@ def test_column_roles_are_declared_with_the_columns_and_checked():
     assert not [c.name for c in ABLATION_TABLE if c.name in ("run_id", "seed", "test_acc") and c.roles]
     with pytest.raises(ValueError, match="roles \\['fast'\\] are not among"):
         Column("x", "", "a column", roles=("fast",))
+
+
+def test_migrate_waits_for_no_running_sweep_and_loses_no_row_it_appends(tmp_path, capsys):
+    """A real sweep in another process appends rows while `migrate` is asked to rewrite its table: migrate
+    refuses in one line (the sweep's lock), and every run the sweep reports is in its table afterwards."""
+    import subprocess
+    import sys
+    import time
+
+    from conftest import write_spec
+
+    from ablations.__main__ import main
+    from ablations.results.schema import read_table
+
+    spec = write_spec(tmp_path / "mig.toml", "depth", "[1]", train="epochs = 3")
+    out, table = tmp_path / "out", tmp_path / "out" / "ablations" / "mig.csv"
+    sweep = subprocess.Popen([sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--seeds",
+                              "0,1,2,3,4,5,6,7", "--cost-rounds", "0", "--jobs", "1", "--out", str(out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while not (table.exists() and len(read_table(table)) >= 1) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sweep.poll() is None, "the sweep ended before migrate could be tried beside it"
+        assert main(["migrate", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "sweep mig under OUT=" in err and "is in use by another command" in err and err.count("\n") == 1
+    finally:
+        assert sweep.wait(timeout=300) == 0
+    assert sorted(read_table(table)["seed"]) == list(range(8))
+    assert main(["migrate", "--out", str(out)]) == 0          # once it is done, migrate runs

@@ -44,9 +44,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if message:
         print(f"error: {message}", file=sys.stderr)
         return 2
+    from ablations.results.store import SweepError
+
     try:
         changed = migrate(out)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, SweepError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for sweep, rows in changed.items():

@@ -14,6 +14,7 @@ other cell keeps its exact characters; each file is replaced whole (a kill leave
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -27,7 +28,7 @@ from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
 from ablations.specs import Point
-from ablations.results.store import SweepPaths, sweep_names
+from ablations.results.store import SweepPaths, sweep_lock, sweep_names
 from ablations.results.identity import task_key
 
 BATCH_SIZES = (64, 32, 128, 256, 16, 512)   # training batch sizes tried when recovering an older row's recipe
@@ -108,5 +109,11 @@ def migrate_table(path: Path) -> int:
 
 
 def migrate(out: Path) -> dict[str, int]:
-    """{sweep: rows changed} over every sweep table under `out/ablations`."""
-    return {sweep: migrate_table(SweepPaths.of(out, sweep).rows) for sweep in sweep_names(out)}
+    """{sweep: rows changed} over every sweep table under `out/ablations`, each sweep's lock held throughout
+    (a sweep appending meanwhile would lose its rows to the rewrite): SweepError naming the command that
+    holds one, before anything is rewritten."""
+    names = sweep_names(out)
+    with contextlib.ExitStack() as locks:
+        for sweep in names:
+            locks.enter_context(sweep_lock(SweepPaths.of(out, sweep), sweep))
+        return {sweep: migrate_table(SweepPaths.of(out, sweep).rows) for sweep in names}

@@ -110,3 +110,18 @@ def test_pairs_are_disjoint_groups_and_identical_groups_give_no_difference():
     assert list(table["pair"]) == [0, 1] and (table["diff_pts"] == 0).all() and (table["p"] == 1).all()
     assert Rate.of(5, 100).low < 0.05 < Rate.of(5, 100).high
     assert compare_settings({"A": runs[:3], "B": runs[:3]})[0].p == 1.0
+
+
+def test_calibrate_out_that_is_a_file_is_refused_before_any_trial(tmp_path, capsys):
+    import time
+
+    from ablations.analysis import calibrate
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    t0 = time.perf_counter()
+    with pytest.raises(SystemExit) as exit_:
+        calibrate.main(["--from", str(calibrate.CHECKOUT_REFERENCE), "--out", str(blocker), "--trials", "400"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"{blocker} is a file" in err and "Traceback" not in err
+    assert time.perf_counter() - t0 < 5 and blocker.read_text() == "not a folder\n"

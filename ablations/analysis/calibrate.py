@@ -351,6 +351,14 @@ def main(argv: list[str] | None = None) -> int:
     if message:
         parser.error(message)
     folder = Path(args.out) / "calibrate"
+    blocked = next((p for p in (Path(args.out), folder) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:   # said before any trial, not as a traceback after them all
+        parser.error(f"--out {args.out}: {blocked} is a file, and the calibration writes "
+                     f"{folder / 'calibration.csv'}; give a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        parser.error(f"--out {args.out}: cannot create {folder} ({err.strerror})")
     try:
         return _saved_main(args, folder) if args.source else _train_main(args, folder)
     except KeyboardInterrupt:

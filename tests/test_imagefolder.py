@@ -120,8 +120,20 @@ def test_img_size_fine_tunes_a_224_px_checkpoint_on_32_px_images(tmp_path):
     assert not torch.equal(model.blocks[0].attn.qkv.weight, start)  # the checkpoint's weights were trained
 
 
-def test_img_size_enters_run_ids_only_when_given():
+def test_img_size_enters_run_ids_only_when_it_resizes(tmp_path, capsys):
     assert data_id("mnist5k", "data", None) == "" and data_id("mnist5k", "data", 224) == "resized:224"
+    assert data_id("mnist5k", "data", 28, native=28) == ""          # the data's own side: no resize, no new id
+    root = write_folder(tmp_path / "images")
+    assert data_id("imagefolder", str(root), 32) == data_id("imagefolder", str(root), None)   # the default side
+    assert data_id("imagefolder", str(root), 16).endswith("resized:16")
+    from ablations.__main__ import main
+
+    ids = []
+    for size in ([], ["--img-size", "8"]):     # digits are 8 px: IMG_SIZE=8 is the same runs
+        capsys.readouterr()
+        assert main(["train", "--dataset", "digits", "--seeds", "0", "--epochs", "1", "--dry-run", *size]) == 0
+        ids.append([line.split()[-2] for line in capsys.readouterr().out.splitlines() if line.strip().endswith(("yes", "no"))])
+    assert ids[0] and ids[0] == ids[1]
 
 
 # --- images read at their true brightness, folders told apart by their contents ----------------------

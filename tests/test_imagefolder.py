@@ -265,3 +265,30 @@ def test_predict_on_an_image_folder_run_needs_no_folder_its_normalisation_is_in_
     shutil.rmtree(root)
     loaded = load_run(out, run_id, data_root=root)
     assert loaded.mean == pytest.approx(expected.mean, rel=1e-5) and loaded.std == pytest.approx(expected.std, rel=1e-5)
+
+
+def test_the_data_id_and_cache_cover_exactly_the_files_the_loader_reads(tmp_path):
+    import os
+    import shutil
+
+    root = write_folder(tmp_path / "images", per_class=(6, 3))
+    victim = root / "train" / "horizontal" / "extra.bmp"          # uncompressed: other pixels, same byte size
+    Image.fromarray(np.full((32, 32, 3), 30, dtype=np.uint8)).save(victim)
+    before = data_id("imagefolder", str(root), None)
+    (root / ".DS_Store").write_bytes(b"\0\1")                    # files the loader never reads
+    (root / "train" / "README.txt").write_text("my images\n")
+    (root / "train" / "horizontal" / "Thumbs.db").write_bytes(b"x")
+    (root / "test" / "x").mkdir(parents=True)                    # an unused split beside val/
+    (root / "out" / "ablations").mkdir(parents=True)             # an OUT inside DATA_ROOT, with a run's outputs
+    (root / "out" / "ablations" / "depth.csv").write_text("run_id\nabc\n")
+    assert data_id("imagefolder", str(root), None) == before
+    # another image of the same size and timestamps, copied in place (cp -p): another id and another cache
+    data = load_dataset("imagefolder", root)
+    other = tmp_path / "other.bmp"
+    Image.fromarray(np.full((32, 32, 3), 230, dtype=np.uint8)).save(other)
+    assert other.stat().st_size == victim.stat().st_size
+    stat = victim.stat()
+    shutil.copyfile(other, victim)
+    os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert data_id("imagefolder", str(root), None) != before
+    assert not torch.equal(load_dataset("imagefolder", root).train_x, data.train_x)

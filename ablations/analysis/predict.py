@@ -15,6 +15,7 @@ colour scale.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,11 @@ class Loaded:
     name: str                       # how tables and figures name it
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    classes: tuple[str, ...] = ()   # the name of each class index (empty: shown as indices)
+    note: str = ""                  # one line to show the user (why classes are indices)
+
+    def class_name(self, index: int) -> str:
+        return self.classes[index] if index < len(self.classes) else str(index)
 
 
 def find_run(out: Path, run_id: str) -> tuple[str, pd.Series]:
@@ -116,8 +122,23 @@ def load_run(out: Path, run_id: str, data_root: str | Path = "data") -> Loaded:
                          f"{again}") from None
     mean, std = _row_statistics(row) or _statistics(str(row["dataset"]), data_root)
     factor = f"{sweep} sweep, seed {row['seed']}"
+    classes, note = _row_classes(row, model.cfg.num_classes)
     return Loaded(model.eval(), f"{row['run_id']} ({factor}, {row['dataset']}, test acc "
-                                f"{100 * float(row['test_acc']):.2f} %)", mean, std)
+                                f"{100 * float(row['test_acc']):.2f} %)", mean, std, classes, note)
+
+
+def _row_classes(row: pd.Series, num_classes: int) -> tuple[tuple[str, ...], str]:
+    """The run's class names from its row, or none and the one line that says why."""
+    text = row.get("class_names")
+    try:
+        names = json.loads(text) if isinstance(text, str) and text.strip() else None
+    except json.JSONDecodeError:
+        names = None
+    if isinstance(names, list) and len(names) == num_classes and all(isinstance(n, str) for n in names):
+        return tuple(names), ""
+    why = ("records no class names (trained before runs kept them)" if names is None
+           else "has class names that do not fit its model")
+    return (), f"note: run {row['run_id']} {why}: its classes are shown as indices 0–{num_classes - 1}"
 
 
 def load_weights(weights: Path, preset: str, dataset: str | None = None, data_root: str | Path = "data") -> Loaded:
@@ -191,10 +212,13 @@ def predict(loaded: Loaded, images: torch.Tensor) -> tuple[torch.Tensor, list[to
     return logits.float().softmax(-1), attns
 
 
-def top_table(paths: list[Path], probs: torch.Tensor, k: int = TOP) -> pd.DataFrame:
-    """One row per image and rank: the class and its probability."""
+def top_table(paths: list[Path], probs: torch.Tensor, k: int = TOP, names: tuple[str, ...] = ()) -> pd.DataFrame:
+    """One row per image and rank: the class (and its name where `names` has one that is not the index
+    itself) and its probability."""
     values, classes = probs.topk(min(k, probs.shape[1]), dim=1)
+    names = names if any(n != str(i) for i, n in enumerate(names)) else ()
     return pd.DataFrame([{"image": Path(p).name, "rank": r + 1, "class": int(classes[i, r]),
+                          **({"name": names[int(classes[i, r])]} if names else {}),
                           "probability": float(values[i, r])}
                          for i, p in enumerate(paths) for r in range(values.shape[1])])
 
@@ -208,4 +232,4 @@ def attention_figure(loaded: Loaded, images: torch.Tensor, attns: list[torch.Ten
     maps = [query(a.mean(1)).reshape(n, g, g) for a in attns] + [query(figs.rollout(attns)).reshape(n, g, g)]
     titles = [f"layer {i + 1}" for i in range(len(attns))] + ["rollout"]
     title = f"{POOLINGS[cfg.pool].reader} attention over the patches: run {loaded.name}"
-    return figs.attention_grid(images, maps, titles, probs, labels, title, path)
+    return figs.attention_grid(images, maps, titles, probs, labels, title, path, loaded.class_name)

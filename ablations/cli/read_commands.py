@@ -111,8 +111,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     probs, attns = predict(loaded, pictures)
+    if loaded.note:
+        print(loaded.note, file=sys.stderr)
     print(f"{loaded.name}: top-{min(5, probs.shape[1])} classes (softmax probability)")
-    print(top_table(images, probs).to_string(index=False, formatters={"probability": "{:.4f}".format}))
+    print(top_table(images, probs, names=loaded.classes).to_string(index=False,
+                                                                   formatters={"probability": "{:.4f}".format}))
     try:
         figure.parent.mkdir(parents=True, exist_ok=True)
         attention_figure(loaded, pictures, attns, probs, [p.name for p in images], figure)

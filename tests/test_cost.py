@@ -371,3 +371,22 @@ def test_make_cost_measures_an_out_trained_without_a_cost_phase_and_the_report_s
     assert "| 1 | " in speed and "| 1 | — |" not in speed and "| 2 | — |" not in speed
     assert main(["cost", "--out", str(tmp_path / "empty")]) == 2
     assert "no finished run under" in capsys.readouterr().err
+
+
+def test_make_cost_fills_every_speed_column_a_sweeps_own_phase_fills(tmp_path, capsys):
+    from ablations.__main__ import main
+    from ablations.results.schema import ABLATION_COLUMNS
+    from ablations.results.store import SweepPaths, row_figures
+
+    spec = write_spec(tmp_path / "cf.toml", "depth", "[1]", "embed_dim = 16\nnum_heads = 2", "epochs = 1\nbatch_size = 256")
+    common = ["--dataset", "digits", "--seeds", "0", "--cost-rounds", "3"]
+    assert main(["sweep", str(spec), *common, "--out", str(tmp_path / "with")]) == 0             # its own phase
+    assert main(["sweep", str(spec), *common, "--out", str(tmp_path / "later"), "--cost-budget", "0"]) == 0
+    assert main(["cost", "--out", str(tmp_path / "later"), "--cost-rounds", "3"]) == 0            # measured later
+    own = read_table(SweepPaths.of(tmp_path / "with", "cf").rows).iloc[0]
+    later = read_table(SweepPaths.of(tmp_path / "later", "cf").rows).iloc[0]
+    phase = read_table(SweepPaths.of(tmp_path / "later", "cf").cost)
+    figures = [k for k in next(iter(row_figures(phase).values())) if k in ABLATION_COLUMNS]
+    filled = {k for k in figures if str(own.get(k, "")) not in ("", "nan")}
+    assert {"step_ms_p50", "step_ms_p90", "step_ms_p99", "throughput_img_s", "mfu"} <= filled
+    assert filled == {k for k in figures if str(later.get(k, "")) not in ("", "nan")}

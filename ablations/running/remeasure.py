@@ -13,16 +13,12 @@ import pandas as pd
 import torch
 
 from ablations.results.migrate import rewrite_table
-from ablations.results.schema import read_table
+from ablations.results.schema import ABLATION_COLUMNS, read_table
 from ablations.results.store import SweepPaths, model_key, ok_rows, row_figures, sweep_lock, sweep_names
 from ablations.running.cost import CostPlan, run_cost_phases
 from ablations.specs import Point
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
-
-SPEED_COLUMNS = ("infer_batch_size", "throughput_img_s", "step_ms_median", "step_ms_iqr", "peak_mem_mb", "util_pct",
-                 "util_source", "mfu", "repeats", "cost_rounds", "energy_j_per_img", "energy_source")
-
 
 def trained_points(out: Path) -> dict[str, list[Point]]:
     """{sweep: one point per distinct model and recipe among its finished runs} under `out`."""
@@ -50,7 +46,8 @@ def fill_rows(path: Path, phase: pd.DataFrame) -> int:
         if not mine:
             return False
         before = dict(row)
-        row.update({k: "" if mine.get(k) is None else str(mine[k]) for k in SPEED_COLUMNS if k in mine})
+        # what a sweep's own cost phase gives its rows (the worker keeps the figures the table has columns for)
+        row.update({k: "" if v is None else str(v) for k, v in mine.items() if k in ABLATION_COLUMNS})
         return row != before
     return rewrite_table(path, change)
 

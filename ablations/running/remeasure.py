@@ -20,6 +20,7 @@ from ablations.specs import Point
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
+
 def trained_points(out: Path) -> dict[str, list[Point]]:
     """{sweep: one point per distinct model and recipe among its finished runs} under `out`."""
     found: dict[str, list[Point]] = {}

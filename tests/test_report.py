@@ -367,3 +367,25 @@ def test_every_section_stays_when_every_cost_round_ran_under_load(tmp_path):
     assert "training-step peak memory ×" in section              # the allocator's peak does not depend on load
     assert "(40 of 40 timed steps ran while other processes took" in section
     assert imread(tmp_path / "figures" / "depth.png").shape[1] > 1000     # drawn, blank speed panels included
+
+
+def test_accuracy_against_compute_draws_one_front_per_dataset_and_budget(tmp_path):
+    from ablations.analysis.report import _pareto_section
+
+    rows = []
+    for sweep, dataset, epochs, accs in (("depth", "mnist5k", 20, {1: 0.97, 2: 0.98}),
+                                         ("mine", "imagefolder", 4, {1: 0.60, 2: 0.99})):
+        for depth, acc in accs.items():
+            for seed in range(3):
+                rows.append({"run_id": hexid(f"{sweep}{depth}{seed}"), "sweep": sweep, "status": "ok", "seed": seed,
+                             "depth": depth, "test_acc": acc + 0.001 * seed,
+                             "gflops": 0.001 * depth, "dataset": dataset, "epochs": epochs, "test_size": 1000})
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    text = "\n".join(_pareto_section(pd.DataFrame(rows), {"depth": "depth", "mine": "depth"}, figures, tmp_path))
+    assert "**mnist5k, 20 epochs**" in text and "**imagefolder, 4 epochs**" in text
+    assert (figures / "pareto.png").exists() and (figures / "pareto-2.png").exists()
+    fronts = {part.split("**", 1)[0]: part.split("**", 1)[1].split("![")[0]
+              for part in text.split("\n**")[1:]}
+    assert "mine depth=" not in fronts["mnist5k, 20 epochs"] and "depth depth=2" in fronts["mnist5k, 20 epochs"]
+    assert "depth depth=" not in fronts["imagefolder, 4 epochs"] and "mine depth=2" in fronts["imagefolder, 4 epochs"]

@@ -147,26 +147,38 @@ def pareto_front(points: pd.DataFrame, acc: str = "test_acc") -> pd.DataFrame:
     return ordered.loc[front]
 
 
-def accuracy_vs_gflops(settings: pd.DataFrame, path: Path) -> Path:
-    """One point per setting (sweep × value): mean test accuracy over its seeds with its 95 % interval,
-    against forward GFLOPs; the Pareto front of the means drawn as a step line."""
+def accuracy_vs_gflops(settings: pd.DataFrame, path: Path, what: str = "", factors: dict[str, str] | None = None) -> Path:
+    """One point per setting (sweep × value), labelled with its value: mean test accuracy over its seeds with
+    its 95 % interval, against forward GFLOPs; the Pareto front of the means as a step line where it has
+    two points or more. `what`: the dataset and budget all the points share."""
     front = pareto_front(settings, "acc_mean")
     fig, ax = subplots(figsize=(7.8, 4.2))
     colours = sns.color_palette("tab10" if settings["sweep"].nunique() <= 10 else "tab20", settings["sweep"].nunique())
+    crowded = settings["gflops"].round(12).value_counts()      # settings that share one model's GFLOPs pile up
     for i, (sweep, group) in enumerate(settings.groupby("sweep", sort=True)):
         mean = 100 * group["acc_mean"].to_numpy()
         low, high = 100 * group["acc_low"].to_numpy(), 100 * group["acc_high"].to_numpy()
         ax.errorbar(group["gflops"], mean, yerr=[mean - low, high - mean], fmt="os^vDP<>"[i % 8], ms=5, capsize=3,
-                    ls="none", label=sweep, color=colours[i])
-    ax.step(front["gflops"], 100 * front["acc_mean"], where="post", color="k", ls="--", lw=1,
-            label="Pareto front of the means")
+                    ls="none", label=sweep if not factors else f"{sweep} ({factors[sweep]})", color=colours[i])
+        for x, y, value in zip(group["gflops"], mean, group["value"]):
+            if crowded[round(x, 12)] == 1:   # a pile's labels would cover each other: its sweeps' sections name them
+                ax.annotate(str(value), (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7,
+                            color=colours[i])
+    piled = [(x, n) for x, n in crowded.items() if n > 1]
+    if piled:
+        ax.text(0.01, 0.01, f"unlabelled: {sum(n for _, n in piled)} settings that share their GFLOPs with another",
+                transform=ax.transAxes, fontsize=7, color="0.35", va="bottom")
+    if len(front) >= 2:
+        ax.step(front["gflops"], 100 * front["acc_mean"], where="post", color="k", ls="--", lw=1,
+                label="Pareto front of the means")
     log_axis(ax, "x")
     ax.set_xlabel("GFLOPs per image (forward)")
     one_seed = bool(len(settings)) and (settings["seeds"] == 1).all() if "seeds" in settings else False
     ax.set_ylabel("test accuracy (%)" + ("" if one_seed else ", mean over seeds"))
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.grid(alpha=0.3, which="both")
-    ax.set_title("accuracy against compute\n(each setting with its 95 % interval)", fontsize=10)
+    ax.set_title(f"accuracy against compute{f': {what}' if what else ''}\n(each setting with its 95 % interval)",
+                 fontsize=10)
     return save(fig, path)
 
 

@@ -514,19 +514,35 @@ def setting_means(all_rows: pd.DataFrame, factors: dict[str, str], out: Path | N
         for value, group in rows.groupby(factor, sort=False):
             size = int(group["test_size"].dropna().iloc[0]) if "test_size" in group and group["test_size"].notna().any() else None
             interval = accuracy_interval(group["test_acc"].astype(float), size, correct.get(value) if correct else None)
+            epochs = group["epochs"].iloc[0] if "epochs" in group else None
             found.append({"sweep": sweep, "value": value, "gflops": float(group["gflops"].iloc[0]),
                           "seeds": len(group), "acc_mean": interval.mean, "acc_low": interval.low,
-                          "acc_high": interval.high})
+                          "acc_high": interval.high, "dataset": str(group["dataset"].iloc[0]),
+                          "budget": f"{int(epochs)} epochs" if pd.notna(epochs) else "epochs not recorded"})
     return pd.DataFrame(found)
 
 
 def _pareto_section(all_rows: pd.DataFrame, factors: dict[str, str], figures: Path, out: Path) -> list[str]:
+    """One front per dataset and training budget: accuracies on other test sets, or after other training,
+    are not on one scale. The largest group is `pareto.png`, the others `pareto-2.png`, …"""
     settings = setting_means(all_rows, factors, out)
-    front = figs.pareto_front(settings, "acc_mean")
-    pareto = figs.accuracy_vs_gflops(settings, figures / "pareto.png")
-    return ["## accuracy against compute", "",
-            "Pareto front of the setting means (no setting is both cheaper and more accurate on average over "
-            "its seeds; a front point's lead can be inside the noise, see each sweep's comparisons): " + ", ".join(
-                f"{r.sweep} {factors[r.sweep]}={r.value} ({r.gflops:.5f} GFLOPs, {r.acc_mean * 100:.2f} %, "
-                f"{r.seeds} seed{'s' if r.seeds != 1 else ''})" for r in front.itertuples()) + ".", "",
-            f"![pareto](figures/{pareto.name})", ""]
+    lines = ["## accuracy against compute", ""]
+    if settings.empty:
+        return lines + ["_No finished runs to place._", ""]
+    groups = sorted(settings.groupby(["dataset", "budget"], sort=False), key=lambda kv: (-len(kv[1]), kv[0]))
+    if len(groups) > 1:
+        lines += [f"The sweeps cover {len(groups)} datasets or training budgets ("
+                  + "; ".join(f"{d}, {b}: {', '.join(dict.fromkeys(g['sweep']))}" for (d, b), g in groups)
+                  + "): each gets its own front and figure, since accuracies on other test sets or after other "
+                    "training are not on one scale.", ""]
+    for i, ((dataset, budget), group) in enumerate(groups):
+        front = figs.pareto_front(group, "acc_mean")
+        path = figures / ("pareto.png" if i == 0 else f"pareto-{i + 1}.png")
+        figs.accuracy_vs_gflops(group, path, f"{dataset}, {budget}", factors)
+        lines += [f"**{dataset}, {budget}**: Pareto front of the setting means (no setting is both cheaper and more "
+                  "accurate on average over its seeds; a front point's lead can be inside the noise, see each sweep's "
+                  "comparisons): " + ", ".join(
+                      f"{r.sweep} {factors[r.sweep]}={r.value} ({r.gflops:.5f} GFLOPs, {r.acc_mean * 100:.2f} %, "
+                      f"{r.seeds} seed{'s' if r.seeds != 1 else ''})" for r in front.itertuples()) + ".", "",
+                  f"![pareto {dataset}, {budget}](figures/{path.name})", ""]
+    return lines

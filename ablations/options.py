@@ -130,7 +130,8 @@ RUN = (
                             f"training (default {COST_ROUNDS}; 0 skips it and leaves the speed columns empty)",
            "COST_ROUNDS", type=integer(0, "cost rounds must be an integer ≥ 0"), default=COST_ROUNDS),
     Option("--cost-budget", "seconds the cost phase may take (default auto: 10 %% of the runs' expected training "
-                            "time, at least 20 s and at most 600 s; 0 skips it, and `make cost` measures later)",
+                            "time on a quiet machine, at least 2 s and at most 600 s; a phase whose first timed steps "
+                            "run under load stops at once; 0 skips it, and `make cost` measures later)",
            "COST_BUDGET", type=seconds_or_auto, metavar="SECONDS|auto"),
     Option("--device", "auto (CUDA where there is one, else the CPU), cpu, cuda or cuda:N", "DEVICE", default="auto"),
     Option("--dtype", "default auto: bf16 on CUDA, fp32 on CPU", "DTYPE", choices=["auto", *choices.DTYPES]),

@@ -292,3 +292,25 @@ def test_the_data_id_and_cache_cover_exactly_the_files_the_loader_reads(tmp_path
     os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert data_id("imagefolder", str(root), None) != before
     assert not torch.equal(load_dataset("imagefolder", root).train_x, data.train_x)
+
+
+def test_a_worker_that_reads_a_changed_folder_refuses_instead_of_training_on_other_images(tmp_path):
+    """The command reads the folder and names its runs by it; a worker that reads it later, after a file was
+    replaced in place, must not train under the old name."""
+    from ablations.running.tasks import RunOptions
+    from ablations.running.worker import load_data
+    from ablations.training.data import cached_dataset
+
+    root = write_folder(tmp_path / "images", per_class=(6, 3))
+    cached_dataset.cache_clear()
+    data = cached_dataset("imagefolder", str(root))
+    ident = data_id("imagefolder", str(root), None, digest=data.digest)
+    assert ident == data_id("imagefolder", str(root), None)           # the bytes parsed are the bytes named
+    options = RunOptions(dataset="imagefolder", data_root=str(root), data_id=ident)
+    assert torch.equal(load_data(options).train_x, data.train_x)     # unchanged: the same data
+    victim = sorted((root / "train" / "vertical").glob("*.png"))[0]
+    Image.fromarray(np.zeros((20, 20, 3), dtype=np.uint8)).save(victim)   # replaced in place
+    cached_dataset.cache_clear()                                       # a worker: a process of its own
+    with pytest.raises(ValueError, match="changed after this command read them"):
+        load_data(options)
+    cached_dataset.cache_clear()

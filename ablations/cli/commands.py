@@ -80,16 +80,17 @@ def _options(args: argparse.Namespace, init: str = "", ident: str | None = None)
                       data_id=data_id(args.dataset, args.data_root, args.img_size) if ident is None else ident)
 
 
-def data_id(dataset: str, data_root: str, img_size: int | None, native: int | None = None) -> str:
+def data_id(dataset: str, data_root: str, img_size: int | None, native: int | None = None, digest: str = "") -> str:
     """What names the data beyond the dataset's name, for run ids: an image folder's contents (each file's
     path under the folder and its bytes, symlinked class folders followed, wherever the folder lies) and a
     resize; "" for a named dataset at its own size. `native`: the side the images have without IMG_SIZE
-    (an image folder's default storage side): an IMG_SIZE equal to it changes nothing and names nothing."""
+    (an image folder's default storage side): an IMG_SIZE equal to it changes nothing and names nothing.
+    `digest`: the folder's contents as the loaded dataset parsed them (else the files are read for it)."""
     from ablations.training.data import IMAGEFOLDER_SIZE, folder_digest
 
     parts = []
     if dataset == "imagefolder":
-        parts.append(f"files:{folder_digest(Path(data_root).expanduser().resolve())[:12]}")
+        parts.append(f"files:{(digest or folder_digest(Path(data_root).expanduser().resolve()))[:12]}")
         native = IMAGEFOLDER_SIZE
     if img_size and img_size != native:
         parts.append(f"resized:{img_size}")
@@ -257,7 +258,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except (SpecError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    ident = data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1])
+    ident = data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1], digest=data.digest)
     options = {spec.name: _options(args, spec.init, ident) for spec in specs}
     runs = sum(len(points) for _, points in plans) * len(args.seeds)
     if runs > LARGE_RUNS and not (args.large or args.dry_run):
@@ -360,7 +361,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    options = _options(args, ident=data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1]))
+    options = _options(args, ident=data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1],
+                                           digest=data.digest))
     if args.dry_run:
         _dry_run("train", points, options)
         return 0

@@ -30,8 +30,16 @@ DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 def load_data(options: RunOptions) -> Dataset:
-    """A task's dataset, loaded once per process."""
-    return cached_dataset(options.dataset, options.data_root, options.download, options.img_size)
+    """A task's dataset, loaded once per process. An image folder must hold what the command's runs are
+    named by (`files:` of their data_id): a worker that reads it after it changed refuses, rather than train
+    runs on other images than their ids and rows say."""
+    data = cached_dataset(options.dataset, options.data_root, options.download, options.img_size)
+    named = next((p[len("files:"):] for p in (options.data_id or "").split(",") if p.startswith("files:")), "")
+    if named and data.digest and not data.digest.startswith(named):
+        raise ValueError(f"imagefolder: the files under {options.data_root} changed after this command read them "
+                         f"(files:{named} → files:{data.digest[:12]}): its runs would train on other images than "
+                         f"their run ids name; rerun the command once the folder is left as it is")
+    return data
 
 
 def execute(task: Task, data: Dataset) -> Outcome:

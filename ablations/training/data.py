@@ -59,6 +59,7 @@ class Dataset:
     flip: bool
     size: int | None = None  # the side models see: each batch is resized to it (None: the images' own)
     classes: tuple[str, ...] = ()  # the name of each label index (an image folder's class folders, CIFAR's names)
+    digest: str = ""               # an image folder's contents as parsed (`folder_digest` of the bytes read)
     _stats: dict = field(default_factory=dict, repr=False, compare=False)  # device -> (mean, std) tensors
 
     @property
@@ -333,14 +334,14 @@ def image_error(path: Path, err: Exception) -> ValueError:
     return ValueError(f"{path}: not an image Pillow can read ({type(err).__name__}); remove or replace it")
 
 
-def read_square(path: Path, side: int, mode: str = "RGB") -> np.ndarray:
+def read_square(path: Path, side: int, mode: str = "RGB", raw: bytes | None = None) -> np.ndarray:
     """(C, side, side) uint8: the image in `mode` ("RGB", or "L" for greyscale) at its true brightness
     (`eight_bit`), its shorter side resized to `side`, centre-cropped: how image folders and `predict` read
     every image. ValueError naming the file for one Pillow cannot read (or a decompression bomb)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
+        with Image.open(io.BytesIO(raw) if raw is not None else path) as image:   # raw: the file's bytes, read once
             image = eight_bit(image).convert(mode)
             w, h = image.size
             scale = side / min(w, h)
@@ -372,14 +373,17 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
     if len(classes["train"]) < 2:
         raise ValueError(f"imagefolder: {root / 'train'} has {len(classes['train'])} class folder(s); a classifier "
                          f"needs at least 2")
-    arrays = []
+    arrays, digest = [], hashlib.sha256()
     for folder in (root / "train", evaluate):
         images, labels = [], []
         for label, name in enumerate(classes["train"]):
             files = _image_files(folder / name)
             if not files:
                 raise ValueError(f"imagefolder: {folder / name} holds no image ({', '.join(sorted(IMAGE_SUFFIXES))})")
-            images += [read_square(f, side) for f in files]
+            for f in files:   # each file read once: what is parsed is what the digest names
+                raw = f.read_bytes()
+                digest.update(f"{f.relative_to(root)}\0{hashlib.sha256(raw).hexdigest()}\n".encode())
+                images.append(read_square(f, side, raw=raw))
             labels += [label] * len(files)
         arrays.append((np.stack(images), np.asarray(labels)))
     (xtr, ytr), (xte, yte) = arrays
@@ -388,7 +392,7 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
     std = tuple(max(float(s), 1e-3) for s in train.std((0, 2, 3)))
     return Dataset("imagefolder", train, torch.as_tensor(ytr, dtype=torch.int64), *_tensors(xte, yte, 255.0),
                    len(classes["train"]), mean, std, crop_padding=max(1, side // 16), flip=True,
-                   classes=tuple(classes["train"]))
+                   classes=tuple(classes["train"]), digest=digest.hexdigest())
 
 
 def published_statistics(name: str) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
@@ -408,7 +412,7 @@ def loader(name: str) -> Callable[[Path, bool], Dataset]:
     return globals()[f"load_{name.replace('-', '_')}"]
 
 
-CACHE_VERSION = 2   # 2: class names kept
+CACHE_VERSION = 3   # 2: class names kept; 3: an image folder's digest kept
 _SCALES = {"digits": 16.0}  # images are stored as round(x · scale) in uint8: x = integer / scale exactly
 
 
@@ -449,10 +453,11 @@ def _source_stamp(name: str, data_root: Path) -> str:
     return f"{folder}:" + ",".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
 
 
-def _cache_file(name: str, data_root: Path, label: str | None = None) -> Path:
+def _cache_file(name: str, data_root: Path, label: str | None = None, stamp: str | None = None) -> Path:
     from bench.env import cache_dir
 
-    key = hashlib.sha256(f"{CACHE_VERSION}|{name}|{_source_stamp(name, data_root)}".encode()).hexdigest()[:16]
+    stamp = _source_stamp(name, data_root) if stamp is None else stamp
+    key = hashlib.sha256(f"{CACHE_VERSION}|{name}|{stamp}".encode()).hexdigest()[:16]
     return cache_dir() / "datasets" / f"{label or name}-{key}.npz"
 
 
@@ -461,7 +466,8 @@ def _save_cached(data: Dataset, path: Path) -> None:
     arrays = {k: getattr(data, k) for k in ("train_x", "train_y", "test_x", "test_y")}
     arrays = {k: ((v * scale).round().to(torch.uint8) if k.endswith("_x") else v).numpy() for k, v in arrays.items()}
     meta = {"name": data.name, "num_classes": data.num_classes, "mean": data.mean, "std": data.std,
-            "crop_padding": data.crop_padding, "flip": data.flip, "scale": scale, "classes": list(data.classes)}
+            "crop_padding": data.crop_padding, "flip": data.flip, "scale": scale, "classes": list(data.classes),
+            "digest": data.digest}
     buffer = io.BytesIO()
     np.savez(buffer, meta=np.array(json.dumps(meta)), **arrays)
     try:
@@ -478,7 +484,7 @@ def _load_cached(path: Path) -> Dataset:
         arrays[k] = arrays[k].float() / meta["scale"]
     return Dataset(meta["name"], arrays["train_x"], arrays["train_y"], arrays["test_x"], arrays["test_y"],
                    meta["num_classes"], tuple(meta["mean"]), tuple(meta["std"]), meta["crop_padding"], meta["flip"],
-                   classes=tuple(meta.get("classes", ())))
+                   classes=tuple(meta.get("classes", ())), digest=meta.get("digest", ""))
 
 
 def load_dataset(name: str, data_root: str | Path = "data", download: bool = False,
@@ -500,13 +506,17 @@ def _load(name: str, data_root: Path, download: bool, side: int | None) -> Datas
         name_key = f"imagefolder{side or IMAGEFOLDER_SIZE}"
     else:
         load, name_key = loader(name), name
-    path = _cache_file(name, Path(data_root), name_key)
+    stamp = _source_stamp(name, Path(data_root))
+    path = _cache_file(name, Path(data_root), name_key, stamp)
     if path.exists():
         try:
             return _load_cached(path)
         except Exception:  # a damaged cache file is parsed again and replaced
             path.unlink(missing_ok=True)
     data = load(Path(data_root), download)
+    if name == "imagefolder" and not stamp.endswith(f":{data.digest}"):
+        raise ValueError(f"imagefolder: files under {data_root} changed while they were read; run the command again "
+                         f"once the folder is left as it is")
     if download:  # the files may have just arrived: key the cache by them
         path = _cache_file(name, Path(data_root), name_key)
     _save_cached(data, path)

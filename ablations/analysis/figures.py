@@ -162,8 +162,8 @@ def accuracy_vs_gflops(settings: pd.DataFrame, path: Path, what: str = "", facto
                     ls="none", label=sweep if not factors else f"{sweep} ({factors[sweep]})", color=colours[i])
         for x, y, value in zip(group["gflops"], mean, group["value"]):
             if crowded[round(x, 12)] == 1:   # a pile's labels would cover each other: its sweeps' sections name them
-                ax.annotate(str(value), (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7,
-                            color=colours[i])
+                ax.annotate(str(value), (x, y), xytext=(5, 5), textcoords="offset points", fontsize=8,
+                            color="0.15")   # dark: the sweeps' pale colours are hard to read as text
     piled = [(x, n) for x, n in crowded.items() if n > 1]
     if piled:
         ax.text(0.01, 0.01, f"unlabelled: {sum(n for _, n in piled)} settings that share their GFLOPs with another",

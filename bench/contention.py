@@ -45,6 +45,12 @@ def _cpu_busy_s() -> float | None:
         return None
 
 
+def _other_cpu_s(busy: float, own: float, cpus: int) -> float:
+    """CPU seconds other processes took over an interval: all CPUs' busy time less this command's own, less
+    the tick each CPU's count can be off at either end (so a short interval shows no load that is not there)."""
+    return max(0.0, busy - own - 2 * cpus * _tick_s())
+
+
 @dataclass
 class Load:
     other_cpu_pct: float | None  # other processes' share of all CPUs over the region, %
@@ -78,8 +84,7 @@ class LoadMeter:
         share = None
         if busy0 is not None and busy is not None:
             cpus = os.cpu_count() or 1
-            other = max(0.0, (busy - busy0) - (own - own0) - 2 * cpus * _tick_s())
-            share = min(100.0, 100.0 * other / max(wall - wall0, 1e-9) / cpus)
+            share = min(100.0, 100.0 * _other_cpu_s(busy - busy0, own - own0, cpus) / max(wall - wall0, 1e-9) / cpus)
         try:
             load_avg = os.getloadavg()[0]
         except OSError:
@@ -125,7 +130,7 @@ class FreeCores:
         (t0, busy0, own0), (t1, busy1, own1) = self._last, now
         self._last = now
         wall = max(t1 - t0, 1e-6)
-        other = max(0.0, (busy1 - busy0) - (own1 - own0) - 2 * self.cores * _tick_s()) / wall
+        other = _other_cpu_s(busy1 - busy0, own1 - own0, self.cores) / wall
         self.other_cores = min(float(self.cores), other)
         return max(0, min(self.cores, round(self.cores - self.other_cores)))
 

@@ -67,9 +67,9 @@ def _check_device(args: argparse.Namespace) -> None:
             print(f"note: {args.dtype} autocast on a CPU can be hundreds of times slower than fp32", file=sys.stderr)
 
 
-def _options(args: argparse.Namespace, init: str = "", ident: str | None = None) -> RunOptions:
-    """The runs' options from the command line; `ident`: the data's `data_id` where the caller has it (an
-    image folder's is a hash of every file: computed once per command)."""
+def _options(args: argparse.Namespace, init: str, ident: str) -> RunOptions:
+    """The runs' options from the command line; `ident`: the data's `data_id`, from the dataset the command
+    loaded (an image folder's names the bytes it parsed)."""
     init = args.init or init
     init_id = f"timm:{args.pretrained}" if args.pretrained else (checkpoint_id(init) if init else "")
     return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
@@ -77,7 +77,7 @@ def _options(args: argparse.Namespace, init: str = "", ident: str | None = None)
                       cost=CostPlan(rounds=0 if args.cost_budget == 0 else args.cost_rounds, budget_s=args.cost_budget),
                       checkpoint_every=args.checkpoint_every,
                       graphs=bool(args.graphs), tensorboard=args.tensorboard, img_size=args.img_size,
-                      data_id=data_id(args.dataset, args.data_root, args.img_size) if ident is None else ident)
+                      data_id=ident)
 
 
 def data_id(dataset: str, data_root: str, img_size: int | None, native: int | None = None, digest: str = "") -> str:
@@ -361,8 +361,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    options = _options(args, ident=data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1],
-                                           digest=data.digest))
+    options = _options(args, "", data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1],
+                                         digest=data.digest))
     if args.dry_run:
         _dry_run("train", points, options)
         return 0

@@ -359,12 +359,12 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
     Pillow reads; classes are the train folder's subfolders, sorted; normalised with the training
     images' per-channel mean and standard deviation."""
     root = Path(data_root).expanduser()
-    evaluate = next((root / name for name in ("val", "test") if (root / name).is_dir()), None)
-    if not (root / "train").is_dir() or evaluate is None:
+    splits = _splits(root)
+    if splits is None:
         raise FileNotFoundError(f"imagefolder: {root} needs train/ and val/ (or test/) folders, each with a folder "
                                 f"per class; point DATA_ROOT (--data-root) at the folder that holds them")
-    classes = {split: sorted(d.name for d in folder.iterdir() if d.is_dir()) for split, folder in
-               (("train", root / "train"), (evaluate.name, evaluate))}
+    evaluate = splits[1]
+    classes = {folder.name: _class_names(folder) for folder in splits}
     only = sorted(set(classes["train"]) ^ set(classes[evaluate.name]))
     if only:
         where = "train" if only[0] in classes["train"] else evaluate.name
@@ -374,7 +374,7 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
         raise ValueError(f"imagefolder: {root / 'train'} has {len(classes['train'])} class folder(s); a classifier "
                          f"needs at least 2")
     arrays, digest = [], hashlib.sha256()
-    for folder in (root / "train", evaluate):
+    for folder in splits:
         images, labels = [], []
         for label, name in enumerate(classes["train"]):
             files = _image_files(folder / name)
@@ -382,7 +382,7 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
                 raise ValueError(f"imagefolder: {folder / name} holds no image ({', '.join(sorted(IMAGE_SUFFIXES))})")
             for f in files:   # each file read once: what is parsed is what the digest names
                 raw = f.read_bytes()
-                digest.update(f"{f.relative_to(root)}\0{hashlib.sha256(raw).hexdigest()}\n".encode())
+                digest.update(_digest_line(f, root, raw))
                 images.append(read_square(f, side, raw=raw))
             labels += [label] * len(files)
         arrays.append((np.stack(images), np.asarray(labels)))
@@ -416,26 +416,39 @@ CACHE_VERSION = 3   # 2: class names kept; 3: an image folder's digest kept
 _SCALES = {"digits": 16.0}  # images are stored as round(x · scale) in uint8: x = integer / scale exactly
 
 
+def _splits(root: Path) -> tuple[Path, Path] | None:
+    """An image folder's (train/, val/ or else test/), or None where either is missing."""
+    evaluate = next((root / name for name in ("val", "test") if (root / name).is_dir()), None)
+    return (root / "train", evaluate) if (root / "train").is_dir() and evaluate is not None else None
+
+
+def _class_names(folder: Path) -> list[str]:
+    return sorted(d.name for d in folder.iterdir() if d.is_dir())
+
+
+def _digest_line(f: Path, root: Path, raw: bytes) -> bytes:
+    """One file's part of an image folder's digest: its path under `root` and the hash of its bytes."""
+    return f"{f.relative_to(root)}\0{hashlib.sha256(raw).hexdigest()}\n".encode()
+
+
 def imagefolder_files(root: Path) -> list[Path]:
     """The files `load_imagefolder` reads, in its order: the image files (by suffix) of each class folder of
     train/ and of val/ (or test/); nothing else under `root` (a README, .DS_Store, an unused split, an OUT
     placed inside it)."""
-    root = Path(root)
-    evaluate = next((root / name for name in ("val", "test") if (root / name).is_dir()), None)
-    if not (root / "train").is_dir() or evaluate is None:
+    splits = _splits(Path(root))
+    if splits is None:
         return []
-    classes = sorted(d.name for d in (root / "train").iterdir() if d.is_dir())
-    return [f for split in (root / "train", evaluate) for name in classes if (split / name).is_dir()
-            for f in _image_files(split / name)]
+    classes = _class_names(splits[0])
+    return [f for split in splits for name in classes if (split / name).is_dir() for f in _image_files(split / name)]
 
 
 def folder_digest(root: Path) -> str:
     """sha256 of what an image folder's loader reads: each image file's path under `root` and its bytes, so
     two folders with the same names and sizes but other pixels or labels differ, and files the loader
-    never reads change nothing."""
+    never reads change nothing (`load_imagefolder` takes the same digest of the bytes it parses)."""
     digest = hashlib.sha256()
     for f in imagefolder_files(root):
-        digest.update(f"{f.relative_to(root)}\0{hashlib.sha256(f.read_bytes()).hexdigest()}\n".encode())
+        digest.update(_digest_line(f, root, f.read_bytes()))
     return digest.hexdigest()
 
 

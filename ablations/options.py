@@ -47,7 +47,10 @@ class Option:
         parser.add_argument(self.flag, default=default, help=help_, **kwargs)
 
 
-def seeds(text: str) -> tuple[int, ...]:
+def seeds(text: str) -> tuple[int, ...] | str:
+    """argparse type: comma-separated seeds, or "auto" (adaptive seeds: `ablations.running.adaptive`)."""
+    if text.strip() == "auto":
+        return "auto"
     try:
         values = tuple(int(s) for s in text.split(",") if s.strip())
     except ValueError:
@@ -124,7 +127,9 @@ RUN = (
                          "checkpoint on CIFAR); an image folder is stored at it (default: the dataset's own side; "
                          "32 for imagefolder)", "IMG_SIZE", type=positive("--img-size (IMG_SIZE)")),
     Option("--epochs", "override the spec's epochs", "EPOCHS", type=positive("--epochs (EPOCHS)")),
-    Option("--seeds", "comma-separated training seeds (default 0,1,2: the report's intervals and tests need them)",
+    Option("--seeds", "comma-separated training seeds (default 0,1,2: the report's intervals and tests need them), "
+                      "or auto: seeds 0,1,2 of every setting, then up to 12 for the settings whose comparison "
+                      "with the leader is still open (a group-sequential design that keeps the error rates)",
            "SEEDS", type=seeds, default=(0, 1, 2)),
     Option("--cost-rounds", f"interleaved rounds of the cost phase that times every point side by side before "
                             f"training (default {COST_ROUNDS}; 0 skips it and leaves the speed columns empty)",

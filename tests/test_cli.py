@@ -261,6 +261,38 @@ def test_the_known_answer_suite_gets_every_known_answer(tmp_path):
     assert "| bmm | einops | 0 (same predictions) | — | — | identical |" in report
 
 
+def test_adaptive_seeds_give_the_known_answers_stop_where_decided_and_a_rerun_trains_nothing(tmp_path):
+    """SEEDS=auto through the sweep command: identical backends and a planted difference are decided at the
+    first look (3 seeds a setting), shuffled labels stop there at chance; the report says where each design
+    stopped; the same command again replays the looks from the finished runs and trains nothing."""
+    argv = [sys.executable, "-m", "ablations", "known", "--out", str(tmp_path), "--seeds", "auto",
+            "--only", "backends", "shuffled", "planted"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    summary = done.stdout[done.stdout.index("Known answers"):]
+    assert done.returncode == 0 and summary.count("PASS") == 3, summary + done.stderr[-2000:]
+    assert "bmm vs einops: identical (SEEDS=auto: stopped at look 1, 6 runs)" in summary
+    assert "False vs True: better (SEEDS=auto: stopped at look 1, 6 runs)" in summary
+    assert "known-shuffled: stopped at look 1: even the leader" in done.stdout + done.stderr
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "Adaptive seeds (SEEDS=auto): looks at 3/5/8/12 seeds" in report
+    assert "Decided: flip=True worse than flip=False at look 1" in report
+    assert "| False | True |" in report and "a better (look 1) |" in report
+    again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stdout.count("nothing new") == 3, again.stdout[-3000:]
+
+
+def test_seeds_auto_is_refused_for_a_tuned_sweep_and_by_train_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "ablations", "sweep", "norm-tuned", "--seeds", "auto", "--out",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "SEEDS=auto: sweep norm-tuned tunes its training per setting" in done.stderr
+    trained = subprocess.run([sys.executable, "-m", "ablations", "train", "--seeds", "auto", "--out", str(tmp_path)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert trained.returncode == 2 and trained.stderr.count("\n") == 1, trained.stderr
+    assert "SEEDS=auto compares a sweep's settings" in trained.stderr
+    assert not (tmp_path / "ablations").exists()
+
+
 @pytest.mark.parametrize("args,said", [(["--jobs", "0"], "jobs must be auto or an integer ≥ 1, got '0'"),
                                        (["--jobs", "two"], "jobs must be auto or an integer ≥ 1, got 'two'"),
                                        (["--threads", "-1"], "must be a positive integer, got '-1'"),

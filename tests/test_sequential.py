@@ -8,7 +8,7 @@ import pytest
 from scipy import stats as sps
 from scipy.special import expit
 
-from ablations.analysis.sequential import LOOKS, check_looks, nominal_levels, run_design, spent
+from ablations.analysis.sequential import LOOKS, Decision, check_looks, look, nominal_levels, replay, run_design, spent
 from ablations.analysis.stats import ALPHA
 
 
@@ -57,7 +57,7 @@ def sweep(rng, settings=4, seeds=12, n=1000, winner_by=0.0):
 def test_aa_sweeps_keep_family_wise_false_positives_within_alpha():
     rng = np.random.default_rng(1)
     trials = 200
-    wrong = sum(any(v == "different" for lk in run_design(sweep(rng)).looks for v in lk.decided.values())
+    wrong = sum(any(v.outcome == "different" for lk in run_design(sweep(rng)).looks for v in lk.decided.values())
                 for _ in range(trials))
     assert sps.binomtest(wrong, trials).proportion_ci(0.95, method="exact").low <= ALPHA, wrong
 
@@ -65,7 +65,8 @@ def test_aa_sweeps_keep_family_wise_false_positives_within_alpha():
 def test_a_planted_half_point_is_rarely_called_equivalent_within_half_a_point():
     rng = np.random.default_rng(2)
     trials = 200
-    equivalent = sum(any(lk.decided.get(1) == "equivalent" for lk in run_design(sweep(rng, 2, winner_by=0.005)).looks)
+    equivalent = sum(any(getattr(lk.decided.get(1), "outcome", "") == "equivalent"
+                         for lk in run_design(sweep(rng, 2, winner_by=0.005)).looks)
                      for _ in range(trials))
     assert sps.binomtest(equivalent, trials).proportion_ci(0.95, method="exact").low <= ALPHA, equivalent
 
@@ -78,10 +79,58 @@ def test_a_one_point_winner_is_found_and_the_design_stops_early():
     trials, found, runs = 80, 0, []
     for _ in range(trials):
         result = run_design(sweep(rng, winner_by=0.01))
-        decided = {k: v for lk in result.looks for k, v in lk.decided.items() if lk.leader == 0}
+        decided = {k: v.outcome for k, v in result.final.decided.items() if v.leader == 0}
         found += result.final.leader == 0 and all(decided.get(k) == "different" for k in (1, 2, 3))
         runs.append(result.runs)
     share = float(np.mean(runs)) / (12 * 4)
     print(f"1-point winner found in {found}/{trials} sweeps with {share:.2f} × the runs of 12 fixed seeds")
     assert found / trials >= 0.95, found
     assert share < 1.0 and min(runs) < 12 * 4
+
+
+def _runs(draw, seeds_of):
+    """replay's input: each setting's rows at the given seeds (in any order), predictions left out."""
+    return {k: (list(seeds_of[k]), np.asarray(draw[k])[list(seeds_of[k])], None) for k in draw}
+
+
+def test_replay_asks_for_exactly_the_missing_seeds_and_decides_the_same_with_extra_runs_on_disk():
+    """A kill between looks leaves some runs: the replay asks for exactly the rest of the look. Runs the design
+    did not ask for (another command's seeds) change nothing: each look reads only its own seeds."""
+    rng = np.random.default_rng(4)
+    draw = sweep(rng, settings=3, winner_by=0.01)
+    complete = replay(_runs(draw, {k: range(12) for k in draw}))
+    assert complete.done and complete.looks
+    # only some of the first look's runs finished: the rest of seeds 0-2, nothing of later looks
+    partial = replay(_runs(draw, {0: [0, 2], 1: [0, 1, 2], 2: []}))
+    assert not partial.looks and partial.need == {0: [1], 2: [0, 1, 2]}
+    # the runs the design used, and nothing else: the same looks
+    used = replay(_runs(draw, {k: range(n) for k, n in complete.have.items()}))
+    assert [lk.decided for lk in used.looks] == [lk.decided for lk in complete.looks] and used.done
+    # killed during the second look: one open setting has its new seeds, the others not yet
+    first = complete.looks[0]
+    assert not first.done and len(first.open) >= 2
+    some = first.open[0]
+    killed = replay(_runs(draw, {k: range(LOOKS[1] if k == some else LOOKS[0]) for k in draw}))
+    assert len(killed.looks) == 1 and killed.looks[0].decided == first.decided
+    assert killed.need == {k: list(range(LOOKS[0], LOOKS[1])) for k in first.open if k != some}
+
+
+def test_a_decision_stands_while_its_leader_leads_and_is_taken_again_under_a_new_leader():
+    c = {0: np.ones((3, 10)), 1: np.zeros((3, 10)), 2: np.full((3, 10), 0.5)}
+    before = {1: Decision(0, "different", 0, 1e-9), 2: Decision(7, "equivalent", 0, 1e-9)}
+    seen = look(c, {k: [0, 1, 2] for k in c}, 1, earlier=before)
+    assert seen.leader == 0 and seen.decided[1] is before[1] and 1 not in seen.open
+    # the decision about 2 was taken against another leader: tested again now, never carried over
+    assert seen.decided.get(2) is not before[2]
+    assert (2 in seen.open) == (2 not in seen.decided)
+    assert 2 not in seen.decided or (seen.decided[2].leader, seen.decided[2].look) == (0, 1)
+
+
+def test_a_leader_at_chance_stops_the_design_at_its_first_look():
+    rng = np.random.default_rng(5)
+    guessing = {k: (rng.random((12, 400)) < 0.25).astype(float) for k in range(3)}
+    design = replay({k: (range(12), v, None) for k, v in guessing.items()}, chance=0.25)
+    assert len(design.looks) == 1 and design.final.at_chance and design.done
+    assert design.runs == 3 * LOOKS[0]
+    learned = replay({k: (range(12), v, None) for k, v in guessing.items()}, chance=0.1)
+    assert not learned.final.at_chance

@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ablations.analysis.sequential import Design, nominal_levels
 from ablations.analysis.stats import (
     ALPHA,
+    CHANCE_SDS,
     MARGIN,
     MIN_SEEDS,
     MIN_WIN_SEEDS,
@@ -24,6 +26,7 @@ from ablations.analysis.stats import (
     Interval,
     Verdict,
     accuracy_interval,
+    at_chance,
     compare_settings,
     contrast,
     detectable_difference,
@@ -31,7 +34,8 @@ from ablations.analysis.stats import (
     verdict,
 )
 from ablations.results.experiments import starved
-from ablations.results.store import load_preds, model_key, spreads, uncontended
+from ablations.results.store import SweepPaths, load_preds, model_key, spreads, uncontended
+from ablations.running import adaptive
 from bench.contention import CONTENDED_PCT
 from bench.io.csvio import skipped
 from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
@@ -39,7 +43,6 @@ from vit import ViTConfig
 
 RUN_FIGURES = ("train_util_pct", "train_mfu")  # measured by each training run, beside the cost phase's
 POWER_DELTA = 0.005    # the difference (0.5 points) whose seed budget the report states
-CHANCE_SDS = 3.0       # a setting is "at chance" within this many binomial s.d. of 1 / classes
 
 
 @dataclass
@@ -74,6 +77,8 @@ class SweepFindings:
     margin: float = MARGIN                 # the equivalence margin the comparisons test against
     setting_parts: Components | None = None   # variance of one setting's mean by source, mean over settings
     pair_parts: Components | None = None      # variance of a difference of two settings' means, mean over pairs
+    design: Design | None = None              # SEEDS=auto: the looks the sweep took (its verdict is theirs)
+    left_out: tuple = ()                      # SEEDS=auto: settings left out of the design (a run diverged)
 
 
 @dataclass
@@ -117,7 +122,9 @@ def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[H
 
 
 def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_phase: pd.DataFrame | None,
-            margin: float = MARGIN) -> SweepFindings:
+            margin: float = MARGIN, design: tuple[Design, tuple] | None = None) -> SweepFindings:
+    """`design`: a sweep trained with SEEDS=auto, as `adaptive_rows` replayed it (its rows are then the
+    design's runs): the comparisons and the verdict are those of its last look."""
     ok = rows[rows["status"] == "ok"]
     test_size = _test_size(ok)
     infer, train = _cost_spreads(cost_phase, ok, factor, order)
@@ -166,6 +173,13 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     if runs is None:
         findings.no_test = reason
         return findings
+    if design is not None and design[0].final is not None:
+        findings.design, findings.left_out = design
+        findings.comparisons = design[0].final.comparisons
+        findings.pair_parts = _mean_parts([c.parts for c in findings.comparisons
+                                           if c.parts is not None and not c.identical])
+        findings.verdict = design_verdict(design[0], {s.value: s.acc.mean for s in settings})
+        return findings
     findings.comparisons = compare_settings({v: correct[v] for v in order}, margin=margin,
                                             seeds={v: runs[v].seeds for v in order},
                                             preds={v: runs[v].preds for v in order})
@@ -176,6 +190,110 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     return findings
 
 
+def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, cost_phase: pd.DataFrame | None,
+                  margin: float = MARGIN, tuned: bool = False) -> tuple[SweepFindings, pd.DataFrame, str]:
+    """`analyse` of a sweep's table as it was trained: under fixed seeds, or, where the sweep kept a
+    SEEDS=auto design (`adaptive.read_plan`), on the runs of its looks with the looks' verdict and margin.
+    Also the rows analysed and a note for a design the table cannot complete ("" if none)."""
+    design, note = None, ""
+    try:
+        plan = adaptive.read_plan(paths)
+    except ValueError as err:
+        skipped(f"{err}; the sweep is analysed at fixed seeds")
+        plan = None
+    if plan is not None and not tuned:
+        rows, design, note = adaptive_rows(rows, factor, order, paths, plan)
+        margin = float(plan["margin"])   # the margin its looks decided with
+    return analyse(rows, factor, order, paths.preds, cost_phase, margin, design), rows, note
+
+
+def adaptive_rows(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, plan: dict[str, Any]
+                  ) -> tuple[pd.DataFrame, tuple[Design, tuple] | None, str]:
+    """A sweep trained with SEEDS=auto: its design replayed on the table's runs (`adaptive.gather`), the
+    rows of the runs the design used (each setting's first seeds of the plan, as many as its last look
+    gave it; other runs of the table stay out), and a note. A design the table cannot complete (a look
+    needs runs that are not there) gives the rows unchanged, no design, and a note that says so."""
+    latest = rows.assign(run_id=rows["run_id"].astype(str))
+    keyed = [(v, int(seed), str(status), rid) for v, seed, status, rid
+             in zip(latest[factor], latest["seed"], latest["status"], latest["run_id"]) if v in order]
+    runs, left_out = adaptive.gather(keyed, order, paths)
+    design = adaptive.replay_plan(runs, plan)
+    if design.need:
+        missing = sum(len(v) for v in design.need.values())
+        return rows, None, (f"Trained with SEEDS=auto, but look {len(design.looks) + 1} of its design needs {missing} "
+                            f"run(s) the table lacks (rerun the sweep with SEEDS=auto to finish it); analysed "
+                            f"below at the seeds there as if they were fixed in advance, which they were not.")
+    used = {(k, s) for k in runs for s in plan["seeds"][:design.have[k]]}
+    keep = [(v in left_out) or (v, int(seed)) in used for v, seed in zip(rows[factor], rows["seed"])]
+    return rows[keep], (design, left_out), ""
+
+
+def design_verdict(design: Design, means: dict[Hashable, float]) -> Verdict:
+    """The verdict of a sequential design: the leader of its last look, each other setting as the design
+    decided it against that leader (different or equivalent, at the look it crossed that look's level), or
+    inconclusive when it never did."""
+    last = design.final
+    assert last is not None
+    by_pair = {frozenset((c.a, c.b)): c for c in last.comparisons}
+    found: dict[str, list] = {"better": [], "equivalent": [], "inconclusive": [], "identical": []}
+    others = [k for k in means if k != last.leader and k in design.have] if last.comparisons else []
+    for other in others:
+        decision = last.decided.get(other)
+        if decision is None:
+            found["inconclusive"].append(other)
+        elif decision.outcome == "different":
+            found["better"].append(other)
+        else:
+            found["identical" if by_pair[frozenset((last.leader, other))].identical else "equivalent"].append(other)
+    tested = [c for c in last.comparisons if not c.identical]
+    se = float(np.median([c.se for c in tested])) if tested else math.nan
+    df = float(np.median([c.df for c in tested])) if tested else math.inf
+    margin = last.comparisons[0].margin if last.comparisons else MARGIN
+    beats, equivalent, inconclusive, identical = (tuple(v) for v in found.values())
+    return Verdict(last.leader, bool(last.comparisons) and not (equivalent or inconclusive or identical), beats,
+                   equivalent, inconclusive, detectable_difference(se, len(last.comparisons), df, last.level), margin,
+                   identical)
+
+
+def pair_outcome(f: SweepFindings, c: Comparison) -> tuple[str, str]:
+    """A pair's verdict word and, for a sequential design, the look it was taken at ("" otherwise): a pair
+    with the last leader as the design decided it; any other pair at the last look's level."""
+    if f.design is None or f.design.final is None:
+        return c.outcome(), ""
+    last = f.design.final
+    if last.leader in (c.a, c.b) and not c.identical:
+        other = c.b if c.a == last.leader else c.a
+        d = last.decided.get(other)
+        if d is None:
+            return "inconclusive", ""
+        if d.outcome == "equivalent":
+            return "equivalent", f" (look {d.look + 1})"
+        return ("better" if c.a == last.leader else "worse"), f" (look {d.look + 1})"
+    return c.outcome(last.level), ""
+
+
+def design_sentence(f: SweepFindings) -> str:
+    """How a SEEDS=auto sweep ran: its looks and their levels, where it stopped, the seeds each setting got,
+    and what each decision crossed."""
+    if f.design is None or f.design.final is None:
+        return ""
+    d, last = f.design, f.design.final
+    levels = nominal_levels(d.plan, ALPHA)
+    seeds = ", ".join(f"{f.factor}={k} {n}" for k, n in d.have.items())
+    crossed = [f"{f.factor}={k} {'worse than' if x.outcome == 'different' else 'equivalent to'} {f.factor}={x.leader} "
+               f"at look {x.look + 1} (Holm p{' (TOST)' if x.outcome == 'equivalent' else ''} = {x.p:.3g} < "
+               f"{levels[x.look]:.3g})" for k, x in last.decided.items()]
+    left = (f" Left out of the design: {', '.join(f'{f.factor}={k}' for k in f.left_out)} (a run diverged; see the "
+            f"table)." if f.left_out else "")
+    stop = ("every other setting was decided against the leader" if last.done and last.index < len(d.plan) - 1
+            else "its last look")
+    return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.plan))} seeds per setting, each at its "
+            f"nominal level ({' / '.join(f'{x:.2g}' for x in levels)}: O'Brien–Fleming spending of α = {ALPHA} over "
+            f"the looks, so the chance of a false decision at any look stays α); a setting decided against the "
+            f"leader trains no more seeds. Stopped at look {last.index + 1} ({stop}); seeds: {seeds}. "
+            + ("Decided: " + "; ".join(crossed) + "." if crossed else "Nothing was decided.") + left)
+
+
 def _mean_parts(parts: list[Components]) -> Components | None:
     if not parts:
         return None
@@ -183,17 +301,13 @@ def _mean_parts(parts: list[Components]) -> Components | None:
 
 
 def _mark_chance(f: SweepFindings, ok: pd.DataFrame) -> None:
-    """Flag settings whose mean accuracy is under 1 / classes + CHANCE_SDS binomial s.d. over the test
-    images: a rule of the test set alone, so two seeds far apart (30 % and 55 %) are not called chance
-    because their interval is wide."""
+    """Flag settings whose mean accuracy is within noise of guessing (`stats.at_chance`)."""
     classes = pd.to_numeric(ok["num_classes"], errors="coerce").dropna() if "num_classes" in ok else pd.Series([])
     if classes.empty:
         return
-    f.chance = chance = 1.0 / float(classes.iloc[0])
-    n = f.test_size or 0
-    noise = CHANCE_SDS * math.sqrt(chance * (1 - chance) / n) if n else 0.0
+    f.chance = 1.0 / float(classes.iloc[0])
     for s in f.settings:
-        s.at_chance = s.acc.mean < chance + noise
+        s.at_chance = at_chance(s.acc.mean, f.chance, f.test_size)
 
 
 def _power(f: SweepFindings, ok: pd.DataFrame, factor: str) -> None:
@@ -255,7 +369,8 @@ def interval_text(i: Interval) -> str:
 def verdict_sentence(f: SweepFindings) -> str:
     if f.verdict is None:
         return f"**No verdict**: {f.no_test}. Intervals only; no setting is named best."
-    return " ".join(t for t in (_verdict_text(f), chance_sentence(f), power_sentence(f)) if t)
+    seeds = design_sentence(f) if f.design is not None else power_sentence(f)
+    return " ".join(t for t in (_verdict_text(f), chance_sentence(f), seeds) if t)
 
 
 def chance_sentence(f: SweepFindings) -> str:
@@ -298,20 +413,24 @@ def _verdict_text(f: SweepFindings) -> str:
     signed = lambda other: (pair(other).diff if pair(other).a == v.best else -pair(other).diff)  # noqa: E731
     budget = (f"{_seeds_text(f)} × {f.test_size:,} test images" if f.test_size else _seeds_text(f))
     within = _margin_text(v.margin)
+    decided = f.design.final.decided if f.design is not None and f.design.final is not None else {}
+    p_of = lambda other: decided[other].p if other in decided else pair(other).p_holm  # noqa: E731
+    how = (" by the sequential design (each at the level of the look it was decided at)" if decided
+           else " after Holm's adjustment")
     if v.winner:
         return (f"**Best: {factor}={v.best}** at {interval_text(best.acc)} % test accuracy: better than every "
-                f"other setting after Holm's adjustment over {m} pair(s) (largest adjusted p = "
-                f"{max(pair(o).p_holm for o in v.beats):.3g}; {budget}).")
+                f"other setting{how} over {m} pair(s) (largest adjusted p = "
+                f"{max(p_of(o) for o in v.beats):.3g}; {budget}).")
     parts = []
     if v.beats:
         parts.append("better than " + ", ".join(f"{factor}={o} (by {100 * signed(o):.2f} points, p = "
-                                                 f"{pair(o).p_holm:.3g})" for o in v.beats))
+                                                 f"{p_of(o):.3g})" for o in v.beats))
     if v.identical:
         parts.append("identical to " + ", ".join(f"{factor}={o}" for o in v.identical)
                      + " (the same predicted class on every test image, seed by seed)")
     if v.equivalent:
         parts.append(f"equivalent within {within} to " + ", ".join(
-            f"{factor}={o} (TOST p = {pair(o).p_equiv_holm:.3g})" for o in v.equivalent))
+            f"{factor}={o} (TOST p = {p_of(o) if o in decided else pair(o).p_equiv_holm:.3g})" for o in v.equivalent))
     if v.inconclusive:
         parts.append("inconclusive against " + ", ".join(
             f"{factor}={o} ({100 * signed(o):+.2f} points, p = {pair(o).p_holm:.3g}, TOST p = "
@@ -319,14 +438,15 @@ def _verdict_text(f: SweepFindings) -> str:
     if v.inconclusive:
         head = f"**Inconclusive: no single best {factor} at this budget.**"
         tail = (f" Differences smaller than about {100 * v.detectable:.1f} points could not be detected "
-                f"({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget}).")
+                f"({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget})."
+                if f.design is None else f" ({budget}.)")
     else:
         names = ", ".join(f"{factor}={o}" for o in (v.best, *v.identical, *v.equivalent))
         head = (f"**Equivalent within {within}: {names}.**" if v.equivalent else f"**Identical: {names}.**")
         tail = f" ({budget}.)"
     return (f"{head} The highest mean, {factor}={v.best} ({pct(best.acc.mean)} %), is " + "; ".join(parts)
-            + " (Holm-adjusted over the pairs; equivalence by two one-sided tests against "
-            + f"{within}).{tail}")
+            + f" (Holm-adjusted over the pairs{', each at its look' if f.design is not None else ''}; equivalence "
+            + f"by two one-sided tests against {within}).{tail}")
 
 
 def _seeds_text(f: SweepFindings) -> str:
@@ -430,8 +550,9 @@ def comparisons_markdown(f: SweepFindings) -> str:
             lines.append(f"| {c.a} | {c.b} | 0 (same predictions) | — | {win} | identical |")
             continue
         mark = " ⁼" if c.paired else ""
+        outcome, at = pair_outcome(f, c)
         lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}]{mark} | "
-                     f"{c.p_holm:.3g} / {c.p_equiv_holm:.3g} | {win} | {OUTCOME_WORDS[c.outcome()]} |")
+                     f"{c.p_holm:.3g} / {c.p_equiv_holm:.3g} | {win} | {OUTCOME_WORDS[outcome]}{at} |")
     notes = []
     if any(c.paired and not c.identical for c in f.comparisons):
         notes.append("⁼ paired by seed: both settings trained under the same seeds, so the difference is the mean "
@@ -442,6 +563,11 @@ def comparisons_markdown(f: SweepFindings) -> str:
     if any(c.win != c.win for c in f.comparisons if not c.identical):
         notes.append(f"P(a beats b) is given from {MIN_WIN_SEEDS} seeds a setting (—): from fewer it takes a "
                      f"handful of values and reads as certainty.")
+    if f.design is not None and f.design.final is not None:
+        notes.append(f"Adaptive seeds: p-values are those of the last look (each setting at the seeds it ended "
+                     f"with); a pair with the leader carries the design's verdict and the look it was taken at "
+                     f"(that look's p crossed that look's level, see above), any other pair is read at the last "
+                     f"look's level, {f.design.final.level:.3g}.")
     notes.append("Intervals are each pair's own (unadjusted, 95 %); the verdict uses the Holm-adjusted p, so "
                  "an interval that excludes 0 beside \"inconclusive\" is a difference that does not survive "
                  "the adjustment for the sweep's other pairs.")

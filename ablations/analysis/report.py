@@ -130,10 +130,10 @@ def _trained_model(row: pd.Series, paths: SweepPaths) -> VisionTransformer | Non
 def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path,
                    tuning: designs.Tuning | None = None, margin: float = MARGIN) -> list[str]:
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
+    f, rows, design_note = findings.analyse_sweep(rows, factor, order, paths, latest_cost_phase(paths),
+                                                  spec.margin or margin, tuned=tuning is not None)
+    margin = f.margin
     ok = rows[rows["status"] == "ok"]
-    cost = latest_cost_phase(paths)
-    margin = spec.margin or margin
-    f = findings.analyse(rows, factor, order, paths.preds, cost, margin)
     seeds = sorted({int(s) for s in ok["seed"]})
     devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
     test = f"{f.test_size:,} test images" if f.test_size else "test-set size not recorded"
@@ -143,7 +143,8 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     lines = [f"Seeds {', '.join(map(str, seeds))}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "",
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
-             findings.verdict_sentence(f), "", *([findings.cost_sentence(f), ""] if len(f.settings) > 1 else []),
+             findings.verdict_sentence(f), "", *([design_note, ""] if design_note else []),
+             *([findings.cost_sentence(f), ""] if len(f.settings) > 1 else []),
              *_sharing_note(ok), _base_line(rows, spec),
              "", findings.table_markdown(f), ""]
     components = findings.components_markdown(f)
@@ -154,7 +155,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     if f.comparisons:
         lines += [f"Pairwise comparisons (seeds crossed with test images, each source counted once; equivalence "
                   f"margin {100 * margin:g} points{' set by the sweep' if spec.margin else ''}; intervals are each pair's own, "
-                  f"p-values Holm-adjusted over the pairs; see Method):", "",
+                  f"p-values Holm-adjusted over the pairs{' at the last look' if f.design else ''}; see Method):", "",
                   findings.comparisons_markdown(f), ""]
     reused = any(s.reused_from for s in f.settings)
     copied = " Hollow: runs copied from another sweep (trained at another time)." if reused else ""

@@ -29,7 +29,7 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
-from ablations.analysis.stats import ALPHA, MARGIN, Comparison, compare_settings
+from ablations.analysis.stats import ALPHA, MARGIN, Comparison, at_chance, compare_settings
 
 LOOKS = (3, 5, 8, 12)   # seeds per setting at each look
 
@@ -87,17 +87,29 @@ def nominal_levels(looks: Sequence[int] = LOOKS, alpha: float = ALPHA) -> tuple[
     return _levels(check_looks(looks), float(alpha))
 
 
+@dataclass(frozen=True)
+class Decision:
+    """A setting decided against the leader of a look: 'different' (the leader is better) or 'equivalent'
+    (within ±margin, or identical predictions), with the look it was taken at and the Holm-adjusted p that
+    crossed that look's level (0 for identical predictions)."""
+    leader: Hashable
+    outcome: str
+    look: int
+    p: float
+
+
 @dataclass
 class Look:
-    """One look at a sweep: its seeds per setting, the pairs (Holm over the sweep), the leader, and which
-    settings are decided against the leader (frozen) and which stay open."""
+    """One look at a sweep: its seeds per setting, the pairs (Holm over the sweep), the leader, which
+    settings stand decided against the leader (frozen) and which stay open."""
     index: int
     seeds: int
     level: float
     comparisons: list[Comparison]
     leader: Hashable
-    decided: dict[Hashable, str] = field(default_factory=dict)   # setting -> 'different' or 'equivalent'
-    open: tuple[Hashable, ...] = ()                               # settings (leader included) that train on
+    decided: dict[Hashable, Decision] = field(default_factory=dict)
+    open: tuple[Hashable, ...] = ()       # settings (leader included) that train the next look's seeds
+    at_chance: bool = False               # the leader is within noise of guessing: no seeds would help
 
     @property
     def done(self) -> bool:
@@ -106,27 +118,101 @@ class Look:
 
 def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequence[int]], index: int,
          looks: Sequence[int] = LOOKS, margin: float = MARGIN, alpha: float = ALPHA,
-         preds: Mapping[Hashable, np.ndarray] | None = None, frozen: frozenset = frozenset()) -> Look:
+         preds: Mapping[Hashable, np.ndarray] | None = None,
+         earlier: Mapping[Hashable, Decision] | None = None, chance: float | None = None) -> Look:
     """Look `index` (0-based) of the design at the runs so far: correct[setting] (runs, n) 0/1, seeds[setting]
-    the seed of each row. `frozen`: settings decided at an earlier look, which keep their fewer seeds (unless
-    one leads now)."""
+    the seed of each row. `earlier`: the decisions of the look before; one taken against the leader of this
+    look stands (a decision is final while its leader leads); a setting decided against a leader that no
+    longer leads is tested again against the new one, and trains on if that is open. `chance`: 1 / classes;
+    a leader within noise of it (`stats.at_chance`) stops the design: nothing has learned the task, and
+    more seeds of the same budget will not change that."""
     looks = check_looks(looks)
     level = nominal_levels(looks, alpha)[index]
     found = compare_settings(correct, margin=margin, seeds=seeds, preds=preds)
     means = {k: float(np.asarray(v).mean()) for k, v in correct.items()}
     leader = max(means, key=lambda k: means[k])
-    decided: dict[Hashable, str] = {}
+    decided: dict[Hashable, Decision] = {}
     for c in found:
         if leader not in (c.a, c.b):
             continue
         other = c.b if c.a == leader else c.a
-        if c.identical or c.p_equiv_holm < level:
-            decided[other] = "equivalent"
+        before = (earlier or {}).get(other)
+        if before is not None and before.leader == leader:
+            decided[other] = before
+        elif c.identical or c.p_equiv_holm < level:
+            decided[other] = Decision(leader, "equivalent", index, 0.0 if c.identical else c.p_equiv_holm)
         elif c.p_holm < level:
-            decided[other] = "different"
+            decided[other] = Decision(leader, "different", index, c.p_holm)
     last = index == len(looks) - 1
-    still = tuple(k for k in correct if k == leader or (k not in decided and k not in frozen and not last))
-    return Look(index, looks[index], level, found, leader, decided, () if last else still)
+    still = tuple(k for k in correct if k == leader or k not in decided)
+    guessing = chance is not None and at_chance(means[leader], chance, np.asarray(correct[leader]).shape[1])
+    return Look(index, looks[index], level, found, leader, decided, () if last or guessing else still, guessing)
+
+
+@dataclass
+class Design:
+    """The design replayed on a sweep's finished runs: the looks taken, the seeds each setting has at the
+    last of them, and `need`: the seeds each setting must still train before the next look can be taken
+    (empty when the design has stopped)."""
+    looks: list[Look]
+    have: dict[Hashable, int]
+    need: dict[Hashable, list[int]]
+    plan: tuple[int, ...] = LOOKS
+
+    @property
+    def final(self) -> Look | None:
+        return self.looks[-1] if self.looks else None
+
+    @property
+    def done(self) -> bool:
+        return not self.need
+
+    @property
+    def runs(self) -> int:
+        return sum(self.have.values())
+
+
+def replay(runs: Mapping[Hashable, tuple[Sequence[int], np.ndarray, np.ndarray | None]],
+           looks: Sequence[int] = LOOKS, margin: float = MARGIN, alpha: float = ALPHA,
+           seed_order: Sequence[int] | None = None, chance: float | None = None) -> Design:
+    """The design on the runs finished so far: runs[setting] = (seeds, correct (runs, n), preds or None).
+    Look k uses each setting's first `have` seeds of `seed_order` (default 0, 1, 2, …) and nothing else, so
+    the decisions are a function of those runs alone: a rerun after a kill, or with more runs on disk
+    (another command's seeds), takes the same decisions and asks for exactly what is missing."""
+    looks = check_looks(looks)
+    order = list(seed_order) if seed_order is not None else list(range(looks[-1]))
+    if len(order) < looks[-1]:
+        raise ValueError(f"adaptive seeds need {looks[-1]} seeds to draw from, got {len(order)}")
+    have = {k: looks[0] for k in runs}
+    if not runs:
+        return Design([], have, {}, looks)
+    history: list[Look] = []
+    decided: dict[Hashable, Decision] = {}
+    for index in range(len(looks)):
+        rows = {}
+        need: dict[Hashable, list[int]] = {}
+        for k, (seeds, _, _) in runs.items():
+            where = {int(s): i for i, s in enumerate(seeds)}
+            wanted = order[:have[k]]
+            need_k = [s for s in wanted if s not in where]
+            if need_k:
+                need[k] = need_k
+            rows[k] = [where.get(s) for s in wanted]
+        if need:
+            return Design(history, have, need, looks)
+        pick = lambda k, a: None if a is None else np.asarray(a)[rows[k]]  # noqa: E731
+        result = look({k: pick(k, c) for k, (_, c, _) in runs.items()},
+                      {k: order[:have[k]] for k in runs}, index, looks, margin, alpha,
+                      preds=None if any(p is None for _, _, p in runs.values())
+                      else {k: pick(k, p) for k, (_, _, p) in runs.items()},
+                      earlier=decided, chance=chance)
+        history.append(result)
+        decided = result.decided
+        if result.done:
+            break
+        for k in result.open:
+            have[k] = looks[index + 1]
+    return Design(history, have, {}, looks)
 
 
 @dataclass
@@ -145,17 +231,6 @@ def run_design(draw: Mapping[Hashable, np.ndarray], looks: Sequence[int] = LOOKS
     """The design on runs drawn in advance: draw[setting] (most seeds, n) 0/1, row i being seed i. Each look
     reveals the next seeds of the settings still open; a frozen setting keeps what it had."""
     looks = check_looks(looks)
-    have = {k: looks[0] for k in draw}
-    history: list[Look] = []
-    frozen: set = set()
-    for index in range(len(looks)):
-        seen = {k: np.asarray(v)[:have[k]] for k, v in draw.items()}
-        result = look(seen, {k: list(range(have[k])) for k in draw}, index, looks, margin, alpha,
-                      frozen=frozenset(frozen))
-        history.append(result)
-        frozen |= set(draw) - set(result.open)
-        if result.done or index == len(looks) - 1:
-            break
-        for k in result.open:
-            have[k] = looks[index + 1]
-    return Trial(history, sum(have.values()))
+    design = replay({k: (range(looks[-1]), np.asarray(v)[:looks[-1]], None) for k, v in draw.items()}, looks,
+                    margin, alpha)
+    return Trial(design.looks, design.runs)

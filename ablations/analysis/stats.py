@@ -57,6 +57,7 @@ POWER = 0.80
 MARGIN = 0.005      # default equivalence margin δ: ±0.5 points
 MIN_SEEDS = 2       # a test needs the spread between seeds
 MIN_WIN_SEEDS = 5   # P(a beats b) is given from this many runs a side
+CHANCE_SDS = 3.0    # a setting is "at chance" within this many binomial s.d. of 1 / classes
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,14 @@ class Comparison:
         if self.p_holm < alpha:
             return "better" if self.diff > 0 else "worse"
         return "equivalent" if self.p_equiv_holm < alpha else "inconclusive"
+
+
+def at_chance(mean: float, chance: float, test_size: int | None) -> bool:
+    """Whether a mean accuracy is within noise of guessing: under 1 / classes + CHANCE_SDS binomial s.d. over
+    the test images, a rule of the test set alone (two seeds far apart are not called chance because their
+    interval is wide)."""
+    noise = CHANCE_SDS * math.sqrt(chance * (1 - chance) / test_size) if test_size else 0.0
+    return mean < chance + noise
 
 
 def probability_of_improvement(a: np.ndarray, b: np.ndarray) -> float:

@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
+from ablations.analysis.sequential import LOOKS
 from ablations.choices import LARGE_RUNS, SPEC_DIR
 from ablations.results import tensorboard
 from ablations.results.schema import read_table
 from ablations.results.store import SweepError, SweepPaths, finished_ids, model_key
+from ablations.running import adaptive as adaptive_seeds
 from ablations.running.cost import CostPlan
 from ablations.running.executors import EXECUTORS, Executor, ExecutorOptions
 from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
@@ -258,20 +260,40 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except (SpecError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    adaptive = args.seeds == "auto"
+    if adaptive:
+        tuned = next((spec.name for spec in specs if spec.tune), None)
+        if tuned:
+            print(f"error: SEEDS=auto: sweep {tuned} tunes its training per setting on a validation split, which the "
+                  f"adaptive design does not cover; give it fixed seeds (SEEDS=0,1,2)", file=sys.stderr)
+            return 2
+        args.seeds = tuple(adaptive_seeds.new_plan()["seeds"])   # the most it may train, for the counts below
     ident = data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1], digest=data.digest)
     options = {spec.name: _options(args, spec.init, ident) for spec in specs}
     runs = sum(len(points) for _, points in plans) * len(args.seeds)
     if runs > LARGE_RUNS and not (args.large or args.dry_run):
-        print(f"error: this command plans {runs:,} runs ({' + '.join(f'{n}: {len(p):,} settings' for n, p in plans)}, "
-              f"× {len(args.seeds)} seed(s)), more than {LARGE_RUNS:,}; list them with --dry-run (DRY_RUN=1), shrink "
-              f"the grid, or pass --large (LARGE=1) to train them all", file=sys.stderr)
+        print(f"error: this command plans {'up to ' if adaptive else ''}{runs:,} runs "
+              f"({' + '.join(f'{n}: {len(p):,} settings' for n, p in plans)}, × {len(args.seeds)} seed(s)), more than "
+              f"{LARGE_RUNS:,}; list them with --dry-run (DRY_RUN=1), shrink the grid, or pass --large (LARGE=1) to "
+              f"train them all", file=sys.stderr)
         return 2
     if args.dry_run:
         for name, points in plans:
             _dry_run(name, points, options[name])
+        if adaptive:
+            print(f"SEEDS=auto: seeds {', '.join(map(str, args.seeds[:LOOKS[0]]))} of every setting first, then more "
+                  f"(looks at {'/'.join(map(str, LOOKS))} seeds) only for the settings still open; the list shows "
+                  f"the most it may train")
         return 0
     t0 = time.perf_counter()
-    results, status = _run_all(args, plans, options)
+    if adaptive:
+        results, status = _run_adaptive(args, specs, plans, options)
+    else:
+        for spec in specs:
+            if adaptive_seeds.forget_plan(SweepPaths.of(args.out, spec.name)):
+                print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report "
+                      f"analyses it at fixed seeds", file=sys.stderr)
+        results, status = _run_all(args, plans, options)
     _keep_specs(specs, args.out)
     if results is None:
         return status
@@ -280,6 +302,61 @@ def cmd_sweep(args: argparse.Namespace) -> int:
              f"Next: make report OUT='{out}' (or vitbench report --out '{out}'): figures and "
              f"{out / 'REPORT.md'} from these tables")
     return 0
+
+
+def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[tuple[str, list[Point]]],
+                  options: dict[str, RunOptions]) -> tuple[list[dict[str, Any]] | None, int]:
+    """SEEDS=auto: look by look, replay each sweep's design on its finished runs and train the seeds it asks
+    for (every point stays in the plan, so the cost phase is the same one each look and is reused); the
+    summaries of all looks merged, or (None, status) as `_run_all`."""
+    classes = plans[0][1][0].model.num_classes if plans and plans[0][1] else None
+    plan = {spec.name: adaptive_seeds.new_plan(spec.margin, classes) for spec in specs}
+    for name, _ in plans:
+        adaptive_seeds.write_plan(SweepPaths.of(args.out, name), plan[name])
+    merged: dict[str, dict[str, Any]] = {}
+    asked_before: dict[str, dict] = {}
+    for _ in range(len(LOOKS) + 1):
+        asked: dict[str, dict] = {}
+        for name, points in plans:
+            paths = SweepPaths.of(args.out, name)
+            design, left_out = adaptive_seeds.replay_sweep(points, options[name], paths, plan[name])
+            print(adaptive_seeds.describe(design, name, left_out), file=sys.stderr)
+            if design.need:
+                asked[name] = design.need
+        if not asked:
+            break
+        if asked == asked_before:
+            where = "; ".join(f"{n}: {len(v)} setting(s)" for n, v in asked.items())
+            print(f"error: SEEDS=auto: runs the design needs did not finish ({where}); their rows say why (status, "
+                  f"error); fix that and rerun the same command to go on", file=sys.stderr)
+            return (list(merged.values()) or None), 1
+        asked_before = asked
+        looked = [(name, points) for name, points in plans if name in asked]
+        step = {name: dataclasses.replace(options[name], point_seeds=tuple((label, tuple(seeds)) for label, seeds
+                                                                           in asked[name].items()))
+                for name, _ in looked}
+        results, status = _run_all(args, looked, step)
+        if results is None:
+            return None, status
+        for r in results:
+            merged[r["sweep"]] = _merge(merged.get(r["sweep"]), r)
+    return [merged[name] for name, _ in plans if name in merged] or [
+        {"sweep": name, "planned": 0, "skipped": 0, "reused": 0, "statuses": {}, "paths": SweepPaths.of(args.out, name),
+         "stale_tmp": 0, "resumable": 0, "starved": [], "run_ids": []} for name, _ in plans], 0
+
+
+def _merge(before: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, Any]:
+    """The summaries of one sweep over several looks as one."""
+    if before is None:
+        return {**now, "statuses": dict(now["statuses"])}
+    out = dict(before)
+    for key in ("planned", "skipped", "reused", "stale_tmp", "resumable"):
+        out[key] = before[key] + now[key]
+    for status, n in now["statuses"].items():
+        out["statuses"][status] = out["statuses"].get(status, 0) + n
+    out["starved"] = before["starved"] + now["starved"]
+    out["run_ids"] = before["run_ids"] + now["run_ids"]
+    return out
 
 
 def _keep_specs(specs: list[SweepSpec], out: str) -> None:
@@ -342,6 +419,10 @@ def _overrides(args: argparse.Namespace, specs: list[SweepSpec] = ()) -> tuple[d
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.seeds == "auto":
+        print("error: SEEDS=auto compares a sweep's settings and decides how many seeds each needs; train has one "
+              "setting: give its seeds (SEEDS=0,1,2)", file=sys.stderr)
+        return 2
     try:
         model_changes, train_changes = _overrides(args)
     except ValueError as err:

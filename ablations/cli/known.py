@@ -94,25 +94,30 @@ def write_spec(folder: Path, task: Task, epochs: int) -> Path:
 
 
 def check(task: Task, f) -> tuple[bool, str]:
-    """(passed, what the analysis said) for one task's findings."""
+    """(passed, what the analysis said) for one task's findings (under SEEDS=auto, the design's verdicts)."""
+    from ablations.analysis.findings import pair_outcome
+
+    outcome_of = lambda c: pair_outcome(f, c)[0]  # noqa: E731
     settings = ", ".join(f"{f.factor}={s.value} {100 * s.acc.mean:.1f} %{' ‡' if s.at_chance else ''}"
                          for s in f.settings)
-    pairs = "; ".join(f"{c.a} vs {c.b}: {c.outcome()}" for c in f.comparisons or [])
+    pairs = "; ".join(f"{c.a} vs {c.b}: {outcome_of(c)}" for c in f.comparisons or [])
+    if f.design is not None and f.design.final is not None:
+        pairs += f" (SEEDS=auto: stopped at look {f.design.final.index + 1}, {f.design.runs} runs)"
     said = f"{settings}; " + (pairs or f"no verdict ({f.no_test[:80]}…)")
     by_value = {s.value: s for s in f.settings}
     outcome = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
     if task.name == "positions":
         c = outcome.get(frozenset(("sincos2d", "none")))
         ok = by_value["none"].at_chance and not by_value["sincos2d"].at_chance and c is not None and (
-            c.outcome() == ("better" if c.a == "sincos2d" else "worse"))
+            outcome_of(c) == ("better" if c.a == "sincos2d" else "worse"))
     elif task.name == "backends":
         c = outcome.get(frozenset(("bmm", "einops")))
-        ok = c is not None and c.outcome() == "identical"
+        ok = c is not None and outcome_of(c) == "identical"
     elif task.name == "shuffled":
         ok = f.verdict is None and all(s.at_chance for s in f.settings)
     else:
         c = outcome.get(frozenset((False, True)))
-        ok = c is not None and c.outcome() == ("better" if str(c.a).lower() in ("false", "0") else "worse")
+        ok = c is not None and outcome_of(c) == ("better" if str(c.a).lower() in ("false", "0") else "worse")
     return bool(ok), said
 
 
@@ -123,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
                                                               "(default results/known)")
     parser.add_argument("--epochs", type=int, default=10, help="training epochs of every run (default 10)")
     parser.add_argument("--only", nargs="*", choices=[t.name for t in TASKS], help="run only these tasks")
+    parser.add_argument("--seeds", default=SEEDS, help=f"the sweeps' seeds (default {SEEDS}), or auto: adaptive "
+                                                       f"seeds, each task's answer decided by the sequential design")
     args = parser.parse_args(argv)
     if args.epochs < 1:
         parser.error(f"--epochs must be a positive integer, got {args.epochs}")
@@ -135,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import pandas as pd
 
-    from ablations.analysis.findings import analyse
+    from ablations.analysis.findings import analyse_sweep
     from ablations.analysis.report import build_report
     from ablations.results.schema import read_table
     from ablations.results.store import SweepPaths
@@ -147,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     for task in tasks:
         spec = write_spec(out / "specs", task, args.epochs)
         argv = ["sweep", str(spec), "--dataset", "imagefolder", "--data-root", str(data[task.data]),
-                "--img-size", str(SIDE), "--seeds", SEEDS, "--cost-rounds", "0", "--out", str(out),
+                "--img-size", str(SIDE), "--seeds", args.seeds, "--cost-rounds", "0", "--out", str(out),
                 *(x for s in task.sets for x in ("--set", s))]
         print(f"\n== {task.name}: {task.expect}", flush=True)
         status = subprocess.run([sys.executable, "-m", "ablations", *argv]).returncode
@@ -158,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = read_table(paths.rows)
         ok_rows = rows[rows["status"] == "ok"]
         values = [v for v in pd.unique(ok_rows[task.factor])]
-        results.append((task, *check(task, analyse(rows, task.factor, values, paths.preds, None))))
+        results.append((task, *check(task, analyse_sweep(rows, task.factor, values, paths, None)[0])))
     report = build_report(out, reference=None)
-    print(f"\nKnown answers ({time.perf_counter() - t0:.0f} s, {SEEDS.count(',') + 1} seeds, {args.epochs} epochs, "
+    seeds = "adaptive seeds" if args.seeds == "auto" else f"{args.seeds.count(',') + 1} seeds"
+    print(f"\nKnown answers ({time.perf_counter() - t0:.0f} s, {seeds}, {args.epochs} epochs, "
           f"{SIDE} px, {TRAIN_PER_CLASS * len(CLASSES)} training and {TEST_PER_CLASS * len(CLASSES)} test images):")
     for task, passed, said in results:
         print(f"  {'PASS' if passed else 'FAIL'}  {task.name:<10} expected {task.expect}\n"

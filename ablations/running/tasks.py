@@ -33,6 +33,7 @@ class RunOptions:
     tensorboard: bool = False  # write each finished run's TensorBoard events (ablations.results.tensorboard)
     img_size: int | None = None  # the side models see every image at (None: the dataset's own)
     data_id: str = ""  # what identifies the data beyond its name (an image folder's files, a resize); in run ids
+    point_seeds: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (point label, its seeds): these instead of `seeds`
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,11 @@ class Outcome:
 
 
 def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
+    """One task per point and seed: `options.seeds`, or where `options.point_seeds` is given, each point's own
+    seeds there (none for a point it leaves out: an adaptive look trains only the settings still open)."""
+    own = dict(options.point_seeds)
     return [Task(p, s, run_id(task_key(p, options.dataset, s, options.init_id, options.data_id)), options)
-            for p in points for s in options.seeds]
+            for p in points for s in (own.get(p.label, ()) if own else options.seeds)]
 
 
 def base_row(task: Task, device: torch.device) -> dict[str, Any]:

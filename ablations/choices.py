@@ -13,12 +13,14 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
     import tomli as tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.choices import DTYPES, PRESETS
 
-__all__ = ["AUTO_CHECKPOINT_S", "COST_ROUNDS", "DATASETS", "DTYPES", "LARGE_RUNS", "MAX_SEED", "PRESETS", "SPEC_DIR",
-           "available_sweeps", "default_sweeps"]
+__all__ = ["AUTO_CHECKPOINT_S", "COST_ROUNDS", "DATASETS", "DEFAULT_SEEDS", "DTYPES", "LARGE_RUNS", "LOOKS", "MAX_SEED",
+           "PRESETS", "SPEC_DIR", "AutoSeeds", "available_sweeps", "check_looks", "default_sweeps", "parse_seeds"]
 
 DATASETS = ("mnist5k", "digits", "synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder")
 
@@ -26,8 +28,76 @@ COST_ROUNDS = 5           # interleaved rounds of the cost phase when COST_ROUND
 AUTO_CHECKPOINT_S = 60.0  # checkpoint every epoch when a run is projected to last longer than this
 LARGE_RUNS = 1000         # a command planning more runs than this needs --large (it would train for days)
 MAX_SEED = 2**32 - 2      # the augmentation generator is seeded with seed + 1; numpy takes seeds below 2**32
+MAX_LOOK = 100            # SEEDS=auto: the most seeds a setting may reach (more: fixed SEEDS and --large)
+
+DEFAULT_SEEDS = (0, 1, 2)  # a sweep's seeds when neither SEEDS nor its spec names any
+LOOKS = (3, 5, 8, 12)     # SEEDS=auto: seeds per setting at each look of the sequential design
 
 SPEC_DIR = Path(__file__).resolve().parent / "sweeps"
+
+
+def check_looks(looks: Sequence[int], most: int | None = None) -> tuple[int, ...]:
+    """The looks of a sequential design as a tuple; ValueError in one line for fewer than 3 seeds at the first
+    look, looks that do not increase, or a last look above `most`."""
+    looks = tuple(looks)
+    if not looks or any(isinstance(n, bool) or not isinstance(n, int) for n in looks):
+        raise ValueError(f"adaptive seeds need looks given as whole numbers of seeds, got {list(looks)!r}")
+    if looks[0] < 3:
+        raise ValueError(f"adaptive seeds need at least 3 seeds at the first look (the spread between seeds), "
+                         f"got {looks[0]}")
+    if any(b <= a for a, b in zip(looks, looks[1:])):
+        raise ValueError(f"adaptive seeds need looks that increase, got {list(looks)}")
+    if most is not None and looks[-1] > most:
+        raise ValueError(f"adaptive seeds: the last look ({looks[-1]} seeds) is above the {most} seeds allowed")
+    return looks
+
+
+@dataclass(frozen=True)
+class AutoSeeds:
+    """SEEDS=auto (or auto:3,5,8,12): seeds chosen by the sequential design, seeds 0, 1, … in order, at
+    most the last look's number a setting."""
+    looks: tuple[int, ...] = LOOKS
+
+    @property
+    def most(self) -> tuple[int, ...]:
+        """Every seed the design may train, in order."""
+        return tuple(range(self.looks[-1]))
+
+    def __str__(self) -> str:
+        return "auto" if self.looks == LOOKS else "auto:" + ",".join(map(str, self.looks))
+
+
+def parse_seeds(value) -> tuple[int, ...] | AutoSeeds:
+    """SEEDS as text ("0,1,2", "auto", "auto:3,5,8,12") or as a spec gives it (a list, or one of those
+    strings); ValueError in one line naming what is wrong."""
+    if isinstance(value, str) and value.strip().startswith("auto"):
+        text = value.strip()
+        if text == "auto":
+            return AutoSeeds()
+        if not text.startswith("auto:"):
+            raise ValueError(f"seeds: auto takes its looks as auto:3,5,8,12, got {value!r}")
+        try:
+            looks = tuple(int(s) for s in text[5:].split(",") if s.strip())
+        except ValueError:
+            raise ValueError(f"seeds: the looks of auto must be comma-separated integers, got {value!r}") from None
+        return AutoSeeds(check_looks(looks, most=MAX_LOOK))
+    if isinstance(value, str):
+        try:
+            values = tuple(int(s) for s in value.split(",") if s.strip())
+        except ValueError:
+            raise ValueError(f"seeds must be comma-separated integers or auto, got {value!r}") from None
+    elif isinstance(value, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+        values = tuple(value)
+    else:
+        raise ValueError(f"seeds must be a list of integers or \"auto\", got {value!r}")
+    if not values:
+        raise ValueError("seeds must name at least one seed")
+    if len(set(values)) != len(values):
+        raise ValueError(f"seeds name a seed twice: {value!r}")
+    wrong = [s for s in values if not 0 <= s <= MAX_SEED]
+    if wrong:
+        raise ValueError(f"seed {wrong[0]} is out of range: seeds are integers from 0 to {MAX_SEED}")
+    return values
 
 
 def _is_default(path: Path) -> bool:

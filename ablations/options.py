@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablations import choices
-from ablations.choices import AUTO_CHECKPOINT_S, COST_ROUNDS, LARGE_RUNS, MAX_SEED
+from ablations.choices import AUTO_CHECKPOINT_S, COST_ROUNDS, LARGE_RUNS, AutoSeeds, parse_seeds
 
 
 @dataclass(frozen=True)
@@ -47,22 +47,12 @@ class Option:
         parser.add_argument(self.flag, default=default, help=help_, **kwargs)
 
 
-def seeds(text: str) -> tuple[int, ...] | str:
-    """argparse type: comma-separated seeds, or "auto" (adaptive seeds: `ablations.running.adaptive`)."""
-    if text.strip() == "auto":
-        return "auto"
+def seeds(text: str) -> tuple[int, ...] | AutoSeeds:
+    """argparse type: comma-separated seeds, or auto[:looks] (adaptive seeds: `ablations.running.adaptive`)."""
     try:
-        values = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"seeds must be comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("seeds must name at least one seed")
-    if len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"seeds name a seed twice: {text!r}")
-    wrong = [s for s in values if not 0 <= s <= MAX_SEED]
-    if wrong:
-        raise argparse.ArgumentTypeError(f"seed {wrong[0]} is out of range: seeds are integers from 0 to {MAX_SEED}")
-    return values
+        return parse_seeds(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def integer(minimum: int, message: str, auto: bool = False) -> Callable[[str], int | None]:
@@ -127,10 +117,11 @@ RUN = (
                          "checkpoint on CIFAR); an image folder is stored at it (default: the dataset's own side; "
                          "32 for imagefolder)", "IMG_SIZE", type=positive("--img-size (IMG_SIZE)")),
     Option("--epochs", "override the spec's epochs", "EPOCHS", type=positive("--epochs (EPOCHS)")),
-    Option("--seeds", "comma-separated training seeds (default 0,1,2: the report's intervals and tests need them), "
+    Option("--seeds", "comma-separated training seeds (the report's intervals and tests need two or more), "
                       "or auto: seeds 0,1,2 of every setting, then up to 12 for the settings whose comparison "
-                      "with the leader is still open (a group-sequential design that keeps the error rates)",
-           "SEEDS", type=seeds, default=(0, 1, 2)),
+                      "with the leader is still open (a group-sequential design that keeps the error rates; "
+                      "auto:3,5,8,12 names the looks); default: the spec's seeds, else 0,1,2",
+           "SEEDS", type=seeds, default=None),
     Option("--cost-rounds", f"interleaved rounds of the cost phase that times every point side by side before "
                             f"training (default {COST_ROUNDS}; 0 skips it and leaves the speed columns empty)",
            "COST_ROUNDS", type=integer(0, "cost rounds must be an integer ≥ 0"), default=COST_ROUNDS),

@@ -5,6 +5,7 @@
     description = "tokens against detail"   # optional: one line under the report's heading
     default = true                 # optional: one of the sweeps `make ablations` runs
     margin = 0.5                   # optional: the report's equivalence margin for this sweep, in points
+    seeds = "auto"                 # optional: its seeds when SEEDS is not given ([0, 1, 2], "auto", "auto:3,5,8")
     factor = "patch_size"          # any ViTConfig field the dataset does not fix, or any TrainConfig field
     values = [2, 4, 7, 14]         # one setting per value (each trained once per seed)
     values_by_img_size = { 32 = [2, 4, 8, 16] }   # optional: other values for other image sizes
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablations.choices import SPEC_DIR, available_sweeps, default_sweeps
+from ablations.choices import SPEC_DIR, AutoSeeds, available_sweeps, default_sweeps, parse_seeds
 from bench.training.recipe import TrainConfig
 from vit import PRESETS, ViTConfig
 
@@ -60,7 +61,7 @@ FACTOR_FIELDS = tuple(f for f in MODEL_FIELDS if f not in DATASET_FIELDS) + tupl
 DESIGNS = ("grid", "paired")
 DEFAULT_HOLDOUT = 0.1
 _SECTIONS = {"sweep": {"factor", "values", "factors", "design", "values_by_img_size", "description", "label", "default",
-                       "init", "margin"},
+                       "init", "margin", "seeds"},
              "values": set(FACTOR_FIELDS),
              "tune": {*(f for f in TRAIN_FIELDS if f not in TUNE_SPLIT), *TUNE_SPLIT},
              "model": {"preset", *MODEL_FIELDS},
@@ -127,6 +128,7 @@ class SweepSpec:
     holdout_seed: int = 0
     holdout_split: str = "stratified"
     margin: float | None = None   # equivalence margin (fraction) the report tests against; None: the report's
+    seeds: tuple[int, ...] | AutoSeeds | None = None   # its seeds when the command names none
 
     @classmethod
     def one_run(cls, name: str, preset: str, model_overrides: dict[str, Any],
@@ -352,12 +354,21 @@ def load_spec(path: str | Path, check_files: bool = True) -> SweepSpec:
                                or not 0 < margin < 100):
         raise SpecError(f"{path}: [sweep] margin must be a number of accuracy points above 0 and below 100, "
                         f"got {margin!r}")
+    seeds = None
+    if "seeds" in sweep:
+        try:
+            seeds = parse_seeds(sweep["seeds"])
+        except ValueError as err:
+            raise SpecError(f"{path}: [sweep] {err}") from None
+        if isinstance(seeds, AutoSeeds) and tune:
+            raise SpecError(f"{path}: [sweep] seeds = {sweep['seeds']!r}: a tuned sweep picks each setting's training "
+                            f"on a validation split, which the adaptive design does not cover; give a list of seeds")
     factor = " × ".join(factors)
     return SweepSpec(path.stem, path, factors, levels, by_size, preset, model, dict(train), init,
                      sweep.get("label", factor), sweep.get("description", ""), sweep.get("default", False),
                      design, tune, float(holdout) if tune else 0.0, int(holdout_seed) if tune else 0,
                      holdout_split,
-                     None if margin is None else margin / 100)
+                     None if margin is None else margin / 100, seeds)
 
 
 def find_spec(name: str, spec_dir: Path = SPEC_DIR) -> Path:

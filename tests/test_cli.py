@@ -281,6 +281,37 @@ def test_adaptive_seeds_give_the_known_answers_stop_where_decided_and_a_rerun_tr
     assert again.returncode == 0 and again.stdout.count("nothing new") == 3, again.stdout[-3000:]
 
 
+@pytest.mark.parametrize("seeds,said", [("auto:2,5,8", "at least 3 seeds at the first look (the spread between seeds), "
+                                                       "got 2"),
+                                        ("auto:3,8,5", "adaptive seeds need looks that increase, got [3, 8, 5]"),
+                                        ("auto:3,5,500", "the last look (500 seeds) is above the 100 seeds allowed"),
+                                        ("auto:3,x", "the looks of auto must be comma-separated integers"),
+                                        ("automatic", "auto takes its looks as auto:3,5,8,12")])
+def test_bad_adaptive_seeds_are_one_line_and_exit_2_before_any_work(tmp_path, seeds, said):
+    done = subprocess.run([sys.executable, "-m", "ablations", "sweep", "depth", "--seeds", seeds, "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_spec_may_ask_for_adaptive_seeds_and_the_dry_run_gives_the_most_runs_it_can_take(tmp_path, capsys):
+    """seeds = "auto:3,5" in a spec: the dry run lists seeds 0-4 of every setting and says 3 to 5 a setting;
+    SEEDS on the command line wins over the spec; a tuned spec that asks for it is refused naming the file."""
+    spec = write_spec(tmp_path / "d.toml", "depth", "[1, 2]", train="epochs = 1")
+    spec.write_text(spec.read_text().replace("[sweep]\n", '[sweep]\nseeds = "auto:3,5"\n'))
+    common = ["--dataset", "digits", "--dry-run", "--out", str(tmp_path / "out")]
+    assert ablations_main(["sweep", str(spec), *common]) == 0
+    out = capsys.readouterr().out
+    assert "SEEDS=auto:3,5: seeds 0, 1, 2 of every setting first" in out and "6 to 10 runs" in out
+    assert out.count(" no\n") == 10
+    assert ablations_main(["sweep", str(spec), *common, "--seeds", "7"]) == 0
+    assert capsys.readouterr().out.count(" no\n") == 2
+    tuned = tmp_path / "t.toml"
+    tuned.write_text('[sweep]\nfactor = "depth"\nvalues = [1, 2]\nseeds = "auto"\n[tune]\nlr = [0.001, 0.002]\n')
+    assert ablations_main(["sweep", str(tuned), *common]) == 2
+    assert "t.toml: [sweep] seeds = 'auto': a tuned sweep picks" in capsys.readouterr().err
+
+
 def test_seeds_auto_is_refused_for_a_tuned_sweep_and_by_train_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ablations", "sweep", "norm-tuned", "--seeds", "auto", "--out",
                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -30,24 +30,7 @@ from scipy import optimize
 from scipy import stats as sps
 
 from ablations.analysis.stats import ALPHA, MARGIN, Comparison, at_chance, compare_settings
-
-LOOKS = (3, 5, 8, 12)   # seeds per setting at each look
-
-
-def check_looks(looks: Sequence[int], most: int | None = None) -> tuple[int, ...]:
-    """The looks as a tuple; ValueError in one line for fewer than 3 seeds at the first look, looks that do
-    not increase, or a last look above `most` (the seeds the dataset allows)."""
-    looks = tuple(looks)
-    if not looks or any(isinstance(n, bool) or not isinstance(n, int) for n in looks):
-        raise ValueError(f"adaptive seeds need looks given as whole numbers of seeds, got {list(looks)!r}")
-    if looks[0] < 3:
-        raise ValueError(f"adaptive seeds need at least 3 seeds at the first look (the spread between seeds), "
-                         f"got {looks[0]}")
-    if any(b <= a for a, b in zip(looks, looks[1:])):
-        raise ValueError(f"adaptive seeds need looks that increase, got {list(looks)}")
-    if most is not None and looks[-1] > most:
-        raise ValueError(f"adaptive seeds: the last look ({looks[-1]} seeds) is above the {most} seeds allowed")
-    return looks
+from ablations.choices import LOOKS, check_looks
 
 
 def spent(t: float, alpha: float = ALPHA) -> float:

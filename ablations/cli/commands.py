@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-from ablations.analysis.sequential import LOOKS
-from ablations.choices import LARGE_RUNS, SPEC_DIR
+from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, SPEC_DIR, AutoSeeds
 from ablations.results import tensorboard
 from ablations.results.schema import read_table
 from ablations.results.store import SweepError, SweepPaths, finished_ids, model_key
@@ -69,12 +68,12 @@ def _check_device(args: argparse.Namespace) -> None:
             print(f"note: {args.dtype} autocast on a CPU can be hundreds of times slower than fp32", file=sys.stderr)
 
 
-def _options(args: argparse.Namespace, init: str, ident: str) -> RunOptions:
+def _options(args: argparse.Namespace, init: str, ident: str, seeds: tuple[int, ...] = DEFAULT_SEEDS) -> RunOptions:
     """The runs' options from the command line; `ident`: the data's `data_id`, from the dataset the command
-    loaded (an image folder's names the bytes it parsed)."""
+    loaded (an image folder's names the bytes it parsed); `seeds`: the runs' seeds."""
     init = args.init or init
     init_id = f"timm:{args.pretrained}" if args.pretrained else (checkpoint_id(init) if init else "")
-    return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=args.seeds,
+    return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=tuple(seeds),
                       device=args.device, out=args.out, init=init, init_id=init_id,
                       cost=CostPlan(rounds=0 if args.cost_budget == 0 else args.cost_rounds, budget_s=args.cost_budget),
                       checkpoint_every=args.checkpoint_every,
@@ -260,39 +259,40 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except (SpecError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    adaptive = args.seeds == "auto"
-    if adaptive:
-        tuned = next((spec.name for spec in specs if spec.tune), None)
-        if tuned:
-            print(f"error: SEEDS=auto: sweep {tuned} tunes its training per setting on a validation split, which the "
-                  f"adaptive design does not cover; give it fixed seeds (SEEDS=0,1,2)", file=sys.stderr)
-            return 2
-        args.seeds = tuple(adaptive_seeds.new_plan()["seeds"])   # the most it may train, for the counts below
+    seeds = {spec.name: args.seeds if args.seeds is not None else (spec.seeds or DEFAULT_SEEDS) for spec in specs}
+    auto = {name: s for name, s in seeds.items() if isinstance(s, AutoSeeds)}
+    tuned = next((spec.name for spec in specs if spec.tune and spec.name in auto), None)
+    if tuned:
+        print(f"error: SEEDS={auto[tuned]}: sweep {tuned} tunes its training per setting on a validation split, which "
+              f"the adaptive design does not cover; give it fixed seeds (SEEDS=0,1,2)", file=sys.stderr)
+        return 2
+    most = {name: s.most if isinstance(s, AutoSeeds) else s for name, s in seeds.items()}  # the most each may train
     ident = data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1], digest=data.digest)
-    options = {spec.name: _options(args, spec.init, ident) for spec in specs}
-    runs = sum(len(points) for _, points in plans) * len(args.seeds)
+    options = {spec.name: _options(args, spec.init, ident, most[spec.name]) for spec in specs}
+    runs = sum(len(points) * len(most[name]) for name, points in plans)
     if runs > LARGE_RUNS and not (args.large or args.dry_run):
-        print(f"error: this command plans {'up to ' if adaptive else ''}{runs:,} runs "
-              f"({' + '.join(f'{n}: {len(p):,} settings' for n, p in plans)}, × {len(args.seeds)} seed(s)), more than "
+        print(f"error: this command plans {'up to ' if auto else ''}{runs:,} runs "
+              f"({' + '.join(f'{n}: {len(p):,} settings × {len(most[n])} seed(s)' for n, p in plans)}), more than "
               f"{LARGE_RUNS:,}; list them with --dry-run (DRY_RUN=1), shrink the grid, or pass --large (LARGE=1) to "
               f"train them all", file=sys.stderr)
         return 2
     if args.dry_run:
         for name, points in plans:
             _dry_run(name, points, options[name])
-        if adaptive:
-            print(f"SEEDS=auto: seeds {', '.join(map(str, args.seeds[:LOOKS[0]]))} of every setting first, then more "
-                  f"(looks at {'/'.join(map(str, LOOKS))} seeds) only for the settings still open; the list shows "
-                  f"the most it may train")
+            if name in auto:
+                looks = auto[name].looks
+                print(f"  SEEDS={auto[name]}: seeds {', '.join(map(str, range(looks[0])))} of every setting first, "
+                      f"then more (looks at {'/'.join(map(str, looks))} seeds) only for the settings still open: "
+                      f"{len(points) * looks[0]} to {len(points) * looks[-1]} runs; the list shows the most")
         return 0
     t0 = time.perf_counter()
-    if adaptive:
-        results, status = _run_adaptive(args, specs, plans, options)
+    for spec in specs:
+        if spec.name not in auto and adaptive_seeds.forget_plan(SweepPaths.of(args.out, spec.name)):
+            print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report analyses it "
+                  f"at fixed seeds", file=sys.stderr)
+    if auto:
+        results, status = _run_adaptive(args, specs, plans, options, auto)
     else:
-        for spec in specs:
-            if adaptive_seeds.forget_plan(SweepPaths.of(args.out, spec.name)):
-                print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report "
-                      f"analyses it at fixed seeds", file=sys.stderr)
         results, status = _run_all(args, plans, options)
     _keep_specs(specs, args.out)
     if results is None:
@@ -305,21 +305,27 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[tuple[str, list[Point]]],
-                  options: dict[str, RunOptions]) -> tuple[list[dict[str, Any]] | None, int]:
-    """SEEDS=auto: look by look, replay each sweep's design on its finished runs and train the seeds it asks
-    for (every point stays in the plan, so the cost phase is the same one each look and is reused); the
-    summaries of all looks merged, or (None, status) as `_run_all`."""
+                  options: dict[str, RunOptions], auto: dict[str, AutoSeeds]) -> tuple[list[dict[str, Any]] | None, int]:
+    """Sweeps of which some (`auto`) train under adaptive seeds: look by look, replay each such sweep's design
+    on its finished runs and train the seeds it asks for; the sweeps with fixed seeds train beside the first
+    look. Every point stays in its plan, so each look's cost phase is the first one, reused. The summaries
+    of all looks merged, or (None, status) as `_run_all`."""
     classes = plans[0][1][0].model.num_classes if plans and plans[0][1] else None
-    plan = {spec.name: adaptive_seeds.new_plan(spec.margin, classes) for spec in specs}
-    for name, _ in plans:
+    plan = {spec.name: adaptive_seeds.new_plan(spec.margin, classes, auto[spec.name].looks)
+            for spec in specs if spec.name in auto}
+    for name in plan:
         adaptive_seeds.write_plan(SweepPaths.of(args.out, name), plan[name])
     merged: dict[str, dict[str, Any]] = {}
     asked_before: dict[str, dict] = {}
-    for _ in range(len(LOOKS) + 1):
+    for step in range(max(len(p["looks"]) for p in plan.values()) + 1):
         asked: dict[str, dict] = {}
         for name, points in plans:
-            paths = SweepPaths.of(args.out, name)
-            design, left_out = adaptive_seeds.replay_sweep(points, options[name], paths, plan[name])
+            if name not in plan:
+                if step == 0:
+                    asked[name] = {p.label: options[name].seeds for p in points}
+                continue
+            design, left_out = adaptive_seeds.replay_sweep(points, options[name], SweepPaths.of(args.out, name),
+                                                           plan[name])
             print(adaptive_seeds.describe(design, name, left_out), file=sys.stderr)
             if design.need:
                 asked[name] = design.need
@@ -332,17 +338,20 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
             return (list(merged.values()) or None), 1
         asked_before = asked
         looked = [(name, points) for name, points in plans if name in asked]
-        step = {name: dataclasses.replace(options[name], point_seeds=tuple((label, tuple(seeds)) for label, seeds
-                                                                           in asked[name].items()))
-                for name, _ in looked}
-        results, status = _run_all(args, looked, step)
+        step_options = {name: dataclasses.replace(options[name], point_seeds=tuple(
+            (label, tuple(s)) for label, s in asked[name].items())) for name, _ in looked}
+        results, status = _run_all(args, looked, step_options)
         if results is None:
             return None, status
         for r in results:
             merged[r["sweep"]] = _merge(merged.get(r["sweep"]), r)
-    return [merged[name] for name, _ in plans if name in merged] or [
-        {"sweep": name, "planned": 0, "skipped": 0, "reused": 0, "statuses": {}, "paths": SweepPaths.of(args.out, name),
-         "stale_tmp": 0, "resumable": 0, "starved": [], "run_ids": []} for name, _ in plans], 0
+    return [merged.get(name) or _nothing(name, args.out) for name, _ in plans], 0
+
+
+def _nothing(sweep: str, out: str) -> dict[str, Any]:
+    """The summary of a sweep with nothing left to train."""
+    return {"sweep": sweep, "planned": 0, "skipped": 0, "reused": 0, "statuses": {}, "paths": SweepPaths.of(out, sweep),
+            "stale_tmp": 0, "resumable": 0, "starved": [], "run_ids": []}
 
 
 def _merge(before: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, Any]:
@@ -419,7 +428,7 @@ def _overrides(args: argparse.Namespace, specs: list[SweepSpec] = ()) -> tuple[d
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    if args.seeds == "auto":
+    if isinstance(args.seeds, AutoSeeds):
         print("error: SEEDS=auto compares a sweep's settings and decides how many seeds each needs; train has one "
               "setting: give its seeds (SEEDS=0,1,2)", file=sys.stderr)
         return 2
@@ -443,7 +452,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     options = _options(args, "", data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1],
-                                         digest=data.digest))
+                                         digest=data.digest), args.seeds or DEFAULT_SEEDS)
     if args.dry_run:
         _dry_run("train", points, options)
         return 0

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ablations.analysis.sequential import LOOKS, Design, check_looks, replay
+from ablations.analysis.sequential import Design, replay
 from ablations.analysis.stats import ALPHA, MARGIN
+from ablations.choices import LOOKS, check_looks
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, load_preds
 from ablations.running.tasks import RunOptions, make_tasks

@@ -97,8 +97,26 @@ def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
     assert "**Inconclusive: no single best depth at this budget.**" in text and "Best:" not in text
     assert "inconclusive against depth=2 (+0.30 points" in text
     assert "Differences smaller than about" in text and "could not be detected" in text
+    assert "SEEDS=auto would train at most 18 more run(s) here: depth=1 and the 1 setting(s) still open" in text
     assert "| 1 | 2 | +0.30 [" in text and "| inconclusive |" in text
     assert "| variance of | s.e. (points) | seed | seed × test image | test image |" in text
+    assert "| — | — | — |" in text and "The shares (—) are given from 8 seeds a setting: with 3" in text
+
+
+def test_the_power_sentence_gives_the_seeds_needed_over_the_interval_of_the_seed_spread(tmp_path):
+    for seed in range(4):
+        write_run(tmp_path, 1, seed, mask(range(20 + 4 * (seed % 2))))
+        write_run(tmp_path, 2, seed, mask(range(23 + 3 * (seed % 3))))
+    text = build_report(tmp_path).read_text()
+    import re
+
+    found = re.search(r"would take about (\d+) seeds per setting, between (\d+) and (\d+|more than the test set "
+                      r"allows) over the 95 % interval of the seed-to-seed s\.d\. \(([\d.]+)–([\d.]+) points\)", text)
+    assert found, text[text.index("Detecting"):][:600]
+    need, low, high = int(found[1]), int(found[2]), found[3]
+    assert low <= need and (not high.isdigit() or need <= int(high))
+    sd = float(re.search(r"seed-to-seed s\.d\. ([\d.]+) points, measured here", text)[1])
+    assert float(found[4]) < sd < float(found[5])
 
 
 def test_report_calls_settings_equivalent_only_where_two_one_sided_tests_show_it(tmp_path):
@@ -389,3 +407,16 @@ def test_accuracy_against_compute_draws_one_front_per_dataset_and_budget(tmp_pat
               for part in text.split("\n**")[1:]}
     assert "mine depth=" not in fronts["mnist5k, 20 epochs"] and "depth depth=2" in fronts["mnist5k, 20 epochs"]
     assert "depth depth=" not in fronts["imagefolder, 4 epochs"] and "mine depth=2" in fronts["imagefolder, 4 epochs"]
+
+
+def test_variance_shares_are_given_from_eight_seeds_and_add_up(tmp_path):
+    import re
+
+    for seed in range(8):
+        write_run(tmp_path, 1, seed, mask(range(20 + 3 * (seed % 3))))
+        write_run(tmp_path, 2, seed, mask(range(25 + 2 * (seed % 4))))
+    text = build_report(tmp_path).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| one setting's mean"))
+    shares = [int(x) for x in re.findall(r"\| (\d+) %", row)]
+    assert len(shares) == 3 and 99 <= sum(shares) <= 101, row
+    assert "The shares (—)" not in text

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 from ablations.analysis.sequential import Design, nominal_levels
 from ablations.analysis.stats import (
@@ -33,6 +34,7 @@ from ablations.analysis.stats import (
     seeds_needed,
     verdict,
 )
+from ablations.choices import LOOKS
 from ablations.results.experiments import starved
 from ablations.results.store import SweepPaths, load_preds, model_key, spreads, uncontended
 from ablations.running import adaptive
@@ -43,6 +45,7 @@ from vit import ViTConfig
 
 RUN_FIGURES = ("train_util_pct", "train_mfu")  # measured by each training run, beside the cost phase's
 POWER_DELTA = 0.005    # the difference (0.5 points) whose seed budget the report states
+MIN_SHARE_SEEDS = 8    # variance-component shares are given from this many seeds a setting
 
 
 @dataclass
@@ -72,6 +75,8 @@ class SweepFindings:
     no_test: str = ""
     chance: float | None = None            # 1 / classes
     seeds_for_delta: int | None = None     # seeds per setting to detect POWER_DELTA at POWER (None: not reachable)
+    seeds_range: tuple[int | None, int | None] | None = None   # the same at the ends of the seed s.d.'s 95 % interval
+    seed_sd_range: tuple[float, float] | None = None           # that interval
     seed_sd: float | None = None           # s.d. of one run's accuracy between seeds, pooled over settings
     floor: float | None = None             # smallest difference detectable with these test images at any seeds
     margin: float = MARGIN                 # the equivalence margin the comparisons test against
@@ -314,7 +319,8 @@ def _power(f: SweepFindings, ok: pd.DataFrame, factor: str) -> None:
     """Seeds per setting that would detect POWER_DELTA at POWER: the pooled variance of the runs'
     accuracies between seeds (coin flips included) and the variance the finite test set adds to a
     difference net of the coin flips (mean over pairs), which more seeds do not remove."""
-    variances = [g["test_acc"].astype(float).var(ddof=1) for _, g in ok.groupby(factor) if len(g) >= 2]
+    groups = [g["test_acc"].astype(float) for _, g in ok.groupby(factor) if len(g) >= 2]
+    variances = [g.var(ddof=1) for g in groups]
     seed_var = float(np.mean(variances)) if variances else 0.0
     image_var = f.pair_parts.image if f.pair_parts is not None else 0.0
     m = len(f.comparisons or [])
@@ -325,6 +331,13 @@ def _power(f: SweepFindings, ok: pd.DataFrame, factor: str) -> None:
     paired_var = (float(np.mean([(c.parts.seed + c.parts.seed_image) * seeds[c.a] for c in tested]))
                   if tested and all(c.paired for c in tested) else None)
     f.seeds_for_delta = seeds_needed(seed_var, image_var, POWER_DELTA, m, paired_var=paired_var)
+    # the seed variance is known to its chi-square interval (pooled over settings); the seeds needed with it
+    df = sum(len(g) - 1 for g in groups)
+    if df and seed_var > 0:
+        scale = [df / sps.chi2.ppf(q, df) for q in (0.975, 0.025)]
+        f.seed_sd_range = (math.sqrt(seed_var * scale[0]), math.sqrt(seed_var * scale[1]))
+        f.seeds_range = tuple(seeds_needed(seed_var * k, image_var, POWER_DELTA, m,
+                                           paired_var=None if paired_var is None else paired_var * k) for k in scale)
     f.floor = detectable_difference(math.sqrt(image_var), m)
 
 
@@ -369,8 +382,23 @@ def interval_text(i: Interval) -> str:
 def verdict_sentence(f: SweepFindings) -> str:
     if f.verdict is None:
         return f"**No verdict**: {f.no_test}. Intervals only; no setting is named best."
-    seeds = design_sentence(f) if f.design is not None else power_sentence(f)
+    seeds = design_sentence(f) if f.design is not None else " ".join(t for t in (power_sentence(f), auto_sentence(f)) if t)
     return " ".join(t for t in (_verdict_text(f), chance_sentence(f), seeds) if t)
+
+
+def auto_sentence(f: SweepFindings) -> str:
+    """For a sweep at fixed seeds that leaves pairs with its leader open: the most runs SEEDS=auto would add
+    (the runs there are its first look's, where their seeds are 0, 1, 2)."""
+    v = f.verdict
+    if f.design is not None or v is None or not v.inconclusive:
+        return ""
+    open_ = [s for s in f.settings if s.value in (v.best, *v.inconclusive)]
+    most = sum(max(LOOKS[-1] - len(s.seeds), 0) for s in open_)
+    if not most:
+        return ""
+    return (f"SEEDS=auto would train at most {most} more run(s) here: {f.factor}={v.best} and the {len(open_) - 1} "
+            f"setting(s) still open against it, up to {LOOKS[-1]} seeds each, fewer where a look decides "
+            f"(its runs at seeds 0, 1, 2 are reused).")
 
 
 def chance_sentence(f: SweepFindings) -> str:
@@ -392,7 +420,13 @@ def power_sentence(f: SweepFindings) -> str:
         return ""
     floor = (f" (the test images alone limit any number of seeds to about {100 * f.floor:.2f} points)"
              if f.floor and f.floor >= 0.0001 else " (the test images' share is negligible here)")
-    need = (f"about {f.seeds_for_delta} seeds per setting{floor}" if f.seeds_for_delta is not None else
+    low, high = f.seeds_range or (None, None)
+    spread = ""
+    if f.seeds_range is not None and f.seed_sd_range is not None and low != high:
+        top = f"{high}" if high is not None else "more than the test set allows"
+        spread = (f", between {low} and {top} over the 95 % interval of the seed-to-seed s.d. "
+                  f"({100 * f.seed_sd_range[0]:.2f}–{100 * f.seed_sd_range[1]:.2f} points)")
+    need = (f"about {f.seeds_for_delta} seeds per setting{spread}{floor}" if f.seeds_for_delta is not None else
             f"more test images: with this test set no number of seeds detects less than about "
             f"{100 * (f.floor or 0):.2f} points")
     return (f"Detecting a {100 * POWER_DELTA:.1f}-point difference at {POWER:.0%} power (α = {ALPHA}, Holm over "
@@ -576,20 +610,28 @@ def comparisons_markdown(f: SweepFindings) -> str:
 
 def components_markdown(f: SweepFindings) -> str:
     """Where the noise of the sweep's means comes from: each source's share of the variance of one
-    setting's mean and of a difference of two, so a reader sees which budget buys precision."""
+    setting's mean and of a difference of two, so a reader sees which budget buys precision. The shares
+    are given from MIN_SHARE_SEEDS seeds a setting; below, only the total."""
     rows = [("one setting's mean (mean over settings)", f.setting_parts),
             ("a difference of two settings (mean over pairs)", f.pair_parts)]
     rows = [(label, p) for label, p in rows if p is not None and p.total > 0]
     if not rows:
         return ""
+    fewest = min((len(s.seeds) for s in f.settings), default=0)
     lines = ["| variance of | s.e. (points) | seed | seed × test image | test image |", "|---|---|---|---|---|"]
     for label, p in rows:
-        shares = " | ".join(f"{100 * x:.0f} %" for x in p.shares())
+        shares = (" | ".join(f"{100 * x:.0f} %" for x in p.shares()) if fewest >= MIN_SHARE_SEEDS
+                  else " | ".join("—" for _ in p.shares()))
         lines.append(f"| {label} | {100 * math.sqrt(p.total):.2f} | {shares} |")
-    return "\n".join(lines + ["", "_Where the noise comes from, at this sweep's seeds and test images: a seed "
-                               "shifts a run on every image (more seeds shrink it); which borderline images a run "
-                               "gets right is a coin flip per seed and image (more seeds or more test images "
-                               "shrink it); which images the test set holds (more test images shrink it)._"])
+    notes = ["Where the noise comes from, at this sweep's seeds and test images: a seed shifts a run on every "
+             "image (more seeds shrink it); which borderline images a run gets right is a coin flip per seed and "
+             "image (more seeds or more test images shrink it); which images the test set holds (more test "
+             "images shrink it)."]
+    if fewest < MIN_SHARE_SEEDS:
+        notes.append(f"The shares (—) are given from {MIN_SHARE_SEEDS} seeds a setting: with {fewest}, the seed "
+                     f"share is estimated from {fewest - 1} degree(s) of freedom a setting and often comes out 0 "
+                     f"when it is not.")
+    return "\n".join(lines + [""] + [f"_{n}_" for n in notes])
 
 
 def setting_rows(f: SweepFindings) -> list[dict[str, Any]]:

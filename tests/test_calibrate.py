@@ -30,7 +30,7 @@ def test_the_pool_holds_each_committed_run_once_with_its_answers(reference_pool)
 
 def test_on_the_reference_false_positives_stay_within_alpha_and_power_beats_the_naive_bootstrap(reference_pool):
     trials = cal.calibrate_saved(reference_pool, seeds=3, trials=400)
-    assert len(trials) == 400 * 2 * 3
+    assert set(trials["source"]) == {"one setting", "runs", "coin flips"} and len(trials) == 400 * 3 * 3
     hit = cal.detected(trials)
     aa = trials[trials["planted_pts"] == 0]
     fp = Rate.of(int(hit[aa.index].sum()), len(aa))
@@ -47,6 +47,31 @@ def test_on_the_reference_false_positives_stay_within_alpha_and_power_beats_the_
         {0.5: 0.005, 1.0: 0.01}, abs=0.002)   # planting takes exactly δ from every B run
 
 
+def test_the_reference_holds_48_real_seeds_of_one_setting_the_pool_of_same_setting_calibration(reference_pool):
+    """The committed `seeds` sweep: the base model under seeds 0-47; the pool's largest setting is it, each run
+    once (the runs other sweeps share with it counted once)."""
+    assert reference_pool.same is not None and len(reference_pool.same) >= 48
+    assert "depth=4" in reference_pool.same_label and "seeds" in reference_pool.same_label
+    assert len({row.tobytes() for row in reference_pool.same}) == len(reference_pool.same)   # 48 different runs
+
+
+def test_the_sequential_design_on_real_same_setting_seeds_keeps_alpha_and_finds_a_one_point_winner(reference_pool):
+    """SEEDS=auto on the committed real seeds: 4 settings × 12 seeds drawn from the 48 same-setting runs. A/A:
+    any false 'different' within α (the exact interval reaches α); a planted 0.5 point rarely called
+    equivalent within ±0.5; a planted 1 point found most of the time, with fewer runs than 12 fixed seeds."""
+    trials = cal.calibrate_design(reference_pool.same, trials=100)
+    by = dict(tuple(trials.groupby("case")))
+    fp = Rate.of(int(by["A/A"]["any_different"].sum()), 100)
+    assert fp.low <= ALPHA, fp.text()
+    eq = Rate.of(int(by["0.5 point"]["equivalent"].sum()), 100)
+    assert eq.low <= ALPHA, eq.text()
+    one = by["1 point"]
+    assert one["found"].mean() >= 0.8, one["found"].mean()
+    assert one["runs"].mean() < one["fixed_runs"].iloc[0]
+    lines = cal.design_lines(trials)
+    assert lines[1].startswith("  A/A: any setting decided different") and "[95 % interval" in lines[1]
+
+
 def test_planting_takes_exactly_delta_from_each_run():
     rng = np.random.default_rng(0)
     runs = (rng.random((3, 400)) < 0.9).astype(float)
@@ -57,11 +82,12 @@ def test_planting_takes_exactly_delta_from_each_run():
 
 
 def test_the_summary_reports_the_rate_with_its_interval_and_the_p_value_distribution(capsys, tmp_path):
-    assert cal.main(["--from", str(REFERENCE), "--trials", "40", "--out", str(tmp_path)]) == 0
+    assert cal.main(["--from", str(REFERENCE), "--trials", "40", "--design-trials", "20", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "false positives (A/A, α = 0.05)" in out and "p < 0.2" in out and "mean p" in out
     assert "power at 0.5 pt" in out and "power at 1 pt" in out and "[95 % interval" in out
     assert (tmp_path / "calibrate" / "calibration.csv").exists()
+    assert "one setting" in out and "sequential design (SEEDS=auto, looks 3/5/8/12) on real same-setting seeds" in out
 
 
 @pytest.mark.parametrize("argv, message", [

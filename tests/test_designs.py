@@ -227,6 +227,17 @@ def test_tuning_picks_by_validation_accuracy_never_test_accuracy_and_warns_at_th
     rows = tuned_rows(spec, val, test).assign(val_acc=np.nan)
     with pytest.raises(ValueError, match="no validation accuracy"):
         designs.select(spec, rows)
+    # pre leads its runner-up by 3 points of mean, but its seeds swing by ±4: under 2 s.e. of the lead
+    rows = tuned_rows(spec, val, test)
+    swing = (rows["norm"] == "pre") & (rows["lr"] == 2e-3)
+    rows.loc[swing, "val_acc"] = [0.91, 0.95, 0.99]
+    _, tuning = designs.select(spec, rows)
+    pre = next(c for c in tuning.choices if c.setting == "pre")
+    per_seed = np.array([0.91, 0.95, 0.99]) - (0.91 + 0.001 * np.arange(3))   # against lr=0.004, paired by seed
+    assert pre.lead_se == pytest.approx(per_seed.std(ddof=1) / np.sqrt(3))
+    text = "\n".join(designs.tuning_lines(tuning, spec.factor, "x.png"))
+    assert (f"**A close pick**: pre leads lr=0.004 by {100 * pre.lead:.2f} points of mean validation accuracy, under 2 "
+            f"standard errors of that lead over seeds ({200 * pre.lead_se:.2f} points)") in text
 
 
 def test_a_validation_split_is_held_out_of_training_the_same_for_every_seed(tmp_path):

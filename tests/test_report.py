@@ -420,3 +420,32 @@ def test_variance_shares_are_given_from_eight_seeds_and_add_up(tmp_path):
     shares = [int(x) for x in re.findall(r"\| (\d+) %", row)]
     assert len(shares) == 3 and 99 <= sum(shares) <= 101, row
     assert "The shares (—)" not in text
+
+
+def test_a_lucky_draw_is_flagged_about_as_often_as_its_level_among_coin_flip_runs_and_when_runs_score_alike():
+    """Runs of one setting that differ by coin flips alone (each image right with its own probability): the
+    flag fires at about its 5 % level; runs that score the same while right on different images, always."""
+    from scipy import stats as sps
+
+    from ablations.analysis.findings import lucky_draw
+
+    rng = np.random.default_rng(0)
+    p = np.clip(rng.beta(8, 0.3, 1000), 0, 1)            # most images nearly always right, some borderline
+    flagged = sum(lucky_draw((rng.random((3, 1000)) < p).astype(float)) is not None for _ in range(1000))
+    ci = sps.binomtest(flagged, 1000).proportion_ci(0.95, method="exact")
+    assert ci.low <= 0.05 <= ci.high, flagged
+    same = np.zeros((3, 1000))                             # each run right on 950 images of its own: equal scores
+    for run in same:
+        run[rng.choice(1000, 950, replace=False)] = 1
+    seen, coin = lucky_draw(same)
+    assert seen == pytest.approx(0, abs=1e-12) and coin == pytest.approx(np.sqrt(same.var(0, ddof=1).mean() / 1000))
+    assert lucky_draw(same[:2]) is None   # from 3 seeds
+
+
+def test_the_report_marks_a_lucky_draw(tmp_path):
+    for seed in range(3):
+        write_run(tmp_path, 1, seed, mask(range(20 + 11 * seed)))
+        write_run(tmp_path, 2, seed, mask([*range(30), 500 + seed]))   # each seed misses 31: the same score
+    text = build_report(tmp_path).read_text()
+    assert "| 2 | 3 | " in text and " ◊ |" in text and "◊ possibly a lucky draw" in text
+    assert "2: s.d. 0.00 against" in text and "1: s.d." not in text

@@ -42,9 +42,12 @@ import pandas as pd
 from scipy import stats as sps
 from tqdm import tqdm
 
+from ablations.analysis.sequential import run_design
 from ablations.analysis.stats import ALPHA, MIN_SEEDS, compare_settings
+from ablations.choices import LOOKS
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, load_preds, ok_rows, sweep_names
+from ablations.specs import MODEL_FIELDS, TRAIN_FIELDS
 from bench.io.atomic import write_atomic
 from bench.reference import CHECKOUT_REFERENCE, refusal
 from bench.training.recipe import TrainConfig
@@ -82,17 +85,33 @@ class Rate:
 
 @dataclass
 class Pool:
-    """The 0/1 test answers of finished runs that share one test set: (runs, n)."""
+    """The 0/1 test answers of finished runs that share one test set: (runs, n); and `same`, those of the one
+    setting (model, recipe, data) with the most runs, each of another seed: real same-setting seeds."""
     correct: np.ndarray
     dataset: str
     sweeps: list[str]
+    same: np.ndarray | None = None
+    same_label: str = ""
+
+
+AUGMENTATION = ("crop_padding", "flip")   # older rows leave these blank where the dataset's default applied
+
+
+def _setting_key(row: pd.Series) -> tuple:
+    """What defines a run's setting, seed aside: its model, its recipe (augmentation aside: blank in older
+    rows for the value newer rows record) and where it started."""
+    return tuple(str(row.get(c, "")) for c in (*MODEL_FIELDS, *TRAIN_FIELDS, "init") if c not in AUGMENTATION)
 
 
 def saved_pool(out: Path) -> Pool:
-    """The largest group of finished runs under `out/ablations` with saved predictions on one test set, each
-    run once; ValueError naming the folder when there are none."""
+    """The largest group of finished runs under `out/ablations` with saved predictions on one test set (one
+    dataset, one data_id, the same labels), each run once, and within it the setting with the most seeds;
+    ValueError naming the folder when there are none."""
     groups: dict[tuple, dict[str, np.ndarray]] = {}
     sweeps: dict[tuple, set[str]] = {}
+    settings: dict[tuple, dict[tuple, dict[str, np.ndarray]]] = {}
+    names: dict[tuple, str] = {}
+    where: dict[tuple, set[str]] = {}
     for sweep in sweep_names(out):
         paths = SweepPaths.of(out, sweep)
         rows = ok_rows(read_table(paths.rows))
@@ -101,15 +120,27 @@ def saved_pool(out: Path) -> Pool:
             if not path.exists():
                 continue
             pred, target = load_preds(path)
-            key = (str(r.get("dataset", "?")), target.tobytes())
-            groups.setdefault(key, {})[str(r["run_id"])] = (pred == target).astype(float)
+            data_id = r.get("data_id", "")
+            key = (str(r.get("dataset", "?")), "" if pd.isna(data_id) else str(data_id), target.tobytes())
+            answers = (pred == target).astype(float)
+            groups.setdefault(key, {})[str(r["run_id"])] = answers
             sweeps.setdefault(key, set()).add(sweep)
+            setting = _setting_key(r)
+            settings.setdefault(key, {}).setdefault(setting, {})[str(r["run_id"])] = answers
+            names.setdefault(setting, _point_name(r))
+            where.setdefault(setting, set()).add(sweep)
     if not groups:
         raise ValueError(f"--from {out}: no finished run with saved test predictions under {out}/ablations "
                          f"(run a sweep into it first, or pass the folder a sweep wrote)")
     key = max(groups, key=lambda k: len(groups[k]))
     runs = groups[key]
-    return Pool(np.stack([runs[k] for k in sorted(runs)]), key[0], sorted(sweeps[key]))
+    setting, same = max(settings[key].items(), key=lambda item: len(item[1]))
+    return Pool(np.stack([runs[k] for k in sorted(runs)]), key[0], sorted(sweeps[key]),
+                np.stack([same[k] for k in sorted(same)]), f"{names[setting]} (in {', '.join(sorted(where[setting]))})")
+
+
+def _point_name(row: pd.Series) -> str:
+    return ", ".join(f"{k}={row[k]}" for k in ("patch_size", "depth", "num_heads", "embed_dim", "pos", "lr") if k in row)
 
 
 def plant(runs: np.ndarray, delta: float, rng: np.random.Generator) -> np.ndarray:
@@ -130,10 +161,10 @@ def draw_groups(pool: np.ndarray, seeds: int, trials: int, source: str, delta: f
     """(A, B) per trial, each (seeds, n): from `source` 'runs' (drawn at random from the pool, split in two)
     or 'coin flips' (simulated from the pool's per-image accuracies); B with `delta` planted (0: A/A). The
     same arguments give the same groups."""
-    rng = np.random.default_rng([seed, seeds, trials, round(1e6 * delta), source == "runs"])
+    rng = np.random.default_rng([seed, seeds, trials, round(1e6 * delta), SOURCE_KEYS[source]])
     p = pool.mean(0)
     for _ in range(trials):
-        if source == "runs":
+        if source != "coin flips":
             pick = rng.choice(len(pool), 2 * seeds, replace=False)
             a, b = pool[pick[:seeds]], pool[pick[seeds:]]
         else:
@@ -141,18 +172,24 @@ def draw_groups(pool: np.ndarray, seeds: int, trials: int, source: str, delta: f
         yield a, (plant(b, delta, rng) if delta else b)
 
 
-SOURCES = ("runs", "coin flips")
+SOURCES = ("runs", "coin flips", "one setting")
+SOURCE_KEYS = {"runs": 1, "coin flips": 0, "one setting": 2}   # each source's own random stream
 
 
 def calibrate_saved(pool: Pool, seeds: int, trials: int, alpha: float = ALPHA) -> pd.DataFrame:
-    """One row per trial: source, planted difference (points), the report's difference and p."""
+    """One row per trial: source, planted difference (points), the report's difference and p. Sources: 'one
+    setting' (runs of the pool's largest setting, real same-setting seeds, where it has 2 × seeds), 'runs'
+    (any runs of the test set), 'coin flips'."""
     if 2 * seeds > len(pool.correct):
         raise ValueError(f"{seeds} vs {seeds} seeds need {2 * seeds} runs; the pool has {len(pool.correct)}")
     found = []
-    cases = [(source, delta) for source in SOURCES for delta in (0.0, *PLANTED)]
+    arrays = {"runs": pool.correct, "coin flips": pool.correct}
+    if pool.same is not None and len(pool.same) >= 2 * seeds:
+        arrays = {"one setting": pool.same, **arrays}
+    cases = [(source, delta) for source in arrays for delta in (0.0, *PLANTED)]
     bar = tqdm(total=trials * len(cases), desc="trials", unit="trial", leave=False)
     for source, delta in cases:
-        for i, (a, b) in enumerate(draw_groups(pool.correct, seeds, trials, source, delta)):
+        for i, (a, b) in enumerate(draw_groups(arrays[source], seeds, trials, source, delta)):
             c = compare_settings({"A": a, "B": b})[0]
             found.append({"source": source, "planted_pts": 100 * delta, "trial": i, "acc_a": a.mean(),
                           "acc_b": b.mean(), "diff_pts": 100 * c.diff, "low_pts": 100 * c.low,
@@ -182,6 +219,61 @@ def summary_table(trials: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
             row[f"power at {delta:g} pt"] = f"{hit[d.index].mean():.1%}"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# --- the sequential design on real same-setting seeds -----------------------------------------------
+
+DESIGN_CASES = (("A/A", 0.0), ("0.5 point", 0.005), ("1 point", 0.01))
+
+
+def calibrate_design(same: np.ndarray, trials: int, looks: tuple[int, ...] = LOOKS, seed: int = 0) -> pd.DataFrame:
+    """The SEEDS=auto design (`sequential.run_design`) on real runs of one setting: each trial shuffles them
+    into k = min(4, runs // last look) settings of `looks[-1]` seeds; A/A as drawn, or every setting but the
+    first with δ planted in each run (0.5 and 1 point). One row per trial: any setting decided different
+    (a false positive under A/A), the second decided equivalent, the first found the winner (leading at
+    the end, decided different from every other), and the runs it trained."""
+    k = min(4, len(same) // looks[-1])
+    if k < 2:
+        raise ValueError(f"the sequential design needs 2 × {looks[-1]} runs of one setting; the pool's largest "
+                         f"setting has {len(same)}")
+    rng = np.random.default_rng([seed, trials, k])
+    found = []
+    bar = tqdm(total=trials * len(DESIGN_CASES), desc="sequential design", unit="trial", leave=False)
+    for case, delta in DESIGN_CASES:
+        for i in range(trials):
+            order = rng.permutation(len(same))[:k * looks[-1]].reshape(k, looks[-1])
+            draw = {j: same[idx] if j == 0 or not delta else plant(same[idx], delta, rng) for j, idx in enumerate(order)}
+            result = run_design(draw, looks)
+            decided = result.final.decided
+            found.append({"case": case, "planted_pts": 100 * delta, "trial": i, "settings": k,
+                          "any_different": any(d.outcome == "different" for lk in result.looks
+                                               for d in lk.decided.values()),
+                          "equivalent": any(getattr(lk.decided.get(1), "outcome", "") == "equivalent"
+                                            for lk in result.looks),
+                          "found": result.final.leader == 0 and all(
+                              getattr(decided.get(j), "outcome", "") == "different" and decided[j].leader == 0
+                              for j in range(1, k)),
+                          "runs": result.runs, "fixed_runs": k * looks[-1], "stopped_at": len(result.looks)})
+            bar.update()
+    bar.close()
+    return pd.DataFrame(found)
+
+
+def design_lines(trials: pd.DataFrame, looks: tuple[int, ...] = LOOKS) -> list[str]:
+    """The design's rates on real seeds, each with its exact 95 % interval."""
+    k = int(trials["settings"].iloc[0])
+    by = dict(tuple(trials.groupby("case", sort=False)))
+    aa, half, one = by["A/A"], by["0.5 point"], by["1 point"]
+    fp = Rate.of(int(aa["any_different"].sum()), len(aa))
+    eq = Rate.of(int(half["equivalent"].sum()), len(half))
+    power = Rate.of(int(one["found"].sum()), len(one))
+    share = one["runs"].mean() / one["fixed_runs"].iloc[0]
+    return [f"sequential design (SEEDS=auto, looks {'/'.join(map(str, looks))}) on real same-setting seeds, {k} "
+            f"settings × {looks[-1]} seeds drawn per trial, {len(aa)} trials per case:",
+            f"  A/A: any setting decided different {fp.text()}",
+            f"  0.5 point planted: the planted setting called equivalent within ±0.5 points {eq.text()}",
+            f"  1 point planted: the winner found {power.text()}, with {share:.2f} × the runs of {looks[-1]} fixed seeds "
+            f"(stopped at look {', '.join(f'{n}: {c}' for n, c in one['stopped_at'].value_counts().sort_index().items())})"]
 
 
 # --- by training -----------------------------------------------------------------------------------
@@ -278,8 +370,9 @@ def _saved_main(args, folder: Path) -> int:
         return 2
     n = pool.correct.shape[1]
     print(f"calibration from saved predictions: {len(pool.correct)} runs of {pool.dataset} ({n:,} test images, mean "
-          f"accuracy {100 * pool.correct.mean():.2f} %) under {args.source} ({', '.join(pool.sweeps)}); "
-          f"{args.seeds} vs {args.seeds} seeds, {args.trials} trials per case, α = {ALPHA}", file=sys.stderr)
+          f"accuracy {100 * pool.correct.mean():.2f} %) under {args.source} ({', '.join(pool.sweeps)}); one setting: "
+          f"{len(pool.same)} seeds of {pool.same_label}; {args.seeds} vs {args.seeds} seeds, {args.trials} trials "
+          f"per case, α = {ALPHA}", file=sys.stderr)
     t0 = time.perf_counter()
     trials = calibrate_saved(pool, args.seeds, args.trials)
     folder.mkdir(parents=True, exist_ok=True)
@@ -291,7 +384,18 @@ def _saved_main(args, folder: Path) -> int:
     verdict = "within α" if fp.low <= ALPHA else "ABOVE α: the test claims differences that are not there"
     print(f"all A/A trials: false positives {fp.text()}: {verdict}")
     print(f"{len(trials)} trials in {time.perf_counter() - t0:.1f} s; trials → {folder / 'calibration.csv'}")
-    return 0 if fp.low <= ALPHA else 1
+    if pool.same is None or len(pool.same) < 2 * LOOKS[-1]:
+        print(f"sequential design: not calibrated here (it needs 2 × {LOOKS[-1]} runs of one setting; the largest "
+              f"setting has {0 if pool.same is None else len(pool.same)}: the reference's `seeds` sweep has 48)")
+        return 0 if fp.low <= ALPHA else 1
+    t0 = time.perf_counter()
+    design = calibrate_design(pool.same, args.design_trials)
+    design.to_csv(folder / "sequential.csv", index=False)
+    print("\n".join(design_lines(design)))
+    design_fp = Rate.of(int(design.loc[design["case"] == "A/A", "any_different"].sum()),
+                        int((design["case"] == "A/A").sum()))
+    print(f"{len(design)} sequential trials in {time.perf_counter() - t0:.1f} s; trials → {folder / 'sequential.csv'}")
+    return 0 if fp.low <= ALPHA and design_fp.low <= ALPHA else 1
 
 
 def _train_main(args, folder: Path) -> int:
@@ -328,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--train", action="store_true", help="calibrate by training a small ViT on digits")
     parser.add_argument("--seeds", type=int, default=3, help="runs per group, as the sweeps' seeds (default 3)")
     parser.add_argument("--trials", type=int, default=400, help="--from: trials per case (default 400)")
+    parser.add_argument("--design-trials", type=int, default=200,
+                        help="--from: trials per case of the sequential design on one setting's seeds (default 200)")
     parser.add_argument("--pairs", type=int, default=100, help="--train: A/A pairs (default 100)")
     parser.add_argument("--planted-pairs", type=int, default=30, help="--train: pairs with a planted difference")
     parser.add_argument("--label-noise", type=float, default=0.3,
@@ -342,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         args.source = str(CHECKOUT_REFERENCE)
     if args.seeds < MIN_SEEDS:
         parser.error(f"--seeds must be ≥ {MIN_SEEDS}: a test needs the spread between seeds")
-    for name in ("pairs", "trials"):
+    for name in ("pairs", "trials", "design_trials"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be ≥ 1")
     if args.planted_pairs < 0 or not 0 < args.label_noise <= 1:

@@ -64,6 +64,7 @@ class Choice:
     at_edge: list[str] = field(default_factory=list)   # tuned fields whose pick is the first or last grid value
     lead: float | None = None          # the pick's mean validation accuracy above the runner-up's (None: one value)
     runner_up: tuple | None = None
+    lead_se: float | None = None       # the standard error of that lead over seeds (None: fewer than 2 seeds a side)
 
 
 @dataclass
@@ -111,7 +112,8 @@ def select(spec: SweepSpec, rows: pd.DataFrame) -> tuple[pd.DataFrame, Tuning]:
         choices.append(Choice(setting, {values[k]: float(curve[k]) for k in sorted(curve.index, key=str)},
                               {values[k]: int(seeds[k]) for k in curve.index}, values[best], edge,
                               None if second is None else float(curve[best] - curve[second]),
-                              None if second is None else values[second]))
+                              None if second is None else values[second],
+                              None if second is None else _lead_se(group, best, second)))
         keep.append(group[group["_grid"] == best].drop(columns="_grid"))
     val_size = int(ok["val_size"].dropna().iloc[0]) if "val_size" in ok and ok["val_size"].notna().any() else None
     chosen = pd.concat(keep) if keep else ok.iloc[0:0]
@@ -119,6 +121,31 @@ def select(spec: SweepSpec, rows: pd.DataFrame) -> tuple[pd.DataFrame, Tuning]:
     splits = ok["holdout_split"].dropna().astype(str).unique() if "holdout_split" in ok else []
     split = splits[0] if len(splits) == 1 else "random"   # blank: drawn before the split was recorded
     return pd.concat([chosen, failed]), Tuning(tuple(names), grids, spec.holdout, val_size, choices, split)
+
+
+def _lead_se(group: pd.DataFrame, best: tuple, second: tuple) -> float | None:
+    """The standard error over seeds of the pick's lead in mean validation accuracy: from the per-seed
+    differences where both values ran under the same seeds, else Welch's; None below 2 seeds a side."""
+    a = group[group["_grid"] == best].groupby("seed")["val_acc"].mean()
+    b = group[group["_grid"] == second].groupby("seed")["val_acc"].mean()
+    if min(len(a), len(b)) < 2:
+        return None
+    if set(a.index) == set(b.index):
+        d = (a - b.loc[a.index]).to_numpy(dtype=float)
+        return float(d.std(ddof=1) / math.sqrt(len(d)))
+    return float(math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b)))
+
+
+def close_pick(c: Choice, image: float | None) -> str:
+    """Why a pick is close ("" when it is not): a lead under 2 standard errors over seeds, or under one
+    validation image per seed."""
+    if c.lead is None:
+        return ""
+    if c.lead_se is not None and c.lead < 2 * c.lead_se:
+        return f"under 2 standard errors of that lead over seeds ({100 * 2 * c.lead_se:.2f} points)"
+    if image is not None and c.lead < image:
+        return f"less than one validation image per seed ({100 * image:.2f} points)"
+    return ""
 
 
 def tuning_lines(t: Tuning, factor: str, figure_name: str) -> list[str]:
@@ -144,13 +171,12 @@ def tuning_lines(t: Tuning, factor: str, figure_name: str) -> list[str]:
                          f"better, so this setting may be compared below its best.")
     image = 1 / t.val_size if t.val_size else None
     for c in t.choices:
-        if image is not None and c.lead is not None and c.lead < image:
+        why = close_pick(c, image)
+        if why:
             runner = ", ".join(f"{n}={_text(v)}" for n, v in zip(t.fields, c.runner_up))
             lines.append(f"- **A close pick**: {_text(c.setting)} leads {runner} by {100 * c.lead:.2f} points of mean "
-                         f"validation accuracy, less than one validation image per seed ({100 * image:.2f} points): "
-                         f"another split or another seed could pick the other.")
-    if any(c.at_edge for c in t.choices) or any(image is not None and c.lead is not None and c.lead < image
-                                                for c in t.choices):
+                         f"validation accuracy, {why}: another split or another seed could pick the other.")
+    if any(c.at_edge for c in t.choices) or any(close_pick(c, image) for c in t.choices):
         lines.append("")
     return lines + [f"![tuning](figures/{figure_name})", ""]
 

@@ -61,6 +61,8 @@ class Setting:
     reused_from: tuple[str, ...] = ()                          # sweeps its runs were copied from
     runs: dict[str, Spread] = field(default_factory=dict)      # train_util_pct, train_mfu of the runs, over seeds
     at_chance: bool = False                                    # accuracy within noise of guessing
+    lucky: tuple[float, float] | None = None                   # (runs' s.d., coin flips' s.d.) where the runs agree
+                                                               # more closely than coin flips alone allow
     starved: int = 0                                           # runs that got too little CPU while they trained
 
 
@@ -84,6 +86,7 @@ class SweepFindings:
     pair_parts: Components | None = None      # variance of a difference of two settings' means, mean over pairs
     design: Design | None = None              # SEEDS=auto: the looks the sweep took (its verdict is theirs)
     left_out: tuple = ()                      # SEEDS=auto: settings left out of the design (a run diverged)
+    adaptive: bool = False                    # trained under SEEDS=auto (its design complete or not)
 
 
 @dataclass
@@ -156,6 +159,8 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     findings = SweepFindings(factor, settings, test_size, source, None, None, margin=margin)
     if correct is not None:
         findings.test_size = next(iter(correct.values())).shape[1]
+        for s in settings:
+            s.lucky = lucky_draw(correct[s.value]) if s.value in correct else None
         findings.setting_parts = _mean_parts([contrast([correct[v]], [1.0]).parts for v in order])
     _mark_chance(findings, ok)
     if len(settings) < 2:
@@ -209,7 +214,9 @@ def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
     if plan is not None and not tuned:
         rows, design, note = adaptive_rows(rows, factor, order, paths, plan)
         margin = float(plan["margin"])   # the margin its looks decided with
-    return analyse(rows, factor, order, paths.preds, cost_phase, margin, design), rows, note
+    found = analyse(rows, factor, order, paths.preds, cost_phase, margin, design)
+    found.adaptive = plan is not None and not tuned
+    return found, rows, note
 
 
 def adaptive_rows(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, plan: dict[str, Any]
@@ -297,6 +304,22 @@ def design_sentence(f: SweepFindings) -> str:
             f"the looks, so the chance of a false decision at any look stays α); a setting decided against the "
             f"leader trains no more seeds. Stopped at look {last.index + 1} ({stop}); seeds: {seeds}. "
             + ("Decided: " + "; ".join(crossed) + "." if crossed else "Nothing was decided.") + left)
+
+
+def lucky_draw(correct: np.ndarray, level: float = 0.05) -> tuple[float, float] | None:
+    """(the runs' s.d. of accuracy, the s.d. coin flips alone give one run) where, from 3 seeds on, the runs
+    agree more closely than coin flips would let them with probability 1 − level: the seed × image coin
+    flips (each image's spread over seeds, summed) set a floor on how far runs of one setting differ, and
+    an observed spread under the floor's `level` quantile is a draw whose interval is likely too narrow."""
+    runs = len(correct)
+    if runs < 3:
+        return None
+    n = correct.shape[1]
+    coin = float(correct.var(0, ddof=1).mean()) / n
+    seen = float(correct.mean(1).var(ddof=1))
+    if coin > 0 and seen < coin * sps.chi2.ppf(level, runs - 1) / (runs - 1):
+        return math.sqrt(seen), math.sqrt(coin)
+    return None
 
 
 def _mean_parts(parts: list[Components]) -> Components | None:
@@ -390,7 +413,7 @@ def auto_sentence(f: SweepFindings) -> str:
     """For a sweep at fixed seeds that leaves pairs with its leader open: the most runs SEEDS=auto would add
     (the runs there are its first look's, where their seeds are 0, 1, 2)."""
     v = f.verdict
-    if f.design is not None or v is None or not v.inconclusive:
+    if f.adaptive or f.design is not None or v is None or not v.inconclusive:
         return ""
     open_ = [s for s in f.settings if s.value in (v.best, *v.inconclusive)]
     most = sum(max(LOOKS[-1] - len(s.seeds), 0) for s in open_)
@@ -525,8 +548,8 @@ def table_markdown(f: SweepFindings) -> str:
     runs = [f"| {name} | train run s [IQR] | MFU train runs | busy % train runs |", "|---|---|---|---|"]
     for s in f.settings:
         mem = " / ".join(_spread_text(d.get("peak_mem_mb"), ".1f") for d in (s.infer, s.train))
-        accuracy.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''} | "
-                        f"{s.params:,} | {s.gmacs:.4f} |")
+        accuracy.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''}"
+                        f"{' ◊' if s.lucky else ''} | {s.params:,} | {s.gmacs:.4f} |")
         speed.append(f"| {s.value} | {_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
                      f"{_spread_text(s.train.get('throughput_img_s'), ',.0f')} | {mem} | "
                      f"{_spread_text(s.infer.get('mfu'), '.3f')} | {_spread_text(s.infer.get('util_pct'), '.0f')} |")
@@ -538,6 +561,12 @@ def table_markdown(f: SweepFindings) -> str:
         lines.append(f"‡ within noise of chance ({100 * (f.chance or 0):.1f} % for guessing): the model has not "
                      f"learned the task at this budget (binomial rule over the test images: under chance + "
                      f"{CHANCE_SDS:g} s.d.).")
+    lucky = [s for s in f.settings if s.lucky]
+    if lucky:
+        lines.append("◊ possibly a lucky draw: its runs agree more closely than the coin flips on borderline images "
+                     "alone let runs of one setting agree 95 % of the time (" + "; ".join(
+                         f"{s.value}: s.d. {100 * s.lucky[0]:.2f} against {100 * s.lucky[1]:.2f} points"
+                         for s in lucky) + "), so its interval is likely too narrow; more seeds would show.")
     lines += ["", *speed, "", f"Speed: {f.cost_source}, median [Q1, Q3] (busy %: GPU utilisation from NVML on "
                               f"CUDA, process CPU time ÷ wall time ÷ cores on the CPU).", "", *runs, "",
               "The training runs as they trained, over seeds, not interleaved."]

@@ -54,8 +54,9 @@ class Column:
             raise ValueError(f"column {self.name}: roles {sorted(unknown)} are not among {sorted(ROLES)}")
 
     def accepts(self, cell: str) -> bool:
-        """Whether a cell read from a CSV file can be a value of this column."""
-        if cell == "":
+        """Whether a cell read from a CSV file can be a value of this column; "" and "nan" in an int or bool
+        column (a missing value as the writer spells a float NaN) are missing."""
+        if cell == "" or (cell == "nan" and self.kind in ("int", "bool")):
             return not self.required
         if self.choices:
             return cell in self.choices

@@ -55,11 +55,11 @@ OLD_RECIPE = ("batch_size", "weight_decay", "warmup_epochs", "label_smoothing", 
 
 def write_old_format(current: Path, dest: Path) -> list[dict[str, str]]:
     """`current` (a sweep table of today's format) written to `dest` as tables were before the recipe had
-    columns: the cost phase's inference batch under batch_size with mode = infer, no recipe columns.
-    Returns the current rows (as text)."""
+    columns: the cost phase's inference batch under batch_size with mode = infer, no recipe columns. Only
+    the rows a cost phase gave figures (every row of that format had them). Returns those rows (as text)."""
     import csv
 
-    rows = list(csv.DictReader(current.open()))
+    rows = [r for r in csv.DictReader(current.open()) if r.get("infer_batch_size")]
     header = [c for c in rows[0] if c not in OLD_RECIPE] + ["mode", "batch_size"]
     dest.parent.mkdir(parents=True, exist_ok=True)
     with dest.open("w", newline="") as f:

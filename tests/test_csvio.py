@@ -44,3 +44,18 @@ def test_skipped_lines_go_to_the_enclosing_collector_once_each_and_are_warnings_
     assert notes == [f"{path}: skipped 1 malformed line(s): 3"]
     with pytest.warns(SkippedInput, match="skipped 1 malformed line"):
         read_rows(path)
+
+
+def test_a_missing_int_written_as_nan_keeps_the_row(tmp_path):
+    """A row whose optional int column holds a float NaN (written "nan") is a finished run: it is read, the
+    cell missing, not skipped as malformed."""
+    from ablations.results.schema import read_table
+    from ablations.results.store import SweepPaths, record
+    from ablations.running.tasks import Outcome
+
+    paths = SweepPaths.of(tmp_path, "s")
+    row = {"run_id": "abcdef012345", "status": "ok", "seed": 0, "torch_threads": float("nan"), "test_acc": 0.5}
+    record(Outcome(row), paths)
+    assert ",nan," in paths.rows.read_text() or paths.rows.read_text().rstrip().endswith("nan")
+    table = read_table(paths.rows)
+    assert len(table) == 1 and table["torch_threads"].isna().all() and table["test_acc"].iloc[0] == 0.5

@@ -255,5 +255,8 @@ def read_rows(path: str | Path, schema: Mapping[str, CellCheck] | None = None) -
         return pd.DataFrame(columns=header)
     text_columns = {name: str for name, column in (schema or {}).items()
                     if name in header and column.kind in ("text", "id", "time")}  # "000123" stays a string
+    # "" is missing everywhere; "nan" too in an int or bool column (a float NaN as the writer spells it)
+    missing = {name: ["", "nan"] if (schema or {}).get(name) is not None and schema[name].kind in ("int", "bool")
+               else [""] for name in header}
     return pd.read_csv(io.BytesIO(_format([header] + [rec for _, rec in good])), keep_default_na=False,
-                       na_values=[""], dtype=text_columns)
+                       na_values=missing, dtype=text_columns)

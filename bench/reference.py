@@ -3,6 +3,7 @@ writes into unless told to (`--into-reference`), so that a user's runs never mix
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 REFERENCE_MARK = ".vitbench-reference"
@@ -18,20 +19,33 @@ def reference_root(path: str | Path) -> Path | None:
     return next((p for p in (resolved, *resolved.parents) if (p / REFERENCE_MARK).exists()), None)
 
 
+def _links_inside(folder: Path):
+    """Every symbolic link at any depth under `folder` (a file's or a folder's), not followed."""
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in (*dirnames, *filenames):
+            place = Path(dirpath) / name
+            if place.is_symlink():
+                yield place
+
+
 def refusal(out: str | Path, into_reference: bool) -> str | None:
     """The one-line error for writing under a reference folder without `--into-reference`, else None: `out`
-    itself, any folder above it, or a folder the commands write into under it (`WRITTEN`) that leads into
-    one (symlinks resolved). A reference folder beside those (results/reference under OUT=results) is not
+    itself, any folder above it, a folder the commands write into under it (`WRITTEN`) that leads into
+    one, or a link at any depth below those (a sweep's weights/ or preds/<sweep>/, a table) that does
+    (symlinks resolved). A reference folder beside those (results/reference under OUT=results) is not
     written into."""
     if into_reference:
         return None
     folder = Path(out).expanduser()
     inside = [folder / name for name in WRITTEN if (folder / name).is_dir()]
-    hit = next(((place, root) for place in (folder, *inside) if (root := reference_root(place)) is not None), None)
+    linked = (link for place in inside if not place.is_symlink() for link in _links_inside(place))
+    hit = next(((place, root) for place in (folder, *inside, *linked) if (root := reference_root(place)) is not None),
+               None)
     if hit is None:
         return None
     place, root = hit
-    where = f"--out {out}" if place == folder else f"--out {out}: its {place.name}/ leads into {root}, which"
+    shown = place.relative_to(folder) if place.is_relative_to(folder) else place
+    where = f"--out {out}" if place == folder else f"--out {out}: its {shown}{'/' if place.is_dir() else ''} leads into {root}, which"
     return (f"{where} holds the committed reference results; your runs write to OUT=results by default "
             f"(its report compares them with the reference). Pass --into-reference (INTO_REFERENCE=1) to "
             f"write into it on purpose")

@@ -3,6 +3,7 @@ only outside the noise, failed and missing sweeps named, the method stated, and 
 
 import dataclasses
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -449,3 +450,31 @@ def test_the_report_marks_a_lucky_draw(tmp_path):
     text = build_report(tmp_path).read_text()
     assert "| 2 | 3 | " in text and " ◊ |" in text and "◊ possibly a lucky draw" in text
     assert "2: s.d. 0.00 against" in text and "1: s.d." not in text
+
+
+@pytest.mark.parametrize("link", ["ablations/weights", "ablations/preds/depth", "ablations/depth.csv"])
+def test_a_link_anywhere_below_out_into_the_reference_is_refused_before_any_work(tmp_path, link):
+    """OUT/ablations/weights linked to the reference's weights (to draw figures from committed weights), a
+    sweep's preds folder, or its table: a sweep would write into the reference. Refused in one line, the
+    reference untouched."""
+    from bench.reference import REFERENCE_MARK
+
+    reference = tmp_path / "reference"
+    target = reference / link
+    (target.parent if target.suffix else target).mkdir(parents=True)
+    if target.suffix:
+        target.write_text("run_id\n")
+    (reference / REFERENCE_MARK).write_text("reference\n")
+    before = sorted(p.relative_to(reference) for p in reference.rglob("*"))
+    out = tmp_path / "mine"
+    (out / link).parent.mkdir(parents=True)
+    (out / link).symlink_to(target)
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "ablations", "sweep", "depth", "--dataset", "digits", "--epochs", "1",
+                           "--seeds", "0", "--cost-rounds", "0", "--out", str(out)],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"its {link}{'' if target.suffix else '/'} leads into {reference}" in done.stderr
+    assert sorted(p.relative_to(reference) for p in reference.rglob("*")) == before

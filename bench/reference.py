@@ -44,8 +44,8 @@ def refusal(out: str | Path, into_reference: bool) -> str | None:
     if hit is None:
         return None
     place, root = hit
-    shown = place.relative_to(folder) if place.is_relative_to(folder) else place
-    where = f"--out {out}" if place == folder else f"--out {out}: its {shown}{'/' if place.is_dir() else ''} leads into {root}, which"
+    shown = f"{place.relative_to(folder) if place.is_relative_to(folder) else place}{'/' if place.is_dir() else ''}"
+    where = f"--out {out}" if place == folder else f"--out {out}: its {shown} leads into {root}, which"
     return (f"{where} holds the committed reference results; your runs write to OUT=results by default "
             f"(its report compares them with the reference). Pass --into-reference (INTO_REFERENCE=1) to "
             f"write into it on purpose")

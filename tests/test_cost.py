@@ -390,3 +390,34 @@ def test_make_cost_fills_every_speed_column_a_sweeps_own_phase_fills(tmp_path, c
     filled = {k for k in figures if str(own.get(k, "")) not in ("", "nan")}
     assert {"step_ms_p50", "step_ms_p90", "step_ms_p99", "throughput_img_s", "mfu"} <= filled
     assert filled == {k for k in figures if str(later.get(k, "")) not in ("", "nan")}
+
+
+def test_make_cost_and_migrate_set_a_torn_last_line_aside_and_refuse_a_broken_table_before_measuring(tmp_path, capsys):
+    """A table ending in a torn line (an interrupted append): `cost` and `migrate` set it aside as an append
+    would and go on. A line inside the table that is not a row: one line naming it, before any measurement."""
+    from ablations.__main__ import main
+    from ablations.results.store import SweepPaths
+
+    spec = write_spec(tmp_path / "ct.toml", "depth", "[1]", "embed_dim = 16\nnum_heads = 2", "epochs = 1\nbatch_size = 256")
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--dataset", "digits", "--seeds", "0", "--out", str(out), "--cost-budget", "0"]) == 0
+    paths = SweepPaths.of(out, "ct")
+    whole = paths.rows.read_bytes()
+    with paths.rows.open("ab") as f:
+        f.write(b"0123456789ab,2026-11-25T00:00")          # cut by a kill: no line break
+    assert main(["migrate", "--out", str(out)]) == 0
+    assert paths.rows.read_bytes() == whole and paths.rows.with_name("ct.csv.quarantine").exists()
+    with paths.rows.open("ab") as f:
+        f.write(b"0123456789ab,2026-11-25T00:00")
+    capsys.readouterr()
+    assert main(["cost", "--out", str(out), "--cost-rounds", "1", "--cost-budget", "5"]) == 0
+    assert "1 point(s) measured, 1 row(s) given their speed" in capsys.readouterr().out
+    assert read_table(paths.rows)["throughput_img_s"].notna().all()
+    text = paths.rows.read_text().splitlines()
+    paths.rows.write_text("\n".join([*text[:1], "a,b", *text[1:]]) + "\n")   # a broken line inside
+    phases = paths.cost.read_bytes()
+    assert main(["cost", "--out", str(out), "--cost-rounds", "1", "--cost-budget", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "ct.csv: line 2 is not a row of its header (2 cells" in err and err.count("\n") == 1
+    assert paths.cost.read_bytes() == phases    # nothing measured
+    assert main(["migrate", "--out", str(out)]) == 2

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.io.atomic import write_atomic
+from bench.io.csvio import heal_torn_tail
 from bench.env import run_id
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
@@ -79,16 +80,16 @@ def _migrate_row(row: dict[str, str], as_read: dict) -> bool:
 def rewrite_table(path: Path, change) -> int:
     """Rewrite a sweep table in place through `change(text_row, typed_row) -> bool` (it edits the text row, a
     {column: cell} dict, and says whether it changed it; `typed_row` is the row as pandas reads it); new
-    columns go last. The number of rows changed (0: the file is left as it was)."""
+    columns go last. A torn last line (an interrupted append) is set aside first, as an append would
+    (`csvio.heal_torn_tail`). The number of rows changed (0: the file is left as it was)."""
+    heal_torn_tail(path)
+    check_rewritable(path)
     text = path.read_text()
     lines = list(csv.reader(io.StringIO(text)))
     if not lines:
         return 0
     header = lines[0]
-    rows = [dict(zip(header, record)) for record in lines[1:] if len(record) == len(header)]
-    if len(rows) != len(lines) - 1:
-        raise ValueError(f"{path}: has lines that are not rows of its header; run `make report` first, which "
-                         f"lists them, and repair or remove them")
+    rows = [dict(zip(header, record)) for record in lines[1:]]
     typed = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""], dtype={"run_id": str}).to_dict("records")
     changed = sum(bool(change(row, as_read)) for row, as_read in zip(rows, typed))
     if changed:
@@ -101,6 +102,21 @@ def rewrite_table(path: Path, change) -> int:
         writer.writerows([row.get(name, "") for name in header] for row in rows)
         write_atomic(path, buf.getvalue().encode())
     return changed
+
+
+def check_rewritable(path: Path) -> None:
+    """ValueError naming the file and its first such line where a line inside the table (not a torn last
+    line, which a rewrite sets aside) is not a row of its header: a rewrite would lose it."""
+    if not path.exists():
+        return
+    lines = list(csv.reader(io.StringIO(path.read_text())))
+    if not lines:
+        return
+    torn = not path.read_bytes().endswith(b"\n")
+    for number, record in enumerate(lines[1:len(lines) - torn], start=2):
+        if len(record) != len(lines[0]):
+            raise ValueError(f"{path}: line {number} is not a row of its header ({len(record)} cells, the header "
+                             f"has {len(lines[0])}); `make report` lists such lines: repair or remove it, then rerun")
 
 
 def migrate_table(path: Path) -> int:
@@ -116,4 +132,6 @@ def migrate(out: Path) -> dict[str, int]:
     with contextlib.ExitStack() as locks:
         for sweep in names:
             locks.enter_context(sweep_lock(SweepPaths.of(out, sweep), sweep))
+        for sweep in names:   # every table checked before any is rewritten
+            check_rewritable(SweepPaths.of(out, sweep).rows)
         return {sweep: migrate_table(SweepPaths.of(out, sweep).rows) for sweep in names}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ablations.results.migrate import rewrite_table
+from ablations.results.migrate import check_rewritable, rewrite_table
 from ablations.results.schema import ABLATION_COLUMNS, read_table
 from ablations.results.store import SweepPaths, model_key, ok_rows, row_figures, sweep_lock, sweep_names
 from ablations.running.cost import CostPlan, run_cost_phases
@@ -62,6 +62,8 @@ def measure_out(out: Path, plan: CostPlan, device: torch.device, graphs: bool = 
     with contextlib.ExitStack() as locks:   # no sweep writes these tables meanwhile
         for sweep in plans:
             locks.enter_context(sweep_lock(SweepPaths.of(out, sweep), sweep))
+        for sweep in plans:   # a table the rows' figures cannot be written into is said before measuring
+            check_rewritable(SweepPaths.of(out, sweep).rows)
         phases = run_cost_phases([(sweep, points, SweepPaths.of(out, sweep).cost) for sweep, points in plans.items()],
                                  plan, device, progress=progress, graphs=graphs, reuse=False)
         return {sweep: (len(plans[sweep]), fill_rows(SweepPaths.of(out, sweep).rows, phases[sweep]))

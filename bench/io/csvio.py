@@ -115,6 +115,22 @@ def _heal_tail(fd: int, path: Path) -> None:
             f"{quarantine.name}")
 
 
+def heal_torn_tail(path: str | Path) -> None:
+    """Cut a torn last line (an interrupted append, which every reader drops) off `path` into
+    `<path>.quarantine`, under the file's lock, as the next append would: a rewrite of the table then keeps
+    every whole row. Nothing happens to a file that ends in a line break, or that is not there."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _heal_tail(fd, path)
+    finally:
+        os.close(fd)
+
+
 def append_rows(path: str | Path, rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> None:
     """Append `rows` in one write under the file's header (written from `columns` if the file is new):
     all of them land, or none. A row with columns the header lacks (a table written by an older

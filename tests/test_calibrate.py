@@ -151,3 +151,17 @@ def test_calibrate_out_that_is_a_file_is_refused_before_any_trial(tmp_path, caps
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and f"{blocker} is a file" in err and "Traceback" not in err
     assert time.perf_counter() - t0 < 5 and blocker.read_text() == "not a folder\n"
+
+
+def test_one_damaged_predictions_file_is_left_out_of_the_pool_and_named(tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(SweepPaths.of(REFERENCE, "depth").preds, SweepPaths.of(out, "depth").preds)
+    shutil.copy(SweepPaths.of(REFERENCE, "depth").rows, SweepPaths.of(out, "depth").rows)
+    files = sorted(SweepPaths.of(out, "depth").preds.glob("*.npz"))
+    files[0].write_bytes(b"not an npz")
+    pool = saved_pool(out)
+    assert len(pool.correct) == len(files) - 1
+    err = capsys.readouterr().err
+    assert "1 predictions file(s) left out of the pool" in err and files[0].name in err

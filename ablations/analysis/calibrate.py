@@ -112,6 +112,7 @@ def saved_pool(out: Path) -> Pool:
     settings: dict[tuple, dict[tuple, dict[str, np.ndarray]]] = {}
     names: dict[tuple, str] = {}
     where: dict[tuple, set[str]] = {}
+    damaged: list[str] = []
     for sweep in sweep_names(out):
         paths = SweepPaths.of(out, sweep)
         rows = ok_rows(read_table(paths.rows))
@@ -119,7 +120,11 @@ def saved_pool(out: Path) -> Pool:
             path = paths.preds_file(str(r["run_id"]))
             if not path.exists():
                 continue
-            pred, target = load_preds(path)
+            try:
+                pred, target = load_preds(path)
+            except ValueError as err:   # one damaged file leaves the rest of the pool
+                damaged.append(str(err))
+                continue
             data_id = r.get("data_id", "")
             key = (str(r.get("dataset", "?")), "" if pd.isna(data_id) else str(data_id), target.tobytes())
             answers = (pred == target).astype(float)
@@ -129,6 +134,9 @@ def saved_pool(out: Path) -> Pool:
             settings.setdefault(key, {}).setdefault(setting, {})[str(r["run_id"])] = answers
             names.setdefault(setting, _point_name(r))
             where.setdefault(setting, set()).add(sweep)
+    if damaged:
+        print(f"note: {len(damaged)} predictions file(s) left out of the pool: {damaged[0]}"
+              + (f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""), file=sys.stderr)
     if not groups:
         raise ValueError(f"--from {out}: no finished run with saved test predictions under {out}/ablations "
                          f"(run a sweep into it first, or pass the folder a sweep wrote)")

@@ -421,3 +421,19 @@ def test_make_cost_and_migrate_set_a_torn_last_line_aside_and_refuse_a_broken_ta
     assert "ct.csv: line 2 is not a row of its header (2 cells" in err and err.count("\n") == 1
     assert paths.cost.read_bytes() == phases    # nothing measured
     assert main(["migrate", "--out", str(out)]) == 2
+
+
+def test_a_first_round_longer_than_the_budget_says_so_instead_of_fitting_one_round():
+    """The first round times every point once: the least a phase measures, so it is not cut; when it alone
+    overruns the budget the phase says that, not that the budget 'fits 1 of 5 rounds'."""
+    import time
+
+    from ablations.running.cost import _Clock
+
+    clock = _Clock(CostPlan(rounds=5, budget_s=10.0), None, [], torch.device("cpu"))
+    clock.start = time.perf_counter() - 18.0      # the first round took 18 s
+    assert clock.plan_rounds([], items=4) == 1
+    assert clock.stopped.startswith("its first round alone took 18 s, over its 10 s budget")
+    quick = _Clock(CostPlan(rounds=5, budget_s=10.0), None, [], torch.device("cpu"))
+    quick.start = time.perf_counter() - 4.0
+    assert quick.plan_rounds([], items=4) == 2 and quick.stopped.startswith("its 10 s budget")

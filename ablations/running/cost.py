@@ -382,6 +382,10 @@ class _Clock:
         if fit < self.plan.rounds:
             share = "" if self.plan.budget_s is not None else f", {BUDGET_SHARE:.0%} of the runs' expected training"
             self.stopped = f"its {self.budget_s:.3g} s budget (COST_BUDGET{share}) fits {fit} of {self.plan.rounds} rounds"
+            if first > self.budget_s:   # the first round is the least a phase measures: every point once
+                self.stopped = (f"its first round alone took {first:.0f} s, over its {self.budget_s:.3g} s budget "
+                                f"(COST_BUDGET{share}): one round, every point timed once, is the least a phase "
+                                f"measures (COST_BUDGET=0 skips the phase)")
         if fit > 1:
             spare = self.budget_s - first * fit      # beyond rounds as short as the first
             self.later = dataclasses.replace(default, min_time_s=min(default.min_time_s,

@@ -437,3 +437,17 @@ def test_a_first_round_longer_than_the_budget_says_so_instead_of_fitting_one_rou
     quick = _Clock(CostPlan(rounds=5, budget_s=10.0), None, [], torch.device("cpu"))
     quick.start = time.perf_counter() - 4.0
     assert quick.plan_rounds([], items=4) == 2 and quick.stopped.startswith("its 10 s budget")
+
+
+@pytest.mark.parametrize("field,values,items", [("grad_clip", (0.0, 1.0, 2.0), 2), ("label_smoothing", (0.0, 0.1), 2),
+                                                ("layer_decay", (1.0, 0.75), 2), ("lr", (1e-3, 2e-3), 1)])
+def test_a_sweep_over_what_the_training_step_does_times_each_step(field, values, items):
+    """Clipping or not, a smoothed loss or not, a group per layer or not: each its own training item; the
+    clipping threshold or the learning rate change no step's work and share one."""
+    from ablations.running.cost import _items
+    from vit import PRESETS
+
+    cfg = PRESETS["vit_digits"]
+    points = [Point("s", field, v, cfg, TrainConfig(**{field: v})) for v in values]
+    found = _items(points, CostPlan(rounds=1), torch.device("cpu"))
+    assert sum(i.mode == "train" for i in found) == items and sum(i.mode == "infer" for i in found) == 1

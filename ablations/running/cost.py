@@ -127,13 +127,16 @@ class _Item:
 
 def _items(points: list[Point], plan: CostPlan, device: torch.device) -> list[_Item]:
     """One inference item per distinct model and one training item per distinct model and step (batch size,
-    dtype, compile, what trains): settings that differ only in what a step does not depend on (the
-    learning rate, the augmentation, a tuned value) share their items."""
+    dtype, compile, what trains, and what the step does more or less of: gradient clipping or none, a
+    smoothed loss or not, one optimizer group per layer (layer_decay) or not): settings that differ only in
+    what a step does not depend on (the learning rate, the augmentation, a clipping threshold) share their
+    items."""
     found: dict[tuple, _Item] = {}
     for p in points:
         dtype, compile_ = p.train.resolved_dtype(device), p.train.compile
+        work = (bool(p.train.grad_clip), bool(p.train.label_smoothing), p.train.layer_decay != 1)
         for mode, batch in (("infer", plan.infer_batch_size), ("train", p.train.batch_size)):
-            step = (batch, dtype, compile_, p.train.freeze) if mode == "train" else (dtype, compile_)
+            step = (batch, dtype, compile_, p.train.freeze, *work) if mode == "train" else (dtype, compile_)
             found.setdefault((model_key(p.model), mode, step), _Item(
                 p.model, mode, MeasureConfig(mode=mode, batch_size=batch, dtype=dtype, compile=compile_,
                                              timing=plan.timing_on(device)), p.train))

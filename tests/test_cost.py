@@ -451,3 +451,26 @@ def test_a_sweep_over_what_the_training_step_does_times_each_step(field, values,
     points = [Point("s", field, v, cfg, TrainConfig(**{field: v})) for v in values]
     found = _items(points, CostPlan(rounds=1), torch.device("cpu"))
     assert sum(i.mode == "train" for i in found) == items and sum(i.mode == "infer" for i in found) == 1
+
+
+def test_make_cost_on_another_device_keeps_the_rows_of_the_device_they_trained_on(tmp_path, capsys):
+    """Runs trained on a GPU, measured later on this CPU: the phase goes to the cost table under the CPU's
+    name and the report's speed line names it; the rows keep the (empty) speed columns of their own device."""
+    from ablations.__main__ import main
+    from ablations.analysis.report import build_report
+    from ablations.results.store import SweepPaths
+
+    spec = write_spec(tmp_path / "cg.toml", "depth", "[1]", "embed_dim = 16\nnum_heads = 2", "epochs = 1\nbatch_size = 256")
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--dataset", "digits", "--seeds", "0,1", "--out", str(out), "--cost-budget", "0"]) == 0
+    paths = SweepPaths.of(out, "cg")
+    rows = read_table(paths.rows)
+    here = rows["device_name"].iloc[0]
+    paths.rows.write_text(paths.rows.read_text().replace(f",{here},", ",NVIDIA H100 80GB HBM3,"))
+    capsys.readouterr()
+    assert main(["cost", "--out", str(out), "--cost-rounds", "1", "--cost-budget", "5"]) == 0
+    said = capsys.readouterr().out
+    assert "0 row(s) given their speed; 2 row(s) trained on another device keep their own" in said
+    assert read_table(paths.rows)["throughput_img_s"].isna().all()
+    assert (read_table(paths.cost)["device_name"] == here).all()
+    assert f"Speed: cost phase on {here}, 1 interleaved rounds" in build_report(out, reference=None).read_text()

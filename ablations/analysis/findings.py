@@ -153,7 +153,10 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     source = "no cost phase found (run the sweep with --cost-rounds ≥ 1)"
     if cost_phase is not None:
         loaded = len(cost_phase) - len(uncontended(cost_phase))
-        source = (f"cost phase, {int(cost_phase['rounds'].iloc[0])} interleaved rounds"
+        names = cost_phase["device_name"].dropna().astype(str).unique() if "device_name" in cost_phase else []
+        runs_on = set(ok["device_name"].dropna().astype(str)) if "device_name" in ok else set()
+        on = f" on {names[0]}" if len(names) == 1 and {names[0]} != runs_on else ""   # said where not the runs'
+        source = (f"cost phase{on}, {int(cost_phase['rounds'].iloc[0])} interleaved rounds"
                   + (f" ({loaded} of {len(cost_phase)} timed steps ran while other processes took ≥ "
                      f"{CONTENDED_PCT:.0f} % of the machine and are left out)" if loaded else ""))
     findings = SweepFindings(factor, settings, test_size, source, None, None, margin=margin)

@@ -397,8 +397,10 @@ def cmd_cost(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"\nCost phase done in {(time.perf_counter() - t0) / 60:.1f} min on {device}.")
-    for sweep, (points, filled) in done.items():
-        print(f"  {sweep:<12} {points} point(s) measured, {filled} row(s) given their speed   cost → "
+    for sweep, (points, filled, other) in done.items():
+        elsewhere = (f"; {other} row(s) trained on another device keep their own (the report's speed tables say "
+                     f"the phase's device)" if other else "")
+        print(f"  {sweep:<12} {points} point(s) measured, {filled} row(s) given their speed{elsewhere}   cost → "
               f"{SweepPaths.of(out, sweep).cost}")
     print(f"Next: make report OUT='{out}': its speed tables and figures read these phases")
     return 0

@@ -17,6 +17,7 @@ from ablations.results.schema import ABLATION_COLUMNS, read_table
 from ablations.results.store import SweepPaths, model_key, ok_rows, row_figures, sweep_lock, sweep_names
 from ablations.running.cost import CostPlan, run_cost_phases
 from ablations.specs import Point
+from bench.env import environment
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
@@ -36,12 +37,19 @@ def trained_points(out: Path) -> dict[str, list[Point]]:
     return found
 
 
-def fill_rows(path: Path, phase: pd.DataFrame) -> int:
-    """The table's finished rows get their config's inference figures from `phase`; the rows changed."""
+def fill_rows(path: Path, phase: pd.DataFrame, device_name: str | None = None) -> tuple[int, int]:
+    """The table's finished rows trained on `device_name` (every row where None) get their config's inference
+    figures from `phase`: (rows changed, rows trained on another device, left as they were: a row's speed
+    columns describe the device it names)."""
     figures = row_figures(phase)
+    other = 0
 
     def change(row: dict[str, str], as_read: dict) -> bool:
+        nonlocal other
         if row.get("status") != "ok":
+            return False
+        if device_name is not None and row.get("device_name", "") not in ("", device_name):
+            other += 1
             return False
         mine = figures.get(model_key(ViTConfig.from_row(as_read)))
         if not mine:
@@ -50,12 +58,14 @@ def fill_rows(path: Path, phase: pd.DataFrame) -> int:
         # what a sweep's own cost phase gives its rows (the worker keeps the figures the table has columns for)
         row.update({k: "" if v is None else str(v) for k, v in mine.items() if k in ABLATION_COLUMNS})
         return row != before
-    return rewrite_table(path, change)
+    return rewrite_table(path, change), other
 
 
 def measure_out(out: Path, plan: CostPlan, device: torch.device, graphs: bool = True,
-                progress: bool = True) -> dict[str, tuple[int, int]]:
-    """{sweep: (points measured, rows filled)}; ValueError naming `out` when it holds no finished run."""
+                progress: bool = True) -> dict[str, tuple[int, int, int]]:
+    """{sweep: (points measured, rows filled, rows trained on another device and left as they were)}; the
+    phase itself goes to each sweep's cost table under its own device. ValueError naming `out` when it
+    holds no finished run."""
     plans = trained_points(out)
     if not plans:
         raise ValueError(f"--out {out}: no finished run under {out / 'ablations'}; run a sweep into it first")
@@ -66,5 +76,6 @@ def measure_out(out: Path, plan: CostPlan, device: torch.device, graphs: bool = 
             check_rewritable(SweepPaths.of(out, sweep).rows)
         phases = run_cost_phases([(sweep, points, SweepPaths.of(out, sweep).cost) for sweep, points in plans.items()],
                                  plan, device, progress=progress, graphs=graphs, reuse=False)
-        return {sweep: (len(plans[sweep]), fill_rows(SweepPaths.of(out, sweep).rows, phases[sweep]))
+        name = environment(device)["device_name"]
+        return {sweep: (len(plans[sweep]), *fill_rows(SweepPaths.of(out, sweep).rows, phases[sweep], name))
                 for sweep in plans}

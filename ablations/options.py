@@ -48,7 +48,7 @@ class Option:
 
 
 def seeds(text: str) -> tuple[int, ...] | AutoSeeds:
-    """argparse type: comma-separated seeds, or auto[:looks] (adaptive seeds: `ablations.running.adaptive`)."""
+    """argparse type: comma-separated seeds, or auto[:looks] (adaptive seeds: `ablations.cli.adaptive`)."""
     try:
         return parse_seeds(text)
     except ValueError as err:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ablations.analysis.sequential import Design, nominal_levels
+from ablations.analysis.sequential import Design, gather, nominal_levels, replay_plan
 from ablations.analysis.stats import (
     ALPHA,
     CHANCE_SDS,
@@ -35,9 +35,9 @@ from ablations.analysis.stats import (
     verdict,
 )
 from ablations.choices import LOOKS
+from ablations.results import plans as design_plans
 from ablations.results.experiments import starved
 from ablations.results.store import SweepPaths, load_preds, model_key, spreads, uncontended
-from ablations.running import adaptive
 from bench.contention import CONTENDED_PCT
 from bench.io.csvio import skipped
 from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
@@ -206,11 +206,11 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
 def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, cost_phase: pd.DataFrame | None,
                   margin: float = MARGIN, tuned: bool = False) -> tuple[SweepFindings, pd.DataFrame, str]:
     """`analyse` of a sweep's table as it was trained: under fixed seeds, or, where the sweep kept a
-    SEEDS=auto design (`adaptive.read_plan`), on the runs of its looks with the looks' verdict and margin.
+    SEEDS=auto design (`plans.read_plan`), on the runs of its looks with the looks' verdict and margin.
     Also the rows analysed and a note for a design the table cannot complete ("" if none)."""
     design, note = None, ""
     try:
-        plan = adaptive.read_plan(paths)
+        plan = design_plans.read_plan(paths)
     except ValueError as err:
         skipped(f"{err}; the sweep is analysed at fixed seeds")
         plan = None
@@ -224,15 +224,15 @@ def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
 
 def adaptive_rows(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, plan: dict[str, Any]
                   ) -> tuple[pd.DataFrame, tuple[Design, tuple] | None, str]:
-    """A sweep trained with SEEDS=auto: its design replayed on the table's runs (`adaptive.gather`), the
+    """A sweep trained with SEEDS=auto: its design replayed on the table's runs (`sequential.gather`), the
     rows of the runs the design used (each setting's first seeds of the plan, as many as its last look
     gave it; other runs of the table stay out), and a note. A design the table cannot complete (a look
     needs runs that are not there) gives the rows unchanged, no design, and a note that says so."""
     latest = rows.assign(run_id=rows["run_id"].astype(str))
     keyed = [(v, int(seed), str(status), rid) for v, seed, status, rid
              in zip(latest[factor], latest["seed"], latest["status"], latest["run_id"]) if v in order]
-    runs, left_out = adaptive.gather(keyed, order, paths)
-    design = adaptive.replay_plan(runs, plan)
+    runs, left_out = gather(keyed, order, paths)
+    design = replay_plan(runs, plan)
     if design.need:
         missing = sum(len(v) for v in design.need.values())
         return rows, None, (f"Trained with SEEDS=auto, but look {len(design.looks) + 1} of its design needs {missing} "

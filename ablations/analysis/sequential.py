@@ -21,9 +21,10 @@ what is missing.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from scipy import optimize
@@ -31,6 +32,7 @@ from scipy import stats as sps
 
 from ablations.analysis.stats import ALPHA, MARGIN, Comparison, at_chance, compare_settings
 from ablations.choices import LOOKS, check_looks
+from ablations.results.store import SweepPaths, load_preds
 
 
 def spent(t: float, alpha: float = ALPHA) -> float:
@@ -217,3 +219,54 @@ def run_design(draw: Mapping[Hashable, np.ndarray], looks: Sequence[int] = LOOKS
     design = replay({k: (range(looks[-1]), np.asarray(v)[:looks[-1]], None) for k, v in draw.items()}, looks,
                     margin, alpha)
     return Trial(design.looks, design.runs)
+
+
+# --- a sweep's design replayed from its table ------------------------------------------------------
+
+def gather(rows: Iterable[tuple[Hashable, int, str, str]], keys: Sequence[Hashable], paths: SweepPaths
+           ) -> tuple[dict[Hashable, tuple[list[int], np.ndarray, np.ndarray]], tuple[Hashable, ...]]:
+    """The design's input from a sweep's latest row per run, each given as (setting, seed, status, run_id):
+    runs[setting] = (seeds, correct (runs, n), predictions) of its ok runs with saved predictions, and the
+    settings left out because one of their runs diverged (it would diverge again at the same seed, so the
+    setting cannot reach the seeds a look needs; the report lists its failed runs)."""
+    found: dict[Hashable, tuple[list[int], list[np.ndarray], list[np.ndarray]]] = {k: ([], [], []) for k in keys}
+    diverged: set = set()
+    for key, seed, status, rid in rows:
+        if key not in found:
+            continue
+        if status == "diverged":
+            diverged.add(key)
+        if status != "ok" or not paths.preds_file(rid).exists():
+            continue
+        pred, target = load_preds(paths.preds_file(rid))
+        seeds, correct, preds = found[key]
+        seeds.append(int(seed))
+        correct.append((pred == target).astype(float))
+        preds.append(np.asarray(pred))
+    runs = {k: (seeds, np.stack(c) if c else np.zeros((0, 0)), np.stack(p) if p else np.zeros((0, 0), dtype=int))
+            for k, (seeds, c, p) in found.items() if k not in diverged}
+    return runs, tuple(k for k in keys if k in diverged)
+
+
+def replay_plan(runs: dict[Hashable, tuple[list[int], np.ndarray, np.ndarray]], plan: dict[str, Any]) -> Design:
+    """The plan's design on `gather`'s runs."""
+    return replay(runs, plan["looks"], float(plan["margin"]), float(plan["alpha"]), plan["seeds"], plan.get("chance"))
+
+
+def describe(design: Design, name: str, left_out: Sequence[Hashable] = ()) -> str:
+    """One line: where the sweep's design stands."""
+    if left_out:
+        name = f"{name} (left out, diverged: {', '.join(map(str, left_out))})"
+    if not design.looks:
+        return f"{name}: look 1 of {len(design.plan)} needs {design.plan[0]} seeds of every setting"
+    last = design.final
+    assert last is not None
+    decided = ", ".join(f"{k} ({d.outcome} at look {d.look + 1})" for k, d in last.decided.items()) or "none"
+    if last.at_chance:
+        return (f"{name}: stopped at look {last.index + 1}: even the leader, {last.leader}, is within noise of "
+                f"chance (nothing learned the task at this budget; more seeds would not change that)")
+    if design.done:
+        return (f"{name}: stopped at look {last.index + 1} of {len(design.plan)} ({last.seeds} seeds); leader "
+                f"{last.leader}; decided against it: {decided}")
+    return (f"{name}: look {last.index + 1} ({last.seeds} seeds) leaves {len(design.need)} setting(s) open "
+            f"(leader {last.leader}; decided: {decided}); they train to {design.plan[last.index + 1]} seeds")

@@ -16,11 +16,14 @@ from typing import Any
 
 import torch
 
+from ablations.analysis.sequential import describe
+from ablations.analysis.stats import ALPHA, MARGIN
 from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, SPEC_DIR, AutoSeeds
+from ablations.cli.adaptive import replay_sweep
+from ablations.results import plans as design_plans
 from ablations.results import tensorboard
 from ablations.results.schema import read_table
 from ablations.results.store import SweepError, SweepPaths, finished_ids, model_key
-from ablations.running import adaptive as adaptive_seeds
 from ablations.running.cost import CostPlan
 from ablations.running.executors import EXECUTORS, Executor, ExecutorOptions
 from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
@@ -287,7 +290,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     t0 = time.perf_counter()
     for spec in specs:
-        if spec.name not in auto and adaptive_seeds.forget_plan(SweepPaths.of(args.out, spec.name)):
+        if spec.name not in auto and design_plans.forget_plan(SweepPaths.of(args.out, spec.name)):
             print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report analyses it "
                   f"at fixed seeds", file=sys.stderr)
     if auto:
@@ -311,10 +314,10 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
     look. Every point stays in its plan, so each look's cost phase is the first one, reused. The summaries
     of all looks merged, or (None, status) as `_run_all`."""
     classes = plans[0][1][0].model.num_classes if plans and plans[0][1] else None
-    plan = {spec.name: adaptive_seeds.new_plan(spec.margin, classes, auto[spec.name].looks)
+    plan = {spec.name: design_plans.new_plan(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks)
             for spec in specs if spec.name in auto}
     for name in plan:
-        adaptive_seeds.write_plan(SweepPaths.of(args.out, name), plan[name])
+        design_plans.write_plan(SweepPaths.of(args.out, name), plan[name])
     merged: dict[str, dict[str, Any]] = {}
     asked_before: dict[str, dict] = {}
     for step in range(max(len(p["looks"]) for p in plan.values()) + 1):
@@ -324,9 +327,9 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
                 if step == 0:
                     asked[name] = {p.label: options[name].seeds for p in points}
                 continue
-            design, left_out = adaptive_seeds.replay_sweep(points, options[name], SweepPaths.of(args.out, name),
+            design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name),
                                                            plan[name])
-            print(adaptive_seeds.describe(design, name, left_out), file=sys.stderr)
+            print(describe(design, name, left_out), file=sys.stderr)
             if design.need:
                 asked[name] = design.need
         if not asked:

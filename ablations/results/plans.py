@@ -1,0 +1,61 @@
+"""The design a sweep trained under with SEEDS=auto, kept beside its table (`<sweep>-design.json`: the looks, α,
+the equivalence margin, the seeds drawn from and chance), so that the driver between looks and the report
+afterwards replay the same looks on the same runs (`ablations.analysis.sequential.replay_plan`). A sweep
+trained at fixed seeds has none."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ablations.choices import LOOKS, check_looks
+from ablations.results.store import SweepPaths
+from bench.io.atomic import write_atomic
+
+PLAN_VERSION = 1
+
+
+def plan_file(paths: SweepPaths) -> Path:
+    return paths.rows.with_name(f"{paths.rows.stem}-design.json")
+
+
+def new_plan(margin: float, alpha: float, classes: int | None = None, looks: Sequence[int] = LOOKS) -> dict[str, Any]:
+    """The design of a sweep trained with SEEDS=auto: its looks, α, the equivalence margin, the seeds drawn
+    from, in order, and chance (1 / classes: a leader at chance stops it)."""
+    looks = check_looks(looks)
+    return {"version": PLAN_VERSION, "looks": list(looks), "alpha": alpha, "margin": margin,
+            "seeds": list(range(looks[-1])), "chance": 1.0 / classes if classes else None}
+
+
+def write_plan(paths: SweepPaths, plan: dict[str, Any]) -> None:
+    """Record that the sweep trains under adaptive seeds, with what the report needs to replay its looks."""
+    plan_file(paths).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(plan_file(paths), (json.dumps(plan, indent=1) + "\n").encode())
+
+
+def read_plan(paths: SweepPaths) -> dict[str, Any] | None:
+    """The sweep's adaptive design, or None where it trained under fixed seeds; ValueError naming the file
+    for one that cannot be read."""
+    path = plan_file(paths)
+    if not path.exists():
+        return None
+    try:
+        plan = json.loads(path.read_text())
+        check_looks(plan["looks"])
+        if len(plan["seeds"]) < plan["looks"][-1] or not 0 < float(plan["alpha"]) < 1 or not 0 < float(plan["margin"]):
+            raise ValueError("seeds, alpha or margin out of range")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a design file of this version ({err}); remove it, or rerun the sweep "
+                         f"with SEEDS=auto to write it again") from None
+    return plan
+
+
+def forget_plan(paths: SweepPaths) -> bool:
+    """A command with fixed seeds defines the sweep again: its adaptive design no longer applies."""
+    path = plan_file(paths)
+    if path.exists():
+        path.unlink()
+        return True
+    return False

@@ -19,10 +19,25 @@ from pathlib import Path
 
 from bench.choices import DTYPES, PRESETS
 
-__all__ = ["AUTO_CHECKPOINT_S", "COST_ROUNDS", "DATASETS", "DEFAULT_SEEDS", "DTYPES", "LARGE_RUNS", "LOOKS", "MAX_SEED",
-           "PRESETS", "SPEC_DIR", "AutoSeeds", "available_sweeps", "check_looks", "default_sweeps", "parse_seeds"]
+__all__ = ["AUGMENTATION", "AUTO_CHECKPOINT_S", "COST_ROUNDS", "DATASETS", "DEFAULT_SEEDS", "DTYPES", "LARGE_RUNS",
+           "LOOKS", "MAX_SEED", "PRESETS", "SPEC_DIR", "AutoSeeds", "available_sweeps", "check_looks",
+           "default_augmentation", "default_sweeps", "parse_seeds"]
 
 DATASETS = ("mnist5k", "digits", "synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder")
+
+# each dataset's augmentation where a recipe sets none: (random-crop padding in px, horizontal flip)
+AUGMENTATION = {"mnist5k": (1, False), "digits": (1, False), "synthetic": (0, False), "mnist": (2, False),
+                "fashion-mnist": (2, False), "cifar10": (4, True), "cifar100": (4, True)}
+
+
+def default_augmentation(dataset: str, side: int) -> dict[str, int | bool]:
+    """{crop_padding, flip} a dataset trains with where the recipe sets neither; an image folder's scale with
+    the side its images are read at (natural photographs: flipped)."""
+    if dataset == "imagefolder":
+        return {"crop_padding": max(1, side // 16), "flip": True}
+    pad, flip = AUGMENTATION[dataset]
+    return {"crop_padding": pad, "flip": flip}
+
 
 COST_ROUNDS = 5           # interleaved rounds of the cost phase when COST_ROUNDS is not given
 AUTO_CHECKPOINT_S = 60.0  # checkpoint every epoch when a run is projected to last longer than this

@@ -157,3 +157,21 @@ def test_an_epochs_augmentation_runs_once_per_chunk_not_once_per_batch():
 
     assert gathers(10**9) == 1                      # the whole epoch in one chunk
     assert gathers(4 * 64 * 32 * 10) == -(-steps // 10)  # ten batches a chunk
+
+
+@pytest.mark.parametrize("dataset,same,other", [("digits", {"flip": False, "crop_padding": 1}, {"flip": True}),
+                                                ("mnist5k", {"crop_padding": 1}, {"crop_padding": 2}),
+                                                ("imagefolder", {"flip": True, "crop_padding": 2}, {"flip": False})])
+def test_augmentation_written_out_at_the_datasets_default_names_the_same_run(dataset, same, other):
+    """`--set flip=false` on digits (which never flips) trains exactly what no setting trains: one run id; a
+    value the dataset does not use by default is another run. An image folder read at 32 px pads by 2."""
+    from ablations.results.identity import task_key
+    from ablations.specs import Point
+    from bench.env import run_id
+    from bench.training.recipe import TrainConfig
+    from vit import PRESETS
+
+    cfg = PRESETS["vit_digits"].replace(img_size=32) if dataset == "imagefolder" else PRESETS["vit_digits"]
+    key = lambda train: run_id(task_key(Point("s", "depth", 1, cfg, train), dataset, 0))  # noqa: E731
+    assert key(TrainConfig(**same)) == key(TrainConfig())
+    assert key(TrainConfig(**other)) != key(TrainConfig())

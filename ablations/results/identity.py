@@ -5,13 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from ablations.choices import AUGMENTATION, default_augmentation
 from ablations.specs import Point
 from bench.env import run_id
 
 
 def task_key(point: Point, dataset: str, seed: int, init_id: str = "", data_id: str = "") -> dict[str, Any]:
-    """What defines a run: the model, the training recipe, the data, the seed and the starting weights."""
-    key = {"model": point.model.identity(), "train": point.train.identity(), "dataset": dataset, "seed": seed}
+    """What defines a run: the model, the training recipe, the data, the seed and the starting weights. An
+    augmentation field set to what the dataset does anyway (`choices.default_augmentation`) is the default:
+    it names no other run."""
+    train = point.train.identity()
+    if dataset in (*AUGMENTATION, "imagefolder"):
+        for name, value in default_augmentation(dataset, point.model.img_size).items():
+            if name in train and train[name] == value and type(train[name]) is type(value):
+                del train[name]
+    key = {"model": point.model.identity(), "train": train, "dataset": dataset, "seed": seed}
     return {**key, **({"init": init_id} if init_id else {}), **({"data": data_id} if data_id else {})}
 
 

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ablations.choices import DATASETS
+from ablations.choices import DATASETS, default_augmentation
 from bench.io.atomic import write_atomic
 
 SPLIT_SEED = 0
@@ -228,7 +228,7 @@ def load_mnist5k(data_root: Path, download: bool) -> Dataset:
     xtr, xte, ytr, yte = _stratified_split(x.reshape(-1, 1, 28, 28), y, test_size=1000)
     # ±1 px, not ±2: with 4,000 images a 2 px shift moved the default recipe's accuracy from 95.2% to 93.7%
     return Dataset("mnist5k", *_tensors(xtr, ytr, 255.0), *_tensors(xte, yte, 255.0), 10,
-                   (0.1307,), (0.3081,), crop_padding=1, flip=False, classes=DIGITS)
+                   (0.1307,), (0.3081,), **default_augmentation("mnist5k", 28), classes=DIGITS)
 
 
 def load_digits(data_root: Path, download: bool) -> Dataset:
@@ -237,7 +237,7 @@ def load_digits(data_root: Path, download: bool) -> Dataset:
     bunch = sk_digits()                                   # (1797, 64) in 0..16
     xtr, xte, ytr, yte = _stratified_split(bunch.data.reshape(-1, 1, 8, 8), bunch.target, test_size=0.2)
     return Dataset("digits", *_tensors(xtr, ytr, 16.0), *_tensors(xte, yte, 16.0), 10,
-                   (0.305,), (0.377,), crop_padding=1, flip=False, classes=DIGITS)
+                   (0.305,), (0.377,), **default_augmentation("digits", 8), classes=DIGITS)
 
 
 def load_synthetic(data_root: Path, download: bool, n_train: int = 512, n_test: int = 128,
@@ -246,20 +246,20 @@ def load_synthetic(data_root: Path, download: bool, n_train: int = 512, n_test: 
     x = torch.rand(n_train + n_test, *shape, generator=g)
     y = torch.randint(0, num_classes, (n_train + n_test,), generator=g)
     return Dataset("synthetic", x[:n_train], y[:n_train], x[n_train:], y[n_train:], num_classes,
-                   (0.5,) * shape[0], (0.289,) * shape[0], crop_padding=0, flip=False)
+                   (0.5,) * shape[0], (0.289,) * shape[0], **default_augmentation("synthetic", shape[-1]))
 
 
-# torchvision datasets: class name, what lies under DATA_ROOT, normalisation, crop padding, flip
+# torchvision datasets: class name, what lies under DATA_ROOT, normalisation (augmentation: choices.AUGMENTATION)
 _TORCHVISION = {
-    "mnist": ("MNIST", "MNIST/raw", (0.1307,), (0.3081,), 2, False),
-    "fashion-mnist": ("FashionMNIST", "FashionMNIST/raw", (0.2860,), (0.3530,), 2, False),
-    "cifar10": ("CIFAR10", "cifar-10-batches-py", (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), 4, True),
-    "cifar100": ("CIFAR100", "cifar-100-python", (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), 4, True),
+    "mnist": ("MNIST", "MNIST/raw", (0.1307,), (0.3081,)),
+    "fashion-mnist": ("FashionMNIST", "FashionMNIST/raw", (0.2860,), (0.3530,)),
+    "cifar10": ("CIFAR10", "cifar-10-batches-py", (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ("CIFAR100", "cifar-100-python", (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
 
 
 def _torchvision_loader(name: str) -> Callable[[Path, bool], Dataset]:
-    cls_name, folder, mean, std, pad, flip = _TORCHVISION[name]
+    cls_name, folder, mean, std = _TORCHVISION[name]
 
     def load(data_root: Path, download: bool) -> Dataset:
         import torchvision
@@ -292,7 +292,7 @@ def _torchvision_loader(name: str) -> Callable[[Path, bool], Dataset]:
             data = torch.as_tensor(np.asarray(split.data))
             data = data[:, None] if data.dim() == 3 else data.permute(0, 3, 1, 2)  # (N, C, H, W)
             arrays += [data.float() / 255.0, torch.as_tensor(np.asarray(split.targets), dtype=torch.int64)]
-        return Dataset(name, *arrays, len(train.classes), mean, std, crop_padding=pad, flip=flip,
+        return Dataset(name, *arrays, len(train.classes), mean, std, **default_augmentation(name, arrays[0].shape[-1]),
                        classes=tuple(str(c) for c in train.classes))
     return load
 
@@ -391,7 +391,7 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
     mean = tuple(float(m) for m in train.mean((0, 2, 3)))
     std = tuple(max(float(s), 1e-3) for s in train.std((0, 2, 3)))
     return Dataset("imagefolder", train, torch.as_tensor(ytr, dtype=torch.int64), *_tensors(xte, yte, 255.0),
-                   len(classes["train"]), mean, std, crop_padding=max(1, side // 16), flip=True,
+                   len(classes["train"]), mean, std, **default_augmentation("imagefolder", side),
                    classes=tuple(classes["train"]), digest=digest.hexdigest())
 
 

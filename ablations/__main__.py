@@ -30,8 +30,8 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m ablations", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str = "python -m ablations") -> int:
+    parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("sweep", help=f"run sweeps: {', '.join(available_sweeps())}, a .toml path, or default "
                                          f"({' '.join(default_sweeps())}: what make ablations runs)")

@@ -31,8 +31,8 @@ def _batches(text: str) -> list[int | None]:
     return values
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="measure a config or a grid")

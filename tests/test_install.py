@@ -54,3 +54,25 @@ def test_new_extras_on_an_existing_venv_install_what_it_lacks(tmp_path):
     more = make("-n", "install", f"VENV={venv}", "EXTRAS=test,tensorboard")  # the line the TENSORBOARD=1 error gives
     assert more.returncode == 0 and "pip install --quiet -e '.[test,tensorboard]'" in more.stdout
     assert f"touch {venv}/.installed-test-tensorboard" in more.stdout
+
+
+def test_the_wheel_installs_the_three_packages_only_and_builds_without_a_deprecation(tmp_path):
+    """`pip install .` from a clean copy: the wheel holds vit, bench and ablations (not the benchmarks/ folder of
+    pytest files), its licence as an SPDX expression, and the build says nothing about a deprecated table."""
+    import shutil
+    import zipfile
+
+    src = tmp_path / "src"
+    top = {".venv", ".git", "results", "data", "build"}
+    shutil.copytree(ROOT, src, ignore=lambda folder, names: [n for n in names if (Path(folder) == ROOT and n in top)
+                                                             or n.endswith(".egg-info") or n == "__pycache__"])
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
+                            str(tmp_path / "wheel"), str(src)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert "deprecat" not in (built.stdout + built.stderr).lower(), built.stderr[-2000:]
+    wheel = zipfile.ZipFile(next((tmp_path / "wheel").glob("vitbench-*.whl")))
+    assert {name.split("/")[0] for name in wheel.namelist()} == {"ablations", "bench", "vit", "vitbench-0.1.0.dist-info"}
+    metadata = wheel.read("vitbench-0.1.0.dist-info/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "ablations/sweeps/depth.toml" in wheel.namelist() and "vit/presets.toml" in wheel.namelist()
+    assert "ablations/results/store.py" in wheel.namelist() and "bench/training/step.py" in wheel.namelist()

@@ -430,8 +430,8 @@ def _train_main(args, folder: Path) -> int:
     return 0 if fp.low <= ALPHA else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ablations.calibrate", description=__doc__,
+def main(argv: list[str] | None = None, prog: str = "python -m ablations.calibrate") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--from", dest="source", metavar="OUT",

@@ -29,13 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] == "bench":
         from bench.__main__ import main as bench_main
 
-        bench_main(argv[1:])
+        bench_main(argv[1:], prog="vitbench bench")
         return 0
     if argv[0] == "calibrate":
         from ablations.analysis.calibrate import main as calibrate_main
 
-        return calibrate_main(argv[1:])
+        return calibrate_main(argv[1:], prog="vitbench calibrate")
     from ablations.__main__ import main as ablations_main
 
-    return ablations_main(argv)
+    return ablations_main(argv, prog="vitbench")
 

@@ -84,7 +84,7 @@ def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tm
     assert "depth=3 seed 0: **diverged** loss became nan" in text and "\n| 3 |" not in text
     held = next(line for line in text.splitlines() if line.startswith("Held fixed:"))
     assert "dataset=digits" in held and "depth=" not in held
-    assert "`make ablate-patch` produces it" in text and "`make ablate-heads` produces it" in text
+    assert "`make ablate-patch` (`vitbench sweep patch`) produces it" in text and "`make ablate-heads` (" in text
     assert "## Method" in text and "Holm" in text and "Satterthwaite (1946)" in text and "TOST" in text
     assert (tmp_path / "figures" / "depth.png").stat().st_size < 300_000
     assert build_report(tmp_path).read_text() == text  # deterministic

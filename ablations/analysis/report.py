@@ -230,7 +230,7 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
                          f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {_or_dash(r.get('mfu'), '.3f')} |")
         lines.append("")
     else:
-        lines += [f"_Missing: `{suite}`; `make bench` produces it._", ""]
+        lines += [f"_Missing: `{suite}`; `make bench` (`vitbench bench run`) produces it._", ""]
     tokens_csv = bench_dir / "backends.csv"
     if tokens_csv.exists():
         bench = read_rows(tokens_csv, BENCH_SCHEMA)
@@ -249,7 +249,8 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
         scaling = figs.backend_scaling(bench, figures / "backends.png")
         lines += ["", f"![backends](figures/{scaling.name})", ""]
     else:
-        lines += [f"_Missing: `{tokens_csv}`; `make bench-tokens` produces it._", ""]
+        lines += [f"_Missing: `{tokens_csv}`; `make bench-tokens` (`vitbench bench run --tokens 65,197,785 --batch-size 8 "
+                  f"--name backends`) produces it._", ""]
     return lines
 
 
@@ -444,7 +445,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> l
         lines.append("")
         if sweep not in tables:
             lines += [f"_Missing: `{SweepPaths.of(out, sweep).rows}` does not exist or cannot be read; "
-                      f"`make ablate-{sweep}` produces it._", ""]
+                      f"`make ablate-{sweep}` (`vitbench sweep {sweep}`) produces it._", ""]
             continue
         rows = tables[sweep]
         factor = factors[sweep] = spec.factor

@@ -11,7 +11,7 @@ from bench.reference import reference_root, refusal
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ablations.analysis.report import build_report, default_reference
+    from ablations.analysis.report import REFERENCE, build_report, default_reference
 
     out = Path(args.out)
     message = refusal(out, args.into_reference)
@@ -35,6 +35,10 @@ def cmd_report(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     print(f"report → {path}")
+    if reference is None and args.reference != "none" and Path(out).resolve() != REFERENCE:
+        print("note: no reference results here (they come with a checkout, in results/reference): the report has "
+              "no section against the reference; --reference DIR compares with a results folder of yours",
+              file=sys.stderr)
     return 0
 
 

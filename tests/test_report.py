@@ -478,3 +478,22 @@ def test_a_link_anywhere_below_out_into_the_reference_is_refused_before_any_work
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"its {link}{'' if target.suffix else '/'} leads into {reference}" in done.stderr
     assert sorted(p.relative_to(reference) for p in reference.rglob("*")) == before
+
+
+def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_path):
+    """A quick pass (2 epochs: 67 % then 84 %) says its numbers are a short budget's; runs whose last epoch
+    changed test accuracy by a tenth of a point say nothing."""
+    from ablations.analysis.report import still_learning
+
+    for seed in range(3):
+        write_run(tmp_path, 1, seed, mask(range(20 + seed)))
+        write_run(tmp_path, 2, seed, mask(range(23 + seed)))
+    rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
+    quick = pd.DataFrame([{"run_id": r, "epoch": e, "lr": 0.002, "train_loss": 1 / e, "test_loss": 1 / e, "test_acc": acc,
+                           "elapsed_s": e} for r in rows["run_id"] for e, acc in ((1, 0.67), (2, 0.84))])
+    said = still_learning(quick, rows["run_id"])
+    assert said.startswith("**Not converged**: test accuracy rose 17.0 points over the last of 2 epoch(s)")
+    settled = quick.assign(test_acc=quick["epoch"].map({1: 0.975, 2: 0.976}))
+    assert still_learning(settled, rows["run_id"]) == ""
+    quick.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
+    assert "**Not converged**: test accuracy rose 17.0 points" in build_report(tmp_path).read_text()

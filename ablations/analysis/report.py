@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -138,10 +139,12 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
     test = f"{f.test_size:,} test images" if f.test_size else "test-set size not recorded"
     fig = figures / f"{sweep}.png"
-    figs.sweep_figure(findings.setting_rows(f), fig, spec.label, device=devices,
+    history = read_table(paths.history) if paths.history.exists() else None
+    learning = still_learning(history, ok["run_id"].astype(str)) if history is not None else ""
+    figs.sweep_figure(findings.setting_rows(f), fig, spec.label + (" (not converged)" if learning else ""), device=devices,
                       accuracy_kind=f.settings[0].acc.kind, speed_source=f.cost_source)
     lines = [f"Seeds {', '.join(map(str, seeds))}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
-             f"{test}; device {devices}.", "",
+             f"{test}; device {devices}.", "", *([learning, ""] if learning else []),
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
              findings.verdict_sentence(f), "", *([design_note, ""] if design_note else []),
              *([findings.cost_sentence(f), ""] if len(f.settings) > 1 else []),
@@ -163,10 +166,33 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
               f"_{spec.label} sweep on {devices}. Accuracy: mean with its 95 % interval ({f.settings[0].acc.kind}). "
               f"Speed and memory: median with the interquartile range over the {f.cost_source}. Training wall "
               f"time: median with the interquartile range over seeds.{copied}_", ""]
-    if paths.history.exists():
-        curves = figs.learning_curves(read_table(paths.history), rows, factor, figures / f"{sweep}-curves.png", order)
+    if history is not None:
+        curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
     return lines
+
+
+STILL_LEARNING = 0.01   # a last epoch that raised test accuracy by more than this (mean over runs): not converged
+
+
+def still_learning(history: pd.DataFrame, run_ids: pd.Series) -> str:
+    """A warning where the runs were still learning at their last epoch (test accuracy up by more than
+    STILL_LEARNING over it, mean over runs): short-budget numbers, not the settings' converged accuracy."""
+    mine = history[history["run_id"].astype(str).isin(set(run_ids))] if {"run_id", "epoch", "test_acc"} <= set(history) else None
+    if mine is None or mine.empty:
+        return ""
+    gains = []
+    for _, run in mine.sort_values("epoch").groupby("run_id"):
+        acc = pd.to_numeric(run["test_acc"], errors="coerce").dropna().to_numpy()
+        if len(acc) >= 2:
+            gains.append(acc[-1] - acc[-2])
+    epochs = int(pd.to_numeric(mine["epoch"], errors="coerce").max())
+    if not gains or float(np.mean(gains)) <= STILL_LEARNING:
+        return ""
+    return (f"**Not converged**: test accuracy rose {100 * float(np.mean(gains)):.1f} points over the last of "
+            f"{epochs} epoch(s) (mean over runs), so these runs were still learning: the accuracies below are "
+            f"those of a short budget, not the settings' converged accuracies, and their order can change with "
+            f"more epochs (EPOCHS).")
 
 
 def _tuning_lines(spec: SweepSpec, tuning: designs.Tuning, figures: Path) -> list[str]:

@@ -13,6 +13,7 @@ import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from bench.io.csvio import MISSING_AS_NAN
 from vit import ViTConfig
 from vit.config import FIELD_CHOICES
 
@@ -54,9 +55,9 @@ class Column:
             raise ValueError(f"column {self.name}: roles {sorted(unknown)} are not among {sorted(ROLES)}")
 
     def accepts(self, cell: str) -> bool:
-        """Whether a cell read from a CSV file can be a value of this column; "" and "nan" in an int or bool
-        column (a missing value as the writer spells a float NaN) are missing."""
-        if cell == "" or (cell == "nan" and self.kind in ("int", "bool")):
+        """Whether a cell read from a CSV file can be a value of this column; "" and "nan" in a column
+        of a kind in MISSING_AS_NAN (a missing value as the writer spells a float NaN) are missing."""
+        if cell == "" or (cell == "nan" and self.kind in MISSING_AS_NAN):
             return not self.required
         if self.choices:
             return cell in self.choices

@@ -401,3 +401,32 @@ def test_the_report_shows_latency_percentiles_and_energy_where_the_cost_phase_me
     assert "p50 / p90 / p99" not in without
     table = table_markdown(SweepFindings("depth", [setting(1, 3.5), setting(2, None)], 1000, "c", None, None))
     assert "| 1 | 1.10 / 2.00 / 3.50 | — / — / — | 0.0042 / — |" in table and "| 2 | — / — / — |" in table
+
+
+def test_rows_from_before_a_model_field_existed_are_the_same_experiment_as_new_rows_at_its_default(tmp_path):
+    """A table written before `attn_dropout` and `qkv_bias` had columns (their cells blank), then a seed appended
+    by today's code: every row is one experiment (a blank reads as the default, as the run id did), the report
+    keeps them all, and the runner does not warn about another experiment."""
+    out = tmp_path / "old"
+    source = ROOT / "results" / "reference" / "ablations"
+    shutil.copytree(source / "preds" / "depth", out / "ablations" / "preds" / "depth")
+    table = read_table(source / "depth.csv")
+    table = table[table["seed"] < 3].drop(columns=["attn_dropout", "qkv_bias"])
+    paths = SweepPaths.of(out, "depth")
+    table.to_csv(paths.rows, index=False)
+    new = {k: None if isinstance(v, float) and v != v else v for k, v in table.iloc[0].to_dict().items()}  # a row: no NaN
+    new.update(run_id="abcdef012345", seed=7, started_at="2026-11-25T23:00:00+00:00", attn_dropout=0.0, qkv_bias=True)
+    target = np.load(paths.preds / f"{table.iloc[0]['run_id']}.npz")["target"]
+    record(Outcome(new, [], None, save_preds(target, target)), paths)
+    from ablations.results.experiments import newest_experiment
+
+    kept, notes = newest_experiment(read_table(paths.rows), ("depth",))
+    assert len(kept) == len(table) + 1 and notes == []
+    text = report.build_report(out, reference=None).read_text()
+    assert "another experiment" not in text.split("## depth")[1].split("\n## ")[0]
+    moved = table.assign(epochs=3)
+    moved.to_csv(paths.rows, index=False)
+    record(Outcome(new, [], None, save_preds(target, target)), paths)
+    kept, notes = newest_experiment(read_table(paths.rows), ("depth",))
+    assert len(kept) == 1 and notes == [f"{len(table)} run(s) of another experiment (epochs 3 vs 20) left out: a table "
+                                        f"is reported as one experiment, the newest; use another OUT to keep both"]

@@ -2,29 +2,25 @@
 
 Rows may be averaged over seeds only when they differ in nothing but the seed and the sweep's factor.
 A table can hold more than that: a sweep rerun with other EPOCHS, another DATASET or an edited
-`[train]` table into the same OUT appends its rows beside the old ones. Each row's experiment is what
-it records of its setting (every `ViTConfig` and `TrainConfig` field but those the sweep varies, the
-dataset, the starting weights) and its `experiment_id`, which covers the whole training recipe. Tables
-written before a column existed leave it blank: a blank id matches any id of the same recorded setting,
-and a blank recipe field (one older rows did not record) matches any value. The newest row names the
-experiment a report shows; the other rows are left out and named with what differs.
+`[train]` table into the same OUT appends its rows beside the old ones. Each row's experiment is its
+run's identity (`results.identity.task_key`, what its run id hashes) read back from the row, without the
+seed and the fields the sweep varies (`experiment_key`): a blank cell, or a column an older table lacks,
+reads as the field's default, exactly as the run id was computed. The newest row names the experiment a
+report shows; the other rows are left out and named with what differs.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
 from collections.abc import Collection
+from typing import Any
 
 import pandas as pd
 
+from ablations.results.identity import task_key
+from ablations.specs import Point
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
-
-# always recorded: a blank cell is a value like any other
-STRICT = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr", "dtype", "compile", "init"]
-# the rest of the recipe, blank in rows written before it had columns: a blank matches any value
-LENIENT = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in STRICT]
-RECORDED = STRICT + LENIENT
 
 
 def _cell(value) -> str:
@@ -35,51 +31,44 @@ def _varied(factor: str | Collection[str]) -> set[str]:
     return {factor} if isinstance(factor, str) else set(factor)
 
 
-def recorded_setting(row, factor: str | Collection[str]) -> tuple[str, ...]:
-    """The setting a row records, but for the field(s) the sweep varies and the seed, as text (a number
-    read back from a CSV and the same number in a fresh row compare equal)."""
-    varied = _varied(factor)
-    return tuple(_norm(_cell(row.get(c))) for c in RECORDED if c not in varied)
-
-
-def settings_match(a: tuple[str, ...], b: tuple[str, ...], factor: str | Collection[str]) -> bool:
-    """Two recorded settings (`recorded_setting`) are one: equal, but where one leaves a LENIENT field blank."""
-    varied = _varied(factor)
-    columns = [c for c in RECORDED if c not in varied]
-    return all(x == y or (c in LENIENT and (not x or not y)) for c, x, y in zip(columns, a, b))
-
-
-def _norm(text: str) -> str:
+def _parts(row, varied: set[str]) -> dict[str, Any] | None:
+    """The row's run identity without the seed and the varied fields, flattened ({field: value}); None for a
+    row whose configs cannot be read back (a damaged row)."""
     try:
-        number = float(text)
-    except ValueError:
-        return text
-    return repr(int(number)) if number.is_integer() else repr(number)
+        model, train = ViTConfig.from_row(row), TrainConfig.from_row(row)
+    except (TypeError, ValueError):
+        return None
+    key = task_key(Point("", "", None, model, train), _cell(row.get("dataset")), 0, _cell(row.get("init")),
+                   _cell(row.get("data_id")))
+    flat = {**{k: v for k, v in key["model"].items()}, **{k: v for k, v in key["train"].items()},
+            "dataset": key["dataset"], "init": key.get("init", ""), "data_id": key.get("data", "")}
+    return {k: v for k, v in flat.items() if k not in varied}
 
 
-def ids_agree(a: str, b: str) -> bool:
-    """Two rows' experiment ids agree when equal, or when one is blank (a table older than the column)."""
-    return not a or not b or a == b
+def experiment_key(row, factor: str | Collection[str]) -> str:
+    """What the rows of one experiment share, as one comparable string: the row's run identity without the
+    seed and the fields the sweep varies (blank cells read as defaults)."""
+    parts = _parts(row, _varied(factor))
+    return json.dumps(parts, sort_keys=True, default=str) if parts is not None else f"unreadable:{_cell(row.get('run_id'))}"
 
 
 def same_experiment(a, b, factor: str | Collection[str]) -> bool:
-    """Whether two rows may be pooled as seeds of one experiment: the same recorded setting, and
-    experiment ids that agree."""
-    return (settings_match(recorded_setting(a, factor), recorded_setting(b, factor), factor)
-            and ids_agree(_cell(a.get("experiment_id")), _cell(b.get("experiment_id"))))
+    """Whether two rows may be pooled as seeds of one experiment."""
+    return experiment_key(a, factor) == experiment_key(b, factor)
 
 
 def differences(a, b, factor: str | Collection[str]) -> str:
-    """What differs between two rows' settings, as 'epochs 1 vs 2, dataset digits vs synthetic'."""
+    """What differs between two rows' experiments, as 'epochs 1 vs 2, dataset digits vs synthetic' (a field
+    one leaves at its default shows the default)."""
     varied = _varied(factor)
-    diffs = []
-    for c in RECORDED:
-        x, y = _norm(_cell(a.get(c))), _norm(_cell(b.get(c)))
-        if c not in varied and x != y and not (c in LENIENT and (not x or not y)):
-            diffs.append(f"{c} {_cell(a.get(c)) or '—'} vs {_cell(b.get(c)) or '—'}")
-    if not diffs and _cell(a.get("experiment_id")) != _cell(b.get("experiment_id")):
-        diffs = ["the training recipe (a [train] field the table does not record)"]
-    return ", ".join(diffs)
+    x, y = _parts(a, varied), _parts(b, varied)
+    if x is None or y is None:
+        return "a row whose settings cannot be read back"
+    defaults = {**ViTConfig().to_dict(), **TrainConfig().to_dict()}
+    shown = lambda parts, k: parts.get(k, defaults.get(k, "—"))  # noqa: E731
+    diffs = [f"{k} {shown(x, k) if shown(x, k) != '' else '—'} vs {shown(y, k) if shown(y, k) != '' else '—'}"
+             for k in dict.fromkeys([*x, *y]) if shown(x, k) != shown(y, k)]
+    return ", ".join(diffs) or "the training recipe"
 
 
 STARVED_SHARE = 0.7  # a CPU run whose busy share is under this fraction of its threads' share got too little
@@ -120,24 +109,17 @@ def newest_experiment(rows: pd.DataFrame, factor: str | Collection[str]) -> tupl
     succeeded = ok["status"] == "ok" if "status" in ok else pd.Series([True] * len(ok))
     candidates = [i for i in range(len(ok)) if succeeded[i]] or list(range(len(ok)))
     newest = ok.loc[max(candidates, key=lambda i: (order[i], i))]  # started_at has whole seconds: a later line wins ties
-    settings = [recorded_setting(r, factor) for _, r in ok.iterrows()]
-    ids = ok["experiment_id"].map(_cell) if "experiment_id" in ok else pd.Series([""] * len(ok))
-    target_setting = recorded_setting(newest, factor)
-    same = [settings_match(s, target_setting, factor) for s in settings]
-    target_id = _cell(newest.get("experiment_id"))
-    if not target_id:  # the newest row predates experiment ids: take the newest id of its setting, if any
-        with_id = [i for i in range(len(ok)) if same[i] and ids[i]]
-        target_id = ids[max(with_id, key=lambda i: (order[i], i))] if with_id else ""
-    keep = [same[i] and ids_agree(ids[i], target_id) for i in range(len(ok))]
+    keys = [experiment_key(r, factor) for _, r in ok.iterrows()]
+    target = experiment_key(newest, factor)
+    keep = [k == target for k in keys]
     kept = ok[keep]
-    dropped = ok[[not k for k in keep]]
     notes = []
-    if len(dropped):
-        groups: dict[tuple, list[int]] = {}
-        for i in dropped.index:
-            groups.setdefault((settings[i], ids[i]), []).append(i)
-        for rows in groups.values():
-            first = ok.loc[rows[0]]
-            notes.append(f"{len(rows)} run(s) of another experiment ({differences(first, newest, factor)}) left "
-                         f"out: a table is reported as one experiment, the newest; use another OUT to keep both")
+    groups: dict[str, list[int]] = {}
+    for i, k in enumerate(keys):
+        if k != target:
+            groups.setdefault(k, []).append(i)
+    for members in groups.values():
+        first = ok.loc[members[0]]
+        notes.append(f"{len(members)} run(s) of another experiment ({differences(first, newest, factor)}) left "
+                     f"out: a table is reported as one experiment, the newest; use another OUT to keep both")
     return kept, notes

@@ -34,6 +34,8 @@ import pandas as pd
 
 from bench.io.atomic import write_atomic
 
+MISSING_AS_NAN = ("int", "bool", "id", "time")   # kinds whose "nan" cell is a missing value written as a float NaN
+
 
 class CellCheck(Protocol):
     kind: str  # "text", "id" and "time" cells are read as strings
@@ -271,8 +273,8 @@ def read_rows(path: str | Path, schema: Mapping[str, CellCheck] | None = None) -
         return pd.DataFrame(columns=header)
     text_columns = {name: str for name, column in (schema or {}).items()
                     if name in header and column.kind in ("text", "id", "time")}  # "000123" stays a string
-    # "" is missing everywhere; "nan" too in an int or bool column (a float NaN as the writer spells it)
-    missing = {name: ["", "nan"] if (schema or {}).get(name) is not None and schema[name].kind in ("int", "bool")
+    # "" is missing everywhere; "nan" too where a column's kind cannot hold it (a float NaN as the writer spells it)
+    missing = {name: ["", "nan"] if (schema or {}).get(name) is not None and schema[name].kind in MISSING_AS_NAN
                else [""] for name in header}
     return pd.read_csv(io.BytesIO(_format([header] + [rec for _, rec in good])), keep_default_na=False,
                        na_values=missing, dtype=text_columns)

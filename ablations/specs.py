@@ -239,6 +239,33 @@ def load_spec(path: str | Path, check_files: bool = True) -> SweepSpec:
     """The validated spec at `path`; `check_files=False` for a copy kept beside a sweep's results, whose
     `init` path (relative to where the spec was) is not read."""
     path = Path(path)
+    data = _read_sections(path)
+    sweep, model = data.get("sweep", {}), dict(data.get("model", {}))
+    factors, levels, design = _factors(path, sweep, data)
+    by_size = _levels_by_size(path, sweep, factors, levels, design)
+    _check_paired(path, design, factors, (levels, *by_size.values()))
+    preset = _preset(path, model)
+    train = data.get("train", {})
+    try:
+        TrainConfig(**train)
+    except (TypeError, ValueError) as err:
+        raise SpecError(f"{path}: [train]: {err}") from None
+    tune, holdout, holdout_seed, holdout_split = _tune(path, data, factors, train)
+    init = _init(path, sweep.get("init", ""), check_files)
+    for key, kind in (("label", str), ("description", str), ("default", bool)):
+        if key in sweep and not isinstance(sweep[key], kind):
+            raise SpecError(f"{path}: [sweep] {key} must be a {kind.__name__}, got {sweep[key]!r}")
+    margin = _margin(path, sweep.get("margin"))
+    seeds = _seeds(path, sweep, bool(tune))
+    factor = " × ".join(factors)
+    return SweepSpec(path.stem, path, factors, levels, by_size, preset, model, dict(train), init,
+                     sweep.get("label", factor), sweep.get("description", ""), sweep.get("default", False),
+                     design, tune, float(holdout) if tune else 0.0, int(holdout_seed) if tune else 0,
+                     holdout_split, margin, seeds)
+
+
+def _read_sections(path: Path) -> dict[str, Any]:
+    """The file's TOML, every section a table of known keys."""
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -253,35 +280,42 @@ def load_spec(path: str | Path, check_files: bool = True) -> SweepSpec:
         unknown = sorted(set(table) - _SECTIONS[section])
         if unknown:
             raise SpecError(f"{path}: [{section}] has unknown key {unknown[0]!r}; known: {sorted(_SECTIONS[section])}")
-    sweep, model = data.get("sweep", {}), dict(data.get("model", {}))
-    if "factors" in sweep:
-        if "factor" in sweep or "values" in sweep:
-            raise SpecError(f"{path}: [sweep] give factor and values (one factor) or factors and a [values] "
-                            f"table (several), not both")
-        names = sweep["factors"]
-        if not isinstance(names, list) or len(names) < 2:
-            raise SpecError(f"{path}: [sweep] factors must list two or more fields, got {names!r}")
-        factors = tuple(_factor_name(path, f) for f in names)
-        if len(set(factors)) != len(factors):
-            raise SpecError(f"{path}: [sweep] factors names a field twice: {names!r}")
-        table = data.get("values", {})
-        missing = [f for f in factors if f not in table]
-        extra = sorted(set(table) - set(factors))
-        if missing or extra:
-            raise SpecError(f"{path}: [values] must give a list for each factor and nothing else "
-                            f"({'missing ' + ', '.join(missing) if missing else 'not a factor: ' + ', '.join(extra)})")
-        design = sweep.get("design", "grid")
-        if design not in DESIGNS:
-            raise SpecError(f"{path}: [sweep] design={design!r} is unknown; choose grid or paired")
-        # paired lists may repeat a value (embed_dim = [32, 32, 64] with depth = [1, 2, 1]); the settings they
-        # pair into may not
-        levels = tuple(tuple(_value_list(path, f"[values] {f}", table[f], unique=design == "grid")) for f in factors)
-    else:
+    return data
+
+
+def _factors(path: Path, sweep: dict, data: dict) -> tuple[tuple[str, ...], tuple[tuple[Any, ...], ...], str]:
+    """(factors, each factor's values, design): one factor and its values, or several and a [values] table."""
+    if "factors" not in sweep:
         if "values" in data or "design" in sweep:
             raise SpecError(f"{path}: a [values] table and design belong to several factors (factors = [...])")
-        factors = (_factor_name(path, sweep.get("factor")),)
-        levels = (tuple(_value_list(path, "[sweep] values", sweep.get("values"))),)
-        design = "one"
+        factor = _factor_name(path, sweep.get("factor"))
+        return (factor,), (tuple(_value_list(path, "[sweep] values", sweep.get("values"))),), "one"
+    if "factor" in sweep or "values" in sweep:
+        raise SpecError(f"{path}: [sweep] give factor and values (one factor) or factors and a [values] "
+                        f"table (several), not both")
+    names = sweep["factors"]
+    if not isinstance(names, list) or len(names) < 2:
+        raise SpecError(f"{path}: [sweep] factors must list two or more fields, got {names!r}")
+    factors = tuple(_factor_name(path, f) for f in names)
+    if len(set(factors)) != len(factors):
+        raise SpecError(f"{path}: [sweep] factors names a field twice: {names!r}")
+    table = data.get("values", {})
+    missing = [f for f in factors if f not in table]
+    extra = sorted(set(table) - set(factors))
+    if missing or extra:
+        raise SpecError(f"{path}: [values] must give a list for each factor and nothing else "
+                        f"({'missing ' + ', '.join(missing) if missing else 'not a factor: ' + ', '.join(extra)})")
+    design = sweep.get("design", "grid")
+    if design not in DESIGNS:
+        raise SpecError(f"{path}: [sweep] design={design!r} is unknown; choose grid or paired")
+    # paired lists may repeat a value (embed_dim = [32, 32, 64] with depth = [1, 2, 1]); the settings they
+    # pair into may not
+    return factors, tuple(tuple(_value_list(path, f"[values] {f}", table[f], unique=design == "grid"))
+                          for f in factors), design
+
+
+def _levels_by_size(path: Path, sweep: dict, factors: tuple[str, ...], levels: tuple, design: str) -> dict[int, tuple]:
+    """{image size: each factor's values at it} of `values_by_img_size`."""
     by_size = {}
     for size, vals in sweep.get("values_by_img_size", {}).items():
         where = f"[sweep] values_by_img_size.{size}"
@@ -296,24 +330,36 @@ def load_spec(path: str | Path, check_files: bool = True) -> SweepSpec:
         by_size[int(size)] = tuple(tuple(_value_list(path, f"{where}.{f}", vals[f], unique=design == "grid"))
                                    if f in vals else lv
                                    for f, lv in zip(factors, levels))
-    for lv in (levels, *by_size.values()):
-        if design == "paired" and len({len(v) for v in lv}) != 1:
+    return by_size
+
+
+def _check_paired(path: Path, design: str, factors: tuple[str, ...], all_levels: tuple) -> None:
+    """A paired design's lists are of one length and pair no setting twice."""
+    if design != "paired":
+        return
+    for lv in all_levels:
+        if len({len(v) for v in lv}) != 1:
             raise SpecError(f"{path}: [sweep] design = \"paired\" needs lists of one length, got "
                             f"{', '.join(f'{f}: {len(v)}' for f, v in zip(factors, lv))}")
-        if design == "paired" and len(set(map(repr, zip(*lv)))) != len(lv[0]):
+        if len(set(map(repr, zip(*lv)))) != len(lv[0]):
             raise SpecError(f"{path}: [values] pair the same setting twice: "
                             f"{[dict(zip(factors, s)) for s in zip(*lv)]!r}")
+
+
+def _preset(path: Path, model: dict) -> str:
+    """The [model] preset (taken out of `model`), auto or a known one; no field the dataset sets."""
     preset = model.pop("preset", "auto")
     if preset != "auto" and preset not in PRESETS:
         raise SpecError(f"{path}: [model] preset={preset!r} is unknown; choose auto or one of {sorted(PRESETS)}")
     fixed = sorted(set(model) & set(DATASET_FIELDS))
     if fixed:
         raise SpecError(f"{path}: [model] {fixed[0]} is set by the dataset, not the spec")
-    train = data.get("train", {})
-    try:
-        TrainConfig(**train)
-    except (TypeError, ValueError) as err:
-        raise SpecError(f"{path}: [train]: {err}") from None
+    return preset
+
+
+def _tune(path: Path, data: dict, factors: tuple[str, ...], train: dict) -> tuple[tuple, Any, Any, Any]:
+    """(each tuned field and its grid, holdout, holdout_seed, holdout_split) of the [tune] table; a split
+    set in [train] without tuning is refused."""
     tune_table = dict(data.get("tune", {}))
     holdout = tune_table.pop("holdout", DEFAULT_HOLDOUT)
     holdout_seed = tune_table.pop("holdout_seed", 0)
@@ -332,43 +378,48 @@ def load_spec(path: str | Path, check_files: bool = True) -> SweepSpec:
             raise SpecError(f"{path}: [tune]: {err}") from None
         if not holdout:
             raise SpecError(f"{path}: [tune] holdout must be above 0: tuning selects on a validation split")
-    if data.get("tune") is not None and not tune:
-        raise SpecError(f"{path}: [tune] names no field to tune (e.g. lr = [1e-3, 2e-3, 4e-3])")
+        if not tune:
+            raise SpecError(f"{path}: [tune] names no field to tune (e.g. lr = [1e-3, 2e-3, 4e-3])")
     split_defaults = {"holdout": 0.0, "holdout_seed": 0, "holdout_split": "stratified"}
     held = sorted(k for k in set(train) & set(TUNE_SPLIT) if train[k] != split_defaults[k])   # a default is no split
     if held and not tune:
         raise SpecError(f"{path}: [train] {held[0]} sets a validation split, which only a [tune] table uses (the "
                         f"runs would train on less data and nothing would read the split); move it to [tune] "
                         f"or remove it")
-    init = sweep.get("init", "")
+    return tune, holdout, holdout_seed, holdout_split
+
+
+def _init(path: Path, init: str, check_files: bool) -> str:
+    """The [sweep] init checkpoint, resolved against the spec's folder and checked to exist (`check_files`)."""
     if init and check_files:
         init_path = (path.parent / Path(init).expanduser()).resolve()
         if not init_path.is_file():
             raise SpecError(f"{path}: [sweep] init={init!r}: no file at {init_path}")
-        init = str(init_path)
-    for key, kind in (("label", str), ("description", str), ("default", bool)):
-        if key in sweep and not isinstance(sweep[key], kind):
-            raise SpecError(f"{path}: [sweep] {key} must be a {kind.__name__}, got {sweep[key]!r}")
-    margin = sweep.get("margin")
+        return str(init_path)
+    return init
+
+
+def _margin(path: Path, margin) -> float | None:
+    """The [sweep] margin in points, as a fraction (None: the report's)."""
     if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))
                                or not 0 < margin < 100):
         raise SpecError(f"{path}: [sweep] margin must be a number of accuracy points above 0 and below 100, "
                         f"got {margin!r}")
-    seeds = None
-    if "seeds" in sweep:
-        try:
-            seeds = parse_seeds(sweep["seeds"])
-        except ValueError as err:
-            raise SpecError(f"{path}: [sweep] {err}") from None
-        if isinstance(seeds, AutoSeeds) and tune:
-            raise SpecError(f"{path}: [sweep] seeds = {sweep['seeds']!r}: a tuned sweep picks each setting's training "
-                            f"on a validation split, which the adaptive design does not cover; give a list of seeds")
-    factor = " × ".join(factors)
-    return SweepSpec(path.stem, path, factors, levels, by_size, preset, model, dict(train), init,
-                     sweep.get("label", factor), sweep.get("description", ""), sweep.get("default", False),
-                     design, tune, float(holdout) if tune else 0.0, int(holdout_seed) if tune else 0,
-                     holdout_split,
-                     None if margin is None else margin / 100, seeds)
+    return None if margin is None else margin / 100
+
+
+def _seeds(path: Path, sweep: dict, tuned: bool) -> tuple[int, ...] | AutoSeeds | None:
+    """The [sweep] seeds (None: the command's or the default); adaptive seeds refused for a tuned sweep."""
+    if "seeds" not in sweep:
+        return None
+    try:
+        seeds = parse_seeds(sweep["seeds"])
+    except ValueError as err:
+        raise SpecError(f"{path}: [sweep] {err}") from None
+    if isinstance(seeds, AutoSeeds) and tuned:
+        raise SpecError(f"{path}: [sweep] seeds = {sweep['seeds']!r}: a tuned sweep picks each setting's training "
+                        f"on a validation split, which the adaptive design does not cover; give a list of seeds")
+    return seeds
 
 
 def find_spec(name: str, spec_dir: Path = SPEC_DIR) -> Path:

@@ -237,14 +237,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     phase is measured again whole. `graphs`: as the runs will train (GRAPHS), so the training step timed
     is theirs. `workload`: (training images, seeds) of the runs to come, for the budget (`CostPlan.budget`).
     `reuse=False` measures again even where the same phase is complete."""
-    own = {sweep: _items(points, plan, device) for sweep, points, _ in sweeps}
-    distinct: dict[str, _Item] = {}                    # item_key -> the item, measured once per round
-    where: dict[str, list[tuple[str, Path]]] = {}      # item_key -> the sweeps (and tables) that have it
-    for sweep, _, csv in sweeps:
-        for item in own[sweep]:
-            key = item_key(item)
-            distinct.setdefault(key, item)
-            where.setdefault(key, []).append((sweep, csv))
+    own, distinct, where = _distinct_items(sweeps, plan, device)
     items = list(distinct.values())
     pid = phase_id([sweep for sweep, _, _ in sweeps], items, plan, device, graphs)
     found = {sweep: complete_phase(csv, pid, len(own[sweep])) for sweep, _, csv in sweeps}
@@ -253,6 +246,65 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     for _, _, csv in sweeps:
         drop_rows(csv, "phase_id", {pid})  # an attempt cut short: its rounds are not of this sitting
     clock = _Clock(plan, workload, [p for _, points, _ in sweeps for p in points], device)   # building counts too
+    models, costs = _models(items)
+    names = ", ".join(sweep for sweep, _, _ in sweeps)
+    sitting = _Sitting(pid, plan, device, graphs, environment(device), models, costs,
+                       Steps(device, device.type == "cuda" if plan.keep_steps is None else plan.keep_steps),
+                       own, where, {sweep: [] for sweep, _, _ in sweeps})
+    bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names} ({clock.describe()})", unit="step", leave=False,
+               disable=not progress)
+    order = list(distinct.items())
+    planned, kept = plan.rounds, []
+    for r in range(plan.rounds):
+        this_round = sitting.time_round(r, order[r % len(order):] + order[:r % len(order)], planned, clock, bar)
+        kept += [row for _, _, row in this_round]
+        if clock.abandoned:   # busy from its first timed steps: nothing of this sitting is kept
+            sitting.rows = {sweep: [] for sweep in sitting.rows}
+            break
+        if r == 0 and clock.busy(this_round):
+            sitting.keep(this_round, planned, write=False)
+            _close_early(sweeps, sitting.rows, pid, 1, clock)
+            break
+        if r == 0:
+            planned = clock.plan_rounds(this_round, len(items))
+            bar.total = planned * len(items)
+            bar.set_description(f"cost {names} ({clock.describe()})")
+        sitting.keep(this_round, planned, write=True)
+        if r + 1 >= planned:
+            break
+        if all(row.get("contended") for _, _, row in this_round):
+            clock.wait_for_quiet(device)
+        if clock.overruns(r + 1):
+            _close_early(sweeps, sitting.rows, pid, r + 1, clock)
+            break
+    bar.close()
+    if progress:
+        taken = "none kept" if clock.abandoned else f"{kept[-1]['round'] + 1 if kept else 0} round(s)"
+        tqdm.write(f"cost {names}: {taken} of {len(items)} timed steps in {clock.elapsed():.0f} s ({clock.describe()})",
+                   file=sys.stderr)
+    _say_what_is_missing(kept, len(items), names, clock, sweeps[0][2].parent.parent)
+    rows = sitting.rows
+    del models, sitting
+    gc.collect()
+    return {sweep: pd.DataFrame(mine, columns=None if mine else COST_COLUMNS) for sweep, mine in rows.items()}
+
+
+def _distinct_items(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan, device: torch.device
+                    ) -> tuple[dict[str, list[_Item]], dict[str, _Item], dict[str, list[tuple[str, Path]]]]:
+    """(each sweep's items, each distinct item by its key, the sweeps and tables that have each)."""
+    own = {sweep: _items(points, plan, device) for sweep, points, _ in sweeps}
+    distinct: dict[str, _Item] = {}                    # item_key -> the item, measured once per round
+    where: dict[str, list[tuple[str, Path]]] = {}      # item_key -> the sweeps (and tables) that have it
+    for sweep, _, csv in sweeps:
+        for item in own[sweep]:
+            key = item_key(item)
+            distinct.setdefault(key, item)
+            where.setdefault(key, []).append((sweep, csv))
+    return own, distinct, where
+
+
+def _models(items: list[_Item]) -> tuple[dict[str, VisionTransformer], dict[str, dict[str, float]]]:
+    """One model per distinct config (seeded alike) and its size: params, GMACs, GFLOPs in closed form."""
     models, costs = {}, {}
     for item in items:
         key = model_key(item.cfg)
@@ -261,67 +313,54 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
             models[key] = VisionTransformer(item.cfg)
             macs = closed_form_macs(item.cfg)   # exact (tests hold it to fvcore's count), without tracing each model
             costs[key] = {"params": param_count(models[key]), "gmacs": macs / 1e9, "gflops": 2 * macs / 1e9}
-    env = environment(device)
-    rows: dict[str, list[dict[str, Any]]] = {sweep: [] for sweep, _, _ in sweeps}
-    names = ", ".join(sweep for sweep, _, _ in sweeps)
-    steps = Steps(device, device.type == "cuda" if plan.keep_steps is None else plan.keep_steps)
-    bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names} ({clock.describe()})", unit="step", leave=False,
-               disable=not progress)
-    order = list(distinct.items())
-    planned, kept = plan.rounds, []
-    for r in range(plan.rounds):
+    return models, costs
+
+
+@dataclass
+class _Sitting:
+    """One cost phase's state: what it times with, and the rows each sweep gets."""
+    pid: str
+    plan: CostPlan
+    device: torch.device
+    graphs: bool
+    env: dict[str, Any]
+    models: dict[str, VisionTransformer]
+    costs: dict[str, dict[str, float]]
+    steps: Steps
+    own: dict[str, list[_Item]]
+    where: dict[str, list[tuple[str, Path]]]
+    rows: dict[str, list[dict[str, Any]]]
+
+    def time_round(self, r: int, order: list[tuple[str, _Item]], planned: int, clock: _Clock,
+                   bar) -> list[tuple[str, _Item, dict[str, Any]]]:
+        """Round r: every item timed once, in `order`; the first round stops after BUSY_ITEMS when all of
+        them ran under load (`clock.busy(early=True)`)."""
         this_round = []
-        for item_id, item in order[r % len(order):] + order[:r % len(order)]:
+        for item_id, item in order:
             key = model_key(item.cfg)
-            row = {**env, **item.cfg.to_dict(), "tokens": item.cfg.tokens, "phase_id": pid,
+            row = {**self.env, **item.cfg.to_dict(), "tokens": item.cfg.tokens, "phase_id": self.pid,
                    "round": r, "rounds": planned, "dtype": item.mcfg.dtype,
                    "compile": int(item.mcfg.compile), "mode": item.mode, "batch_size": item.mcfg.batch_size,
                    "torch_threads": torch.get_num_threads(),
-                   "run_id": run_id({"phase_id": pid, "model": key, "mode": item.mode, "round": r})}
-            row.update(_measure_item(item, models[key], costs[key], device, r == 0, plan, graphs, steps, item_id,
-                                     clock.timing(r)))
+                   "run_id": run_id({"phase_id": self.pid, "model": key, "mode": item.mode, "round": r})}
+            row.update(_measure_item(item, self.models[key], self.costs[key], self.device, r == 0, self.plan,
+                                     self.graphs, self.steps, item_id, clock.timing(r)))
             this_round.append((item_id, item, row))
             bar.update()
             if r == 0 and len(this_round) == BUSY_ITEMS < len(order) and clock.busy(this_round, early=True):
                 break
-        if clock.abandoned:   # busy from its first timed steps: nothing of this sitting is kept
-            kept += [row for _, _, row in this_round]
-            rows = {sweep: [] for sweep in rows}
-            break
-        if r == 0 and clock.busy(this_round):
-            kept += [row for _, _, row in this_round]
-            for item_id, _, row in this_round:
-                for sweep, _csv in where[item_id]:
-                    rows[sweep].append({**row, "sweep": sweep, "phase_items": len(own[sweep])})
-            _close_early(sweeps, rows, pid, 1, clock)
-            break
-        if r == 0:
-            planned = clock.plan_rounds(this_round, len(items))
-            bar.total = planned * len(items)
-            bar.set_description(f"cost {names} ({clock.describe()})")
+        return this_round
+
+    def keep(self, this_round: list[tuple[str, _Item, dict[str, Any]]], planned: int, write: bool) -> None:
+        """The round's rows, each to every sweep that has its item (appended to its table where `write`)."""
         for item_id, _, row in this_round:
-            row["rounds"] = planned
-            for sweep, csv in where[item_id]:
-                mine = {**row, "sweep": sweep, "phase_items": len(own[sweep])}
-                append_row(csv, mine, COST_COLUMNS)
-                rows[sweep].append(mine)
-        kept += [row for _, _, row in this_round]
-        if r + 1 >= planned:
-            break
-        if all(row.get("contended") for _, _, row in this_round):
-            clock.wait_for_quiet(device)
-        if clock.overruns(r + 1):
-            _close_early(sweeps, rows, pid, r + 1, clock)
-            break
-    bar.close()
-    if progress:
-        taken = "none kept" if clock.abandoned else f"{kept[-1]['round'] + 1 if kept else 0} round(s)"
-        tqdm.write(f"cost {names}: {taken} of {len(items)} timed steps in {clock.elapsed():.0f} s ({clock.describe()})",
-                   file=sys.stderr)
-    _say_what_is_missing(kept, len(items), names, clock, sweeps[0][2].parent.parent)
-    del models, steps
-    gc.collect()
-    return {sweep: pd.DataFrame(mine, columns=None if mine else COST_COLUMNS) for sweep, mine in rows.items()}
+            if write:
+                row["rounds"] = planned
+            for sweep, csv in self.where[item_id]:
+                mine = {**row, "sweep": sweep, "phase_items": len(self.own[sweep])}
+                if write:
+                    append_row(csv, mine, COST_COLUMNS)
+                self.rows[sweep].append(mine)
 
 
 class _Clock:

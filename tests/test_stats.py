@@ -386,3 +386,23 @@ def test_identical_runs_are_identical_and_a_setting_with_no_spread_is_not_known_
     assert i.mean == 1.0 and 0.99 < i.low < 1.0 and i.high == 1.0
     [c] = compare_settings({"a": perfect, "b": np.pad(np.ones((3, 359)), ((0, 0), (0, 1)))})
     assert c.se > 0 and c.p_equiv > 0 and 0 < c.p < 1
+
+
+@pytest.mark.parametrize("seeds", [12, 20])
+def test_per_pair_false_positives_stay_within_alpha_at_many_seeds_where_settings_differ_image_by_image(seeds):
+    """A/A where each setting finds its own images easier or harder (a true test-image term, equal means over
+    the population of images): the image term's degrees of freedom come from its own mean squares, so the
+    false-positive rate does not grow with seeds."""
+    rng = np.random.default_rng(seeds)
+    trials, hits = 300, 0
+    for _ in range(trials):
+        base = logit(population(1000, rng))
+        sets = {}
+        for name in "AB":
+            q = expit(base + rng.normal(0, 0.8, 1000))
+            sets[name] = (rng.random((seeds, 1000)) < expit(logit(q) + rng.normal(0, 0.2, (seeds, 1)))).astype(float)
+        [c] = compare_settings(sets)
+        hits += c.p < ALPHA
+    low, high = proportion_confint(hits, trials, alpha=0.05, method="beta")
+    assert low <= ALPHA, f"{hits}/{trials} false positives at {seeds} seeds: above α"
+    assert high >= ALPHA / 2, f"{hits}/{trials}: far below α, the test is deaf"

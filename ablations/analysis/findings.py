@@ -296,7 +296,7 @@ def design_sentence(f: SweepFindings) -> str:
     levels = nominal_levels(d.plan, ALPHA)
     seeds = ", ".join(f"{f.factor}={k} {n}" for k, n in d.have.items())
     crossed = [f"{f.factor}={k} {'worse than' if x.outcome == 'different' else 'equivalent to'} {f.factor}={x.leader} "
-               f"at look {x.look + 1} (Holm p{' (TOST)' if x.outcome == 'equivalent' else ''} = {x.p:.3g} < "
+               f"at look {x.look + 1} (nominal Holm p{' (TOST)' if x.outcome == 'equivalent' else ''} = {x.p:.3g} < "
                f"{levels[x.look]:.3g})" for k, x in last.decided.items()]
     left = (f" Left out of the design: {', '.join(f'{f.factor}={k}' for k in f.left_out)} (a run diverged; see the "
             f"table)." if f.left_out else "")
@@ -608,7 +608,8 @@ def comparisons_markdown(f: SweepFindings) -> str:
     if not f.comparisons:
         return ""
     within = _margin_text(f.margin)
-    lines = [f"| {f.factor} a | {f.factor} b | a − b (points) [95 % interval] | Holm p: differ / within {within} | "
+    nominal = " (nominal, last look)" if f.design is not None else ""
+    lines = [f"| {f.factor} a | {f.factor} b | a − b (points) [95 % interval] | Holm p{nominal}: differ / within {within} | "
              f"P(a beats b) on a fresh seed | verdict |", "|---|---|---|---|---|---|"]
     for c in f.comparisons:
         win = "—" if c.win != c.win else f"{c.win:.2f}"

@@ -230,7 +230,7 @@ def test_sweep_set_holds_a_field_in_every_point_records_it_and_the_report_shows_
 
     text = build_report(out, reference=None).read_text()
     held = text.split("## depth", 1)[1].split("Held fixed: ", 1)[1].split("\n", 1)[0]
-    assert "embed_dim=16" in held and "flip=True" in held and "crop_padding=1" in held
+    assert "embed_dim=16" in held and "flip=True." in held and "crop_padding=1 (the dataset's default)" in held
     for bad, said in (("depth=3", "depth is what sweep depth varies (1, 2)"),
                       ("img_size=16", "img_size is fixed by the dataset (DATASET=digits)"),
                       ("colour=red", "--set colour: not a ViTConfig or TrainConfig field"),

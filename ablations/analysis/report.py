@@ -16,6 +16,7 @@ from ablations.analysis import designs, findings
 from ablations.analysis import figures as figs
 from ablations.analysis.findings import CHANCE_SDS, POWER_DELTA
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
+from ablations.choices import AUGMENTATION, default_augmentation
 from ablations.results.experiments import differences, latest_rows, newest_experiment
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, latest_cost_phase, ok_rows, sweep_names
@@ -53,10 +54,27 @@ def _base_line(rows: pd.DataFrame, spec: SweepSpec) -> str:
         if name in spec.varied:
             continue
         values = ok[name] if name in ok else pd.Series([None] * len(ok), dtype=object)
+        default = _augmentation_default(ok, name)   # a blank cell (older rows) is the dataset's default
+        values = values.map(lambda v, d=default: d if (v is None or v != v or v == "") and d is not None else v)
         if values.nunique(dropna=False) == 1:
             value = values.iloc[0]
-            fixed.append(f"{name}={value}" if pd.notna(value) and value != "" else f"{name}=the dataset's default")
+            if pd.isna(value) or value == "":
+                fixed.append(f"{name}=the dataset's default")
+            else:
+                shown = int(value) if name == "crop_padding" else bool(value) if isinstance(value, (bool, np.bool_)) \
+                    else value
+                fixed.append(f"{name}={shown}" + (" (the dataset's default)" if default is not None
+                                                  and str(shown) == str(default) else ""))
     return "Held fixed: " + ", ".join(fixed) + "."
+
+
+def _augmentation_default(ok: pd.DataFrame, name: str):
+    """The dataset's own value of an augmentation field for these runs (one dataset, one image size), or None."""
+    datasets = ok["dataset"].dropna().astype(str).unique() if "dataset" in ok else []
+    sides = pd.to_numeric(ok["img_size"], errors="coerce").dropna().unique() if "img_size" in ok else []
+    if len(datasets) != 1 or len(sides) != 1 or datasets[0] not in (*AUGMENTATION, "imagefolder"):
+        return None
+    return default_augmentation(datasets[0], int(sides[0]))[name]
 
 
 def _is_default(value, default) -> bool:

@@ -59,3 +59,13 @@ def test_a_missing_int_written_as_nan_keeps_the_row(tmp_path):
     assert ",nan," in paths.rows.read_text() or paths.rows.read_text().rstrip().endswith("nan")
     table = read_table(paths.rows)
     assert len(table) == 1 and table["torch_threads"].isna().all() and table["test_acc"].iloc[0] == 0.5
+
+
+def test_a_skipped_input_outside_a_report_is_one_line_without_source(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("from bench.io.csvio import skipped\n"
+            "skipped('x.csv: skipped 1 malformed line(s): 3')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stderr == "note: x.csv: skipped 1 malformed line(s): 3\n", done.stderr

@@ -497,3 +497,23 @@ def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_
     assert still_learning(settled, rows["run_id"]) == ""
     quick.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
     assert "**Not converged**: test accuracy rose 17.0 points" in build_report(tmp_path).read_text()
+
+
+def test_seed_lists_are_written_as_ranges_from_four_in_a_row():
+    from ablations.analysis.report import seed_ranges
+
+    assert seed_ranges([0, 1, 2]) == "0, 1, 2"
+    assert seed_ranges(list(range(48))) == "0–47"
+    assert seed_ranges([0, 1, 2, 3, 7, 9, 10]) == "0–3, 7, 9, 10"
+
+
+def test_an_ok_row_with_a_blank_test_accuracy_keeps_its_sweep_section_and_the_pareto_section(tmp_path):
+    """A `test_acc` cell emptied (a hand edit, a damaged copy): the accuracy comes from the run's saved
+    predictions, and neither the sweep's section nor the accuracy-against-compute section is lost."""
+    ten_points_apart(tmp_path)
+    rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
+    rows.loc[0, "test_acc"] = float("nan")
+    rows.to_csv(SweepPaths.of(tmp_path, "depth").rows, index=False)
+    text = build_report(tmp_path).read_text()
+    assert "could not be built" not in text
+    assert "**Best: depth=2** at 94.50 [" in text and "Pareto front" in text

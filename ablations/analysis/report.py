@@ -161,7 +161,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     learning = still_learning(history, ok["run_id"].astype(str)) if history is not None else ""
     figs.sweep_figure(findings.setting_rows(f), fig, spec.label + (" (not converged)" if learning else ""), device=devices,
                       accuracy_kind=f.settings[0].acc.kind, speed_source=f.cost_source)
-    lines = [f"Seeds {', '.join(map(str, seeds))}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
+    lines = [f"Seeds {seed_ranges(seeds)}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "", *([learning, ""] if learning else []),
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
              findings.verdict_sentence(f), "", *([design_note, ""] if design_note else []),
@@ -188,6 +188,17 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
         curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
     return lines
+
+
+def seed_ranges(seeds: list[int]) -> str:
+    """'0, 1, 2' for three seeds, '0–11' for a run of four or more in a row: 0–47, 50."""
+    parts, start = [], 0
+    for i in range(1, len(seeds) + 1):
+        if i == len(seeds) or seeds[i] != seeds[i - 1] + 1:
+            run = seeds[start:i]
+            parts.append(f"{run[0]}–{run[-1]}" if len(run) >= 4 else ", ".join(map(str, run)))
+            start = i
+    return ", ".join(parts)
 
 
 STILL_LEARNING = 0.01   # a last epoch that raised test accuracy by more than this (mean over runs): not converged

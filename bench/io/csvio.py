@@ -47,6 +47,20 @@ class SkippedInput(UserWarning):
     """An input (a line, a row, a file) that a reader skipped; the message names it and why."""
 
 
+_FORMAT = warnings.formatwarning
+
+
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    """A SkippedInput is said in one line ("note: …"), not with the file, line number and source line of the
+    reader that skipped it; any other warning as Python says it."""
+    if isinstance(category, type) and issubclass(category, SkippedInput):
+        return f"note: {message}\n"
+    return _FORMAT(message, category, filename, lineno, line)
+
+
+warnings.formatwarning = _one_line
+
+
 # the messages of the innermost `collecting_skips` of this thread (or task); None outside one
 _COLLECTED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("skipped_inputs", default=None)
 

@@ -124,6 +124,7 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
         sns.lineplot(data=data, x="epoch", y=col, hue=data[factor].astype(str), ax=ax, errorbar=None,
                      hue_order=[str(v) for v in order] if order else None)
         ax.set_ylabel(col.replace("_", " "))
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))   # whole epochs: no 1.5 ticks
         ax.legend(title=factor, fontsize=8)
         ax.grid(alpha=0.3)
     loss = data["train_loss"].to_numpy(dtype=float)

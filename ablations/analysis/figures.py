@@ -3,6 +3,7 @@ setting means, backend scaling, position-embedding similarity, and attention rol
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib.ticker
@@ -62,6 +63,7 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, accu
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     x = values if numeric else list(range(len(values)))
     accs = [d["acc"] for d in settings]
+    axis_label = textwrap.fill(label, 30)   # six panels side by side: a long factor label on two lines
 
     def spread(key):
         got = [d[key] if d[key] is not None else None for d in settings]
@@ -79,7 +81,7 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, accu
     for ax, (ylabel, (centre, low, high)) in zip(axes.flat, panels):
         centre, low, high = (np.asarray(v, dtype=float) for v in (centre, low, high))
         if not np.isfinite(centre).any():
-            blank_panel(ax, ylabel, label)
+            blank_panel(ax, ylabel, axis_label)
             continue
         yerr = [np.clip(np.nan_to_num(centre - low), 0, None), np.clip(np.nan_to_num(high - centre), 0, None)]
         ax.errorbar(x, centre, yerr=yerr, fmt="-" if numeric else "none", capsize=4, color="C0")
@@ -105,7 +107,7 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, accu
             ax.set_xscale("log")
             ax.set_xticks(x, labels=[str(v) for v in values])
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_xlabel(label, fontsize=9)
+        ax.set_xlabel(axis_label, fontsize=9)
         ax.grid(alpha=0.3)
     fig.suptitle(f"{label} sweep on {device}", fontsize=11)
     return save(fig, path)

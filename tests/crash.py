@@ -5,7 +5,7 @@
 On a small digits sweep (3 points × 3 seeds, 3 epochs, a checkpoint every epoch), it
 1. runs it once uninterrupted, for reference accuracies and weights;
 2. SIGKILLs it at `--kills` random instants (half of them aimed inside a run's save step, which
-   `VITBENCH_SAVE_MARKS` widens and marks on stderr), rerunning after each kill; after every kill it
+   tests/marked_sweep.py widens and marks on stderr), rerunning after each kill; after every kill it
    checks that nothing finished was lost: every run that had an ok row still has it, with its weights
    file byte-identical;
 3. tears the result table's last line in half, then appends garbage lines to the result and history
@@ -88,19 +88,16 @@ class Tally:
             print(f"  VIOLATION: {what}", flush=True)
 
 
-def sweep_cmd(spec: Path, out: Path, jobs: int = 1) -> list[str]:
-    return [sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--seeds", SEEDS,
+def sweep_cmd(spec: Path, out: Path, jobs: int = 1, marks: float = 0.0) -> list[str]:
+    """The sweep command; `marks`: through tests/marked_sweep.py, its save steps marked and widened by that."""
+    program = [str(ROOT / "tests" / "marked_sweep.py"), str(marks)] if marks else ["-m", "ablations"]
+    return [sys.executable, *program, "sweep", str(spec), "--dataset", "digits", "--seeds", SEEDS,
             "--cost-rounds", "1", "--checkpoint-every", "1", "--device", "cpu", "--out", str(out),
             "--jobs", str(jobs), "--max-retries", "20"]
 
 
-def env(work: Path, marks: float = 0.0) -> dict[str, str]:
-    e = {**os.environ, "VITBENCH_CACHE": str(work / "cache"), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    if marks:
-        e["VITBENCH_SAVE_MARKS"] = str(marks)
-    else:
-        e.pop("VITBENCH_SAVE_MARKS", None)
-    return e
+def env(work: Path) -> dict[str, str]:
+    return {**os.environ, "VITBENCH_CACHE": str(work / "cache"), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
 
 
 def run(spec: Path, out: Path, work: Path, jobs: int = 1) -> subprocess.CompletedProcess:
@@ -259,7 +256,7 @@ def kill_once(spec: Path, out: Path, work: Path, rng: random.Random, in_save: bo
     before = finished(out, spec.stem)
     log = work / "kill.log"
     with open(log, "w") as err:
-        proc = subprocess.Popen(sweep_cmd(spec, out), env=env(work, marks=0.3 if in_save else 0.0), cwd=ROOT,
+        proc = subprocess.Popen(sweep_cmd(spec, out, marks=0.3 if in_save else 0.0), env=env(work), cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=err)
         if in_save:  # wait for a save step to begin, then kill somewhere inside it
             deadline = time.time() + 120

@@ -168,32 +168,19 @@ class Recordable(Protocol):
     preds: bytes | None
 
 
-def _save_mark(stage: str, run_id: str) -> None:
-    """VITBENCH_SAVE_MARKS=<seconds>: print where a run's save step is and pause there, so that a crash
-    test can kill a sweep inside it and tell that it did (tests/crash.py). Off by default."""
-    pause = os.environ.get("VITBENCH_SAVE_MARKS")
-    if pause:
-        print(f"save {stage} {run_id}", file=sys.stderr, flush=True)
-        time.sleep(float(pause))
-
-
 def record(outcome: Recordable, paths: SweepPaths) -> None:
     """History, then predictions and weights, then the row: the row is the commit mark of a run. The
     history of an earlier attempt of the same run (killed before its row) is removed first."""
     run_id = str(outcome.row["run_id"])
-    _save_mark("begin", run_id)
     drop_rows(paths.history, "run_id", {run_id})
     append_rows(paths.history, outcome.history, HISTORY_COLUMNS)
-    _save_mark("history", run_id)
     if outcome.preds is not None:
         write_atomic(paths.preds_file(run_id), outcome.preds)
     if outcome.weights is not None:
         write_atomic(paths.weights_file(run_id), outcome.weights)
-    _save_mark("files", run_id)
     append_row(paths.rows, outcome.row, ABLATION_COLUMNS)
     if outcome.row.get("status") == "ok":  # a failed run keeps its checkpoint: a rerun resumes it
         paths.checkpoint(run_id).unlink(missing_ok=True)
-    _save_mark("end", run_id)
 
 
 @contextlib.contextmanager

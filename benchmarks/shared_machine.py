@@ -3,7 +3,8 @@
     python benchmarks/shared_machine.py [--burners 4] [--quick] [--before DIR]
 
 1. Steps/s of the base `vit_mnist` training step (batch 64, the step the sweeps train with) at 1 and at
-   2 torch threads, idle and beside `--burners` CPU-bound processes, in interleaved rounds (each round
+   2 torch threads, the 2-thread case also with OpenMP's waiting threads sleeping (OMP_WAIT_POLICY=PASSIVE)
+   instead of spinning, idle and beside `--burners` CPU-bound processes, in interleaved rounds (each round
    times every case once, each case in a fresh process).
 2. With `--quick`: the README's quick pass (`make ablations SEEDS=0 EPOCHS=2`, a fresh OUT each time) idle
    and beside the burners, for this checkout and, with `--before DIR`, for another checkout of vitbench
@@ -69,9 +70,10 @@ class Burners:
             p.join()
 
 
-def steps_per_s(threads: int, seconds: float) -> float:
+def steps_per_s(threads: int, seconds: float, wait: str = "") -> float:
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | ({"OMP_WAIT_POLICY": wait} if wait else {})
     out = subprocess.run([sys.executable, "-c", STEPS_CODE, str(threads), str(seconds)], cwd=ROOT,
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True, env=env)
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -99,21 +101,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=float, default=600.0, help="seconds after which a quick pass is stopped")
     args = parser.parse_args(argv)
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} before starting", flush=True)
-    cases = [(threads, load) for load in ("idle", "busy") for threads in (1, 2)]
-    found: dict[tuple[int, str], list[float]] = {c: [] for c in cases}
+    kinds = [(1, ""), (2, ""), (2, "PASSIVE")]
+    cases = [(threads, wait, load) for load in ("idle", "busy") for threads, wait in kinds]
+    found: dict[tuple[int, str, str], list[float]] = {c: [] for c in cases}
     for r in range(args.rounds):
-        for threads, load in cases[r % len(cases):] + cases[:r % len(cases)]:
+        for threads, wait, load in cases[r % len(cases):] + cases[:r % len(cases)]:
             if load == "busy":
                 with Burners(args.burners):
-                    found[threads, load].append(steps_per_s(threads, args.seconds))
+                    found[threads, wait, load].append(steps_per_s(threads, args.seconds, wait))
             else:
-                found[threads, load].append(steps_per_s(threads, args.seconds))
+                found[threads, wait, load].append(steps_per_s(threads, args.seconds, wait))
     print(f"\nbase vit_mnist training step, batch 64: steps/s, median of {args.rounds} interleaved rounds [min, max]")
-    print(f"{'':<28} {'1 thread':>22} {'2 threads':>22}")
+    print(f"{'':<28} {'1 thread':>22} {'2 threads':>22} {'2 threads, passive wait':>24}")
     for load, label in (("idle", "idle"), ("busy", f"beside {args.burners} CPU burners")):
         cells = [f"{statistics.median(v):6.1f} [{min(v):.1f}, {max(v):.1f}]" for v in
-                 (found[1, load], found[2, load])]
-        print(f"{label:<28} {cells[0]:>22} {cells[1]:>22}")
+                 (found[1, "", load], found[2, "", load], found[2, "PASSIVE", load])]
+        print(f"{label:<28} {cells[0]:>22} {cells[1]:>22} {cells[2]:>24}")
     if not args.quick:
         return 0
     checkouts = [("this checkout", ROOT)] + ([("before", args.before.resolve())] if args.before else [])

@@ -62,10 +62,6 @@ class Timing:
         q1, q3 = np.percentile(self.times_ms, [25, 75])
         return float(q3 - q1)
 
-    def percentile_ms(self, q: float) -> float:
-        """The q-th percentile of the step times (numpy's linear interpolation)."""
-        return float(np.percentile(self.times_ms, q))
-
     def latency_percentile_ms(self, q: float) -> float:
         """The q-th percentile of one step's latency (timed alone and synchronised)."""
         return float(np.percentile(self.latency_ms or self.times_ms, q))

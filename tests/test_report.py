@@ -273,8 +273,7 @@ def test_the_sweep_figure_is_a_readable_grid_with_honest_axes(tmp_path, values, 
     real_save = figs.save
     figs.save = lambda fig, path: captured.setdefault("fig", fig) or real_save(fig, path)
     try:
-        figs.sweep_figure(settings, tmp_path / "d.png", "depth (blocks)", device="cpu (test cpu)",
-                          accuracy_kind="t over 3 seeds", speed_source="cost phase, 5 interleaved rounds")
+        figs.sweep_figure(settings, tmp_path / "d.png", "depth (blocks)", device="cpu (test cpu)")
     finally:
         figs.save = real_save
     fig = captured["fig"]

@@ -53,8 +53,7 @@ def blank_panel(ax, title: str, xlabel: str = "", why: str = "not measured") -> 
     ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, color="0.4", fontsize=10)
 
 
-def sweep_figure(settings: list[dict], path: Path, label: str, device: str, accuracy_kind: str,
-                 speed_source: str) -> Path:
+def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> Path:
     """One panel per figure of a sweep's settings, in a 2 × 3 grid: accuracy with its interval, GMACs,
     inference and training-step throughput and training-step peak memory (median and IQR over the cost
     phase's rounds), training wall time (median and IQR over seeds; a setting whose runs were copied

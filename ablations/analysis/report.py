@@ -159,8 +159,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     fig = figures / f"{sweep}.png"
     history = read_table(paths.history) if paths.history.exists() else None
     learning = still_learning(history, ok["run_id"].astype(str)) if history is not None else ""
-    figs.sweep_figure(findings.setting_rows(f), fig, spec.label + (" (not converged)" if learning else ""), device=devices,
-                      accuracy_kind=f.settings[0].acc.kind, speed_source=f.cost_source)
+    figs.sweep_figure(findings.setting_rows(f), fig, spec.label + (" (not converged)" if learning else ""), device=devices)
     lines = [f"Seeds {seed_ranges(seeds)}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "", *([learning, ""] if learning else []),
              *(_tuning_lines(spec, tuning, figures) if tuning else []),

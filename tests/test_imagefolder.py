@@ -247,7 +247,7 @@ def test_a_symlinked_class_folder_enters_the_identity_and_the_cache(tmp_path):
     assert data_id("imagefolder", str(root), None)
 
 
-def test_predict_on_an_image_folder_run_needs_no_folder_its_normalisation_is_in_the_row(tmp_path):
+def test_predict_on_an_image_folder_run_needs_no_folder_its_normalisation_is_in_the_row(tmp_path, capsys):
     import shutil
 
     from ablations.__main__ import main
@@ -261,6 +261,9 @@ def test_predict_on_an_image_folder_run_needs_no_folder_its_normalisation_is_in_
     out = tmp_path / "out"
     assert main(["sweep", str(spec), "--dataset", "imagefolder", "--data-root", str(root), "--seeds", "0",
                  "--out", str(out), "--cost-rounds", "0"]) == 0
+    said = capsys.readouterr().err   # what was loaded, in one line
+    assert (f"imagefolder {root}: {len(expected.train_y)} training and {len(expected.test_y)} test images, "
+            f"{len(expected.classes)} classes ({', '.join(expected.classes)}), read at 32 px") in said
     run_id = str(read_table(SweepPaths.of(out, "f").rows)["run_id"].iloc[0])
     shutil.rmtree(root)
     loaded = load_run(out, run_id, data_root=root)

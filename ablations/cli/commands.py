@@ -101,6 +101,16 @@ def data_id(dataset: str, data_root: str, img_size: int | None, native: int | No
     return ",".join(parts)
 
 
+def _say_what_was_loaded(args: argparse.Namespace, data) -> None:
+    """An image folder: one line of what was read (images per split, the classes, the side), so a user sees
+    their own data as the runs will."""
+    if args.dataset != "imagefolder":
+        return
+    classes = ", ".join(data.classes[:8]) + (f", … ({len(data.classes)} in all)" if len(data.classes) > 8 else "")
+    print(f"imagefolder {args.data_root}: {len(data.train_y):,} training and {len(data.test_y):,} test images, "
+          f"{len(data.classes)} classes ({classes}), read at {data.img_size} px", file=sys.stderr)
+
+
 def _fetch_pretrained(args: argparse.Namespace) -> None:
     """PRETRAINED=<timm name>: timm downloads the weights (network needed); they become args.init."""
     if not args.pretrained:
@@ -251,6 +261,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         model_changes, train_changes = _overrides(args, specs)
         specs = [dataclasses.replace(s, model_overrides={**s.model_overrides, **model_changes}) for s in specs]
         data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
+        _say_what_was_loaded(args, data)
         plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes,
                                    {**_train_changes(args), **train_changes}))
                  for s in specs]  # every point of every sweep validated before any training
@@ -447,6 +458,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         _check_out(args)
         _check_device(args)
         data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
+        _say_what_was_loaded(args, data)
         args.preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
         spec = SweepSpec.one_run("train", args.preset, model_changes, train_changes)
         points = spec.points(data.img_size, data.in_chans, data.num_classes)

@@ -275,6 +275,7 @@ def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive
     report = (tmp_path / "REPORT.md").read_text()
     assert "Adaptive seeds (SEEDS=auto): looks at 3/5/8/12 seeds" in report
     assert "Decided: flip=True worse than flip=False at look 1" in report
+    assert "Decided: attn=einops identical to attn=bmm at look 1 (the same predictions)." in report
     assert "| False | True |" in report and "a better (look 1) |" in report
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and again.stdout.count("nothing new") == 4, again.stdout[-3000:]

@@ -295,7 +295,10 @@ def design_sentence(f: SweepFindings) -> str:
     d, last = f.design, f.design.final
     levels = nominal_levels(d.plan, ALPHA)
     seeds = ", ".join(f"{f.factor}={k} {n}" for k, n in d.have.items())
-    crossed = [f"{f.factor}={k} {'worse than' if x.outcome == 'different' else 'equivalent to'} {f.factor}={x.leader} "
+    same = {frozenset((c.a, c.b)) for c in last.comparisons if c.identical}
+    crossed = [f"{f.factor}={k} identical to {f.factor}={x.leader} at look {x.look + 1} (the same predictions)"
+               if frozenset((k, x.leader)) in same else
+               f"{f.factor}={k} {'worse than' if x.outcome == 'different' else 'equivalent to'} {f.factor}={x.leader} "
                f"at look {x.look + 1} (nominal Holm p{' (TOST)' if x.outcome == 'equivalent' else ''} = {x.p:.3g} < "
                f"{levels[x.look]:.3g})" for k, x in last.decided.items()]
     left = (f" Left out of the design: {', '.join(f'{f.factor}={k}' for k in f.left_out)} (a run diverged; see the "

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ablations.choices import LOOKS, check_looks
@@ -15,10 +14,6 @@ from ablations.results.store import SweepPaths
 from bench.io.atomic import write_atomic
 
 PLAN_VERSION = 1
-
-
-def plan_file(paths: SweepPaths) -> Path:
-    return paths.rows.with_name(f"{paths.rows.stem}-design.json")
 
 
 def new_plan(margin: float, alpha: float, classes: int | None = None, looks: Sequence[int] = LOOKS) -> dict[str, Any]:
@@ -31,14 +26,14 @@ def new_plan(margin: float, alpha: float, classes: int | None = None, looks: Seq
 
 def write_plan(paths: SweepPaths, plan: dict[str, Any]) -> None:
     """Record that the sweep trains under adaptive seeds, with what the report needs to replay its looks."""
-    plan_file(paths).parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(plan_file(paths), (json.dumps(plan, indent=1) + "\n").encode())
+    paths.design.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(paths.design, (json.dumps(plan, indent=1) + "\n").encode())
 
 
 def read_plan(paths: SweepPaths) -> dict[str, Any] | None:
     """The sweep's adaptive design, or None where it trained under fixed seeds; ValueError naming the file
     for one that cannot be read."""
-    path = plan_file(paths)
+    path = paths.design
     if not path.exists():
         return None
     try:
@@ -54,7 +49,7 @@ def read_plan(paths: SweepPaths) -> dict[str, Any] | None:
 
 def forget_plan(paths: SweepPaths) -> bool:
     """A command with fixed seeds defines the sweep again: its adaptive design no longer applies."""
-    path = plan_file(paths)
+    path = paths.design
     if path.exists():
         path.unlink()
         return True

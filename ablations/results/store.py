@@ -62,13 +62,14 @@ class SweepPaths:
     checkpoints: Path
     lock: Path
     spec: Path   # a copy of the spec a sweep from outside ablations/sweeps/ ran, for the report
+    design: Path  # the SEEDS=auto design it trained under (`results.plans`), where it did
 
     @classmethod
     def of(cls, out: str | Path, sweep: str) -> SweepPaths:
         base = Path(out) / "ablations"
         return cls(base / f"{sweep}.csv", base / f"{sweep}-history.csv", base / f"{sweep}-cost.csv",
                    base / "weights" / sweep, base / "preds" / sweep, base / "checkpoints" / sweep,
-                   base / f"{sweep}.lock", base / f"{sweep}.toml")
+                   base / f"{sweep}.lock", base / f"{sweep}.toml", base / f"{sweep}-design.json")
 
     @property
     def out(self) -> Path:

@@ -256,7 +256,7 @@ def load_spec(path: str | Path, check_files: bool = True) -> SweepSpec:
         if key in sweep and not isinstance(sweep[key], kind):
             raise SpecError(f"{path}: [sweep] {key} must be a {kind.__name__}, got {sweep[key]!r}")
     margin = _margin(path, sweep.get("margin"))
-    seeds = _seeds(path, sweep, bool(tune))
+    seeds = _seeds(path, sweep)
     factor = " × ".join(factors)
     return SweepSpec(path.stem, path, factors, levels, by_size, preset, model, dict(train), init,
                      sweep.get("label", factor), sweep.get("description", ""), sweep.get("default", False),
@@ -408,17 +408,14 @@ def _margin(path: Path, margin) -> float | None:
     return None if margin is None else margin / 100
 
 
-def _seeds(path: Path, sweep: dict, tuned: bool) -> tuple[int, ...] | AutoSeeds | None:
-    """The [sweep] seeds (None: the command's or the default); adaptive seeds refused for a tuned sweep."""
+def _seeds(path: Path, sweep: dict) -> tuple[int, ...] | AutoSeeds | None:
+    """The [sweep] seeds (None: the command's or the default)."""
     if "seeds" not in sweep:
         return None
     try:
         seeds = parse_seeds(sweep["seeds"])
     except ValueError as err:
         raise SpecError(f"{path}: [sweep] {err}") from None
-    if isinstance(seeds, AutoSeeds) and tuned:
-        raise SpecError(f"{path}: [sweep] seeds = {sweep['seeds']!r}: a tuned sweep picks each setting's training "
-                        f"on a validation split, which the adaptive design does not cover; give a list of seeds")
     return seeds
 
 

@@ -296,7 +296,7 @@ def test_bad_adaptive_seeds_are_one_line_and_exit_2_before_any_work(tmp_path, se
 
 def test_a_spec_may_ask_for_adaptive_seeds_and_the_dry_run_gives_the_most_runs_it_can_take(tmp_path, capsys):
     """seeds = "auto:3,5" in a spec: the dry run lists seeds 0-4 of every setting and says 3 to 5 a setting;
-    SEEDS on the command line wins over the spec; a tuned spec that asks for it is refused naming the file."""
+    SEEDS on the command line wins over the spec; a tuned spec's dry run counts its grid at the first look only."""
     spec = write_spec(tmp_path / "d.toml", "depth", "[1, 2]", train="epochs = 1")
     spec.write_text(spec.read_text().replace("[sweep]\n", '[sweep]\nseeds = "auto:3,5"\n'))
     common = ["--dataset", "digits", "--dry-run", "--out", str(tmp_path / "out")]
@@ -308,15 +308,42 @@ def test_a_spec_may_ask_for_adaptive_seeds_and_the_dry_run_gives_the_most_runs_i
     assert capsys.readouterr().out.count(" no\n") == 2
     tuned = tmp_path / "t.toml"
     tuned.write_text('[sweep]\nfactor = "depth"\nvalues = [1, 2]\nseeds = "auto"\n[tune]\nlr = [0.001, 0.002]\n')
-    assert ablations_main(["sweep", str(tuned), *common]) == 2
-    assert "t.toml: [sweep] seeds = 'auto': a tuned sweep picks" in capsys.readouterr().err
+    assert ablations_main(["sweep", str(tuned), *common]) == 0
+    out = capsys.readouterr().out
+    assert "(every value of lr at the first look; then each setting's pick alone): 12 to 30 runs" in out
 
 
-def test_seeds_auto_is_refused_for_a_tuned_sweep_and_by_train_in_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "ablations", "sweep", "norm-tuned", "--seeds", "auto", "--out",
-                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "SEEDS=auto: sweep norm-tuned tunes its training per setting" in done.stderr
+def test_a_tuned_sweep_under_adaptive_seeds_picks_at_the_first_look_and_trains_only_the_picks_after(tmp_path, capsys):
+    """SEEDS=auto on a tuned sweep: every lr at seeds 0-2, each setting's pick by mean validation accuracy
+    over those seeds, then seeds 3 and 4 of the picks alone; a rerun trains nothing; the report analyses
+    the picks under the design."""
+    spec = tmp_path / "t.toml"
+    spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1, 2]\n[tune]\nlr = [3e-3, 1e-2]\nholdout = 0.2\n'
+                    '[model]\npreset = "vit_digits"\nembed_dim = 16\nnum_heads = 2\nmlp_ratio = 1.0\n'
+                    '[train]\nepochs = 6\nbatch_size = 32\n')
+    out = tmp_path / "out"
+    common = [str(spec), "--dataset", "digits", "--seeds", "auto:3,5", "--cost-rounds", "0", "--out", str(out)]
+    assert ablations_main(["sweep", *common]) == 0
+    rows = read_table(out / "ablations" / "t.csv")
+    first = rows[rows["seed"] < 3]
+    assert len(first) == 12 and (first["status"] == "ok").all()
+    picks = first.groupby(["depth", "lr"])["val_acc"].mean().groupby(level="depth").idxmax()   # float64, by hand
+    later = rows[rows["seed"] >= 3]
+    assert sorted(later["seed"].unique()) == [3, 4]
+    assert {(d, lr) for d, lr in zip(later["depth"], later["lr"])} <= set(picks)   # the picks alone
+    assert later.groupby("depth").size().isin([2]).all()
+    capsys.readouterr()
+    assert ablations_main(["sweep", *common]) == 0
+    assert "nothing new" in capsys.readouterr().out and len(read_table(out / "ablations" / "t.csv")) == len(rows)
+    assert ablations_main(["report", "--out", str(out)]) == 0
+    report = (out / "REPORT.md").read_text()
+    assert "Adaptive seeds (SEEDS=auto): looks at 3/5 seeds" in report
+    assert "the picks were made at the first look, on seeds 0, 1, 2; only the picks trained more seeds" in report
+    for depth, lr in picks:
+        assert f"| {depth} | lr={lr:g} |" in report
+
+
+def test_seeds_auto_is_refused_by_train_in_one_line(tmp_path):
     trained = subprocess.run([sys.executable, "-m", "ablations", "train", "--seeds", "auto", "--out", str(tmp_path)],
                              cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert trained.returncode == 2 and trained.stderr.count("\n") == 1, trained.stderr

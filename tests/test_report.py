@@ -499,7 +499,7 @@ def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_
 
 
 def test_seed_lists_are_written_as_ranges_from_four_in_a_row():
-    from ablations.analysis.report import seed_ranges
+    from ablations.analysis.findings import seed_ranges
 
     assert seed_ranges([0, 1, 2]) == "0, 1, 2"
     assert seed_ranges(list(range(48))) == "0–47"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ablations.analysis.findings import load_correct, pct
+from ablations.analysis.findings import load_correct, pct, seed_ranges
 from ablations.analysis.stats import ALPHA, MARGIN, Comparison, detectable_difference, interaction_contrasts
 from ablations.specs import SweepSpec
 
@@ -75,6 +75,7 @@ class Tuning:
     val_size: int | None
     choices: list[Choice]
     split: str = "random"      # how the validation split was drawn: stratified by class, or random
+    picked_on: tuple[int, ...] | None = None   # the seeds the picks were made on (None: every seed)
 
 
 def _close(a, b) -> bool:
@@ -88,20 +89,24 @@ def _grid_index(value, grid: tuple) -> int | None:
     return next((i for i, g in enumerate(grid) if _close(value, g)), None)
 
 
-def select(spec: SweepSpec, rows: pd.DataFrame) -> tuple[pd.DataFrame, Tuning]:
+def select(spec: SweepSpec, rows: pd.DataFrame, picked_on: Sequence[int] | None = None) -> tuple[pd.DataFrame, Tuning]:
     """(each setting's ok rows at its picked values, how each was picked). The pick maximises the mean
-    validation accuracy over seeds; a tie goes to the value listed first. ValueError when the rows carry no
-    validation accuracy (a table from before tuning, or runs without a holdout)."""
+    validation accuracy over seeds (only those `picked_on` where given: a SEEDS=auto sweep picks at its first look and
+    trains more seeds of the pick alone); a tie goes to the value listed first. ValueError when the rows
+    carry no validation accuracy (a table from before tuning, or runs without a holdout)."""
     names = [name for name, _ in spec.tune]
     grids = tuple(grid for _, grid in spec.tune)
     ok = rows[rows["status"] == "ok"]
     if "val_acc" not in ok or ok["val_acc"].isna().any():
         raise ValueError("some runs have no validation accuracy (val_acc): a tuned sweep selects on it; rerun them")
     keep, choices = [], []
-    for setting, group in ok.groupby(spec.factor, sort=False):
-        tuned = group[names].itertuples(index=False)
+    for setting, every in ok.groupby(spec.factor, sort=False):
+        tuned = every[names].itertuples(index=False)
         order = [tuple(_grid_index(v, g) for v, g in zip(t, grids)) for t in tuned]
-        group = group.assign(_grid=order)
+        every = every.assign(_grid=order)
+        group = every if picked_on is None else every[every["seed"].astype(int).isin(list(picked_on))]
+        if group.empty:
+            continue
         curve = group.groupby("_grid")["val_acc"].mean()
         seeds = group.groupby("_grid")["seed"].nunique()
         best = max(curve.index, key=lambda k: (curve[k], [-(i if i is not None else 1e9) for i in k]))
@@ -114,13 +119,14 @@ def select(spec: SweepSpec, rows: pd.DataFrame) -> tuple[pd.DataFrame, Tuning]:
                               None if second is None else float(curve[best] - curve[second]),
                               None if second is None else values[second],
                               None if second is None else _lead_se(group, best, second)))
-        keep.append(group[group["_grid"] == best].drop(columns="_grid"))
+        keep.append(every[every["_grid"] == best].drop(columns="_grid"))
     val_size = int(ok["val_size"].dropna().iloc[0]) if "val_size" in ok and ok["val_size"].notna().any() else None
     chosen = pd.concat(keep) if keep else ok.iloc[0:0]
     failed = rows[rows["status"] != "ok"]
     splits = ok["holdout_split"].dropna().astype(str).unique() if "holdout_split" in ok else []
     split = splits[0] if len(splits) == 1 else "random"   # blank: drawn before the split was recorded
-    return pd.concat([chosen, failed]), Tuning(tuple(names), grids, spec.holdout, val_size, choices, split)
+    return pd.concat([chosen, failed]), Tuning(tuple(names), grids, spec.holdout, val_size, choices, split,
+                                               None if picked_on is None else tuple(int(s) for s in picked_on))
 
 
 def _lead_se(group: pd.DataFrame, best: tuple, second: tuple) -> float | None:
@@ -157,7 +163,9 @@ def tuning_lines(t: Tuning, factor: str, figure_name: str) -> list[str]:
              f"({size}{100 * t.holdout:.0f} % of it, {drawn}, the same split for every run), and is compared below "
              f"at the value its mean validation accuracy over seeds picks (never the test set). The test "
              f"accuracies below are those of the runs that made each pick: a seed that did well on validation "
-             f"may do well on test too, so they can lean slightly high.", "",
+             f"may do well on test too, so they can lean slightly high."
+             + (f" Under SEEDS=auto the picks were made at the first look, on seeds {seed_ranges(list(t.picked_on))}; "
+                f"only the picks trained more seeds after it." if t.picked_on else ""), "",
              f"| {factor} | picked | validation accuracy % at each value (seeds) |", "|---|---|---|"]
     for c in t.choices:
         picked = ", ".join(f"{n}={_text(v)}" for n, v in zip(t.fields, c.chosen))

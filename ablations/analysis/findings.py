@@ -98,6 +98,17 @@ class Runs:
     correct: np.ndarray    # (runs, n) 0/1
 
 
+def seed_ranges(seeds: list[int]) -> str:
+    """'0, 1, 2' for three seeds, '0–11' for a run of four or more in a row: 0–47, 50."""
+    parts, start = [], 0
+    for i in range(1, len(seeds) + 1):
+        if i == len(seeds) or seeds[i] != seeds[i - 1] + 1:
+            run = seeds[start:i]
+            parts.append(f"{run[0]}–{run[-1]}" if len(run) >= 4 else ", ".join(map(str, run)))
+            start = i
+    return ", ".join(parts)
+
+
 def load_runs(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, Runs] | None, str]:
     """{value: its runs' answers on the test images}, or None and the reason there is none."""
     missing = [rid for rid in ok["run_id"].astype(str) if not (preds_dir / f"{rid}.npz").exists()]
@@ -204,7 +215,7 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
 
 
 def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, cost_phase: pd.DataFrame | None,
-                  margin: float = MARGIN, tuned: bool = False) -> tuple[SweepFindings, pd.DataFrame, str]:
+                  margin: float = MARGIN) -> tuple[SweepFindings, pd.DataFrame, str]:
     """`analyse` of a sweep's table as it was trained: under fixed seeds, or, where the sweep kept a
     SEEDS=auto design (`plans.read_plan`), on the runs of its looks with the looks' verdict and margin.
     Also the rows analysed and a note for a design the table cannot complete ("" if none)."""
@@ -214,11 +225,11 @@ def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
     except ValueError as err:
         skipped(f"{err}; the sweep is analysed at fixed seeds")
         plan = None
-    if plan is not None and not tuned:
+    if plan is not None:
         rows, design, note = adaptive_rows(rows, factor, order, paths, plan)
         margin = float(plan["margin"])   # the margin its looks decided with
     found = analyse(rows, factor, order, paths.preds, cost_phase, margin, design)
-    found.adaptive = plan is not None and not tuned
+    found.adaptive = plan is not None
     return found, rows, note
 
 

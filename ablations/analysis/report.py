@@ -14,9 +14,10 @@ import torch
 
 from ablations.analysis import designs, findings
 from ablations.analysis import figures as figs
-from ablations.analysis.findings import CHANCE_SDS, POWER_DELTA
+from ablations.analysis.findings import CHANCE_SDS, POWER_DELTA, seed_ranges
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
 from ablations.choices import AUGMENTATION, default_augmentation
+from ablations.results import plans as design_plans
 from ablations.results.experiments import differences, latest_rows, newest_experiment
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, latest_cost_phase, ok_rows, sweep_names
@@ -150,7 +151,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
                    tuning: designs.Tuning | None = None, margin: float = MARGIN) -> list[str]:
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
     f, rows, design_note = findings.analyse_sweep(rows, factor, order, paths, latest_cost_phase(paths),
-                                                  spec.margin or margin, tuned=tuning is not None)
+                                                  spec.margin or margin)
     margin = f.margin
     ok = rows[rows["status"] == "ok"]
     seeds = sorted({int(s) for s in ok["seed"]})
@@ -187,17 +188,6 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
         curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
     return lines
-
-
-def seed_ranges(seeds: list[int]) -> str:
-    """'0, 1, 2' for three seeds, '0–11' for a run of four or more in a row: 0–47, 50."""
-    parts, start = [], 0
-    for i in range(1, len(seeds) + 1):
-        if i == len(seeds) or seeds[i] != seeds[i - 1] + 1:
-            run = seeds[start:i]
-            parts.append(f"{run[0]}–{run[-1]}" if len(run) >= 4 else ", ".join(map(str, run)))
-            start = i
-    return ", ".join(parts)
 
 
 STILL_LEARNING = 0.01   # a last epoch that raised test accuracy by more than this (mean over runs): not converged
@@ -464,6 +454,16 @@ def _specs(out: Path) -> dict[str, SweepSpec]:
     return specs
 
 
+def _picked_on(paths: SweepPaths) -> list[int] | None:
+    """The seeds a tuned sweep picks on: its first look's under SEEDS=auto (later looks train the picks
+    alone), else all (None)."""
+    try:
+        plan = design_plans.read_plan(paths)
+    except ValueError:
+        return None   # named under Skipped inputs by the sweep's analysis
+    return None if plan is None else [int(s) for s in plan["seeds"][:plan["looks"][0]]]
+
+
 def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> list[str]:
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
@@ -475,7 +475,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> l
             table = _read_table(rows, spec)
             if table is not None and spec.tune and (table["status"] == "ok").any():
                 try:
-                    table, tunings[name] = designs.select(spec, table)  # each setting's runs at its pick
+                    table, tunings[name] = designs.select(spec, table, _picked_on(SweepPaths.of(out, name)))
                 except ValueError as err:
                     skipped(f"{rows}: {err}; the sweep is left out")
                     table = None

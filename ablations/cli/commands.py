@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 from pathlib import Path
@@ -275,11 +276,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 2
     seeds = {spec.name: args.seeds if args.seeds is not None else (spec.seeds or DEFAULT_SEEDS) for spec in specs}
     auto = {name: s for name, s in seeds.items() if isinstance(s, AutoSeeds)}
-    tuned = next((spec.name for spec in specs if spec.tune and spec.name in auto), None)
-    if tuned:
-        print(f"error: SEEDS={auto[tuned]}: sweep {tuned} tunes its training per setting on a validation split, which "
-              f"the adaptive design does not cover; give it fixed seeds (SEEDS=0,1,2)", file=sys.stderr)
-        return 2
     most = {name: s.most if isinstance(s, AutoSeeds) else s for name, s in seeds.items()}  # the most each may train
     ident = data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1], digest=data.digest)
     options = {spec.name: _options(args, spec.init, ident, most[spec.name]) for spec in specs}
@@ -294,10 +290,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for name, points in plans:
             _dry_run(name, points, options[name])
             if name in auto:
-                looks = auto[name].looks
-                print(f"  SEEDS={auto[name]}: seeds {', '.join(map(str, range(looks[0])))} of every setting first, "
-                      f"then more (looks at {'/'.join(map(str, looks))} seeds) only for the settings still open: "
-                      f"{len(points) * looks[0]} to {len(points) * looks[-1]} runs; the list shows the most")
+                print(_adaptive_dry_run(auto[name], len(points), next(s for s in specs if s.name == name)))
         return 0
     t0 = time.perf_counter()
     for spec in specs:
@@ -316,6 +309,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
              f"Next: make report OUT='{out}' (or vitbench report --out '{out}'): figures and "
              f"{out / 'REPORT.md'} from these tables")
     return 0
+
+
+def _adaptive_dry_run(auto: AutoSeeds, points: int, spec: SweepSpec) -> str:
+    """What SEEDS=auto may train: the first look's seeds of every point, then more only where still open
+    (of a tuned sweep, only each setting's pick trains past the first look)."""
+    looks = auto.looks
+    grid = math.prod(len(values) for _, values in spec.tune)
+    first, most = points * looks[0], points * looks[0] + points // grid * (looks[-1] - looks[0])
+    picks = (f" (every value of {', '.join(n for n, _ in spec.tune)} at the first look; then each setting's pick "
+             f"alone)" if spec.tune else "")
+    return (f"  SEEDS={auto}: seeds {', '.join(map(str, range(looks[0])))} of every setting first, then more (looks "
+            f"at {'/'.join(map(str, looks))} seeds) only for the settings still open{picks}: {first} to {most} runs; "
+            f"the list shows each point at the most seeds it may train")
 
 
 def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[tuple[str, list[Point]]],
@@ -338,8 +344,8 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
                 if step == 0:
                     asked[name] = {p.label: options[name].seeds for p in points}
                 continue
-            design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name),
-                                                           plan[name])
+            design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name), plan[name],
+                                            next(s for s in specs if s.name == name))
             print(describe(design, name, left_out), file=sys.stderr)
             if design.need:
                 asked[name] = design.need

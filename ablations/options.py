@@ -16,6 +16,7 @@ from typing import Any
 
 from ablations import choices
 from ablations.choices import AUTO_CHECKPOINT_S, COST_ROUNDS, LARGE_RUNS, AutoSeeds, parse_seeds
+from bench.choices import integer
 
 
 @dataclass(frozen=True)
@@ -53,21 +54,6 @@ def seeds(text: str) -> tuple[int, ...] | AutoSeeds:
         return parse_seeds(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def integer(minimum: int, message: str, auto: bool = False) -> Callable[[str], int | None]:
-    """argparse type: an integer ≥ `minimum` (or "auto" → None where `auto`); else the message and the text."""
-    def parse(text: str) -> int | None:
-        if auto and text == "auto":
-            return None
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{message}, got {text!r}")
-        return value
-    return parse
 
 
 def positive(what: str) -> Callable[[str], int | None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.choices import DTYPES, PRESETS
+from bench.choices import DTYPES, PRESETS, integer
 
 
 def _list(kind):
@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
     run.add_argument("--warmup", type=int, default=3, help="untimed steps before timing (default 3)")
     run.add_argument("--repeats", type=int, default=10, help="at least this many timed steps (default 10)")
     run.add_argument("--min-time-s", type=float, default=1.0, help="and at least this many seconds of them (default 1)")
+    run.add_argument("--rounds", type=integer(1, "--rounds must be a positive integer"), default=3,
+                     help="interleaved rounds: every point measured once a round, so drift of the machine lands on "
+                          "all alike; a ratio between backends is stated only from 3 rounds on (default 3)")
     run.add_argument("--out", default="results", help="appends to <out>/bench/<name>.csv (default results)")
     run.add_argument("--into-reference", action="store_true",
                      help="allow appending to a folder of committed reference results (results/reference)")

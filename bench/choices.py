@@ -9,6 +9,8 @@ built from; `bench.training.precision.DTYPES` is built from `DTYPES` here. Atten
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 try:
@@ -19,3 +21,18 @@ except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
 PRESETS = tuple(tomllib.loads((Path(__file__).resolve().parents[1] / "vit" / "presets.toml").read_text()))
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # name -> torch dtype attribute
 MODES = ("infer", "train")
+
+
+def integer(minimum: int, message: str, auto: bool = False) -> Callable[[str], int | None]:
+    """argparse type: an integer ≥ `minimum` (or "auto" → None where `auto`); else the message and the text."""
+    def parse(text: str) -> int | None:
+        if auto and text == "auto":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{message}, got {text!r}")
+        return value
+    return parse

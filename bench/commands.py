@@ -21,6 +21,7 @@ from bench.io.overrides import parse_overrides
 from bench.measure import add_mfu
 from bench.mfu import matmul_peak_flops
 from bench.reference import refusal
+from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
 from bench.schema import BENCH_COLUMNS
 from bench.timing import TimingConfig
 from bench.training.precision import DTYPES
@@ -63,15 +64,53 @@ def run(args: argparse.Namespace) -> None:
         out_csv.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         _fail(f"--out {args.out}: cannot create {out_csv.parent} ({err.strerror}); choose another OUT")
-    rows = run_grid(points, device, out_csv)
-    table = pd.DataFrame(rows).reindex(columns=["attn", "tokens", "batch_size", "dtype", "mode", "status",
-                                                "throughput_img_s", "peak_mem_mb", "gmacs", "mfu", "util_pct",
-                                                "contended"])
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    loaded = int(pd.to_numeric(table["contended"], errors="coerce").fillna(0).sum())
-    print(f"\n{len(rows)} rows ({sum(r['status'] == 'ok' for r in rows)} ok) appended to {out_csv}"
+    rows = run_grid(points, device, out_csv, rounds=args.rounds)
+    print(summary(rows).to_string(index=False))
+    loaded = sum(int(r.get("contended") or 0) for r in rows)
+    print(f"\n{len(rows)} rows ({sum(r['status'] == 'ok' for r in rows)} ok; {args.rounds} interleaved round(s) of "
+          f"{len(points)} point(s)) appended to {out_csv}. img/s: median over rounds [quartiles]; vs fastest: a "
+          f"ratio only where the quartiles of the two do not overlap over at least {MIN_ROUNDS} rounds, else "
+          f"'same within noise'"
           + (f"; {loaded} measured while other processes took ≥ 10 % of the CPUs (contended = 1): measure "
              f"them again on an idle machine before comparing" if loaded else ""))
+
+
+def summary(rows: list[dict]) -> pd.DataFrame:
+    """One line per point over its rounds: img/s as median [quartiles], peak memory, GMACs, MFU, and its
+    throughput against the fastest backend of the points that differ from it in attention alone
+    (`rounds.ratio_or_noise`: "same within noise" where the rounds' quartiles overlap)."""
+    table = pd.DataFrame(rows)
+    keys = ["tokens", "batch_size", "dtype", "mode"]
+    lines = []
+    for _, runs in table.groupby("run_id", sort=False):
+        ok = runs[runs["status"] == "ok"]
+        first = runs.iloc[0]
+        rate = Spread.of(pd.to_numeric(ok["throughput_img_s"], errors="coerce").tolist())
+        lines.append({**{k: first[k] for k in ("attn", *keys)},
+                      "status": "ok" if len(ok) == len(runs) else str(runs[runs["status"] != "ok"].iloc[0]["status"]),
+                      "rounds": len(ok), "_rate": rate,
+                      "img/s": f"{rate.median:.4g} [{rate.q1:.4g}, {rate.q3:.4g}]" if rate.n else "—",
+                      "peak_mem_mb": _median(ok, "peak_mem_mb"), "gmacs": _median(ok, "gmacs"),
+                      "mfu": _median(ok, "mfu"), "contended": int(pd.to_numeric(runs.get("contended"),
+                                                                                 errors="coerce").fillna(0).sum())
+                      if "contended" in runs else 0})
+    out = pd.DataFrame(lines)
+    versus = []
+    for line in lines:
+        group = [x for x in lines if all(x[k] == line[k] for k in keys) and x["_rate"].n]
+        fastest = max(group, key=lambda x: x["_rate"].median, default=None)
+        if len(group) < 2 or not line["_rate"].n:
+            versus.append("—")
+        elif fastest is line:
+            versus.append("fastest")
+        else:
+            versus.append(f"{ratio_or_noise(line['_rate'], fastest['_rate'])} of {fastest['attn']}")
+    return out.assign(**{"vs fastest": versus}).drop(columns="_rate")
+
+
+def _median(rows: pd.DataFrame, column: str) -> str:
+    values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else pd.Series(dtype=float)
+    return f"{values.median():.4g}" if len(values) else "—"
 
 
 def convert_json(json_path: Path, csv_path: Path) -> int:

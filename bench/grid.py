@@ -21,6 +21,7 @@ from bench.env import environment, run_id
 from bench.failures import classify_failure
 from bench.io.csvio import append_row
 from bench.measure import MeasureConfig, complexity, measure
+from bench.rounds import interleaved
 from bench.schema import BENCH_COLUMNS
 from vit import VisionTransformer, ViTConfig
 
@@ -100,9 +101,13 @@ def expand_grid(base: ViTConfig, backends: list[str], tokens: list[int], batch_s
 
 
 def run_grid(points: list[GridPoint], device: torch.device, out_csv: Path,
-             build: Callable[[ViTConfig], torch.nn.Module] = VisionTransformer) -> list[dict[str, object]]:
+             build: Callable[[ViTConfig], torch.nn.Module] = VisionTransformer, rounds: int = 1
+             ) -> list[dict[str, object]]:
+    """Every point once per round, in interleaved rounds (`rounds.interleaved`), each measurement a row
+    appended to `out_csv` as it is taken."""
     rows = []
-    for point in tqdm(points, desc="bench", unit="point"):
+    order = list(interleaved(points, rounds))
+    for _, point in tqdm(order, desc=f"bench ({rounds} round{'s' * (rounds > 1)})", unit="point"):
         row = measure_point(point, device, build)
         append_row(out_csv, row, BENCH_COLUMNS)
         rows.append(row)

@@ -3,8 +3,10 @@
 import os
 import random
 import re
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,6 +23,8 @@ from bench.schema import BENCH_COLUMNS, CONFIG, IDENTITY, SIZE, SPEED, names
 from bench.timing import TimingConfig, time_steps
 from bench.utilisation import UtilSampler
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer, ViTConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FAST = TimingConfig(warmup=1, min_repeats=2, min_time_s=0.0)
 
@@ -699,3 +703,30 @@ def test_plain_cuda_means_the_current_device_when_storages_are_counted(monkeypat
     assert exact_device(torch.device("cuda")) == torch.device("cuda:1")
     assert exact_device(torch.device("cuda:0")) == torch.device("cuda:0")
     assert exact_device(torch.device("cpu")) == torch.device("cpu")
+
+
+def test_bench_run_states_a_backend_ratio_only_where_its_rounds_are_apart_from_the_fastest():
+    from bench.commands import summary
+
+    def rows(attn, rates, tokens=65):
+        return [{"run_id": f"{attn}{tokens}", "attn": attn, "tokens": tokens, "batch_size": 8, "dtype": "fp32",
+                 "mode": "infer", "status": "ok", "throughput_img_s": r, "peak_mem_mb": 10.0, "gmacs": 1.0,
+                 "mfu": 0.1, "contended": 0} for r in rates]
+
+    table = summary(rows("sdpa", [100, 101, 102]) + rows("bmm", [90, 91, 92]) + rows("loop", [95, 101, 110])
+                    + rows("bmm", [50, 51], tokens=197) + rows("sdpa", [60, 61], tokens=197)
+                    + rows("einops", [7.0, 7.5, 8.0], tokens=785))
+    said = dict(zip(table["attn"] + "@" + table["tokens"].astype(str), table["vs fastest"]))
+    assert said["sdpa@65"] == "fastest"
+    assert said["bmm@65"] == f"×{91 / 101:.2f} of sdpa"                       # quartiles apart: a ratio
+    assert said["loop@65"] == "same within noise (IQRs overlap) of sdpa"      # quartiles overlap: no winner
+    assert said["bmm@197"] == "not compared (fewer than 3 measurements on a side) of sdpa"
+    assert said["einops@785"] == "—"                                          # nothing to compare with
+    assert table.set_index("attn").loc["loop", "img/s"] == "101 [98, 105.5]"
+
+
+def test_bench_run_refuses_rounds_below_one_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "bench", "run", "--rounds", "0", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and "--rounds must be a positive integer, got '0'" in done.stderr
+    assert not (tmp_path / "bench").exists()

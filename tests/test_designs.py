@@ -314,7 +314,9 @@ def test_tensorboard_events_read_back_equal_the_history_rows(tmp_path):
     run_sweep("tb", spec.points(8, 1, 10), dataclasses.replace(options(tmp_path / "out"), tensorboard=True))
     paths = SweepPaths.of(tmp_path / "out", "tb")
     row, history = read_table(paths.rows).iloc[0], read_table(paths.history)
-    events = EventAccumulator(str(tensorboard.folder(tmp_path / "out", "tb", row["run_id"]))).Reload()
+    where = tmp_path / "out" / "tensorboard" / "tb" / f"depth=1,lr=0.002,seed=0,{row['run_id']}"   # legend: setting, seed
+    assert tensorboard.written(tmp_path / "out", "tb", row["run_id"]) == [where]
+    events = EventAccumulator(str(where)).Reload()
     for column, tag in tensorboard.SCALARS.items():
         got = [(e.step, e.value) for e in events.Scalars(tag)]
         assert got == [(int(h["epoch"]), pytest.approx(float(h[column]), rel=1e-6)) for _, h in history.iterrows()], tag
@@ -345,8 +347,9 @@ def test_a_rerun_with_tensorboard_writes_the_events_of_runs_finished_without_the
     assert not (out / "tensorboard").exists()
     again = run_sweep("tb", spec.points(8, 1, 10), dataclasses.replace(options(out), tensorboard=True))
     assert again["skipped"] == 2                                                # nothing trained again
-    for run_id in rows["run_id"]:
-        assert any(tensorboard.folder(out, "tb", run_id).glob("events.out.tfevents.*")), run_id
+    for run_id, depth in zip(rows["run_id"], rows["depth"]):
+        (where,) = tensorboard.written(out, "tb", run_id)
+        assert where.name == f"depth={depth},seed=0,{run_id}" and any(where.glob("events.out.tfevents.*")), run_id
 
 
 def test_tensorboard_without_the_package_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):

@@ -1,4 +1,5 @@
-"""TENSORBOARD=1: one TensorBoard event folder per run, `<out>/tensorboard/<sweep>/<run_id>/`, written by the
+"""TENSORBOARD=1: one TensorBoard event folder per run, `<out>/tensorboard/<sweep>/<setting>,seed=<seed>,<run_id>/`
+(e.g. `pool=cls,seed=0,2750c29b5aca`, the name TensorBoard's legend shows), written by the
 driver from the run's recorded epochs once it finishes (so it needs no shared filesystem with Ray): per
 epoch the training loss, test loss and accuracy, validation loss and accuracy where there is a split, and
 the learning rate; the run's model and recipe as hyperparameters with its final metrics. Needs the
@@ -7,6 +8,8 @@ the learning rate; the run's model and recipe as hyperparameters with its final 
 from __future__ import annotations
 
 import dataclasses
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +34,16 @@ def available() -> str:
     return ""
 
 
-def folder(out: str | Path, sweep: str, run_id: str) -> Path:
-    return Path(out) / "tensorboard" / sweep / run_id
+def folder(out: str | Path, sweep: str, run_id: str, label: str = "", seed: Any = None) -> Path:
+    """The run's event folder: named by its setting and seed, then its run id (which alone keeps it unique)."""
+    name = ",".join(p for p in (label.replace(", ", ","), "" if seed is None else f"seed={seed}", run_id) if p)
+    return Path(out) / "tensorboard" / sweep / re.sub(r"[^A-Za-z0-9=.,_+-]", "", name)
+
+
+def written(out: str | Path, sweep: str, run_id: str) -> list[Path]:
+    """The run's event folders already there, whatever setting they were named by."""
+    root = Path(out) / "tensorboard" / sweep
+    return [p for p in root.glob(f"*{run_id}") if p.is_dir() and (p.name == run_id or p.name.endswith(f",{run_id}"))]
 
 
 def _plain(value: Any) -> Any:
@@ -41,14 +52,13 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (int, float, str, bool)) else str(value)
 
 
-def write_run(out: str | Path, row: dict[str, Any], history: list[dict[str, Any]]) -> Path:
-    """The run's event folder (replaced if a rerun writes it again)."""
-    import shutil
-
+def write_run(out: str | Path, row: dict[str, Any], history: list[dict[str, Any]], label: str = "") -> Path:
+    """The run's event folder (replaced if a rerun writes it again). `label`: its setting ("pool='cls'")."""
     from torch.utils.tensorboard import SummaryWriter
 
-    where = folder(out, str(row["sweep"]), str(row["run_id"]))
-    shutil.rmtree(where, ignore_errors=True)
+    for old in written(out, str(row["sweep"]), str(row["run_id"])):
+        shutil.rmtree(old, ignore_errors=True)
+    where = folder(out, str(row["sweep"]), str(row["run_id"]), label, row.get("seed"))
     with SummaryWriter(log_dir=str(where)) as writer:
         for epoch in history:
             for column, tag in SCALARS.items():

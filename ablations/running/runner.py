@@ -93,6 +93,7 @@ class _Share:
     resumable: int = 0
     statuses: dict[str, int] = dataclasses.field(default_factory=dict)
     starved: list[float] = dataclasses.field(default_factory=list)  # train_util_pct of runs that got too little CPU
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> its point's label
 
     def summary(self) -> dict[str, Any]:
         return {"sweep": self.sweep, "planned": self.planned, "skipped": self.skipped,
@@ -137,7 +138,7 @@ def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int) ->
     done = store.finished_ids(paths)
     todo = [t for t in tasks if t.run_id not in done]
     share = _Share(sweep, points, options, paths, len(tasks), len(tasks) - len(todo), todo,
-                   [t.run_id for t in tasks])
+                   [t.run_id for t in tasks], labels={t.run_id: t.point.label for t in tasks})
     share.stale = preflight(paths, todo, jobs) if todo else 0
     if todo:
         _warn_other_experiment(paths, todo[0])
@@ -162,14 +163,14 @@ def _events_of_finished_runs(share: _Share) -> None:
         return
     mine = set(share.run_ids)
     ok = table[(table["status"] == "ok") & table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
-    missing = [r for _, r in ok.iterrows() if not tensorboard.folder(share.options.out, share.sweep, str(r["run_id"])).exists()]
+    missing = [r for _, r in ok.iterrows() if not tensorboard.written(share.options.out, share.sweep, str(r["run_id"]))]
     if not missing:
         return
     history = read_table(share.paths.history) if share.paths.history.exists() else pd.DataFrame(columns=["run_id"])
     for row in missing:
         epochs = history[history["run_id"].astype(str) == str(row["run_id"])]
         tensorboard.write_run(share.options.out, {**row.to_dict(), "sweep": share.sweep},
-                              [e.to_dict() for _, e in epochs.iterrows()])
+                              [e.to_dict() for _, e in epochs.iterrows()], share.labels.get(str(row["run_id"]), ""))
     print(f"tensorboard: events of {len(missing)} finished run(s) of {share.sweep} written", file=sys.stderr)
 
 
@@ -232,7 +233,8 @@ def _keep(outcome: Outcome, share: _Share) -> None:
     """Record a run in its sweep's folder (`store.record`), and its TensorBoard events where asked for."""
     record(outcome, share.paths)
     if share.options.tensorboard and outcome.row.get("status") == "ok":
-        tensorboard.write_run(share.options.out, outcome.row, outcome.history)
+        tensorboard.write_run(share.options.out, outcome.row, outcome.history,
+                              share.labels.get(str(outcome.row.get("run_id")), ""))
 
 
 def _reuse_finished(share: _Share) -> None:

@@ -291,6 +291,38 @@ def test_the_sweep_figure_is_a_readable_grid_with_honest_axes(tmp_path, values, 
     assert bool(joined) == numeric                                        # categories are points, not a trend
 
 
+def test_sixteen_log_spaced_values_get_tick_labels_that_do_not_run_into_each_other(tmp_path):
+    import ablations.analysis.figures as figs
+    from ablations.analysis.findings import setting_rows
+
+    ten_points_apart(tmp_path)
+    rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
+    two = setting_rows(analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, None))
+    lrs = [float(v) for v in np.logspace(-4, -1, 16)]
+    settings = [{**two[i % 2], "value": lr} for i, lr in enumerate(lrs)]
+    captured = {}
+    real_save = figs.save
+    figs.save = lambda fig, path: captured.setdefault("fig", fig) or real_save(fig, path)
+    try:
+        figs.sweep_figure(settings, tmp_path / "lr.png", "peak learning rate", device="cpu (test cpu)")
+    finally:
+        figs.save = real_save
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = captured["fig"]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    fig.savefig(tmp_path / "lr-drawn.png")
+    drawn = [ax for ax in fig.axes if ax.has_data()]     # panels with nothing measured are blank
+    assert len(drawn) >= 3
+    for ax in drawn:
+        labels = [t for t in ax.get_xticklabels() if t.get_text()]
+        assert len(ax.get_xticks()) == 16 and len(labels) >= 3
+        boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [(t.get_text(), b.x0, b.x1) for t, b in zip(labels, boxes)]
+        assert labels[0].get_text() == "0.0001"
+
+
 def test_cost_rounds_taken_under_load_are_left_out_so_a_loaded_speedup_is_not_reported(tmp_path):
     ten_points_apart(tmp_path)
     # two equally fast settings; rounds 1, 2 and 3 of depth=1 ran while another process held the machine

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 DPI = 150  # a figure 10 in wide is 1,500 px: sharp where a README or a paper shows it ~800 px wide
@@ -29,10 +30,14 @@ def save(fig, path: Path) -> Path:
 
 
 def log_axis(ax, which: str = "y") -> None:
-    """Log scale with 1-2-5 plain-number labels and no minor labels (they collide on short axes)."""
+    """Log scale with 1-2-5 plain-number labels (1-1.5-2-3-5-7 on an axis under a decade, set after the data
+    are drawn) and no minor labels (they collide on short axes)."""
     getattr(ax, f"set_{which}scale")("log")
     axis = ax.xaxis if which == "x" else ax.yaxis
-    axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    low, high = (ax.get_xlim() if which == "x" else ax.get_ylim())
+    short = low > 0 and high / low < 10     # under a decade: 1-2-5 would label one or two ticks
+    axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if short
+                                                        else (1.0, 2.0, 5.0)))
     axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
@@ -101,15 +106,31 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> P
                 ax.set_ylim(bottom=0, top=1.08 * np.nanmax(high if np.isfinite(high).any() else centre))
         ax.margins(x=0.12)
         ax.set_title(ylabel, fontsize=10)
-        ax.set_xticks(x, labels=[str(v) for v in values])
         if numeric and len(x) > 1 and min(x) > 0 and max(x) / min(x) >= 8:
             ax.set_xscale("log")
-            ax.set_xticks(x, labels=[str(v) for v in values])
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel(axis_label, fontsize=9)
         ax.grid(alpha=0.3)
     fig.suptitle(f"{label} sweep on {device}", fontsize=11)
+    _value_ticks(fig, [ax for ax in axes.flat if ax.has_data()], x, values)
     return save(fig, path)
+
+
+def _value_ticks(fig, axes, x: list, values: list) -> None:
+    """A tick at every setting on each panel, labelled (floats to 3 significant digits) at every k-th, k the
+    least for which no two labels run into each other once drawn at the figure's size."""
+    text = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in values]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.tight_layout()
+    for step in range(1, len(text) + 1):
+        shown = [t if i % step == 0 else "" for i, t in enumerate(text)]
+        for ax in axes:
+            ax.set_xticks(x, labels=shown)
+        fig.draw(renderer)
+        boxes = [sorted((t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()),
+                        key=lambda b: b.x0) for ax in axes]
+        if all(a.x1 + 2 < b.x0 for row in boxes for a, b in zip(row, row[1:])):
+            return
 
 
 def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path: Path,
@@ -267,8 +288,9 @@ def attention_grid(images: torch.Tensor, maps: list[torch.Tensor], titles: list[
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
+    fig.subplots_adjust(top=1 - 0.55 / fig.get_figheight())   # the column titles just under the figure's title
     fig.colorbar(shown, ax=axes, fraction=0.025, pad=0.02, label="attention (share of the row)")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(title, fontsize=10, y=1 - 0.1 / fig.get_figheight(), va="top")
     fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
 
@@ -307,8 +329,8 @@ def grid_heatmaps(cells: pd.DataFrame, a: str, b: str, path: Path, title: str) -
     per cell with columns a, b, acc_mean, acc_low, acc_high, gmacs, train_img_s."""
     panels = [("test accuracy (%)", "acc_mean", "viridis"), ("GMACs per image", "gmacs", "mako"),
               ("training throughput (img/s)", "train_img_s", "rocket")]
-    fig, axes = subplots(1, 3, figsize=(13.5, 0.9 * cells[a].nunique() + 2.6))
-    for ax, (label, column, cmap) in zip(axes, panels):
+    fig, axes = subplots(3, 1, figsize=(6.5, 3 * (0.75 * cells[a].nunique() + 1.4) + 0.6))   # stacked: the
+    for ax, (label, column, cmap) in zip(axes, panels):                                        # cells' text stays legible
         table = cells.pivot(index=a, columns=b, values=column)
         values = table.to_numpy(dtype=float) * (100 if column == "acc_mean" else 1)
         if not np.isfinite(values).any():
@@ -325,9 +347,9 @@ def grid_heatmaps(cells: pd.DataFrame, a: str, b: str, path: Path, title: str) -
         if column == "acc_mean":  # colours over the intervals' whole span: a gap inside the noise looks small
             span = {"vmin": float(np.nanmin(low)), "vmax": float(np.nanmax(high))}
         sns.heatmap(pd.DataFrame(values, index=table.index, columns=table.columns), annot=notes, fmt="", cmap=cmap,
-                    ax=ax, cbar=True, annot_kws={"fontsize": 8}, **span)
+                    ax=ax, cbar=True, annot_kws={"fontsize": 9}, **span)
         ax.set_title(label, fontsize=10)
         ax.set_xlabel(b)
         ax.set_ylabel(a)
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(textwrap.fill(title, 75), fontsize=11)
     return save(fig, path)

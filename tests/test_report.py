@@ -255,6 +255,20 @@ def test_reused_runs_are_marked_and_their_wall_time_not_compared(tmp_path):
     assert "**Best: depth=2**" in text  # the accuracy verdict is unaffected: the same run_id is the same result
 
 
+def sweep_figure_drawn(settings: list[dict], path, label: str):
+    """`figures.sweep_figure`'s Figure object, as it was saved."""
+    import ablations.analysis.figures as figs
+
+    captured = {}
+    real_save = figs.save
+    figs.save = lambda fig, where: captured.setdefault("fig", fig) or real_save(fig, where)
+    try:
+        figs.sweep_figure(settings, path, label, device="cpu (test cpu)")
+    finally:
+        figs.save = real_save
+    return captured["fig"]
+
+
 @pytest.mark.parametrize("values,numeric", [([1, 2], True), (["pre", "post"], False)])
 def test_the_sweep_figure_is_a_readable_grid_with_honest_axes(tmp_path, values, numeric):
     import ablations.analysis.figures as figs
@@ -269,14 +283,7 @@ def test_the_sweep_figure_is_a_readable_grid_with_honest_axes(tmp_path, values, 
         s["value"] = v
     m = settings[0]["mem"]
     settings[1]["mem"] = dataclasses.replace(m, median=m.median + 0.002, q1=m.q1 + 0.002, q3=m.q3 + 0.002)
-    captured = {}
-    real_save = figs.save
-    figs.save = lambda fig, path: captured.setdefault("fig", fig) or real_save(fig, path)
-    try:
-        figs.sweep_figure(settings, tmp_path / "d.png", "depth (blocks)", device="cpu (test cpu)")
-    finally:
-        figs.save = real_save
-    fig = captured["fig"]
+    fig = sweep_figure_drawn(settings, tmp_path / "d.png", "depth (blocks)")
     axes = fig.axes
     assert len(axes) == 6 and axes[0].get_subplotspec().get_geometry()[:2] == (2, 3)
     assert {ax.get_xlabel() for ax in axes} == {"depth (blocks)"}
@@ -292,7 +299,6 @@ def test_the_sweep_figure_is_a_readable_grid_with_honest_axes(tmp_path, values, 
 
 
 def test_sixteen_log_spaced_values_get_tick_labels_that_do_not_run_into_each_other(tmp_path):
-    import ablations.analysis.figures as figs
     from ablations.analysis.findings import setting_rows
 
     ten_points_apart(tmp_path)
@@ -300,16 +306,9 @@ def test_sixteen_log_spaced_values_get_tick_labels_that_do_not_run_into_each_oth
     two = setting_rows(analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, None))
     lrs = [float(v) for v in np.logspace(-4, -1, 16)]
     settings = [{**two[i % 2], "value": lr} for i, lr in enumerate(lrs)]
-    captured = {}
-    real_save = figs.save
-    figs.save = lambda fig, path: captured.setdefault("fig", fig) or real_save(fig, path)
-    try:
-        figs.sweep_figure(settings, tmp_path / "lr.png", "peak learning rate", device="cpu (test cpu)")
-    finally:
-        figs.save = real_save
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    fig = captured["fig"]
+    fig = sweep_figure_drawn(settings, tmp_path / "lr.png", "peak learning rate")
     renderer = FigureCanvasAgg(fig).get_renderer()
     fig.draw(renderer)
     fig.savefig(tmp_path / "lr-drawn.png")

@@ -360,3 +360,19 @@ def test_bad_jobs_or_threads_are_one_line_and_exit_2_before_any_work(tmp_path, a
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_preset_auto_says_which_model_and_augmentation_it_stands_for(tmp_path, capsys):
+    from vit import VisionTransformer
+
+    assert ablations_main(["sweep", "depth", "--dataset", "digits", "--dry-run", "--out", str(tmp_path)]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("model: preset auto")]
+    cfg = PRESETS["vit_digits"].replace(img_size=8, in_chans=1, num_classes=10)
+    params = sum(p.numel() for p in VisionTransformer(cfg).parameters())
+    assert said == [f"model: preset auto is vit_digits at 8 px (digits): patch {cfg.patch_size}, width {cfg.embed_dim}, "
+                    f"depth {cfg.depth}, {cfg.num_heads} heads, {cfg.stem} stem, {params:,} parameters, before each "
+                    f"sweep's own changes; trained with random crops padded 1 px and no flips (the dataset's default; "
+                    f"--set crop_padding=N, --set flip=true|false change them)"]
+    assert ablations_main(["sweep", str(write_spec(tmp_path / "d.toml", "depth", "[1]")), "--dataset", "digits",
+                           "--dry-run", "--out", str(tmp_path)]) == 0
+    assert "preset auto" not in capsys.readouterr().err      # a named preset needs no such line

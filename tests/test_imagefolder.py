@@ -255,6 +255,9 @@ def test_predict_on_an_image_folder_run_needs_no_folder_its_normalisation_is_in_
 
     root = write_folder(tmp_path / "images", per_class=(6, 2))
     expected = load_dataset("imagefolder", root)
+    first = root / "train" / expected.classes[0]
+    (first / "notes.txt").write_text("not an image\n")      # not read, and said so
+    (first / "more").mkdir()
     spec = tmp_path / "f.toml"
     spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1]\n[model]\npreset = "vit_cifar"\nembed_dim = 16\n'
                     'num_heads = 2\n[train]\nepochs = 1\n')
@@ -263,7 +266,9 @@ def test_predict_on_an_image_folder_run_needs_no_folder_its_normalisation_is_in_
                  "--out", str(out), "--cost-rounds", "0"]) == 0
     said = capsys.readouterr().err   # what was loaded, in one line
     assert (f"imagefolder {root}: {len(expected.train_y)} training and {len(expected.test_y)} test images, "
-            f"{len(expected.classes)} classes ({', '.join(expected.classes)}), read at 32 px") in said
+            f"{len(expected.classes)} classes ({', '.join(expected.classes)}), read at 32 px; 2 other entries in the "
+            f"class folders not read (not an image by its suffix, or a folder): train/{expected.classes[0]}/more, "
+            f"train/{expected.classes[0]}/notes.txt") in said
     run_id = str(read_table(SweepPaths.of(out, "f").rows)["run_id"].iloc[0])
     shutil.rmtree(root)
     loaded = load_run(out, run_id, data_root=root)

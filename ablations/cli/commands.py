@@ -107,9 +107,32 @@ def _say_what_was_loaded(args: argparse.Namespace, data) -> None:
     their own data as the runs will."""
     if args.dataset != "imagefolder":
         return
+    from ablations.training.data import imagefolder_skipped
+
     classes = ", ".join(data.classes[:8]) + (f", … ({len(data.classes)} in all)" if len(data.classes) > 8 else "")
+    left = imagefolder_skipped(args.data_root)
+    named = ", ".join(str(Path(f).relative_to(Path(args.data_root))) for f in left[:3]) + (", …" if len(left) > 3 else "")
     print(f"imagefolder {args.data_root}: {len(data.train_y):,} training and {len(data.test_y):,} test images, "
-          f"{len(data.classes)} classes ({classes}), read at {data.img_size} px", file=sys.stderr)
+          f"{len(data.classes)} classes ({classes}), read at {data.img_size} px"
+          + (f"; {len(left)} other entr{'y' if len(left) == 1 else 'ies'} in the class folders not read (not an "
+             f"image by its suffix, or a folder): {named}" if left else ""), file=sys.stderr)
+
+
+def _say_what_auto_is(data, presets: list[str]) -> None:
+    """preset = "auto" (the default of every built-in sweep and of train): one line naming the base model it
+    stands for at this dataset's image size, and the augmentation the dataset trains with by default."""
+    if "auto" not in presets:
+        return
+    from vit import PRESETS, VisionTransformer
+
+    name = base_preset(data.img_size)
+    cfg = PRESETS[name].replace(img_size=data.img_size, in_chans=data.in_chans, num_classes=data.num_classes)
+    params = sum(p.numel() for p in VisionTransformer(cfg).parameters())
+    crops = f"random crops padded {data.crop_padding} px" if data.crop_padding else "no random crops"
+    print(f"model: preset auto is {name} at {data.img_size} px ({data.name}): patch {cfg.patch_size}, width "
+          f"{cfg.embed_dim}, depth {cfg.depth}, {cfg.num_heads} heads, {cfg.stem} stem, {params:,} parameters, before "
+          f"each sweep's own changes; trained with {crops} and {'horizontal flips' if data.flip else 'no flips'} "
+          f"(the dataset's default; --set crop_padding=N, --set flip=true|false change them)", file=sys.stderr)
 
 
 def _fetch_pretrained(args: argparse.Namespace) -> None:
@@ -263,6 +286,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         specs = [dataclasses.replace(s, model_overrides={**s.model_overrides, **model_changes}) for s in specs]
         data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
         _say_what_was_loaded(args, data)
+        _say_what_auto_is(data, [spec.preset for spec in specs])
         plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes,
                                    {**_train_changes(args), **train_changes}))
                  for s in specs]  # every point of every sweep validated before any training
@@ -465,6 +489,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         _check_device(args)
         data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
         _say_what_was_loaded(args, data)
+        _say_what_auto_is(data, [args.preset])
         args.preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
         spec = SweepSpec.one_run("train", args.preset, model_changes, train_changes)
         points = spec.points(data.img_size, data.in_chans, data.num_classes)

@@ -442,6 +442,17 @@ def imagefolder_files(root: Path) -> list[Path]:
     return [f for split in splits for name in classes if (split / name).is_dir() for f in _image_files(split / name)]
 
 
+def imagefolder_skipped(root: Path) -> list[Path]:
+    """What lies in an image folder's class folders but is not read: files without an image suffix
+    (`IMAGE_SUFFIXES`: notes, .DS_Store, .svg) and folders nested inside a class."""
+    splits = _splits(Path(root))
+    if splits is None:
+        return []
+    classes = _class_names(splits[0])
+    return sorted(f for split in splits for name in classes if (split / name).is_dir()
+                  for f in (split / name).iterdir() if f.is_dir() or f.suffix.lower() not in IMAGE_SUFFIXES)
+
+
 def folder_digest(root: Path) -> str:
     """sha256 of what an image folder's loader reads: each image file's path under `root` and its bytes, so
     two folders with the same names and sizes but other pixels or labels differ, and files the loader

@@ -423,7 +423,8 @@ def test_accuracy_against_compute_draws_one_front_per_dataset_and_budget(tmp_pat
 
     rows = []
     for sweep, dataset, epochs, accs in (("depth", "mnist5k", 20, {1: 0.97, 2: 0.98}),
-                                         ("mine", "imagefolder", 4, {1: 0.60, 2: 0.99})):
+                                         ("mine", "imagefolder", 4, {1: 0.60, 2: 0.99}),
+                                         ("seeds", "mnist5k", 20, {2: 0.985})):     # one setting, many seeds
         for depth, acc in accs.items():
             for seed in range(3):
                 rows.append({"run_id": hexid(f"{sweep}{depth}{seed}"), "sweep": sweep, "status": "ok", "seed": seed,
@@ -431,8 +432,10 @@ def test_accuracy_against_compute_draws_one_front_per_dataset_and_budget(tmp_pat
                              "gflops": 0.001 * depth, "dataset": dataset, "epochs": epochs, "test_size": 1000})
     figures = tmp_path / "figures"
     figures.mkdir()
-    text = "\n".join(_pareto_section(pd.DataFrame(rows), {"depth": "depth", "mine": "depth"}, figures, tmp_path))
+    text = "\n".join(_pareto_section(pd.DataFrame(rows), {"depth": "depth", "mine": "depth", "seeds": "depth"},
+                                     figures, tmp_path))
     assert "**mnist5k, 20 epochs**" in text and "**imagefolder, 4 epochs**" in text
+    assert "Left out: seeds (one setting each: nothing to trade off)." in text and "seeds depth=" not in text
     assert (figures / "pareto.png").exists() and (figures / "pareto-2.png").exists()
     fronts = {part.split("**", 1)[0]: part.split("**", 1)[1].split("![")[0]
               for part in text.split("\n**")[1:]}

@@ -585,6 +585,12 @@ def _pareto_section(all_rows: pd.DataFrame, factors: dict[str, str], figures: Pa
     lines = ["## accuracy against compute", ""]
     if settings.empty:
         return lines + ["_No finished runs to place._", ""]
+    single = [name for name, g in settings.groupby("sweep", sort=False) if len(g) == 1]
+    if single:   # one setting trades nothing off; its point is drawn by the sweeps that vary it
+        settings = settings[~settings["sweep"].isin(single)]
+        lines += [f"Left out: {', '.join(single)} (one setting each: nothing to trade off).", ""]
+    if settings.empty:
+        return lines
     groups = sorted(settings.groupby(["dataset", "budget"], sort=False), key=lambda kv: (-len(kv[1]), kv[0]))
     if len(groups) > 1:
         lines += [f"The sweeps cover {len(groups)} datasets or training budgets ("

@@ -550,3 +550,12 @@ def test_an_ok_row_with_a_blank_test_accuracy_keeps_its_sweep_section_and_the_pa
     text = build_report(tmp_path).read_text()
     assert "could not be built" not in text
     assert "**Best: depth=2** at 94.50 [" in text and "Pareto front" in text
+
+
+def test_a_sweep_with_one_setting_makes_no_cost_comparison_with_itself(tmp_path):
+    for seed in range(3):
+        write_run(tmp_path, 1, seed, mask(range(20 + seed)))
+    text = build_report(tmp_path).read_text()
+    section = text.split("## depth")[1].split("\n## ")[0]
+    assert "\n| 1 | 3 | " in section                           # the setting's row: depth 1, 3 seeds
+    assert "From depth=1 to depth=1" not in section and "GMACs ×" not in section

@@ -419,6 +419,13 @@ def _seeds(path: Path, sweep: dict) -> tuple[int, ...] | AutoSeeds | None:
     return seeds
 
 
+def spec_of_table(beside: Path, name: str) -> Path | None:
+    """The spec that wrote sweep `name`'s table: the copy kept beside it (`beside`, written for a spec from
+    outside ablations/sweeps/; it wins), else the shipped ablations/sweeps/<name>.toml, else None."""
+    shipped = SPEC_DIR / f"{name}.toml"
+    return beside if beside.exists() else shipped if shipped.exists() else None
+
+
 def find_spec(name: str, spec_dir: Path = SPEC_DIR) -> Path:
     path = Path(name)
     if path.suffix == ".toml":

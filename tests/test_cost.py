@@ -374,6 +374,22 @@ def test_make_cost_measures_an_out_trained_without_a_cost_phase_and_the_report_s
     assert "no finished run under" in capsys.readouterr().err
 
 
+def test_make_cost_times_only_the_points_of_the_experiment_the_report_shows(tmp_path, capsys):
+    """A table holding an older experiment (1 epoch) and the newest (2 epochs): the report shows the newest,
+    and `cost` times its points alone."""
+    from ablations.__main__ import main
+
+    spec = write_spec(tmp_path / "cs.toml", "depth", "[1, 2]", "embed_dim = 16\nnum_heads = 2",
+                      "epochs = 1\nbatch_size = 256")
+    out = tmp_path / "out"
+    common = [str(spec), "--dataset", "digits", "--seeds", "0", "--out", str(out), "--cost-budget", "0"]
+    assert main(["sweep", *common]) == 0
+    assert main(["sweep", *common, "--epochs", "2"]) == 0
+    capsys.readouterr()
+    assert main(["cost", "--out", str(out), "--cost-rounds", "3"]) == 0
+    assert "2 point(s) measured, 4 row(s) given their speed" in capsys.readouterr().out   # a model's speed fills both
+
+
 def test_make_cost_fills_every_speed_column_a_sweeps_own_phase_fills(tmp_path, capsys):
     from ablations.__main__ import main
     from ablations.results.schema import ABLATION_COLUMNS

@@ -21,7 +21,7 @@ from ablations.results import plans as design_plans
 from ablations.results.experiments import differences, latest_rows, newest_experiment
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, latest_cost_phase, ok_rows, sweep_names
-from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec
+from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
 from ablations.training.data import load_dataset
 from bench.contention import CONTENDED_PCT
 from bench.io.csvio import collecting_skips, read_rows, skipped
@@ -442,13 +442,14 @@ def _specs(out: Path) -> dict[str, SweepSpec]:
     specs = {name: load_spec(SPEC_DIR / f"{name}.toml") for name in available_sweeps()}
     for name in sweep_names(out):
         paths = SweepPaths.of(out, name)
-        if paths.spec.exists():
+        source = spec_of_table(paths.spec, name)
+        if source == paths.spec:
             try:
                 specs[name] = load_spec(paths.spec, check_files=False)
             except SpecError as err:
                 skipped(f"{paths.spec}: {err}; the {name} sweep is left out")
                 specs.pop(name, None)
-        elif name not in specs and name != "train":
+        elif source is None and name != "train":
             skipped(f"{paths.rows}: no spec for the {name} sweep (neither {SPEC_DIR / (name + '.toml')} nor "
                     f"{paths.spec}); rerun the sweep from its TOML file to keep a copy beside the table")
     return specs

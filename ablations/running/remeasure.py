@@ -12,21 +12,23 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ablations.results.experiments import latest_rows, newest_experiment
 from ablations.results.migrate import check_rewritable, rewrite_table
 from ablations.results.schema import ABLATION_COLUMNS, read_table
 from ablations.results.store import SweepPaths, model_key, ok_rows, row_figures, sweep_lock, sweep_names
 from ablations.running.cost import CostPlan, run_cost_phases
-from ablations.specs import Point
+from ablations.specs import Point, SpecError, load_spec, spec_of_table
 from bench.env import environment
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
 
 def trained_points(out: Path) -> dict[str, list[Point]]:
-    """{sweep: one point per distinct model and recipe among its finished runs} under `out`."""
+    """{sweep: one point per distinct model and recipe among its finished runs} under `out`: of the newest
+    experiment of each sweep's table, the rows its report shows (`experiments.newest_experiment`)."""
     found: dict[str, list[Point]] = {}
     for sweep in sweep_names(out):
-        rows = ok_rows(read_table(SweepPaths.of(out, sweep).rows))
+        rows = _shown(SweepPaths.of(out, sweep), ok_rows(read_table(SweepPaths.of(out, sweep).rows)))
         points: dict[tuple, Point] = {}
         for _, row in rows.iterrows() if "run_id" in rows else ():
             model, recipe = ViTConfig.from_row(row), TrainConfig.from_row(row)
@@ -35,6 +37,19 @@ def trained_points(out: Path) -> dict[str, list[Point]]:
         if points:
             found[sweep] = list(points.values())
     return found
+
+
+def _shown(paths: SweepPaths, rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the table's newest experiment, by the varied factors of the spec that wrote it (all the
+    rows where no spec can be read: a `train` table)."""
+    source = spec_of_table(paths.spec, paths.rows.stem)
+    if source is None or rows.empty:
+        return rows
+    try:
+        varied = load_spec(source, check_files=False).varied
+    except SpecError:
+        return rows
+    return newest_experiment(latest_rows(rows), varied)[0] if set(varied) <= set(rows.columns) else rows
 
 
 def fill_rows(path: Path, phase: pd.DataFrame, device_name: str | None = None) -> tuple[int, int]:

@@ -134,7 +134,7 @@ bench-speed: $(STAMP)
 
 # the training step alone, eager against static buffers (a CUDA graph on CUDA), interleaved rounds
 bench-step: $(STAMP)
-	$(PY) -m ablations.stepbench $(call opt,--device,$(DEVICE)) $(ARGS)
+	$(PY) -m ablations stepbench $(call opt,--device,$(DEVICE)) $(ARGS)
 
 # the report's test against known answers: A/A trials (false-positive rate against α, p-value distribution)
 # and planted 0.5- and 1-point differences (power), from the saved predictions of the runs under FROM (no
@@ -143,7 +143,7 @@ FROM ?= results/reference
 TRAIN ?=
 CALIBRATE_ARGS ?=
 calibrate: $(STAMP)
-	$(PY) -m ablations.calibrate $(if $(filter 1 yes true,$(TRAIN)),--train,--from '$(FROM)') --out '$(OUT)' $(INTO_REF) $(CALIBRATE_ARGS)
+	$(PY) -m ablations calibrate $(if $(filter 1 yes true,$(TRAIN)),--train,--from '$(FROM)') --out '$(OUT)' $(INTO_REF) $(CALIBRATE_ARGS)
 
 # the harness on synthetic tasks whose answers are known (positions needed, identical backends, shuffled
 # labels, a planted difference): runs through `sweep`, checks the report's analysis; exits 1 on a miss

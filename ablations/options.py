@@ -139,6 +139,9 @@ RUN = (
 )
 
 
+COST_FLAGS = ("--out", "--device", "--cost-rounds", "--cost-budget", "--graphs", "--into-reference")  # of `cost`
+
+
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
     for option in options:
         option.add_to(parser)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from helpers import naive_bootstrap_p
 
+from ablations.__main__ import main as ablations_main
 from ablations.analysis import calibrate as cal
 from ablations.analysis.calibrate import Rate, calibrate, compare_pairs, draw_groups, saved_pool, with_label_noise
 from ablations.analysis.report import REFERENCE
@@ -82,7 +83,8 @@ def test_planting_takes_exactly_delta_from_each_run():
 
 
 def test_the_summary_reports_the_rate_with_its_interval_and_the_p_value_distribution(capsys, tmp_path):
-    assert cal.main(["--from", str(REFERENCE), "--trials", "40", "--design-trials", "20", "--out", str(tmp_path)]) == 0
+    assert ablations_main(["calibrate", "--from", str(REFERENCE), "--trials", "40", "--design-trials", "20",
+                           "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "false positives (A/A, α = 0.05)" in out and "p < 0.2" in out and "mean p" in out
     assert "power at 0.5 pt" in out and "power at 1 pt" in out and "[95 % interval" in out
@@ -99,11 +101,9 @@ def test_the_summary_reports_the_rate_with_its_interval_and_the_p_value_distribu
 def test_bad_input_is_one_line_and_exit_2_before_any_work(argv, message, tmp_path, capsys):
     (tmp_path / "empty" / "ablations").mkdir(parents=True)
     argv = [a.format(empty=tmp_path / "empty", ref=REFERENCE) for a in argv]
-    with pytest.raises(SystemExit) as exit_:
-        raise SystemExit(cal.main(argv + ([] if "--out" in argv else ["--out", str(tmp_path)])))
-    assert exit_.value.code == 2
+    assert ablations_main(["calibrate", *argv, *([] if "--out" in argv else ["--out", str(tmp_path)])]) == 2
     err = capsys.readouterr().err
-    assert message in err and err.strip().splitlines()[-1].count("error") == 1
+    assert message in err and err.count("\n") == 1 and err.startswith("error: ")
 
 
 def test_a_short_training_calibration_resumes_after_an_interruption(tmp_path, monkeypatch):
@@ -146,10 +146,10 @@ def test_calibrate_out_that_is_a_file_is_refused_before_any_trial(tmp_path, caps
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder\n")
     t0 = time.perf_counter()
-    with pytest.raises(SystemExit) as exit_:
-        calibrate.main(["--from", str(calibrate.CHECKOUT_REFERENCE), "--out", str(blocker), "--trials", "400"])
+    status = ablations_main(["calibrate", "--from", str(calibrate.CHECKOUT_REFERENCE), "--out", str(blocker),
+                             "--trials", "400"])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and f"{blocker} is a file" in err and "Traceback" not in err
+    assert status == 2 and f"{blocker} is a file" in err and err.count("\n") == 1
     assert time.perf_counter() - t0 < 5 and blocker.read_text() == "not a folder\n"
 
 

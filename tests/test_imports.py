@@ -107,7 +107,7 @@ INNER = {
     "ablations": {"choices": ("vocabulary", 0), "options": ("vocabulary", 0), "specs": ("vocabulary", 0),
                   "results": ("results", 1), "training": ("training", 1),
                   "running": ("running", 2), "analysis": ("analysis", 2),
-                  "cli": ("cli", 3), "__main__": ("cli", 3), "calibrate": ("cli", 3), "stepbench": ("cli", 3)},
+                  "cli": ("cli", 3), "__main__": ("cli", 3)},
     "bench": {"io": ("io", 0), "choices": ("io", 0), "training": ("training", 1)},  # the rest: measurement, 2
 }
 

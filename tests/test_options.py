@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ablations.__main__ import main as ablations_main
-from ablations.options import run_options
+from ablations.options import COST_FLAGS, run_options
 from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
 from ablations.running.executors import ExecutorOptions
 
@@ -30,7 +30,8 @@ def make_line(target: str, *assignments: str) -> str:
     done = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed-test", target, *assignments],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    return next(line for line in done.stdout.splitlines() if " -m ablations " in line)
+    lines = done.stdout.replace("\\\n", " ").splitlines()      # a recipe continued over lines is one command
+    return next(line for line in lines if " -m ablations " in line)
 
 
 def makefile_run_variables() -> list[str]:
@@ -73,6 +74,24 @@ def test_the_makefile_passes_every_declared_flag_from_its_variable_and_the_parse
     for o in OPTIONS:
         expected = True if o.switch else (o.type or str)(SAMPLE[o.flag])
         assert parsed[o.dest] == expected, o.flag
+
+
+def test_the_cost_target_passes_exactly_the_flags_the_cost_command_declares():
+    """`cost` takes a declared subset of the run options (options.COST_FLAGS): the parser builds it from that
+    list and `make cost` passes each of them from its variable, nothing else."""
+    by_flag = {o.flag: o for o in OPTIONS}
+    line = make_line("cost", *(f"{by_flag[f].make}={'1' if by_flag[f].switch else SAMPLE[f]}" for f in COST_FLAGS))
+    argv = shlex.split(line.split(" -m ablations ", 1)[1])
+    assert argv[0] == "cost" and sorted(a for a in argv if a.startswith("--")) == sorted(COST_FLAGS)
+    parsed = {}
+    import ablations.cli.commands as commands
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(commands, "cmd_cost", lambda args: parsed.update(vars(args)) or 0)
+        assert ablations_main(argv) == 0
+    for flag in COST_FLAGS:
+        o = by_flag[flag]
+        assert parsed[o.dest] == (True if o.switch else (o.type or str)(SAMPLE[flag])), flag
 
 
 def test_empty_makefile_variables_leave_the_programs_defaults():

@@ -17,6 +17,7 @@ from helpers import run_cost_phase, run_sweep
 from test_data import write_idx
 from torch import nn
 
+from ablations.cli.parser import build, main
 from ablations.results.schema import read_table
 from ablations.running.cost import CostPlan
 from ablations.running.tasks import RunOptions
@@ -348,8 +349,9 @@ def test_every_row_has_the_utilisation_and_mfu_of_training(tmp_path):
 
 
 def test_the_step_benchmark_times_both_steps_in_interleaved_rounds(capsys):
-    spreads = stepbench.main(["--preset", "vit_digits", "--dataset", "digits", "--batch-size", "16", "--rounds", "3",
-                              "--min-time", "0", "--device", "cpu"])
+    spreads = stepbench.run(build().parse_args(["stepbench", "--preset", "vit_digits", "--dataset", "digits",
+                                                "--batch-size", "16", "--rounds", "3", "--min-time", "0",
+                                                "--device", "cpu"]))
     assert set(spreads) == {"eager", "static"}
     assert all(s.n == 3 and 0 < s.q1 <= s.median <= s.q3 for s in spreads.values())
     out = capsys.readouterr().out
@@ -362,9 +364,9 @@ def test_the_step_benchmark_times_both_steps_in_interleaved_rounds(capsys):
                                            (["--preset", "vit_mnist"], "img_size=8 is not divisible by patch_size=7")])
 def test_the_step_benchmark_refuses_bad_input_before_building_anything(args, message, capsys, monkeypatch):
     monkeypatch.setattr(stepbench, "build_steps", lambda *a: pytest.fail("built steps for bad input"))
-    with pytest.raises(SystemExit) as exit_info:
-        stepbench.main(["--preset", "vit_digits", "--dataset", "digits"] + args)
-    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert main(["stepbench", "--preset", "vit_digits", "--dataset", "digits"] + args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
 
 
 # CUDA only: `make test-gpu` ------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Calibration of the report's comparison against cases whose answer is known (`make calibrate`).
 
-    python -m ablations.calibrate --from results/reference [--trials 400] [--seeds 3]   # no training
-    python -m ablations.calibrate --train [--pairs 100] [--seeds 3] [--planted-pairs 30]  # trains on digits
+    python -m ablations calibrate --from results/reference [--trials 400] [--seeds 3]   # no training
+    python -m ablations calibrate --train [--pairs 100] [--seeds 3] [--planted-pairs 30]  # trains on digits
 
 **From saved predictions** (`--from OUT`: the regime the report speaks about, e.g. mnist5k at ~97 %).
 Every finished run under `OUT/ablations` with saved test predictions joins one pool per test set (the
@@ -28,7 +28,6 @@ Both print a summary and write `<out>/calibrate/calibration.csv` (one row per tr
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import io
 import sys
@@ -368,14 +367,10 @@ def calibrate(pairs: int, seeds: int, planted_pairs: int, label_noise: float, al
 # --- command line ----------------------------------------------------------------------------------
 
 def _saved_main(args, folder: Path) -> int:
-    try:
-        pool = saved_pool(Path(args.source))
-        if 2 * args.seeds > len(pool.correct):
-            raise ValueError(f"--seeds {args.seeds}: {args.seeds} vs {args.seeds} seeds need {2 * args.seeds} runs; "
-                             f"{args.source} has {len(pool.correct)} on one test set")
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    pool = saved_pool(Path(args.source))
+    if 2 * args.seeds > len(pool.correct):
+        raise ValueError(f"--seeds {args.seeds}: {args.seeds} vs {args.seeds} seeds need {2 * args.seeds} runs; "
+                         f"{args.source} has {len(pool.correct)} on one test set")
     n = pool.correct.shape[1]
     print(f"calibration from saved predictions: {len(pool.correct)} runs of {pool.dataset} ({n:,} test images, mean "
           f"accuracy {100 * pool.correct.mean():.2f} %) under {args.source} ({', '.join(pool.sweeps)}); one setting: "
@@ -430,56 +425,36 @@ def _train_main(args, folder: Path) -> int:
     return 0 if fp.low <= ALPHA else 1
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m ablations.calibrate") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--from", dest="source", metavar="OUT",
-                      help="calibrate on the saved predictions of the runs under OUT (default: this checkout's "
-                           "results/reference)")
-    mode.add_argument("--train", action="store_true", help="calibrate by training a small ViT on digits")
-    parser.add_argument("--seeds", type=int, default=3, help="runs per group, as the sweeps' seeds (default 3)")
-    parser.add_argument("--trials", type=int, default=400, help="--from: trials per case (default 400)")
-    parser.add_argument("--design-trials", type=int, default=200,
-                        help="--from: trials per case of the sequential design on one setting's seeds (default 200)")
-    parser.add_argument("--pairs", type=int, default=100, help="--train: A/A pairs (default 100)")
-    parser.add_argument("--planted-pairs", type=int, default=30, help="--train: pairs with a planted difference")
-    parser.add_argument("--label-noise", type=float, default=0.3,
-                        help="--train: share of training labels randomised in the planted setting (default 0.3)")
-    parser.add_argument("--out", default="results", help="writes <out>/calibrate/calibration.csv")
-    parser.add_argument("--into-reference", action="store_true",
-                        help="allow writing into a folder of committed reference results")
-    args = parser.parse_args(argv)
+def run(args) -> int:
+    """`python -m ablations calibrate` once its arguments are parsed (`ablations.cli.parser`): 0 when the
+    false-positive rate's interval reaches down to α, 1 when it does not. ValueError in one line for bad
+    input, before any trial."""
     if not args.train and args.source is None:
         if not CHECKOUT_REFERENCE.is_dir():
-            parser.error("pass --from OUT (a folder a sweep wrote) or --train: there is no results/reference here")
+            raise ValueError("pass --from OUT (a folder a sweep wrote) or --train: there is no results/reference here")
         args.source = str(CHECKOUT_REFERENCE)
     if args.seeds < MIN_SEEDS:
-        parser.error(f"--seeds must be ≥ {MIN_SEEDS}: a test needs the spread between seeds")
+        raise ValueError(f"--seeds must be ≥ {MIN_SEEDS}: a test needs the spread between seeds")
     for name in ("pairs", "trials", "design_trials"):
         if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be ≥ 1")
+            raise ValueError(f"--{name.replace('_', '-')} must be ≥ 1")
     if args.planted_pairs < 0 or not 0 < args.label_noise <= 1:
-        parser.error("--planted-pairs must be ≥ 0 and --label-noise in (0, 1]")
+        raise ValueError("--planted-pairs must be ≥ 0 and --label-noise in (0, 1]")
     message = refusal(args.out, args.into_reference)
     if message:
-        parser.error(message)
+        raise ValueError(message)
     folder = Path(args.out) / "calibrate"
     blocked = next((p for p in (Path(args.out), folder) if p.exists() and not p.is_dir()), None)
     if blocked is not None:   # said before any trial, not as a traceback after them all
-        parser.error(f"--out {args.out}: {blocked} is a file, and the calibration writes "
-                     f"{folder / 'calibration.csv'}; give a folder")
+        raise ValueError(f"--out {args.out}: {blocked} is a file, and the calibration writes "
+                         f"{folder / 'calibration.csv'}; give a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        parser.error(f"--out {args.out}: cannot create {folder} ({err.strerror})")
+        raise ValueError(f"--out {args.out}: cannot create {folder} ({err.strerror})") from None
     try:
         return _saved_main(args, folder) if args.source else _train_main(args, folder)
     except KeyboardInterrupt:
         kept = "; finished runs are kept and a rerun resumes" if args.train else ""
         print(f"\ninterrupted{kept}", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

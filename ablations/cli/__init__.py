@@ -1,9 +1,8 @@
 """`vitbench`: one command for the project's programs (installed by `pip install .`).
 
     vitbench sweep default --seeds 0        # python -m ablations sweep …  (also train, report, compare,
-                                            #   predict, cost, migrate, columns, known)
+                                            #   predict, cost, migrate, columns, known, calibrate, stepbench)
     vitbench bench run --preset vit_mnist   # python -m bench run …  (also convert-json, peak)
-    vitbench calibrate --trials 100         # python -m ablations.calibrate …
 
 Like the `python -m` forms it wraps, `--help` and a refused argument load no torch.
 """
@@ -14,10 +13,9 @@ import sys
 
 USAGE = """usage: vitbench COMMAND [ARGS]
 
-  sweep, train, report, compare, predict, cost, migrate, columns, known
+  sweep, train, report, compare, predict, cost, migrate, columns, known, calibrate, stepbench
                                                     as python -m ablations COMMAND (vitbench sweep --help)
   bench run | convert-json | peak                   as python -m bench COMMAND (vitbench bench --help)
-  calibrate                                         as python -m ablations.calibrate (vitbench calibrate --help)
 """
 
 
@@ -31,11 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
         bench_main(argv[1:], prog="vitbench bench")
         return 0
-    if argv[0] == "calibrate":
-        from ablations.analysis.calibrate import main as calibrate_main
-
-        return calibrate_main(argv[1:], prog="vitbench calibrate")
-    from ablations.__main__ import main as ablations_main
+    from ablations.cli.parser import main as ablations_main
 
     return ablations_main(argv, prog="vitbench")
 

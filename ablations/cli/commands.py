@@ -72,17 +72,20 @@ def _check_device(args: argparse.Namespace) -> None:
             print(f"note: {args.dtype} autocast on a CPU can be hundreds of times slower than fp32", file=sys.stderr)
 
 
+DERIVED = {"seeds", "cost", "init", "init_id", "graphs", "data_id", "progress", "point_seeds"}  # not copied as given
+
+
 def _options(args: argparse.Namespace, init: str, ident: str, seeds: tuple[int, ...] = DEFAULT_SEEDS) -> RunOptions:
-    """The runs' options from the command line; `ident`: the data's `data_id`, from the dataset the command
-    loaded (an image folder's names the bytes it parsed); `seeds`: the runs' seeds."""
+    """The runs' options from the command line: every `RunOptions` field named like a parsed option is
+    copied as given; `ident`: the data's `data_id`, from the dataset the command loaded (an image folder's
+    names the bytes it parsed); `seeds`: the runs' seeds."""
     init = args.init or init
     init_id = f"timm:{args.pretrained}" if args.pretrained else (checkpoint_id(init) if init else "")
-    return RunOptions(dataset=args.dataset, data_root=args.data_root, download=args.download, seeds=tuple(seeds),
-                      device=args.device, out=args.out, init=init, init_id=init_id,
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunOptions)
+             if f.name not in DERIVED and hasattr(args, f.name)}
+    return RunOptions(**given, seeds=tuple(seeds), init=init, init_id=init_id,
                       cost=CostPlan(rounds=0 if args.cost_budget == 0 else args.cost_rounds, budget_s=args.cost_budget),
-                      checkpoint_every=args.checkpoint_every,
-                      graphs=bool(args.graphs), tensorboard=args.tensorboard, img_size=args.img_size,
-                      data_id=ident)
+                      graphs=bool(args.graphs), data_id=ident)
 
 
 def data_id(dataset: str, data_root: str, img_size: int | None, native: int | None = None, digest: str = "") -> str:
@@ -514,4 +517,25 @@ def cmd_train(args: argparse.Namespace) -> int:
     table = table[table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
     print(table[["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs",
                  "throughput_img_s"]].to_string(index=False))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from ablations.analysis.calibrate import run
+
+    try:
+        return run(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def cmd_stepbench(args: argparse.Namespace) -> int:
+    from ablations.training.stepbench import run
+
+    try:
+        run(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0

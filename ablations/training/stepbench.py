@@ -1,6 +1,6 @@
 """The training step timed alone: the eager step against the static-buffer step, side by side.
 
-    python -m ablations.stepbench [--preset vit_mnist] [--batch-size 64] [--device auto] [--dtype auto] [--rounds 7]
+    python -m ablations stepbench [--preset vit_mnist] [--batch-size 64] [--device auto] [--dtype auto] [--rounds 7]
     make bench-step DEVICE=cuda
 
 The static-buffer step (`bench.training.step.StaticStep`) is what sweeps train with on CUDA, each batch size captured
@@ -15,12 +15,9 @@ rounds' medians with their interquartile range, and the ratio is named only when
 
 from __future__ import annotations
 
-import argparse
-import sys
-
 import torch
 
-from ablations.training.data import DATASETS, load_dataset
+from ablations.training.data import load_dataset
 from bench.env import resolve_device
 from bench.rounds import Spread, interleaved, ratio_or_noise
 from bench.timing import TimingConfig, time_steps
@@ -44,19 +41,9 @@ def build_steps(model_cfg: ViTConfig, cfg: TrainConfig, device: torch.device) ->
     return steps
 
 
-def main(argv: list[str] | None = None) -> dict[str, Spread]:
-    parser = argparse.ArgumentParser(prog="python -m ablations.stepbench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="vit_mnist", choices=sorted(PRESETS))
-    parser.add_argument("--dataset", default="mnist5k", choices=sorted(DATASETS),
-                        help="gives the image shape and classes (default mnist5k: 28×28, 1 channel, 10 classes)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"],
-                        help="autocast dtype (auto: bf16 on CUDA, fp32 on the CPU; fp16 has no graphed step)")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--min-time", type=float, default=0.5, help="seconds timed per step kind and round")
-    args = parser.parse_args(argv)
+def run(args) -> dict[str, Spread]:
+    """`python -m ablations stepbench` once its arguments are parsed (`ablations.cli.parser`): each step kind's
+    spread over rounds, printed. ValueError in one line for bad input, before any step is built."""
     try:
         device = resolve_device(args.device)
         cfg = TrainConfig(batch_size=args.batch_size, dtype=args.dtype)
@@ -66,8 +53,8 @@ def main(argv: list[str] | None = None) -> dict[str, Spread]:
         data = load_dataset(args.dataset)
         model_cfg = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
                                                  num_classes=data.num_classes)
-    except (ValueError, FileNotFoundError) as err:
-        parser.exit(2, f"error: {err}\n")
+    except FileNotFoundError as err:
+        raise ValueError(str(err)) from None
     steps = build_steps(model_cfg, cfg, device)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch_size, data.in_chans, data.img_size, data.img_size, generator=g).to(device)
@@ -86,7 +73,3 @@ def main(argv: list[str] | None = None) -> dict[str, Spread]:
         print(f"  {label:<36} {s.median:8.3f} ms/step  [IQR {s.q1:.3f}–{s.q3:.3f}]")
     print(f"  static / eager: {ratio_or_noise(spreads['static'], spreads['eager'])}")
     return spreads
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

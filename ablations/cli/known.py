@@ -1,7 +1,8 @@
 """`make known` (`python -m ablations known`): the harness on small synthetic tasks whose answers are known.
 
 Each task is an image folder written as PNG files (the format a user's own images come in) and a sweep
-spec; the sweeps run through the same command a user runs (`sweep … --dataset imagefolder`), and the
+spec; the sweeps run through the same command a user runs (`sweep … --dataset imagefolder`, called in this
+process), and the
 report's own analysis (`ablations.analysis.findings.analyse`) must give the known answer:
 
 - **positions**: the class is the quadrant that holds a bright square, so only a model that knows where
@@ -21,7 +22,6 @@ Prints one line per check and exits 1 if any fails. The runs resume like any swe
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ablations.analysis.findings import analyse_sweep
     from ablations.analysis.report import build_report
+    from ablations.cli.parser import main as run_command
     from ablations.results.schema import read_table
     from ablations.results.store import SweepPaths
 
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--img-size", str(SIDE), "--seeds", args.seeds, "--cost-rounds", "0", "--out", str(out),
                 *(x for s in task.sets for x in ("--set", s))]
         print(f"\n== {task.name}: {task.expect}", flush=True)
-        status = subprocess.run([sys.executable, "-m", "ablations", *argv]).returncode
+        status = run_command(argv)   # the sweep command itself, in this process
         if status != 0:
             results.append((task, False, f"the sweep command exited {status}"))
             continue

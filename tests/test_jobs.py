@@ -275,3 +275,25 @@ def test_a_sweep_defaults_to_one_thread_a_run_and_records_it(tmp_path):
         or (os.cpu_count() or 1) == 1
     rows = read_table(tmp_path / "out" / "ablations" / "t.csv")
     assert set(rows["torch_threads"]) == {1} and len(rows) == 2
+
+
+@pytest.mark.parametrize("other_cores, noted", [(1.6, True), (0.0, False)])
+def test_several_threads_a_run_beside_other_work_are_kept_and_named_in_one_note(monkeypatch, other_cores, noted):
+    """THREADS=2 where other processes hold cores: the runs keep the threads asked for (they are part of what
+    reproduces a run) and the start line says what that costs; THREADS=1, or a free machine, says nothing."""
+    import ablations.running.executors.local as local
+
+    class Meter:          # as bench.contention.FreeCores: whole free cores, and the others' share measured
+        def __init__(self):
+            self.cores, self.other_cores = 2, None
+
+        def __call__(self):
+            self.other_cores = other_cores
+            return max(0, round(self.cores - other_cores))
+
+    monkeypatch.setattr(local, "FreeCores", Meter)
+    two = local.LocalExecutor(ExecutorOptions(jobs=1, threads=2, device="cpu"))
+    said = two.start()
+    assert two.threads == 2 and said.startswith("local: this process, 2 thread(s)")
+    assert ("note: THREADS=2 for 1 run(s) at once while other processes hold about 1.6 of 2 cores" in said) == noted
+    assert "note:" not in local.LocalExecutor(ExecutorOptions(jobs=1, threads=1, device="cpu")).start()

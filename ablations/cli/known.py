@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,7 +122,9 @@ def check(task: Task, f) -> tuple[bool, str]:
     return bool(ok), said
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int:
+    """`known` with its own options; `run_command`: the `python -m ablations` command line, called in this
+    process with each task's sweep."""
     parser = argparse.ArgumentParser(prog="python -m ablations known", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/known", help="where the data, runs and report go "
@@ -144,7 +147,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from ablations.analysis.findings import analyse_sweep
     from ablations.analysis.report import build_report
-    from ablations.cli.parser import main as run_command
     from ablations.results.schema import read_table
     from ablations.results.store import SweepPaths
 
@@ -176,7 +178,3 @@ def main(argv: list[str] | None = None) -> int:
               f"        got: {said}")
     print(f"Report: {report}   runs: {out / 'ablations'}/")
     return 0 if all(passed for _, passed, _ in results) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

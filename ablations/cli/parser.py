@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m ablations") -> in
     if argv[:1] == ["known"]:    # its own parser (ablations.cli.known): options after the name are its
         from ablations.cli.known import main as known
 
-        return known(argv[1:])
+        return known(argv[1:], run_command=main)
     args = build(prog).parse_args(argv)
     from ablations.running.interrupts import Interrupted, signals_raise
 

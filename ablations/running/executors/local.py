@@ -237,6 +237,22 @@ class LocalExecutor:
         self.mps = Mps(self.options.mps) if self.gpus and self.jobs > max(1, self.gpus if self.spread else 1) else None
 
     def start(self) -> str:
+        return self._where() + self._crowded()
+
+    def _crowded(self) -> str:
+        """A note where runs of several threads each start beside other work ("" otherwise): their threads then
+        wait on each other, and the threads, part of what reproduces a run, are kept as asked."""
+        if self.threads == 1 or self.gpus:
+            return ""
+        meter = FreeCores()
+        free = meter()
+        if free is None or free >= self.threads * self.jobs:
+            return ""
+        return (f"\nnote: THREADS={self.threads} for {self.jobs} run(s) at once while other processes hold about "
+                f"{meter.other_cores:.1f} of {meter.cores} cores: threads that share cores with other work wait on "
+                f"each other, so a run can take several times longer than at THREADS=1 (the default)")
+
+    def _where(self) -> str:
         chosen = " (JOBS=auto)" if self.options.jobs is None else ""
         if self.jobs == 1:
             return f"local: this process, {self.threads} thread(s){chosen}"

@@ -99,3 +99,33 @@ def test_rows_of_an_older_table_with_blank_recipe_cells_join_their_points(tmp_pa
     assert set(grid["point"]) == {f"patch_size={p}, depth={d}" for p in (7, 14) for d in (1, 2, 4)}
     # both trained under SEEDS=auto, to 12 seeds a setting
     assert (lr["seeds"] == 12).all() and (grid["seeds"] == 12).all() and (table["diff_pts"] == 0).all()
+
+
+def test_the_intervals_hold_jointly_over_the_distinct_points_compared(sweep_out, tmp_path):
+    """Two points compared: each interval at 1 − 0.05 / 2 (Bonferroni), from the paired difference's own
+    estimate and degrees of freedom, recomputed here; a point called higher only outside it."""
+    from scipy import stats as sps
+
+    from ablations.analysis.stats import paired_difference
+
+    copy = tmp_path / "b"
+    shutil.copytree(sweep_out, copy)
+    rng = np.random.default_rng(0)
+    for run_id in read_table(copy / "ablations" / "cmp.csv")["run_id"]:   # B misses a few images at random
+        path = SweepPaths.of(copy, "cmp").preds / f"{run_id}.npz"
+        pred, target = load_preds(path)
+        wrong = rng.random(len(pred)) < 0.03
+        np.savez_compressed(path, pred=np.where(wrong, (target + 1) % 10, pred), target=target)
+    table = compare_outs(sweep_out, copy).set_index("point")
+    assert (table["family"] == 2).all()
+    rows = read_table(sweep_out / "ablations" / "cmp.csv")
+    for depth in (1, 2):
+        ids = rows.loc[rows["depth"] == depth].sort_values("seed")["run_id"]
+        mine = [load_preds(SweepPaths.of(sweep_out, "cmp").preds / f"{r}.npz") for r in ids]
+        theirs = [load_preds(SweepPaths.of(copy, "cmp").preds / f"{r}.npz") for r in ids]
+        c = paired_difference(np.array([p == t for p, t in mine], float), np.array([p == t for p, t in theirs], float))
+        half = sps.t.ppf(1 - 0.05 / 4, c.df) * c.se
+        row = table.loc[f"depth={depth}"]
+        assert row["low_pts"] == pytest.approx(100 * (c.diff - half)) and row["high_pts"] == pytest.approx(100 * (c.diff + half))
+        assert row["high_pts"] - row["low_pts"] > 100 * (c.high - c.low)       # wider than one point's own 95 %
+        assert row["verdict"] == ("A higher" if row["low_pts"] > 0 else "same within noise")

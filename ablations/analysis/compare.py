@@ -4,8 +4,11 @@ Two result folders (OUT) that ran the same sweeps under different conditions, e.
 `GRAPHS=0`, two torch versions or two machines, are matched run by run (`run_id`: the model, training
 settings, dataset and seed, not the device or the step kind). For each point (the runs that differ only
 by seed) it gives the mean test accuracy of each folder over the seeds both have, their difference with
-a 95 % interval over the seeds (paired by seed) and the test images, each source of variation counted
-once (`stats.paired_difference`, on the saved per-image predictions), and the mean `train_util_pct` and `train_time_s` of each.
+an interval over the seeds (paired by seed) and the test images, each source of variation counted
+once (`stats.paired_difference`, on the saved per-image predictions), and the mean `train_util_pct` and
+`train_time_s` of each. The intervals hold at 95 % jointly over the distinct points compared (Bonferroni:
+each at 1 − 0.05 / m for m points), so a point is called higher or lower only when its interval excludes
+0 with the whole table's chance of a false call at most 5 %.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 from ablations.analysis.findings import load_runs
-from ablations.analysis.stats import paired_difference
+from ablations.analysis.stats import ALPHA, paired_difference
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, ok_rows, sweep_names
 from bench.training.recipe import TrainConfig
@@ -60,19 +64,26 @@ def compare_outs(a: Path, b: Path) -> pd.DataFrame:
             row = {"sweep": sweep, "point": point, "seeds": len(runs), "acc_a": runs["test_acc"].mean(),
                    "acc_b": other["test_acc"].mean()}
             row["diff_pts"] = 100 * (row["acc_a"] - row["acc_b"])
-            low = high = float("nan")
-            same = False
+            comparison, same = None, False
             if runs_a and runs_b and runs_a[point].correct.shape == runs_b[point].correct.shape:
                 same = bool(np.array_equal(runs_a[point].preds, runs_b[point].preds))
-                comparison = paired_difference(runs_a[point].correct, runs_b[point].correct)
-                low, high = (0.0, 0.0) if same else (100 * comparison.low, 100 * comparison.high)
-            row.update(low_pts=low, high_pts=high, verdict=(
-                "identical predictions" if same else "no predictions to bound it" if low != low else
-                "same within noise" if low <= 0 <= high else "A higher" if low > 0 else "B higher"))
+                comparison = None if same else paired_difference(runs_a[point].correct, runs_b[point].correct)
             for column, short in (("train_util_pct", "util"), ("train_time_s", "time")):
                 if column in runs and column in other:
                     row[f"{short}_a"], row[f"{short}_b"] = runs[column].mean(), other[column].mean()
-            found.append(row)
+            found.append((row, comparison, same, frozenset(runs["run_id"].astype(str))))
     if not found:
         raise ValueError(f"{a} and {b} have no finished run in common (same sweep table, same run_id)")
-    return pd.DataFrame(found)
+    # one family of intervals over the distinct points compared (a point shared by sweeps is the same runs)
+    family = max(1, len({runs for _, c, _, runs in found if c is not None}))
+    for row, comparison, same, _ in found:
+        low = high = float("nan")
+        if same:
+            low = high = 0.0
+        elif comparison is not None:
+            half = comparison.se * (sps.t.ppf(1 - ALPHA / (2 * family), comparison.df) if comparison.se > 0 else 0.0)
+            low, high = 100 * (comparison.diff - half), 100 * (comparison.diff + half)
+        row.update(low_pts=low, high_pts=high, family=family, verdict=(
+            "identical predictions" if same else "no predictions to bound it" if low != low else
+            "same within noise" if low <= 0 <= high else "A higher" if low > 0 else "B higher"))
+    return pd.DataFrame([row for row, _, _, _ in found])

@@ -527,7 +527,7 @@ def _reference_section(out: Path, reference: Path) -> list[str]:
 
     lines = ["## against the reference", "",
              f"The same runs (same model, recipe, data and seed, so the same run_id) in `{reference}`, trained "
-             f"on another machine or at another commit; the difference is here − reference, with a 95 % "
+             f"on another machine or at another commit; the difference is here − reference, with an "
              f"interval over the common seeds (paired by seed) and the test images, each source counted once "
              f"(one common seed: the test images' alone).", ""]
     try:
@@ -535,7 +535,11 @@ def _reference_section(out: Path, reference: Path) -> list[str]:
     except ValueError:
         table = pd.DataFrame(columns=["sweep"])
     if len(table):
-        lines += ["| sweep | point | seeds | here % | reference % | here − reference (points) [95 % interval] | |",
+        family = int(table["family"].iloc[0])
+        lines[-2] += (f" The intervals are simultaneous: 95 % jointly over the {family} distinct point(s) compared "
+                      f"(Bonferroni, each at {100 * (1 - 0.05 / family):.2f} %), so a point is called higher or "
+                      f"lower only outside what chance over the whole table allows." if family > 1 else "")
+        lines += ["| sweep | point | seeds | here % | reference % | here − reference (points) [simultaneous 95 % interval] | |",
                   "|---|---|---|---|---|---|---|"]
         for r in table.itertuples():
             verdict = {"A higher": "higher here", "B higher": "lower here"}.get(r.verdict, r.verdict)

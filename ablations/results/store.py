@@ -119,12 +119,14 @@ def load_preds(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 # --- finished and reusable runs --------------------------------------------------------------------
 
-def finished_ids(paths: SweepPaths, need_preds: bool = True) -> set[str]:
+def finished_ids(paths: SweepPaths, need_preds: bool = True, table: pd.DataFrame | None = None) -> set[str]:
     """The runs with an ok row; with `need_preds`, only those whose test predictions are still there (a run
-    whose predictions file is gone is trained again, so the report can compare it)."""
-    if not paths.rows.exists():
-        return set()
-    table = read_table(paths.rows)
+    whose predictions file is gone is trained again, so the report can compare it). `table`: the sweep's
+    rows as the caller read them (else read here)."""
+    if table is None:
+        if not paths.rows.exists():
+            return set()
+        table = read_table(paths.rows)
     if "run_id" not in table:
         return set()
     done = set(ok_rows(table)["run_id"].astype(str))

@@ -135,13 +135,14 @@ def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int) ->
     """The sweep's runs not finished in its own table, after a preflight for them."""
     paths = SweepPaths.of(options.out, sweep)
     tasks = make_tasks(points, options)
-    done = store.finished_ids(paths)
+    table = read_table(paths.rows) if paths.rows.exists() else pd.DataFrame()   # read once for what follows
+    done = store.finished_ids(paths, table=table)
     todo = [t for t in tasks if t.run_id not in done]
     share = _Share(sweep, points, options, paths, len(tasks), len(tasks) - len(todo), todo,
                    [t.run_id for t in tasks], labels={t.run_id: t.point.label for t in tasks})
     share.stale = preflight(paths, todo, jobs) if todo else 0
     if todo:
-        _warn_other_experiment(paths, todo[0])
+        _warn_other_experiment(paths, todo[0], table)
     return share
 
 
@@ -174,11 +175,10 @@ def _events_of_finished_runs(share: _Share) -> None:
     print(f"tensorboard: events of {len(missing)} finished run(s) of {share.sweep} written", file=sys.stderr)
 
 
-def _warn_other_experiment(paths: SweepPaths, task: Task) -> None:
-    """Say before training when the sweep's table holds runs of another experiment (other epochs,
-    dataset or recipe): the report will show the newest experiment only."""
-    table = read_table(paths.rows) if paths.rows.exists() else None
-    if table is None or table.empty or "status" not in table:
+def _warn_other_experiment(paths: SweepPaths, task: Task, table: pd.DataFrame) -> None:
+    """Say before training when the sweep's table (`table`, its rows) holds runs of another experiment
+    (other epochs, dataset or recipe): the report will show the newest experiment only."""
+    if table.empty or "status" not in table:
         return
     ok = table[table["status"] == "ok"]
     if ok.empty:

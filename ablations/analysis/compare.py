@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from ablations.analysis.findings import load_runs
 from ablations.analysis.stats import ALPHA, paired_difference
@@ -81,8 +80,7 @@ def compare_outs(a: Path, b: Path) -> pd.DataFrame:
         if same:
             low = high = 0.0
         elif comparison is not None:
-            half = comparison.se * (sps.t.ppf(1 - ALPHA / (2 * family), comparison.df) if comparison.se > 0 else 0.0)
-            low, high = 100 * (comparison.diff - half), 100 * (comparison.diff + half)
+            low, high = (100 * x for x in comparison.interval(1 - ALPHA / family))
         row.update(low_pts=low, high_pts=high, family=family, verdict=(
             "identical predictions" if same else "no predictions to bound it" if low != low else
             "same within noise" if low <= 0 <= high else "A higher" if low > 0 else "B higher"))

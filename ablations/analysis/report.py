@@ -462,7 +462,7 @@ def _picked_on(paths: SweepPaths) -> list[int] | None:
         plan = design_plans.read_plan(paths)
     except ValueError:
         return None   # named under Skipped inputs by the sweep's analysis
-    return None if plan is None else [int(s) for s in plan["seeds"][:plan["looks"][0]]]
+    return None if plan is None else design_plans.first_look_seeds(plan)
 
 
 def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> list[str]:

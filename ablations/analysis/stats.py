@@ -213,6 +213,10 @@ class Comparison:
     paired: bool = False      # compared seed by seed (the two settings' runs share their seeds)
     identical: bool = False   # every seed's run predicted the same class as its twin on every test image
 
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        """diff's t-interval at `confidence` (`low`, `high` are the 95 % one), from its s.e. and df."""
+        return Estimate(self.diff, self.se, self.df, self.parts).interval(confidence)
+
     def outcome(self, alpha: float = ALPHA) -> str:
         """'identical' (the same predictions, not a statistical verdict), 'better' (a above b), 'worse',
         'equivalent' (within ±margin) or 'inconclusive'."""

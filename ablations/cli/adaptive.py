@@ -13,6 +13,7 @@ import pandas as pd
 
 from ablations.analysis.designs import select, with_settings
 from ablations.analysis.sequential import Design, gather, replay_plan
+from ablations.results.plans import first_look_seeds
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths
 from ablations.running.tasks import RunOptions, Task, make_tasks
@@ -50,12 +51,12 @@ def _picks(spec: SweepSpec, points: list[Point], latest: pd.DataFrame | None, mi
            plan: dict[str, Any]) -> tuple[list[Point], dict[Hashable, list[int]]]:
     """(each setting's picked point, {}) once every grid value has run at the first look's seeds, else
     ([], the seeds each grid point still needs)."""
-    first = [int(s) for s in plan["seeds"][:plan["looks"][0]]]
+    first = first_look_seeds(plan)
     done = {(mine[rid].point.label, mine[rid].seed) for rid in latest["run_id"]} if latest is not None else set()
     need = {p.label: [s for s in first if (p.label, s) not in done] for p in points}
     need = {k: v for k, v in need.items() if v}
     if need:
         return [], need
-    chosen, _ = select(spec, with_settings(spec, latest[latest["seed"].astype(int).isin(first)]))
+    chosen, _ = select(spec, with_settings(spec, latest), picked_on=first)
     picked = {mine[rid].point.label for rid in chosen["run_id"][chosen["status"] == "ok"]}
     return [p for p in points if p.label in picked], {}

@@ -126,11 +126,12 @@ def _say_what_auto_is(data, presets: list[str]) -> None:
     stands for at this dataset's image size, and the augmentation the dataset trains with by default."""
     if "auto" not in presets:
         return
+    from bench.flops import param_count
     from vit import PRESETS, VisionTransformer
 
     name = base_preset(data.img_size)
     cfg = PRESETS[name].replace(img_size=data.img_size, in_chans=data.in_chans, num_classes=data.num_classes)
-    params = sum(p.numel() for p in VisionTransformer(cfg).parameters())
+    params = param_count(VisionTransformer(cfg))
     crops = f"random crops padded {data.crop_padding} px" if data.crop_padding else "no random crops"
     print(f"model: preset auto is {name} at {data.img_size} px ({data.name}): patch {cfg.patch_size}, width "
           f"{cfg.embed_dim}, depth {cfg.depth}, {cfg.num_heads} heads, {cfg.stem} stem, {params:,} parameters, before "

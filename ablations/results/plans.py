@@ -47,6 +47,11 @@ def read_plan(paths: SweepPaths) -> dict[str, Any] | None:
     return plan
 
 
+def first_look_seeds(plan: dict[str, Any]) -> list[int]:
+    """The seeds every setting trains for the design's first look (a tuned sweep picks its values on them)."""
+    return [int(s) for s in plan["seeds"][:plan["looks"][0]]]
+
+
 def forget_plan(paths: SweepPaths) -> bool:
     """A command with fixed seeds defines the sweep again: its adaptive design no longer applies."""
     path = paths.design

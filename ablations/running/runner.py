@@ -40,6 +40,7 @@ from ablations.running.worker import execute, load_data, peak_or_none
 from ablations.specs import Point
 from ablations.training.data import Dataset
 from bench.env import resolve_device
+from bench.flops import param_count
 from bench.mfu import Peak
 from vit import VisionTransformer
 
@@ -56,7 +57,7 @@ def planned_bytes(tasks: list[Task], jobs: int = 1) -> int:
     for task in tasks:
         key = model_key(task.point.model)
         if key not in params:
-            params[key] = sum(p.numel() for p in VisionTransformer(task.point.model).parameters())
+            params[key] = param_count(VisionTransformer(task.point.model))
     per_run = [4 * params[model_key(t.point.model)] + RUN_OVERHEAD_BYTES for t in tasks]
     return sum(per_run) + 3 * max(jobs, 1) * max(per_run, default=0)
 

@@ -91,8 +91,8 @@ def summary(rows: list[dict]) -> pd.DataFrame:
                       "rounds": len(ok), "_rate": rate,
                       "img/s": f"{rate.median:.4g} [{rate.q1:.4g}, {rate.q3:.4g}]" if rate.n else "—",
                       "peak_mem_mb": _median(ok, "peak_mem_mb"), "gmacs": _median(ok, "gmacs"),
-                      "mfu": _median(ok, "mfu"), "contended": int(pd.to_numeric(runs.get("contended"),
-                                                                                 errors="coerce").fillna(0).sum())
+                      "mfu": _median(ok, "mfu"),
+                      "contended": int(pd.to_numeric(runs["contended"], errors="coerce").fillna(0).sum())
                       if "contended" in runs else 0})
     out = pd.DataFrame(lines)
     versus = []

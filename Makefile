@@ -148,7 +148,7 @@ calibrate: $(STAMP)
 # the harness on synthetic tasks whose answers are known (positions needed, identical backends, shuffled
 # labels, a planted difference): runs through `sweep`, checks the report's analysis; exits 1 on a miss
 known: $(STAMP)
-	$(PY) -m ablations known --out '$(OUT)/known' $(call opt,--seeds,$(SEEDS)) $(ARGS)
+	$(PY) -m ablations known --out '$(OUT)/known' $(call opt,--seeds,$(SEEDS)) $(call opt,--jobs,$(JOBS)) $(ARGS)
 
 # a trained run on your images: make predict IMAGES="digit.png x.jpg" RUN=3f2a9c (top-5 and attention figure)
 IMAGES ?=

@@ -352,6 +352,22 @@ def test_the_cost_budget_is_planned_from_quiet_steps_so_it_does_not_grow_with_th
     assert quiet > 0 and loaded == 0      # a step slowed by other work does not stretch the budget
 
 
+def test_a_cost_budget_is_auto_before_training_and_no_limit_for_the_cost_command():
+    from ablations.running.cost import BUDGET_CAP_S, BUDGET_FLOOR_S, BUDGET_SHARE
+
+    auto = CostPlan.before_training(3, None)
+    assert (auto.rounds, auto.budget_s) == (3, None)
+    assert auto.budget(100.0) == max(BUDGET_FLOOR_S, BUDGET_SHARE * 100.0) and auto.budget(None) == BUDGET_CAP_S
+    assert auto.budget(1e6) == BUDGET_CAP_S
+    assert CostPlan.before_training(3, 0).rounds == 0                   # 0 s: no phase, the runs still train
+    assert CostPlan.before_training(3, 7.5).budget(1e6) == 7.5
+    assert CostPlan.standalone(3, None).budget(None) == float("inf")    # nothing trains after it
+    assert CostPlan.standalone(2, 30).budget(None) == 30
+    for rounds, budget in ((0, None), (3, 0)):
+        with pytest.raises(ValueError, match="must be above 0 to measure anything"):
+            CostPlan.standalone(rounds, budget)
+
+
 def test_make_cost_measures_an_out_trained_without_a_cost_phase_and_the_report_shows_it(tmp_path, capsys):
     from ablations.__main__ import main
     from ablations.analysis.report import build_report

@@ -15,15 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
-from ablations.analysis.sequential import describe
-from ablations.analysis.stats import ALPHA, MARGIN
 from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, SPEC_DIR, AutoSeeds
-from ablations.cli.adaptive import replay_sweep
 from ablations.results import plans as design_plans
 from ablations.results import tensorboard
-from ablations.results.schema import read_table
 from ablations.results.store import SweepError, SweepPaths, finished_ids, model_key
 from ablations.running.cost import CostPlan
 from ablations.running.executors import EXECUTORS, Executor, ExecutorOptions
@@ -84,7 +81,7 @@ def _options(args: argparse.Namespace, init: str, ident: str, seeds: tuple[int, 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunOptions)
              if f.name not in DERIVED and hasattr(args, f.name)}
     return RunOptions(**given, seeds=tuple(seeds), init=init, init_id=init_id,
-                      cost=CostPlan(rounds=0 if args.cost_budget == 0 else args.cost_rounds, budget_s=args.cost_budget),
+                      cost=CostPlan.before_training(args.cost_rounds, args.cost_budget),
                       graphs=bool(args.graphs), data_id=ident)
 
 
@@ -222,33 +219,24 @@ def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return None, 2
-    before = _recorded(plans, options)
+    recorded: list[str] = []   # the runs written, as they are: what a stop keeps
     try:
-        return run_sweeps([(name, points, options[name]) for name, points in plans], executor), 0
+        return run_sweeps([(name, points, options[name]) for name, points in plans], executor, recorded=recorded), 0
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return None, 2
     except OSError as err:  # a full disk, a folder gone read-only: every finished run is kept
         where = f"{err.filename}: " if err.filename and str(err.filename) not in str(err.strerror) else ""
-        print(f"error: {where}{err.strerror or err}; {_recorded(plans, options) - before} runs finished and kept "
+        print(f"error: {where}{err.strerror or err}; {len(recorded)} runs finished and kept "
               f"(rerun the same command to resume)", file=sys.stderr)
         return None, 2
     except KeyboardInterrupt as err:  # the workers are stopped and the locks released by now
         signal_name = str(err) if isinstance(err, Interrupted) else "SIGINT"
-        print(f"\ninterrupted ({signal_name}): {_recorded(plans, options) - before} runs finished and kept; rerun "
+        print(f"\ninterrupted ({signal_name}): {len(recorded)} runs finished and kept; rerun "
               f"the same command to resume", file=sys.stderr)
         return None, err.exit_status if isinstance(err, Interrupted) else 130
     finally:
         executor.close()
-
-
-def _recorded(plans: list[tuple[str, list[Point]]], options: dict[str, RunOptions]) -> int:
-    """Rows in the sweeps' tables: the difference over a command is the runs it finished."""
-    total = 0
-    for name, _ in plans:
-        rows = SweepPaths.of(options[name].out, name).rows
-        total += len(read_table(rows)) if rows.exists() else 0
-    return total
 
 
 def _summary(results: list[dict[str, Any]], elapsed: float, report_hint: str = "") -> None:
@@ -358,6 +346,10 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
     on its finished runs and train the seeds it asks for; the sweeps with fixed seeds train beside the first
     look. Every point stays in its plan, so each look's cost phase is the first one, reused. The summaries
     of all looks merged, or (None, status) as `_run_all`."""
+    from ablations.analysis.sequential import describe  # the statistics load only for adaptive seeds
+    from ablations.analysis.stats import ALPHA, MARGIN
+    from ablations.cli.adaptive import replay_sweep
+
     classes = plans[0][1][0].model.num_classes if plans and plans[0][1] else None
     plan = {spec.name: design_plans.new_plan(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks)
             for spec in specs if spec.name in auto}
@@ -436,9 +428,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         _check_out(args)
         _check_device(args)
         device = resolve_device(args.device)
-        plan = CostPlan(rounds=args.cost_rounds, budget_s=float("inf") if args.cost_budget is None else args.cost_budget)
-        if not plan.rounds or not plan.budget_s:
-            raise ValueError("--cost-rounds and --cost-budget must be above 0 to measure anything")
+        plan = CostPlan.standalone(args.cost_rounds, args.cost_budget)
         t0 = time.perf_counter()
         done = measure_out(out, plan, device, graphs=bool(args.graphs))
     except (ValueError, SweepError) as err:
@@ -513,11 +503,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if results is None:
         return status
     _summary(results, time.perf_counter() - t0)
-    table = read_table(results[0]["paths"].rows)
-    mine = results[0]["run_ids"]  # this command's runs, trained now or before
-    table = table[table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
-    print(table[["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs",
-                 "throughput_img_s"]].to_string(index=False))
+    shown = ["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs", "throughput_img_s"]
+    print(pd.DataFrame(results[0]["rows"], columns=shown).to_string(index=False))  # its runs, trained now or before
     return 0
 
 

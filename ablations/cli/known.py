@@ -133,6 +133,11 @@ def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int
     parser.add_argument("--only", nargs="*", choices=[t.name for t in TASKS], help="run only these tasks")
     parser.add_argument("--seeds", default=SEEDS, help=f"the sweeps' seeds (default {SEEDS}), or auto: adaptive "
                                                        f"seeds, each task's answer decided by the sequential design")
+    from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
+
+    jobs = next(o for o in EXECUTOR_OPTIONS["local"] if o.flag == "--jobs")
+    jobs.add_to(parser, default=1, help="runs in flight at once, as the sweep command's --jobs (default 1: its runs "
+                                        "are so short that starting worker processes costs more than it saves)")
     args = parser.parse_args(argv)
     if args.epochs < 1:
         parser.error(f"--epochs must be a positive integer, got {args.epochs}")
@@ -158,6 +163,7 @@ def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int
         spec = write_spec(out / "specs", task, args.epochs)
         argv = ["sweep", str(spec), "--dataset", "imagefolder", "--data-root", str(data[task.data]),
                 "--img-size", str(SIDE), "--seeds", args.seeds, "--cost-rounds", "0", "--out", str(out),
+                "--jobs", "auto" if args.jobs is None else str(args.jobs),
                 *(x for s in task.sets for x in ("--set", s))]
         print(f"\n== {task.name}: {task.expect}", flush=True)
         status = run_command(argv)   # the sweep command itself, in this process

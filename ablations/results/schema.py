@@ -6,12 +6,11 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 
 import pandas as pd
 
-from bench.io.csvio import collecting_skips, read_rows, skipped
+from bench.io.csvio import read_rows
 from bench.training.recipe import TrainConfig
 from bench.schema import BENCH_TABLE, CONFIG, EXTRA, IDENTITY, SIZE, SPEED, Column, by_name, names, with_role
 
@@ -142,33 +141,12 @@ def columns_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-# a table as last parsed in this process, by path: valid while the file's bytes are the same
-_PARSED: dict[Path, tuple[bytes, pd.DataFrame, list[str]]] = {}
-
-
 def read_table(path: str | Path) -> pd.DataFrame:
     """A sweep's table (rows, cost phase or history), each line judged by `SCHEMA` (`bench.io.csvio.read_rows`);
-    result rows of an older format read as today's (`upgrade_rows`). A command parses a file once: while
-    its bytes are unchanged (their hash), a later read returns a copy of that parse, and says again what
-    the parse skipped."""
-    path = Path(path)
-    try:
-        version = hashlib.blake2b(path.read_bytes(), digest_size=16).digest()
-    except OSError:
-        version = None
-    known = _PARSED.get(path.resolve()) if version else None
-    if known is not None and known[0] == version:
-        for note in known[2]:
-            skipped(note)
-        return known[1].copy()
-    with collecting_skips() as notes:
-        table = read_rows(path, SCHEMA)
-        table = table if path.stem.endswith(("-history", "-cost")) else upgrade_rows(table)
-    for note in notes:
-        skipped(note)
-    if version is not None:
-        _PARSED[path.resolve()] = (version, table.copy(), notes)
-    return table
+    result rows of an older format read as today's (`upgrade_rows`). A command reads each table once and
+    passes it on (`ablations.results.store.Tables`)."""
+    table = read_rows(path, SCHEMA)
+    return table if Path(path).stem.endswith(("-history", "-cost")) else upgrade_rows(table)
 
 
 def upgrade_rows(table: pd.DataFrame) -> pd.DataFrame:

@@ -85,6 +85,27 @@ class SweepPaths:
         return self.preds / f"{run_id}.npz"
 
 
+class Tables:
+    """The tables under one OUT as one command found them: each sweep's result rows and epoch rows, read
+    (`schema.read_table`) the first time they are asked for and handed on from there, so a command parses
+    each once. Rows the command writes after that are not in them."""
+
+    def __init__(self, out: str | Path) -> None:
+        self.out = Path(out)
+        self._read: dict[Path, pd.DataFrame] = {}
+
+    def _table(self, path: Path) -> pd.DataFrame:
+        if path not in self._read:
+            self._read[path] = read_table(path) if path.exists() else pd.DataFrame()
+        return self._read[path]
+
+    def rows(self, sweep: str) -> pd.DataFrame:
+        return self._table(SweepPaths.of(self.out, sweep).rows)
+
+    def history(self, sweep: str) -> pd.DataFrame:
+        return self._table(SweepPaths.of(self.out, sweep).history)
+
+
 def sweep_names(out: str | Path) -> list[str]:
     """The sweeps with a result table under `<out>/ablations/`, by name."""
     return [csv.stem for csv in sorted((Path(out) / "ablations").glob("*.csv")) if not csv.stem.endswith(SIDE_TABLES)]
@@ -137,24 +158,26 @@ def _plain(row: pd.Series) -> dict[str, Any]:
     return {k: (None if v != v else v) for k, v in row.items()}
 
 
-def finished_elsewhere(out: str | Path, sweep: str) -> dict[str, tuple[str, dict[str, Any]]]:
-    """{run_id: (other sweep, its ok row)} over the other sweeps of the same OUT whose predictions and
-    weights are on disk: runs `sweep` need not train again."""
+def finished_elsewhere(tables: Tables, sweep: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """{run_id: (other sweep, its ok row)} over the other sweeps of the same OUT (`tables`) whose predictions
+    and weights are on disk: runs `sweep` need not train again."""
     found: dict[str, tuple[str, dict[str, Any]]] = {}
-    for other in sweep_names(out):
+    for other in sweep_names(tables.out):
         if other == sweep:
             continue
-        theirs = SweepPaths.of(out, other)
-        for _, r in ok_rows(read_table(theirs.rows)).iterrows():
+        theirs = SweepPaths.of(tables.out, other)
+        for _, r in ok_rows(tables.rows(other)).iterrows():
             rid = str(r["run_id"])
             if theirs.preds_file(rid).exists() and theirs.weights_file(rid).exists():
                 found.setdefault(rid, (other, _plain(r)))
     return found
 
 
-def history_of(paths: SweepPaths, run_id: str) -> list[dict[str, Any]]:
-    """The epoch rows of one run (the last of each epoch)."""
-    table = read_table(paths.history) if paths.history.exists() else None
+def history_of(paths: SweepPaths, run_id: str, table: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+    """The epoch rows of one run (the last of each epoch); `table`: the sweep's epoch rows as the caller read
+    them (else read here)."""
+    if table is None:
+        table = read_table(paths.history) if paths.history.exists() else None
     if table is None or "run_id" not in table:
         return []
     mine = table[table["run_id"].astype(str) == run_id].drop_duplicates("epoch", keep="last")

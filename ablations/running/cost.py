@@ -107,6 +107,19 @@ class CostPlan:
                                           or not self.budget_s >= 0):
             raise ValueError(f"the cost budget must be a number of seconds ≥ 0, got {self.budget_s!r}")
 
+    @classmethod
+    def before_training(cls, rounds: int, budget_s: float | None) -> CostPlan:
+        """A sweep's or `train`'s phase: no budget given is auto (`budget`); a budget of 0 skips the phase."""
+        return cls(rounds=0 if budget_s == 0 else rounds, budget_s=budget_s)
+
+    @classmethod
+    def standalone(cls, rounds: int, budget_s: float | None) -> CostPlan:
+        """`cost`'s phase, which trains nothing after it: no budget given is no limit; one that can measure
+        nothing (0 rounds or 0 s) is refused."""
+        if not rounds or budget_s == 0:
+            raise ValueError("--cost-rounds and --cost-budget must be above 0 to measure anything")
+        return cls(rounds=rounds, budget_s=float("inf") if budget_s is None else budget_s)
+
     def budget(self, expected_training_s: float | None) -> float:
         """The phase's seconds: the given budget, else BUDGET_SHARE of the expected training time within
         [BUDGET_FLOOR_S, BUDGET_CAP_S] (the cap where that time is unknown)."""

@@ -30,7 +30,6 @@ from tqdm import tqdm
 
 from ablations.results import store, tensorboard
 from ablations.results.experiments import differences, same_experiment, starved
-from ablations.results.schema import read_table
 from ablations.results.store import SweepError, SweepPaths, model_key, record
 from ablations.running.cost import run_cost_phases
 from ablations.running.executors.base import Executor, ExecutorOptions
@@ -67,14 +66,15 @@ def preflight(paths: SweepPaths, todo: list[Task], jobs: int = 1) -> int:
     return store.preflight(paths, len(todo), planned_bytes(todo, jobs))
 
 
-def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths) -> Outcome:
+def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths, history: pd.DataFrame | None = None) -> Outcome:
     """The outcome of a run already finished in sweep `other`: the same run_id means the same model,
     training, data, seed and initial weights, so its row, history, predictions and weights are this
-    run's. The row takes this sweep's name and cost-phase figures, and names where it was trained."""
+    run's. The row takes this sweep's name and cost-phase figures, and names where it was trained.
+    `history`: `other`'s epoch rows as the command read them (else read here)."""
     theirs = SweepPaths.of(paths.out, other)
     row = {**row, **task.cost, "sweep": task.point.sweep, "reused_from": other,
            "experiment_id": task.experiment_id}
-    return Outcome(row, store.history_of(theirs, task.run_id), theirs.weights_file(task.run_id).read_bytes(),
+    return Outcome(row, store.history_of(theirs, task.run_id, history), theirs.weights_file(task.run_id).read_bytes(),
                    theirs.preds_file(task.run_id).read_bytes())
 
 
@@ -95,15 +95,19 @@ class _Share:
     statuses: dict[str, int] = dataclasses.field(default_factory=dict)
     starved: list[float] = dataclasses.field(default_factory=list)  # train_util_pct of runs that got too little CPU
     labels: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> its point's label
+    rows: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # run id -> its row, kept now or before
+    recorded: list[str] | None = None   # the command's list of the run ids written, in order (see `run_sweeps`)
 
     def summary(self) -> dict[str, Any]:
         return {"sweep": self.sweep, "planned": self.planned, "skipped": self.skipped,
                 "reused": self.reused, "statuses": self.statuses, "paths": self.paths, "stale_tmp": self.stale,
-                "resumable": self.resumable, "starved": self.starved, "run_ids": self.run_ids}
+                "resumable": self.resumable, "starved": self.starved, "run_ids": self.run_ids,
+                "rows": [self.rows[rid] for rid in self.run_ids if rid in self.rows]}
 
 
 def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
-               fn: Callable[[Task, Dataset], Outcome] = execute) -> list[dict[str, Any]]:
+               fn: Callable[[Task, Dataset], Outcome] = execute, recorded: list[str] | None = None
+               ) -> list[dict[str, Any]]:
     """Run every missing point × seed of several sweeps with one executor; one summary dict per sweep.
 
     First, with every sweep's lock held: each sweep's preflight, one cost phase over all their points
@@ -111,8 +115,10 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
     on disk already finished. Then all the sweeps' runs as one stream through the executor, in sweep
     order: JOBS workers start once and stay busy from one sweep to the next. A run two of these sweeps
     share (same run_id: the base point of several sweeps) is trained once and recorded in each, as a
-    reuse in all but the first. Raises SweepError (another process runs one of the sweeps; OUT
-    unusable) before any work."""
+    reuse in all but the first. Each sweep's table, and those of the other sweeps under its OUT, is read
+    once (`store.Tables`). `recorded`: a list the run ids are appended to as their rows are written, which
+    the caller still holds when a signal or an error ends the command. Raises SweepError (another process
+    runs one of the sweeps; OUT unusable) before any work."""
     names = [name for name, _, _ in plans]
     if len(set(names)) != len(names):
         raise ValueError(f"sweeps {names}: each sweep may appear once in one command")
@@ -120,34 +126,46 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
     with contextlib.ExitStack() as locks:
         for name, _, options in plans:
             locks.enter_context(store.sweep_lock(SweepPaths.of(options.out, name), name))
-        shares = [_prepare(name, points, options, executor.jobs or 1) for name, points, options in plans]
+        tables = {out: store.Tables(out) for out in {Path(options.out) for _, _, options in plans}}
+        shares = [_prepare(name, points, options, executor.jobs or 1, tables[Path(options.out)])
+                  for name, points, options in plans]
         for share in shares:
+            share.recorded = recorded
             if share.options.tensorboard:
-                _events_of_finished_runs(share)
+                _events_of_finished_runs(share, tables[Path(share.options.out)])
         _cost_phases(shares)
         for share in shares:
-            _reuse_finished(share)
+            _reuse_finished(share, tables[Path(share.options.out)])
         _ship_peaks(shares)
         _train_all(shares, executor, fn)
     return [share.summary() for share in shares]
 
 
-def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int) -> _Share:
+def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int, tables: store.Tables) -> _Share:
     """The sweep's runs not finished in its own table, after a preflight for them."""
     paths = SweepPaths.of(options.out, sweep)
     tasks = make_tasks(points, options)
-    table = read_table(paths.rows) if paths.rows.exists() else pd.DataFrame()   # read once for what follows
+    table = tables.rows(sweep)
     done = store.finished_ids(paths, table=table)
     todo = [t for t in tasks if t.run_id not in done]
     share = _Share(sweep, points, options, paths, len(tasks), len(tasks) - len(todo), todo,
-                   [t.run_id for t in tasks], labels={t.run_id: t.point.label for t in tasks})
+                   [t.run_id for t in tasks], labels={t.run_id: t.point.label for t in tasks},
+                   rows=_rows_of(table, done & {t.run_id for t in tasks}))
     share.stale = preflight(paths, todo, jobs) if todo else 0
     if todo:
         _warn_other_experiment(paths, todo[0], table)
     return share
 
 
-def _events_of_finished_runs(share: _Share) -> None:
+def _rows_of(table: pd.DataFrame, run_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """{run id: its newest row} of `run_ids` in a sweep's table."""
+    if not run_ids:
+        return {}
+    mine = table[table["run_id"].astype(str).isin(run_ids)].drop_duplicates("run_id", keep="last")
+    return {str(r["run_id"]): r for r in mine.to_dict("records")}
+
+
+def _events_of_finished_runs(share: _Share, tables: store.Tables) -> None:
     """TENSORBOARD=1: check that the event folder can be written (SweepError before any work), then write
     the events of this sweep's finished runs that have none (runs finished without TENSORBOARD, or while the
     folder could not be written)."""
@@ -160,7 +178,7 @@ def _events_of_finished_runs(share: _Share) -> None:
     except OSError as err:
         raise SweepError(f"TENSORBOARD=1: cannot write {root} ({err.strerror or err}); fix its permissions or "
                          f"choose another OUT") from None
-    table = read_table(share.paths.rows) if share.paths.rows.exists() else pd.DataFrame()
+    table = tables.rows(share.sweep)
     if table.empty or "run_id" not in table:
         return
     mine = set(share.run_ids)
@@ -168,7 +186,8 @@ def _events_of_finished_runs(share: _Share) -> None:
     missing = [r for _, r in ok.iterrows() if not tensorboard.written(share.options.out, share.sweep, str(r["run_id"]))]
     if not missing:
         return
-    history = read_table(share.paths.history) if share.paths.history.exists() else pd.DataFrame(columns=["run_id"])
+    history = tables.history(share.sweep)
+    history = history if "run_id" in history else pd.DataFrame(columns=["run_id"])
     for row in missing:
         epochs = history[history["run_id"].astype(str) == str(row["run_id"])]
         tensorboard.write_run(share.options.out, {**row.to_dict(), "sweep": share.sweep},
@@ -233,17 +252,22 @@ def _ship_peaks(shares: list[_Share]) -> None:
 def _keep(outcome: Outcome, share: _Share) -> None:
     """Record a run in its sweep's folder (`store.record`), and its TensorBoard events where asked for."""
     record(outcome, share.paths)
+    rid = str(outcome.row.get("run_id"))
+    share.rows[rid] = outcome.row
+    if share.recorded is not None:
+        share.recorded.append(rid)
     if share.options.tensorboard and outcome.row.get("status") == "ok":
         tensorboard.write_run(share.options.out, outcome.row, outcome.history,
                               share.labels.get(str(outcome.row.get("run_id")), ""))
 
 
-def _reuse_finished(share: _Share) -> None:
+def _reuse_finished(share: _Share, tables: store.Tables) -> None:
     """Record the runs that another sweep under the same OUT already finished; the rest are left to train."""
-    elsewhere = store.finished_elsewhere(share.paths.out, share.sweep) if share.todo else {}
+    elsewhere = store.finished_elsewhere(tables, share.sweep) if share.todo else {}
     for task in share.todo:
         if task.run_id in elsewhere:
-            _keep(reuse(task, *elsewhere[task.run_id], share.paths), share)
+            other, row = elsewhere[task.run_id]
+            _keep(reuse(task, other, row, share.paths, tables.history(other)), share)
             share.reused += 1
     share.todo = [t for t in share.todo if t.run_id not in elsewhere]
     share.resumable = sum(share.paths.checkpoint(t.run_id).exists() for t in share.todo)
@@ -291,5 +315,5 @@ def _record_twin(twin: Task, trained_in: str, outcome: Outcome, share: _Share) -
         return
     row = {**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in,
            "experiment_id": twin.experiment_id}
-    record(Outcome(row, outcome.history), share.paths)
+    _keep(Outcome(row, outcome.history), share)
     share.statuses[row["status"]] = share.statuses.get(row["status"], 0) + 1

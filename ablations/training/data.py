@@ -400,16 +400,20 @@ def published_statistics(name: str) -> tuple[tuple[float, ...], tuple[float, ...
     return (_TORCHVISION[name][2], _TORCHVISION[name][3]) if name in _TORCHVISION else None
 
 
-load_mnist, load_fashion_mnist = _torchvision_loader("mnist"), _torchvision_loader("fashion-mnist")
-load_cifar10, load_cifar100 = _torchvision_loader("cifar10"), _torchvision_loader("cifar100")
+# each name of `DATASETS` and its loader
+LOADERS: dict[str, Callable[..., Dataset]] = {
+    "mnist5k": load_mnist5k, "digits": load_digits, "synthetic": load_synthetic,
+    **{name: _torchvision_loader(name) for name in ("mnist", "fashion-mnist", "cifar10", "cifar100")},
+    "imagefolder": load_imagefolder,
+}
 
 
 def loader(name: str) -> Callable[[Path, bool], Dataset]:
-    """The loader of a dataset named in `DATASETS` (`ablations.choices`, the one list of names, which the
-    command line offers without torch): this module's `load_<name>`, dashes written as underscores."""
+    """The loader (`LOADERS`) of a dataset named in `DATASETS` (`ablations.choices`, the one list of names,
+    which the command line offers without torch)."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}")
-    return globals()[f"load_{name.replace('-', '_')}"]
+    return LOADERS[name]
 
 
 CACHE_VERSION = 3   # 2: class names kept; 3: an image folder's digest kept

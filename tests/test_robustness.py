@@ -240,8 +240,8 @@ def test_ctrl_c_exits_130_saying_what_was_kept(tmp_path, capsys, monkeypatch):
     spec = write_spec(tmp_path / "d.toml", "depth", "[1, 2]")
     real = commands.run_sweeps
 
-    def interrupted(plans, executor):
-        real([(name, pts[:1], opts) for name, pts, opts in plans], executor)   # one point finishes, then Ctrl-C
+    def interrupted(plans, executor, recorded):
+        real([(name, pts[:1], opts) for name, pts, opts in plans], executor, recorded=recorded)  # one finishes, then Ctrl-C
         raise KeyboardInterrupt
     monkeypatch.setattr(commands, "run_sweeps", interrupted)
     code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--seeds", "0",

@@ -31,6 +31,7 @@ from vit import ViTConfig
 from ablations.specs import Point
 from ablations.results.store import SweepPaths, sweep_lock, sweep_names
 from ablations.results.identity import task_key
+from ablations.results.schema import upgrade_row
 
 BATCH_SIZES = (64, 32, 128, 256, 16, 512)   # training batch sizes tried when recovering an older row's recipe
 RECIPE_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
@@ -56,10 +57,10 @@ def recovered_recipe(row: dict) -> TrainConfig | None:
 
 
 def _migrate_row(row: dict[str, str], as_read: dict) -> bool:
-    """One row in the current format (see the module docstring); whether it changed."""
-    before = dict(row)
-    if row.get("mode") == "infer":
-        row["infer_batch_size"], row["batch_size"], row["mode"] = row.get("batch_size", ""), "", ""
+    """One row in the current format (`schema.upgrade_row`, and the recipe it lost recovered: see the module
+    docstring); whether it changed."""
+    changed = upgrade_row(row, "")
+    if "infer_batch_size" in changed:
         recipe = recovered_recipe(as_read)
         if recipe is not None:
             cells = recipe.to_dict()
@@ -68,13 +69,7 @@ def _migrate_row(row: dict[str, str], as_read: dict) -> bool:
                     continue   # dtype and compile record what ran; None: the dataset's augmentation
                 if row.get(name, "") == "":
                     row[name] = str(int(cells[name]) if isinstance(cells[name], bool) else cells[name])
-    try:
-        holdout = float(row.get("holdout") or 0)
-    except ValueError:
-        holdout = 0.0
-    if holdout > 0 and row.get("holdout_split", "") == "":
-        row["holdout_split"] = "random"
-    return row != before
+    return bool(changed)
 
 
 def rewrite_table(path: Path, change) -> int:

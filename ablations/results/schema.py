@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from bench.io.csvio import read_rows
-from bench.training.recipe import TrainConfig
 from bench.schema import BENCH_TABLE, CONFIG, EXTRA, IDENTITY, SIZE, SPEED, Column, by_name, names, with_role
+from bench.training.recipe import TrainConfig
 
 RECIPE = [Column(f.name, f.metadata["unit"], f.metadata["doc"], f.metadata["kind"])
           for f in dataclasses.fields(TrainConfig) if f.name not in ("dtype", "compile")]  # those two: IDENTITY
@@ -149,27 +150,35 @@ def read_table(path: str | Path) -> pd.DataFrame:
     return table if Path(path).stem.endswith(("-history", "-cost")) else upgrade_rows(table)
 
 
+def upgrade_row(row: dict[str, Any], blank: Any = None) -> set[str]:
+    """Change one result row of an older format (a dict of its cells; `blank`: what an empty cell is, "" for
+    text) into today's, in place; the columns it changed. Rows written before the recipe had columns of its
+    own carry the cost phase's inference batch under `batch_size` (with `mode` = infer): it moves to
+    `infer_batch_size`, and their training batch size, which they did not record, is left blank. Rows that
+    held out a validation split before `holdout_split` existed drew it at random. The one statement of the
+    older formats: readers read them as today's (`upgrade_rows`), `make migrate` rewrites them."""
+    changed: set[str] = set()
+    if str(row.get("mode")) == "infer":
+        row["infer_batch_size"], row["batch_size"], row["mode"] = row.get("batch_size", blank), blank, blank
+        changed |= {"infer_batch_size", "batch_size", "mode"}
+    try:
+        held = float(row.get("holdout"))
+    except (TypeError, ValueError):
+        held = 0.0
+    split = row.get("holdout_split")
+    if held > 0 and (pd.isna(split) or str(split) == ""):
+        row["holdout_split"] = "random"
+        changed.add("holdout_split")
+    return changed
+
+
 def upgrade_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """Result rows of an older format read as today's: rows written before the recipe had columns of its own
-    carry the cost phase's inference batch under `batch_size` (with `mode` = infer), which moves to
-    `infer_batch_size` (their training batch size, which they did not record, is left blank); rows that held
-    out a validation split before `holdout_split` existed drew it at random."""
-    if table.empty:
+    """Result rows of an older format read as today's (`upgrade_row`); today's rows as they are."""
+    if table.empty or not {"mode", "holdout"} & set(table.columns):
         return table
-    if "holdout" in table:
-        split = table["holdout_split"] if "holdout_split" in table else pd.Series(pd.NA, index=table.index)
-        older = (pd.to_numeric(table["holdout"], errors="coerce") > 0) & split.isna()
-        if older.any():
-            table = table.assign(holdout_split=split.astype(object).where(~older, "random"))
-    if "mode" not in table:
+    rows = table.to_dict("records")
+    changed = set().union(*(upgrade_row(row, pd.NA) for row in rows))
+    if not changed:
         return table
-    old = table["mode"].astype(str) == "infer"
-    if not old.any():
-        return table
-    table = table.copy()
-    if "infer_batch_size" not in table:
-        table["infer_batch_size"] = pd.NA
-    table.loc[old, "infer_batch_size"] = table.loc[old, "batch_size"]
-    table.loc[old, "batch_size"] = pd.NA
-    table.loc[old, "mode"] = pd.NA
-    return table
+    return table.assign(**{c: pd.Series([row.get(c, pd.NA) for row in rows], index=table.index, dtype=object)
+                           for c in sorted(changed)})

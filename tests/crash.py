@@ -88,11 +88,13 @@ class Tally:
             print(f"  VIOLATION: {what}", flush=True)
 
 
-def sweep_cmd(spec: Path, out: Path, jobs: int = 1, marks: float = 0.0) -> list[str]:
-    """The sweep command; `marks`: through tests/marked_sweep.py, its save steps marked and widened by that."""
+def sweep_cmd(spec: Path, out: Path, jobs: int = 1, marks: float = 0.0, cost_rounds: int = 1) -> list[str]:
+    """The sweep command; `marks`: through tests/marked_sweep.py, its save steps marked and widened by that.
+    `cost_rounds`: 0 where the phase is not what is tested (the uninterrupted references, the full disk): the
+    runs' ids, accuracies and weights do not depend on it."""
     program = [str(ROOT / "tests" / "marked_sweep.py"), str(marks)] if marks else ["-m", "ablations"]
     return [sys.executable, *program, "sweep", str(spec), "--dataset", "digits", "--seeds", SEEDS,
-            "--cost-rounds", "1", "--checkpoint-every", "1", "--device", "cpu", "--out", str(out),
+            "--cost-rounds", str(cost_rounds), "--checkpoint-every", "1", "--device", "cpu", "--out", str(out),
             "--jobs", str(jobs), "--max-retries", "20"]
 
 
@@ -100,9 +102,9 @@ def env(work: Path) -> dict[str, str]:
     return {**os.environ, "VITBENCH_CACHE": str(work / "cache"), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
 
 
-def run(spec: Path, out: Path, work: Path, jobs: int = 1) -> subprocess.CompletedProcess:
-    return subprocess.run(sweep_cmd(spec, out, jobs), env=env(work), cwd=ROOT, capture_output=True, text=True,
-                          timeout=900)
+def run(spec: Path, out: Path, work: Path, jobs: int = 1, cost_rounds: int = 1) -> subprocess.CompletedProcess:
+    return subprocess.run(sweep_cmd(spec, out, jobs, cost_rounds=cost_rounds), env=env(work), cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
 
 
 def workers_of(pid: int) -> list[int]:
@@ -202,7 +204,7 @@ def jobs_campaign(work: Path, kills: int, seed: int = 0) -> Tally:
     t0 = time.perf_counter()
     print(f"JOBS=2 crash test in {work}: {RUNS} runs, {kills} kills (seed {seed})", flush=True)
     reference = work / "reference-jobs2"
-    ref = run(spec, reference, work, jobs=2)
+    ref = run(spec, reference, work, jobs=2, cost_rounds=0)
     tally.check(ref.returncode == 0, f"the uninterrupted JOBS=2 sweep failed: {ref.stderr[-500:]}")
     print(f"  reference JOBS=2 sweep: {len(finished(reference, spec.stem))} runs in {time.perf_counter() - t0:.0f} s",
           flush=True)
@@ -299,7 +301,7 @@ def fill_small_filesystem(spec: Path, work: Path, tally: Tally) -> None:
         return
     try:
         out = mount / "out"
-        proc = subprocess.Popen(sweep_cmd(spec, out), env=env(work), cwd=ROOT, stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(sweep_cmd(spec, out, cost_rounds=0), env=env(work), cwd=ROOT, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None and len(finished(out, spec.stem)) < 2:
@@ -321,7 +323,7 @@ def fill_small_filesystem(spec: Path, work: Path, tally: Tally) -> None:
         raw = (out / "ablations" / f"{spec.stem}.csv").read_bytes()
         tally.check(raw.endswith(b"\n"), "full disk: the result table ends in a torn line")
         (mount / "filler").unlink()
-        done = run(spec, out, work)
+        done = run(spec, out, work, cost_rounds=0)
         tally.check(done.returncode == 0, f"full disk: the rerun failed: {done.stderr[-300:]}")
         final = finished(out, spec.stem)
         tally.check(len(final) == RUNS and all(final.get(r) == d for r, d in kept.items()),
@@ -341,7 +343,7 @@ def campaign(work: Path, kills: int, seed: int = 0) -> Tally:
     print(f"crash test in {work}: {RUNS} runs, {kills} kills (seed {seed})", flush=True)
 
     reference = work / "reference"
-    ref = run(spec, reference, work)
+    ref = run(spec, reference, work, cost_rounds=0)
     tally.check(ref.returncode == 0, f"the uninterrupted sweep failed: {ref.stderr[-500:]}")
     ref_rows = read_rows(reference / "ablations" / "depth.csv").set_index("run_id")
     print(f"  reference sweep: {len(ref_rows)} runs in {time.perf_counter() - t0:.0f} s", flush=True)

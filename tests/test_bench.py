@@ -49,6 +49,18 @@ def test_gmacs_identical_across_backends_and_equal_to_closed_form(cfg):
     assert counts["sdpa"] == pytest.approx(closed_form_macs(cfg), rel=0.01)
 
 
+def test_every_model_the_registered_sweeps_train_has_fvcores_macs_in_closed_form():
+    """The cost phase and the dry run give the closed form (no tracing): for each model of every sweep in
+    ablations/sweeps/ on the default dataset, it is fvcore's count to the last MAC."""
+    from ablations.choices import SPEC_DIR
+    from ablations.specs import load_spec
+
+    models = {repr(p.model): p.model for f in sorted(SPEC_DIR.glob("*.toml")) for p in load_spec(f).points(28, 1, 10)}
+    assert len(models) > 10
+    for cfg in models.values():
+        assert count_macs(VisionTransformer(cfg), torch.zeros(1, 1, 28, 28)) == closed_form_macs(cfg), cfg
+
+
 @pytest.mark.parametrize("img,patch,chans,dim", [(28, 7, 1, 64), (28, 14, 1, 64), (32, 4, 3, 48), (8, 1, 1, 16),
                                                  (9, 3, 2, 24), (64, 16, 3, 32)])
 def test_conv_stem_macs_equal_closed_form_exactly(img, patch, chans, dim):

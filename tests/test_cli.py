@@ -119,17 +119,13 @@ def test_help_names_every_choice_the_registries_hold(capsys):
 
 
 def test_every_dataset_the_command_line_names_has_a_loader_and_no_other_name_does():
-    import inspect
-
     from ablations import choices
     from ablations.training import data
 
     assert data.DATASETS is choices.DATASETS  # one list
+    assert tuple(data.LOADERS) == choices.DATASETS   # a loader the command line cannot name fails
     for name in choices.DATASETS:
-        assert callable(data.loader(name))
-    loaders = {n[len("load_"):] for n, f in vars(data).items() if n.startswith("load_") and callable(f)
-               and n != "load_dataset" and not inspect.isclass(f)}
-    assert loaders == {n.replace("-", "_") for n in choices.DATASETS}  # a loader the command line cannot name fails
+        assert data.loader(name) is data.LOADERS[name] and callable(data.loader(name))
     with pytest.raises(ValueError, match=r"unknown dataset 'svhn'; choose one of \['cifar10',"):
         data.loader("svhn")
 
@@ -248,36 +244,37 @@ def test_make_passes_args_to_every_sweep_target():
     assert "--set flip=false" in make_dry("ablations", "ARGS=--set flip=false")
 
 
-def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive_seeds(tmp_path):
+def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive_seeds(tmp_path, capsys):
     """Synthetic tasks through the sweep command: positions needed, identical backends, shuffled labels and a
     planted difference, each with the answer the report must give. Then SEEDS=auto over the same runs (its
     first look is them): identical backends and the planted difference decided at the first look, shuffled
     labels stopped there at chance, positions decided at a later look; the report says where each design
     stopped; the same command again replays the looks from the finished runs and trains nothing."""
-    done = subprocess.run([sys.executable, "-m", "ablations", "known", "--out", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
-    summary = done.stdout[done.stdout.index("Known answers"):]
-    assert done.returncode == 0, summary + done.stderr[-2000:]
+    status = ablations_main(["known", "--out", str(tmp_path)])
+    done = capsys.readouterr()
+    summary = done.out[done.out.index("Known answers"):]
+    assert status == 0, summary + done.err[-2000:]
     assert summary.count("PASS") == 4 and "FAIL" not in summary
     assert "sincos2d vs none: better" in summary and "bmm vs einops: identical" in summary
     report = (tmp_path / "REPORT.md").read_text()
     assert "pos=none (" in report and "does not learn this task at this budget" in report
     assert "| bmm | einops | 0 (same predictions) | — | — | identical |" in report
-    argv = [sys.executable, "-m", "ablations", "known", "--out", str(tmp_path), "--seeds", "auto"]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    summary = done.stdout[done.stdout.index("Known answers"):]
-    assert done.returncode == 0 and summary.count("PASS") == 4, summary + done.stderr[-2000:]
+    argv = ["known", "--out", str(tmp_path), "--seeds", "auto"]
+    status = ablations_main(argv)
+    done = capsys.readouterr()
+    summary = done.out[done.out.index("Known answers"):]
+    assert status == 0 and summary.count("PASS") == 4, summary + done.err[-2000:]
     assert "bmm vs einops: identical (SEEDS=auto: stopped at look 1, 6 runs)" in summary
     assert "False vs True: better (SEEDS=auto: stopped at look 1, 6 runs)" in summary
     assert "sincos2d vs none: better (SEEDS=auto: stopped at look " in summary
-    assert "known-shuffled: stopped at look 1: even the leader" in done.stdout + done.stderr
+    assert "known-shuffled: stopped at look 1: even the leader" in done.out + done.err
     report = (tmp_path / "REPORT.md").read_text()
     assert "Adaptive seeds (SEEDS=auto): looks at 3/5/8/12 seeds" in report
     assert "Decided: flip=True worse than flip=False at look 1" in report
     assert "Decided: attn=einops identical to attn=bmm at look 1 (the same predictions)." in report
     assert "| False | True |" in report and "a better (look 1) |" in report
-    again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and again.stdout.count("nothing new") == 4, again.stdout[-3000:]
+    assert ablations_main(argv) == 0
+    assert capsys.readouterr().out.count("nothing new") == 4
 
 
 @pytest.mark.parametrize("seeds,said", [("auto:2,5,8", "at least 3 seeds at the first look (the spread between seeds), "

@@ -176,12 +176,3 @@ def test_augmentation_written_out_at_the_datasets_default_names_the_same_run(dat
     assert key(TrainConfig(**same)) == key(TrainConfig())
     assert key(TrainConfig(**other)) != key(TrainConfig())
 
-
-def test_every_dataset_the_command_line_offers_has_a_loader_and_nothing_else_does():
-    from ablations.choices import DATASETS
-    from ablations.training.data import LOADERS, loader
-
-    assert tuple(LOADERS) == DATASETS
-    assert loader("digits") is LOADERS["digits"]
-    with pytest.raises(ValueError, match="unknown dataset 'svhn'; choose one of"):
-        loader("svhn")

@@ -42,9 +42,9 @@ from ablations.specs import (
 )
 from ablations.training.data import cached_dataset, check_recipe
 from bench.env import resolve_device
+from bench.flops import closed_form_size
 from bench.io.atomic import write_atomic
 from bench.io.overrides import parse_overrides
-from bench.measure import complexity
 from bench.reference import refusal
 from vit import VisionTransformer, checkpoint_id, init_from_checkpoint
 
@@ -173,7 +173,7 @@ def _check_recipes(sweep: str, points: list[Point], data) -> None:
             raise ValueError(f"sweep {sweep}, point {point.label}: {err}") from None
 
 
-DRY_RUN_COUNTING_S = 5.0   # how long a dry run spends counting models' params and GMACs (fvcore traces each)
+DRY_RUN_COUNTING_S = 5.0   # how long a dry run spends building models to count their params
 
 
 def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
@@ -187,8 +187,7 @@ def _dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
         cfg = task.point.model
         key = model_key(cfg)
         if key not in costs:   # counted once per model, for as many as a few seconds allow: a big grid lists fast
-            costs[key] = (complexity(VisionTransformer(cfg), (cfg.in_chans, cfg.img_size, cfg.img_size))
-                          if time.perf_counter() < until else None)
+            costs[key] = closed_form_size(VisionTransformer(cfg), cfg) if time.perf_counter() < until else None
         c = costs[key]
         size = f"{c['params']:>10,} {c['gmacs']:>9.5f}" if c else f"{'—':>10} {'—':>9}"
         print(f"  {task.point.label:<16} {task.seed:>4} {size} {cfg.tokens:>6}  {task.run_id}  "

@@ -54,7 +54,7 @@ from ablations.results.store import complete_phase, model_key
 from ablations.specs import Point
 from bench.env import environment, run_id
 from bench.failures import classify_failure
-from bench.flops import closed_form_macs, param_count
+from bench.flops import closed_form_size
 from bench.io.csvio import append_row, drop_rows
 from bench.measure import MeasureConfig, StepFactory, default_step, measure
 from bench.rounds import MIN_ROUNDS
@@ -324,8 +324,7 @@ def _models(items: list[_Item]) -> tuple[dict[str, VisionTransformer], dict[str,
         if key not in models:
             torch.manual_seed(0)
             models[key] = VisionTransformer(item.cfg)
-            macs = closed_form_macs(item.cfg)   # exact (tests hold it to fvcore's count), without tracing each model
-            costs[key] = {"params": param_count(models[key]), "gmacs": macs / 1e9, "gflops": 2 * macs / 1e9}
+            costs[key] = closed_form_size(models[key], item.cfg)
     return models, costs
 
 

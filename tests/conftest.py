@@ -78,6 +78,18 @@ def _seed_everything():
     yield
 
 
+def run_cli(main, argv: list[str], capsys) -> tuple[int, str, str]:
+    """A command line run in this process, as a refusal test needs it: (exit status, stdout, stderr),
+    argparse's exit included."""
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    done = capsys.readouterr()
+    return code, done.out, done.err
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """‖a − b‖ / ‖b‖ in float64."""
     a, b = a.detach().double(), b.detach().double()

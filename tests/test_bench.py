@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import run_cli
 from torch import nn
 
 from bench.flops import closed_form_macs, count_macs, stem_macs
@@ -468,7 +469,6 @@ def test_the_matmul_peak_is_this_processs_own_measurement_not_the_machines_histo
 
 @pytest.mark.load_meter
 def test_a_timed_region_beside_a_cpu_burner_is_flagged_as_contended():
-    import subprocess
     import sys
 
     from bench.contention import CONTENDED_PCT, LoadMeter
@@ -692,7 +692,6 @@ def test_gpu_processes_of_this_command_and_an_mps_server_are_not_other_work(monk
 
 
 def test_this_process_and_its_children_are_its_family():
-    import subprocess
 
     from bench.contention import _family
 
@@ -737,8 +736,9 @@ def test_bench_run_states_a_backend_ratio_only_where_its_rounds_are_apart_from_t
     assert table.set_index("attn").loc["loop", "img/s"] == "101 [98, 105.5]"
 
 
-def test_bench_run_refuses_rounds_below_one_in_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "bench", "run", "--rounds", "0", "--out", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert done.returncode == 2 and "--rounds must be a positive integer, got '0'" in done.stderr
+def test_bench_run_refuses_rounds_below_one_in_one_line(tmp_path, capsys):
+    from bench.__main__ import main
+
+    code, _, err = run_cli(main, ["run", "--rounds", "0", "--out", str(tmp_path)], capsys)
+    assert code == 2 and "--rounds must be a positive integer, got '0'" in err
     assert not (tmp_path / "bench").exists()

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_spec
+from conftest import run_cli, write_spec
 
 from ablations.__main__ import main as ablations_main
 from ablations.results.schema import read_table
@@ -283,10 +283,9 @@ def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive
                                         ("auto:3,5,500", "the last look (500 seeds) is above the 100 seeds allowed"),
                                         ("auto:3,x", "the looks of auto must be comma-separated integers"),
                                         ("automatic", "auto takes its looks as auto:3,5,8,12")])
-def test_bad_adaptive_seeds_are_one_line_and_exit_2_before_any_work(tmp_path, seeds, said):
-    done = subprocess.run([sys.executable, "-m", "ablations", "sweep", "depth", "--seeds", seeds, "--out", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+def test_bad_adaptive_seeds_are_one_line_and_exit_2_before_any_work(tmp_path, capsys, seeds, said):
+    code, _, err = run_cli(ablations_main, ["sweep", "depth", "--seeds", seeds, "--out", str(tmp_path)], capsys)
+    assert code == 2 and said in err and err.count("\n") == 1, err
     assert not any(tmp_path.iterdir())
 
 
@@ -339,11 +338,10 @@ def test_a_tuned_sweep_under_adaptive_seeds_picks_at_the_first_look_and_trains_o
         assert f"| {depth} | lr={lr:g} |" in report
 
 
-def test_seeds_auto_is_refused_by_train_in_one_line(tmp_path):
-    trained = subprocess.run([sys.executable, "-m", "ablations", "train", "--seeds", "auto", "--out", str(tmp_path)],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert trained.returncode == 2 and trained.stderr.count("\n") == 1, trained.stderr
-    assert "SEEDS=auto compares a sweep's settings" in trained.stderr
+def test_seeds_auto_is_refused_by_train_in_one_line(tmp_path, capsys):
+    code, _, err = run_cli(ablations_main, ["train", "--seeds", "auto", "--out", str(tmp_path)], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "SEEDS=auto compares a sweep's settings" in err
     assert not (tmp_path / "ablations").exists()
 
 
@@ -351,10 +349,9 @@ def test_seeds_auto_is_refused_by_train_in_one_line(tmp_path):
                                        (["--jobs", "two"], "jobs must be auto or an integer ≥ 1, got 'two'"),
                                        (["--threads", "-1"], "must be a positive integer, got '-1'"),
                                        (["--threads", "1.5"], "must be a positive integer, got '1.5'")])
-def test_bad_jobs_or_threads_are_one_line_and_exit_2_before_any_work(tmp_path, args, said):
-    done = subprocess.run([sys.executable, "-m", "ablations", "sweep", "depth", *args, "--out", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+def test_bad_jobs_or_threads_are_one_line_and_exit_2_before_any_work(tmp_path, capsys, args, said):
+    code, _, err = run_cli(ablations_main, ["sweep", "depth", *args, "--out", str(tmp_path)], capsys)
+    assert code == 2 and said in err and err.count("\n") == 1, err
     assert not any(tmp_path.iterdir())
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import run_cli
 
 from ablations.analysis.findings import analyse, table_markdown
 from ablations.analysis.report import build_report
@@ -345,7 +346,6 @@ def test_no_command_writes_into_the_reference_unless_told_and_the_report_compare
     import shutil
     import subprocess
     import sys
-    from pathlib import Path
 
     import ablations.__main__ as cli
     from bench.reference import REFERENCE_MARK
@@ -484,7 +484,7 @@ def test_the_report_marks_a_lucky_draw(tmp_path):
 
 
 @pytest.mark.parametrize("link", ["ablations/weights", "ablations/preds/depth", "ablations/depth.csv"])
-def test_a_link_anywhere_below_out_into_the_reference_is_refused_before_any_work(tmp_path, link):
+def test_a_link_anywhere_below_out_into_the_reference_is_refused_before_any_work(tmp_path, capsys, link):
     """OUT/ablations/weights linked to the reference's weights (to draw figures from committed weights), a
     sweep's preds folder, or its table: a sweep would write into the reference. Refused in one line, the
     reference untouched."""
@@ -500,14 +500,12 @@ def test_a_link_anywhere_below_out_into_the_reference_is_refused_before_any_work
     out = tmp_path / "mine"
     (out / link).parent.mkdir(parents=True)
     (out / link).symlink_to(target)
-    import subprocess
-    import sys
+    from ablations.__main__ import main
 
-    done = subprocess.run([sys.executable, "-m", "ablations", "sweep", "depth", "--dataset", "digits", "--epochs", "1",
-                           "--seeds", "0", "--cost-rounds", "0", "--out", str(out)],
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert f"its {link}{'' if target.suffix else '/'} leads into {reference}" in done.stderr
+    code, _, err = run_cli(main, ["sweep", "depth", "--dataset", "digits", "--epochs", "1", "--seeds", "0",
+                                  "--cost-rounds", "0", "--out", str(out)], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"its {link}{'' if target.suffix else '/'} leads into {reference}" in err
     assert sorted(p.relative_to(reference) for p in reference.rglob("*")) == before
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_spec
+from conftest import run_cli, write_spec
 from helpers import run_sweep
 
 import ablations.__main__ as cli
@@ -268,10 +268,11 @@ def test_bad_run_options_fail_before_work_naming_the_option(tmp_path, capsys, ar
 @pytest.mark.parametrize("argv,message", [(["--name", "../../x"], "--name '../../x'"),
                                           (["--name", ".hidden"], "--name '.hidden'"),
                                           (["--repeats", "0"], "repeats must be ≥ 1")])
-def test_bench_run_refuses_a_bad_name_or_repeats(tmp_path, argv, message):
-    out = subprocess.run([sys.executable, "-m", "bench", "run", "--preset", "vit_mnist", "--out", str(tmp_path), *argv],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+def test_bench_run_refuses_a_bad_name_or_repeats(tmp_path, capsys, argv, message):
+    from bench.__main__ import main
+
+    code, _, err = run_cli(main, ["run", "--preset", "vit_mnist", "--out", str(tmp_path), *argv], capsys)
+    assert code == 2 and message in err and "Traceback" not in err
     assert not any(tmp_path.parent.glob("x.csv")) and not (tmp_path / "bench").exists()
 
 

@@ -28,7 +28,9 @@ It prints the counts and exits 1 on any violation. `tests/test_crash.py` runs a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import io
 import os
 import random
 import shutil
@@ -393,10 +395,12 @@ def campaign(work: Path, kills: int, seed: int = 0) -> Tally:
     per_run = hist.groupby("run_id").size()
     tally.check(bool((per_run.reindex(ok["run_id"]) == 3).all()), "a run's history has missing or repeated epochs")
 
-    report = subprocess.run([sys.executable, "-m", "ablations", "report", "--out", str(out)], env=env(work), cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
-    tally.check(report.returncode == 0, f"make report failed: {report.stderr[-500:]}")
-    text = (out / "REPORT.md").read_text() if report.returncode == 0 else ""
+    from ablations.__main__ import main as ablations_main  # the report command, in this process
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        status = ablations_main(["report", "--out", str(out)])
+    tally.check(status == 0, f"the report command exited {status}")
+    text = (out / "REPORT.md").read_text() if status == 0 else ""
     tally.garbage_skipped = text.count("malformed line")
     print(f"  end state: {len(ok)} ok rows for {RUNS} runs, {len(same)} accuracies and weights equal to the "
           f"uninterrupted sweep's; {tally.resumed_runs} runs resumed from a checkpoint; torn line cut: "

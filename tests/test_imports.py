@@ -148,9 +148,11 @@ def test_the_inner_rule_sees_a_sideways_import():
     assert inner_layer("vit.model") is None and inner_layer("ablations") is None
 
 
-@pytest.mark.parametrize("argv", [["report", "--reference", "none"], ["compare", "{out}", "{out}"], ["columns"]])
-def test_reading_results_loads_no_trainer_runner_or_executor(tmp_path, argv):
-    """The commands that read a results folder stand on the store, not on the machinery that writes it."""
+def test_reading_results_loads_no_trainer_runner_or_executor(tmp_path):
+    """The commands that read a results folder stand on the store, not on the machinery that writes it: run
+    one after another in a fresh process (columns, compare, report), none loads a trainer, runner or
+    executor, checked after each."""
+    import json
     import shutil
     import subprocess
     import sys
@@ -160,15 +162,18 @@ def test_reading_results_loads_no_trainer_runner_or_executor(tmp_path, argv):
     shutil.copytree(source / "preds" / "depth", out / "ablations" / "preds" / "depth")
     for table in source.glob("depth*.csv"):
         shutil.copy(table, out / "ablations" / table.name)
-    args = [a.format(out=out) for a in argv] + (["--out", str(out)] if argv[0] == "report" else [])
-    code = (f"import sys; from ablations.__main__ import main; status = main({args!r}); "
-            "print(status, sorted(m for m in sys.modules if m.startswith('ablations')))")
+    commands = [["columns"], ["compare", str(out), str(out)], ["report", "--reference", "none", "--out", str(out)]]
+    code = (f"import json, sys; from ablations.__main__ import main\nfor argv in {commands!r}:\n"
+            "    status = main(argv)\n"
+            "    print(json.dumps([argv[0], status, sorted(m for m in sys.modules if m.startswith('ablations'))]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    status, loaded = done.stdout.strip().splitlines()[-1].split(" ", 1)
-    assert status == "0", done.stderr[-2000:]
-    heavy = [f"ablations.{m}" for m in ("training.train", "training.checkpoints", "running.executors.local",
-                                        "running.executors.ray", "running.spawned", "running.runner",
-                                        "running.worker", "running.cost", "running.tasks")
-             if f"'ablations.{m}'" in loaded]
-    assert not heavy, f"{argv[0]} loaded {heavy}"
-    assert "'ablations.results.store'" in loaded or argv[0] == "columns"
+    found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('["')]
+    assert [name for name, _, _ in found] == ["columns", "compare", "report"], done.stderr[-2000:]
+    for name, status, loaded in found:
+        assert status == 0, f"{name}: {done.stderr[-2000:]}"
+        heavy = [f"ablations.{m}" for m in ("training.train", "training.checkpoints", "running.executors.local",
+                                            "running.executors.ray", "running.spawned", "running.runner",
+                                            "running.worker", "running.cost", "running.tasks")
+                 if f"ablations.{m}" in loaded]
+        assert not heavy, f"{name} loaded {heavy}"
+        assert "ablations.results.store" in loaded or name == "columns"

@@ -1,4 +1,5 @@
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,24 @@ def _seed_everything():
     np.random.seed(0)
     torch.manual_seed(0)
     yield
+
+
+ROOT = Path(__file__).resolve().parents[1]
+# the Makefile's own settings (NAME ?= ...): a `make test INSTALL=0 SEEDS=0 ...` running this suite exports them
+MAKE_SETTINGS = frozenset(re.findall(r"^\s*([A-Z_]+)\s*\?=", (ROOT / "Makefile").read_text(), flags=re.M))
+
+
+def user_make(*args: str, env: dict[str, str] | None = None, timeout: float = 300):
+    """`make ARGS` in the checkout as a user would call it: not inheriting the flags or the variables of a
+    `make test` that runs this suite (MAKEFLAGS passes its flags down; the variables given to it are
+    exported to its commands)."""
+    import os
+    import subprocess
+
+    drop = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", *MAKE_SETTINGS}
+    clean = {k: v for k, v in (os.environ if env is None else env).items() if k not in drop}
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=clean)
 
 
 def run_cli(main, argv: list[str], capsys) -> tuple[int, str, str]:

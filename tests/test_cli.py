@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, write_spec
+from conftest import run_cli, user_make, write_spec
 
 from ablations.__main__ import main as ablations_main
 from ablations.results.schema import read_table
@@ -46,8 +46,9 @@ def test_train_picks_the_datasets_base_preset_unless_one_is_named(tmp_path, caps
 
 def make_dry(*args) -> str:
     """The python command `make -n` prints (under `make test` this runs as a sub-make: no directory lines)."""
-    out = subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
+    done = user_make("-n", *args)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     return next(line for line in out.splitlines() if " -m ablations " in line)
 
 

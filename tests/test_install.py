@@ -6,17 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import user_make
+
 from ablations.cli.envcheck import required
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def make(*args, env=None):
-    """`make` in the checkout, as a user would call it: not inheriting the variables of a `make test` that
-    runs this suite (MAKEFLAGS would pass its EXTRAS down)."""
-    env = {k: v for k, v in (env or os.environ).items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env=env)
+    return user_make(*args, env=env)
 
 
 def test_install_0_runs_with_the_python_at_hand_and_no_install_step(tmp_path):

@@ -5,10 +5,10 @@ declared flags, each from its declared variable, into a command line the parser 
 import dataclasses
 import re
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import user_make
 
 from ablations.__main__ import main as ablations_main
 from ablations.options import COST_FLAGS, run_options
@@ -27,8 +27,7 @@ SAMPLE = {"--dataset": "digits", "--seeds": "4,5", "--cost-rounds": "2", "--cost
 
 def make_line(target: str, *assignments: str) -> str:
     """The ablations command `make -n target` would run (the install step left out)."""
-    done = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed-test", target, *assignments],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = user_make("-n", "-o", ".venv/.installed-test", target, *assignments, timeout=60)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.replace("\\\n", " ").splitlines()      # a recipe continued over lines is one command
     return next(line for line in lines if " -m ablations " in line)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli, write_spec
+from conftest import run_cli, user_make, write_spec
 from helpers import run_sweep
 
 import ablations.__main__ as cli
@@ -485,13 +485,12 @@ def test_a_checkpoint_of_another_model_is_ignored_with_a_line_and_the_run_starts
 def test_the_makefile_passes_paths_with_spaces_as_one_argument(tmp_path):
     import shlex
 
-    done = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed-test", "ablations", "OUT=my results",
-                           "DATA_ROOT=/data dir", "INIT=/w s.pth"], cwd=ROOT, capture_output=True, text=True)
+    done = user_make("-n", "-o", ".venv/.installed-test", "ablations", "OUT=my results", "DATA_ROOT=/data dir",
+                     "INIT=/w s.pth")
     sweep = next(line for line in done.stdout.splitlines() if "ablations sweep" in line)
     args = shlex.split(sweep)
     assert args[args.index("--out") + 1] == "my results"
     assert args[args.index("--data-root") + 1] == "/data dir" and args[args.index("--init") + 1] == "/w s.pth"
-    compare = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed-test", "compare", "A=x y",
-                              "B=z w"], cwd=ROOT, capture_output=True, text=True).stdout
+    compare = user_make("-n", "-o", ".venv/.installed-test", "compare", "A=x y", "B=z w").stdout
     line = next(line for line in compare.splitlines() if "ablations compare" in line)
     assert shlex.split(line)[-2:] == ["x y", "z w"]

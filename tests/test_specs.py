@@ -1,11 +1,10 @@
 """Sweep specs: validated whole before any run, errors that name file, point and field; every shipped
 sweep valid for every dataset size; a new TOML file alone is a new sweep."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import write_spec
+from conftest import user_make, write_spec
 
 from ablations.__main__ import main as ablations_main
 from ablations.analysis.report import build_report
@@ -95,8 +94,7 @@ def test_a_new_toml_file_alone_gives_a_make_target_a_report_section_and_spec_cov
     path.write_text('[sweep]\nlabel = "MLP ratio"\nfactor = "mlp_ratio"\nvalues = [1.0, 2.0]\n[train]\nepochs = 1\n')
     try:
         assert name in available_sweeps() and name not in default_sweeps()
-        dry = subprocess.run(["make", "-n", "--no-print-directory", f"ablate-{name}"], cwd=ROOT, capture_output=True,
-                             text=True)
+        dry = user_make("-n", f"ablate-{name}")
         assert dry.returncode == 0 and f"-m ablations sweep {name} " in dry.stdout
         for img_size, in_chans in ((28, 1), (8, 1), (32, 3)):  # what the shipped-sweeps test checks of each file
             assert len(load_spec(path).points(img_size, in_chans, 10)) == 2

@@ -195,7 +195,8 @@ def test_train_builds_its_point_as_a_sweep_does_so_the_same_model_and_recipe_are
 def test_a_command_parses_each_sweep_table_once(tmp_path, monkeypatch, capsys):
     """`make train` over runs already done reads its table to see what is done, to warn about other
     experiments and to print its rows, and counts what it recorded: one parse of the file, passed on. A
-    sweep that reuses runs of another sweep under the same OUT parses that sweep's tables once too."""
+    sweep that reuses runs of another sweep under the same OUT parses that sweep's tables once too; the
+    report parses each table once for all its sections."""
     from collections import Counter
 
     import ablations.results.schema as schema
@@ -212,6 +213,9 @@ def test_a_command_parses_each_sweep_table_once(tmp_path, monkeypatch, capsys):
                            "--out", str(tmp_path), "--jobs", "1"]) == 0
     assert "1 reused from other sweeps" in capsys.readouterr().out
     assert parsed == Counter({"train.csv": 1, "train-history.csv": 1}), parsed   # again.csv: none before it ran
+    parsed.clear()
+    assert ablations_main(["report", "--out", str(tmp_path), "--reference", "none"]) == 0
+    assert "again.csv" in parsed and set(parsed.values()) == {1}, parsed      # every table, once
 
 
 def test_sweep_set_holds_a_field_in_every_point_records_it_and_the_report_shows_it(tmp_path, capsys):

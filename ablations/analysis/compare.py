@@ -21,8 +21,7 @@ import pandas as pd
 
 from ablations.analysis.findings import load_runs
 from ablations.analysis.stats import ALPHA, paired_difference
-from ablations.results.schema import read_table
-from ablations.results.store import SweepPaths, ok_rows, sweep_names
+from ablations.results.store import SweepPaths, Tables, ok_rows, sweep_names
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
@@ -31,22 +30,22 @@ POINT_COLUMNS = ([f.name for f in dataclasses.fields(ViTConfig)] + ["dataset"]
                  + [f.name for f in dataclasses.fields(TrainConfig)] + ["init"])
 
 
-def _ok_rows(path: Path) -> pd.DataFrame:
-    """The table's finished runs, the last row of each; empty for a table without rows or the columns."""
-    rows = read_table(path)
+def _ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """A table's finished runs, the last row of each; empty for a table without rows or the columns."""
     if rows.empty or not {"run_id", "status", "test_acc"} <= set(rows.columns):
         return pd.DataFrame(columns=["run_id", "status", "test_acc"])
     return ok_rows(rows).drop_duplicates("run_id", keep="last")
 
 
-def compare_outs(a: Path, b: Path) -> pd.DataFrame:
-    """One row per point that both folders ran; ValueError if they share no finished run."""
+def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) -> pd.DataFrame:
+    """One row per point that both folders ran; ValueError if they share no finished run. `tables`: the two
+    folders' tables as the caller read them (else read here)."""
+    read_a, read_b = tables or (Tables(a), Tables(b))
     found = []
     for sweep in sweep_names(a):
-        table, theirs = SweepPaths.of(a, sweep).rows, SweepPaths.of(b, sweep).rows
-        if not theirs.exists():
+        if not SweepPaths.of(b, sweep).rows.exists():
             continue
-        rows_a, rows_b = _ok_rows(table), _ok_rows(theirs).set_index("run_id")
+        rows_a, rows_b = _ok_rows(read_a.rows(sweep)), _ok_rows(read_b.rows(sweep)).set_index("run_id")
         if rows_a.empty or rows_b.empty:
             continue
         rows_a = rows_a[rows_a["run_id"].isin(rows_b.index)]

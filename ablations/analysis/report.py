@@ -20,7 +20,7 @@ from ablations.choices import AUGMENTATION, default_augmentation
 from ablations.results import plans as design_plans
 from ablations.results.experiments import differences, latest_rows, newest_experiment
 from ablations.results.schema import read_table
-from ablations.results.store import SweepPaths, latest_cost_phase, ok_rows, sweep_names
+from ablations.results.store import SweepPaths, Tables, latest_cost_phase, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
 from ablations.training.data import load_dataset
 from bench.contention import CONTENDED_PCT
@@ -382,10 +382,10 @@ REQUIRED = ("run_id", "status", "seed", "started_at", "dataset", "device", "devi
             "git_sha", "test_acc", "params", "gmacs", "gflops")
 
 
-def _read_table(path: Path, spec: SweepSpec) -> pd.DataFrame | None:
-    """A sweep's standing rows of its newest experiment (`ablations.results.experiments`), with each row's setting
-    (`designs.with_settings`), or None (listed under Skipped inputs) when the file lacks the report's columns."""
-    table = read_table(path)
+def _read_table(path: Path, table: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame | None:
+    """A sweep's standing rows (`table`, as read from `path`) of its newest experiment
+    (`ablations.results.experiments`), with each row's setting (`designs.with_settings`), or None (listed
+    under Skipped inputs) when the file lacks the report's columns."""
     missing = [c for c in (*REQUIRED, *spec.varied) if c not in table]
     if missing:
         if len(table.columns):
@@ -422,10 +422,11 @@ def build_report(out: Path, data_root: str | Path = "data", reference: Path | No
     with `reference` (a folder of reference results), a section compares the runs with it point by point;
     `margin` (a fraction) is the equivalence margin of sweeps whose spec sets none.
     A damaged row or file is skipped and listed at the end under "Skipped inputs"."""
+    read = Tables(out)   # each table under `out` read once, for every section
     with collecting_skips() as notes:
-        lines = _report_lines(Path(out), data_root, margin)
+        lines = _report_lines(Path(out), data_root, margin, read)
         if reference is not None:
-            lines += _guarded("against the reference", _reference_section, Path(out), Path(reference))
+            lines += _guarded("against the reference", _reference_section, read, Tables(reference))
     if notes:
         lines += ["## Skipped inputs", "", "These rows and files could not be read and were left out of the report:",
                   ""] + [f"- {note}" for note in notes] + [""]
@@ -465,7 +466,7 @@ def _picked_on(paths: SweepPaths) -> list[int] | None:
     return None if plan is None else design_plans.first_look_seeds(plan)
 
 
-def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> list[str]:
+def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables) -> list[str]:
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     specs = _specs(out)
@@ -473,7 +474,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> l
     for name, spec in specs.items():
         rows = SweepPaths.of(out, name).rows
         if rows.exists():
-            table = _read_table(rows, spec)
+            table = _read_table(rows, read.rows(name), spec)
             if table is not None and spec.tune and (table["status"] == "ok").any():
                 try:
                     table, tunings[name] = designs.select(spec, table, _picked_on(SweepPaths.of(out, name)))
@@ -520,9 +521,11 @@ def _report_lines(out: Path, data_root: str | Path, margin: float = MARGIN) -> l
     return lines
 
 
-def _reference_section(out: Path, reference: Path) -> list[str]:
+def _reference_section(mine: Tables, theirs: Tables) -> list[str]:
     """Each point trained both here and in the reference (same run_id: model, recipe, data and seed), with
-    the accuracy difference and its paired interval; for a sweep with no such point, what differs."""
+    the accuracy difference and its paired interval; for a sweep with no such point, what differs. `mine`,
+    `theirs`: the tables of this OUT and of the reference folder."""
+    out, reference = mine.out, theirs.out
     from ablations.analysis.compare import compare_outs
 
     lines = ["## against the reference", "",
@@ -531,7 +534,7 @@ def _reference_section(out: Path, reference: Path) -> list[str]:
              f"interval over the common seeds (paired by seed) and the test images, each source counted once "
              f"(one common seed: the test images' alone).", ""]
     try:
-        table = compare_outs(out, reference)
+        table = compare_outs(out, reference, (mine, theirs))
     except ValueError:
         table = pd.DataFrame(columns=["sweep"])
     if len(table):
@@ -548,14 +551,13 @@ def _reference_section(out: Path, reference: Path) -> list[str]:
         lines.append("")
     compared = set(table["sweep"])
     for sweep in sweep_names(out):
-        theirs = SweepPaths.of(reference, sweep).rows
-        if sweep in compared or not theirs.exists():
+        if sweep in compared or not SweepPaths.of(reference, sweep).rows.exists():
             continue
-        mine, ref = ok_rows(read_table(SweepPaths.of(out, sweep).rows)), ok_rows(read_table(theirs))
-        if len(mine) and len(ref):
+        here, ref = ok_rows(mine.rows(sweep)), ok_rows(theirs.rows(sweep))
+        if len(here) and len(ref):
             spec = SPEC_DIR / f"{sweep}.toml"
             factor = load_spec(spec).varied if spec.exists() else ""
-            what = differences(mine.iloc[-1], ref.iloc[-1], factor) or "the seeds"
+            what = differences(here.iloc[-1], ref.iloc[-1], factor) or "the seeds"
             lines.append(f"- {sweep}: no run in common with the reference, whose runs differ in {what} "
                          f"(here vs reference): not compared.")
     return lines + [""]

@@ -6,15 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import user_make
+from conftest import user_make as make
 
 from ablations.cli.envcheck import required
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def make(*args, env=None):
-    return user_make(*args, env=env)
 
 
 def test_install_0_runs_with_the_python_at_hand_and_no_install_step(tmp_path):

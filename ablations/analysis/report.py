@@ -525,9 +525,9 @@ def _reference_section(mine: Tables, theirs: Tables) -> list[str]:
     """Each point trained both here and in the reference (same run_id: model, recipe, data and seed), with
     the accuracy difference and its paired interval; for a sweep with no such point, what differs. `mine`,
     `theirs`: the tables of this OUT and of the reference folder."""
-    out, reference = mine.out, theirs.out
     from ablations.analysis.compare import compare_outs
 
+    out, reference = mine.out, theirs.out
     lines = ["## against the reference", "",
              f"The same runs (same model, recipe, data and seed, so the same run_id) in `{reference}`, trained "
              f"on another machine or at another commit; the difference is here − reference, with an "

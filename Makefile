@@ -45,6 +45,7 @@ EXECUTOR  ?=
 JOBS      ?=
 THREADS   ?=
 MPS       ?=
+WORKERS   ?=
 MAX_RETRIES ?=
 CPUS_PER_TASK ?=
 GPUS_PER_TASK ?=
@@ -63,7 +64,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)
   $(call opt,--graphs,$(GRAPHS)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) \
   $(call qopt,--out,$(OUT)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) $(call switch,--dry-run,$(DRY_RUN)) $(call switch,--large,$(LARGE)) \
   $(INTO_REF) $(call switch,--tensorboard,$(TENSORBOARD)) $(call opt,--executor,$(EXECUTOR)) $(call opt,--jobs,$(JOBS)) $(call opt,--threads,$(THREADS)) \
-  $(call opt,--mps,$(MPS)) $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) \
+  $(call opt,--mps,$(MPS)) $(call opt,--workers,$(WORKERS)) $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) \
   $(call opt,--gpus-per-task,$(GPUS_PER_TASK))
 INTO_REF = $(call switch,--into-reference,$(INTO_REFERENCE))
 
@@ -108,7 +109,7 @@ crash-test: $(STAMP)
 # the sweeps marked `default = true` in ablations/sweeps/*.toml (patch, heads, depth), then the report
 ablations: $(STAMP)
 	$(PY) -m ablations sweep default $(RUN_ARGS) $(ARGS)
-	$(if $(filter 1 yes true,$(DRY_RUN)),,$(MAKE) report OUT='$(OUT)' INTO_REFERENCE=$(INTO_REFERENCE) MARGIN=$(MARGIN))
+	$(if $(filter 1 yes true,$(DRY_RUN)),,$(REPORT))
 
 # one target per ablations/sweeps/<name>.toml: a new sweep is a new TOML file and nothing else
 SWEEP_NAMES := $(basename $(notdir $(wildcard ablations/sweeps/*.toml)))
@@ -171,8 +172,9 @@ migrate: $(STAMP)
 
 # MARGIN: the report's equivalence margin in accuracy points, for sweeps whose spec sets none (default 0.5)
 MARGIN ?=
+REPORT = $(PY) -m ablations report --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT)) $(call opt,--margin,$(MARGIN)) $(INTO_REF)
 report: $(STAMP)
-	$(PY) -m ablations report --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT)) $(call opt,--margin,$(MARGIN)) $(INTO_REF)
+	$(REPORT)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .benchmarks

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import threading
 import traceback
 from typing import Any
 
@@ -18,15 +19,18 @@ from ablations.results.store import SweepPaths, save_preds
 from ablations.running.tasks import Outcome, RunOptions, Task, base_row
 from ablations.training.checkpoints import Checkpointing
 from ablations.training.data import Dataset, augmentation, cached_dataset
-from ablations.training.train import Diverged, train
+from ablations.training.train import Diverged, Stopped, train
 from bench.env import resolve_device
 from bench.failures import classify_failure
-from bench.measure import complexity
+from bench.flops import closed_form_size
 from bench.mfu import Peak, matmul_peak, mfu
 from bench.utilisation import thread_cores
 from vit import VisionTransformer, init_from_checkpoint
 
 DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+# torch's global generator seeds a model's initial weights: runs that share a process (`executors.threads`)
+# seed and build their models one at a time, so each draws exactly what it draws alone
+BUILD_LOCK = threading.Lock()
 
 
 def load_data(options: RunOptions) -> Dataset:
@@ -52,11 +56,12 @@ def execute(task: Task, data: Dataset) -> Outcome:
            "class_names": json.dumps(list(data.classes)) if data.classes else None}
     history: list[dict[str, Any]] = []
     try:
-        torch.manual_seed(task.seed)
-        model = VisionTransformer(point.model)
-        if options.init:
-            init_from_checkpoint(model, options.init, log=tqdm.write)
-        row.update(complexity(model, (point.model.in_chans, point.model.img_size, point.model.img_size)))
+        with BUILD_LOCK:
+            torch.manual_seed(task.seed)
+            model = VisionTransformer(point.model)
+            if options.init:
+                init_from_checkpoint(model, options.init, log=tqdm.write)
+        row.update(closed_form_size(model, point.model))
         checkpoint = Checkpointing(SweepPaths.of(options.out, point.sweep).checkpoint(task.run_id),
                                    options.checkpoint_every)
         result = train(model, data, point.train, task.seed, device, progress=options.progress, checkpoint=checkpoint,
@@ -72,6 +77,8 @@ def execute(task: Task, data: Dataset) -> Outcome:
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
         row.update(status="ok", error="")
         return Outcome(row, history, buffer.getvalue(), save_preds(result.test_preds.numpy(), data.test_y.numpy()))
+    except Stopped:  # the executor is stopping: nothing of this run is recorded (its checkpoint stays)
+        raise
     except Diverged as err:
         row.update(status="diverged", error=str(err))
     except OSError as err:

@@ -15,8 +15,12 @@ and `bench` time the very step the runs train with.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import math
+import os
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -35,6 +39,95 @@ from bench.utilisation import UtilSampler, reader_for
 
 class Diverged(RuntimeError):
     """The loss became NaN or infinite."""
+
+
+class Stopped(RuntimeError):
+    """The run was asked to stop (its executor is stopping): nothing of it is recorded, its last checkpoint stays."""
+
+
+# Set in the environment of a worker process that shares its device with other processes: its run never has
+# the device alone, so its own utilisation figure would be theirs too.
+SHARED_DEVICE_ENV = "VITBENCH_SHARED_DEVICE"
+
+
+class Occupancy:
+    """The runs in flight in this process (`executors.threads`), so that a run knows whether it had the device
+    alone: its per-run utilisation is kept only then."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.started = 0
+
+    @contextlib.contextmanager
+    def run(self):
+        with self._lock:
+            self.in_flight += 1
+            self.started += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def mark(self) -> tuple[int, int]:
+        return self.in_flight, self.started
+
+    def alone_since(self, mark: tuple[int, int]) -> bool:
+        """Whether the run that took `mark` has been the only one in flight since (and was then)."""
+        return mark[0] <= 1 and self.in_flight <= 1 and self.started == mark[1]
+
+
+class _Context(threading.local):
+    """What the thread that runs a training knows of its neighbours: a stop event and the process's occupancy
+    (both None for a run alone in its process)."""
+    stop: threading.Event | None = None
+    occupancy: Occupancy | None = None
+
+
+CONTEXT = _Context()
+
+
+@contextlib.contextmanager
+def beside_others(stop: threading.Event, occupancy: Occupancy):
+    """Within the block, a training run in this thread stops (`Stopped`) once `stop` is set, and counts in
+    `occupancy`."""
+    CONTEXT.stop, CONTEXT.occupancy = stop, occupancy
+    try:
+        with occupancy.run():
+            yield
+    finally:
+        CONTEXT.stop = CONTEXT.occupancy = None
+
+
+def _check_stop() -> None:
+    if CONTEXT.stop is not None and CONTEXT.stop.is_set():
+        raise Stopped("the executor is stopping")
+
+
+_ON_DEVICE: collections.OrderedDict[tuple, tuple[Tensor, Tensor]] = collections.OrderedDict()
+_ON_DEVICE_LOCK = threading.Lock()
+ON_DEVICE_KEPT = 8  # device copies of dataset tensors kept for the runs of this process
+
+
+def on_device(t: Tensor, device: torch.device) -> Tensor:
+    """`t` on `device`, copied once per process for every run that trains on it (the runs of one process
+    share their dataset's device copy); on CUDA the copy is marked as used on the caller's stream, so
+    the allocator never hands its memory to another use while that stream may still read it."""
+    if t.device == device or device.type != "cuda":
+        return t.to(device)
+    key = (id(t), str(device))
+    with _ON_DEVICE_LOCK:
+        found = _ON_DEVICE.get(key)
+        if found is None or found[0] is not t:
+            copy = t.to(device)
+            torch.cuda.current_stream(device).synchronize()  # whole before any other stream reads it
+            found = _ON_DEVICE[key] = (t, copy)
+            while len(_ON_DEVICE) > ON_DEVICE_KEPT:
+                _ON_DEVICE.popitem(last=False)
+        _ON_DEVICE.move_to_end(key)
+    found[1].record_stream(torch.cuda.current_stream(device))
+    return found[1]
 
 
 
@@ -142,8 +235,8 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     data, held_out = recipe_data(data, cfg)
     val_on_device = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
     model = model.to(device)
-    train_x, train_y = data.train_x.to(device), data.train_y.to(device)
-    test_on_device = data.test_x.to(device), data.test_y.to(device)
+    train_x, train_y = on_device(data.train_x, device), on_device(data.train_y, device)
+    test_on_device = on_device(data.test_x, device), on_device(data.test_y, device)
     n = len(train_y)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
@@ -156,46 +249,58 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     history, step, train_time, first = done.history, done.step, done.train_time_s, done.epoch + 1
     images_seen, best_acc = done.epoch * n, max((h["test_acc"] for h in history), default=0.0)
     reader, util_time = reader_for(device), [0.0, 0.0]  # Σ util × epoch seconds, Σ seconds (this process)
+    # a device's sampled utilisation (NVML: one sample per 1/6–1 s) is read over the run's whole training,
+    # where its sample periods fit whole; the process's CPU time (exact at a region's ends) per epoch
+    span = UtilSampler(reader) if reader.source != "cpu" else None
     train_step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, graphs)
     epochs = tqdm(range(first, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
-    for epoch in epochs:
-        train_mode(model, cfg)
-        t0 = time.perf_counter()
-        order = torch.randperm(n, generator=order_gen).to(device)
-        loss_sum = torch.zeros((), device=device)
-        with UtilSampler(reader) as sampler:
-            for x, y in data.epoch_batches(train_x, train_y, order, cfg.batch_size, aug_gen):
-                lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
-                loss_sum += train_step(x, y, lr)
-                step += 1
-            train_loss = loss_sum.item() / n  # the epoch's one read of the training loss (it waits for the device)
-        epoch_time = time.perf_counter() - t0
-        train_time += epoch_time
-        util = sampler.summary().get("util_pct")
-        if util is not None:
-            util_time[0] += util * epoch_time
-            util_time[1] += epoch_time
-        if not math.isfinite(train_loss):
-            raise Diverged(f"loss became {train_loss} in epoch {epoch} (steps {step - steps_per_epoch + 1}–{step}, "
-                           f"lr {lr:.3g} at the last)")
-        images_seen += n
-        test_loss, test_acc, test_preds = evaluate(compiled, data, device, dtype, cfg.eval_batch_size, test_on_device)
-        best_acc = max(best_acc, test_acc)
-        record = {"epoch": epoch, "lr": lr, "train_loss": train_loss, "test_loss": test_loss,
-                  "test_acc": test_acc, "elapsed_s": train_time}
-        if val_on_device is not None:
-            record["val_loss"], record["val_acc"], _ = evaluate(compiled, data, device, dtype, cfg.eval_batch_size,
-                                                                val_on_device)
-        history.append(record)
-        epochs.set_postfix(loss=f"{train_loss:.3f}", acc=f"{test_acc:.4f}")
-        if checkpoint and checkpoint.due(epoch, cfg.epochs, train_time / (epoch - first + 1)):
-            save_checkpoint(checkpoint.path, training_state(model, optimizer, streams),
-                            {"identity": identity, "epoch": epoch, "step": step, "train_time_s": train_time,
-                             "history": history, "param_groups": [  # as the eager step keeps them
-                                 {k: float(v) if torch.is_tensor(v) else v for k, v in g.items() if k != "capturable"}
-                                 for g in optimizer.state_dict()["param_groups"]],
-                             "scaler": scaler.state_dict() if scaler.is_enabled() else {}})
+    occupancy = CONTEXT.occupancy
+    mark = occupancy.mark() if occupancy is not None else None
+    with span or contextlib.nullcontext():
+        for epoch in epochs:
+            _check_stop()
+            train_mode(model, cfg)
+            t0 = time.perf_counter()
+            order = torch.randperm(n, generator=order_gen).to(device)
+            loss_sum = torch.zeros((), device=device)
+            with UtilSampler(reader) if span is None else contextlib.nullcontext() as sampler:
+                for x, y in data.epoch_batches(train_x, train_y, order, cfg.batch_size, aug_gen):
+                    lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
+                    loss_sum += train_step(x, y, lr)
+                    step += 1
+                train_loss = loss_sum.item() / n  # the epoch's one read of the training loss (it waits for the device)
+            epoch_time = time.perf_counter() - t0
+            train_time += epoch_time
+            util = sampler.summary().get("util_pct") if sampler is not None else None
+            if util is not None:
+                util_time[0] += util * epoch_time
+                util_time[1] += epoch_time
+            if not math.isfinite(train_loss):
+                raise Diverged(f"loss became {train_loss} in epoch {epoch} (steps {step - steps_per_epoch + 1}–{step}, "
+                               f"lr {lr:.3g} at the last)")
+            images_seen += n
+            test_loss, test_acc, test_preds = evaluate(compiled, data, device, dtype, cfg.eval_batch_size, test_on_device)
+            best_acc = max(best_acc, test_acc)
+            record = {"epoch": epoch, "lr": lr, "train_loss": train_loss, "test_loss": test_loss,
+                      "test_acc": test_acc, "elapsed_s": train_time}
+            if val_on_device is not None:
+                record["val_loss"], record["val_acc"], _ = evaluate(compiled, data, device, dtype, cfg.eval_batch_size,
+                                                                    val_on_device)
+            history.append(record)
+            epochs.set_postfix(loss=f"{train_loss:.3f}", acc=f"{test_acc:.4f}")
+            if checkpoint and checkpoint.due(epoch, cfg.epochs, train_time / (epoch - first + 1)):
+                save_checkpoint(checkpoint.path, training_state(model, optimizer, streams),
+                                {"identity": identity, "epoch": epoch, "step": step, "train_time_s": train_time,
+                                 "history": history, "param_groups": [  # as the eager step keeps them
+                                     {k: float(v) if torch.is_tensor(v) else v for k, v in g.items() if k != "capturable"}
+                                     for g in optimizer.state_dict()["param_groups"]],
+                                 "scaler": scaler.state_dict() if scaler.is_enabled() else {}})
     last = history[-1]
+    if span is not None:
+        alone = os.environ.get(SHARED_DEVICE_ENV) != "1" and (mark is None or occupancy.alone_since(mark))
+        whole = span.summary().get("util_pct")
+        if alone and whole is not None:   # else blank: another run's work would be in the figure
+            util_time = [whole, 1.0]
     return TrainResult(last["train_loss"], last["test_loss"], last["test_acc"], best_acc, train_time,
                        images_seen / train_time, history, test_preds, resumed_after=first - 1,
                        train_util_pct=util_time[0] / util_time[1] if util_time[1] else None, train_size=n,

@@ -11,6 +11,7 @@ value back to the host.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -23,6 +24,9 @@ from bench.training.precision import autocast
 from bench.training.recipe import TrainConfig
 
 ALLOCATOR_BLOCK = 512  # the CUDA caching allocator rounds every allocation up to a multiple of this
+# One capture at a time in a process: a capture synchronises the device, empties the allocator's cache and
+# resets its peak statistics, none of which may happen inside another thread's capture.
+CAPTURE_LOCK = threading.RLock()
 
 
 def exact_device(device: torch.device) -> torch.device:
@@ -212,6 +216,10 @@ class StaticStep(EagerStep):
         back), and `capture_bytes` is the capture's own peak over what was allocated when it began: the
         graph's pool (activations, gradients), not the copies nor the side stream's cuBLAS workspace, which
         the warm-up allocated."""
+        with CAPTURE_LOCK:
+            return self._capture_alone(bx, by, bloss)
+
+    def _capture_alone(self, bx: Tensor, by: Tensor, bloss: Tensor) -> Any:
         saved: tuple[list[Tensor], dict[int, dict[str, Tensor]]] | None = self._saved_state()
         rng = None
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ablations.options import Option, integer, positive
-from ablations.running.executors.base import Executor, ExecutorOptions, Loader, RunFn
+from ablations.running.executors.base import WORKERS, Executor, ExecutorOptions, Loader, RunFn
 
 __all__ = ["EXECUTORS", "OPTIONS", "Executor", "ExecutorOptions", "Loader", "RunFn"]
 
@@ -40,14 +40,20 @@ MAX_RETRIES = Option("--max-retries", "re-runs of a run whose worker died (defau
 OPTIONS: dict[str, tuple[Option, ...]] = {
     "local": (
         Option("--jobs", "local executor: runs in flight at once (default auto: on the CPU up to one per core, "
-                         "as many as other processes leave cores free, decided before each run starts; 4 per "
-                         "GPU on CUDA). 1: one after another in this process", "JOBS",
+                         "as many as other processes leave cores free, decided before each run starts; on one "
+                         "GPU 8, each on its own CUDA stream in this process, as many as free memory allows; "
+                         "4 per GPU over several GPUs). 1: one after another in this process", "JOBS",
                type=integer(1, "jobs must be auto or an integer ≥ 1", auto=True), default=None, metavar="N|auto"),
         Option("--threads", "local executor on the CPU: torch threads per run (default 1: beside other work two "
                             "OpenMP threads spin and wait on each other). Runs with the same count give the same "
                             "floats whatever JOBS is; a different count changes the order of reductions", "THREADS",
                type=positive("--threads (THREADS)")),
-        Option("--mps", "local executor on CUDA with JOBS > 1: run the workers under CUDA MPS so that their "
+        Option("--workers", "local executor with JOBS > 1: threads (the runs in this process, each on a thread "
+                            "and CUDA stream of its own: one CUDA context, the dataset on the device once) or "
+                            "processes (one spawned worker per run in flight; under MPS on a shared GPU). auto "
+                            "(default): threads on one GPU, processes on the CPU and over several GPUs", "WORKERS",
+               choices=WORKERS, default="auto"),
+        Option("--mps", "local executor on CUDA with JOBS > 1 and WORKERS=processes: run the workers under CUDA MPS so that their "
                         "kernels overlap (without it processes on one GPU take turns). auto (default): a daemon "
                         "already running, else a private one started and stopped with the command, else without "
                         "MPS, saying why; on: MPS or stop; off: never", "MPS", choices=("auto", "on", "off"),

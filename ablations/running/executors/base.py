@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # the names only: the executors' registry and options load wi
     from ablations.running.tasks import Outcome, RunOptions, Task
     from ablations.training.data import Dataset
 
+WORKERS = ("auto", "threads", "processes")  # how the local executor runs several runs at once
 RunFn = Callable[["Task", "Dataset"], "Outcome"]
 Loader = Callable[["RunOptions"], "Dataset"]
 
@@ -26,6 +27,7 @@ class ExecutorOptions:
     device: str = "auto"      # the runs' device (local: how JOBS places them)
     threads: int | None = None  # local, CPU: torch threads per run; None = 1
     mps: str = "auto"         # local, CUDA with jobs > 1: CUDA MPS for the workers (executors.mps)
+    workers: str = "auto"     # local with jobs > 1: threads of this process, or processes (executors.local)
 
     def __post_init__(self) -> None:
         if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):
@@ -37,6 +39,8 @@ class ExecutorOptions:
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
                                          or self.threads < 1):
             raise ValueError(f"threads must be an integer ≥ 1, got {self.threads!r}")
+        if self.workers not in WORKERS:
+            raise ValueError(f"workers must be one of {', '.join(WORKERS)}, got {self.workers!r}")
         if self.mps not in ("auto", "on", "off"):
             raise ValueError(f"mps must be auto, on or off, got {self.mps!r}")
         if self.max_retries < 0:

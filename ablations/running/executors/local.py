@@ -3,14 +3,19 @@
 JOBS=auto (default): on the CPU up to one run per core, each on one torch thread (THREADS), and before
 each run starts as many runs as the cores other processes leave free (`bench.contention.FreeCores`): an
 idle machine runs on every core, a busy one on fewer, and since a run's threads, not how many run at
-once, decide its floats, the results are the same either way; four runs per GPU on CUDA. JOBS=1: one
-after another in this process, each dataset loaded once. JOBS=N: N worker processes (spawned), each
-loading the dataset once from the parsed-array cache; on CUDA they share the GPU, or with several GPUs
-each worker is pinned to one of them in turn. Workers that share a GPU run under CUDA MPS where it can be had
-(`executors.mps`, MPS=auto|on|off), so that their kernels overlap rather than take turns; the start line
-says which. Only the driver writes results.
+once, decide its floats, the results are the same either way; on one GPU RUNS_PER_GPU_THREADS runs in this
+process (as many as free memory allows); four runs per GPU over several GPUs. JOBS=1: one after another in
+this process, each dataset loaded once.
 
-Each worker has a pipe of its own, so a worker that dies (SIGKILL, the kernel's OOM killer, a crash in
+JOBS=N runs them WORKERS=threads or WORKERS=processes (auto: threads on one GPU, processes elsewhere).
+Threads (`executors.threads`): N runs in this process, each on a thread and CUDA stream of its own, so their
+kernels overlap on the GPU with one CUDA context and one copy of the dataset there. Processes: N worker
+processes (spawned), each loading the dataset once from the parsed-array cache; on CUDA they share the GPU,
+or with several GPUs each worker is pinned to one of them in turn. Workers that share a GPU run under CUDA
+MPS where it can be had (`executors.mps`, MPS=auto|on|off), so that their kernels overlap rather than take
+turns; the start line says which. Only the driver writes results.
+
+Each worker process has a pipe of its own, so a worker that dies (SIGKILL, the kernel's OOM killer, a crash in
 a native library) takes only its own run with it: the driver sees its pipe close, starts a new worker
 in its place and gives the run to it again, up to `max_retries` times (the run resumes from its last
 checkpoint); only a run that keeps losing its worker is recorded as `error`. Queued runs are never
@@ -40,19 +45,24 @@ from tqdm import tqdm
 from ablations.running.executors.base import ExecutorOptions, Loader, RunFn
 from ablations.running.executors.mps import Mps, shared_gpu_refusal
 from ablations.running.interrupts import SIGNALS
+from ablations.running.executors.threads import ThreadPool
 from ablations.running.spawned import Raised, worker_main
 from ablations.running.tasks import Outcome, Task, lost_outcome
+from ablations.training.train import SHARED_DEVICE_ENV
 from bench.contention import FreeCores
+from bench.env import resolve_device
 
-RUNS_PER_GPU = 4  # JOBS=auto on CUDA
+RUNS_PER_GPU = 4  # JOBS=auto over several GPUs: worker processes per GPU
+RUNS_PER_GPU_THREADS = 8  # JOBS=auto on one GPU: runs in this process, each on its own stream
 STOP_GRACE_S = 3.0  # a stopped worker's time to exit on SIGTERM before it is killed
 
 
-def auto_jobs(device: str) -> int:
-    """JOBS=auto: at most this many runs at once: four per GPU, or every core on the CPU (each run on one
-    thread; how many start is decided before each run by the cores other processes leave free)."""
+def auto_jobs(device: str, threads: bool = False) -> int:
+    """JOBS=auto: at most this many runs at once: on one GPU in this process (`threads`)
+    RUNS_PER_GPU_THREADS, else four per GPU, or every core on the CPU (each run on one thread; how many
+    start is decided before each run by the cores other processes leave free)."""
     if device != "cpu" and torch.cuda.is_available():
-        return RUNS_PER_GPU * torch.cuda.device_count()
+        return RUNS_PER_GPU_THREADS if threads else RUNS_PER_GPU * torch.cuda.device_count()
     return max(1, os.cpu_count() or 1)
 
 
@@ -226,15 +236,20 @@ class LocalExecutor:
 
     def __init__(self, options: ExecutorOptions | None = None) -> None:
         self.options = options or ExecutorOptions()
-        self.jobs = self.options.jobs or auto_jobs(self.options.device)
         self.gpus = torch.cuda.device_count() if self.options.device != "cpu" and torch.cuda.is_available() else 0
+        # workers spread over the GPUs only where DEVICE names none (auto, cuda); DEVICE=cuda:1 shares GPU 1
+        self.spread = self.gpus > 1 and self.options.device in ("auto", "cuda")
+        workers = self.options.workers
+        self.in_process = workers == "threads" or (workers == "auto" and self.gpus > 0 and not self.spread)
+        self.jobs = self.options.jobs or auto_jobs(self.options.device, self.in_process)
+        self.in_process = self.in_process and self.jobs > 1
         # one thread a run unless asked: two OpenMP threads beside other work spin and wait on each other
         self.threads = self.options.threads or 1
         # JOBS=auto on the CPU: before each run starts, as many runs as other processes leave cores free
-        self.free = FreeCores() if self.options.jobs is None and not self.gpus and self.jobs > 1 else None
-        # workers spread over the GPUs only where DEVICE names none (auto, cuda); DEVICE=cuda:1 shares GPU 1
-        self.spread = self.gpus > 1 and self.options.device in ("auto", "cuda")
-        self.mps = Mps(self.options.mps) if self.gpus and self.jobs > max(1, self.gpus if self.spread else 1) else None
+        self.free = (FreeCores() if self.options.jobs is None and not self.gpus and self.jobs > 1
+                     and not self.in_process else None)
+        self.shared = bool(self.gpus) and self.jobs > max(1, self.gpus if self.spread else 1)  # runs share a GPU
+        self.mps = Mps(self.options.mps) if self.shared and not self.in_process else None
 
     def start(self) -> str:
         return self._where() + self._crowded()
@@ -256,6 +271,11 @@ class LocalExecutor:
         chosen = " (JOBS=auto)" if self.options.jobs is None else ""
         if self.jobs == 1:
             return f"local: this process, {self.threads} thread(s){chosen}"
+        if self.in_process:
+            where = ("each on a CUDA stream of its own, while the GPU has 2 GiB free" if self.gpus else
+                     f"sharing this process's {self.threads} CPU thread(s)")
+            return (f"local: up to {self.jobs} runs at once in this process{chosen} (WORKERS=threads), {where}; "
+                    f"a run stopped by a signal resumes from its last checkpoint")
         if self.free is not None:
             return (f"local: up to {self.jobs} runs at once (JOBS=auto: before each run starts, as many as other "
                     f"processes leave cores free), {self.threads} CPU thread(s) each; a run whose worker dies is "
@@ -284,6 +304,9 @@ class LocalExecutor:
             self.mps.close()
 
     def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, Outcome]]:
+        if self.in_process:
+            yield from ThreadPool(self.jobs, resolve_device(self.options.device), fn, load, self.threads).run(tasks)
+            return
         if self.jobs == 1:  # with JOBS > 1 even a lone run goes to a worker: the same threads as its siblings
             before = torch.get_num_threads()
             torch.set_num_threads(self.threads)
@@ -293,6 +316,7 @@ class LocalExecutor:
             finally:
                 torch.set_num_threads(before)
             return
+        env = {**(self.mps.env if self.mps is not None else {}), **({SHARED_DEVICE_ENV: "1"} if self.shared else {})}
         pool = WorkerPool(self.jobs, self.threads, self.gpus if self.spread else 0, self.options.max_retries, fn, load,
-                          self.mps.env if self.mps is not None else None, self.free)
+                          env, self.free)
         yield from pool.run(tasks)

@@ -1,0 +1,122 @@
+"""Several runs at once in this process: the local executor's way on one GPU (WORKERS=auto there, or threads).
+
+Each run trains on a thread of its own, on a CUDA stream of its own (its graph replays, copies and
+evaluation are queued there), so the GPU runs the kernels of several runs side by side, as under MPS, with
+one interpreter, one CUDA context and one import of everything: the dataset's device copy is made once and
+read by every run (`training.train.on_device`), and the one-time costs (the first optimizer's lazy imports,
+kernel loading) are paid once. A run's arithmetic is what it is alone: the same kernels in the same order on
+its own stream; its initial weights are drawn under a lock (`running.worker.BUILD_LOCK`, the global
+generator), its CUDA graphs captured one at a time (`bench.training.step.CAPTURE_LOCK`), and a run whose model draws
+from the device's one random generator (dropout) trains with no other run beside it.
+On the CPU the same code runs (tests use it); there the runs share the process's torch threads.
+
+How many at once: `size` at most, and on CUDA a new run starts only while the device has `HEADROOM_BYTES`
+free (the number at once follows free memory). A run's failure (out of memory included) is its row, as in
+any executor. On a stop (Ctrl-C, SIGTERM, a full disk) the driver sets the stop event, every run ends at its
+next epoch (`training.train.Stopped`: nothing of it recorded, its last checkpoint kept) and every thread is
+joined before `run` returns; only the driver writes results.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import queue
+import threading
+from collections.abc import Iterator
+
+import torch
+
+from ablations.running.executors.base import Loader, RunFn
+from ablations.running.tasks import Outcome, Task, lost_outcome
+from ablations.training.train import Occupancy, Stopped, beside_others
+
+HEADROOM_BYTES = 2 * 2**30   # free device memory below which no further run starts beside those in flight
+POLL_S = 0.25                # how often the driver looks up from waiting (so a signal is handled promptly)
+
+
+def dropout_of(task: Task) -> float:
+    cfg = task.point.model
+    return max(float(getattr(cfg, "dropout", 0.0) or 0.0), float(getattr(cfg, "attn_dropout", 0.0) or 0.0))
+
+
+class ThreadPool:
+    """Runs `fn(task, data)` for tasks on up to `size` threads of this process (see the module docstring)."""
+
+    def __init__(self, size: int, device: torch.device, fn: RunFn, load: Loader, threads: int = 1) -> None:
+        if size < 1:
+            raise ValueError(f"size must be ≥ 1, got {size!r}")
+        self.size, self.device, self.fn, self.load, self.threads = size, device, fn, load, threads
+        self._load_lock = threading.Lock()
+        self.peak_in_flight = 0
+
+    def _capacity(self, running: int) -> int:
+        """Runs allowed in flight now: at least one, more while the device keeps HEADROOM_BYTES free."""
+        if running == 0:
+            return 1
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            if free < HEADROOM_BYTES:
+                return running
+        return self.size
+
+    def _alone(self, live: dict[str, threading.Thread]) -> bool:
+        """Whether a run in flight must have the device to itself (it draws random numbers there)."""
+        return any(dropout_of(self._tasks[rid]) > 0 for rid in live)
+
+    def _data(self, task: Task):
+        with self._load_lock:  # one load of a dataset, however many runs start at once
+            return self.load(task.options)
+
+    def _one(self, task: Task, stop: threading.Event, occupancy: Occupancy, done: queue.Queue) -> None:
+        quiet = dataclasses.replace(task, options=dataclasses.replace(task.options, progress=False))
+        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        try:
+            with beside_others(stop, occupancy), \
+                    (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
+                outcome = self.fn(quiet, self._data(task))
+                if stream is not None:
+                    stream.synchronize()
+            done.put((task, outcome, None))
+        except Stopped:
+            done.put((task, None, None))
+        except BaseException as err:  # noqa: BLE001 - handed to the driver, which decides
+            done.put((task, None, err))
+
+    def run(self, tasks: list[Task]) -> Iterator[tuple[Task, Outcome]]:
+        self._tasks = {t.run_id: t for t in tasks}
+        waiting = collections.deque(tasks)
+        stop, occupancy, done = threading.Event(), Occupancy(), queue.Queue()
+        live: dict[str, threading.Thread] = {}
+        before = torch.get_num_threads()
+        if self.device.type == "cpu":
+            torch.set_num_threads(self.threads)
+        try:
+            while waiting or live:
+                while waiting and len(live) < self._capacity(len(live)) and not self._alone(live):
+                    if live and dropout_of(waiting[0]) > 0:
+                        break
+                    task = waiting.popleft()
+                    thread = threading.Thread(target=self._one, args=(task, stop, occupancy, done),
+                                              name=f"vitbench-run-{task.run_id}", daemon=True)
+                    live[task.run_id] = thread
+                    thread.start()
+                    self.peak_in_flight = max(self.peak_in_flight, len(live))
+                try:
+                    task, outcome, err = done.get(timeout=POLL_S)
+                except queue.Empty:
+                    continue
+                live.pop(task.run_id).join()
+                if err is not None:
+                    if isinstance(err, OSError):  # a full results disk: the command stops
+                        raise err
+                    outcome = lost_outcome(task, f"the run failed: {type(err).__name__}: {err}")
+                if outcome is not None:
+                    yield task, outcome
+        finally:
+            stop.set()
+            for thread in live.values():
+                thread.join()
+            if self.device.type == "cpu":
+                torch.set_num_threads(before)

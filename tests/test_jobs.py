@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -50,6 +51,60 @@ def test_two_jobs_write_the_rows_of_one_job(tmp_path):
     assert (one["util_cores"] == cores).all() and (two["util_cores"] == max(1, torch.get_num_threads() // 2)).all()
     same = [c for c in one.columns if c not in MEASURED and c not in PLACEMENT]
     pd.testing.assert_frame_equal(one[same].reset_index(drop=True), two[same].reset_index(drop=True))
+
+
+def test_runs_side_by_side_in_one_process_write_the_rows_of_one_job(tmp_path):
+    """WORKERS=threads (the default on one GPU; here on the CPU): three runs at once in this process, each seeding
+    and building its model under the lock, give every run the losses, accuracies and predictions of JOBS=1."""
+    points = [Point("t", "depth", d, TINY.replace(depth=d), TrainConfig(epochs=2, batch_size=128)) for d in (1, 2)]
+    tables = {}
+    for jobs in (1, 3):
+        opts = RunOptions(dataset="digits", out=str(tmp_path / f"jobs{jobs}"), seeds=(0, 1), progress=False,
+                          cost=CostPlan(rounds=0))
+        executor = LocalExecutor(ExecutorOptions(jobs=jobs, device="cpu", workers="threads"))
+        assert ("3 runs at once in this process" in executor.start()) == (jobs == 3)
+        run_sweep("t", points, opts, executor)
+        tables[jobs] = read_table(tmp_path / f"jobs{jobs}" / "ablations" / "t.csv").sort_values("run_id")
+    one, three = tables[1], tables[3]
+    assert (three["status"] == "ok").all() and (three["jobs"] == 3).all()
+    same = [c for c in one.columns if c not in MEASURED and c not in PLACEMENT | {"jobs", "util_cores"}]
+    pd.testing.assert_frame_equal(one[same].reset_index(drop=True), three[same].reset_index(drop=True))
+    for rid in one["run_id"]:
+        a, b = (np.load(tmp_path / f"jobs{j}" / "ablations" / "preds" / "t" / f"{rid}.npz")["pred"] for j in (1, 3))
+        assert np.array_equal(a, b)
+    # no run had the process to itself from start to end: no per-run busy share is claimed for any of them
+    assert three["train_util_pct"].isna().all() and one["train_util_pct"].notna().all()
+
+
+def test_a_stop_ends_every_run_in_flight_in_the_process_and_joins_its_threads(tmp_path):
+    """Closing the stream of outcomes (what the runner does on Ctrl-C, SIGTERM or a full disk) stops every run
+    still in flight at its next epoch (`Stopped`: nothing recorded) and joins every thread before it returns."""
+    import threading
+
+    from ablations.running.executors.threads import ThreadPool
+    from ablations.training.train import _check_stop
+
+    started = threading.Barrier(3)
+
+    def fn(task, data):
+        if task.seed == 0:
+            return Outcome({"run_id": task.run_id, "status": "ok"})
+        started.wait(timeout=10)
+        while True:   # a long run: an epoch at a time, as train() checks
+            _check_stop()
+            time.sleep(0.01)
+
+    point = Point("s", "depth", 1, TINY, TrainConfig(epochs=1))
+    tasks = make_tasks([point], RunOptions(dataset="digits", out=str(tmp_path), seeds=(1, 2, 0)))
+    pool = ThreadPool(3, torch.device("cpu"), fn, lambda options: None)
+    stream = pool.run(tasks)
+    task, outcome = next(stream)
+    assert task.seed == 0 and outcome.row["status"] == "ok"
+    started.wait(timeout=10)
+    t0 = time.perf_counter()
+    stream.close()
+    assert time.perf_counter() - t0 < 5
+    assert not [t for t in threading.enumerate() if t.name.startswith("vitbench-run-")]
 
 
 def test_a_worker_pinned_to_a_gpu_keeps_to_the_gpus_the_driver_was_given():

@@ -138,19 +138,27 @@ def _gpus_in_mode(monkeypatch, mode: int, count: int = 1) -> None:
 def test_a_gpu_that_admits_one_process_refuses_workers_in_a_line_before_any_daemon(fake, monkeypatch, mode, name):
     """In EXCLUSIVE_PROCESS compute mode the driver (which measures the cost phase on the GPU) and its
     workers cannot each hold a context, MPS or not: JOBS=2 is refused in one line before anything starts;
-    JOBS=1 (runs in this process) goes on."""
+    JOBS=1 (runs in this process) goes on, and so do JOBS=2 runs side by side in this process (WORKERS=auto on
+    one GPU: one context) where the mode admits one process."""
     _gpus_in_mode(monkeypatch, mode)
-    executor = LocalExecutor(ExecutorOptions(jobs=2, device="cuda"))
+    executor = LocalExecutor(ExecutorOptions(jobs=2, device="cuda", workers="processes"))
     with pytest.raises(ValueError) as err:
         executor.start()
     assert f"GPU 0 is in {name} compute mode" in str(err.value) and "\n" not in str(err.value)
     assert calls(fake) == []                                   # no daemon started, so none left behind
     assert LocalExecutor(ExecutorOptions(jobs=1, device="cuda")).start().startswith("local: this process")
+    threads = LocalExecutor(ExecutorOptions(jobs=2, device="cuda"))
+    if name == "PROHIBITED":
+        with pytest.raises(ValueError, match="PROHIBITED compute mode"):
+            threads.start()
+    else:
+        assert threads.start().startswith("local: up to 2 runs at once in this process") and threads.mps is None
+    assert calls(fake) == []
 
 
 def test_a_gpu_in_default_mode_is_shared_as_before(fake, monkeypatch):
     _gpus_in_mode(monkeypatch, 0)
-    executor = LocalExecutor(ExecutorOptions(jobs=2, device="cuda"))
+    executor = LocalExecutor(ExecutorOptions(jobs=2, device="cuda", workers="processes"))
     try:
         assert "under a private MPS daemon" in executor.start()
     finally:
@@ -173,7 +181,7 @@ def _pipe_folder(task, data):
 def test_workers_sharing_a_gpu_run_under_the_daemon_and_one_worker_per_gpu_needs_none(fake, monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    executor = LocalExecutor(ExecutorOptions(jobs=2, device="cuda"))
+    executor = LocalExecutor(ExecutorOptions(jobs=2, device="cuda", workers="processes"))
     line = executor.start()
     folder = executor.mps.own
     assert line.startswith("local: 2 runs at once, sharing the GPU, under a private MPS daemon")
@@ -184,10 +192,11 @@ def test_workers_sharing_a_gpu_run_under_the_daemon_and_one_worker_per_gpu_needs
     assert {o.row["pipe"] for _, o in got} == {str(folder / "pipe")}
     assert calls(fake)[-1].endswith("stdin=quit") and not folder.exists()
     assert LocalExecutor(ExecutorOptions(jobs=1, device="cuda")).mps is None
+    assert LocalExecutor(ExecutorOptions(jobs=2, device="cuda")).mps is None  # one GPU: runs in this process
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert LocalExecutor(ExecutorOptions(jobs=2, device="cuda")).mps is None  # one worker per GPU
     assert LocalExecutor(ExecutorOptions(jobs=3, device="cuda")).mps is not None
-    assert LocalExecutor(ExecutorOptions(jobs=2, device="cuda:1")).mps is not None  # both on GPU 1
+    assert LocalExecutor(ExecutorOptions(jobs=2, device="cuda:1", workers="processes")).mps is not None  # both on GPU 1
 
 
 def test_the_gpu_check_says_which_cost_rows_ran_beside_other_work(tmp_path):

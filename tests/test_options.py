@@ -22,7 +22,7 @@ SAMPLE = {"--dataset": "digits", "--seeds": "4,5", "--cost-rounds": "2", "--cost
           "--compile": "1", "--graphs": "0", "--epochs": "3", "--checkpoint-every": "2", "--jobs": "2",
           "--threads": "1", "--max-retries": "1", "--cpus-per-task": "0.5", "--gpus-per-task": "0.25",
           "--executor": "ray", "--pretrained": "vit_tiny_patch16_224", "--out": "my out", "--init": "a b.pth",
-          "--data-root": "my data", "--img-size": "224", "--mps": "on"}
+          "--data-root": "my data", "--img-size": "224", "--mps": "on", "--workers": "processes"}
 
 
 def make_line(target: str, *assignments: str) -> str:

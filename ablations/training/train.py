@@ -296,11 +296,12 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
                                      for g in optimizer.state_dict()["param_groups"]],
                                  "scaler": scaler.state_dict() if scaler.is_enabled() else {}})
     last = history[-1]
-    if span is not None:
-        alone = os.environ.get(SHARED_DEVICE_ENV) != "1" and (mark is None or occupancy.alone_since(mark))
-        whole = span.summary().get("util_pct")
-        if alone and whole is not None:   # else blank: another run's work would be in the figure
-            util_time = [whole, 1.0]
+    alone = os.environ.get(SHARED_DEVICE_ENV) != "1" and (mark is None or occupancy.alone_since(mark))
+    whole = span.summary().get("util_pct") if span is not None else None
+    if not alone:   # blank: the figure would hold other runs' work too
+        util_time = [0.0, 0.0]
+    elif span is not None:
+        util_time = [whole, 1.0] if whole is not None else [0.0, 0.0]
     return TrainResult(last["train_loss"], last["test_loss"], last["test_acc"], best_acc, train_time,
                        images_seen / train_time, history, test_preds, resumed_after=first - 1,
                        train_util_pct=util_time[0] / util_time[1] if util_time[1] else None, train_size=n,

@@ -53,10 +53,10 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
                             "processes (one spawned worker per run in flight; under MPS on a shared GPU). auto "
                             "(default): threads on one GPU, processes on the CPU and over several GPUs", "WORKERS",
                choices=WORKERS, default="auto"),
-        Option("--mps", "local executor on CUDA with JOBS > 1 and WORKERS=processes: run the workers under CUDA MPS so that their "
-                        "kernels overlap (without it processes on one GPU take turns). auto (default): a daemon "
-                        "already running, else a private one started and stopped with the command, else without "
-                        "MPS, saying why; on: MPS or stop; off: never", "MPS", choices=("auto", "on", "off"),
+        Option("--mps", "local executor on CUDA with JOBS > 1 and WORKERS=processes: run the workers under CUDA "
+                        "MPS so that their kernels overlap (without it processes on one GPU take turns). auto "
+                        "(default): a daemon already running, else a private one started and stopped with the command, "
+                        "else without MPS, saying why; on: MPS or stop; off: never", "MPS", choices=("auto", "on", "off"),
                default="auto"),
         MAX_RETRIES,
     ),

@@ -44,8 +44,8 @@ from tqdm import tqdm
 
 from ablations.running.executors.base import ExecutorOptions, Loader, RunFn
 from ablations.running.executors.mps import Mps, shared_gpu_refusal
-from ablations.running.interrupts import SIGNALS
 from ablations.running.executors.threads import ThreadPool
+from ablations.running.interrupts import SIGNALS
 from ablations.running.spawned import Raised, worker_main
 from ablations.running.tasks import Outcome, Task, lost_outcome
 from ablations.training.train import SHARED_DEVICE_ENV
@@ -272,6 +272,9 @@ class LocalExecutor:
         if self.jobs == 1:
             return f"local: this process, {self.threads} thread(s){chosen}"
         if self.in_process:
+            refusal = shared_gpu_refusal(self._gpu_indices(), self.jobs) if self.gpus else ""
+            if "PROHIBITED" in refusal:   # one process may hold a context on an EXCLUSIVE_PROCESS GPU: this one
+                raise ValueError(refusal)
             where = ("each on a CUDA stream of its own, while the GPU has 2 GiB free" if self.gpus else
                      f"sharing this process's {self.threads} CPU thread(s)")
             return (f"local: up to {self.jobs} runs at once in this process{chosen} (WORKERS=threads), {where}; "

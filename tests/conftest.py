@@ -67,7 +67,7 @@ def _runs_in_this_process(monkeypatch):
     subprocess (tests/test_jobs.py)."""
     from ablations.running.executors import local
 
-    monkeypatch.setattr(local, "auto_jobs", lambda device: 1)
+    monkeypatch.setattr(local, "auto_jobs", lambda device, threads=False: 1)
     yield
 
 

@@ -147,8 +147,9 @@ def test_the_cost_phase_times_the_training_step_that_training_runs(tmp_path, mon
 
     built = []
 
-    def spy(model, compiled, optimizer, scaler, cfg, device, dtype, graphs):
-        step = real(model, compiled, optimizer, scaler, cfg, device, dtype, graphs)
+    def spy(model, compiled, optimizer, scaler, cfg, device, dtype, graphs, measured=False):
+        assert measured   # the cost phase's captures take their own memory
+        step = real(model, compiled, optimizer, scaler, cfg, device, dtype, graphs, measured)
         groups = len(param_groups(model, cfg.weight_decay, cfg.layer_decay))  # what `train` builds for this model
         built.append((cfg, graphs, len(optimizer.param_groups) == groups, type(step)))
         return step

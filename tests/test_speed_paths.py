@@ -424,10 +424,11 @@ def test_a_training_epoch_on_cuda_synchronises_a_fixed_few_times_not_per_step():
     assert 0 < per_epoch <= 8 < steps, (syncs, steps)
 
 
-# A recipe that learns digits in seconds: 0.82 and 0.84 test accuracy (seeds 0, 1) on the CPU in fp32, ~2 s each
-LEARNS = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=2, num_heads=2,
+# A recipe that learns digits in seconds: 0.867, 0.850, 0.878, 0.894, 0.908 test accuracy (seeds 0-4) on the CPU
+# in fp32, 3.6 s a run; the seeds' spread (s.d. 0.02) sets the tests' bounds below
+LEARNS = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=32, depth=2, num_heads=2,
                    mlp_ratio=2.0)
-LEARNS_RECIPE = TrainConfig(epochs=15, batch_size=64, lr=1e-2, crop_padding=0, warmup_epochs=1)
+LEARNS_RECIPE = TrainConfig(epochs=20, batch_size=64, lr=3e-3, crop_padding=0, warmup_epochs=1)
 
 
 def test_the_reduced_precision_tests_recipe_learns_on_the_cpu(tmp_path):
@@ -436,14 +437,14 @@ def test_the_reduced_precision_tests_recipe_learns_on_the_cpu(tmp_path):
     run_sweep("g", points, RunOptions(dataset="digits", out=str(tmp_path), seeds=(0,), progress=False, device="cpu",
                                       cost=CostPlan(rounds=0)))
     row = read_table(tmp_path / "ablations" / "g.csv").iloc[0]
-    assert row["status"] == "ok" and row["test_acc"] > 0.6, row["test_acc"]
+    assert row["status"] == "ok" and row["test_acc"] > 0.75, row["test_acc"]
 
 
 @pytest.mark.gpu
 @cuda
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_reduced_precision_training_on_cuda_learns_and_samples_nvml(dtype, tmp_path):
-    """The same seed in fp32 and in `dtype` on the GPU: both learn, and within 10 points of each other."""
+    """The same seed in fp32 and in `dtype` on the GPU: both learn, and within 8 points (4 seed s.d.) of each other."""
     rows = {}
     for each in ("fp32", dtype):
         points = [Point("g", "depth", 2, LEARNS, dataclasses.replace(LEARNS_RECIPE, dtype=each))]
@@ -451,8 +452,8 @@ def test_reduced_precision_training_on_cuda_learns_and_samples_nvml(dtype, tmp_p
                                           device="cuda", cost=CostPlan(rounds=1)))
         rows[each] = read_table(tmp_path / each / "ablations" / "g.csv").iloc[0]
     row = rows[dtype]
-    assert row["status"] == "ok" and row["dtype"] == dtype and row["test_acc"] > 0.6, row["test_acc"]
-    assert rows["fp32"]["test_acc"] > 0.6 and abs(row["test_acc"] - rows["fp32"]["test_acc"]) < 0.10, \
+    assert row["status"] == "ok" and row["dtype"] == dtype and row["test_acc"] > 0.75, row["test_acc"]
+    assert rows["fp32"]["test_acc"] > 0.75 and abs(row["test_acc"] - rows["fp32"]["test_acc"]) < 0.08, \
         (row["test_acc"], rows["fp32"]["test_acc"])
     # a run of a second or so may hold no whole NVML sample period: then blank, never a neighbour's figure
     assert row["util_source"] == "nvml" and row["peak_mem_mb"] > 0
@@ -525,7 +526,7 @@ def test_the_cost_phase_on_cuda_times_the_graphed_training_step(tmp_path, monkey
 
     built = []
     real = step_module.make_step
-    monkeypatch.setattr(step_module, "make_step", lambda *a: built.append(real(*a)) or built[-1])
+    monkeypatch.setattr(step_module, "make_step", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
     plan = CostPlan(rounds=2, infer_batch_size=32, timing=TimingConfig(warmup=4, min_repeats=5, min_time_s=0.0))
     points = [Point("g", "depth", 1, TINY, TrainConfig(epochs=1, batch_size=64, dtype="bf16"))]
     for graphs in (True, False):

@@ -158,9 +158,13 @@ class StaticStep(EagerStep):
 
     WARMUP = 3  # eager steps on a side stream before a capture (undone before the captured step runs)
 
-    def __init__(self, *args: Any, capture: bool | None = None) -> None:
+    def __init__(self, *args: Any, capture: bool | None = None, measured: bool = True) -> None:
         super().__init__(*args)
         self.capture = self.device.type == "cuda" if capture is None else capture
+        # measured: a capture takes its own memory (`capture_bytes`), with the device synchronised and the
+        # allocator's cache emptied around it; otherwise (training, where other runs of this process may be in
+        # flight on other streams) it waits for its own streams only and leaves the cache as it is
+        self.measured = measured
         self.graphed = self.capture
         groups = self.optimizer.param_groups
         self.lr_scales = torch.tensor([float(g["lr_scale"]) for g in groups], device=self.device)
@@ -235,12 +239,13 @@ class StaticStep(EagerStep):
             torch.cuda.set_rng_state(rng, self.device)  # the warm-up's draws leave no trace (dropout)
             graph = torch.cuda.CUDAGraph()
             self.optimizer.zero_grad(set_to_none=True)  # backward allocates the grads in the graph's pool
-            torch.cuda.synchronize(self.device)
-            start = torch.cuda.memory_allocated(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            with capturing(graph, stream, self.device):
+            if self.measured:
+                torch.cuda.synchronize(self.device)
+                start = torch.cuda.memory_allocated(self.device)
+                torch.cuda.reset_peak_memory_stats(self.device)
+            with capturing(graph, stream, self.device, tidy=self.measured):
                 bloss.copy_(self._step(bx, by, cache=False))
-            self.capture_bytes = torch.cuda.max_memory_allocated(self.device) - start
+            self.capture_bytes = torch.cuda.max_memory_allocated(self.device) - start if self.measured else 0
             graph.replay()
             return graph
         except BaseException:
@@ -270,17 +275,21 @@ class StaticStep(EagerStep):
 
 
 @contextlib.contextmanager
-def capturing(graph: Any, stream: Any, device: torch.device):
+def capturing(graph: Any, stream: Any, device: torch.device, tidy: bool = True):
     """Capture the block's CUDA work into `graph` on `stream` (only this thread's work is checked), as
-    `torch.cuda.graph` does: the device synchronised and the allocator's cache emptied first (cached blocks
-    are not released during a capture, so a warm-up's would stay reserved beside the graph's pool), and
+    `torch.cuda.graph` does: with `tidy`, the device synchronised and the allocator's cache emptied first
+    (cached blocks are not released during a capture, so a warm-up's would stay reserved beside the graph's
+    pool); without it (other runs of the process train meanwhile) only `stream` is waited for, and
     `capture_end` called whatever the block did. On a failure the previous stream is current again, and
     the graph's pool is released exactly once: by `graph.reset()` where `capture_end` succeeded (the block
     raised inside a capture that stayed valid); where `capture_end` refused the capture there is no pool to
     ask for (torch refuses `pool()` then) and nothing more is called. The first error, the real cause, is
     raised."""
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
+    if tidy:
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+    else:
+        stream.synchronize()
     failed: BaseException | None = None
     ended = False
     with torch.cuda.stream(stream):  # restores the previous current stream on the way out, raise or not
@@ -314,9 +323,10 @@ def training_parts(model: nn.Module, cfg: TrainConfig,
 
 
 def make_step(model: nn.Module, compiled: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-              cfg: TrainConfig, device: torch.device, dtype: str, graphs: bool) -> EagerStep:
+              cfg: TrainConfig, device: torch.device, dtype: str, graphs: bool, measured: bool = False) -> EagerStep:
     """On CUDA with `graphs`, the static-buffer step captured into CUDA graphs where it can work (else the
-    eager step, with one line saying why); elsewhere the eager step."""
+    eager step, with one line saying why); elsewhere the eager step. `measured`: its captures take their own
+    memory (`StaticStep`), as the cost phase needs; training leaves that out."""
     if not graphs or device.type != "cuda":  # without capture the static buffers only add copies
         return EagerStep(model, compiled, optimizer, scaler, cfg, device, dtype)
     why = ("fp16 needs the grad scaler's host-side checks" if scaler.is_enabled() else
@@ -325,7 +335,7 @@ def make_step(model: nn.Module, compiled: nn.Module, optimizer: torch.optim.Opti
     if why:
         tqdm.write(f"graphs: eager training step ({why})")
         return EagerStep(model, compiled, optimizer, scaler, cfg, device, dtype)
-    return StaticStep(model, compiled, optimizer, scaler, cfg, device, dtype)
+    return StaticStep(model, compiled, optimizer, scaler, cfg, device, dtype, measured=measured)
 
 
 
@@ -337,7 +347,8 @@ def training_step(cfg: TrainConfig, device: torch.device,
     def build(model: nn.Module, images: Tensor, labels: Tensor):
         compiled, optimizer, scaler = training_parts(model, cfg, device)
         train_mode(model, cfg)
-        step = make_step(model, compiled, optimizer, scaler, cfg, device, cfg.resolved_dtype(device), graphs)
+        step = make_step(model, compiled, optimizer, scaler, cfg, device, cfg.resolved_dtype(device), graphs,
+                         measured=True)
         return StepCall(step, images, labels, cfg.lr), [model, optimizer, images, labels]
     return build
 

@@ -457,9 +457,9 @@ def test_make_cost_and_migrate_set_a_torn_last_line_aside_and_refuse_a_broken_ta
     assert main(["migrate", "--out", str(out)]) == 2
 
 
-def test_a_first_round_longer_than_the_budget_says_so_instead_of_fitting_one_round():
-    """The first round times every point once: the least a phase measures, so it is not cut; when it alone
-    overruns the budget the phase says that, not that the budget 'fits 1 of 5 rounds'."""
+def test_a_budget_that_fits_fewer_than_three_rounds_is_no_phase_said_in_one_line():
+    """Fewer than MIN_ROUNDS rounds compare nothing: a budget that fits fewer keeps no phase and says why, rather
+    than one round that leaves every cell 'not compared'."""
     import time
 
     from ablations.running.cost import _Clock
@@ -467,10 +467,42 @@ def test_a_first_round_longer_than_the_budget_says_so_instead_of_fitting_one_rou
     clock = _Clock(CostPlan(rounds=5, budget_s=10.0), None, [], torch.device("cpu"))
     clock.start = time.perf_counter() - 18.0      # the first round took 18 s
     assert clock.plan_rounds([], items=4) == 1
-    assert clock.stopped.startswith("its first round alone took 18 s, over its 10 s budget")
+    assert clock.stopped.startswith("its first round took 18.0 s, so its 10 s budget (COST_BUDGET) fits 1 of the 3 rounds")
+    slow = _Clock(CostPlan(rounds=5, budget_s=10.0), None, [], torch.device("cpu"))
+    slow.start = time.perf_counter() - 4.0
+    assert slow.plan_rounds([], items=4) == 2 and "no cost phase" in slow.stopped
     quick = _Clock(CostPlan(rounds=5, budget_s=10.0), None, [], torch.device("cpu"))
-    quick.start = time.perf_counter() - 4.0
-    assert quick.plan_rounds([], items=4) == 2 and quick.stopped.startswith("its 10 s budget")
+    quick.start = time.perf_counter() - 3.0
+    assert quick.plan_rounds([], items=4) == 3 and quick.stopped.startswith("its 10 s budget")
+
+
+def test_kept_steps_are_set_up_outside_the_budget_and_a_phase_short_of_three_rounds_keeps_nothing(tmp_path, monkeypatch,
+                                                                                                   capsys):
+    """Steps kept across rounds (CUDA's captured graphs; here asked for on the CPU) are built and warmed up before
+    the clock starts: a set-up longer than the whole budget still leaves the rounds it plans. A budget too short
+    for three rounds writes no row and says so in one line."""
+    import time
+
+    from ablations.running import cost
+
+    real = cost._Sitting.set_up
+
+    def slow(self, item_id, item):
+        real(self, item_id, item)
+        time.sleep(0.5)
+
+    monkeypatch.setattr(cost._Sitting, "set_up", slow)
+    points = [Point("c", "depth", d, TINY.replace(depth=d), TrainConfig(epochs=1, batch_size=16)) for d in (1, 2)]
+    phase = run_cost_phase("c", points, CostPlan(rounds=3, budget_s=1.5, keep_steps=True), torch.device("cpu"),
+                           tmp_path / "c-cost.csv")
+    assert sorted(set(phase["round"])) == [0, 1, 2] and (phase["status"] == "ok").all()
+    assert phase.groupby(["mode", "depth"])["peak_mem_mb"].count().eq(1).all()   # taken once, at the set-up
+    err = capsys.readouterr().err
+    assert "3 round(s) of 4 timed steps" in err and "of set-up (build, capture, warm-up; outside the budget)" in err
+    empty = run_cost_phase("d", points, CostPlan(rounds=3, budget_s=1e-4), torch.device("cpu"), tmp_path / "d-cost.csv")
+    assert empty.empty and (not (tmp_path / "d-cost.csv").exists() or read_table(tmp_path / "d-cost.csv").empty)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "no cost phase" in line]
+    assert len(lines) == 1, lines
 
 
 @pytest.mark.parametrize("field,values,items", [("grad_clip", (0.0, 1.0, 2.0), 2), ("label_smoothing", (0.0, 0.1), 2),

@@ -76,6 +76,8 @@ QUIET_WAIT_S = 30.0      # how long a phase whose round ran under load waits for
 BUSY_ITEMS = 3           # first timed steps that, all taken under load, abandon a phase at once
 # the first round of a phase with a budget: a median of a few steps per item, quickly, to plan the rest
 FIRST_ROUND_TIMING = TimingConfig(warmup=1, min_repeats=3, min_time_s=0.0)
+# the set-up of a step kept across rounds: built (a CUDA graph captured), warmed up, its memory taken; not timed
+SETUP_TIMING = TimingConfig(warmup=3, min_repeats=1, min_time_s=0.0, block=1, latency_steps=0)
 
 
 @dataclass(frozen=True)
@@ -258,15 +260,21 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
         return found  # type: ignore[return-value]
     for _, _, csv in sweeps:
         drop_rows(csv, "phase_id", {pid})  # an attempt cut short: its rounds are not of this sitting
+    start = time.perf_counter()
     clock = _Clock(plan, workload, [p for _, points, _ in sweeps for p in points], device)   # building counts too
     models, costs = _models(items)
     names = ", ".join(sweep for sweep, _, _ in sweeps)
     sitting = _Sitting(pid, plan, device, graphs, environment(device), models, costs,
                        Steps(device, device.type == "cuda" if plan.keep_steps is None else plan.keep_steps),
                        own, where, {sweep: [] for sweep, _, _ in sweeps})
+    order = list(distinct.items())
+    if sitting.steps.keep:   # every step built once: built, captured and warmed up before the clock starts
+        for item_id, item in tqdm(order, desc=f"cost {names}: set-up", unit="step", leave=False, disable=not progress):
+            sitting.set_up(item_id, item)
+        clock = _Clock(plan, workload, clock.points, device)
+    setup_s = time.perf_counter() - start - clock.elapsed()
     bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names} ({clock.describe()})", unit="step", leave=False,
                disable=not progress)
-    order = list(distinct.items())
     planned, kept = plan.rounds, []
     for r in range(plan.rounds):
         this_round = sitting.time_round(r, order[r % len(order):] + order[:r % len(order)], planned, clock, bar)
@@ -280,6 +288,9 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
             break
         if r == 0:
             planned = clock.plan_rounds(this_round, len(items))
+            if planned < min(MIN_ROUNDS, plan.rounds):   # rounds too few to compare anything: no phase at all
+                kept, sitting.rows = [], {sweep: [] for sweep in sitting.rows}
+                break
             bar.total = planned * len(items)
             bar.set_description(f"cost {names} ({clock.describe()})")
         sitting.keep(this_round, planned, write=True)
@@ -292,9 +303,10 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
             break
     bar.close()
     if progress:
-        taken = "none kept" if clock.abandoned else f"{kept[-1]['round'] + 1 if kept else 0} round(s)"
-        tqdm.write(f"cost {names}: {taken} of {len(items)} timed steps in {clock.elapsed():.0f} s ({clock.describe()})",
-                   file=sys.stderr)
+        taken = "none kept" if clock.abandoned or not kept else f"{kept[-1]['round'] + 1} round(s)"
+        setup = f" after {setup_s:.1f} s of set-up (build, capture, warm-up; outside the budget)" if setup_s > 0.05 else ""
+        tqdm.write(f"cost {names}: {taken} of {len(items)} timed steps in {clock.elapsed():.1f} s ({clock.describe()})"
+                   f"{setup}", file=sys.stderr)
     _say_what_is_missing(kept, len(items), names, clock, sweeps[0][2].parent.parent)
     rows = sitting.rows
     del models, sitting
@@ -342,6 +354,7 @@ class _Sitting:
     own: dict[str, list[_Item]]
     where: dict[str, list[tuple[str, Path]]]
     rows: dict[str, list[dict[str, Any]]]
+    peaks: dict[str, float | None] = dataclasses.field(default_factory=dict)  # item -> peak MiB taken at set-up
 
     def time_round(self, r: int, order: list[tuple[str, _Item]], planned: int, clock: _Clock,
                    bar) -> list[tuple[str, _Item, dict[str, Any]]]:
@@ -355,13 +368,25 @@ class _Sitting:
                    "compile": int(item.mcfg.compile), "mode": item.mode, "batch_size": item.mcfg.batch_size,
                    "torch_threads": torch.get_num_threads(),
                    "run_id": run_id({"phase_id": self.pid, "model": key, "mode": item.mode, "round": r})}
-            row.update(_measure_item(item, self.models[key], self.costs[key], self.device, r == 0, self.plan,
-                                     self.graphs, self.steps, item_id, clock.timing(r)))
+            set_up = item_id in self.peaks
+            row.update(_measure_item(item, self.models[key], self.costs[key], self.device, r == 0 and not set_up,
+                                     self.plan, self.graphs, self.steps, item_id, clock.timing(r)))
+            if r == 0 and set_up:   # taken at the set-up, on the step's first call
+                row["peak_mem_mb"] = self.peaks[item_id]
             this_round.append((item_id, item, row))
             bar.update()
             if r == 0 and len(this_round) == BUSY_ITEMS < len(order) and clock.busy(this_round, early=True):
                 break
         return this_round
+
+    def set_up(self, item_id: str, item: _Item) -> None:
+        """Build the item's step (on CUDA: capture its graph) and warm it up, taking its peak memory, before any
+        round: what a step costs once is not part of what the rounds time."""
+        key = model_key(item.cfg)
+        row = _measure_item(item, self.models[key], self.costs[key], self.device, True, self.plan, self.graphs,
+                            self.steps, item_id, SETUP_TIMING)
+        if row.get("status") == "ok":
+            self.peaks[item_id] = row.get("peak_mem_mb")
 
     def keep(self, this_round: list[tuple[str, _Item, dict[str, Any]]], planned: int, write: bool) -> None:
         """The round's rows, each to every sweep that has its item (appended to its table where `write`)."""
@@ -436,10 +461,10 @@ class _Clock:
         if fit < self.plan.rounds:
             share = "" if self.plan.budget_s is not None else f", {BUDGET_SHARE:.0%} of the runs' expected training"
             self.stopped = f"its {self.budget_s:.3g} s budget (COST_BUDGET{share}) fits {fit} of {self.plan.rounds} rounds"
-            if first > self.budget_s:   # the first round is the least a phase measures: every point once
-                self.stopped = (f"its first round alone took {first:.0f} s, over its {self.budget_s:.3g} s budget "
-                                f"(COST_BUDGET{share}): one round, every point timed once, is the least a phase "
-                                f"measures (COST_BUDGET=0 skips the phase)")
+            if fit < MIN_ROUNDS:   # fewer rounds than any comparison needs: none kept
+                self.stopped = (f"its first round took {first:.1f} s, so its {self.budget_s:.3g} s budget "
+                                f"(COST_BUDGET{share}) fits {fit} of the {MIN_ROUNDS} rounds a speed comparison needs: "
+                                f"no cost phase (COST_BUDGET=0 skips it without measuring)")
         if fit > 1:
             spare = self.budget_s - first * fit      # beyond rounds as short as the first
             self.later = dataclasses.replace(default, min_time_s=min(default.min_time_s,

@@ -5,11 +5,13 @@
 - CPU: RAPL package energy (`/sys/class/powercap/intel-rapl:<n>/energy_uj`, every package summed, the
   counter's wrap-around undone) where the kernel exposes it and the file is readable; the whole socket's
   energy, other processes included.
-Elsewhere (no counter, no permission) `EnergyMeter.joules` stays None and the columns stay blank.
+Elsewhere (no counter, no permission) `EnergyMeter.per_unit` stays None and the columns stay blank; so does a
+window shorter than `MIN_WINDOW_S` between two ticks of the counter (`EnergyMeter`).
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -58,18 +60,46 @@ def energy_counter(device: torch.device) -> NvmlEnergy | RaplEnergy | None:
         return None
 
 
-class EnergyMeter:
-    """`with EnergyMeter(counter) as m: ...` then `m.joules` (None without a counter) and `m.source`."""
+MIN_WINDOW_S = 1.0  # the shortest window an energy figure is taken over (NVML's counter moves about every 0.1 s)
 
-    def __init__(self, counter: NvmlEnergy | RaplEnergy | None) -> None:
-        self.counter, self.joules = counter, None
+
+class EnergyMeter:
+    """Energy per unit of work (a step, an image) over a window bounded by the counter's own ticks.
+
+    `with EnergyMeter(counter) as m:` around the work, `m.poll(done)` after each piece of it with the units
+    done so far (outside any timed region); then `m.per_unit` (J per unit) and `m.window_s`. A cumulative
+    counter moves in ticks (NVML's GPU energy about every 100 ms): the energy between two reads that straddle
+    no tick is 0, and one that straddles one is a whole tick, so a figure from the reads at a short region's
+    ends is either 0 or many times too high. Here the window starts at the first poll that sees the counter
+    move and ends at the last such poll, and the units are those done between the same two polls (off by at
+    most one piece of work at each end). Blank (None) where that window is shorter than `min_window_s` or
+    there is no counter; never a 0 from a counter that did not move. `joules`: the energy over the window."""
+
+    def __init__(self, counter: NvmlEnergy | RaplEnergy | None, min_window_s: float = MIN_WINDOW_S) -> None:
+        self.counter, self.min_window_s = counter, min_window_s
         self.source = counter.source if counter is not None else ""
+        self.joules: float | None = None
+        self.per_unit: float | None = None
+        self.window_s: float | None = None
+        self._ticks: list[tuple[float, float, float]] = []   # (time, counter, units done) at each poll that saw a move
 
     def __enter__(self) -> EnergyMeter:
         if self.counter is not None:
-            self._start = self.counter.read()
+            self._last = self.counter.read()
         return self
 
+    def poll(self, done: float) -> None:
+        if self.counter is None:
+            return
+        now = self.counter.read()
+        if now != self._last:
+            self._ticks.append((time.perf_counter(), now, done))
+            self._last = now
+
     def __exit__(self, *exc: object) -> None:
-        if self.counter is not None:
-            self.joules = self.counter.read() - self._start
+        if len(self._ticks) < 2:
+            return
+        (t0, e0, d0), (t1, e1, d1) = self._ticks[0], self._ticks[-1]
+        if t1 - t0 >= self.min_window_s and d1 > d0:
+            self.joules, self.window_s = e1 - e0, t1 - t0
+            self.per_unit = self.joules / (d1 - d0)

@@ -184,10 +184,14 @@ EXTRA = [
     Column("power_w", "W", "board power over the timed steps: the GPU's energy counter's difference over their "
                            "wall time, or where it has none the mean of NVML's timestamped power samples wholly "
                            "inside them (blank where none is); the whole board's", roles=("measured", "speed")),
-    Column("energy_j_per_img", "J/image", "energy over the timed steps from the device's cumulative counter "
+    Column("energy_j_per_img", "J/image", "energy of the timed steps from the device's cumulative counter "
                                           "(NVML's GPU energy; RAPL package energy on a CPU where readable) "
-                                          "divided by their images; the whole board's or socket's, other "
-                                          "processes included; blank without a counter", roles=("measured", "speed")),
+                                          "between two of its ticks at least 1 s apart, divided by the images "
+                                          "of the steps between them; the whole board's or socket's, other "
+                                          "processes included; blank without a counter or a window that long",
+           roles=("measured", "speed")),
+    Column("energy_window_s", "s", "the window between counter ticks that energy_j_per_img was taken over",
+           roles=("measured",)),
     Column("energy_source", "", "nvml or rapl: the counter behind energy_j_per_img; blank without one", "text",
            roles=("measured",)),
     Column("repeats", "steps", "timed steps behind the throughput figures (latency steps not counted)", "int",

@@ -91,7 +91,9 @@ def time_steps(step: Callable[[], object], device: torch.device | str = "cpu",
                cfg: TimingConfig = TimingConfig(), around: AbstractContextManager | None = None) -> Timing:
     """Run `step` cfg.warmup times untimed, then time it until both the step and time floors are met (at
     most cfg.max_repeats steps); on CUDA in blocks of cfg.block steps, then cfg.latency_steps steps alone.
-    `around`: a context entered for the throughput steps alone (after the warm-up; left with the device idle)."""
+    `around`: a context entered for the throughput steps alone (after the warm-up; left with the device idle);
+    where it has `poll(steps)`, that is called after each block with the steps timed so far, outside the block's
+    timing (an energy counter read between the blocks: `bench.energy.EnergyMeter`)."""
     device = torch.device(device)
     for _ in range(cfg.warmup):
         step()
@@ -99,6 +101,7 @@ def time_steps(step: Callable[[], object], device: torch.device | str = "cpu",
     if cuda:
         torch.cuda.synchronize(device)
     block = cfg.block if cuda else 1
+    poll = getattr(around, "poll", None)
     times: list[float] = []
     steps, timed_ms = 0, 0.0
     with around or contextlib.nullcontext():
@@ -106,5 +109,7 @@ def time_steps(step: Callable[[], object], device: torch.device | str = "cpu",
             n = min(block, cfg.max_repeats - steps)
             times.append(_time_block(step, device, n))
             steps, timed_ms = steps + n, timed_ms + times[-1] * n
+            if poll is not None:
+                poll(steps)
     latency = tuple(_time_block(step, device, 1) for _ in range(cfg.latency_steps)) if cuda else ()
     return Timing(tuple(times), steps, latency)

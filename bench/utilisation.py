@@ -174,3 +174,47 @@ class UtilSampler:
         out["util_source"] = self.reader.source
         out["util_samples"] = int(self.figures.get("samples", 0))
         return out
+
+
+class DeviceRegion:
+    """The whole device over a stretch of work that several runs share (a command's training phase on a GPU):
+    its busy % from NVML's samples wholly inside the stretch, and its power from the energy counter between two
+    of its ticks at least `bench.energy.MIN_WINDOW_S` apart (polled in the background every POLL_S). Figures of
+    the device, other processes included; blank where NVML or the counter has nothing of that kind."""
+
+    POLL_S = 0.02
+
+    def __init__(self, device: torch.device) -> None:
+        from bench.energy import EnergyMeter
+
+        self.sampler = UtilSampler(NvmlReader(device))
+        self.energy = EnergyMeter(energy_counter(device))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True, name="vitbench-energy")
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.POLL_S):
+            self.energy.poll(time.perf_counter())   # a unit of work is a second: per_unit is the mean power
+
+    def __enter__(self) -> DeviceRegion:
+        self._t0 = time.perf_counter()
+        self.sampler.__enter__()
+        self.energy.__enter__()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.energy.__exit__(*exc)
+        self.sampler.__exit__(*exc)
+        self.wall_s = time.perf_counter() - self._t0
+
+    def figures(self, images: int) -> dict[str, float | int | str | None]:
+        """The stretch's figures, energy per image over `images` trained in it (at the window's mean power)."""
+        util = self.sampler.summary()
+        power = self.energy.per_unit
+        return {"wall_s": self.wall_s, "images": images, "util_pct": util.get("util_pct"),
+                "util_samples": util.get("util_samples"), "power_w": power, "energy_window_s": self.energy.window_s,
+                "energy_j_per_img": power * self.wall_s / images if power is not None and images else None,
+                "energy_source": self.energy.source}

@@ -161,6 +161,42 @@ def test_gpu_utilisation_counts_only_the_driver_samples_wholly_inside_the_region
     assert "util_pct" not in short.summary() and short.summary()["util_samples"] == 0
 
 
+def test_a_training_phase_on_the_gpu_gets_the_devices_busy_share_and_power_between_counter_ticks(monkeypatch):
+    """The device over a stretch of work several runs share: busy % from the samples wholly inside it, power
+    from the energy counter between two of its ticks (12 J every 0.1 s here: 120 W) at least a second apart,
+    energy per image from that power over the stretch's wall time; a stretch too short gets neither."""
+    import threading
+    import types
+
+    from bench import utilisation
+
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(uuid="GPU-1"))
+    stop = threading.Event()
+
+    def ticking():
+        while not stop.wait(0.1):
+            fake.mj += 12_000.0
+
+    threading.Thread(target=ticking, daemon=True).start()
+    try:
+        with utilisation.DeviceRegion(torch.device("cuda:0")) as region:
+            t0 = time.time()
+            for k in range(1, 7):
+                fake.add(1, t0 + 0.05 + k / 6, 80.0)
+            time.sleep(1.4)
+        with utilisation.DeviceRegion(torch.device("cuda:0")) as short:
+            time.sleep(0.3)
+    finally:
+        stop.set()
+    figures = region.figures(images=1000)
+    assert figures["util_pct"] == pytest.approx(80.0) and figures["util_samples"] >= 4
+    assert figures["power_w"] == pytest.approx(120.0, rel=0.25) and figures["energy_window_s"] >= 1.0
+    assert figures["energy_j_per_img"] == pytest.approx(figures["power_w"] * region.wall_s / 1000)
+    assert short.figures(images=1000)["energy_j_per_img"] is None and short.figures(1000)["power_w"] is None
+
+
 def test_sleep_is_timed_from_below_and_tightly():
     # a sleep never ends early; under load it may end late, so the bound above is looser than below
     timing = time_steps(lambda: time.sleep(0.05), "cpu", TimingConfig(warmup=1, min_repeats=10, min_time_s=0))
@@ -522,13 +558,13 @@ def test_latency_percentiles_are_numpys_of_the_recorded_step_times_and_energy_is
     from bench.timing import TimingConfig
     from vit import VisionTransformer, ViTConfig
 
-    recorded, reads = [], iter([100.0, 103.5])
+    recorded, reads = [], iter(range(1000))
 
     class Counter:
         source = "rapl"
 
         def read(self):
-            return next(reads)
+            return 100.0 + next(reads)   # moves at every read
 
     real = measure_module.time_steps
 
@@ -547,10 +583,43 @@ def test_latency_percentiles_are_numpys_of_the_recorded_step_times_and_energy_is
     for q in (50, 90, 99):
         assert row[f"step_ms_p{q}"] == pytest.approx(float(np.percentile(times, q)), rel=0, abs=0)
     assert row["step_ms_p50"] == pytest.approx(row["step_ms_median"])
-    assert row["energy_j_per_img"] == pytest.approx(3.5 / (37 * 4)) and row["energy_source"] == "rapl"
+    # 37 steps of a tiny model take far less than the 1 s an energy window needs: blank, not 0 and not one tick
+    assert row["energy_j_per_img"] is None and row["energy_window_s"] is None and row["energy_source"] == "rapl"
     monkeypatch.setattr(measure_module, "energy_counter", lambda device: None)
     row = measure(VisionTransformer(cfg), (1, 8, 8), 10, mcfg, torch.device("cpu"))
     assert row["energy_j_per_img"] is None and row["energy_source"] == ""
+
+
+def test_energy_is_taken_between_counter_ticks_over_a_second_or_left_blank(monkeypatch):
+    """A counter that moves in 12 J ticks every 0.1 s (NVML's): the figure is the energy between the first and
+    the last tick over the work done between them (0.15 J per unit here, exactly), never 0 and never a whole
+    tick over a region too short to hold two ticks a second apart."""
+    import bench.energy as energy_module
+    from bench.energy import EnergyMeter
+
+    clock = [0.0]
+    monkeypatch.setattr(energy_module.time, "perf_counter", lambda: clock[0])
+
+    class Ticking:
+        source = "nvml"
+
+        def read(self):
+            return 1000.0 + 12.0 * int(round(clock[0] * 1000) // 100)   # +12 J at every 0.1 s
+
+    def region(polls: int) -> EnergyMeter:
+        clock[0] = 0.0
+        with EnergyMeter(Ticking()) as meter:
+            for i in range(1, polls + 1):
+                clock[0] = i * 0.01          # a block of 8 units takes 10 ms: 80 units (at 0.15 J) per tick
+                meter.poll(8 * i)
+        return meter
+
+    long = region(300)
+    assert long.window_s == pytest.approx(2.9) and long.joules == pytest.approx(29 * 12.0)
+    assert long.per_unit == pytest.approx(12.0 / 80)
+    short = region(50)   # 0.5 s: five ticks, none a second apart
+    assert short.per_unit is None and short.joules is None and short.window_s is None
+    assert region(0).per_unit is None and EnergyMeter(None).__enter__().per_unit is None
 
 
 def test_rapl_energy_sums_the_packages_and_undoes_the_counters_wrap_around(tmp_path):
@@ -563,10 +632,10 @@ def test_rapl_energy_sums_the_packages_and_undoes_the_counters_wrap_around(tmp_p
     (tmp_path / "intel-rapl:0:0").mkdir()  # a sub-zone (core): not a package, not summed
     counter = RaplEnergy(tmp_path)
     assert [z.name for z in counter.zones] == ["intel-rapl:0", "intel-rapl:1"]
-    with EnergyMeter(counter) as meter:
-        (tmp_path / "intel-rapl:0" / "energy_uj").write_text("2000000\n")   # wrapped: +3 J
-        (tmp_path / "intel-rapl:1" / "energy_uj").write_text("6500000\n")   # +1.5 J
-    assert meter.joules == pytest.approx(4.5) and meter.source == "rapl"
+    before = counter.read()
+    (tmp_path / "intel-rapl:0" / "energy_uj").write_text("2000000\n")   # wrapped: +3 J
+    (tmp_path / "intel-rapl:1" / "energy_uj").write_text("6500000\n")   # +1.5 J
+    assert counter.read() - before == pytest.approx(4.5) and EnergyMeter(counter).source == "rapl"
     with pytest.raises(OSError, match="no RAPL package zones"):
         RaplEnergy(tmp_path / "nothing")
 

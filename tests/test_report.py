@@ -555,3 +555,26 @@ def test_a_sweep_with_one_setting_makes_no_cost_comparison_with_itself(tmp_path)
     section = text.split("## depth")[1].split("\n## ")[0]
     assert "\n| 1 | 3 | " in section                           # the setting's row: depth 1, 3 seeds
     assert "From depth=1 to depth=1" not in section and "GMACs ×" not in section
+
+
+def test_the_report_shows_the_gpus_own_figures_over_each_training_phase(tmp_path):
+    """Runs that shared a GPU have no busy share of their own: the report gives the device's over the phase, with
+    energy only where the phase held a window between counter ticks (— otherwise, never 0)."""
+    from ablations.analysis.report import _phases_section
+    from ablations.running.runner import PHASE_COLUMNS, PHASES
+    from bench.io.csvio import append_row
+
+    assert _phases_section(tmp_path) == []
+    base = {"sweeps": "depth+heads+patch", "runs": 27, "jobs": 8, "device_name": "NVIDIA H200", "util_samples": 40,
+            "energy_source": "nvml"}
+    append_row(tmp_path / PHASES, {**base, "when": "2026-11-26T07:00:00+00:00", "wall_s": 0.8, "images": 80000,
+                                   "util_pct": None, "power_w": None, "energy_window_s": None,
+                                   "energy_j_per_img": None}, PHASE_COLUMNS)
+    append_row(tmp_path / PHASES, {**base, "when": "2026-11-26T07:01:00+00:00", "wall_s": 12.5, "images": 2_160_000,
+                                   "util_pct": 93.4, "power_w": 251.0, "energy_window_s": 12.1,
+                                   "energy_j_per_img": 0.00145}, PHASE_COLUMNS)
+    lines = _phases_section(tmp_path)
+    text = "\n".join(lines)
+    assert "the newest 2 of 2" in text
+    assert "| 2026-11-26T07:00:00+00:00 | depth+heads+patch | 8 | 80,000 | 0.8 | — | — | — |" in lines
+    assert "| 2026-11-26T07:01:00+00:00 | depth+heads+patch | 8 | 2,160,000 | 12.5 | 93 | 251 | 0.0014 (12.1) |" in lines

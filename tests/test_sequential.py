@@ -26,6 +26,24 @@ def test_the_nominal_levels_spend_alpha_as_obrien_fleming_and_one_look_is_alpha(
     assert crossed == pytest.approx(ALPHA, abs=0.003)
 
 
+def test_the_standard_levels_are_what_the_computation_gives_in_any_process():
+    """The table the report reads for the default looks is the seeded computation's result to the last digit,
+    and a fresh process computes the same digits (Genz's integration draws from a fixed seed)."""
+    import subprocess
+    import sys
+
+    from ablations.analysis.sequential import STANDARD_LEVELS, computed_levels
+
+    for (looks, alpha), levels in STANDARD_LEVELS.items():
+        assert computed_levels(looks, alpha) == levels
+        assert nominal_levels(looks, alpha) == levels
+    code = ("from ablations.analysis.sequential import computed_levels; "
+            "print(repr(computed_levels((3, 5, 8), 0.05)))")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+            for _ in range(2)}
+    assert len(runs) == 1 and runs == {repr(computed_levels((3, 5, 8), 0.05)) + "\n"}
+
+
 @pytest.mark.parametrize("looks,said", [((2, 5), "at least 3 seeds at the first look"),
                                         ((3, 8, 5), "looks that increase"),
                                         ((3, 3), "looks that increase"),

@@ -122,15 +122,16 @@ def _value_ticks(fig, axes, x: list, values: list) -> None:
     text = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in values]
     renderer = FigureCanvasAgg(fig).get_renderer()
     fig.tight_layout()
+    for ax in axes:
+        ax.set_xticks(x, labels=text)
+    fig.draw(renderer)   # once, every label drawn: a label's place does not depend on which others are shown
+    boxes = [[t.get_window_extent(renderer) for t in ax.get_xticklabels()] for ax in axes]
     for step in range(1, len(text) + 1):
-        shown = [t if i % step == 0 else "" for i, t in enumerate(text)]
-        for ax in axes:
-            ax.set_xticks(x, labels=shown)
-        fig.draw(renderer)
-        boxes = [sorted((t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()),
-                        key=lambda b: b.x0) for ax in axes]
-        if all(a.x1 + 2 < b.x0 for row in boxes for a, b in zip(row, row[1:])):
-            return
+        shown = [sorted((b for i, b in enumerate(row) if i % step == 0), key=lambda b: b.x0) for row in boxes]
+        if all(a.x1 + 2 < b.x0 for row in shown for a, b in zip(row, row[1:])):
+            break
+    for ax in axes:
+        ax.set_xticks(x, labels=[t if i % step == 0 else "" for i, t in enumerate(text)])
 
 
 def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path: Path,

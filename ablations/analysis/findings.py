@@ -569,9 +569,9 @@ def table_markdown(f: SweepFindings) -> str:
                         f"{' ◊' if s.lucky else ''} | {s.params:,} | {s.gmacs:.4f} |")
         speed.append(f"| {s.value} | {_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
                      f"{_spread_text(s.train.get('throughput_img_s'), ',.0f')} | {mem} | "
-                     f"{_spread_text(s.infer.get('mfu'), '.3f')} | {_spread_text(s.infer.get('util_pct'), '.0f')} |")
+                     f"{_spread_text(s.infer.get('mfu'), '.2g')} | {_spread_text(s.infer.get('util_pct'), '.0f')} |")
         runs.append(f"| {s.value} | {_spread_text(s.train_s, '.1f')}{' †' if s.reused_from else ''} | "
-                    f"{_spread_text(s.runs.get('train_mfu'), '.3f')} | "
+                    f"{_spread_text(s.runs.get('train_mfu'), '.2g')} | "
                     f"{_spread_text(s.runs.get('train_util_pct'), '.0f')} |")
     lines = [*accuracy, "", f"Accuracy intervals: {'; '.join(kinds)}."]
     if any(s.at_chance for s in f.settings):

@@ -243,6 +243,39 @@ def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, pa
             *designs.interaction_lines(it)]
 
 
+PHASES_SHOWN = 5
+
+
+def _phases_section(out: Path) -> list[str]:
+    """The GPU's own figures over the newest training phases of commands run into OUT (`runner.PHASES`): runs
+    that shared the GPU have no busy share or energy of their own, the phase as a whole has."""
+    path = out / "ablations" / "phases" / "training.csv"
+    if not path.exists():
+        return []
+    table = pd.DataFrame(read_rows(path))
+    if table.empty:
+        return []
+    lines = ["Training phases on a GPU (the whole device while a command's runs trained side by side; the newest "
+             f"{min(PHASES_SHOWN, len(table))} of {len(table)}):", "",
+             "| when | sweeps | runs at once | images | s | busy % | W | J per image (window s) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in table.tail(PHASES_SHOWN).to_dict("records"):
+        energy = (f"{float(r['energy_j_per_img']):.2g} ({float(r['energy_window_s']):.1f})"
+                  if str(r.get("energy_j_per_img") or "") not in ("", "nan") else "—")
+        lines.append(f"| {r['when']} | {r['sweeps']} | {r['jobs']} | {int(float(r['images'])):,} | "
+                     f"{float(r['wall_s']):.1f} | {_or_dash(_float(r.get('util_pct')), '.0f')} | "
+                     f"{_or_dash(_float(r.get('power_w')), '.0f')} | {energy} |")
+    return lines + ["", "Busy %: NVML's samples wholly inside the phase; power and energy: the GPU's energy counter "
+                        "between two of its ticks at least 1 s apart (— where the phase held no such window).", ""]
+
+
+def _float(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _sharing_note(ok: pd.DataFrame) -> list[str]:
     """Training wall times measured while other runs shared the device (JOBS > 1) say so."""
     jobs = pd.to_numeric(ok["jobs"], errors="coerce") if "jobs" in ok else pd.Series(dtype=float)
@@ -271,7 +304,7 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
                   "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU |", "|---|---|---|---|---|---|---|"]
         for _, r in ok.sort_values(["tokens", "mode", "attn"]).iterrows():
             lines.append(f"| {r.tokens} | {r.batch_size} | {r['mode']} | {r.attn} | {r.throughput_img_s:,.1f} | "
-                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {_or_dash(r.get('mfu'), '.3f')} |")
+                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {_or_dash(r.get('mfu'), '.2g')} |")
         lines.append("")
     else:
         lines += [f"_Missing: `{suite}`; `make bench` (`vitbench bench run`) produces it._", ""]
@@ -493,6 +526,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
                   f"git {newest.git_sha}",
                   f"- data: {', '.join(sorted(all_rows['dataset'].astype(str).unique()))}; runs from "
                   f"{all_rows['started_at'].min()} to {all_rows['started_at'].max()}", ""]
+        lines += _guarded("training phases on a GPU", _phases_section, out)
     factors: dict[str, str] = {}
     for sweep, spec in specs.items():
         lines.append(f"## {sweep}: {spec.label}")

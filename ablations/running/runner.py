@@ -97,6 +97,7 @@ class _Share:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> its point's label
     rows: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # run id -> its row, kept now or before
     recorded: list[str] | None = None   # the command's list of the run ids written, in order (see `run_sweeps`)
+    phase: dict[str, Any] | None = None  # the GPU's figures over the command's training phase (first share only)
 
     def summary(self) -> dict[str, Any]:
         return {"sweep": self.sweep, "planned": self.planned, "skipped": self.skipped,
@@ -286,8 +287,11 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
     total = sum(len(share.todo) for share in shares)
     # closed (the workers stopped) on a raise
     stream = contextlib.closing(executor.run(list(first.values()), fn, load_data))
-    with tqdm(total=total, desc=desc, unit="run", disable=not shares[0].options.progress) as bar, stream as outcomes:
+    region, images = _device_region(shares, executor), 0
+    with tqdm(total=total, desc=desc, unit="run", disable=not shares[0].options.progress) as bar, stream as outcomes, \
+            region or contextlib.nullcontext():
         for task, outcome in outcomes:
+            images += _images_trained(outcome.row)
             outcome.row["jobs"] = executor.jobs
             share = by_sweep[task.point.sweep]
             _keep(outcome, share)
@@ -304,6 +308,56 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
             for twin in twins.pop(task.run_id, []):
                 _record_twin(twin, task.point.sweep, outcome, by_sweep[twin.point.sweep])
                 bar.update()
+    if region is not None and images:
+        _keep_phase(shares, executor, region.figures(images))
+
+
+PHASES = Path("ablations") / "phases" / "training.csv"   # under OUT: one row per GPU training phase
+PHASE_COLUMNS = ["when", "sweeps", "runs", "jobs", "device_name", "wall_s", "images", "util_pct", "util_samples",
+                 "power_w", "energy_window_s", "energy_j_per_img", "energy_source"]
+
+
+def _device_region(shares: list[_Share], executor: Executor):
+    """The GPU's figures over the training phase of this command (`bench.utilisation.DeviceRegion`): on CUDA, for
+    runs trained on this machine; None elsewhere or where NVML cannot start."""
+    device = resolve_device(shares[0].options.device) if shares else None
+    if device is None or device.type != "cuda" or executor.remote or not any(share.todo for share in shares):
+        return None
+    try:
+        from bench.utilisation import DeviceRegion
+
+        return DeviceRegion(device)
+    except Exception:   # no NVML here: the phase has no device figures
+        return None
+
+
+def _images_trained(row: dict[str, Any]) -> int:
+    """Images a finished run trained on in this command (a resumed run: its epochs after the checkpoint)."""
+    try:
+        epochs = int(row["epochs"]) - int(row.get("resumed_after") or 0)
+        return max(0, epochs) * int(row["train_size"]) if row.get("status") == "ok" else 0
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def _keep_phase(shares: list[_Share], executor: Executor, figures: dict[str, Any]) -> None:
+    """One row for the phase in OUT's `PHASES` table, and one line saying what the device did in it."""
+    from datetime import datetime, timezone
+
+    from bench.io.csvio import append_row
+
+    out = Path(shares[0].options.out)
+    device = resolve_device(shares[0].options.device)
+    row = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "sweeps": "+".join(share.sweep for share in shares), "runs": sum(len(share.todo) for share in shares),
+           "jobs": executor.jobs, "device_name": torch.cuda.get_device_name(device), **figures}
+    append_row(out / PHASES, row, PHASE_COLUMNS)
+    shares[0].phase = row
+    util = f"{row['util_pct']:.0f} % busy" if row["util_pct"] is not None else "busy % not sampled"
+    energy = (f", {row['power_w']:.0f} W, {row['energy_j_per_img']:.2g} J per image (over {row['energy_window_s']:.1f} s "
+              f"between energy-counter ticks)" if row["energy_j_per_img"] is not None else ", energy not measured")
+    tqdm.write(f"training phase: {row['images']:,} images in {row['wall_s']:.1f} s on {row['device_name']} "
+               f"({row['jobs']} at once): {util} (NVML, the whole GPU){energy}", file=sys.stderr)
 
 
 def _record_twin(twin: Task, trained_in: str, outcome: Outcome, share: _Share) -> None:

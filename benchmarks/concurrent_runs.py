@@ -1,7 +1,7 @@
 """Runs side by side in one process: the training of a sweep's runs one after another and JOBS at a time.
 
     python benchmarks/concurrent_runs.py [--sweep depth] [--seeds 0,1] [--epochs 5] [--jobs 1,4,8,16]
-                                         [--workers threads] [--device auto] [--dataset mnist5k]
+                                         [--workers threads] [--device auto] [--dataset mnist5k] [--profile N]
 
 Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once per JOBS value, each into a
 fresh folder through the sweep runner and the local executor (`--workers`: threads or processes), in one
@@ -9,6 +9,11 @@ process, in the order given, and prints per JOBS: the wall time of the training 
 per second of all runs together, the ratio to JOBS=1 (the first value), and whether every run's test
 predictions and final training loss equal those of the first JOBS value bit for bit (a run's arithmetic
 must not depend on what trains beside it). One sitting, the machine otherwise idle: say its load.
+
+`--profile N`: afterwards one more pass at JOBS=N under torch.profiler, and what the GPU did in it: the
+kernels' summed time against the time at least one ran (their union) and the wall time, so the mean number
+of kernels running at once and the share of the wall time the GPU ran anything; the kernels and the host-side
+operators that took the most time.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ def main() -> int:
     parser.add_argument("--workers", default="threads", choices=("threads", "processes"))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dataset", default="mnist5k")
+    parser.add_argument("--profile", type=int, default=0, metavar="N")
     args = parser.parse_args()
     device = resolve_device(args.device)
     seeds = tuple(int(s) for s in args.seeds.split(","))
@@ -89,10 +95,43 @@ def main() -> int:
             rows.append({"jobs": jobs, "wall_s": wall, "steps_per_s": steps / wall, "ok": int((table.status == "ok").sum()),
                          "same_as_first": same or "(reference)"})
             print(f"JOBS={jobs}: {wall:.1f} s, {steps / wall:,.0f} steps/s", flush=True)
+        if args.profile:
+            profile(args, points, seeds, Path(tmp) / "profiled", steps)
     frame = pd.DataFrame(rows)
     frame["ratio"] = frame["steps_per_s"] / frame["steps_per_s"].iloc[0]
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     return 0 if all(r["same_as_first"] != "NO" for r in rows) else 1
+
+
+def profile(args, points, seeds, out: Path, steps: int) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    options = RunOptions(dataset=args.dataset, seeds=seeds, device=args.device, out=str(out), cost=CostPlan(rounds=0),
+                         progress=False, checkpoint_every=0)
+    executor = LocalExecutor(ExecutorOptions(jobs=args.profile, device=args.device, workers=args.workers))
+    executor.start()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    t0 = time.perf_counter()
+    with profiler(activities=activities) as prof:
+        run_sweeps([(args.sweep, points, options)], executor)
+    wall = time.perf_counter() - t0
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and e.time_range.elapsed_us() > 0]
+    spans = sorted((e.time_range.start, e.time_range.end) for e in kernels)
+    union, end = 0.0, float("-inf")
+    for a, b in spans:
+        if b > end:
+            union += b - max(a, end)
+            end = b
+    total = sum(b - a for a, b in spans)
+    print(f"\nprofiled JOBS={args.profile}: {wall:.1f} s wall (profiler on), {len(kernels):,} GPU kernels and copies "
+          f"({len(kernels) / steps:.0f} per training step), summed {total / 1e6:.2f} s, union {union / 1e6:.2f} s: "
+          f"{union / 1e6 / wall:.0%} of the wall time with anything on the GPU, {total / max(union, 1):.2f} at once "
+          f"on average while busy")
+    print(prof.key_averages().table(sort_by="self_cuda_time_total" if kernels else "self_cpu_time_total", row_limit=14,
+                                    max_name_column_width=60))
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=60))
 
 
 if __name__ == "__main__":

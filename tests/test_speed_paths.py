@@ -104,12 +104,16 @@ def test_the_static_buffer_step_trains_like_the_eager_step(stem):
 
 
 class _SideStream:
-    """Stands in for torch.cuda.Stream on the CPU: the warm-up before a capture then runs here."""
+    """Stands in for torch.cuda.Stream on the CPU (its signature: a device and a priority, nothing else): the
+    warm-up before a capture then runs here."""
 
-    def __init__(self, *args: object) -> None:
+    def __init__(self, device: object = None, priority: int = 0) -> None:
         pass
 
     def wait_stream(self, other: object) -> None:
+        pass
+
+    def synchronize(self) -> None:
         pass
 
 
@@ -196,7 +200,7 @@ class _FakeCuda:
         self.fail_in_block = fail_in_block
         self.generator = torch.Generator().manual_seed(5)
         self.side = _SideStream()
-        monkeypatch.setattr(torch.cuda, "Stream", lambda *a: self.side)
+        monkeypatch.setattr(torch.cuda, "Stream", lambda device=None, priority=0: self.side)
         monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _SideStream())
         monkeypatch.setattr(torch.cuda, "stream", stream)
         monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)

@@ -271,7 +271,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     if sitting.steps.keep:   # every step built once: built, captured and warmed up before the clock starts
         for item_id, item in tqdm(order, desc=f"cost {names}: set-up", unit="step", leave=False, disable=not progress):
             sitting.set_up(item_id, item)
-        clock = _Clock(plan, workload, clock.points, device)
+        clock = _Clock(plan, workload, clock.points, device, set_up=True)
     setup_s = time.perf_counter() - start - clock.elapsed()
     bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names} ({clock.describe()})", unit="step", leave=False,
                disable=not progress)
@@ -298,7 +298,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
             break
         if all(row.get("contended") for _, _, row in this_round):
             clock.wait_for_quiet(device)
-        if clock.overruns(r + 1):
+        if r + 1 >= MIN_ROUNDS and clock.overruns(r + 1):   # never fewer rounds than a comparison needs
             _close_early(sweeps, sitting.rows, pid, r + 1, clock)
             break
     bar.close()
@@ -405,8 +405,9 @@ class _Clock:
     round would overrun it, and the bounded wait for a quiet machine."""
 
     def __init__(self, plan: CostPlan, workload: tuple[int, int] | None, points: list[Point],
-                 device: torch.device) -> None:
+                 device: torch.device, set_up: bool = False) -> None:
         self.plan, self.workload, self.points, self.device = plan, workload, points, device
+        self.set_up = set_up   # every step built and warmed up before the clock started
         self.start = time.perf_counter()
         self.budget_s: float | None = plan.budget_s
         self.waited = 0.0
@@ -444,8 +445,9 @@ class _Clock:
         a plan with its own timing keeps it."""
         if self.plan.timing is not None:
             return None
-        if r == 0:
-            return FIRST_ROUND_TIMING
+        if r == 0:   # after a set-up, a round as the later ones at their shortest, so that it plans them right
+            return dataclasses.replace(self.plan.timing_on(self.device), min_time_s=0.0) if self.set_up \
+                else FIRST_ROUND_TIMING
         return self.later
 
     def plan_rounds(self, first_round: list[tuple[str, _Item, dict[str, Any]]], items: int) -> int:

@@ -228,7 +228,7 @@ class StaticStep(EagerStep):
         rng = None
         try:
             rng = torch.cuda.get_rng_state(self.device)
-            stream = torch.cuda.Stream(self.device)
+            stream = capture_stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
                 for _ in range(self.WARMUP):
@@ -272,6 +272,21 @@ class StaticStep(EagerStep):
                 for k, v in st.items():
                     if torch.is_tensor(v):
                         v.copy_(saved[k]) if k in saved else v.zero_()
+
+
+_CAPTURE_STREAMS: dict[tuple[str, type], Any] = {}
+
+
+def capture_stream(device: torch.device) -> Any:
+    """The one stream this process captures on (captures take `CAPTURE_LOCK`), as `torch.cuda.graph` keeps one.
+    `torch.cuda.Stream()` hands out the streams of a pool of 32 in turn, so a new one per capture would, sooner
+    or later, be the stream another thread is training on, whose work would then land in the capture; this one
+    comes from the high-priority pool, which nothing else here draws from."""
+    device = exact_device(device)
+    key = (str(device), torch.cuda.Stream)
+    if key not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[key] = torch.cuda.Stream(device, priority=-1)
+    return _CAPTURE_STREAMS[key]
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ from ablations.training.train import Occupancy, Stopped, beside_others
 
 HEADROOM_BYTES = 2 * 2**30   # free device memory below which no further run starts beside those in flight
 POLL_S = 0.25                # how often the driver looks up from waiting (so a signal is handled promptly)
+STREAMS_IN_POOL = 32         # torch's pool of streams per priority and device (more runs than this share streams)
 
 
 def dropout_of(task: Task) -> float:
@@ -69,9 +70,8 @@ class ThreadPool:
         with self._load_lock:  # one load of a dataset, however many runs start at once
             return self.load(task.options)
 
-    def _one(self, task: Task, stop: threading.Event, occupancy: Occupancy, done: queue.Queue) -> None:
+    def _one(self, task: Task, stream, stop: threading.Event, occupancy: Occupancy, done: queue.Queue) -> None:
         quiet = dataclasses.replace(task, options=dataclasses.replace(task.options, progress=False))
-        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         try:
             with beside_others(stop, occupancy), \
                     (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
@@ -83,9 +83,19 @@ class ThreadPool:
             done.put((task, None, None))
         except BaseException as err:  # noqa: BLE001 - handed to the driver, which decides
             done.put((task, None, err))
+        finally:
+            if stream is not None:   # the slot's stream, for the run that takes the slot next
+                self._streams.put(stream)
 
     def run(self, tasks: list[Task]) -> Iterator[tuple[Task, Outcome]]:
         self._tasks = {t.run_id: t for t in tasks}
+        # one stream per slot, drawn together before any run starts: `torch.cuda.Stream()` hands out a pool of
+        # STREAMS_IN_POOL in turn, so streams drawn one by one as runs start could repeat one still in use
+        self._streams: queue.Queue | None = None
+        if self.device.type == "cuda":
+            self._streams = queue.Queue()
+            for _ in range(min(self.size, STREAMS_IN_POOL)):
+                self._streams.put(torch.cuda.Stream(self.device))
         waiting = collections.deque(tasks)
         stop, occupancy, done = threading.Event(), Occupancy(), queue.Queue()
         live: dict[str, threading.Thread] = {}
@@ -94,11 +104,13 @@ class ThreadPool:
             torch.set_num_threads(self.threads)
         try:
             while waiting or live:
-                while waiting and len(live) < self._capacity(len(live)) and not self._alone(live):
+                while waiting and len(live) < self._capacity(len(live)) and not self._alone(live) \
+                        and (self._streams is None or not self._streams.empty()):
                     if live and dropout_of(waiting[0]) > 0:
                         break
                     task = waiting.popleft()
-                    thread = threading.Thread(target=self._one, args=(task, stop, occupancy, done),
+                    stream = self._streams.get_nowait() if self._streams is not None else None
+                    thread = threading.Thread(target=self._one, args=(task, stream, stop, occupancy, done),
                                               name=f"vitbench-run-{task.run_id}", daemon=True)
                     live[task.run_id] = thread
                     thread.start()

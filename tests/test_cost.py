@@ -290,14 +290,14 @@ def test_a_small_budget_plans_fewer_rounds_and_the_rows_say_how_many(tmp_path, c
     t0 = time.perf_counter()
     rows = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv")
     took = time.perf_counter() - t0
-    taken = int(rows["rounds"].iloc[0])
-    assert 1 <= taken < 20 and len(rows) == taken * 4 and (rows["rounds"] == taken).all()
     assert took < 20                                           # not the 20 rounds asked for
     err = capsys.readouterr().err
+    if rows.empty:   # the machine was slow enough that fewer than 3 rounds fit: no phase, said with how to measure
+        assert "no cost phase" in err and "make cost OUT=" in err and "cost c: none kept" in err
+        return
+    taken = int(rows["rounds"].iloc[0])
+    assert 3 <= taken < 20 and len(rows) == taken * 4 and (rows["rounds"] == taken).all()
     assert f"cost c: {taken} round(s) of 4 timed steps in " in err and "(budget 0.5 s)" in err
-    if taken < 3:   # too few for a ratio: it says so, and how to measure later
-        said = f"fits {taken} of 20 rounds" in err or (taken == 1 and "its first round alone took" in err)
-        assert said and "make cost OUT=" in err
     again = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv")
     assert again["run_id"].tolist() == rows["run_id"].tolist()   # complete as it stands: a rerun reuses it
 

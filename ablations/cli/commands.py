@@ -204,7 +204,8 @@ def _start_executor(args: argparse.Namespace) -> Executor:
     fields = {option.dest: getattr(args, option.dest) for options in EXECUTOR_OPTIONS.values() for option in options}
     if fields.get("gpus_per_task") is None and args.device == "cpu":  # DEVICE=cpu: no GPU for any run
         fields["gpus_per_task"] = 0.0
-    executor = EXECUTORS[args.executor](ExecutorOptions(**fields, device=args.device))
+    executor = EXECUTORS[args.executor](ExecutorOptions(**fields, device=args.device,
+                                                        graphs=bool(getattr(args, "graphs", True))))
     print(executor.start(), file=sys.stderr)
     return executor
 

@@ -28,6 +28,7 @@ class ExecutorOptions:
     threads: int | None = None  # local, CPU: torch threads per run; None = 1
     mps: str = "auto"         # local, CUDA with jobs > 1: CUDA MPS for the workers (executors.mps)
     workers: str = "auto"     # local with jobs > 1: threads of this process, or processes (executors.local)
+    graphs: bool = True       # the runs' steps are CUDA graphs (GRAPHS): auto picks threads on one GPU only then
 
     def __post_init__(self) -> None:
         if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):

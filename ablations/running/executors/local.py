@@ -7,7 +7,8 @@ once, decide its floats, the results are the same either way; on one GPU RUNS_PE
 process (as many as free memory allows); four runs per GPU over several GPUs. JOBS=1: one after another in
 this process, each dataset loaded once.
 
-JOBS=N runs them WORKERS=threads or WORKERS=processes (auto: threads on one GPU, processes elsewhere).
+JOBS=N runs them WORKERS=threads or WORKERS=processes (auto: threads on one GPU where the steps are CUDA graphs,
+processes elsewhere and with GRAPHS=0, whose eager steps keep the host busy in Python).
 Threads (`executors.threads`): N runs in this process, each on a thread and CUDA stream of its own, so their
 kernels overlap on the GPU with one CUDA context and one copy of the dataset there. Processes: N worker
 processes (spawned), each loading the dataset once from the parsed-array cache; on CUDA they share the GPU,
@@ -240,7 +241,10 @@ class LocalExecutor:
         # workers spread over the GPUs only where DEVICE names none (auto, cuda); DEVICE=cuda:1 shares GPU 1
         self.spread = self.gpus > 1 and self.options.device in ("auto", "cuda")
         workers = self.options.workers
-        self.in_process = workers == "threads" or (workers == "auto" and self.gpus > 0 and not self.spread)
+        # threads on one GPU where the steps are graph replays (the host launches little); eager steps keep the
+        # host busy in Python, which several threads of one interpreter cannot share out: processes then
+        self.in_process = workers == "threads" or (workers == "auto" and self.gpus > 0 and not self.spread
+                                                   and self.options.graphs)
         self.jobs = self.options.jobs or auto_jobs(self.options.device, self.in_process)
         self.in_process = self.in_process and self.jobs > 1
         # one thread a run unless asked: two OpenMP threads beside other work spin and wait on each other

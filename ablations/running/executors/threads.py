@@ -7,7 +7,8 @@ read by every run (`training.train.on_device`), and the one-time costs (the firs
 kernel loading) are paid once. A run's arithmetic is what it is alone: the same kernels in the same order on
 its own stream; its initial weights are drawn under a lock (`running.worker.BUILD_LOCK`, the global
 generator), its CUDA graphs captured one at a time (`bench.training.step.CAPTURE_LOCK`), and a run whose model draws
-from the device's one random generator (dropout) trains with no other run beside it.
+from the device's one random generator (dropout) or whose step torch.compile compiles trains with no other run
+beside it.
 On the CPU the same code runs (tests use it); there the runs share the process's torch threads.
 
 How many at once: `size` at most, and on CUDA a new run starts only while the device has `HEADROOM_BYTES`
@@ -42,6 +43,12 @@ def dropout_of(task: Task) -> float:
     return max(float(getattr(cfg, "dropout", 0.0) or 0.0), float(getattr(cfg, "attn_dropout", 0.0) or 0.0))
 
 
+def needs_the_process(task: Task) -> bool:
+    """A run that must train with no other run beside it in the process: its model draws from the device's
+    one random generator (dropout), or torch.compile compiles its step (not safe in several threads at once)."""
+    return dropout_of(task) > 0 or bool(task.point.train.compile)
+
+
 class ThreadPool:
     """Runs `fn(task, data)` for tasks on up to `size` threads of this process (see the module docstring)."""
 
@@ -63,8 +70,8 @@ class ThreadPool:
         return self.size
 
     def _alone(self, live: dict[str, threading.Thread]) -> bool:
-        """Whether a run in flight must have the device to itself (it draws random numbers there)."""
-        return any(dropout_of(self._tasks[rid]) > 0 for rid in live)
+        """Whether a run in flight must have the process to itself (`needs_the_process`)."""
+        return any(needs_the_process(self._tasks[rid]) for rid in live)
 
     def _data(self, task: Task):
         with self._load_lock:  # one load of a dataset, however many runs start at once
@@ -106,7 +113,7 @@ class ThreadPool:
             while waiting or live:
                 while waiting and len(live) < self._capacity(len(live)) and not self._alone(live) \
                         and (self._streams is None or not self._streams.empty()):
-                    if live and dropout_of(waiting[0]) > 0:
+                    if live and needs_the_process(waiting[0]):
                         break
                     task = waiting.popleft()
                     stream = self._streams.get_nowait() if self._streams is not None else None

@@ -78,6 +78,9 @@ BUSY_ITEMS = 3           # first timed steps that, all taken under load, abandon
 FIRST_ROUND_TIMING = TimingConfig(warmup=1, min_repeats=3, min_time_s=0.0)
 # the set-up of a step kept across rounds: built (a CUDA graph captured), warmed up, its memory taken; not timed
 SETUP_TIMING = TimingConfig(warmup=3, min_repeats=1, min_time_s=0.0, block=1, latency_steps=0)
+# a round of warmed steps at its shortest (after a set-up): one block of launches back to back and a few
+# synchronised steps for the latency; a budget with room to spare lengthens the later rounds (`min_time_s`)
+WARM_ROUND_TIMING = TimingConfig(warmup=1, min_repeats=8, min_time_s=0.0, latency_steps=3)
 
 
 @dataclass(frozen=True)
@@ -446,8 +449,7 @@ class _Clock:
         if self.plan.timing is not None:
             return None
         if r == 0:   # after a set-up, a round as the later ones at their shortest, so that it plans them right
-            return dataclasses.replace(self.plan.timing_on(self.device), min_time_s=0.0) if self.set_up \
-                else FIRST_ROUND_TIMING
+            return WARM_ROUND_TIMING if self.set_up else FIRST_ROUND_TIMING
         return self.later
 
     def plan_rounds(self, first_round: list[tuple[str, _Item, dict[str, Any]]], items: int) -> int:
@@ -469,8 +471,10 @@ class _Clock:
                                 f"no cost phase (COST_BUDGET=0 skips it without measuring)")
         if fit > 1:
             spare = self.budget_s - first * fit      # beyond rounds as short as the first
-            self.later = dataclasses.replace(default, min_time_s=min(default.min_time_s,
-                                                                     max(0.0, spare / ((fit - 1) * items))))
+            # after a set-up, rounds as the first (warmed) one, longer as far as the spare budget allows
+            base = WARM_ROUND_TIMING if self.set_up else default
+            self.later = dataclasses.replace(base, min_time_s=min(default.min_time_s,
+                                                                  max(0.0, spare / ((fit - 1) * items))))
         return fit
 
     def busy(self, first_round: list[tuple[str, _Item, dict[str, Any]]], early: bool = False) -> bool:

@@ -129,3 +129,45 @@ def test_the_intervals_hold_jointly_over_the_distinct_points_compared(sweep_out,
         assert row["low_pts"] == pytest.approx(100 * (c.diff - half)) and row["high_pts"] == pytest.approx(100 * (c.diff + half))
         assert row["high_pts"] - row["low_pts"] > 100 * (c.high - c.low)       # wider than one point's own 95 %
         assert row["verdict"] == ("A higher" if row["low_pts"] > 0 else "same within noise")
+
+
+def test_dtype_auto_names_two_trainings_and_the_reference_comparison_meets_them_by_point(sweep_out, tmp_path):
+    """DTYPE=auto trains in bf16 on CUDA and in fp32 on a CPU: two trainings, two run ids (a GPU command on an
+    OUT of CPU runs does not take them as its own), while fp32 keeps the id CPU runs always had and an explicit
+    DTYPE equal to what auto resolves to names the same run. The comparison of a GPU folder with a CPU one
+    still meets the runs point by point and names each side's precision."""
+    import torch
+
+    from ablations.results.identity import task_key
+    from bench.env import run_id
+
+    point = Point("cmp", "depth", 1, TINY, TrainConfig(epochs=1, batch_size=128))
+    bf16 = Point("cmp", "depth", 1, TINY, TrainConfig(epochs=1, batch_size=128, dtype="bf16"))
+    fp32 = Point("cmp", "depth", 1, TINY, TrainConfig(epochs=1, batch_size=128, dtype="fp32"))
+    ids = {name: run_id(task_key(p, "digits", 0, device=torch.device(device)))
+           for name, p, device in (("auto cpu", point, "cpu"), ("auto cuda", point, "cuda"),
+                                   ("bf16 cuda", bf16, "cuda"), ("fp32 cpu", fp32, "cpu"), ("fp32 cuda", fp32, "cuda"))}
+    assert ids["auto cpu"] != ids["auto cuda"] == ids["bf16 cuda"]
+    assert ids["auto cpu"] == ids["fp32 cpu"] == ids["fp32 cuda"]
+    table = read_table(sweep_out / "ablations" / "cmp.csv")
+    assert ids["auto cpu"] in set(table["run_id"])   # a CPU run's id as it was before (the committed runs keep theirs)
+
+    # the same folder as if trained on a GPU: bf16 rows under their own run ids and prediction files
+    gpu = tmp_path / "gpu"
+    shutil.copytree(sweep_out, gpu)
+    rows = read_table(gpu / "ablations" / "cmp.csv")
+    preds = SweepPaths.of(gpu, "cmp").preds
+    new_ids = []
+    for _, row in rows.iterrows():
+        p = Point("cmp", "depth", int(row["depth"]), TINY.replace(depth=int(row["depth"])),
+                  TrainConfig(epochs=1, batch_size=128))
+        new = run_id(task_key(p, "digits", int(row["seed"]), device=torch.device("cuda")))
+        (preds / f"{row['run_id']}.npz").rename(preds / f"{new}.npz")
+        new_ids.append(new)
+    rows = rows.assign(run_id=new_ids, dtype="bf16", device="cuda")
+    rows.to_csv(gpu / "ablations" / "cmp.csv", index=False)
+    assert not set(rows["run_id"]) & set(table["run_id"])
+    met = compare_outs(gpu, sweep_out)
+    assert met["point"].tolist() == ["depth=1", "depth=2"] and (met["seeds"] == 3).all()
+    assert (met["verdict"] == "identical predictions").all()
+    assert set(met["dtype_a"]) == {"bf16 on cuda"} and set(met["dtype_b"]) == {"fp32 on cpu"}

@@ -1,8 +1,10 @@
 """`python -m ablations compare A B`: the same sweeps run twice, point by point.
 
 Two result folders (OUT) that ran the same sweeps under different conditions, e.g. `GRAPHS=1` against
-`GRAPHS=0`, two torch versions or two machines, are matched run by run (`run_id`: the model, training
-settings, dataset and seed, not the device or the step kind). For each point (the runs that differ only
+`GRAPHS=0`, two torch versions or two machines, are matched run by run: the model, training settings,
+dataset and seed (`experiments.point_key`), not the device, the step kind or the precision, so a GPU's bf16
+runs meet a CPU's fp32 runs of the same points, and each side's precision and device are named
+(`dtype_a`, `dtype_b`). For each point (the runs that differ only
 by seed) it gives the mean test accuracy of each folder over the seeds both have, their difference with
 an interval over the seeds (paired by seed) and the test images, each source of variation counted
 once (`stats.paired_difference`, on the saved per-image predictions), and the mean `train_util_pct` and
@@ -21,13 +23,15 @@ import pandas as pd
 
 from ablations.analysis.findings import load_runs
 from ablations.analysis.stats import ALPHA, paired_difference
+from ablations.results.experiments import point_key
 from ablations.results.store import SweepPaths, Tables, ok_rows, sweep_names
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
-# what defines a point: the model, the dataset, the whole training recipe and the starting weights
+# what defines a point: the model, the dataset, the whole training recipe and the starting weights (the
+# precision aside: runs of one point in two precisions are compared, each named)
 POINT_COLUMNS = ([f.name for f in dataclasses.fields(ViTConfig)] + ["dataset"]
-                 + [f.name for f in dataclasses.fields(TrainConfig)] + ["init"])
+                 + [f.name for f in dataclasses.fields(TrainConfig) if f.name != "dtype"] + ["init"])
 
 
 def _ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -35,6 +39,22 @@ def _ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if rows.empty or not {"run_id", "status", "test_acc"} <= set(rows.columns):
         return pd.DataFrame(columns=["run_id", "status", "test_acc"])
     return ok_rows(rows).drop_duplicates("run_id", keep="last")
+
+
+def _keyed(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with their `point_key` (what a run is, its precision aside) as `key`; rows without one left out,
+    and of rows sharing one the last."""
+    if rows.empty:
+        return rows.assign(key=pd.Series(dtype=object))
+    keyed = rows.assign(key=[point_key(r) for r in rows.to_dict("records")])
+    return keyed[keyed["key"].notna()].drop_duplicates("key", keep="last")
+
+
+def _trained_in(rows: pd.DataFrame) -> str:
+    """'bf16 on cuda', 'fp32 on cpu': the precision and device kind of the rows (several joined by ' + ')."""
+    dtype = rows["dtype"].astype(str) if "dtype" in rows else pd.Series("?", index=rows.index)
+    device = rows["device"].astype(str).str.split(":").str[0] if "device" in rows else pd.Series("?", index=rows.index)
+    return " + ".join(sorted({f"{d} on {v}" for d, v in zip(dtype, device)}))
 
 
 def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) -> pd.DataFrame:
@@ -45,22 +65,22 @@ def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) 
     for sweep in sweep_names(a):
         if not SweepPaths.of(b, sweep).rows.exists():
             continue
-        rows_a, rows_b = _ok_rows(read_a.rows(sweep)), _ok_rows(read_b.rows(sweep)).set_index("run_id")
+        rows_a, rows_b = _keyed(_ok_rows(read_a.rows(sweep))), _keyed(_ok_rows(read_b.rows(sweep))).set_index("key")
         if rows_a.empty or rows_b.empty:
             continue
-        rows_a = rows_a[rows_a["run_id"].isin(rows_b.index)]
+        rows_a = rows_a[rows_a["key"].isin(rows_b.index)]
         keys = [c for c in POINT_COLUMNS if c in rows_a.columns]
         # a blank cell (an older table that did not record the column) matches any value, as in `experiments`
         varying = [c for c in keys if rows_a[c].nunique(dropna=True) > 1]  # the others are one value per table
         rows_a = rows_a.assign(point=[", ".join(f"{c}={v}" for c, v in zip(varying, values)) or "all"
                                       for values in rows_a[varying].itertuples(index=False)])
-        rows_b = rows_b.loc[rows_a["run_id"]].assign(point=rows_a["point"].to_numpy())  # same runs, same order
+        rows_b = rows_b.loc[rows_a["key"]].assign(point=rows_a["point"].to_numpy())  # same runs, same order
         runs_a, _ = load_runs(rows_a, "point", SweepPaths.of(a, sweep).preds)
         runs_b, _ = load_runs(rows_b.reset_index(), "point", SweepPaths.of(b, sweep).preds)
         for point, runs in rows_a.groupby("point", sort=False):
-            other = rows_b.loc[runs["run_id"]]
+            other = rows_b.loc[runs["key"]]
             row = {"sweep": sweep, "point": point, "seeds": len(runs), "acc_a": runs["test_acc"].mean(),
-                   "acc_b": other["test_acc"].mean()}
+                   "acc_b": other["test_acc"].mean(), "dtype_a": _trained_in(runs), "dtype_b": _trained_in(other)}
             row["diff_pts"] = 100 * (row["acc_a"] - row["acc_b"])
             comparison, same = None, False
             if runs_a and runs_b and runs_a[point].correct.shape == runs_b[point].correct.shape:
@@ -71,7 +91,8 @@ def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) 
                     row[f"{short}_a"], row[f"{short}_b"] = runs[column].mean(), other[column].mean()
             found.append((row, comparison, same, frozenset(runs["run_id"].astype(str))))
     if not found:
-        raise ValueError(f"{a} and {b} have no finished run in common (same sweep table, same run_id)")
+        raise ValueError(f"{a} and {b} have no finished run in common (same sweep table, same model, recipe, data "
+                         f"and seed)")
     # one family of intervals over the distinct points compared (a point shared by sweeps is the same runs)
     family = max(1, len({runs for _, c, _, runs in found if c is not None}))
     for row, comparison, same, _ in found:

@@ -563,7 +563,7 @@ def _reference_section(mine: Tables, theirs: Tables) -> list[str]:
 
     out, reference = mine.out, theirs.out
     lines = ["## against the reference", "",
-             f"The same runs (same model, recipe, data and seed, so the same run_id) in `{reference}`, trained "
+             f"The same points (same model, recipe, data and seed) in `{reference}`, trained "
              f"on another machine or at another commit; the difference is here − reference, with an "
              f"interval over the common seeds (paired by seed) and the test images, each source counted once "
              f"(one common seed: the test images' alone).", ""]
@@ -576,6 +576,10 @@ def _reference_section(mine: Tables, theirs: Tables) -> list[str]:
         lines[-2] += (f" The intervals are simultaneous: 95 % jointly over the {family} distinct point(s) compared "
                       f"(Bonferroni, each at {100 * (1 - 0.05 / family):.2f} %), so a point is called higher or "
                       f"lower only outside what chance over the whole table allows." if family > 1 else "")
+        here_in, there_in = (" + ".join(sorted(set(table[c]))) for c in ("dtype_a", "dtype_b"))
+        lines[-2] += (f" Trained in {here_in} here and in {there_in} in the reference" +
+                      (": a difference is the device's and the precision's together." if here_in != there_in
+                       else "."))
         lines += ["| sweep | point | seeds | here % | reference % | here − reference (points) [simultaneous 95 % interval] | |",
                   "|---|---|---|---|---|---|---|"]
         for r in table.itertuples():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -22,9 +22,28 @@ from ablations.specs import Point
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
+if TYPE_CHECKING:
+    import torch
+
 
 def _cell(value) -> str:
     return "" if value is None or (isinstance(value, float) and value != value) else str(value)
+
+
+def row_device(row) -> torch.device:
+    """The kind of device a row's run trained on (its `dtype` of `auto`, in rows that lack it, resolves there)."""
+    import torch
+
+    return torch.device(_cell(row.get("device")).split(":")[0] or "cpu")
+
+
+def point_key(row) -> str | None:
+    """What a run is but for its precision: its identity with the seed and without the dtype, so that a GPU
+    run in bf16 and a CPU run in fp32 of the same model, recipe, data and seed meet (`compare`). None for a row
+    whose configs cannot be read back."""
+    parts = _parts(row, {"dtype"})
+    return None if parts is None else json.dumps({**parts, "seed": _cell(row.get("seed"))}, sort_keys=True,
+                                                 default=str)
 
 
 def _varied(factor: str | Collection[str]) -> set[str]:
@@ -39,7 +58,7 @@ def _parts(row, varied: set[str]) -> dict[str, Any] | None:
     except (TypeError, ValueError):
         return None
     key = task_key(Point("", "", None, model, train), _cell(row.get("dataset")), 0, _cell(row.get("init")),
-                   _cell(row.get("data_id")))
+                   _cell(row.get("data_id")), row_device(row))
     flat = {**{k: v for k, v in key["model"].items()}, **{k: v for k, v in key["train"].items()},
             "dataset": key["dataset"], "init": key.get("init", ""), "data_id": key.get("data", "")}
     return {k: v for k, v in flat.items() if k not in varied}

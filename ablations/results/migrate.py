@@ -31,6 +31,7 @@ from vit import ViTConfig
 from ablations.specs import Point
 from ablations.results.store import SweepPaths, sweep_lock, sweep_names
 from ablations.results.identity import task_key
+from ablations.results.experiments import row_device
 from ablations.results.schema import upgrade_row
 
 BATCH_SIZES = (64, 32, 128, 256, 16, 512)   # training batch sizes tried when recovering an older row's recipe
@@ -51,7 +52,8 @@ def recovered_recipe(row: dict) -> TrainConfig | None:
     for batch in BATCH_SIZES:
         recipe = dataclasses.replace(base, batch_size=batch)
         point = Point(text("sweep"), "", None, model, recipe)
-        if run_id(task_key(point, text("dataset"), seed, text("init"), text("data_id"))) == str(row["run_id"]):
+        if run_id(task_key(point, text("dataset"), seed, text("init"), text("data_id"), row_device(known))) \
+                == str(row["run_id"]):
             return recipe
     return None
 

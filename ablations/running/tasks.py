@@ -12,7 +12,7 @@ import torch
 from ablations.results.identity import experiment_id, task_key
 from ablations.running.cost import CostPlan
 from ablations.specs import Point
-from bench.env import environment, run_id
+from bench.env import environment, resolve_device, run_id
 from bench.mfu import Peak
 
 
@@ -48,7 +48,8 @@ class Task:
 
     @property
     def experiment_id(self) -> str:
-        return experiment_id(self.point, self.options.dataset, self.options.init_id, self.options.data_id)
+        return experiment_id(self.point, self.options.dataset, self.options.init_id, self.options.data_id,
+                             resolve_device(self.options.device))
 
 
 @dataclass
@@ -63,7 +64,8 @@ def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
     """One task per point and seed: `options.seeds`, or where `options.point_seeds` is given, each point's own
     seeds there (none for a point it leaves out: an adaptive look trains only the settings still open)."""
     own = dict(options.point_seeds)
-    return [Task(p, s, run_id(task_key(p, options.dataset, s, options.init_id, options.data_id)), options)
+    device = resolve_device(options.device)
+    return [Task(p, s, run_id(task_key(p, options.dataset, s, options.init_id, options.data_id, device)), options)
             for p in points for s in (own.get(p.label, ()) if own else options.seeds)]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
@@ -94,8 +95,7 @@ class TrainConfig:
     @classmethod
     def from_row(cls, row: Any) -> TrainConfig:
         """The recipe a result-table row trained with: every field the row has (blank cells keep the default),
-        cast to the field's type; the row's dtype is what ran, so the device's automatic choice reads back
-        as `auto`."""
+        cast to the field's type; the row's dtype is what ran (bf16 for a CUDA run of `DTYPE=auto`)."""
         values: dict[str, Any] = {}
         for f in fields(cls):
             value = row.get(f.name)
@@ -105,13 +105,14 @@ class TrainConfig:
             kind = bool if isinstance(f.default, bool) else {"int": int, "bool": bool, "text": str}.get(
                 f.metadata.get("kind", ""), float)
             values[f.name] = str(value).strip().lower() in ("1", "1.0", "true") if kind is bool else kind(value)
-        device = torch.device(str(row.get("device") or "cpu").split(":")[0])
-        if values.get("dtype") == cls(dtype="auto").resolved_dtype(device):
-            values["dtype"] = "auto"
         return cls(**values)
 
     def resolved_dtype(self, device: torch.device) -> str:
         return ("bf16" if device.type == "cuda" else "fp32") if self.dtype == "auto" else self.dtype
+
+    def resolved_on(self, device: torch.device) -> TrainConfig:
+        """This recipe with `auto` replaced by what it trains in on `device` (a run's identity names that)."""
+        return self if self.dtype != "auto" else dataclasses.replace(self, dtype=self.resolved_dtype(device))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,6 +123,9 @@ class TrainConfig:
         used before the field existed (so a run keeps the id it had before those fields existed)."""
         defaults = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(self)}
         found = {k: v for k, v in asdict(self).items() if k in (*ID_FIELDS, "holdout_split") or v != defaults[k]}
+        # the precision a run trains in, fp32 named as runs of the default recipe on a CPU always named it; `auto`
+        # where the caller has not resolved it for a device (`resolved_on`)
+        found["dtype"] = "auto" if self.dtype == "fp32" else self.dtype
         if not self.holdout or self.holdout_split == "random":
             del found["holdout_split"]
         return found

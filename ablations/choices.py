@@ -39,6 +39,7 @@ def default_augmentation(dataset: str, side: int) -> dict[str, int | bool]:
     return {"crop_padding": pad, "flip": flip}
 
 
+SIDE_TABLES = ("-history", "-cost")  # suffixes of a sweep's other tables beside <sweep>.csv: no sweep name ends so
 COST_ROUNDS = 5           # interleaved rounds of the cost phase when COST_ROUNDS is not given
 AUTO_CHECKPOINT_S = 60.0  # checkpoint every epoch when a run is projected to last longer than this
 LARGE_RUNS = 1000         # a command planning more runs than this needs --large (it would train for days)

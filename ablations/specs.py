@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablations.choices import SPEC_DIR, AutoSeeds, available_sweeps, default_sweeps, parse_seeds
+from ablations.choices import SIDE_TABLES, SPEC_DIR, AutoSeeds, available_sweeps, default_sweeps, parse_seeds
 from bench.training.recipe import TrainConfig
 from vit import PRESETS, ViTConfig
 
@@ -239,6 +239,10 @@ def load_spec(path: str | Path, check_files: bool = True) -> SweepSpec:
     """The validated spec at `path`; `check_files=False` for a copy kept beside a sweep's results, whose
     `init` path (relative to where the spec was) is not read."""
     path = Path(path)
+    if path.stem.endswith(SIDE_TABLES):
+        raise SpecError(f"{path}: a sweep's name may not end in {' or '.join(SIDE_TABLES)}: its rows would be "
+                        f"taken for another sweep's {'/'.join(t[1:] for t in SIDE_TABLES)} table "
+                        f"(<sweep>{SIDE_TABLES[1]}.csv); rename the file")
     data = _read_sections(path)
     sweep, model = data.get("sweep", {}), dict(data.get("model", {}))
     factors, levels, design = _factors(path, sweep, data)

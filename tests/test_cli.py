@@ -193,6 +193,24 @@ def test_train_builds_its_point_as_a_sweep_does_so_the_same_model_and_recipe_are
         capsys.readouterr().err
 
 
+def test_compile_as_set_and_as_the_makefile_passes_it_is_one_training_and_a_bad_value_is_refused(tmp_path, capsys):
+    """`--set compile=0` is the default recipe's run and `--set compile=1` is `--compile 1`'s (the Makefile's
+    COMPILE=1): the same run ids; `compile=off` is refused in one line before anything trains."""
+    import re
+
+    common = ["--preset", "vit_digits", "--dataset", "digits", "--epochs", "1", "--seeds", "0", "--dry-run",
+              "--out", str(tmp_path)]
+
+    def ids(*extra):
+        assert ablations_main(["train", *common, *extra]) == 0
+        return re.findall(r"\b[0-9a-f]{12}\b", capsys.readouterr().out)
+
+    assert ids("--set", "compile=0") == ids() and ids("--set", "compile=1") == ids("--compile", "1") != ids()
+    assert ablations_main(["train", *common, "--set", "compile=off"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "TrainConfig.compile must be 0 or 1 (false or true), got 'off'" in err[0], err
+
+
 def test_a_command_parses_each_sweep_table_once(tmp_path, monkeypatch, capsys):
     """`make train` over runs already done reads its table to see what is done, to warn about other
     experiments and to print its rows, and counts what it recorded: one parse of the file, passed on. A

@@ -46,6 +46,18 @@ def test_spec_errors_name_file_and_field(tmp_path, text, message):
     assert "s.toml" in str(info.value)
 
 
+@pytest.mark.parametrize("name", ["dd-cost", "lr-history"])
+def test_a_sweep_named_like_another_sweeps_side_table_is_refused_before_it_trains(tmp_path, capsys, name):
+    """`dd-cost.csv` would be read as the cost table of a sweep `dd`, `lr-history.csv` as the epochs of `lr`:
+    such a name is refused in one line, before any work."""
+    spec = write_spec(tmp_path / f"{name}.toml", "depth", "[1, 2]")
+    out = tmp_path / "out"
+    assert ablations_main(["sweep", str(spec), "--dataset", "digits", "--out", str(out), "--seeds", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{name}.toml: a sweep's name may not end in -history or -cost" in err[0], err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("img_size,in_chans,base", [(28, 1, "vit_mnist"), (8, 1, "vit_digits"), (32, 3, "vit_cifar")])
 def test_every_shipped_sweep_is_valid_for_every_dataset_size(img_size, in_chans, base):
     from ablations.specs import MODEL_FIELDS, TRAIN_FIELDS, available_sweeps, find_spec

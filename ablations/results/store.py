@@ -42,9 +42,8 @@ from bench.rounds import Spread
 from bench.schema import with_role
 from vit import ViTConfig
 
+from ablations.choices import SIDE_TABLES  # suffixes of a sweep's other tables
 from ablations.results.schema import ABLATION_COLUMNS, COST_TABLE, HISTORY_COLUMNS, read_table
-
-SIDE_TABLES = ("-history", "-cost")  # suffixes of a sweep's other tables
 
 
 class SweepError(Exception):

@@ -60,6 +60,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         floats_as_floats(self)
+        self._check_compile()
         for name in ("epochs", "batch_size", "eval_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -91,6 +92,13 @@ class TrainConfig:
         if self.holdout_split not in HOLDOUT_SPLITS:
             raise ValueError(f"TrainConfig.holdout_split={self.holdout_split!r} is unknown; choose "
                              f"{' or '.join(HOLDOUT_SPLITS)}")
+
+    def _check_compile(self) -> None:
+        """0 and 1 (the Makefile's COMPILE=0/1, `--set compile=1`) are the booleans: one training, one run id."""
+        if not isinstance(self.compile, bool) and isinstance(self.compile, int) and self.compile in (0, 1):
+            object.__setattr__(self, "compile", bool(self.compile))
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"TrainConfig.compile must be 0 or 1 (false or true), got {self.compile!r}")
 
     @classmethod
     def from_row(cls, row: Any) -> TrainConfig:

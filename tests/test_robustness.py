@@ -113,6 +113,22 @@ def test_a_full_disk_raises_naming_the_file_and_keeps_no_half_row(tmp_path, monk
 
 # 3. nothing stopped duplicate work ----------------------------------------------------------------------
 
+@pytest.mark.parametrize("seeds", ["0", "auto"])
+def test_a_command_refused_for_a_sweep_in_use_leaves_its_design_file_as_it_was(tmp_path, capsys, seeds):
+    """Another command holds the sweep (an adaptive sweep between its looks, say): a command refused for it
+    neither removes its design file (fixed seeds would) nor writes one of its own (SEEDS=auto would)."""
+    spec = write_spec(tmp_path / "held.toml", "depth", "[1]")
+    paths = SweepPaths.of(tmp_path / "out", "held")
+    paths.design.parent.mkdir(parents=True)
+    paths.design.write_text('{"looks": [3, 5], "written by": "the command that holds the sweep"}\n')
+    before = paths.design.read_bytes()
+    with sweep_lock(paths, "held"):
+        code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "out"),
+                         "--seeds", seeds, "--cost-rounds", "0"])
+    assert code == 2 and "is in use by another command" in capsys.readouterr().err
+    assert paths.design.read_bytes() == before
+
+
 def test_a_second_identical_sweep_exits_naming_the_holder(tmp_path, capsys):
     spec = write_spec(tmp_path / "twin.toml", "depth", "[1]")
     paths = SweepPaths.of(tmp_path / "out", "twin")
@@ -241,8 +257,8 @@ def test_ctrl_c_exits_130_saying_what_was_kept(tmp_path, capsys, monkeypatch):
     spec = write_spec(tmp_path / "d.toml", "depth", "[1, 2]")
     real = commands.run_sweeps
 
-    def interrupted(plans, executor, recorded):
-        real([(name, pts[:1], opts) for name, pts, opts in plans], executor, recorded=recorded)  # one finishes, then Ctrl-C
+    def interrupted(plans, executor, recorded, locked=False):   # one finishes, then Ctrl-C
+        real([(name, pts[:1], opts) for name, pts, opts in plans], executor, recorded=recorded, locked=locked)
         raise KeyboardInterrupt
     monkeypatch.setattr(commands, "run_sweeps", interrupted)
     code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--seeds", "0",

@@ -8,6 +8,7 @@ module only to run one of them, so `--help` never loads torch. The commands that
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import sys
@@ -21,7 +22,7 @@ import torch
 from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, SPEC_DIR, AutoSeeds
 from ablations.results import plans as design_plans
 from ablations.results import tensorboard
-from ablations.results.store import SweepError, SweepPaths, finished_ids, model_key
+from ablations.results.store import SweepError, SweepPaths, finished_ids, model_key, sweep_lock
 from ablations.running.cost import CostPlan
 from ablations.running.executors import EXECUTORS, Executor, ExecutorOptions
 from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
@@ -211,7 +212,7 @@ def _start_executor(args: argparse.Namespace) -> Executor:
 
 
 def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
-             options: dict[str, RunOptions]) -> tuple[list[dict[str, Any]] | None, int]:
+             options: dict[str, RunOptions], locked: bool = False) -> tuple[list[dict[str, Any]] | None, int]:
     """Every sweep, through one executor (`runner.run_sweeps`): (summaries, 0), or (None, exit status)
     after one line on stderr for a failure the user must fix (2) or a stop signal (128 + its number)."""
     try:
@@ -221,7 +222,8 @@ def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
         return None, 2
     recorded: list[str] = []   # the runs written, as they are: what a stop keeps
     try:
-        return run_sweeps([(name, points, options[name]) for name, points in plans], executor, recorded=recorded), 0
+        return run_sweeps([(name, points, options[name]) for name, points in plans], executor, recorded=recorded,
+                          locked=locked), 0
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return None, 2
@@ -309,15 +311,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 print(_adaptive_dry_run(auto[name], len(points), next(s for s in specs if s.name == name)))
         return 0
     t0 = time.perf_counter()
-    for spec in specs:
-        if spec.name not in auto and design_plans.forget_plan(SweepPaths.of(args.out, spec.name)):
-            print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report analyses it "
-                  f"at fixed seeds", file=sys.stderr)
-    if auto:
-        results, status = _run_adaptive(args, specs, plans, options, auto)
-    else:
-        results, status = _run_all(args, plans, options)
-    _keep_specs(specs, args.out)
+    with contextlib.ExitStack() as locks:   # every write of the sweeps, their design files included, under their locks
+        try:
+            for spec in specs:
+                locks.enter_context(sweep_lock(SweepPaths.of(args.out, spec.name), spec.name))
+        except SweepError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        for spec in specs:
+            if spec.name not in auto and design_plans.forget_plan(SweepPaths.of(args.out, spec.name)):
+                print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report analyses "
+                      f"it at fixed seeds", file=sys.stderr)
+        if auto:
+            results, status = _run_adaptive(args, specs, plans, options, auto)
+        else:
+            results, status = _run_all(args, plans, options, locked=True)
+        _keep_specs(specs, args.out)
     if results is None:
         return status
     out = Path(args.out)
@@ -380,7 +389,7 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
         looked = [(name, points) for name, points in plans if name in asked]
         step_options = {name: dataclasses.replace(options[name], point_seeds=tuple(
             (label, tuple(s)) for label, s in asked[name].items())) for name, _ in looked}
-        results, status = _run_all(args, looked, step_options)
+        results, status = _run_all(args, looked, step_options, locked=True)
         if results is None:
             return None, status
         for r in results:

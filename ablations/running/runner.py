@@ -107,8 +107,8 @@ class _Share:
 
 
 def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
-               fn: Callable[[Task, Dataset], Outcome] = execute, recorded: list[str] | None = None
-               ) -> list[dict[str, Any]]:
+               fn: Callable[[Task, Dataset], Outcome] = execute, recorded: list[str] | None = None,
+               locked: bool = False) -> list[dict[str, Any]]:
     """Run every missing point × seed of several sweeps with one executor; one summary dict per sweep.
 
     First, with every sweep's lock held: each sweep's preflight, one cost phase over all their points
@@ -118,14 +118,15 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
     share (same run_id: the base point of several sweeps) is trained once and recorded in each, as a
     reuse in all but the first. Each sweep's table, and those of the other sweeps under its OUT, is read
     once (`store.Tables`). `recorded`: a list the run ids are appended to as their rows are written, which
-    the caller still holds when a signal or an error ends the command. Raises SweepError (another process
-    runs one of the sweeps; OUT unusable) before any work."""
+    the caller still holds when a signal or an error ends the command. `locked`: the caller holds every
+    sweep's lock already (a command that writes more of a sweep than its runs: its design file). Raises
+    SweepError (another process runs one of the sweeps; OUT unusable) before any work."""
     names = [name for name, _, _ in plans]
     if len(set(names)) != len(names):
         raise ValueError(f"sweeps {names}: each sweep may appear once in one command")
     executor = executor or LocalExecutor(ExecutorOptions(jobs=1))
     with contextlib.ExitStack() as locks:
-        for name, _, options in plans:
+        for name, _, options in plans if not locked else ():
             locks.enter_context(store.sweep_lock(SweepPaths.of(options.out, name), name))
         tables = {out: store.Tables(out) for out in {Path(options.out) for _, _, options in plans}}
         shares = [_prepare(name, points, options, executor.jobs or 1, tables[Path(options.out)])

@@ -34,12 +34,15 @@ TRAINING = [
     Column("test_acc", "fraction", "test accuracy after the last epoch"),
     Column("best_test_acc", "fraction", "highest test accuracy after any epoch (not for model selection)"),
     Column("train_throughput_img_s", "images/s", "training images per second over the whole run", roles=("measured",)),
-    Column("train_util_pct", "%", "while the training epochs ran (evaluation excluded): GPU utilisation from "
-                                  "NVML's timestamped samples inside them (the whole GPU's: with jobs above 1, "
-                                  "under MPS or time-sliced, it counts the other runs' kernels too), "
-                                  "or on the CPU this process's CPU time over wall time as a share of the "
-                                  "cores its torch threads can use (util_cores; older rows: of all its "
-                                  "cores); util_pct is the inference step's in the cost phase", roles=("measured",)),
+    Column("train_util_pct", "%", "the run's own busy share, only where it had the device to itself: GPU "
+                                  "utilisation from NVML's timestamped samples wholly inside its training "
+                                  "(evaluation included; blank where no whole sample period fell inside it), "
+                                  "or on the CPU this process's CPU time over wall time while the training "
+                                  "epochs ran, as a share of the cores its torch threads can use (util_cores; "
+                                  "older rows: of all its cores); blank for a run that shared its process or "
+                                  "GPU with other runs (the GPU's own figure over the phase is in "
+                                  "ablations/phases/training.csv; older rows counted the other runs' kernels "
+                                  "too); util_pct is the inference step's in the cost phase", roles=("measured",)),
     Column("train_mfu", "", "training MFU over the whole run: 3 × gflops × train_throughput_img_s over the "
                             "device's measured matmul peak; mfu is the cost phase's inference step", roles=("measured",)),
     Column("init", "", "the starting checkpoint, file:sha256-prefix or timm:<name>; empty for random init", "text"),

@@ -212,11 +212,13 @@ def _start_executor(args: argparse.Namespace) -> Executor:
 
 
 def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
-             options: dict[str, RunOptions], locked: bool = False) -> tuple[list[dict[str, Any]] | None, int]:
+             options: dict[str, RunOptions], locked: bool = False,
+             started: Executor | None = None) -> tuple[list[dict[str, Any]] | None, int]:
     """Every sweep, through one executor (`runner.run_sweeps`): (summaries, 0), or (None, exit status)
-    after one line on stderr for a failure the user must fix (2) or a stop signal (128 + its number)."""
+    after one line on stderr for a failure the user must fix (2) or a stop signal (128 + its number).
+    `started`: an executor the caller started (and closes); else one is started and closed here."""
     try:
-        executor = _start_executor(args)
+        executor = started or _start_executor(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return None, 2
@@ -238,7 +240,8 @@ def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
               f"the same command to resume", file=sys.stderr)
         return None, err.exit_status if isinstance(err, Interrupted) else 130
     finally:
-        executor.close()
+        if started is None:
+            executor.close()
 
 
 def _summary(results: list[dict[str, Any]], elapsed: float, report_hint: str = "") -> None:
@@ -311,7 +314,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 print(_adaptive_dry_run(auto[name], len(points), next(s for s in specs if s.name == name)))
         return 0
     t0 = time.perf_counter()
+    try:
+        executor = _start_executor(args)   # before anything is written: a cluster too small is refused first
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     with contextlib.ExitStack() as locks:   # every write of the sweeps, their design files included, under their locks
+        locks.callback(executor.close)
         try:
             for spec in specs:
                 locks.enter_context(sweep_lock(SweepPaths.of(args.out, spec.name), spec.name))
@@ -323,9 +332,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report analyses "
                       f"it at fixed seeds", file=sys.stderr)
         if auto:
-            results, status = _run_adaptive(args, specs, plans, options, auto)
+            results, status = _run_adaptive(args, specs, plans, options, auto, executor)
         else:
-            results, status = _run_all(args, plans, options, locked=True)
+            results, status = _run_all(args, plans, options, locked=True, started=executor)
         _keep_specs(specs, args.out)
     if results is None:
         return status
@@ -350,7 +359,8 @@ def _adaptive_dry_run(auto: AutoSeeds, points: int, spec: SweepSpec) -> str:
 
 
 def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[tuple[str, list[Point]]],
-                  options: dict[str, RunOptions], auto: dict[str, AutoSeeds]) -> tuple[list[dict[str, Any]] | None, int]:
+                  options: dict[str, RunOptions], auto: dict[str, AutoSeeds],
+                  executor: Executor | None = None) -> tuple[list[dict[str, Any]] | None, int]:
     """Sweeps of which some (`auto`) train under adaptive seeds: look by look, replay each such sweep's design
     on its finished runs and train the seeds it asks for; the sweeps with fixed seeds train beside the first
     look. Every point stays in its plan, so each look's cost phase is the first one, reused. The summaries
@@ -389,7 +399,7 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
         looked = [(name, points) for name, points in plans if name in asked]
         step_options = {name: dataclasses.replace(options[name], point_seeds=tuple(
             (label, tuple(s)) for label, s in asked[name].items())) for name, _ in looked}
-        results, status = _run_all(args, looked, step_options, locked=True)
+        results, status = _run_all(args, looked, step_options, locked=True, started=executor)
         if results is None:
             return None, status
         for r in results:

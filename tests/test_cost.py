@@ -540,3 +540,30 @@ def test_make_cost_on_another_device_keeps_the_rows_of_the_device_they_trained_o
     assert read_table(paths.rows)["throughput_img_s"].isna().all()
     assert (read_table(paths.cost)["device_name"] == here).all()
     assert f"Speed: cost phase on {here}, 1 interleaved rounds" in build_report(out, reference=None).read_text()
+
+
+def test_a_later_call_with_some_sweeps_done_reuses_the_first_sitting_and_its_rows_carry_its_figures(tmp_path):
+    """A command's sweeps share one cost phase, whose id names them. A later call of the same command in which
+    some sweeps have nothing left to train (a later look of SEEDS=auto, a rerun) is the same sitting: found
+    and reused, not measured again under another id, and the rows it trains carry that sitting's figures."""
+    from ablations.results.store import SweepPaths
+    from ablations.running.runner import run_sweeps
+    from ablations.running.tasks import RunOptions
+
+    train = TrainConfig(epochs=1, batch_size=64)
+    plans = {s: [Point(s, "depth", d, TINY.replace(depth=d), train) for d in depths] for s, depths in
+             (("a", (1, 2)), ("b", (1, 3)))}
+
+    def options(seeds):
+        return RunOptions(dataset="digits", out=str(tmp_path), seeds=seeds, progress=False,
+                          cost=dataclasses.replace(PLAN, budget_s=60.0))   # 3 rounds fit on a busy machine too
+
+    run_sweeps([("a", plans["a"], options((0,))), ("b", plans["b"], options((0,)))])
+    later = run_sweeps([("a", plans["a"], options((0,))), ("b", plans["b"], options((0, 1)))])
+    assert [s["statuses"] for s in later] == [{}, {"ok": 2}]
+    for sweep in "ab":
+        assert read_table(SweepPaths.of(tmp_path, sweep).cost)["phase_id"].nunique() == 1
+    rows = read_table(SweepPaths.of(tmp_path, "b").rows)
+    assert rows["throughput_img_s"].notna().all() and rows["cost_rounds"].eq(3).all()
+    by_depth = rows.groupby("depth")["throughput_img_s"].nunique()
+    assert by_depth.eq(1).all()   # seed 1, trained in the later call, has seed 0's figures: one sitting

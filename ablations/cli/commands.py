@@ -396,10 +396,11 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
                   f"error); fix that and rerun the same command to go on", file=sys.stderr)
             return (list(merged.values()) or None), 1
         asked_before = asked
-        looked = [(name, points) for name, points in plans if name in asked]
+        # every sweep of the command in every look (those not asked for runs train none), so that each look's
+        # cost phase is the first look's, reused, and every row carries its config's figures from that sitting
         step_options = {name: dataclasses.replace(options[name], point_seeds=tuple(
-            (label, tuple(s)) for label, s in asked[name].items())) for name, _ in looked}
-        results, status = _run_all(args, looked, step_options, locked=True, started=executor)
+            (p.label, tuple(asked.get(name, {}).get(p.label, ()))) for p in points)) for name, points in plans}
+        results, status = _run_all(args, plans, step_options, locked=True, started=executor)
         if results is None:
             return None, status
         for r in results:

@@ -220,9 +220,13 @@ def _cost_phases(shares: list[_Share]) -> None:
     groups: dict[tuple, list[_Share]] = {}
     for share in shares:
         o = share.options
-        if share.todo and o.cost.rounds:
+        if o.cost.rounds:
             groups.setdefault((o.cost, o.device, o.graphs, o.progress), []).append(share)
     for (plan, device_name, graphs, progress), members in groups.items():
+        # the command's sweeps all, whichever have runs left: a later look of SEEDS=auto, or a rerun after some
+        # sweeps finished, is the same sitting as the first (the phase id names the sweeps), found and reused
+        if not any(share.todo for share in members):
+            continue
         device = resolve_device(device_name)
         first = members[0].options
         workload = (len(load_data(first).train_y), len(first.seeds))   # what the runs will train, for the budget

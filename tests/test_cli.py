@@ -268,6 +268,37 @@ def test_make_passes_args_to_every_sweep_target():
     assert "--set flip=false" in make_dry("ablations", "ARGS=--set flip=false")
 
 
+@pytest.mark.parametrize("status,signal", [(130, "SIGINT"), (143, "SIGTERM")])
+def test_known_stops_at_a_stop_signal_with_its_status_and_trains_no_further_task(tmp_path, capsys, status, signal):
+    """Ctrl-C or SIGTERM stops the sweep of the task in hand (it exits 130 or 143): `known` stops there too, with
+    that status, rather than count the task as failed and train the next."""
+    from ablations.cli import known
+
+    called = []
+
+    def stopped(argv):
+        called.append(argv)
+        return status
+
+    assert known.main(["--out", str(tmp_path), "--only", "backends", "planted"], stopped) == status
+    assert len(called) == 1
+    err = capsys.readouterr().err
+    assert f"known: stopped by {signal} during backends" in err
+
+
+def test_known_judges_the_newest_experiment_of_a_tasks_table(tmp_path, capsys):
+    """A second `known` into the same OUT with other epochs is another experiment: its check sees its own runs
+    only (identical backends stay identical), not the mean of the two budgets."""
+    from ablations.cli import known
+    from ablations.cli.parser import main as run
+
+    for epochs in ("4", "5"):   # both learn the task (about 69 % and 77 %; chance is 25 %)
+        assert known.main(["--out", str(tmp_path), "--only", "backends", "--epochs", epochs], run) == 0, \
+            capsys.readouterr().out[-1500:]
+    out = capsys.readouterr().out
+    assert "bmm vs einops: identical" in out.split("Known answers")[-1]
+
+
 def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive_seeds(tmp_path, capsys):
     """Synthetic tasks through the sweep command: positions needed, identical backends, shuffled labels and a
     planted difference, each with the answer the report must give. Then SEEDS=auto over the same runs (its

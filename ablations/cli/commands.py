@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import math
 import sys
 import time
@@ -342,7 +343,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _summary(results, time.perf_counter() - t0,
              f"Next: make report OUT='{out}' (or vitbench report --out '{out}'): figures and "
              f"{out / 'REPORT.md'} from these tables")
-    return 0
+    return status   # 1 where an adaptive design is left unfinished (said above the summary)
 
 
 def _adaptive_dry_run(auto: AutoSeeds, points: int, spec: SweepSpec) -> str:
@@ -376,7 +377,9 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
         design_plans.write_plan(SweepPaths.of(args.out, name), plan[name])
     merged: dict[str, dict[str, Any]] = {}
     asked_before: dict[str, dict] = {}
-    for step in range(max(len(p["looks"]) for p in plan.values()) + 1):
+    # a look per step, and a step more for each look whose lost runs are retried: past that, unfinished
+    limit = 2 * (max(len(p["looks"]) for p in plan.values()) + 1)
+    for step in itertools.count():
         asked: dict[str, dict] = {}
         for name, points in plans:
             if name not in plan:
@@ -394,6 +397,10 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
             where = "; ".join(f"{n}: {len(v)} setting(s)" for n, v in asked.items())
             print(f"error: SEEDS=auto: runs the design needs did not finish ({where}); their rows say why (status, "
                   f"error); fix that and rerun the same command to go on", file=sys.stderr)
+            return (list(merged.values()) or None), 1
+        if step == limit:
+            print(f"error: SEEDS=auto: the design is unfinished after {limit} steps (runs it needs keep failing: "
+                  f"their rows say why); rerun the same command to go on", file=sys.stderr)
             return (list(merged.values()) or None), 1
         asked_before = asked
         # every sweep of the command in every look (those not asked for runs train none), so that each look's

@@ -36,6 +36,7 @@ CLASSES = ("top-left", "top-right", "bottom-left", "bottom-right")
 TRAIN_PER_CLASS = 200
 TEST_PER_CLASS = 50
 SEEDS = "0,1,2"
+STOPPED = {130: "SIGINT", 143: "SIGTERM", 129: "SIGHUP"}   # the sweep command's exit status after a stop signal
 MODEL = 'preset = "vit_digits"\npatch_size = 4\nembed_dim = 32\ndepth = 2\nnum_heads = 2\npos = "sincos2d"\n'
 
 
@@ -152,6 +153,7 @@ def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int
 
     from ablations.analysis.findings import analyse_sweep
     from ablations.analysis.report import build_report
+    from ablations.results.experiments import newest_experiment
     from ablations.results.schema import read_table
     from ablations.results.store import SweepPaths
 
@@ -167,11 +169,17 @@ def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int
                 *(x for s in task.sets for x in ("--set", s))]
         print(f"\n== {task.name}: {task.expect}", flush=True)
         status = run_command(argv)   # the sweep command itself, in this process
+        if status in STOPPED:   # Ctrl-C, SIGTERM, SIGHUP: the command stops here, as the sweep did
+            print(f"\nknown: stopped by {STOPPED[status]} during {task.name}; its finished runs are kept, and the "
+                  f"same command resumes", file=sys.stderr)
+            return status
         if status != 0:
             results.append((task, False, f"the sweep command exited {status}"))
             continue
         paths = SweepPaths.of(out, spec.stem)
-        rows = read_table(paths.rows)
+        # the newest experiment of the task's table: an earlier `known` into the same OUT with other epochs is
+        # another experiment, never pooled with this one
+        rows, _ = newest_experiment(read_table(paths.rows), task.factor)
         ok_rows = rows[rows["status"] == "ok"]
         values = [v for v in pd.unique(ok_rows[task.factor])]
         results.append((task, *check(task, analyse_sweep(rows, task.factor, values, paths, None)[0])))

@@ -267,6 +267,32 @@ def test_ctrl_c_exits_130_saying_what_was_kept(tmp_path, capsys, monkeypatch):
     assert "interrupted (SIGINT): 1 runs finished and kept; rerun the same command to resume" in capsys.readouterr().err
 
 
+def test_an_adaptive_design_whose_runs_keep_failing_exits_1_and_says_it_is_unfinished(tmp_path, capsys, monkeypatch):
+    """A setting whose runs fail every time (out of memory, say) leaves the design's look unanswered: the
+    command says so and exits 1, not 0 after an 'error' line."""
+    from ablations.running.tasks import base_row
+    from ablations.running.worker import execute
+
+    spec = write_spec(tmp_path / "f.toml", "depth", "[1, 2]")
+    real = commands.run_sweeps
+
+    def failing(task, data):
+        if task.point.value == 2:
+            row = base_row(task, torch.device("cpu"))
+            row.update(status="oom", error="OutOfMemoryError: simulated")
+            return Outcome(row)
+        return execute(task, data)
+
+    def with_failures(plans, executor, recorded, locked=False):
+        return real(plans, executor, fn=failing, recorded=recorded, locked=locked)
+
+    monkeypatch.setattr(commands, "run_sweeps", with_failures)
+    code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"), "--seeds", "auto:3,5",
+                     "--epochs", "1", "--cost-rounds", "0"])
+    err = capsys.readouterr().err
+    assert code == 1 and "error: SEEDS=auto: runs the design needs did not finish" in err
+
+
 @pytest.mark.parametrize("argv,message", [(["--seeds", "-1"], "seed -1 is out of range"),
                                           (["--seeds", str(2**40)], "out of range"),
                                           (["--epochs", "0"], "--epochs (EPOCHS) must be a positive integer"),

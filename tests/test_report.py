@@ -578,3 +578,27 @@ def test_the_report_shows_the_gpus_own_figures_over_each_training_phase(tmp_path
     assert "the newest 2 of 2" in text
     assert "| 2026-11-26T07:00:00+00:00 | depth+heads+patch | 8 | 80,000 | 0.8 | — | — | — |" in lines
     assert "| 2026-11-26T07:01:00+00:00 | depth+heads+patch | 8 | 2,160,000 | 12.5 | 93 | 251 | 0.0014 (12.1) |" in lines
+
+
+def test_a_verdict_over_a_design_that_left_a_setting_out_says_so_in_its_headline():
+    """SEEDS=auto leaves out a setting one of whose runs diverged: the verdict is over the others, and its
+    headline says so; a left-out setting whose finished runs average above the leader is named."""
+    import math
+
+    from ablations.analysis.findings import Setting, SweepFindings, verdict_sentence
+    from ablations.analysis.stats import Interval, Verdict
+    from bench.rounds import Spread
+
+    def setting(value, mean, seeds):
+        return Setting(value, list(range(seeds)), Interval(mean, math.nan, math.nan, "binomial"), 1, 0.1,
+                       Spread.of([]))
+
+    f = SweepFindings("depth", [setting(1, 0.975, 3), setting(2, 0.975, 3), setting(6, 0.979, 2)], 1000, "",
+                      [], Verdict(best=1, winner=False, beats=(), equivalent=(), inconclusive=(), detectable=0.01,
+                                  identical=(2,)))
+    plain = verdict_sentence(f)
+    assert plain.startswith("**Identical: depth=1, depth=2.**") and "Left out" not in plain
+    text = verdict_sentence(dataclasses.replace(f, left_out=(6,)))
+    assert text.startswith("Of the settings in the design: **Identical: depth=1, depth=2.**")
+    assert ("Left out of the design and of this verdict: depth=6 (a run diverged; its 2 finished run(s) average "
+            "97.90 %, above depth=1's 97.50 %: no claim is made about it).") in text

@@ -267,6 +267,19 @@ def test_ctrl_c_exits_130_saying_what_was_kept(tmp_path, capsys, monkeypatch):
     assert "interrupted (SIGINT): 1 runs finished and kept; rerun the same command to resume" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("seeds", ["0", "auto"])
+def test_an_out_that_is_a_file_is_one_line_and_exit_2_at_fixed_and_adaptive_seeds(tmp_path, capsys, seeds):
+    spec = write_spec(tmp_path / "d.toml", "depth", "[1]")
+    (tmp_path / "afile").write_text("not a folder\n")
+    code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "afile"), "--seeds", seeds,
+                     "--cost-rounds", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        f"error: OUT={tmp_path / 'afile'}: cannot create {tmp_path / 'afile' / 'ablations' / 'd.lock'} (Not a directory); "
+        f"choose another OUT (--out) or fix its permissions"]
+
+
 def test_an_adaptive_design_whose_runs_keep_failing_exits_1_and_says_it_is_unfinished(tmp_path, capsys, monkeypatch):
     """A setting whose runs fail every time (out of memory, say) leaves the design's look unanswered: the
     command says so and exits 1, not 0 after an 'error' line."""

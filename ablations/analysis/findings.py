@@ -423,7 +423,29 @@ def verdict_sentence(f: SweepFindings) -> str:
     if f.verdict is None:
         return f"**No verdict**: {f.no_test}. Intervals only; no setting is named best."
     seeds = design_sentence(f) if f.design is not None else " ".join(t for t in (power_sentence(f), auto_sentence(f)) if t)
-    return " ".join(t for t in (_verdict_text(f), chance_sentence(f), seeds) if t)
+    return " ".join(t for t in (_restricted(_verdict_text(f), f), chance_sentence(f), seeds) if t)
+
+
+def _restricted(text: str, f: SweepFindings) -> str:
+    """The verdict of a SEEDS=auto sweep that left settings out of its design (a run diverged) is a verdict
+    over the others: its headline says so, and a left-out setting whose finished runs average above the
+    leader is named, with no claim made about it either way."""
+    if not f.left_out or f.verdict is None:
+        return text
+    text = text.replace("**Best: ", "**Best of the settings in the design: ", 1).replace(
+        "better than every other setting", "better than every other setting in the design", 1)
+    if not text.startswith("**Best of"):
+        text = "Of the settings in the design: " + text
+    best = next((s for s in f.settings if s.value == f.verdict.best), None)
+    notes = []
+    for k in f.left_out:
+        s = next((x for x in f.settings if x.value == k), None)
+        above = best is not None and s is not None and s.acc.mean > best.acc.mean
+        runs = (f"; its {len(s.seeds)} finished run(s) average {pct(s.acc.mean)} %"
+                + (f", above {f.factor}={f.verdict.best}'s {pct(best.acc.mean)} %: no claim is made about it"
+                   if above else "") if s is not None and s.seeds else "")
+        notes.append(f"{f.factor}={k} (a run diverged{runs})")
+    return text + f" Left out of the design and of this verdict: {'; '.join(notes)}."
 
 
 def auto_sentence(f: SweepFindings) -> str:

@@ -71,24 +71,28 @@ def run(args: argparse.Namespace) -> None:
           f"{len(points)} point(s)) appended to {out_csv}. img/s: median over rounds [quartiles]; vs fastest: a "
           f"ratio only where the quartiles of the two do not overlap over at least {MIN_ROUNDS} rounds, else "
           f"'same within noise'"
-          + (f"; {loaded} measured while other processes took ≥ 10 % of the CPUs (contended = 1): measure "
-             f"them again on an idle machine before comparing" if loaded else ""))
+          + (f"; {loaded} measured while other processes took ≥ 10 % of the CPUs (contended = 1) are left out of "
+             f"img/s and of every ratio (rounds counts the others): measure again on an idle machine"
+             if loaded else ""))
 
 
 def summary(rows: list[dict]) -> pd.DataFrame:
-    """One line per point over its rounds: img/s as median [quartiles], peak memory, GMACs, MFU, and its
-    throughput against the fastest backend of the points that differ from it in attention alone
-    (`rounds.ratio_or_noise`: "same within noise" where the rounds' quartiles overlap)."""
+    """One line per point over its rounds taken on a quiet machine (`contended` rounds left out): img/s as median
+    [quartiles], peak memory, GMACs, MFU, and its throughput against the fastest backend of the points that
+    differ from it in attention alone (`rounds.ratio_or_noise`: "same within noise" where the rounds'
+    quartiles overlap, none with fewer than MIN_ROUNDS quiet rounds on a side)."""
     table = pd.DataFrame(rows)
     keys = ["tokens", "batch_size", "dtype", "mode"]
     lines = []
     for _, runs in table.groupby("run_id", sort=False):
         ok = runs[runs["status"] == "ok"]
         first = runs.iloc[0]
-        rate = Spread.of(pd.to_numeric(ok["throughput_img_s"], errors="coerce").tolist())
+        # rounds taken while other processes held the machine are left out of the figures and the ratios
+        quiet = ok[pd.to_numeric(ok["contended"], errors="coerce").fillna(0) != 1] if "contended" in ok else ok
+        rate = Spread.of(pd.to_numeric(quiet["throughput_img_s"], errors="coerce").tolist())
         lines.append({**{k: first[k] for k in ("attn", *keys)},
                       "status": "ok" if len(ok) == len(runs) else str(runs[runs["status"] != "ok"].iloc[0]["status"]),
-                      "rounds": len(ok), "_rate": rate,
+                      "rounds": len(quiet), "_rate": rate,
                       "img/s": f"{rate.median:.4g} [{rate.q1:.4g}, {rate.q3:.4g}]" if rate.n else "—",
                       "peak_mem_mb": _median(ok, "peak_mem_mb"), "gmacs": _median(ok, "gmacs"),
                       "mfu": _median(ok, "mfu"),

@@ -805,6 +805,24 @@ def test_bench_run_states_a_backend_ratio_only_where_its_rounds_are_apart_from_t
     assert table.set_index("attn").loc["loop", "img/s"] == "101 [98, 105.5]"
 
 
+def test_bench_run_states_no_ratio_from_rounds_taken_under_load():
+    """einops and bmm compute the same thing; rounds of einops taken while other processes held the machine
+    (contended) are ten times slower. They are left out: einops rests on its 2 quiet rounds, too few for a
+    ratio, and never reads "×0.10 of bmm"."""
+    from bench.commands import summary
+
+    def rows(attn, rates, contended):
+        return [{"run_id": attn, "attn": attn, "tokens": 65, "batch_size": 8, "dtype": "fp32", "mode": "infer",
+                 "status": "ok", "throughput_img_s": r, "peak_mem_mb": 10.0, "gmacs": 1.0, "mfu": 0.1, "contended": c}
+                for r, c in zip(rates, contended)]
+
+    table = summary(rows("bmm", [100, 101, 102, 100, 99], [0] * 5)
+                    + rows("einops", [10, 10.5, 98, 9.8, 99], [1, 1, 0, 1, 0])).set_index("attn")
+    assert table.loc["einops", "rounds"] == 2 and table.loc["einops", "img/s"] == "98.5 [98.25, 98.75]"
+    assert table.loc["einops", "vs fastest"] == "not compared (fewer than 3 measurements on a side) of bmm"
+    assert table.loc["einops", "contended"] == 3
+
+
 def test_bench_run_refuses_rounds_below_one_in_one_line(tmp_path, capsys):
     from bench.__main__ import main
 

@@ -52,6 +52,18 @@ LOOKS = (3, 5, 8, 12)     # SEEDS=auto: seeds per setting at each look of the se
 SPEC_DIR = Path(__file__).resolve().parent / "sweeps"
 
 
+def with_makefile() -> bool:
+    """Whether vitbench runs from a checkout that has its Makefile (a pip install has none): its `make`
+    targets are then commands the user has."""
+    return (SPEC_DIR.parents[1] / "Makefile").is_file()
+
+
+def say(make: str, cli: str) -> str:
+    """A command to tell the user: the `make …` form with the `vitbench …` one beside it in a checkout, the
+    `vitbench …` form alone where there is no Makefile."""
+    return f"{make} (or {cli})" if with_makefile() else cli
+
+
 def check_looks(looks: Sequence[int], most: int | None = None) -> tuple[int, ...]:
     """The looks of a sequential design as a tuple; ValueError in one line for fewer than 3 seeds at the first
     look, looks that do not increase, or a last look above `most`."""

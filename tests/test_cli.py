@@ -424,3 +424,22 @@ def test_preset_auto_says_which_model_and_augmentation_it_stands_for(tmp_path, c
     assert ablations_main(["sweep", str(write_spec(tmp_path / "d.toml", "depth", "[1]")), "--dataset", "digits",
                            "--dry-run", "--out", str(tmp_path)]) == 0
     assert "preset auto" not in capsys.readouterr().err      # a named preset needs no such line
+
+
+def test_without_a_makefile_the_next_step_is_told_as_the_vitbench_command(tmp_path, capsys, monkeypatch):
+    """A pip-installed user has no Makefile: the sweep's closing line names `vitbench report`, not `make report`;
+    in a checkout both forms."""
+    from ablations import choices
+
+    spec = write_spec(tmp_path / "d.toml", "depth", "[1]")
+    argv = ["sweep", str(spec), "--dataset", "digits", "--epochs", "1", "--seeds", "0", "--cost-rounds", "0",
+            "--out", str(tmp_path / "o")]
+    assert choices.with_makefile()   # this checkout
+    assert ablations_main(argv) == 0
+    assert f"Next: make report OUT='{tmp_path / 'o'}' (or vitbench report --out '{tmp_path / 'o'}')" in \
+        capsys.readouterr().out
+    monkeypatch.setattr(choices, "SPEC_DIR", tmp_path / "site-packages" / "ablations" / "sweeps")
+    assert not choices.with_makefile()
+    assert ablations_main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"Next: vitbench report --out '{tmp_path / 'o'}': figures" in out and "make " not in out

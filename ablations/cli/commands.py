@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, SPEC_DIR, AutoSeeds
+from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, SPEC_DIR, AutoSeeds, say
 from ablations.results import plans as design_plans
 from ablations.results import tensorboard
 from ablations.results.store import SweepError, SweepPaths, finished_ids, model_key, sweep_lock
@@ -340,8 +340,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if results is None:
         return status
     out = Path(args.out)
+    quoted = f"'{out}'"
     _summary(results, time.perf_counter() - t0,
-             f"Next: make report OUT='{out}' (or vitbench report --out '{out}'): figures and "
+             f"Next: {say(f'make report OUT={quoted}', f'vitbench report --out {quoted}')}: figures and "
              f"{out / 'REPORT.md'} from these tables")
     return status   # 1 where an adaptive design is left unfinished (said above the summary)
 
@@ -467,7 +468,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
                      f"the phase's device)" if other else "")
         print(f"  {sweep:<12} {points} point(s) measured, {filled} row(s) given their speed{elsewhere}   cost → "
               f"{SweepPaths.of(out, sweep).cost}")
-    print(f"Next: make report OUT='{out}': its speed tables and figures read these phases")
+    quoted = f"'{out}'"
+    print(f"Next: {say(f'make report OUT={quoted}', f'vitbench report --out {quoted}')}: its speed tables and "
+          f"figures read these phases")
     return 0
 
 

@@ -48,7 +48,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from ablations.choices import COST_ROUNDS
+from ablations.choices import COST_ROUNDS, say
 from ablations.results.schema import COST_COLUMNS
 from ablations.results.store import complete_phase, model_key
 from ablations.specs import Point
@@ -538,10 +538,10 @@ def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clo
     why = "; ".join(filter(None, [clock.stopped, f"{loaded} of {len(kept)} timed steps ran while other processes held "
                                                  f"the machine and are left out" if loaded else ""]))
     why = why or f"the phase was asked for {clock.plan.rounds} round(s) (COST_ROUNDS / --cost-rounds)"
-    later = (f"measure later on an idle machine: make cost OUT='{out}' (python -m ablations cost --out '{out}')"
-             if loaded else
-             f"measure with more rounds or a larger budget: make cost OUT='{out}' (python -m ablations cost --out "
-             f"'{out}'; {MIN_ROUNDS} or more rounds, no time limit unless COST_BUDGET / --cost-budget)")
+    command = say(f"make cost OUT='{out}'", f"vitbench cost --out '{out}'")
+    later = (f"measure later on an idle machine: {command}" if loaded else
+             f"measure with more rounds or a larger budget: {command} ({MIN_ROUNDS} or more rounds, no time limit "
+             f"unless COST_BUDGET / --cost-budget)")
     tqdm.write(f"cost {names}: {why}: {short} of {items} timed step(s) rest on fewer than {MIN_ROUNDS} quiet rounds, "
                f"so the report states no speed ratio for them. To compare speed, {later}", file=sys.stderr)
 

@@ -85,7 +85,12 @@ def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tm
     assert "depth=3 seed 0: **diverged** loss became nan" in text and "\n| 3 |" not in text
     held = next(line for line in text.splitlines() if line.startswith("Held fixed:"))
     assert "dataset=digits" in held and "depth=" not in held
-    assert "`make ablate-patch` (`vitbench sweep patch`) produces it" in text and "`make ablate-heads` (" in text
+    # what this OUT lacks: one line, not a section per absent sweep, figure or benchmark
+    lacking = [line for line in text.splitlines() if line.startswith("Not in this folder: ")]
+    assert len(lacking) == 1 and "heads, patch" in lacking[0] and "`make ablate-<name>` or `vitbench sweep" in lacking[0]
+    assert "a sweep over pos" in lacking[0] and "benchmarks" in lacking[0]
+    assert "_Missing" not in text and "## patch" not in text and "## inside the model" not in text
+    assert "## attention backends" not in text
     assert "## Method" in text and "Holm" in text and "Satterthwaite (1946)" in text and "TOST" in text
     assert (tmp_path / "figures" / "depth.png").stat().st_size < 300_000
     assert build_report(tmp_path).read_text() == text  # deterministic

@@ -16,7 +16,7 @@ from ablations.analysis import designs, findings
 from ablations.analysis import figures as figs
 from ablations.analysis.findings import CHANCE_SDS, POWER_DELTA, seed_ranges
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
-from ablations.choices import AUGMENTATION, default_augmentation
+from ablations.choices import AUGMENTATION, default_augmentation, say, with_makefile
 from ablations.results import plans as design_plans
 from ablations.results.experiments import differences, latest_rows, newest_experiment
 from ablations.results.schema import read_table
@@ -276,6 +276,28 @@ def _float(value) -> float | None:
         return None
 
 
+def _either(make: str, cli: str) -> str:
+    return f"{make} or {cli}" if with_makefile() else cli
+
+
+def _lacking(out: Path, specs: dict[str, SweepSpec], tables: dict[str, pd.DataFrame]
+             ) -> tuple[list[str], bool, bool, list[str]]:
+    """(the sweeps with no table here, whether a pos sweep has finished runs, whether bench results exist, one
+    line saying what this OUT lacks): a partial OUT's report shows what it has, not a section per absence."""
+    absent = [sweep for sweep in specs if sweep not in tables and not SweepPaths.of(out, sweep).rows.exists()]
+    has_pos = any(spec.factor == "pos" and name in tables and (tables[name]["status"] == "ok").any()
+                  for name, spec in specs.items())
+    has_bench = any((out / "bench" / name).exists() for name in ("pytest-benchmark.csv", "backends.csv"))
+    lacks = [f"the sweeps {', '.join(absent)} ({_either('`make ablate-<name>`', '`vitbench sweep <name>`')} trains "
+             f"one)" if absent else "",
+             "" if has_pos else f"the attention maps and position similarity (a sweep over pos: "
+                                f"{_either('`make ablate-pos`', '`vitbench sweep pos`')})",
+             "" if has_bench else f"the attention backends' benchmarks "
+                                  f"({_either('`make bench` and `make bench-tokens`', '`vitbench bench run`')})"]
+    said = [f"Not in this folder: {'; '.join(x for x in lacks if x)}.", ""] if any(lacks) else []
+    return absent, has_pos, has_bench, said
+
+
 def _sharing_note(ok: pd.DataFrame) -> list[str]:
     """Training wall times measured while other runs shared the device (JOBS > 1) say so."""
     jobs = pd.to_numeric(ok["jobs"], errors="coerce") if "jobs" in ok else pd.Series(dtype=float)
@@ -499,10 +521,9 @@ def _picked_on(paths: SweepPaths) -> list[int] | None:
     return None if plan is None else design_plans.first_look_seeds(plan)
 
 
-def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables) -> list[str]:
-    figures = out / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
-    specs = _specs(out)
+def _tables(out: Path, specs: dict[str, SweepSpec], read: Tables
+            ) -> tuple[dict[str, pd.DataFrame], dict[str, designs.Tuning]]:
+    """Each sweep's rows as the report shows them (a tuned sweep: its picks), and the tunings."""
     tables, tunings = {}, {}
     for name, spec in specs.items():
         rows = SweepPaths.of(out, name).rows
@@ -516,6 +537,14 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
                     table = None
             if table is not None:
                 tables[name] = table
+    return tables, tunings
+
+
+def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables) -> list[str]:
+    figures = out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    specs = _specs(out)
+    tables, tunings = _tables(out, specs, read)
     all_rows = pd.concat(tables.values(), ignore_index=True) if tables else pd.DataFrame()
     lines = ["# vitbench report", ""]
     if all_rows.empty:
@@ -528,14 +557,18 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
                   f"{all_rows['started_at'].min()} to {all_rows['started_at'].max()}", ""]
         lines += _guarded("training phases on a GPU", _phases_section, out)
     factors: dict[str, str] = {}
+    absent, has_pos, has_bench, lacking = _lacking(out, specs, tables)
+    lines += lacking
     for sweep, spec in specs.items():
+        if sweep in absent:
+            continue
         lines.append(f"## {sweep}: {spec.label}")
         if spec.description:
             lines += ["", f"_{spec.description}_"]
         lines.append("")
         if sweep not in tables:
-            lines += [f"_Missing: `{SweepPaths.of(out, sweep).rows}` does not exist or cannot be read; "
-                      f"`make ablate-{sweep}` (`vitbench sweep {sweep}`) produces it._", ""]
+            lines += [f"_Missing: `{SweepPaths.of(out, sweep).rows}` cannot be read (see Skipped inputs); "
+                      f"{say(f'`make ablate-{sweep}`', f'`vitbench sweep {sweep}`')} writes it again._", ""]
             continue
         rows = tables[sweep]
         factor = factors[sweep] = spec.factor
@@ -550,8 +583,10 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
             lines.append("")
     if not all_rows.empty and (all_rows["status"] == "ok").any():
         lines += _guarded("accuracy against compute", _pareto_section, all_rows, factors, figures, out)
-        lines += _guarded("inside the model", _inside_the_model, out, tables, factors, figures, Path(data_root))
-    lines += _guarded("attention backends (bench)", _bench_section, out / "bench", figures)
+        if has_pos:
+            lines += _guarded("inside the model", _inside_the_model, out, tables, factors, figures, Path(data_root))
+    if has_bench:
+        lines += _guarded("attention backends (bench)", _bench_section, out / "bench", figures)
     return lines
 
 

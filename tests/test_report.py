@@ -607,3 +607,17 @@ def test_a_verdict_over_a_design_that_left_a_setting_out_says_so_in_its_headline
     assert text.startswith("Of the settings in the design: **Identical: depth=1, depth=2.**")
     assert ("Left out of the design and of this verdict: depth=6 (a run diverged; its 2 finished run(s) average "
             "97.90 %, above depth=1's 97.50 %: no claim is made about it).") in text
+
+
+def test_a_sweep_without_a_cost_phase_says_none_was_kept_and_claims_nothing_was_measured_alone(tmp_path):
+    """Runs trained side by side (jobs 8) with no cost phase kept: the report neither tells the user to pass
+    --cost-rounds (the phase may have run and stopped) nor says the cost-phase figures were measured alone."""
+    for seed in range(3):
+        write_run(tmp_path, 1, seed, mask(range(150 + 10 * seed)))
+        write_run(tmp_path, 2, seed, mask(range(50 + 5 * seed)))
+    table = read_table(SweepPaths.of(tmp_path, "depth").rows).assign(jobs=8)
+    table.to_csv(SweepPaths.of(tmp_path, "depth").rows, index=False)
+    text = build_report(tmp_path).read_text()
+    assert "measured with up to 8 runs sharing the device (JOBS); no cost phase measured this sweep's speed alone." \
+        in text and "measured alone." not in text.replace("speed alone.", "")
+    assert "no cost phase in this folder: none was kept" in text and "--cost-rounds ≥ 1" not in text

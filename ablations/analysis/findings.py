@@ -34,7 +34,7 @@ from ablations.analysis.stats import (
     seeds_needed,
     verdict,
 )
-from ablations.choices import LOOKS
+from ablations.choices import LOOKS, say
 from ablations.results import plans as design_plans
 from ablations.results.experiments import starved
 from ablations.results.store import SweepPaths, load_preds, model_key, spreads, uncontended
@@ -161,7 +161,9 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
                                 infer.get(value, {}), train.get(value, {}), reused,
                                 {c: Spread.of(pd.to_numeric(g[c], errors="coerce")) for c in RUN_FIGURES if c in g},
                                 starved=sum(starved(r.to_dict()) for _, r in g.iterrows())))
-    source = "no cost phase found (run the sweep with --cost-rounds ≥ 1)"
+    source = ("no cost phase in this folder: none was kept (the sweep's command says why: a budget that fits fewer "
+              f"than {MIN_ROUNDS} rounds, or a busy machine; COST_ROUNDS=0 skips it); "
+              f"{say('make cost OUT=<this folder>', 'vitbench cost --out <this folder>')} measures one")
     if cost_phase is not None:
         loaded = len(cost_phase) - len(uncontended(cost_phase))
         names = cost_phase["device_name"].dropna().astype(str).unique() if "device_name" in cost_phase else []

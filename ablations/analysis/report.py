@@ -150,8 +150,8 @@ def _trained_model(row: pd.Series, paths: SweepPaths) -> VisionTransformer | Non
 def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path,
                    tuning: designs.Tuning | None = None, margin: float = MARGIN) -> list[str]:
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
-    f, rows, design_note = findings.analyse_sweep(rows, factor, order, paths, latest_cost_phase(paths),
-                                                  spec.margin or margin)
+    phase = latest_cost_phase(paths)
+    f, rows, design_note = findings.analyse_sweep(rows, factor, order, paths, phase, spec.margin or margin)
     margin = f.margin
     ok = rows[rows["status"] == "ok"]
     seeds = sorted({int(s) for s in ok["seed"]})
@@ -166,7 +166,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
              findings.verdict_sentence(f), "", *([design_note, ""] if design_note else []),
              *([findings.cost_sentence(f), ""] if len(f.settings) > 1 else []),
-             *_sharing_note(ok), _base_line(rows, spec),
+             *_sharing_note(ok, phase is not None), _base_line(rows, spec),
              "", findings.table_markdown(f), ""]
     components = findings.components_markdown(f)
     if components:
@@ -298,15 +298,17 @@ def _lacking(out: Path, specs: dict[str, SweepSpec], tables: dict[str, pd.DataFr
     return absent, has_pos, has_bench, said
 
 
-def _sharing_note(ok: pd.DataFrame) -> list[str]:
-    """Training wall times measured while other runs shared the device (JOBS > 1) say so."""
+def _sharing_note(ok: pd.DataFrame, phase: bool) -> list[str]:
+    """Training wall times measured while other runs shared the device (JOBS > 1) say so; `phase`: the sweep
+    has a cost phase (whose figures were measured with nothing else running)."""
     jobs = pd.to_numeric(ok["jobs"], errors="coerce") if "jobs" in ok else pd.Series(dtype=float)
     shared = jobs[jobs > 1]
     if shared.empty:
         return []
     return [f"Training wall times (`train_time_s`, `train_util_pct`) of {len(shared)} of these {len(ok)} runs were "
-            f"measured with up to {int(shared.max())} runs sharing the device (JOBS); the cost-phase figures were "
-            f"measured alone.", ""]
+            f"measured with up to {int(shared.max())} runs sharing the device (JOBS)"
+            + ("; the cost-phase figures were measured alone." if phase else "; no cost phase measured this sweep's "
+                                                                              "speed alone."), ""]
 
 
 def _or_dash(value, fmt: str) -> str:

@@ -121,6 +121,7 @@ train: $(STAMP)
 	$(PY) -m ablations train $(call opt,--preset,$(PRESET)) $(RUN_ARGS) $(ARGS)
 
 bench: $(STAMP)
+	$(PY) -m bench convert-json --check '$(OUT)/bench/pytest-benchmark.json' '$(OUT)/bench/pytest-benchmark.csv' $(INTO_REF)
 	mkdir -p '$(OUT)/bench'
 	$(PY) -m pytest benchmarks/test_bench_backends.py -p no:cacheprovider --benchmark-enable \
 	  '--benchmark-json=$(OUT)/bench/pytest-benchmark.json' $(PYTEST_ARGS)

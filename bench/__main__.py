@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from bench.choices import DTYPES, PRESETS, integer
@@ -67,10 +68,22 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
     conv.add_argument("csv_path", type=Path)
     conv.add_argument("--into-reference", action="store_true",
                       help="allow writing into a folder of committed reference results")
+    conv.add_argument("--check", action="store_true",
+                      help="only check that the JSON and the CSV may be written there (before a benchmark writes "
+                           "the JSON): exit 2 with one line where they lie in the committed reference")
     peak = sub.add_parser("peak", help="measure (or read the cached) matmul peak")
     peak.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     peak.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
     args = parser.parse_args(argv)
+    if args.command == "convert-json" and args.check:   # the guard alone, before anything is written or imported
+        from bench.reference import refusal
+
+        message = next((m for m in (refusal(p.parent, args.into_reference) for p in (args.json_path, args.csv_path))
+                        if m), None)
+        if message:
+            print(f"error: {message}", file=sys.stderr)
+            raise SystemExit(2)
+        return
     from bench import commands  # torch and the rest load here, once the command line is known to be sound
 
     {"run": commands.run, "convert-json": commands.convert, "peak": commands.peak}[args.command](args)

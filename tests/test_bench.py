@@ -829,3 +829,24 @@ def test_bench_run_refuses_rounds_below_one_in_one_line(tmp_path, capsys):
     code, _, err = run_cli(main, ["run", "--rounds", "0", "--out", str(tmp_path)], capsys)
     assert code == 2 and "--rounds must be a positive integer, got '0'" in err
     assert not (tmp_path / "bench").exists()
+
+
+def test_make_bench_into_the_reference_is_refused_before_the_benchmark_writes_its_json(tmp_path):
+    """`make bench OUT=<reference>` stops at the guard, in one line, before pytest-benchmark writes the JSON
+    (it used to overwrite the committed one and only then be refused)."""
+    import sys
+
+    from conftest import user_make
+
+    from bench.reference import REFERENCE_MARK
+
+    reference = tmp_path / "reference"
+    (reference / "bench").mkdir(parents=True)
+    (reference / REFERENCE_MARK).write_text("reference\n")
+    committed = reference / "bench" / "pytest-benchmark.json"
+    committed.write_text('{"benchmarks": []}\n')
+    done = user_make("bench", f"OUT={reference}", "INSTALL=0", f"PY={sys.executable}")
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "holds the committed reference results" in errors[0], done.stderr
+    assert committed.read_text() == '{"benchmarks": []}\n' and "test_bench_backends.py" not in done.stdout

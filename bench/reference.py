@@ -10,7 +10,7 @@ REFERENCE_MARK = ".vitbench-reference"
 CHECKOUT_REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"   # a checkout's committed results
 
 
-WRITTEN = ("ablations", "figures", "bench", "calibrate", "tensorboard")   # what commands write under an OUT
+WRITTEN = ("ablations", "figures", "bench", "calibrate", "tensorboard", "specs")   # what commands write under an OUT
 
 
 def reference_root(path: str | Path) -> Path | None:
@@ -31,16 +31,18 @@ def _links_inside(folder: Path):
 def refusal(out: str | Path, into_reference: bool) -> str | None:
     """The one-line error for writing under a reference folder without `--into-reference`, else None: `out`
     itself, any folder above it, a folder the commands write into under it (`WRITTEN`) that leads into
-    one, or a link at any depth below those (a sweep's weights/ or preds/<sweep>/, a table) that does
-    (symlinks resolved). A reference folder beside those (results/reference under OUT=results) is not
-    written into."""
+    one, a link at any depth below those (a sweep's weights/ or preds/<sweep>/, a table) that does, or a
+    link right under `out` (its REPORT.md) that does (symlinks resolved). A reference folder beside those
+    (results/reference under OUT=results) is not written into."""
     if into_reference:
         return None
     folder = Path(out).expanduser()
     inside = [folder / name for name in WRITTEN if (folder / name).is_dir()]
     linked = (link for place in inside if not place.is_symlink() for link in _links_inside(place))
-    hit = next(((place, root) for place in (folder, *inside, *linked) if (root := reference_root(place)) is not None),
-               None)
+    # a link right under OUT (its REPORT.md, say) that leads into one is written through as well
+    top = (place for place in (folder.iterdir() if folder.is_dir() else ()) if place.is_symlink())
+    hit = next(((place, root) for place in (folder, *inside, *linked, *top)
+                if (root := reference_root(place)) is not None), None)
     if hit is None:
         return None
     place, root = hit

@@ -850,3 +850,22 @@ def test_make_bench_into_the_reference_is_refused_before_the_benchmark_writes_it
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "holds the committed reference results" in errors[0], done.stderr
     assert committed.read_text() == '{"benchmarks": []}\n' and "test_bench_backends.py" not in done.stdout
+
+
+def test_a_report_whose_report_file_links_into_the_reference_is_refused_and_writes_nothing_there(tmp_path, capsys):
+    """An OUT whose REPORT.md is a link into the committed reference: `report --out OUT` would write through it;
+    it is refused in one line and the reference's report is as it was."""
+    from ablations.cli.parser import main
+    from bench.reference import REFERENCE_MARK
+
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    (reference / REFERENCE_MARK).write_text("reference\n")
+    (reference / "REPORT.md").write_text("# the committed report\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "REPORT.md").symlink_to(reference / "REPORT.md")
+    assert main(["report", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"its REPORT.md leads into {reference}" in err and len(err.strip().splitlines()) == 1
+    assert (reference / "REPORT.md").read_text() == "# the committed report\n"

@@ -621,3 +621,25 @@ def test_a_sweep_without_a_cost_phase_says_none_was_kept_and_claims_nothing_was_
     assert "measured with up to 8 runs sharing the device (JOBS); no cost phase measured this sweep's speed alone." \
         in text and "measured alone." not in text.replace("speed alone.", "")
     assert "no cost phase in this folder: none was kept" in text and "--cost-rounds ≥ 1" not in text
+
+
+def test_a_design_file_of_another_experiment_is_not_applied_to_the_tables_runs(tmp_path):
+    """A SEEDS=auto design kept beside a table belongs to its experiment: runs of another experiment in the table
+    (a quick fixed-seed check with other epochs, newest) are analysed at their own seeds, and the report says why."""
+    from ablations.analysis.stats import ALPHA
+    from ablations.results import plans
+
+    for seed in range(3):
+        write_run(tmp_path, 1, seed, mask(range(150 + 10 * seed)))
+        write_run(tmp_path, 2, seed, mask(range(50 + 5 * seed)))
+    paths = SweepPaths.of(tmp_path, "depth")
+    quick, auto = hexid("a quick check"), hexid("the adaptive sweep")   # experiment ids are 12 hex digits
+    table = read_table(paths.rows).assign(experiment_id=quick)
+    table.to_csv(paths.rows, index=False)
+    plans.write_plan(paths, plans.new_plan(0.005, ALPHA, 10, (3, 5), experiment=auto))
+    text = build_report(tmp_path).read_text()
+    assert "The SEEDS=auto design beside this table (depth-design.json) is another experiment's" in text
+    assert "Adaptive seeds (SEEDS=auto)" not in text and "**Best: depth=2**" in text
+    plans.write_plan(paths, plans.new_plan(0.005, ALPHA, 10, (3, 5), experiment=quick))
+    text = build_report(tmp_path).read_text()
+    assert "is another experiment's" not in text and "Adaptive seeds (SEEDS=auto)" in text

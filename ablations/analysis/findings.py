@@ -227,6 +227,11 @@ def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
     except ValueError as err:
         skipped(f"{err}; the sweep is analysed at fixed seeds")
         plan = None
+    mine = set(rows["experiment_id"].dropna().astype(str)) if "experiment_id" in rows else set()
+    if plan is not None and plan.get("experiment") and mine and plan["experiment"] not in mine:
+        note = (f"The SEEDS=auto design beside this table ({paths.design.name}) is another experiment's (its "
+                f"runs are not these), so these runs are analysed at the seeds they have, as if fixed in advance.")
+        plan = None
     if plan is not None:
         rows, design, note = adaptive_rows(rows, factor, order, paths, plan)
         margin = float(plan["margin"])   # the margin its looks decided with

@@ -372,7 +372,9 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
     from ablations.cli.adaptive import replay_sweep
 
     classes = plans[0][1][0].model.num_classes if plans and plans[0][1] else None
-    plan = {spec.name: design_plans.new_plan(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks)
+    points_of = dict(plans)
+    plan = {spec.name: design_plans.new_plan(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
+                                             _experiment(points_of[spec.name], options[spec.name]))
             for spec in specs if spec.name in auto}
     for name in plan:
         design_plans.write_plan(SweepPaths.of(args.out, name), plan[name])
@@ -414,6 +416,13 @@ def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[
         for r in results:
             merged[r["sweep"]] = _merge(merged.get(r["sweep"]), r)
     return [merged.get(name) or _nothing(name, args.out) for name, _ in plans], 0
+
+
+def _experiment(points: list[Point], options: RunOptions) -> str:
+    """The experiment id the sweep's runs get (every point of a sweep shares it)."""
+    if not points:
+        return ""
+    return make_tasks(points[:1], dataclasses.replace(options, seeds=(0,), point_seeds=()))[0].experiment_id
 
 
 def _nothing(sweep: str, out: str) -> dict[str, Any]:

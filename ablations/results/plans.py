@@ -16,12 +16,15 @@ from bench.io.atomic import write_atomic
 PLAN_VERSION = 1
 
 
-def new_plan(margin: float, alpha: float, classes: int | None = None, looks: Sequence[int] = LOOKS) -> dict[str, Any]:
+def new_plan(margin: float, alpha: float, classes: int | None = None, looks: Sequence[int] = LOOKS,
+             experiment: str = "") -> dict[str, Any]:
     """The design of a sweep trained with SEEDS=auto: its looks, α, the equivalence margin, the seeds drawn
-    from, in order, and chance (1 / classes: a leader at chance stops it)."""
+    from, in order, chance (1 / classes: a leader at chance stops it) and the experiment it is the design of
+    (its runs' `experiment_id`: the design is never applied to another experiment's runs in the table)."""
     looks = check_looks(looks)
     return {"version": PLAN_VERSION, "looks": list(looks), "alpha": alpha, "margin": margin,
-            "seeds": list(range(looks[-1])), "chance": 1.0 / classes if classes else None}
+            "seeds": list(range(looks[-1])), "chance": 1.0 / classes if classes else None,
+            **({"experiment": experiment} if experiment else {})}
 
 
 def write_plan(paths: SweepPaths, plan: dict[str, Any]) -> None:

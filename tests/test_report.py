@@ -620,7 +620,8 @@ def test_a_sweep_without_a_cost_phase_says_none_was_kept_and_claims_nothing_was_
     text = build_report(tmp_path).read_text()
     assert "measured with up to 8 runs sharing the device (JOBS); no cost phase measured this sweep's speed alone." \
         in text and "measured alone." not in text.replace("speed alone.", "")
-    assert "no cost phase in this folder: none was kept" in text and "--cost-rounds ≥ 1" not in text
+    assert "no cost phase (none kept here; make cost OUT=… (or vitbench cost --out …) measures one)" in text
+    assert "--cost-rounds ≥ 1" not in text
 
 
 def test_a_design_file_of_another_experiment_is_not_applied_to_the_tables_runs(tmp_path):
@@ -643,3 +644,17 @@ def test_a_design_file_of_another_experiment_is_not_applied_to_the_tables_runs(t
     plans.write_plan(paths, plans.new_plan(0.005, ALPHA, 10, (3, 5), experiment=quick))
     text = build_report(tmp_path).read_text()
     assert "is another experiment's" not in text and "Adaptive seeds (SEEDS=auto)" in text
+
+
+def test_learning_curves_are_titled_with_their_sweep_not_its_factor(tmp_path, monkeypatch):
+    """The seeds sweep varies the seed of the base model (factor depth): its curves say 'seeds sweep (depth)',
+    not 'depth sweep', which is another sweep's name."""
+    from ablations.analysis import figures
+
+    titles = []
+    monkeypatch.setattr(figures, "save", lambda fig, path: titles.append(fig._suptitle.get_text()) or path)
+    history = pd.DataFrame({"run_id": ["a", "a"], "epoch": [1, 2], "test_acc": [0.5, 0.6], "train_loss": [1.0, 0.5]})
+    rows = pd.DataFrame({"run_id": ["a"], "status": ["ok"], "depth": [4], "device": ["cpu"], "device_name": ["x"]})
+    figures.learning_curves(history, rows, "depth", tmp_path / "s.png", [4], sweep="seeds")
+    figures.learning_curves(history, rows, "depth", tmp_path / "d.png", [4], sweep="depth")
+    assert titles == ["learning curves, seeds sweep (depth) on cpu (x)", "learning curves, depth sweep on cpu (x)"]

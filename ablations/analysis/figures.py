@@ -135,8 +135,9 @@ def _value_ticks(fig, axes, x: list, values: list) -> None:
 
 
 def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path: Path,
-                    order: list | None = None) -> Path:
-    """Test accuracy and train loss per epoch, one line per factor value (mean over seeds)."""
+                    order: list | None = None, sweep: str = "") -> Path:
+    """Test accuracy and train loss per epoch, one line per factor value (mean over seeds); titled with the
+    sweep's name (`sweep`, else the factor's)."""
     # a run killed after writing its history and rerun appears twice: keep the last record per epoch
     history = history.drop_duplicates(["run_id", "epoch"], keep="last")
     ok = rows.loc[rows["status"] == "ok", ["run_id", factor]]
@@ -156,7 +157,8 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
         log_axis(axes[1])
     ok_rows = rows[rows["status"] == "ok"]
     devices = sorted({f"{d} ({n})" for d, n in zip(ok_rows.get("device", []), ok_rows.get("device_name", []))})
-    fig.suptitle(f"learning curves, {factor} sweep" + (f" on {', '.join(devices)}" if devices else ""))
+    fig.suptitle(f"learning curves, {sweep or factor} sweep" + (f" ({factor})" if sweep and sweep != factor else "")
+                 + (f" on {', '.join(devices)}" if devices else ""))
     return save(fig, path)
 
 

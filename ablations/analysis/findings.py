@@ -161,9 +161,7 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
                                 infer.get(value, {}), train.get(value, {}), reused,
                                 {c: Spread.of(pd.to_numeric(g[c], errors="coerce")) for c in RUN_FIGURES if c in g},
                                 starved=sum(starved(r.to_dict()) for _, r in g.iterrows())))
-    source = ("no cost phase in this folder: none was kept (the sweep's command says why: a budget that fits fewer "
-              f"than {MIN_ROUNDS} rounds, or a busy machine; COST_ROUNDS=0 skips it); "
-              f"{say('make cost OUT=<this folder>', 'vitbench cost --out <this folder>')} measures one")
+    source = f"no cost phase (none kept here; {say('make cost OUT=…', 'vitbench cost --out …')} measures one)"
     if cost_phase is not None:
         loaded = len(cost_phase) - len(uncontended(cost_phase))
         names = cost_phase["device_name"].dropna().astype(str).unique() if "device_name" in cost_phase else []

@@ -185,7 +185,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
               f"Speed and memory: median with the interquartile range over the {f.cost_source}. Training wall "
               f"time: median with the interquartile range over seeds.{copied}_", ""]
     if history is not None:
-        curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order)
+        curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order, sweep=sweep)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
     return lines
 

@@ -297,6 +297,7 @@ def test_known_judges_the_newest_experiment_of_a_tasks_table(tmp_path, capsys):
             capsys.readouterr().out[-1500:]
     out = capsys.readouterr().out
     assert "bmm vs einops: identical" in out.split("Known answers")[-1]
+    assert "Next:" not in out   # it writes the report itself: no sweep of it tells the user to make one
 
 
 def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive_seeds(tmp_path, capsys):

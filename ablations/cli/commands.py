@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import dataclasses
 import itertools
 import math
@@ -245,6 +246,11 @@ def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
             executor.close()
 
 
+# whether a command ends by telling the user their next step (`known`, which runs sweeps and then writes the
+# report itself, turns it off for the sweeps it runs)
+NEXT_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("next_step", default=True)
+
+
 def _summary(results: list[dict[str, Any]], elapsed: float, report_hint: str = "") -> None:
     print(f"\nDone in {elapsed / 60:.1f} min.")
     for r in results:
@@ -262,7 +268,7 @@ def _summary(results: list[dict[str, Any]], elapsed: float, report_hint: str = "
         cost = f"   cost → {paths.cost}" if paths.cost.exists() else ""
         print(f"           rows → {paths.rows}   epochs → {paths.history}{cost}")
         print(f"           weights → {paths.weights}/   test predictions → {paths.preds}/")
-    if report_hint:
+    if report_hint and NEXT_STEP.get():
         print(report_hint)
 
 

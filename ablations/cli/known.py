@@ -153,6 +153,7 @@ def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int
 
     from ablations.analysis.findings import analyse_sweep
     from ablations.analysis.report import build_report
+    from ablations.cli.commands import NEXT_STEP
     from ablations.results.experiments import newest_experiment
     from ablations.results.schema import read_table
     from ablations.results.store import SweepPaths
@@ -168,7 +169,11 @@ def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int
                 "--jobs", "auto" if args.jobs is None else str(args.jobs),
                 *(x for s in task.sets for x in ("--set", s))]
         print(f"\n== {task.name}: {task.expect}", flush=True)
-        status = run_command(argv)   # the sweep command itself, in this process
+        token = NEXT_STEP.set(False)   # `known` writes the report itself: no "Next: make report" per task
+        try:
+            status = run_command(argv)   # the sweep command itself, in this process
+        finally:
+            NEXT_STEP.reset(token)
         if status in STOPPED:   # Ctrl-C, SIGTERM, SIGHUP: the command stops here, as the sweep did
             print(f"\nknown: stopped by {STOPPED[status]} during {task.name}; its finished runs are kept, and the "
                   f"same command resumes", file=sys.stderr)

@@ -159,3 +159,22 @@ def test_predict_names_the_classes_of_an_image_folder_run_and_says_when_an_older
     assert "records no class names (trained before runs kept them): its classes are shown as indices 0–1" in text.err
     assert text.err.count("\n") == 1 and "Traceback" not in text.err
     assert {line.split()[2] for line in text.out.splitlines() if line.split()[:1] == [image.name]} == {"0", "1"}
+
+
+def test_a_figure_path_that_links_into_the_reference_is_refused_before_any_work(tmp_path, capsys):
+    """`predict --figure F` where F is a link to a file of the committed reference would write through it: one
+    line, exit 2, the reference's file as it was."""
+    from bench.reference import REFERENCE_MARK
+
+    reference = tmp_path / "reference"
+    (reference / "figures").mkdir(parents=True)
+    (reference / REFERENCE_MARK).write_text("reference\n")
+    target = reference / "figures" / "attention.png"
+    target.write_bytes(b"committed")
+    link = tmp_path / "mine.png"
+    link.symlink_to(target)
+    assert cli.main(["predict", str(tmp_path / "x.png"), "--run", "abc", "--out", str(tmp_path / "o"),
+                     "--figure", str(link)]) == 2
+    err = capsys.readouterr().err
+    assert "lies in (or links into) the committed reference results" in err and err.count("\n") == 1
+    assert target.read_bytes() == b"committed"

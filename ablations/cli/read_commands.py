@@ -100,9 +100,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     figure = Path(args.figure) if args.figure else Path(args.out) / "figures" / "predict-attention.png"
     if not args.figure and reference_root(figure.parent) is not None:   # a committed run: its figure goes to results/
         figure = Path("results") / "figures" / figure.name
-    if reference_root(figure.parent) is not None:
-        print(f"error: --figure {figure} lies in the committed reference results, which no command writes into; "
-              f"choose another path", file=sys.stderr)
+    if reference_root(figure.parent) is not None or reference_root(figure) is not None:   # a link into it too
+        print(f"error: --figure {figure} lies in (or links into) the committed reference results, which no command "
+              f"writes into; choose another path", file=sys.stderr)
         return 2
     try:
         if bool(args.run) == bool(args.weights):

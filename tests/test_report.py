@@ -658,3 +658,29 @@ def test_learning_curves_are_titled_with_their_sweep_not_its_factor(tmp_path, mo
     figures.learning_curves(history, rows, "depth", tmp_path / "s.png", [4], sweep="seeds")
     figures.learning_curves(history, rows, "depth", tmp_path / "d.png", [4], sweep="depth")
     assert titles == ["learning curves, seeds sweep (depth) on cpu (x)", "learning curves, depth sweep on cpu (x)"]
+
+
+def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_even_when_the_last_epoch_is_flat(tmp_path):
+    """A 10-epoch pooling question on digits: the training loss goes 2.30 → 1.90 of the 2.30 of guessing, and the
+    cosine schedule flattens the last epoch (test accuracy +0.2 points): 'Not converged' all the same, in the
+    section's first lines; a run that fits (loss 0.3) is not labelled."""
+    from ablations.analysis.report import still_learning
+
+    for seed in range(3):
+        write_run(tmp_path, 1, seed, mask(range(700 + seed)))
+        write_run(tmp_path, 2, seed, mask(range(720 + seed)))
+    rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
+    losses = np.linspace(2.30, 1.90, 10)
+    flat = pd.DataFrame([{"run_id": r, "epoch": e + 1, "lr": 0.002, "train_loss": losses[e], "test_loss": losses[e],
+                          "test_acc": 0.26 + 0.002 * min(e, 8) + 0.002 * (e == 9), "elapsed_s": e}
+                         for r in rows["run_id"] for e in range(10)])
+    said = still_learning(flat, rows["run_id"], classes=10)
+    assert said.startswith("**Not converged**: the training loss ended at 1.90 (mean over runs), 83% of the 2.30 "
+                           "of guessing among 10 classes"), said
+    assert still_learning(flat, rows["run_id"]) == ""   # without the classes, the last epoch alone says nothing
+    fitted = flat.assign(train_loss=flat["train_loss"] * 0.3 / 1.9)
+    assert still_learning(fitted, rows["run_id"], classes=10) == ""
+    flat.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
+    text = build_report(tmp_path).read_text()
+    section = text[text.index("## depth"):]
+    assert "**Not converged**: the training loss ended at 1.90" in section[:1500]

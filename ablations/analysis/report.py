@@ -6,6 +6,7 @@ Every sentence with a number in it is computed from the tables; the same CSVs gi
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -159,7 +160,9 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     test = f"{f.test_size:,} test images" if f.test_size else "test-set size not recorded"
     fig = figures / f"{sweep}.png"
     history = read_table(paths.history) if paths.history.exists() else None
-    learning = still_learning(history, ok["run_id"].astype(str)) if history is not None else ""
+    classes = int(pd.to_numeric(ok["num_classes"], errors="coerce").max()) if "num_classes" in ok and \
+        pd.to_numeric(ok["num_classes"], errors="coerce").notna().any() else None
+    learning = still_learning(history, ok["run_id"].astype(str), classes) if history is not None else ""
     figs.sweep_figure(findings.setting_rows(f), fig, spec.label + (" (not converged)" if learning else ""), device=devices)
     lines = [f"Seeds {seed_ranges(seeds)}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "", *([learning, ""] if learning else []),
@@ -193,22 +196,38 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
 STILL_LEARNING = 0.01   # a last epoch that raised test accuracy by more than this (mean over runs): not converged
 
 
-def still_learning(history: pd.DataFrame, run_ids: pd.Series) -> str:
+FAR_FROM_FIT = 0.5   # a last training loss above this share of the loss of guessing (ln classes): not converged
+
+
+def still_learning(history: pd.DataFrame, run_ids: pd.Series, classes: int | None = None) -> str:
     """A warning where the runs were still learning at their last epoch (test accuracy up by more than
-    STILL_LEARNING over it, mean over runs): short-budget numbers, not the settings' converged accuracy."""
+    STILL_LEARNING over it, mean over runs), or, given the task's `classes`, ended far from fitting their
+    training set (mean last training loss above FAR_FROM_FIT of ln classes, the loss of guessing: a cosine
+    schedule flattens the last epoch's gain, so the first rule alone misses a budget far too short): short-
+    budget numbers, not the settings' converged accuracy."""
     mine = history[history["run_id"].astype(str).isin(set(run_ids))] if {"run_id", "epoch", "test_acc"} <= set(history) else None
     if mine is None or mine.empty:
         return ""
-    gains = []
+    gains, losses = [], []
     for _, run in mine.sort_values("epoch").groupby("run_id"):
         acc = pd.to_numeric(run["test_acc"], errors="coerce").dropna().to_numpy()
         if len(acc) >= 2:
             gains.append(acc[-1] - acc[-2])
+        loss = pd.to_numeric(run["train_loss"], errors="coerce").dropna().to_numpy() if "train_loss" in run else []
+        if len(loss):
+            losses.append(loss[-1])
     epochs = int(pd.to_numeric(mine["epoch"], errors="coerce").max())
-    if not gains or float(np.mean(gains)) <= STILL_LEARNING:
+    shortfall = ""
+    if classes and classes > 1 and losses and float(np.mean(losses)) > FAR_FROM_FIT * math.log(classes):
+        shortfall = (f"the training loss ended at {float(np.mean(losses)):.2f} (mean over runs), "
+                     f"{float(np.mean(losses)) / math.log(classes):.0%} of the {math.log(classes):.2f} of guessing among "
+                     f"{classes} classes, far from fitting the training set")
+    rising = gains and float(np.mean(gains)) > STILL_LEARNING
+    if not (rising or shortfall):
         return ""
-    return (f"**Not converged**: test accuracy rose {100 * float(np.mean(gains)):.1f} points over the last of "
-            f"{epochs} epoch(s) (mean over runs), so these runs were still learning: the accuracies below are "
+    why = "; ".join(filter(None, [f"test accuracy rose {100 * float(np.mean(gains)):.1f} points over the last of "
+                                  f"{epochs} epoch(s) (mean over runs)" if rising else "", shortfall]))
+    return (f"**Not converged**: {why}, so these runs were still learning: the accuracies below are "
             f"those of a short budget, not the settings' converged accuracies, and their order can change with "
             f"more epochs (EPOCHS).")
 

@@ -24,6 +24,7 @@ import torch
 from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, SPEC_DIR, AutoSeeds, say
 from ablations.results import plans as design_plans
 from ablations.results import tensorboard
+from ablations.results.identity import experiment_id
 from ablations.results.store import SweepError, SweepPaths, finished_ids, model_key, sweep_lock
 from ablations.running.cost import CostPlan
 from ablations.running.executors import EXECUTORS, Executor, ExecutorOptions
@@ -428,7 +429,7 @@ def _experiment(points: list[Point], options: RunOptions) -> str:
     """The experiment id the sweep's runs get (every point of a sweep shares it)."""
     if not points:
         return ""
-    return make_tasks(points[:1], dataclasses.replace(options, seeds=(0,), point_seeds=()))[0].experiment_id
+    return experiment_id(points[0], options.dataset, options.init_id, options.data_id, resolve_device(options.device))
 
 
 def _nothing(sweep: str, out: str) -> dict[str, Any]:

@@ -263,19 +263,18 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
         return found  # type: ignore[return-value]
     for _, _, csv in sweeps:
         drop_rows(csv, "phase_id", {pid})  # an attempt cut short: its rounds are not of this sitting
-    start = time.perf_counter()
     clock = _Clock(plan, workload, [p for _, points, _ in sweeps for p in points], device)   # building counts too
     models, costs = _models(items)
     names = ", ".join(sweep for sweep, _, _ in sweeps)
     sitting = _Sitting(pid, plan, device, graphs, environment(device), models, costs,
                        Steps(device, device.type == "cuda" if plan.keep_steps is None else plan.keep_steps),
                        own, where, {sweep: [] for sweep, _, _ in sweeps})
-    order = list(distinct.items())
+    order, setup_s = list(distinct.items()), 0.0
     if sitting.steps.keep:   # every step built once: built, captured and warmed up before the clock starts
         for item_id, item in tqdm(order, desc=f"cost {names}: set-up", unit="step", leave=False, disable=not progress):
             sitting.set_up(item_id, item)
+        setup_s = clock.elapsed()   # the models and their steps built
         clock = _Clock(plan, workload, clock.points, device, set_up=True)
-    setup_s = time.perf_counter() - start - clock.elapsed()
     bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names} ({clock.describe()})", unit="step", leave=False,
                disable=not progress)
     planned, kept = plan.rounds, []
@@ -307,7 +306,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     bar.close()
     if progress:
         taken = "none kept" if clock.abandoned or not kept else f"{kept[-1]['round'] + 1} round(s)"
-        setup = f" after {setup_s:.1f} s of set-up (build, capture, warm-up; outside the budget)" if setup_s > 0.05 else ""
+        setup = f" after {setup_s:.1f} s of set-up (build, capture, warm-up; outside the budget)" if setup_s else ""
         tqdm.write(f"cost {names}: {taken} of {len(items)} timed steps in {clock.elapsed():.1f} s ({clock.describe()})"
                    f"{setup}", file=sys.stderr)
     _say_what_is_missing(kept, len(items), names, clock, sweeps[0][2].parent.parent)

@@ -97,7 +97,6 @@ class _Share:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> its point's label
     rows: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # run id -> its row, kept now or before
     recorded: list[str] | None = None   # the command's list of the run ids written, in order (see `run_sweeps`)
-    phase: dict[str, Any] | None = None  # the GPU's figures over the command's training phase (first share only)
 
     def summary(self) -> dict[str, Any]:
         return {"sweep": self.sweep, "planned": self.planned, "skipped": self.skipped,
@@ -357,7 +356,6 @@ def _keep_phase(shares: list[_Share], executor: Executor, figures: dict[str, Any
            "sweeps": "+".join(share.sweep for share in shares), "runs": sum(len(share.todo) for share in shares),
            "jobs": executor.jobs, "device_name": torch.cuda.get_device_name(device), **figures}
     append_row(out / PHASES, row, PHASE_COLUMNS)
-    shares[0].phase = row
     util = f"{row['util_pct']:.0f} % busy" if row["util_pct"] is not None else "busy % not sampled"
     energy = (f", {row['power_w']:.0f} W, {row['energy_j_per_img']:.2g} J per image (over {row['energy_window_s']:.1f} s "
               f"between energy-counter ticks)" if row["energy_j_per_img"] is not None else ", energy not measured")

@@ -57,7 +57,6 @@ class ThreadPool:
             raise ValueError(f"size must be ≥ 1, got {size!r}")
         self.size, self.device, self.fn, self.load, self.threads = size, device, fn, load, threads
         self._load_lock = threading.Lock()
-        self.peak_in_flight = 0
 
     def _capacity(self, running: int) -> int:
         """Runs allowed in flight now: at least one, more while the device keeps HEADROOM_BYTES free."""
@@ -121,7 +120,6 @@ class ThreadPool:
                                               name=f"vitbench-run-{task.run_id}", daemon=True)
                     live[task.run_id] = thread
                     thread.start()
-                    self.peak_in_flight = max(self.peak_in_flight, len(live))
                 try:
                     task, outcome, err = done.get(timeout=POLL_S)
                 except queue.Empty:

@@ -21,8 +21,10 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 CONTENDED_PCT = 10.0  # other processes' share of all CPUs that marks a region as taken under load
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (not idle, iowait, guest: in user)
@@ -71,6 +73,8 @@ class LoadMeter:
     """`with LoadMeter(device) as meter: ...` then `meter.load`: what other processes took meanwhile."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
+        import torch
+
         self.device = torch.device(device)
         self.load: Load | None = None
 

@@ -10,8 +10,10 @@ import os
 import socket
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def cache_dir() -> Path:
@@ -20,6 +22,8 @@ def cache_dir() -> Path:
 
 
 def device_name(device: torch.device) -> str:
+    import torch
+
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     try:
@@ -45,6 +49,8 @@ def git_sha() -> str:
 
 def resolve_device(name: str = "auto") -> torch.device:
     """`auto` → cuda if available else cpu. Asking for CUDA without one is an error that says so."""
+    import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -63,6 +69,8 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def environment(device: torch.device) -> dict[str, str]:
+    import torch
+
     return {"started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "git_sha": git_sha(), "host": socket.gethostname(), "device": device.type,
             "device_name": device_name(device), "torch_version": torch.__version__}

@@ -141,3 +141,20 @@ def test_an_int_for_a_float_field_is_that_float_in_the_config_and_the_run_id():
     ids = {run_id(task_key(Point("s", "depth", 1, ViTConfig(mlp_ratio=m), TrainConfig(warmup_epochs=w)), "digits", 0))
            for m, w in ((2, 1), (2.0, 1.0), (2, 1.0))}
     assert len(ids) == 1
+
+
+def test_the_names_a_config_is_checked_against_are_the_keys_of_the_registries_that_build_the_model():
+    """`vit.names` (read without torch) and the registries of the modules that build each part agree."""
+    from vit import names
+    from vit.attention import ATTENTION_BACKENDS
+    from vit.blocks import NORM_PLACEMENTS
+    from vit.pooling import POOLINGS
+    from vit.position import POSITION_ENCODINGS
+    from vit.stems import STEMS
+
+    assert ATTENTION_BACKENDS is names.ATTENTION_BACKENDS and all(callable(f) for f in ATTENTION_BACKENDS.values())
+    assert set(POSITION_ENCODINGS) == set(names.POSITION_DIM_MULTIPLE)
+    assert {k: v.dim_multiple for k, v in POSITION_ENCODINGS.items()} == names.POSITION_DIM_MULTIPLE
+    assert set(NORM_PLACEMENTS) == set(names.NORM_NAMES)
+    assert {k: v.reader for k, v in POOLINGS.items()} == names.POOLING_READERS
+    assert {k: v.check for k, v in STEMS.items()} == names.STEM_CHECKS

@@ -267,7 +267,7 @@ def sweep_figure_drawn(settings: list[dict], path, label: str):
 
     captured = {}
     real_save = figs.save
-    figs.save = lambda fig, where: captured.setdefault("fig", fig) or real_save(fig, where)
+    figs.save = lambda fig, where, **kw: captured.setdefault("fig", fig) or real_save(fig, where, **kw)
     try:
         figs.sweep_figure(settings, path, label, device="cpu (test cpu)")
     finally:
@@ -684,3 +684,25 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     text = build_report(tmp_path).read_text()
     section = text[text.index("## depth"):]
     assert "**Not converged**: the training loss ended at 1.90" in section[:1500]
+
+
+def test_the_report_of_sweeps_without_a_model_figure_runs_without_torch(tmp_path):
+    """Reading tables, the statistics and the figures need no torch: the report runs in a process where torch
+    cannot be imported (only the position and attention figures, which draw trained models, load it)."""
+    import subprocess
+    import sys
+
+    ten_points_apart(tmp_path)
+    write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [100, 104, 99, 101, 103]})
+    blocker = ("import importlib.abc, runpy, sys\n"
+               "class NoTorch(importlib.abc.MetaPathFinder):\n"
+               "    def find_spec(self, name, path, target=None):\n"
+               "        if name == 'torch' or name.startswith('torch.'):\n"
+               "            raise ImportError('torch is blocked in this test')\n"
+               "sys.meta_path.insert(0, NoTorch())\n"
+               "sys.argv = ['ablations', 'report', '--out', sys.argv[1]]\n"
+               "runpy.run_module('ablations', run_name='__main__', alter_sys=True)\n")
+    done = subprocess.run([sys.executable, "-c", blocker, str(tmp_path)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "**Best: depth=2**" in (tmp_path / "REPORT.md").read_text()

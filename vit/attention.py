@@ -22,13 +22,14 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
+from .names import ATTENTION_BACKENDS
+
 AttentionFn = Callable[[Tensor, Tensor, Tensor | None, int, float, bool], tuple[Tensor, Tensor | None]]
-ATTENTION_BACKENDS: dict[str, AttentionFn] = {}
 
 
 def register_backend(name: str) -> Callable[[AttentionFn], AttentionFn]:
     def add(fn: AttentionFn) -> AttentionFn:
-        ATTENTION_BACKENDS[name] = fn
+        ATTENTION_BACKENDS[name] = fn   # the registry a config's `attn` is checked against
         return fn
     return add
 

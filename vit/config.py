@@ -14,15 +14,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
     import tomli as tomllib
 
-from .attention import ATTENTION_BACKENDS
-from .blocks import NORM_PLACEMENTS
-from .pooling import POOLINGS
-from .position import POSITION_ENCODINGS
-from .stems import STEMS
+from .names import FIELD_CHOICES, POSITION_DIM_MULTIPLE, STEM_CHECKS
 
 _POSITIVE_INTS = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads")
-FIELD_CHOICES = {"attn": ATTENTION_BACKENDS, "pos": POSITION_ENCODINGS, "norm": NORM_PLACEMENTS, "pool": POOLINGS,
-            "stem": STEMS}
 
 
 def _doc(unit: str, meaning: str) -> dict[str, str]:
@@ -104,8 +98,8 @@ class ViTConfig:
         if self.img_size % self.patch_size:
             raise ValueError(
                 f"ViTConfig.img_size={self.img_size} is not divisible by patch_size={self.patch_size}")
-        STEMS[self.stem].check(self)
-        multiple = POSITION_ENCODINGS[self.pos].dim_multiple
+        STEM_CHECKS[self.stem](self)
+        multiple = POSITION_DIM_MULTIPLE[self.pos]
         if self.embed_dim % multiple:
             raise ValueError(
                 f"ViTConfig.embed_dim={self.embed_dim} cannot be split by pos={self.pos!r}, "

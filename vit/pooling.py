@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from .names import POOLING_READERS
+
 
 @dataclass(frozen=True)
 class Pooling:
@@ -22,6 +24,6 @@ class Pooling:
 
 
 POOLINGS: dict[str, Pooling] = {
-    "cls": Pooling(lambda x: x[:, 0], False, lambda a: a[..., 0, 1:], "CLS"),
-    "avg": Pooling(lambda x: x[:, 1:].mean(dim=1), True, lambda a: a[..., 1:, 1:].mean(-2), "mean patch-token"),
+    "cls": Pooling(lambda x: x[:, 0], False, lambda a: a[..., 0, 1:], POOLING_READERS["cls"]),
+    "avg": Pooling(lambda x: x[:, 1:].mean(dim=1), True, lambda a: a[..., 1:, 1:].mean(-2), POOLING_READERS["avg"]),
 }

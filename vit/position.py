@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .names import POSITION_DIM_MULTIPLE
+
 
 def sinusoidal_1d(num_positions: int, dim: int) -> Tensor:
     """Vaswani et al.: PE(p, 2i) = sin(p / 10000^(2i/D)), PE(p, 2i+1) = cos(p / 10000^(2i/D)). (P, D)"""
@@ -76,8 +78,10 @@ class PositionScheme:
 
 
 POSITION_ENCODINGS: dict[str, PositionScheme] = {
-    "learned": PositionScheme(lambda c: LearnedPosition(c.tokens, c.embed_dim), 1),
-    "sinusoidal": PositionScheme(lambda c: FixedPosition(sinusoidal_1d(c.tokens, c.embed_dim)), 2),
-    "sincos2d": PositionScheme(lambda c: FixedPosition(sincos_2d(c.grid_size, c.embed_dim)), 4),
-    "none": PositionScheme(lambda c: NoPosition(), 1),
+    "learned": PositionScheme(lambda c: LearnedPosition(c.tokens, c.embed_dim), POSITION_DIM_MULTIPLE["learned"]),
+    "sinusoidal": PositionScheme(lambda c: FixedPosition(sinusoidal_1d(c.tokens, c.embed_dim)),
+                                 POSITION_DIM_MULTIPLE["sinusoidal"]),
+    "sincos2d": PositionScheme(lambda c: FixedPosition(sincos_2d(c.grid_size, c.embed_dim)),
+                               POSITION_DIM_MULTIPLE["sincos2d"]),
+    "none": PositionScheme(lambda c: NoPosition(), POSITION_DIM_MULTIPLE["none"]),
 }

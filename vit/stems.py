@@ -12,6 +12,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from .names import STEM_CHECKS
+
 
 class PatchEmbed(nn.Module):
     """Non-overlapping patches projected to D by a strided convolution (timm's `patch_embed.proj`)."""
@@ -52,20 +54,6 @@ class ConvStem(nn.Module):
         return self.proj(self.backbone(x)).flatten(2).transpose(1, 2)  # (B, N, D), row-major grid
 
 
-def check_conv_stem(cfg: Any) -> None:
-    """The stride-2 stack must land on the patch grid, and the halved widths must leave channels."""
-    side = cfg.stem_sides[-1] if cfg.stem_convs else cfg.img_size
-    if side != cfg.grid_size:
-        raise ValueError(
-            f"ViTConfig.stem='conv' with patch_size={cfg.patch_size}: its {cfg.stem_convs} stride-2 "
-            f"convolutions turn img_size={cfg.img_size} into a {side}×{side} grid, not the "
-            f"{cfg.grid_size}×{cfg.grid_size} of the patches; use a power-of-2 patch_size or stem='patch'")
-    if cfg.stem_channels and cfg.stem_channels[0] < 1:
-        raise ValueError(
-            f"ViTConfig.stem='conv' halves embed_dim={cfg.embed_dim} {cfg.stem_convs - 1} times for its "
-            f"first convolution, leaving no channels; use a larger embed_dim or a smaller patch_size")
-
-
 @dataclass(frozen=True)
 class StemScheme:
     build: Callable[[Any], nn.Module]  # ViTConfig -> module (B, C, H, W) -> (B, N, D)
@@ -73,6 +61,6 @@ class StemScheme:
 
 
 STEMS: dict[str, StemScheme] = {
-    "patch": StemScheme(PatchEmbed, lambda cfg: None),
-    "conv": StemScheme(ConvStem, check_conv_stem),
+    "patch": StemScheme(PatchEmbed, STEM_CHECKS["patch"]),
+    "conv": StemScheme(ConvStem, STEM_CHECKS["conv"]),
 }

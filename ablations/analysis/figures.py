@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib.ticker
 import numpy as np
 import pandas as pd
 import seaborn as sns
-import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:   # torch loads only with the figures that draw a model's tensors
+    import torch
 
 DPI = 150  # a figure 10 in wide is 1,500 px: sharp where a README or a paper shows it ~800 px wide
 
@@ -23,8 +26,10 @@ def subplots(*args, figsize: tuple[float, float], **kwargs):
     return fig, fig.subplots(*args, **kwargs)
 
 
-def save(fig, path: Path) -> Path:
-    fig.tight_layout()
+def save(fig, path: Path, layout: bool = True) -> Path:
+    """The figure as a PNG at DPI, laid out tight first unless it already is (`layout=False`)."""
+    if layout:
+        fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     return path
 
@@ -113,7 +118,7 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> P
         ax.grid(alpha=0.3)
     fig.suptitle(f"{label} sweep on {device}", fontsize=11)
     _value_ticks(fig, [ax for ax in axes.flat if ax.has_data()], x, values)
-    return save(fig, path)
+    return save(fig, path, layout=False)   # laid out by `_value_ticks`, with every label
 
 
 def _value_ticks(fig, axes, x: list, values: list) -> None:
@@ -121,10 +126,11 @@ def _value_ticks(fig, axes, x: list, values: list) -> None:
     least for which no two labels run into each other once drawn at the figure's size."""
     text = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in values]
     renderer = FigureCanvasAgg(fig).get_renderer()
-    fig.tight_layout()
     for ax in axes:
         ax.set_xticks(x, labels=text)
-    fig.draw(renderer)   # once, every label drawn: a label's place does not depend on which others are shown
+    fig.tight_layout()   # room for every label: blanking some below leaves the layout right
+    for ax in axes:      # the labels placed where the layout put their axis (measured without drawing)
+        ax.xaxis.get_tightbbox(renderer)
     boxes = [[t.get_window_extent(renderer) for t in ax.get_xticklabels()] for ax in axes]
     for step in range(1, len(text) + 1):
         shown = [sorted((b for i, b in enumerate(row) if i % step == 0), key=lambda b: b.x0) for row in boxes]
@@ -229,6 +235,8 @@ def backend_scaling(bench: pd.DataFrame, path: Path) -> Path:
 
 
 def _cosine_grid(pos: torch.Tensor, grid: int) -> np.ndarray:
+    import torch
+
     patches = torch.nn.functional.normalize(pos[1:].double(), dim=-1)  # drop CLS: (N, D)
     return (patches @ patches.T).reshape(grid, grid, grid, grid).numpy()
 
@@ -256,6 +264,8 @@ def position_similarity(tables: dict[str, torch.Tensor], grid: int, path: Path) 
 
 def rollout(attns: list[torch.Tensor]) -> torch.Tensor:
     """Abnar & Zuidema: product over layers of (mean-over-heads attention + I), rows renormalised."""
+    import torch
+
     result = None
     for a in attns:                                   # (B, H, T, T)
         a = a.mean(1)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ablations.analysis import designs, findings
 from ablations.analysis import figures as figs
@@ -23,14 +22,13 @@ from ablations.results.experiments import differences, latest_rows, newest_exper
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, Tables, latest_cost_phase, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
-from ablations.training.data import load_dataset
 from bench.contention import CONTENDED_PCT
 from bench.io.csvio import collecting_skips, read_rows, skipped
 from bench.reference import CHECKOUT_REFERENCE
 from bench.rounds import MIN_ROUNDS
 from bench.schema import BENCH_SCHEMA
 from bench.training.recipe import TrainConfig
-from vit import POOLINGS, VisionTransformer, ViTConfig
+from vit.config import ViTConfig
 
 
 def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
@@ -114,6 +112,10 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], factors: dict[
         lines += [f"![position similarity](figures/{sim.name})", ""]
     if "learned" in models:
         row = ok[ok["pos"] == "learned"].iloc[0]
+        # torch loads only here, where a figure draws a trained model
+        from ablations.training.data import load_dataset
+        from vit import POOLINGS
+
         try:
             data = load_dataset(str(row["dataset"]), data_root)
         except (FileNotFoundError, ValueError, RuntimeError) as err:
@@ -134,11 +136,16 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], factors: dict[
     return lines
 
 
-def _trained_model(row: pd.Series, paths: SweepPaths) -> VisionTransformer | None:
-    """The run's saved weights in its model, or None (a damaged file is listed under Skipped inputs)."""
+def _trained_model(row: pd.Series, paths: SweepPaths):
+    """The run's saved weights in its model (`vit.VisionTransformer`), or None (a damaged file is listed under
+    Skipped inputs)."""
     path = paths.weights_file(str(row["run_id"]))
     if not path.exists():
         return None
+    import torch
+
+    from vit import VisionTransformer
+
     try:
         model = VisionTransformer(ViTConfig.from_row(row))
         model.load_state_dict(torch.load(path, weights_only=True))

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -22,19 +23,21 @@ from ablations.specs import Point
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
-if TYPE_CHECKING:
-    import torch
-
 
 def _cell(value) -> str:
     return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
-def row_device(row) -> torch.device:
-    """The kind of device a row's run trained on (its `dtype` of `auto`, in rows that lack it, resolves there)."""
-    import torch
+@dataclass(frozen=True)
+class DeviceKind:
+    """A device by its kind alone, as a row names it (`type`: cpu, cuda, mps, as `torch.device.type`): all that a
+    run's identity reads of its device, without loading torch to read a table."""
+    type: str
 
-    return torch.device(_cell(row.get("device")).split(":")[0] or "cpu")
+
+def row_device(row) -> DeviceKind:
+    """The kind of device a row's run trained on (its `dtype` of `auto`, in rows that lack it, resolves there)."""
+    return DeviceKind(_cell(row.get("device")).split(":")[0] or "cpu")
 
 
 def point_key(row) -> str | None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from bench.training.precision import DTYPES
+from bench.choices import DTYPES
 from vit.config import floats_as_floats
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _doc(unit: str, meaning: str, kind: str = "number") -> dict[str, str]:

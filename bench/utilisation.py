@@ -20,7 +20,7 @@ from typing import Protocol
 
 import torch
 
-from bench.energy import energy_counter
+from bench.energy import MIN_WINDOW_S, energy_counter
 from bench.nvml import nvml_device
 
 
@@ -120,10 +120,12 @@ class NvmlReader:
         self._mem.append(self._memory_mb())
         wall = max(time.perf_counter() - self._wall0, 1e-9)
         util, power = self._periods[GPU_UTILIZATION_SAMPLES], self._periods[TOTAL_POWER_SAMPLES]
+        # power: the energy counter over a region of at least MIN_WINDOW_S, else the power samples wholly inside
+        # it, else none (a counter read at a short region's ends gives 0 or a whole tick)
         out: dict[str, float] = {"gpu_mem_used_mb": sum(self._mem) / len(self._mem), "samples": len(util)}
         if util:
             out["util_pct"] = sum(v * w for v, w in util) / sum(w for _, w in util)
-        if self._j0 is not None:
+        if self._j0 is not None and wall >= MIN_WINDOW_S:   # shorter, the counter's ticks (~0.1 s) decide it
             out["power_w"] = (self._energy.read() - self._j0) / wall
         elif power:
             out["power_w"] = sum(v * w for v, w in power) / sum(w for _, w in power) / 1e3   # samples in mW

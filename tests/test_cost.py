@@ -476,6 +476,30 @@ def test_a_budget_that_fits_fewer_than_three_rounds_is_no_phase_said_in_one_line
     assert quick.plan_rounds([], items=4) == 3 and quick.stopped.startswith("its 10 s budget")
 
 
+def test_an_auto_budget_short_of_three_rounds_is_raised_to_them_only_where_they_are_a_small_share_of_the_training():
+    """A GPU's main job: rounds of ~1.8 s against ~45 s of training, whose 10 % (4.5 s) fits two. Three rounds are
+    12 % of the training: the auto budget is raised to them, and the line says so. Where three rounds would be more
+    than RAISED_SHARE_MAX of the training, or the budget was given, there is no phase."""
+    import time
+
+    from ablations.running.cost import RAISED_SHARE_MAX, _Clock
+
+    def clock(expected, budget=None):
+        c = _Clock(CostPlan(rounds=5, budget_s=budget), (1000, 3), [], torch.device("cpu"))
+        c.expected_training_s = lambda first_round: expected
+        c.start = time.perf_counter() - 1.8          # the first (warmed) round took 1.8 s
+        return c
+
+    raised = clock(45.0)
+    assert raised.plan_rounds([], items=18) == 3 and raised.budget_s == pytest.approx(5.4, rel=0.05)
+    assert "raised from 4.5 s (10% of the runs' expected training) to the 3 rounds a comparison needs, 12% of it" \
+        in raised.stopped and "no cost phase" not in raised.stopped
+    dear = clock(3 * 1.8 / RAISED_SHARE_MAX / 1.5)   # three rounds would be 1.5 × the share allowed
+    assert dear.plan_rounds([], items=18) < 3 and "no cost phase" in dear.stopped and "raised" not in dear.stopped
+    given = clock(45.0, budget=4.5)
+    assert given.plan_rounds([], items=18) == 2 and "no cost phase" in given.stopped
+
+
 def test_kept_steps_are_set_up_outside_the_budget_and_a_phase_short_of_three_rounds_keeps_nothing(tmp_path, monkeypatch,
                                                                                                    capsys):
     """Steps kept across rounds (CUDA's captured graphs; here asked for on the CPU) are built and warmed up before

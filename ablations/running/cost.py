@@ -11,16 +11,17 @@ Peak memory is taken in the first round only: the allocator's peak of a fixed st
 On CUDA each item's step is built once per phase and replayed in every round (`Steps`): one capture
 per training item, not one per round.
 
-**A budget.** The phase gets `budget_s` seconds (COST_BUDGET), by default BUDGET_SHARE of the training
-the command will do (estimated from the first round's training steps, the runs' epochs and the training
-set), between BUDGET_FLOOR_S and BUDGET_CAP_S. After the first round it plans as many rounds as fit
-(at most `rounds`); a round taken entirely under load waits, within the budget and at most
-QUIET_WAIT_S, for the machine to quiet down; a phase that would overrun stops after the round in hand
-and its rows record the rounds it took. The budget is planned from the first round's quiet steps only,
-so it does not grow with the load; a phase whose first BUSY_ITEMS timed steps all ran under load is
-abandoned at once (nothing kept), and one whose first round mostly did stops after it. Where
-fewer than MIN_ROUNDS rounds of an item ran on a quiet machine, its speed is reported as not measured,
-and one line says how to measure it later (`make cost`).
+**A budget.** The phase gets `budget_s` seconds (COST_BUDGET), by default BUDGET_SHARE of the training the
+command will do (estimated from the first round's training steps, the runs' epochs and the training set),
+between BUDGET_FLOOR_S and BUDGET_CAP_S; an auto budget that fits fewer than MIN_ROUNDS rounds is raised to
+MIN_ROUNDS rounds where those take at most RAISED_SHARE_MAX of that training (else there is no phase). After
+the first round it plans as many rounds as fit (at most `rounds`); a round taken entirely under load waits,
+within the budget and at most QUIET_WAIT_S, for the machine to quiet down; a phase that would overrun stops
+after the round in hand and its rows record the rounds it took. The budget is planned from the first round's
+quiet steps only, so it does not grow with the load; a phase whose first BUSY_ITEMS timed steps all ran under
+load is abandoned at once (nothing kept), and one whose first round mostly did stops after it. Where fewer
+than MIN_ROUNDS rounds of an item ran on a quiet machine, its speed is reported as not measured, and one line
+says how to measure it later (`make cost`).
 
 The rows of one phase share a `phase_id`, a hash of everything that defines the measurement (the
 sweeps, models, batch sizes, dtype, rounds, timing, device). A rerun that finds a complete phase with
@@ -72,6 +73,9 @@ CUDA_TIMING = TimingConfig(warmup=3, min_repeats=20, min_time_s=0.05)
 BUDGET_SHARE = 0.10      # of the command's expected training time, when no budget is given
 BUDGET_FLOOR_S = 2.0     # at least this: a quick pass gets its first round (and a rough median) all the same
 BUDGET_CAP_S = 600.0     # at most this, so a long job's measurement stays a side matter
+# an auto budget too short for the MIN_ROUNDS rounds a comparison needs is raised to them where they take at most
+# this share of the expected training (a GPU's short main job: rounds of ~2 s against ~45 s of training)
+RAISED_SHARE_MAX = 0.25
 QUIET_WAIT_S = 30.0      # how long a phase whose round ran under load waits for a quiet machine, in all
 BUSY_ITEMS = 3           # first timed steps that, all taken under load, abandon a phase at once
 # the first round of a phase with a budget: a median of a few steps per item, quickly, to plan the rest
@@ -454,15 +458,22 @@ class _Clock:
     def plan_rounds(self, first_round: list[tuple[str, _Item, dict[str, Any]]], items: int) -> int:
         """The rounds that fit in the budget (at least the one taken, at most the plan's), and the time per
         item that spreads the rest of the budget over them."""
-        self.budget_s = self.plan.budget(self.expected_training_s(first_round))
+        expected = self.expected_training_s(first_round)
+        self.budget_s = self.plan.budget(expected)
         default = self.plan.timing_on(self.device)
         if math.isinf(self.budget_s):
             self.later = default
             return self.plan.rounds
         first = max(self.elapsed(), 1e-3)
         fit = max(1, min(self.plan.rounds, 1 + int(max(0.0, self.budget_s - first) // first)))
+        share = "" if self.plan.budget_s is not None else f", {BUDGET_SHARE:.0%} of the runs' expected training"
+        needed = MIN_ROUNDS * first
+        if fit < MIN_ROUNDS <= self.plan.rounds and self.plan.budget_s is None and expected \
+                and needed <= RAISED_SHARE_MAX * expected:   # auto: the rounds a comparison needs, where they are cheap
+            share = (f", raised from {self.budget_s:.3g} s ({BUDGET_SHARE:.0%} of the runs' expected training) to "
+                     f"the {MIN_ROUNDS} rounds a comparison needs, {needed / expected:.0%} of it")
+            self.budget_s, fit = needed, MIN_ROUNDS
         if fit < self.plan.rounds:
-            share = "" if self.plan.budget_s is not None else f", {BUDGET_SHARE:.0%} of the runs' expected training"
             self.stopped = f"its {self.budget_s:.3g} s budget (COST_BUDGET{share}) fits {fit} of {self.plan.rounds} rounds"
             if fit < MIN_ROUNDS:   # fewer rounds than any comparison needs: none kept
                 self.stopped = (f"its first round took {first:.1f} s, so its {self.budget_s:.3g} s budget "

@@ -74,7 +74,10 @@ def test_without_the_binary_auto_goes_on_time_sliced_and_on_stops(monkeypatch, t
             Mps(mode).start()
 
 
-def test_a_daemon_that_does_not_start_is_named_and_leaves_nothing(fake, monkeypatch):
+def test_a_daemon_that_does_not_start_is_named_and_leaves_nothing(fake, monkeypatch, tmp_path):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # its own temporary folder: other tests start daemons
     monkeypatch.setenv("FAKE_MPS_FAIL", "An instance of this daemon is already running")
     m = Mps("auto")
     assert m.start() == ("time-sliced (no MPS: the daemon did not start: An instance of this daemon is already "
@@ -82,7 +85,7 @@ def test_a_daemon_that_does_not_start_is_named_and_leaves_nothing(fake, monkeypa
     assert m.own is None and m.env == {} and calls(fake)[-1].startswith(" pipe=")  # quit anyway, to be sure
     with pytest.raises(ValueError, match="MPS=on: the daemon did not start"):
         Mps("on").start()
-    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("vitbench-mps-*"))
+    assert not list(tmp_path.glob("vitbench-mps-*"))
 
 
 def test_a_client_that_fails_under_the_daemon_stops_it_and_says_why(fake, monkeypatch):

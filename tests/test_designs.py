@@ -433,3 +433,18 @@ def test_rows_from_before_a_model_field_existed_are_the_same_experiment_as_new_r
     kept, notes = newest_experiment(read_table(paths.rows), ("depth",))
     assert len(kept) == 1 and notes == [f"{len(table)} run(s) of another experiment (epochs 3 vs 20) left out: a table "
                                         f"is reported as one experiment, the newest; use another OUT to keep both"]
+
+
+def test_runs_whose_validation_split_was_drawn_before_the_split_was_recorded_are_named_by_that_split():
+    """The committed reference's norm-tuned table: 18 tuning runs drawn before `holdout_split` existed (the random
+    draw, which their ids leave out) and 36 with the stratified split. The note names the field that differs and
+    what each side drew, not a bare 'the training recipe'."""
+    from ablations.results.experiments import latest_rows, newest_experiment
+    from ablations.specs import find_spec, load_spec
+
+    spec = load_spec(find_spec("norm-tuned"))
+    table = latest_rows(read_table(ROOT / "results" / "reference" / "ablations" / "norm-tuned.csv"))
+    kept, notes = newest_experiment(table, spec.varied)
+    assert len(kept) == 36 and notes == ["18 run(s) of another experiment (holdout_split random vs stratified) left "
+                                         "out: a table is reported as one experiment, the newest; use another OUT "
+                                         "to keep both"]

@@ -300,7 +300,8 @@ def test_the_sweep_figure_is_a_readable_grid_with_honest_axes(tmp_path, values, 
         assert ax.yaxis.get_major_formatter().get_offset() == ""           # no "+1.889e1"
     memory = next(ax for ax in axes if ax.get_title().startswith("training-step peak memory"))
     assert memory.get_ylim()[0] == 0                                      # 0.002 MB does not look like a cliff
-    joined = [line for ax in axes for line in ax.get_lines() if len(line.get_xdata()) > 1 and line.get_linestyle() != "None"]
+    joined = [line for ax in axes for line in ax.get_lines() if len(line.get_xdata()) > 1 and line.get_linestyle() != "None"
+              and line.get_gid() != "reference"]   # the accuracy panel's line at the best's 0 is no trend
     assert bool(joined) == numeric                                        # categories are points, not a trend
 
 
@@ -706,3 +707,45 @@ def test_the_report_of_sweeps_without_a_model_figure_runs_without_torch(tmp_path
                           cwd=Path(__file__).resolve().parents[1], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "**Best: depth=2**" in (tmp_path / "REPORT.md").read_text()
+
+
+def test_the_accuracy_panel_draws_the_verdicts_paired_differences_and_its_decisions(tmp_path):
+    """The verdict compares settings by paired differences: the figure's accuracy panel draws those (each setting's
+    difference from the best with its pair's interval, the margin as a band) and marks what the verdict decided,
+    so the figure and the sentence beside it tell one story."""
+    from ablations.analysis.findings import setting_rows
+
+    ten_points_apart(tmp_path)
+    write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [100, 104, 99, 101, 103]})
+    paths = SweepPaths.of(tmp_path, "depth")
+    f = analyse(read_table(paths.rows), "depth", [1, 2], paths.preds, newest_complete_phase(read_table(paths.cost)))
+    settings = setting_rows(f)
+    pair = next(c for c in f.comparisons if {c.a, c.b} == {1, 2})
+    want = pair.diff if pair.a == 1 else -pair.diff                      # depth=1 − depth=2, the best
+    assert settings[1]["vs_best"] == (0.0, 0.0, 0.0) and settings[0]["vs_best"][0] == pytest.approx(want)
+    assert [s["decided"] for s in settings] == ["worse", "best"]
+    fig = sweep_figure_drawn(settings, tmp_path / "d.png", "depth (blocks)")
+    panel = fig.axes[0]
+    assert panel.get_title() == "test accuracy − the best's (2), points"
+    worse = [line for line in panel.get_lines() if line.get_label() == "worse"]
+    assert len(worse) == 1 and worse[0].get_ydata()[0] == pytest.approx(100 * want)
+    assert panel.get_ylim()[0] < 100 * want < 0 < panel.get_ylim()[1]   # not from zero: a difference, 0 in view
+    text = build_report(tmp_path).read_text()
+    assert "Accuracy: each setting's difference from the best (depth=2) with the 95 % interval" in text
+
+
+def test_a_sweep_of_one_setting_draws_how_its_runs_spread_not_six_one_point_panels(tmp_path, monkeypatch):
+    import ablations.analysis.figures as figs
+
+    for seed in range(4):
+        write_run(tmp_path, 2, seed, mask(range(50 + 5 * seed)))     # 95, 94.5, 94, 93.5 %
+    drawn = {}
+    real = figs.save
+    monkeypatch.setattr(figs, "save", lambda fig, where, **kw: drawn.setdefault(Path(where).name, fig) and real(fig, where, **kw))
+    text = build_report(tmp_path).read_text()
+    fig = drawn["depth.png"]
+    assert len(fig.axes) == 1 and fig.axes[0].get_xlabel() == "test accuracy of one run (%)"
+    assert fig.axes[0].get_title().startswith("depth: depth=2 over 4 seeds on cpu (test cpu)")
+    ticks = [line for line in fig.axes[0].get_lines() if line.get_marker() == "|"]
+    assert sorted(ticks[0].get_xdata()) == pytest.approx([93.5, 94.0, 94.5, 95.0])   # every run drawn
+    assert "the test accuracy of each run (one per seed), their mean and its 95 % interval" in text

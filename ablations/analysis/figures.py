@@ -17,6 +17,10 @@ from matplotlib.figure import Figure
 if TYPE_CHECKING:   # torch loads only with the figures that draw a model's tensors
     import torch
 
+# the markers of the accuracy panel's settings by what the verdict decided against the best
+DECIDED = {"worse": {"marker": "v", "ms": 8, "color": "C3"}, "equivalent": {"marker": "s", "ms": 7, "color": "C2"},
+           "identical": {"marker": "D", "ms": 6, "color": "C2"}, "inconclusive": {"marker": "o", "ms": 6, "color": "C0"},
+           "best": {}}
 DPI = 150  # a figure 10 in wide is 1,500 px: sharp where a README or a paper shows it ~800 px wide
 
 
@@ -64,7 +68,9 @@ def blank_panel(ax, title: str, xlabel: str = "", why: str = "not measured") -> 
 
 
 def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> Path:
-    """One panel per figure of a sweep's settings, in a 2 × 3 grid: accuracy with its interval, GMACs,
+    """One panel per figure of a sweep's settings, in a 2 × 3 grid: accuracy (where the sweep has a verdict: each
+    setting's difference from the best setting with the 95 % interval of the paired comparison the verdict
+    tests, and the equivalence margin as a band; else each setting's accuracy with its own interval), GMACs,
     inference and training-step throughput and training-step peak memory (median and IQR over the cost
     phase's rounds), training wall time (median and IQR over seeds; a setting whose runs were copied
     from another sweep is drawn hollow). Numeric factors are joined by lines; categorical ones are not."""
@@ -79,8 +85,11 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> P
         return ([g.median if g else np.nan for g in got], [g.q1 if g else np.nan for g in got],
                 [g.q3 if g else np.nan for g in got])
 
-    panels = [("test accuracy (%)", ([100 * a.mean for a in accs], [100 * a.low for a in accs],
-                                     [100 * a.high for a in accs])),
+    against = [d.get("vs_best") for d in settings]
+    paired = all(v is not None for v in against) and len(settings) > 1
+    accuracy = f"test accuracy − the best's ({settings[0]['best']}), points" if paired else "test accuracy (%)"
+    panels = [(accuracy, ([100 * v[0] for v in against], [100 * v[1] for v in against], [100 * v[2] for v in against])
+               if paired else ([100 * a.mean for a in accs], [100 * a.low for a in accs], [100 * a.high for a in accs])),
               ("GMACs per image", ([d["gmacs"] for d in settings],) * 3),
               ("inference img/s", spread("infer")),
               ("training-step img/s", spread("train")),
@@ -102,12 +111,21 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> P
                     label="copied from another sweep")
             ax.legend(fontsize=8, loc="lower right")
         finite = centre[np.isfinite(centre)]
-        if len(finite) and ylabel != "test accuracy (%)" and finite.min() > 0 and finite.max() / finite.min() > 10:
+        if ylabel == accuracy and paired:   # the verdict's contrasts: 0 is the best, the band its equivalence margin
+            margin = 100 * settings[0]["margin"]
+            ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"±{margin:g}: equivalence margin")
+            ax.axhline(0, color="0.4", lw=0.8, zorder=1, gid="reference")   # the best, not a trend
+            for word, style in DECIDED.items():   # what the verdict decided (Holm over the pairs), not the interval
+                where = [i for i, d in enumerate(settings) if d.get("decided") == word]
+                if where and word != "best":
+                    ax.plot([x[i] for i in where], centre[where], linestyle="none", label=word, zorder=3, **style)
+            ax.legend(fontsize=7, loc="best", framealpha=0.8)
+        if len(finite) and ylabel != accuracy and finite.min() > 0 and finite.max() / finite.min() > 10:
             log_axis(ax)
         else:
             _linear_plain(ax)
             ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
-            if ylabel != "test accuracy (%)" and len(finite):  # a size or a rate: from zero, so 0.1 % looks like 0.1 %
+            if ylabel != accuracy and len(finite):  # a size or a rate: from zero, so 0.1 % looks like 0.1 %
                 ax.set_ylim(bottom=0, top=1.08 * np.nanmax(high if np.isfinite(high).any() else centre))
         ax.margins(x=0.12)
         ax.set_title(ylabel, fontsize=10)
@@ -119,6 +137,31 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> P
     fig.suptitle(f"{label} sweep on {device}", fontsize=11)
     _value_ticks(fig, [ax for ax in axes.flat if ax.has_data()], x, values)
     return save(fig, path, layout=False)   # laid out by `_value_ticks`, with every label
+
+
+def seed_spread(accuracies: list[float], interval, path: Path, title: str) -> Path:
+    """A sweep of one setting: how its runs' test accuracies (fractions, one per seed) spread, as a histogram
+    with each run a tick below it, and the mean with its 95 % interval (`interval`, a `stats.Interval`)."""
+    acc = 100 * np.asarray(accuracies, dtype=float)
+    fig, ax = subplots(figsize=(7.8, 3.6))
+    step = 0.1   # 1,000 test images: accuracies fall on 0.1-point steps, one bar per step where they do
+    on_steps = len(acc) and np.allclose(np.round(acc / step) * step, acc, atol=1e-6)
+    bins = np.arange(acc.min() - step / 2, acc.max() + step, step) if on_steps else "auto"
+    counts, _, _ = ax.hist(acc, bins=bins, color="C0", alpha=0.6, label=f"{len(acc)} runs (seeds)")
+    ax.set_ylim(0, 1.45 * max(counts.max(), 1))   # room for the legend above the bars
+    ax.plot(acc, np.zeros_like(acc), "|", color="C0", ms=12, mew=1)
+    ax.axvline(100 * interval.mean, color="k", lw=1.2, label=f"mean {100 * interval.mean:.2f} %")
+    ax.axvspan(100 * interval.low, 100 * interval.high, color="0.6", alpha=0.3,
+               label=f"95 % interval of the mean [{100 * interval.low:.2f}, {100 * interval.high:.2f}] "
+                     f"(seeds and test images)")
+    ax.set_xlabel("test accuracy of one run (%)")
+    ax.set_ylabel("runs")
+    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    _linear_plain(ax)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    return save(fig, path)
 
 
 def _value_ticks(fig, axes, x: list, values: list) -> None:

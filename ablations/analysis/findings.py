@@ -709,8 +709,32 @@ def components_markdown(f: SweepFindings) -> str:
 
 
 def setting_rows(f: SweepFindings) -> list[dict[str, Any]]:
-    """One dict per setting, for the figure: value, accuracy interval, cost spreads."""
+    """One dict per setting, for the figure: value, accuracy interval, cost spreads, and `vs_best`: the setting's
+    difference from the verdict's best setting, (difference, low, high) as fractions from the paired comparison
+    the verdict tests ((0, 0, 0) for the best itself; None where the sweep has no comparisons or no verdict), and
+    `decided`: what the verdict says of the setting against the best ("best", "worse", "equivalent", "identical",
+    "inconclusive"; None without a verdict)."""
+    against = _against_best(f)
+    v = f.verdict
+    decided = {} if v is None else {v.best: "best", **{s: "worse" for s in v.beats},
+                                    **{s: "equivalent" for s in v.equivalent}, **{s: "identical" for s in v.identical},
+                                    **{s: "inconclusive" for s in v.inconclusive}}
     return [{"value": s.value, "acc": s.acc, "gmacs": s.gmacs, "infer": s.infer.get("throughput_img_s"),
              "train": s.train.get("throughput_img_s"), "mem": s.train.get("peak_mem_mb"), "train_s": s.train_s,
-             "reused": bool(s.reused_from)}
+             "reused": bool(s.reused_from), "vs_best": against.get(s.value), "best": f.verdict.best if against else None,
+             "margin": f.margin, "decided": decided.get(s.value)}
             for s in f.settings]
+
+
+def _against_best(f: SweepFindings) -> dict[Hashable, tuple[float, float, float]]:
+    """{setting: (its accuracy − the best's, low, high)} from the comparisons with the verdict's best setting;
+    empty unless every other setting has one."""
+    if f.verdict is None or not f.comparisons:
+        return {}
+    best, found = f.verdict.best, {f.verdict.best: (0.0, 0.0, 0.0)}
+    for c in f.comparisons:
+        if c.a == best:
+            found[c.b] = (-c.diff, -c.high, -c.low)
+        elif c.b == best:
+            found[c.a] = (c.diff, c.low, c.high)
+    return found if all(s.value in found for s in f.settings) else {}

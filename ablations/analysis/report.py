@@ -170,7 +170,14 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     classes = int(pd.to_numeric(ok["num_classes"], errors="coerce").max()) if "num_classes" in ok and \
         pd.to_numeric(ok["num_classes"], errors="coerce").notna().any() else None
     learning = still_learning(history, ok["run_id"].astype(str), classes) if history is not None else ""
-    figs.sweep_figure(findings.setting_rows(f), fig, spec.label + (" (not converged)" if learning else ""), device=devices)
+    if len(f.settings) == 1 and isinstance(factor, str):   # one setting: its runs' spread, not six one-point panels
+        one = f.settings[0]
+        figs.seed_spread(ok.loc[ok[factor] == one.value, "test_acc"].astype(float).tolist(), one.acc, fig,
+                         f"{sweep}: {factor}={one.value} over {len(one.seeds)} seeds on {devices}"
+                         + (" (not converged)" if learning else ""))
+    else:
+        figs.sweep_figure(findings.setting_rows(f), fig, spec.label + (" (not converged)" if learning else ""),
+                          device=devices)
     lines = [f"Seeds {seed_ranges(seeds)}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "", *([learning, ""] if learning else []),
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
@@ -190,10 +197,17 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
                   findings.comparisons_markdown(f), ""]
     reused = any(s.reused_from for s in f.settings)
     copied = " Hollow: runs copied from another sweep (trained at another time)." if reused else ""
-    lines += [f"![{sweep}](figures/{fig.name})", "",
-              f"_{spec.label} sweep on {devices}. Accuracy: mean with its 95 % interval ({f.settings[0].acc.kind}). "
-              f"Speed and memory: median with the interquartile range over the {f.cost_source}. Training wall "
-              f"time: median with the interquartile range over seeds.{copied}_", ""]
+    paired = any(d.get("vs_best") for d in findings.setting_rows(f)[1:]) and len(f.settings) > 1
+    accuracy = (f"Accuracy: each setting's difference from the best ({factor}={f.verdict.best}) with the 95 % interval of "
+                f"that pair's own comparison (the table above), the grey band ±{100 * f.margin:g} points; the marker "
+                f"says what the verdict decided, Holm over the pairs{' at each look' if f.design else ''}, so an "
+                f"interval clear of 0 can still be inconclusive." if paired and f.verdict else
+                f"Accuracy: mean with its 95 % interval ({f.settings[0].acc.kind}).")
+    caption = (f"_{spec.label}: the test accuracy of each run (one per seed), their mean and its 95 % interval "
+               f"({f.settings[0].acc.kind}): how far runs of one setting spread._" if len(f.settings) == 1 else
+               f"_{spec.label} sweep on {devices}. {accuracy} Speed and memory: median with the interquartile range "
+               f"over the {f.cost_source}. Training wall time: median with the interquartile range over seeds.{copied}_")
+    lines += [f"![{sweep}](figures/{fig.name})", "", caption, ""]
     if history is not None:
         curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order, sweep=sweep)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]

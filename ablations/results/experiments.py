@@ -86,7 +86,9 @@ def differences(a, b, factor: str | Collection[str]) -> str:
     x, y = _parts(a, varied), _parts(b, varied)
     if x is None or y is None:
         return "a row whose settings cannot be read back"
-    defaults = {**ViTConfig().to_dict(), **TrainConfig().to_dict()}
+    # a field a run's identity leaves out reads as what its absence means: its default, or for `holdout_split`
+    # the random draw (`TrainConfig.identity` names a split only where it is not the random one)
+    defaults = {**ViTConfig().to_dict(), **TrainConfig().to_dict(), "holdout_split": "random"}
     shown = lambda parts, k: parts.get(k, defaults.get(k, "—"))  # noqa: E731
     diffs = [f"{k} {shown(x, k) if shown(x, k) != '' else '—'} vs {shown(y, k) if shown(y, k) != '' else '—'}"
              for k in dict.fromkeys([*x, *y]) if shown(x, k) != shown(y, k)]

@@ -749,3 +749,24 @@ def test_a_sweep_of_one_setting_draws_how_its_runs_spread_not_six_one_point_pane
     ticks = [line for line in fig.axes[0].get_lines() if line.get_marker() == "|"]
     assert sorted(ticks[0].get_xdata()) == pytest.approx([93.5, 94.0, 94.5, 95.0])   # every run drawn
     assert "the test accuracy of each run (one per seed), their mean and its 95 % interval" in text
+
+
+def test_settings_that_share_a_models_gflops_are_drawn_side_by_side_around_it_not_in_one_blob(tmp_path, monkeypatch):
+    import ablations.analysis.figures as figs
+
+    piled = [{"sweep": s, "value": v, "gflops": 0.006, "acc_mean": 0.975, "acc_low": 0.97, "acc_high": 0.98,
+              "seeds": 3} for s, v in (("attn", "bmm"), ("attn", "sdpa"), ("pos", "learned"), ("pos", "none"))]
+    alone = [{"sweep": "depth", "value": 6, "gflops": 0.0085, "acc_mean": 0.977, "acc_low": 0.97, "acc_high": 0.985,
+              "seeds": 3}]
+    drawn = {}
+    real = figs.save
+    monkeypatch.setattr(figs, "save", lambda fig, where, **kw: drawn.setdefault("fig", fig) and real(fig, where, **kw))
+    figs.accuracy_vs_gflops(pd.DataFrame(piled + alone), tmp_path / "p.png")
+    ax = drawn["fig"].axes[0]
+    xs = sorted(float(x) for c in ax.containers for x in c.lines[0].get_xdata())
+    pile = [x for x in xs if abs(np.log(x / 0.006)) < 0.3]
+    assert len(set(pile)) == 4 and max(abs(np.log(x / 0.006)) for x in pile) <= figs.DODGE_MAX + 1e-9
+    assert np.exp(np.mean(np.log(pile))) == pytest.approx(0.006)     # centred on the models' GFLOPs
+    assert 0.0085 in xs                                               # a setting alone stays where it is
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sorted(label for label in labels if not label.startswith("Pareto")) == ["attn", "depth", "pos"]  # one per sweep

@@ -21,6 +21,7 @@ if TYPE_CHECKING:   # torch loads only with the figures that draw a model's tens
 DECIDED = {"worse": {"marker": "v", "ms": 8, "color": "C3"}, "equivalent": {"marker": "s", "ms": 7, "color": "C2"},
            "identical": {"marker": "D", "ms": 6, "color": "C2"}, "inconclusive": {"marker": "o", "ms": 6, "color": "C0"},
            "best": {}}
+DODGE, DODGE_MAX = 0.006, 0.2   # a pile of equal-GFLOPs settings spreads over ±(DODGE × its size) in ln(GFLOPs)
 DPI = 150  # a figure 10 in wide is 1,500 px: sharp where a README or a paper shows it ~800 px wide
 
 
@@ -230,19 +231,34 @@ def accuracy_vs_gflops(settings: pd.DataFrame, path: Path, what: str = "", facto
     fig, ax = subplots(figsize=(7.8, 4.2))
     colours = sns.color_palette("tab10" if settings["sweep"].nunique() <= 10 else "tab20", settings["sweep"].nunique())
     crowded = settings["gflops"].round(12).value_counts()      # settings that share one model's GFLOPs pile up
+    # a pile is drawn dodged: its settings side by side in sweep order over a band (log-x, DODGE per setting, at
+    # most ±DODGE_MAX) around its GFLOPs, which the axis still reads at the band's centre
+    ordered = settings.sort_values(["sweep"], kind="stable")
+    place = {}
+    for x, group in ordered.groupby(ordered["gflops"].round(12), sort=False):
+        half = min(DODGE_MAX, DODGE * len(group))
+        spread = np.exp(np.linspace(-half, half, len(group))) if len(group) > 1 else [1.0]
+        place.update({idx: x * f for idx, f in zip(group.index, spread)})
     for i, (sweep, group) in enumerate(settings.groupby("sweep", sort=True)):
         mean = 100 * group["acc_mean"].to_numpy()
         low, high = 100 * group["acc_low"].to_numpy(), 100 * group["acc_high"].to_numpy()
-        ax.errorbar(group["gflops"], mean, yerr=[mean - low, high - mean], fmt="os^vDP<>"[i % 8], ms=5, capsize=3,
-                    ls="none", label=sweep if not factors else f"{sweep} ({factors[sweep]})", color=colours[i])
+        xs = [place[idx] for idx in group.index]
+        alone = np.array([crowded[round(x, 12)] == 1 for x in group["gflops"]])
+        label = sweep if not factors else f"{sweep} ({factors[sweep]})"
+        for part, caps in ((alone, 3), (~alone, 0)):   # a pile's members without caps: they stand close together
+            if part.any():
+                ax.errorbar(np.asarray(xs)[part], mean[part], yerr=[(mean - low)[part], (high - mean)[part]],
+                            fmt="os^vDP<>"[i % 8], ms=5 if caps else 4, capsize=caps, lw=1.5 if caps else 1,
+                            ls="none", color=colours[i], label=label)
+                label = None   # one legend entry per sweep
         for x, y, value in zip(group["gflops"], mean, group["value"]):
             if crowded[round(x, 12)] == 1:   # a pile's labels would cover each other: its sweeps' sections name them
                 ax.annotate(str(value), (x, y), xytext=(5, 5), textcoords="offset points", fontsize=8,
                             color="0.15")   # dark: the sweeps' pale colours are hard to read as text
     piled = [(x, n) for x, n in crowded.items() if n > 1]
     if piled:
-        ax.text(0.01, 0.01, f"unlabelled: {sum(n for _, n in piled)} settings that share their GFLOPs with another",
-                transform=ax.transAxes, fontsize=7, color="0.35", va="bottom")
+        ax.text(0.01, 0.01, f"{sum(n for _, n in piled)} settings share a model's GFLOPs: side by side around it, "
+                f"unlabelled", transform=ax.transAxes, fontsize=7, color="0.35", va="bottom")
     if len(front) >= 2:
         ax.step(front["gflops"], 100 * front["acc_mean"], where="post", color="k", ls="--", lw=1,
                 label="Pareto front of the means")

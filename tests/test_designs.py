@@ -174,6 +174,7 @@ def test_the_report_draws_a_grid_and_states_its_interaction_only_when_there_is_o
     lines = "\n".join(report._sweep_section(spec, rows, SweepPaths.of(tmp_path / "out", spec.name), figures,
                                             margin=margin))
     assert (figures / "grid-grid.png").exists() and "![grid grid](figures/grid-grid.png)" in lines
+    assert "Training throughput: the runs' whole-run training throughput on cpu (test CPU)._" in lines   # where measured
     if claimed == "detected":
         assert "**Interaction of depth and lr detected**" in lines and "depth=2 at lr=0.004" in lines
     elif claimed == "within":   # a wide margin: the contrasts (s.e. about 1.5 points) are shown inside it

@@ -395,12 +395,14 @@ def tuning_curves(curves: dict[str, dict[tuple, float]], chosen: dict[str, tuple
     return save(fig, path)
 
 
-def grid_heatmaps(cells: pd.DataFrame, a: str, b: str, path: Path, title: str) -> Path:
+def grid_heatmaps(cells: pd.DataFrame, a: str, b: str, path: Path, title: str, throughput_from: str = "") -> Path:
     """A two-factor grid as three heat maps over (a, b): test accuracy (mean over seeds, its 95 % interval
-    printed beneath, the colours spanning the intervals), GMACs, and training throughput. `cells`: one row
-    per cell with columns a, b, acc_mean, acc_low, acc_high, gmacs, train_img_s."""
+    printed beneath, the colours spanning the intervals), GMACs, and training throughput, titled with where it
+    was measured (`throughput_from`: the host and the sitting). `cells`: one row per cell with columns a, b,
+    acc_mean, acc_low, acc_high, gmacs, train_img_s."""
     panels = [("test accuracy (%)", "acc_mean", "viridis"), ("GMACs per image", "gmacs", "mako"),
-              ("training throughput (img/s)", "train_img_s", "rocket")]
+              ("training throughput (img/s)" + (f": {throughput_from}" if throughput_from else ""), "train_img_s",
+               "rocket")]
     fig, axes = subplots(3, 1, figsize=(6.5, 3 * (0.75 * cells[a].nunique() + 1.4) + 0.6))   # stacked: the
     for ax, (label, column, cmap) in zip(axes, panels):                                        # cells' text stays legible
         table = cells.pivot(index=a, columns=b, values=column)
@@ -420,7 +422,7 @@ def grid_heatmaps(cells: pd.DataFrame, a: str, b: str, path: Path, title: str) -
             span = {"vmin": float(np.nanmin(low)), "vmax": float(np.nanmax(high))}
         sns.heatmap(pd.DataFrame(values, index=table.index, columns=table.columns), annot=notes, fmt="", cmap=cmap,
                     ax=ax, cbar=True, annot_kws={"fontsize": 9}, **span)
-        ax.set_title(label, fontsize=10)
+        ax.set_title(textwrap.fill(label, 80), fontsize=10)
         ax.set_xlabel(b)
         ax.set_ylabel(a)
     fig.suptitle(textwrap.fill(title, 75), fontsize=11)

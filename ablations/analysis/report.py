@@ -273,10 +273,12 @@ def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, pa
         cells.append({a: runs[a].iloc[0], b: runs[b].iloc[0], "acc_mean": s.acc.mean, "acc_low": s.acc.low,
                       "acc_high": s.acc.high, "gmacs": s.gmacs,
                       "train_img_s": step.median if step else float(runs["train_throughput_img_s"].median())})
-    source = "the cost phase's training step" if all(s.train.get("throughput_img_s") for s in f.settings) else (
-        "the runs' whole-run training throughput")
+    phase = all(s.train.get("throughput_img_s") for s in f.settings)
+    hosts = ", ".join(f"{h} ({n})" for h, n in ok.groupby(["host", "device_name"]).size().index) \
+        if "host" in ok and ok["host"].notna().all() else devices
+    source = f"the training step in the {f.cost_source}" if phase else f"the runs' whole-run training throughput on {hosts}"
     fig = figs.grid_heatmaps(pd.DataFrame(cells), a, b, figures / f"{spec.name}-grid.png",
-                             f"{spec.label} on {devices}: each cell's mean over seeds")
+                             f"{spec.label} on {devices}: each cell's mean over seeds", throughput_from=source)
     it = designs.interaction(spec, ok, paths.preds, margin)
     return [f"![{spec.name} grid](figures/{fig.name})", "",
             f"_Accuracy: mean over seeds with its 95 % interval beneath. Training throughput: {source}._", "",

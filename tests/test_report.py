@@ -770,3 +770,28 @@ def test_settings_that_share_a_models_gflops_are_drawn_side_by_side_around_it_no
     assert 0.0085 in xs                                               # a setting alone stays where it is
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert sorted(label for label in labels if not label.startswith("Pareto")) == ["attn", "depth", "pos"]  # one per sweep
+
+
+def test_the_experiment_of_a_design_present_is_reported_though_a_quick_check_trained_after_it(tmp_path):
+    """An adaptive sweep, then a quick one-epoch check at a fixed seed (which removes the design), then the adaptive
+    command again (nothing new; it writes the design back): the table's newest runs are the check's, yet the last
+    command was the adaptive one, so the report shows its experiment and leaves the check out, saying why."""
+    from ablations.analysis.stats import ALPHA
+    from ablations.results import plans
+
+    for seed in range(3):
+        write_run(tmp_path, 1, seed, mask(range(150 + 10 * seed)))
+        write_run(tmp_path, 2, seed, mask(range(50 + 5 * seed)))
+    paths = SweepPaths.of(tmp_path, "depth")
+    auto, quick = hexid("the adaptive sweep"), hexid("a quick check")
+    table = read_table(paths.rows).assign(experiment_id=auto)
+    check = table[table["seed"] == 0].assign(experiment_id=quick, epochs=2, started_at="2026-02-01T00:00:00",
+                                             run_id=lambda t: t["run_id"].str.replace("000000", "00000a", n=1))
+    for run in check["run_id"]:   # the check's predictions: the same as seed 0's
+        (paths.preds / f"{run}.npz").write_bytes((paths.preds / f"{run.replace('00000a', '000000', 1)}.npz").read_bytes())
+    pd.concat([table, check]).to_csv(paths.rows, index=False)
+    plans.write_plan(paths, plans.new_plan(0.005, ALPHA, 10, (3, 5), experiment=auto))
+    text = build_report(tmp_path).read_text()
+    assert "Adaptive seeds (SEEDS=auto)" in text and "Seeds 0, 1, 2;" in text
+    assert "2 run(s) of another experiment (epochs 2 vs 1) left out: a table is reported as one experiment, the one " \
+           "of the sweep's SEEDS=auto design" in text

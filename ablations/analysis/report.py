@@ -490,7 +490,11 @@ def _read_table(path: Path, table: pd.DataFrame, spec: SweepSpec) -> pd.DataFram
         if len(table.columns):
             skipped(f"{path}: no column(s) {', '.join(missing)}; file skipped (not a sweep table of this version?)")
         return None
-    table, notes = newest_experiment(latest_rows(table), spec.varied)
+    try:
+        plan = design_plans.read_plan(SweepPaths.of(path.parent.parent, spec.name))
+    except ValueError:
+        plan = None   # named under Skipped inputs by the sweep's analysis
+    table, notes = newest_experiment(latest_rows(table), spec.varied, prefer=(plan or {}).get("experiment"))
     for note in notes:
         skipped(f"{path}: {note}")
     return designs.with_settings(spec, table)

@@ -124,14 +124,20 @@ def latest_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.loc[finished.index.union(failed.index)]
 
 
-def newest_experiment(rows: pd.DataFrame, factor: str | Collection[str]) -> tuple[pd.DataFrame, list[str]]:
-    """(the rows of the experiment of the newest ok row, one sentence per group of rows left out)."""
+def newest_experiment(rows: pd.DataFrame, factor: str | Collection[str],
+                      prefer: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """(the rows of the experiment of the newest ok row, one sentence per group of rows left out). `prefer`: an
+    `experiment_id` to report instead where the table has runs of it (a SEEDS=auto design's: its file is removed by
+    any later command at fixed seeds, so a design present names the experiment of the sweep's last command)."""
     if rows.empty:
         return rows, []
     ok = rows.reset_index(drop=True)
     order = ok["started_at"].astype(str) if "started_at" in ok else pd.Series([""] * len(ok))
     succeeded = ok["status"] == "ok" if "status" in ok else pd.Series([True] * len(ok))
     candidates = [i for i in range(len(ok)) if succeeded[i]] or list(range(len(ok)))
+    if prefer and "experiment_id" in ok:
+        chosen = [i for i in candidates if str(ok.loc[i, "experiment_id"]) == prefer]
+        candidates = chosen or candidates
     newest = ok.loc[max(candidates, key=lambda i: (order[i], i))]  # started_at has whole seconds: a later line wins ties
     keys = [experiment_key(r, factor) for _, r in ok.iterrows()]
     target = experiment_key(newest, factor)
@@ -144,6 +150,8 @@ def newest_experiment(rows: pd.DataFrame, factor: str | Collection[str]) -> tupl
             groups.setdefault(k, []).append(i)
     for members in groups.values():
         first = ok.loc[members[0]]
+        which = ("the one of the sweep's SEEDS=auto design" if prefer and str(newest.get("experiment_id")) == prefer
+                 else "the newest")
         notes.append(f"{len(members)} run(s) of another experiment ({differences(first, newest, factor)}) left "
-                     f"out: a table is reported as one experiment, the newest; use another OUT to keep both")
+                     f"out: a table is reported as one experiment, {which}; use another OUT to keep both")
     return kept, notes

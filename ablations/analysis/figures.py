@@ -105,7 +105,9 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> P
         yerr = [np.clip(np.nan_to_num(centre - low), 0, None), np.clip(np.nan_to_num(high - centre), 0, None)]
         ax.errorbar(x, centre, yerr=yerr, fmt="-" if numeric else "none", capsize=4, color="C0")
         copied = [i for i, d in enumerate(settings) if d.get("reused")] if ylabel.startswith("training run") else []
-        own = [i for i in range(len(x)) if i not in copied]
+        marked = {i for i, d in enumerate(settings) if d.get("decided") not in (None, "best")} \
+            if ylabel == accuracy and paired else set()   # drawn below with the verdict's marker instead
+        own = [i for i in range(len(x)) if i not in copied and i not in marked]
         ax.plot([x[i] for i in own], centre[own], "o", ms=6, color="C0")
         if copied:
             ax.plot([x[i] for i in copied], centre[copied], "o", ms=7, mfc="white", mec="C0",

@@ -3,6 +3,7 @@ only outside the noise, failed and missing sweeps named, the method stated, and 
 
 import dataclasses
 import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -400,6 +401,18 @@ def test_no_command_writes_into_the_reference_unless_told_and_the_report_compare
     section = text.split("## against the reference", 1)[1].split("\n## ", 1)[0]
     assert "| depth | depth=1 | 3 | 84.00 | 84.00 | +0.00 [+0.00, +0.00] | identical predictions |" in section
     assert "| depth | depth=2 | 3 |" in section and "-0.10 [" in section
+    row = next(line for line in section.splitlines() if line.startswith("| depth | depth=2 |"))
+    low, high = (float(v) for v in re.search(r"\[([-+0-9.]+), ([-+0-9.]+)\]", row).groups())
+    assert row.endswith("| same within noise |") and low < -0.5   # its interval reaches past the margin
+    correct = mask(range(51))   # one image apart from the reference's run instead of three: the interval narrows
+    write_run_preds.write_bytes(save_preds(torch.where(torch.as_tensor(correct), target, (target + 1) % 10), target))
+    rows.loc[rows["run_id"] == "000002000000", "test_acc"] = 0.949
+    rows.to_csv(SweepPaths.of(mine, "depth").rows, index=False)
+    section = build_report(mine, reference=reference).read_text().split("## against the reference", 1)[1]
+    row = next(line for line in section.splitlines() if line.startswith("| depth | depth=2 |"))
+    low, high = (float(v) for v in re.search(r"\[([-+0-9.]+), ([-+0-9.]+)\]", row).groups())
+    assert -0.5 <= low and high <= 0.5 and row.endswith("| equivalent (within ±0.5) |"), row
+    assert "What this comparison could see: its intervals' median half-width is " in section
 
 
 def test_every_section_stays_when_every_cost_round_ran_under_load(tmp_path):

@@ -665,10 +665,18 @@ def _reference_section(mine: Tables, theirs: Tables) -> list[str]:
                        else "."))
         lines += ["| sweep | point | seeds | here % | reference % | here − reference (points) [simultaneous 95 % interval] | |",
                   "|---|---|---|---|---|---|---|"]
+        margin = 100 * MARGIN
         for r in table.itertuples():
             verdict = {"A higher": "higher here", "B higher": "lower here"}.get(r.verdict, r.verdict)
+            if r.verdict == "same within noise" and -margin <= r.low_pts and r.high_pts <= margin:   # all inside
+                verdict = f"equivalent (within ±{margin:g})"
             lines.append(f"| {r.sweep} | {r.point} | {r.seeds} | {100 * r.acc_a:.2f} | {100 * r.acc_b:.2f} | "
                          f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}] | {verdict} |")
+        half = ((table["high_pts"] - table["low_pts"]) / 2).median()
+        lines += ["", f"What this comparison could see: its intervals' median half-width is {half:.2f} points, so "
+                      f"\"same within noise\" says no difference of about that size was found, not that the two "
+                      f"agree; a point is called equivalent only where its whole interval lies within ±{margin:g} "
+                      f"points (more common seeds narrow the intervals)."]
         lines.append("")
     compared = set(table["sweep"])
     for sweep in sweep_names(out):

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablations.analysis import designs, findings
+from ablations.analysis import designs, findings, sittings
 from ablations.analysis import figures as figs
 from ablations.analysis.findings import CHANCE_SDS, POWER_DELTA, seed_ranges
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
@@ -182,6 +182,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
              f"{test}; device {devices}.", "", *([learning, ""] if learning else []),
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
              findings.verdict_sentence(f), "", *([design_note, ""] if design_note else []),
+             *([sitting, ""] if (sitting := sittings.sittings_line(sittings.check_sittings(ok, factor), factor)) else []),
              *([findings.cost_sentence(f), ""] if len(f.settings) > 1 else []),
              *_sharing_note(ok, phase is not None), _base_line(rows, spec),
              "", findings.table_markdown(f), ""]
@@ -451,6 +452,12 @@ def method(margin: float = MARGIN) -> str:
   intervals cover the test images only: one seed says nothing of the variation between training
   seeds), for a sweep whose best setting is itself at chance (nothing was learned, so nothing is known
   about the factor), or without saved predictions.
+- **Sittings.** A sweep's runs can come from several sittings (another commit, host, processor, thread
+  count or precision: a sweep resumed later, or runs shared with other sweeps by run id). With the
+  settings' own differences taken out (least squares, accuracy ~ setting + sitting), an F test asks whether
+  the sittings still differ; at p < 0.05 the section says so in bold, since its verdicts pool runs that are
+  then not interchangeable. Where each setting was trained in a sitting of its own, the two cannot be told
+  apart, and the section says that instead.
 - **Cost.** Before training, every point of a command's sweeps is measured side by side in
   interleaved rounds (each round measures every point once, the starting point rotating) with nothing
   else running: an inference step and the training step the runs train with (forward, backward, clipping,

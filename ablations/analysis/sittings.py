@@ -1,0 +1,89 @@
+"""Whether a sweep's runs are exchangeable across the sittings they were trained in.
+
+A verdict pools each setting's runs as draws of one experiment. Runs of one run id can come from different
+sittings: another commit of vitbench, another host or CPU, another thread count or precision (a sweep resumed
+later, or runs shared with other sweeps through their run ids). Where that changed what a run computes, or
+where the runs of a sitting are otherwise unlike the others, the pooled mean carries it. A sitting here is
+one combination of the row columns in SITTING_COLUMNS. With the settings' own differences taken out (a
+two-way additive model of each run's test accuracy: setting + sitting, least squares), an F test of that
+model against the settings' alone (statsmodels' `compare_f_test`, the sittings' columns counted by the
+design's rank) asks whether the sittings still differ. Where every setting was trained in a sitting
+of its own, no test can tell the settings' differences from the sittings', and that is said instead."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+SITTING_COLUMNS = ("git_sha", "host", "device_name", "torch_threads", "dtype")
+WORDS = {"git_sha": "commit", "host": "host", "device_name": "processor", "torch_threads": "thread count",
+         "dtype": "precision"}
+ALPHA_SITTINGS = 0.05
+
+
+@dataclass(frozen=True)
+class SittingCheck:
+    """sittings: how many; varied: {column word: distinct values}; f, p: the F test of a sitting effect with the
+    settings' differences taken out (None where no setting spans two sittings); runs: runs tested."""
+    sittings: int
+    varied: dict[str, int]
+    f: float | None
+    p: float | None
+    runs: int
+
+    @property
+    def differ(self) -> bool:
+        return self.p is not None and self.p < ALPHA_SITTINGS
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{n} {word}{'s' if n > 1 else ''}" for word, n in self.varied.items())
+        return f"{self.sittings} sittings ({parts})"
+
+
+def check_sittings(ok: pd.DataFrame, factor: str) -> SittingCheck | None:
+    """The sitting check of a sweep's ok rows (`factor`: the column that names each row's setting); None where
+    all its runs come from one sitting or the rows cannot say."""
+    columns = [c for c in SITTING_COLUMNS if c in ok and ok[c].notna().any()]
+    if not columns or factor not in ok or len(ok) < 3:
+        return None
+    cells = ok[columns].apply(lambda c: c.map(lambda v: "" if v is None or v != v else str(v)))   # blank: unknown
+    sitting = cells.agg("|".join, axis=1)
+    if sitting.nunique() < 2:
+        return None
+    known = {c: cells.loc[cells[c] != "", c].nunique() for c in columns}   # a blank: rows from before the column
+    varied = {WORDS[c]: int(n) for c, n in known.items() if n > 1}
+    data = pd.DataFrame({"acc": 100 * pd.to_numeric(ok["test_acc"], errors="coerce"),
+                         "setting": ok[factor].astype(str), "sitting": sitting}).dropna()
+    spanning = (data.groupby("setting")["sitting"].nunique() > 1).any()
+    if not spanning:
+        return SittingCheck(int(sitting.nunique()), varied, None, None, len(data))
+    import warnings
+
+    import statsmodels.formula.api as smf
+
+    one = data["setting"].nunique() == 1
+    with warnings.catch_warnings():   # a sitting that holds one setting alone leaves the design rank-deficient: the
+        warnings.simplefilter("ignore")   # nested test below counts the sittings' columns by the matrix's rank
+        full = smf.ols("acc ~ C(sitting)" if one else "acc ~ C(setting) + C(sitting)", data).fit()
+        reduced = smf.ols("acc ~ 1" if one else "acc ~ C(setting)", data).fit()
+        if full.df_resid < 1 or full.df_model <= reduced.df_model:
+            return SittingCheck(int(sitting.nunique()), varied, None, None, len(data))
+        f, p, _ = full.compare_f_test(reduced)
+    return SittingCheck(int(sitting.nunique()), varied, float(f), float(p), len(data))
+
+
+def sittings_line(check: SittingCheck | None, factor: str) -> str:
+    """The report's sentence on a sweep's sittings ('' where its runs come from one)."""
+    if check is None:
+        return ""
+    if check.p is None:
+        return (f"Runs from {check.describe()}, each setting's in a sitting of its own: a difference between "
+                f"{factor} settings here cannot be told apart from one between sittings.")
+    if check.differ:
+        return (f"**Runs differ by sitting.** These {check.runs} runs come from {check.describe()}; with the "
+                f"settings' own differences taken out their accuracy still differs between sittings (F = "
+                f"{check.f:.2f}, p = {check.p:.2g}), so runs of one setting trained at different times or places are "
+                f"not interchangeable here, and a verdict that pools them can reflect when or where they trained.")
+    return (f"Runs from {check.describe()}: no difference between sittings detected with the settings' own "
+            f"differences taken out (F = {check.f:.2f}, p = {check.p:.2g}).")

@@ -1,0 +1,70 @@
+"""The sitting check: runs of one sweep trained in different sittings (commits, hosts, thread counts) are tested
+for an effect of the sitting with the settings' own differences taken out; its error rates on simulated sweeps
+whose answer is known, and what the report says."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ablations.analysis.sittings import ALPHA_SITTINGS, check_sittings, sittings_line
+
+
+def sweep(rng, shift=0.0, settings=(0.0, 0.2, 0.4, 0.1), seeds=12, sd=0.3, split=6):
+    """A sweep's ok rows: each setting's runs at seeds 0..seeds-1, the first `split` seeds at one commit and the
+    rest at another, whose runs score `shift` points higher."""
+    rows = []
+    for k, effect in enumerate(settings):
+        for s in range(seeds):
+            late = s >= split
+            rows.append({"depth": k + 1, "seed": s, "git_sha": "b" if late else "a", "host": "vm",
+                         "test_acc": (97.5 + effect + (shift if late else 0.0) + rng.normal(0, sd)) / 100})
+    return pd.DataFrame(rows)
+
+
+def test_no_sitting_effect_is_flagged_at_about_alpha_and_a_real_one_nearly_always():
+    """400 simulated sweeps each way (4 settings × 12 seeds, seed s.d. 0.3 points, seeds 0-5 and 6-11 in two
+    commits): with no effect of the commit the check fires at about α; a 0.3-point shift is found nearly always."""
+    rng = np.random.default_rng(0)
+    null = np.mean([check_sittings(sweep(rng), "depth").differ for _ in range(400)])
+    assert abs(null - ALPHA_SITTINGS) < 0.03, null           # binomial s.e. at 400 draws: 1.1 points
+    power = np.mean([check_sittings(sweep(rng, shift=0.3), "depth").differ for _ in range(400)])
+    assert power > 0.85, power
+
+
+def test_runs_from_one_sitting_are_not_checked_and_settings_each_in_a_sitting_of_their_own_are_said_confounded():
+    rng = np.random.default_rng(1)
+    one = sweep(rng).assign(git_sha="a")
+    assert check_sittings(one, "depth") is None and sittings_line(None, "depth") == ""
+    confounded = sweep(rng).assign(git_sha=lambda t: t["depth"].astype(str))   # each setting at its own commit
+    check = check_sittings(confounded, "depth")
+    assert check.p is None and check.sittings == 4 and check.varied == {"commit": 4}
+    assert "each setting's in a sitting of its own: a difference between depth settings here cannot be told apart " \
+           "from one between sittings" in sittings_line(check, "depth")
+
+
+def test_one_setting_over_many_seeds_is_tested_across_its_sittings_and_the_line_names_what_varied():
+    rng = np.random.default_rng(2)
+    rows = sweep(rng, shift=0.5, settings=(0.0,), seeds=48, split=12).assign(host=lambda t: np.where(t.seed < 30, "vm", "gpu"))
+    check = check_sittings(rows, "depth")
+    assert check.differ and check.varied == {"commit": 2, "host": 2} and check.runs == 48
+    line = sittings_line(check, "depth")
+    assert line.startswith("**Runs differ by sitting.** These 48 runs come from 3 sittings (2 commits, 2 hosts)")
+    assert f"p = {check.p:.2g}" in line
+
+
+def test_the_committed_reference_says_which_sweeps_runs_differ_by_sitting():
+    """The reference's seeds sweep (one setting, 48 seeds over five commits and two processors): its later seeds
+    score higher than seeds 0-11, and its section says so."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "results" / "reference" / "REPORT.md").read_text()
+    seeds = text.split("\n## seeds", 1)[1].split("\n## ", 1)[0]
+    assert "**Runs differ by sitting.** These 48 runs come from 5 sittings (5 commits, 2 processors)" in seeds
+
+
+@pytest.mark.parametrize("blank", [True, False])
+def test_a_column_blank_in_older_rows_splits_the_sittings_but_is_not_counted_as_a_value(blank):
+    rng = np.random.default_rng(3)
+    rows = sweep(rng).assign(torch_threads=lambda t: np.where(t.seed < 6, np.nan if blank else 2.0, 1.0))
+    check = check_sittings(rows, "depth")
+    assert check.sittings == 2 and check.varied == ({"commit": 2} if blank else {"commit": 2, "thread count": 2})

@@ -808,3 +808,19 @@ def test_the_experiment_of_a_design_present_is_reported_though_a_quick_check_tra
     assert "Adaptive seeds (SEEDS=auto)" in text and "Seeds 0, 1, 2;" in text
     assert "2 run(s) of another experiment (epochs 2 vs 1) left out: a table is reported as one experiment, the one " \
            "of the sweep's SEEDS=auto design" in text
+
+
+def test_a_verdict_on_runs_that_other_sweeps_share_names_those_sweeps(tmp_path):
+    """depth=2's runs (the best, decided better than depth=1) are also another sweep's through their run ids: the
+    section names it; without such sharing there is no line."""
+    from ablations.analysis import report
+
+    ten_points_apart(tmp_path)
+    paths = SweepPaths.of(tmp_path, "depth")
+    rows = read_table(paths.rows)
+    f = analyse(rows, "depth", [1, 2], paths.preds, None)
+    ok = rows[rows["status"] == "ok"]
+    shared = {r: {"depth", "heads"} for r in ok.loc[ok["depth"] == 2, "run_id"].astype(str)}
+    line = report._shared_line("depth", "depth", f, ok, shared)
+    assert line.startswith("Shared runs: depth=2's runs are also the heads sweep's (same run ids)")
+    assert report._shared_line("depth", "depth", f, ok, {r: {"depth"} for r in ok["run_id"].astype(str)}) == ""

@@ -155,8 +155,38 @@ def _trained_model(row: pd.Series, paths: SweepPaths):
     return model
 
 
+def _sweeps_of_runs(tables: dict[str, pd.DataFrame]) -> dict[str, set[str]]:
+    """{run_id: the sweeps whose shown ok rows hold it}."""
+    found: dict[str, set[str]] = {}
+    for name, table in tables.items():
+        for run in table.loc[table["status"] == "ok", "run_id"].astype(str):
+            found.setdefault(run, set()).add(name)
+    return found
+
+
+def _shared_line(sweep: str, factor: str, f: findings.SweepFindings, ok: pd.DataFrame,
+                 sweeps_of: dict[str, set[str]]) -> str:
+    """Which of the settings a verdict decided rest on runs that other sweeps' verdicts rest on too ('' if none)."""
+    v = f.verdict
+    if v is None or not sweeps_of:
+        return ""
+    decided = [v.best, *v.beats, *v.equivalent] if (v.beats or v.equivalent) else []
+    named = []
+    for value in decided:
+        runs = ok.loc[ok[factor] == value, "run_id"].astype(str)
+        others = sorted(set().union(*(sweeps_of.get(r, set()) for r in runs)) - {sweep})
+        if others:
+            named.append(f"{factor}={value}'s runs are also the {', '.join(others)} "
+                         f"{'sweeps' if len(others) > 1 else 'sweep'}'{'' if len(others) > 1 else 's'}")
+    if not named:
+        return ""
+    return (f"Shared runs: {'; '.join(named)} (same run ids): one set of runs carries a verdict in each, so a "
+            f"lucky or unlucky draw of them moves all of those verdicts together.")
+
+
 def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path,
-                   tuning: designs.Tuning | None = None, margin: float = MARGIN) -> list[str]:
+                   tuning: designs.Tuning | None = None, margin: float = MARGIN,
+                   sweeps_of: dict[str, set[str]] | None = None) -> list[str]:
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
     phase = latest_cost_phase(paths)
     f, rows, design_note = findings.analyse_sweep(rows, factor, order, paths, phase, spec.margin or margin)
@@ -183,6 +213,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
              findings.verdict_sentence(f), "", *([design_note, ""] if design_note else []),
              *([sitting, ""] if (sitting := sittings.sittings_line(sittings.check_sittings(ok, factor), factor)) else []),
+             *([shared, ""] if (shared := _shared_line(sweep, factor, f, ok, sweeps_of or {})) else []),
              *([findings.cost_sentence(f), ""] if len(f.settings) > 1 else []),
              *_sharing_note(ok, phase is not None), _base_line(rows, spec),
              "", findings.table_markdown(f), ""]
@@ -630,7 +661,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
         failed = rows[rows["status"] != "ok"]
         if (rows["status"] == "ok").any():
             lines += _guarded(f"the {sweep} sweep's section", _sweep_section, spec, rows, SweepPaths.of(out, sweep),
-                              figures, tunings.get(sweep), margin)
+                              figures, tunings.get(sweep), margin, _sweeps_of_runs(tables))
         if len(failed):
             lines.append(f"Failed runs ({len(failed)}), not counted above:")
             for _, r in failed.iterrows():

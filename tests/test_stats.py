@@ -406,3 +406,29 @@ def test_per_pair_false_positives_stay_within_alpha_at_many_seeds_where_settings
     low, high = proportion_confint(hits, trials, alpha=0.05, method="beta")
     assert low <= ALPHA, f"{hits}/{trials} false positives at {seeds} seeds: above α"
     assert high >= ALPHA / 2, f"{hits}/{trials}: far below α, the test is deaf"
+
+
+def test_the_interval_of_p_a_beats_b_covers_a_coin_flip_on_real_same_setting_runs_and_excludes_it_when_runs_separate():
+    """P(a beats b) with Newcombe's score interval: on real runs of one setting (the reference's seeds sweep, 48
+    seeds), split at random into a and b (true P = 1/2), the 95 % interval covers 1/2 at least 95 % of the time at 5
+    and at 12 runs a side; runs that separate completely (8 against 8) exclude it."""
+    from pathlib import Path
+
+    from ablations.analysis.stats import probability_of_improvement, win_interval
+    from ablations.results.schema import read_table
+
+    table = read_table(Path(__file__).resolve().parents[1] / "results" / "reference" / "ablations" / "seeds.csv")
+    acc = table.loc[table["status"] == "ok", "test_acc"].astype(float).to_numpy()
+    assert len(acc) == 48
+    rng = np.random.default_rng(0)
+    for k in (5, 12):
+        covered = []
+        for _ in range(4000):
+            draw = rng.permutation(acc)[:2 * k]
+            win = probability_of_improvement(draw[:k], draw[k:])
+            low, high = win_interval(win, k, k)
+            covered.append(low <= 0.5 <= high)
+        assert np.mean(covered) >= 0.945, (k, np.mean(covered))   # ≥ 95 % less 2 s.e. of 4,000 draws
+    low, high = win_interval(probability_of_improvement(np.arange(8) + 10.0, np.arange(8)), 8, 8)
+    assert high == 1.0 and low > 0.5
+    assert win_interval(0.5, 5, 5)[0] < 0.5 < win_interval(0.5, 5, 5)[1]

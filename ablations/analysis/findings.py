@@ -651,9 +651,9 @@ def comparisons_markdown(f: SweepFindings) -> str:
     within = _margin_text(f.margin)
     nominal = " (nominal, last look)" if f.design is not None else ""
     lines = [f"| {f.factor} a | {f.factor} b | a − b (points) [95 % interval] | Holm p{nominal}: differ / within {within} | "
-             f"P(a beats b) on a fresh seed | verdict |", "|---|---|---|---|---|---|"]
+             f"P(a beats b) on a fresh seed [95 %] | verdict |", "|---|---|---|---|---|---|"]
     for c in f.comparisons:
-        win = "—" if c.win != c.win else f"{c.win:.2f}"
+        win = "—" if c.win != c.win else f"{c.win:.2f} [{c.win_low:.2f}, {c.win_high:.2f}]"
         if c.identical:
             lines.append(f"| {c.a} | {c.b} | 0 (same predictions) | — | {win} | identical |")
             continue
@@ -668,6 +668,10 @@ def comparisons_markdown(f: SweepFindings) -> str:
     if any(c.identical for c in f.comparisons):
         notes.append("identical: seed by seed, the two settings' runs predicted the same class for every test "
                      "image; an observation, not a test.")
+    if any(c.win == c.win for c in f.comparisons):
+        notes.append("P(a beats b): the share of pairs of runs (one of a, one of b) where a's scored higher, ties "
+                     "counting half (Mann–Whitney), with its 95 % score interval (Newcombe 2006, a t quantile on "
+                     "the runs' degrees of freedom); an interval that holds 0.5 says a fresh seed could go either way.")
     if any(c.win != c.win for c in f.comparisons if not c.identical):
         notes.append(f"P(a beats b) is given from {MIN_WIN_SEEDS} seeds a setting (—): from fewer it takes a "
                      f"handful of values and reads as certainty.")

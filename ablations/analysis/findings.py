@@ -328,19 +328,33 @@ def design_sentence(f: SweepFindings) -> str:
             + ("Decided: " + "; ".join(crossed) + "." if crossed else "Nothing was decided.") + left)
 
 
+LUCKY_PERMUTATIONS = 1000   # draws of the flag's permutation test (seeded: the same answer on every call)
+
+
 def lucky_draw(correct: np.ndarray, level: float = 0.05) -> tuple[float, float] | None:
     """(the runs' s.d. of accuracy, the s.d. coin flips alone give one run) where, from 3 seeds on, the runs
-    agree more closely than coin flips would let them with probability 1 − level: the seed × image coin
-    flips (each image's spread over seeds, summed) set a floor on how far runs of one setting differ, and
-    an observed spread under the floor's `level` quantile is a draw whose interval is likely too narrow."""
+    agree more closely than coin flips would let them: the seed × image coin flips set a floor on how far runs
+    of one setting differ, and a spread under it is a draw whose interval is likely too narrow. The test is
+    exact given each image's count of right answers over the runs: under coin flips alone (each image right or
+    wrong in each run independently) every way of placing an image's right answers among the runs is equally
+    likely, so the runs' spread is compared with its spread over LUCKY_PERMUTATIONS such placements; the flag
+    fires where at most `level` of them spread as little (counting ties against the flag)."""
     runs = len(correct)
     if runs < 3:
         return None
     n = correct.shape[1]
     coin = float(correct.var(0, ddof=1).mean()) / n
-    seen = float(correct.mean(1).var(ddof=1))
-    if coin > 0 and seen < coin * sps.chi2.ppf(level, runs - 1) / (runs - 1):
-        return math.sqrt(seen), math.sqrt(coin)
+    right = correct.sum(0)
+    border = (right > 0) & (right < runs)   # images every run got right, or none did, place no answer
+    if coin <= 0 or not border.any():
+        return None
+    seen = float(correct.sum(1).var(ddof=1))
+    rng = np.random.default_rng(0)
+    ranks = rng.random((LUCKY_PERMUTATIONS, runs, int(border.sum()))).argsort(1).argsort(1)
+    placed = (ranks < right[border]).sum(2) + correct[:, ~border].sum(1)    # each placement's runs' totals
+    spread = placed.var(1, ddof=1)
+    if (np.sum(spread <= seen + 1e-9) + 1) / (LUCKY_PERMUTATIONS + 1) <= level:
+        return math.sqrt(seen) / n, math.sqrt(coin)
     return None
 
 

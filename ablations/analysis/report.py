@@ -483,6 +483,10 @@ def method(margin: float = MARGIN) -> str:
   intervals cover the test images only: one seed says nothing of the variation between training
   seeds), for a sweep whose best setting is itself at chance (nothing was learned, so nothing is known
   about the factor), or without saved predictions.
+- **Lucky draws (◊).** Runs of one setting differ at least by coin flips: images that a run gets right or wrong
+  by chance. A setting whose runs agree more closely than that is marked ◊ (its interval is likely too narrow):
+  an exact test given each image's count of right answers, comparing the runs' spread with its spread over
+  1,000 random placements of those answers among the runs (at most 5 % of them as tight).
 - **Sittings.** A sweep's runs can come from several sittings (another commit, host, processor, thread
   count or precision: a sweep resumed later, or runs shared with other sweeps by run id). With the
   settings' own differences taken out (least squares, accuracy ~ setting + sitting), an F test asks whether

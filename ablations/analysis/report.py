@@ -16,7 +16,7 @@ from ablations.analysis import designs, findings, sittings
 from ablations.analysis import figures as figs
 from ablations.analysis.findings import CHANCE_SDS, POWER_DELTA, seed_ranges
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
-from ablations.choices import AUGMENTATION, default_augmentation, say, with_makefile
+from ablations.choices import AUGMENTATION, LOOKS, default_augmentation, say, with_makefile
 from ablations.results import plans as design_plans
 from ablations.results.experiments import differences, latest_rows, newest_experiment
 from ablations.results.schema import read_table
@@ -483,6 +483,20 @@ def method(margin: float = MARGIN) -> str:
   intervals cover the test images only: one seed says nothing of the variation between training
   seeds), for a sweep whose best setting is itself at chance (nothing was learned, so nothing is known
   about the factor), or without saved predictions.
+- **Adaptive seeds (SEEDS=auto).** A sweep trained under the sequential design looks at its runs after
+  {"/".join(str(k) for k in LOOKS)} seeds per setting (or the looks its design file names). At each look every
+  pair with the leader is tested as above, Holm over the pairs, at that look's nominal level: α spent over
+  the looks by O'Brien–Fleming's function (Lan & DeMets), so that one comparison's chance of a false decision
+  at any look stays α. A setting decided against the leader trains no more seeds; the others go on to the next
+  look. The levels are those of one comparison, with Holm over the pairs inside each look: across looks and
+  pairs together the family-wise error is close to α but not bounded by it exactly. The intervals printed
+  beside a sequential verdict are each pair's own at the last look, not adjusted for the looks (not repeated
+  confidence intervals). A setting with a failed run is left out of the design, and its headline says so.
+- **The reference comparison** pairs each point (model, recipe, data and seed) trained both here and in the
+  reference and gives the difference with an interval over the common seeds and the test images,
+  simultaneous over the points compared (Bonferroni); it states the intervals' median half-width (what
+  difference it could have seen) and calls a point equivalent only where its whole interval lies within the
+  margin.
 - **Lucky draws (◊).** Runs of one setting differ at least by coin flips: images that a run gets right or wrong
   by chance. A setting whose runs agree more closely than that is marked ◊ (its interval is likely too narrow):
   an exact test given each image's count of right answers, comparing the runs' spread with its spread over

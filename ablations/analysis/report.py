@@ -483,7 +483,7 @@ def method(margin: float = MARGIN) -> str:
   intervals cover the test images only: one seed says nothing of the variation between training
   seeds), for a sweep whose best setting is itself at chance (nothing was learned, so nothing is known
   about the factor), or without saved predictions.
-- **Adaptive seeds (SEEDS=auto).** A sweep trained under the sequential design looks at its runs after
+- **The sequential design (SEEDS=auto).** A sweep trained under it looks at its runs after
   {"/".join(str(k) for k in LOOKS)} seeds per setting (or the looks its design file names). At each look every
   pair with the leader is tested as above, Holm over the pairs, at that look's nominal level: α spent over
   the looks by O'Brien–Fleming's function (Lan & DeMets), so that one comparison's chance of a false decision

@@ -32,6 +32,7 @@ from ablations.analysis.stats import (
     contrast,
     detectable_difference,
     seeds_needed,
+    seeds_to_decide,
     verdict,
 )
 from ablations.choices import LOOKS, say
@@ -659,6 +660,20 @@ OUTCOME_WORDS = {"better": "a better", "worse": "b better", "equivalent": "equiv
                  "identical": "identical"}
 
 
+SEEDS_SHOWN = 200   # an undecided pair that needs more seeds than this is said to need "over 200"
+
+
+def _undecided(f: SweepFindings, c: Comparison) -> str:
+    """What would decide an inconclusive pair: ' (needs ~N seeds)', ' (needs over SEEDS_SHOWN seeds)' or ' (not
+    decidable on this test set)' at its current difference and variances (`stats.seeds_to_decide`)."""
+    seeds = {s.value: len(s.seeds) for s in f.settings}
+    now = min(seeds.get(c.a, 0), seeds.get(c.b, 0))
+    need = seeds_to_decide(c, now, len(f.comparisons or []), most=SEEDS_SHOWN)
+    if need is None:
+        return " (not decidable on this test set)" if c.parts is not None else ""
+    return f" (needs over {SEEDS_SHOWN} seeds)" if need > SEEDS_SHOWN else f" (needs ~{need} seeds)"
+
+
 def comparisons_markdown(f: SweepFindings) -> str:
     if not f.comparisons:
         return ""
@@ -673,6 +688,8 @@ def comparisons_markdown(f: SweepFindings) -> str:
             continue
         mark = " ⁼" if c.paired else ""
         outcome, at = pair_outcome(f, c)
+        if outcome == "inconclusive":
+            at = _undecided(f, c)
         lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}]{mark} | "
                      f"{c.p_holm:.3g} / {c.p_equiv_holm:.3g} | {win} | {OUTCOME_WORDS[outcome]}{at} |")
     notes = []
@@ -682,6 +699,13 @@ def comparisons_markdown(f: SweepFindings) -> str:
     if any(c.identical for c in f.comparisons):
         notes.append("identical: seed by seed, the two settings' runs predicted the same class for every test "
                      "image; an observation, not a test.")
+    if any("(needs" in line or "(not decidable" in line for line in lines[2:]):
+        notes.append("An inconclusive pair says what would decide it at its current difference and variances: about "
+                     "how many seeds a setting (the seed terms shrink with more seeds, the test images' term does "
+                     "not; the strictest Holm level, α/m), or that no number of seeds can on this test set: its "
+                     f"{f'{f.test_size:,} ' if f.test_size else ''}images alone keep the pair's interval both across "
+                     "0 and past the margin. A guide for the next run, not a promise: the difference itself will "
+                     "move.")
     if any(c.win == c.win for c in f.comparisons):
         notes.append("P(a beats b): the share of pairs of runs (one of a, one of b) where a's scored higher, ties "
                      "counting half (Mann–Whitney), with its 95 % score interval (Newcombe 2006, a t quantile on "

@@ -237,8 +237,10 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
                 f"Accuracy: mean with its 95 % interval ({f.settings[0].acc.kind}).")
     caption = (f"_{spec.label}: the test accuracy of each run (one per seed), their mean and its 95 % interval "
                f"({f.settings[0].acc.kind}): how far runs of one setting spread._" if len(f.settings) == 1 else
-               f"_{spec.label} sweep on {devices}. {accuracy} Speed and memory: median with the interquartile range "
-               f"over the {f.cost_source}. Training wall time: median with the interquartile range over seeds.{copied}_")
+               f"_{spec.label} sweep on {devices}. {accuracy} Speed and memory: "
+               + (f"median with the interquartile range over the {f.cost_source}." if f.cost_source.startswith("cost")
+                  else f"not measured here: {f.cost_source}.")
+               + f" Training wall time: median with the interquartile range over seeds.{copied}_")
     lines += [f"![{sweep}](figures/{fig.name})", "", caption, ""]
     if history is not None:
         curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order, sweep=sweep)

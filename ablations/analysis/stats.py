@@ -424,6 +424,30 @@ def seeds_needed(seed_var: float, image_var: float, delta: float, comparisons: i
     return None
 
 
+def seeds_to_decide(c: Comparison, seeds: int, comparisons: int, alpha: float = ALPHA,
+                    most: int = 1_000) -> int | None:
+    """Seeds per setting at which an undecided pair would be decided at its current difference and variances: the
+    difference outside its interval (different), or the whole interval inside ±margin (equivalent), at the
+    strictest Holm level α/m (`comparisons` = m) with the normal quantile. The seed terms of the pair's variance
+    (`c.parts`, measured at `seeds` a setting) shrink as 1/s; the test images' term stays. None where even
+    infinitely many seeds leave it undecided on this test set; `most` + 1 where it takes more than `most`."""
+    if c.parts is None or seeds < 1:
+        return None
+    q = float(sps.norm.ppf(1 - alpha / (2 * comparisons)))
+    seeded, image, diff = (c.parts.seed + c.parts.seed_image) * seeds, c.parts.image, abs(c.diff)
+
+    def decided(variance: float) -> bool:
+        half = q * math.sqrt(variance)
+        return diff > half or diff + half < c.margin
+
+    if not decided(image):
+        return None
+    for s in range(seeds + 1, most + 1):
+        if decided(seeded / s + image):
+            return s
+    return most + 1
+
+
 @dataclass(frozen=True)
 class Verdict:
     best: Hashable                        # the setting with the highest mean accuracy

@@ -31,12 +31,13 @@ def test_the_pool_holds_each_committed_run_once_with_its_answers(reference_pool)
 
 def test_on_the_reference_false_positives_stay_within_alpha_and_power_beats_the_naive_bootstrap(reference_pool):
     trials = cal.calibrate_saved(reference_pool, seeds=3, trials=400)
-    assert set(trials["source"]) == {"one setting", "runs", "coin flips"} and len(trials) == 400 * 3 * 3
+    assert set(trials["source"]) == {"one setting", "runs", "coin flips"} and len(trials) == 400 * 3 * 3 * 2
     hit = cal.detected(trials)
-    aa = trials[trials["planted_pts"] == 0]
-    fp = Rate.of(int(hit[aa.index].sum()), len(aa))
-    assert fp.low <= ALPHA, fp.text()
-    one_point = trials[(trials["planted_pts"] == 1) & (trials["source"] == "runs")]
+    for form in ("unpaired", "paired"):   # settings under different seeds, and compared seed by seed
+        aa = trials[(trials["planted_pts"] == 0) & (trials["form"] == form)]
+        fp = Rate.of(int(hit[aa.index].sum()), len(aa))
+        assert fp.low <= ALPHA, (form, fp.text())
+    one_point = trials[(trials["planted_pts"] == 1) & (trials["source"] == "runs") & (trials["form"] == "unpaired")]
     ours = hit[one_point.index].mean()
     # the naive bootstrap on the same 1-point trials (the same draws: draw_groups is deterministic)
     rng = np.random.default_rng(0)

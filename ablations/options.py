@@ -133,8 +133,9 @@ RUN = (
     Option("--dry-run", "list the runs and what is done; train nothing", "DRY_RUN", switch=True),
     Option("--large", f"train a command of more than {LARGE_RUNS:,} runs (settings × seeds); without it such a "
                       f"command stops before any work, saying how many", "LARGE", switch=True),
-    Option("--tensorboard", "write each finished run's TensorBoard events to <out>/tensorboard/<sweep>/<run_id>/ "
-                            "(needs the tensorboard extra)", "TENSORBOARD", switch=True),
+    Option("--tensorboard", "write each finished run's TensorBoard events to "
+                            "<out>/tensorboard/<sweep>/<setting>,seed=<seed>,<run_id>/ (needs the tensorboard extra)",
+           "TENSORBOARD", switch=True),
     INTO_REFERENCE,
 )
 

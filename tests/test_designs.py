@@ -322,6 +322,10 @@ def test_tensorboard_events_read_back_equal_the_history_rows(tmp_path):
         got = [(e.step, e.value) for e in events.Scalars(tag)]
         assert got == [(int(h["epoch"]), pytest.approx(float(h[column]), rel=1e-6)) for _, h in history.iterrows()], tag
     assert len(history) == 3 and history["val_acc"].notna().all()
+    from ablations.options import RUN  # the help names the folder as it is written
+
+    help_text = next(o for o in RUN if o.flag == "--tensorboard").help
+    assert "<out>/tensorboard/<sweep>/<setting>,seed=<seed>,<run_id>/" in help_text
 
 
 def test_an_unwritable_event_folder_stops_the_sweep_before_any_run(tmp_path):

@@ -717,7 +717,8 @@ def comparisons_markdown(f: SweepFindings) -> str:
         notes.append(f"Adaptive seeds: p-values are those of the last look (each setting at the seeds it ended "
                      f"with); a pair with the leader carries the design's verdict and the look it was taken at "
                      f"(that look's p crossed that look's level, see above), any other pair is read at the last "
-                     f"look's level, {f.design.final.level:.3g}.")
+                     f"look's level, {f.design.final.level:.3g}. Its intervals are the last look's, not adjusted "
+                     f"for the looks that came before (not repeated confidence intervals).")
     notes.append("Intervals are each pair's own (unadjusted, 95 %); the verdict uses the Holm-adjusted p, so "
                  "an interval that excludes 0 beside \"inconclusive\" is a difference that does not survive "
                  "the adjustment for the sweep's other pairs.")

@@ -847,3 +847,22 @@ def test_a_verdict_on_runs_that_other_sweeps_share_names_those_sweeps(tmp_path):
     line = report._shared_line("depth", "depth", f, ok, shared)
     assert line.startswith("Shared runs: depth=2's runs are also the heads sweep's (same run ids)")
     assert report._shared_line("depth", "depth", f, ok, {r: {"depth"} for r in ok["run_id"].astype(str)}) == ""
+
+
+def test_a_run_copied_from_another_sweep_is_not_joined_into_the_wall_time_trend(tmp_path):
+    """Copied runs trained at another time: drawn hollow and apart, the line runs through the settings measured
+    alike only."""
+    from ablations.analysis.findings import setting_rows
+
+    for depth in (1, 2, 4):
+        for seed in range(3):
+            write_run(tmp_path, depth, seed, mask(range(20 + 5 * depth + seed)))
+    paths = SweepPaths.of(tmp_path, "depth")
+    settings = setting_rows(analyse(read_table(paths.rows), "depth", [1, 2, 4], paths.preds, None))
+    settings[1]["reused"] = True
+    fig = sweep_figure_drawn(settings, tmp_path / "d.png", "depth (blocks)")
+    wall = next(ax for ax in fig.axes if ax.get_title() == "training run wall time (s)")
+    trend = [line for line in wall.get_lines() if line.get_linestyle() == "-" and line.get_gid() != "reference"]
+    assert len(trend) == 1 and list(trend[0].get_xdata()) == [1, 4]
+    hollow = [line for line in wall.get_lines() if line.get_label() == "copied from another sweep"]
+    assert list(hollow[0].get_xdata()) == [2] and hollow[0].get_markerfacecolor() == "white"

@@ -103,8 +103,11 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> P
             blank_panel(ax, ylabel, axis_label)
             continue
         yerr = [np.clip(np.nan_to_num(centre - low), 0, None), np.clip(np.nan_to_num(high - centre), 0, None)]
-        ax.errorbar(x, centre, yerr=yerr, fmt="-" if numeric else "none", capsize=4, color="C0")
         copied = [i for i, d in enumerate(settings) if d.get("reused")] if ylabel.startswith("training run") else []
+        ax.errorbar(x, centre, yerr=yerr, fmt="none", capsize=4, color="C0")
+        if numeric:   # a trend through the settings measured alike: a run copied from another sweep stands apart
+            joined = [i for i in range(len(x)) if i not in copied]
+            ax.plot([x[i] for i in joined], centre[joined], "-", color="C0")
         marked = {i for i, d in enumerate(settings) if d.get("decided") not in (None, "best")} \
             if ylabel == accuracy and paired else set()   # drawn below with the verdict's marker instead
         own = [i for i in range(len(x)) if i not in copied and i not in marked]

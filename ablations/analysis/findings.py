@@ -681,6 +681,7 @@ def comparisons_markdown(f: SweepFindings) -> str:
     nominal = " (nominal, last look)" if f.design is not None else ""
     lines = [f"| {f.factor} a | {f.factor} b | a − b (points) [95 % interval] | Holm p{nominal}: differ / within {within} | "
              f"P(a beats b) on a fresh seed [95 %] | verdict |", "|---|---|---|---|---|---|"]
+    labelled = False   # an inconclusive pair said what would decide it
     for c in f.comparisons:
         win = "—" if c.win != c.win else f"{c.win:.2f} [{c.win_low:.2f}, {c.win_high:.2f}]"
         if c.identical:
@@ -690,6 +691,7 @@ def comparisons_markdown(f: SweepFindings) -> str:
         outcome, at = pair_outcome(f, c)
         if outcome == "inconclusive":
             at = _undecided(f, c)
+            labelled = labelled or bool(at)
         lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}]{mark} | "
                      f"{c.p_holm:.3g} / {c.p_equiv_holm:.3g} | {win} | {OUTCOME_WORDS[outcome]}{at} |")
     notes = []
@@ -699,7 +701,7 @@ def comparisons_markdown(f: SweepFindings) -> str:
     if any(c.identical for c in f.comparisons):
         notes.append("identical: seed by seed, the two settings' runs predicted the same class for every test "
                      "image; an observation, not a test.")
-    if any("(needs" in line or "(not decidable" in line for line in lines[2:]):
+    if labelled:
         notes.append("An inconclusive pair says what would decide it at its current difference and variances: about "
                      "how many seeds a setting (the seed terms shrink with more seeds, the test images' term does "
                      "not; the strictest Holm level, α/m), or that no number of seeds can on this test set: its "

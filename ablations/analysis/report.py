@@ -200,14 +200,14 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     classes = int(pd.to_numeric(ok["num_classes"], errors="coerce").max()) if "num_classes" in ok and \
         pd.to_numeric(ok["num_classes"], errors="coerce").notna().any() else None
     learning = still_learning(history, ok["run_id"].astype(str), classes) if history is not None else ""
+    shown = findings.setting_rows(f)
     if len(f.settings) == 1 and isinstance(factor, str):   # one setting: its runs' spread, not six one-point panels
         one = f.settings[0]
         figs.seed_spread(ok.loc[ok[factor] == one.value, "test_acc"].astype(float).tolist(), one.acc, fig,
                          f"{sweep}: {factor}={one.value} over {len(one.seeds)} seeds on {devices}"
                          + (" (not converged)" if learning else ""))
     else:
-        figs.sweep_figure(findings.setting_rows(f), fig, spec.label + (" (not converged)" if learning else ""),
-                          device=devices)
+        figs.sweep_figure(shown, fig, spec.label + (" (not converged)" if learning else ""), device=devices)
     lines = [f"Seeds {seed_ranges(seeds)}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "", *([learning, ""] if learning else []),
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
@@ -229,7 +229,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
                   findings.comparisons_markdown(f), ""]
     reused = any(s.reused_from for s in f.settings)
     copied = " Hollow: runs copied from another sweep (trained at another time)." if reused else ""
-    paired = any(d.get("vs_best") for d in findings.setting_rows(f)[1:]) and len(f.settings) > 1
+    paired = len(shown) > 1 and all(d["vs_best"] is not None for d in shown)   # as the figure draws it
     accuracy = (f"Accuracy: each setting's difference from the best ({factor}={f.verdict.best}) with the 95 % interval of "
                 f"that pair's own comparison (the table above), the grey band ±{100 * f.margin:g} points; the marker "
                 f"says what the verdict decided, Holm over the pairs{' at each look' if f.design else ''}, so an "
@@ -665,6 +665,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
     factors: dict[str, str] = {}
     absent, has_pos, has_bench, lacking = _lacking(out, specs, tables)
     lines += lacking
+    sweeps_of = _sweeps_of_runs(tables)
     for sweep, spec in specs.items():
         if sweep in absent:
             continue
@@ -681,7 +682,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
         failed = rows[rows["status"] != "ok"]
         if (rows["status"] == "ok").any():
             lines += _guarded(f"the {sweep} sweep's section", _sweep_section, spec, rows, SweepPaths.of(out, sweep),
-                              figures, tunings.get(sweep), margin, _sweeps_of_runs(tables))
+                              figures, tunings.get(sweep), margin, sweeps_of)
         if len(failed):
             lines.append(f"Failed runs ({len(failed)}), not counted above:")
             for _, r in failed.iterrows():

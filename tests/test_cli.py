@@ -325,7 +325,7 @@ def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive
     assert "sincos2d vs none: better (SEEDS=auto: stopped at look " in summary
     assert "known-shuffled: stopped at look 1: even the leader" in done.out + done.err
     report = (tmp_path / "REPORT.md").read_text()
-    assert "Adaptive seeds (SEEDS=auto): looks at 3/5/8/12 seeds" in report
+    assert "Adaptive seeds (SEEDS=auto): looks at 3/5/8/12/18/24 seeds" in report
     assert "Decided: flip=True worse than flip=False at look 1" in report
     assert "Decided: attn=einops identical to attn=bmm at look 1 (the same predictions)." in report
     assert "| False | True |" in report and "a better (look 1) |" in report
@@ -361,7 +361,7 @@ def test_a_spec_may_ask_for_adaptive_seeds_and_the_dry_run_gives_the_most_runs_i
     tuned.write_text('[sweep]\nfactor = "depth"\nvalues = [1, 2]\nseeds = "auto"\n[tune]\nlr = [0.001, 0.002]\n')
     assert ablations_main(["sweep", str(tuned), *common]) == 0
     out = capsys.readouterr().out
-    assert "(every value of lr at the first look; then each setting's pick alone): 12 to 30 runs" in out
+    assert "(every value of lr at the first look; then each setting's pick alone): 12 to 54 runs" in out
 
 
 def test_a_tuned_sweep_under_adaptive_seeds_picks_at_the_first_look_and_trains_only_the_picks_after(tmp_path, capsys):

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ablations.analysis.sequential import Design, gather, nominal_levels, replay_plan
+from ablations.analysis.sequential import Decision, Design, gather, nominal_levels, replay_plan
 from ablations.analysis.stats import (
     ALPHA,
     CHANCE_SDS,
@@ -271,7 +271,7 @@ def design_verdict(design: Design, means: dict[Hashable, float]) -> Verdict:
     others = [k for k in means if k != last.leader and k in design.have] if last.comparisons else []
     for other in others:
         decision = last.decided.get(other)
-        if decision is None:
+        if decision is None or decision.outcome == "futile":
             found["inconclusive"].append(other)
         elif decision.outcome == "different":
             found["better"].append(other)
@@ -289,19 +289,37 @@ def design_verdict(design: Design, means: dict[Hashable, float]) -> Verdict:
 
 def pair_outcome(f: SweepFindings, c: Comparison) -> tuple[str, str]:
     """A pair's verdict word and, for a sequential design, the look it was taken at ("" otherwise): a pair
-    with the last leader as the design decided it; any other pair at the last look's level."""
+    with the last leader as the design decided it (a futile stop: inconclusive, with the look and why); any
+    other pair as the last look's step-down decided it."""
     if f.design is None or f.design.final is None:
         return c.outcome(), ""
     last = f.design.final
-    if last.leader in (c.a, c.b) and not c.identical:
+    if c.identical:
+        return "identical", ""
+    if last.leader in (c.a, c.b):
         other = c.b if c.a == last.leader else c.a
         d = last.decided.get(other)
         if d is None:
             return "inconclusive", ""
+        if d.outcome == "futile":
+            return "inconclusive", f" (stopped at look {d.look + 1}: {futile_reason(d, f)})"
         if d.outcome == "equivalent":
             return "equivalent", f" (look {d.look + 1})"
         return ("better" if c.a == last.leader else "worse"), f" (look {d.look + 1})"
-    return c.outcome(last.level), ""
+    outcome = last.outcomes.get(frozenset((c.a, c.b)), ("inconclusive",))[0]
+    if outcome == "different":
+        return ("better" if c.diff > 0 else "worse"), ""
+    return outcome, ""
+
+
+def futile_reason(d: Decision, f: SweepFindings) -> str:
+    """Why the design stopped a pair as futile, in words."""
+    images = f"{f.test_size:,} " if f.test_size else ""
+    if d.why == "test set":
+        return (f"the test set's {images}images alone keep it within reach of {_margin_text(f.margin)}; "
+                f"no number of seeds decides it")
+    cap = f.design.plan[-1] if f.design is not None else "the cap"
+    return f"it would need more than the {cap} seeds the design allows"
 
 
 def design_sentence(f: SweepFindings) -> str:
@@ -316,17 +334,22 @@ def design_sentence(f: SweepFindings) -> str:
     crossed = [f"{f.factor}={k} identical to {f.factor}={x.leader} at look {x.look + 1} (the same predictions)"
                if frozenset((k, x.leader)) in same else
                f"{f.factor}={k} {'worse than' if x.outcome == 'different' else 'equivalent to'} {f.factor}={x.leader} "
-               f"at look {x.look + 1} (nominal Holm p{' (TOST)' if x.outcome == 'equivalent' else ''} = {x.p:.3g} < "
-               f"{levels[x.look]:.3g})" for k, x in last.decided.items()]
+               f"at look {x.look + 1} (p{' (TOST)' if x.outcome == 'equivalent' else ''} = {x.p:.3g} < "
+               f"{x.level:.3g})" for k, x in last.decided.items() if x.outcome != "futile"]
+    futile = [f"{f.factor}={k} at look {x.look + 1} ({futile_reason(x, f)})"
+              for k, x in last.decided.items() if x.outcome == "futile"]
     left = (f" Left out of the design: {', '.join(f'{f.factor}={k}' for k in f.left_out)} (a run diverged; see the "
             f"table)." if f.left_out else "")
     stop = ("every other setting was decided against the leader" if last.done and last.index < len(d.plan) - 1
             else "its last look")
-    return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.plan))} seeds per setting, each at its "
-            f"nominal level ({' / '.join(f'{x:.2g}' for x in levels)}: O'Brien–Fleming spending of α = {ALPHA} over "
-            f"the looks, so the chance of a false decision at any look stays α); a setting decided against the "
-            f"leader trains no more seeds. Stopped at look {last.index + 1} ({stop}); seeds: {seeds}. "
-            + ("Decided: " + "; ".join(crossed) + "." if crossed else "Nothing was decided.") + left)
+    return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.plan))} seeds per setting (the last is the "
+            f"cap), each at its nominal level ({' / '.join(f'{x:.2g}' for x in levels)} for one pair: O'Brien–Fleming "
+            f"spending of α = {ALPHA} over the looks; with r pairs still standing the smallest p is tested at the "
+            f"level of α / r spent the same way, so the chance of any false decision at any look is at most α); a "
+            f"setting decided against the leader, or that no number of seeds up to the cap could decide, trains no "
+            f"more seeds. Stopped at look {last.index + 1} ({stop}); seeds: {seeds}. "
+            + ("Decided: " + "; ".join(crossed) + "." if crossed else "Nothing was decided.")
+            + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left)
 
 
 LUCKY_PERMUTATIONS = 1000   # draws of the flag's permutation test (seeded: the same answer on every call)
@@ -678,9 +701,15 @@ def comparisons_markdown(f: SweepFindings) -> str:
     if not f.comparisons:
         return ""
     within = _margin_text(f.margin)
-    nominal = " (nominal, last look)" if f.design is not None else ""
-    lines = [f"| {f.factor} a | {f.factor} b | a − b (points) [95 % interval] | Holm p{nominal}: differ / within {within} | "
-             f"P(a beats b) on a fresh seed [95 %] | verdict |", "|---|---|---|---|---|---|"]
+    last = f.design.final if f.design is not None else None
+    if last is not None:
+        # the repeated confidence interval of the look the design stopped at: simultaneous over its looks
+        repeated = 1 - nominal_levels(f.design.plan, ALPHA)[last.index]
+        head = f"a − b (points) [95 % repeated interval] | p (last look): differ / within {within}"
+    else:
+        head = f"a − b (points) [95 % interval] | Holm p: differ / within {within}"
+    lines = [f"| {f.factor} a | {f.factor} b | {head} | P(a beats b) on a fresh seed [95 %] | verdict |",
+             "|---|---|---|---|---|---|"]
     labelled = False   # an inconclusive pair said what would decide it
     for c in f.comparisons:
         win = "—" if c.win != c.win else f"{c.win:.2f} [{c.win_low:.2f}, {c.win_high:.2f}]"
@@ -689,11 +718,13 @@ def comparisons_markdown(f: SweepFindings) -> str:
             continue
         mark = " ⁼" if c.paired else ""
         outcome, at = pair_outcome(f, c)
-        if outcome == "inconclusive":
+        if outcome == "inconclusive" and not at:
             at = _undecided(f, c)
             labelled = labelled or bool(at)
-        lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}]{mark} | "
-                     f"{c.p_holm:.3g} / {c.p_equiv_holm:.3g} | {win} | {OUTCOME_WORDS[outcome]}{at} |")
+        low, high = (c.low, c.high) if last is None else c.interval(repeated)
+        p, p_equiv = (c.p_holm, c.p_equiv_holm) if last is None else (c.p, c.p_equiv)
+        lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]{mark} | "
+                     f"{p:.3g} / {p_equiv:.3g} | {win} | {OUTCOME_WORDS[outcome]}{at} |")
     notes = []
     if any(c.paired and not c.identical for c in f.comparisons):
         notes.append("⁼ paired by seed: both settings trained under the same seeds, so the difference is the mean "
@@ -715,15 +746,20 @@ def comparisons_markdown(f: SweepFindings) -> str:
     if any(c.win != c.win for c in f.comparisons if not c.identical):
         notes.append(f"P(a beats b) is given from {MIN_WIN_SEEDS} seeds a setting (—): from fewer it takes a "
                      f"handful of values and reads as certainty.")
-    if f.design is not None and f.design.final is not None:
-        notes.append(f"Adaptive seeds: p-values are those of the last look (each setting at the seeds it ended "
-                     f"with); a pair with the leader carries the design's verdict and the look it was taken at "
-                     f"(that look's p crossed that look's level, see above), any other pair is read at the last "
-                     f"look's level, {f.design.final.level:.3g}. Its intervals are the last look's, not adjusted "
-                     f"for the looks that came before (not repeated confidence intervals).")
-    notes.append("Intervals are each pair's own (unadjusted, 95 %); the verdict uses the Holm-adjusted p, so "
-                 "an interval that excludes 0 beside \"inconclusive\" is a difference that does not survive "
-                 "the adjustment for the sweep's other pairs.")
+    if last is not None:
+        notes.append(f"Adaptive seeds: p-values are those of the last look, unadjusted (each setting at the seeds it "
+                     f"ended with); a pair with the leader carries the design's verdict and the look it was taken at "
+                     f"(that look's p crossed the level the step-down gave it, see above), any other pair the last "
+                     f"look's step-down. Its intervals are repeated confidence intervals (Jennison & Turnbull): at "
+                     f"the level of the look the design stopped at ({1 - repeated:.2g}), so they hold at 95 % whatever "
+                     f"look the design stopped at; a pair stopped as futile says why.")
+        notes.append("Intervals are each pair's own (not adjusted for the sweep's other pairs); the verdict is "
+                     "Holm's step-down over them, so an interval that excludes 0 beside \"inconclusive\" is a "
+                     "difference that does not survive the adjustment for the other pairs.")
+    else:
+        notes.append("Intervals are each pair's own (unadjusted, 95 %); the verdict uses the Holm-adjusted p, so "
+                     "an interval that excludes 0 beside \"inconclusive\" is a difference that does not survive "
+                     "the adjustment for the sweep's other pairs.")
     return "\n".join(lines + [""] + [f"_{n}_" for n in notes])
 
 

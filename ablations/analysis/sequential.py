@@ -2,20 +2,24 @@
 
 Looking at the data after 3 seeds, deciding what is shown, and adding seeds to the rest would, tested at
 α every time, call differences that are not there far more often than α ("add seeds until something is
-significant"). A group-sequential design spends α over its looks instead: looks at `LOOKS` = 3, 5, 8 and
-12 seeds per setting, information fractions t_k = n_k / n_K, and an O'Brien–Fleming-type Lan–DeMets
-spending function α(t) = 2 − 2Φ(z_{1−α/2} / √t), whose nominal two-sided levels (`nominal_levels`) make
-the probability of crossing at any look under the null exactly α (computed here from the looks with
-the joint normal law of the look statistics, corr(Z_i, Z_j) = √(t_i / t_j)). For 3/5/8/12 they are about
-0.00008, 0.0024, 0.0153 and 0.0436: strict early, close to α at the end.
+significant"). A group-sequential design spends α over its looks instead: looks at `LOOKS` = 3, 5, 8, 12,
+18 and 24 seeds per setting (the last look is the cap), information fractions t_k = n_k / n_K, and an
+O'Brien–Fleming-type Lan–DeMets spending function α(t) = 2 − 2Φ(z_{1−α/2} / √t), whose nominal two-sided
+levels (`nominal_levels`) make the probability of crossing at any look under the null exactly α (computed
+from the looks by the exact recursion over the joint normal law of the look statistics: the same digits
+in every process). For the default looks they are about 3e-8, 2e-5, 0.0007, 0.005, 0.022 and 0.041:
+strict early, close to α at the end.
 
-At each look (`look`): the sweep's pairs with Holm's adjustment (as the report); a pair is decided
-*different* when its adjusted p is under the look's level, *equivalent* when its adjusted TOST p is; the
-leader is the setting with the highest mean; every other setting whose pair with the leader is decided
-is frozen (it trains no more seeds); the leader and the undecided settings train the next look's seeds.
-The sweep stops when every setting but the leader is frozen, or after the last look. The decisions are
-a function of the finished runs alone, so a rerun after a kill takes the same decisions and trains only
-what is missing.
+At each look (`look`): the sweep's pairs by Holm's step-down with group-sequential levels (Maurer & Bretz
+2013: the r-th hypothesis still standing is tested at the level of a design spending α / r), differences
+and equivalence within ±margin apart; the leader is the setting with the highest mean; every other
+setting whose pair with the leader is decided is frozen (it trains no more seeds), and so is one that no
+number of seeds up to the cap could decide (futility: the test set's images alone keep it within reach of
+the margin, or it would need more seeds than the cap); the leader and the undecided settings train the
+next look's seeds. The sweep stops when every setting but the leader is frozen, or after the last look.
+The family-wise error of the different-verdicts is at most α over every look and pair; futility stops
+only ever remove decisions. The decisions are a function of the finished runs alone, so a rerun after a
+kill takes the same decisions and trains only what is missing.
 """
 
 from __future__ import annotations
@@ -39,45 +43,55 @@ def spent(t: float, alpha: float = ALPHA) -> float:
     """The O'Brien–Fleming-type Lan–DeMets spending function: the α spent by information fraction t."""
     if t <= 0:
         return 0.0
-    return float(2 - 2 * sps.norm.cdf(sps.norm.ppf(1 - alpha / 2) / math.sqrt(t)))
+    return float(2 * sps.norm.sf(sps.norm.isf(alpha / 2) / math.sqrt(t)))
 
 
-def _inside(bounds: Sequence[float], fractions: Sequence[float]) -> float:
-    """P(|Z_j| < bounds[j] for every look j) for look statistics with corr √(t_i / t_j)."""
-    k = len(bounds)
-    if k == 1:
-        return float(1 - 2 * sps.norm.sf(bounds[0]))
-    t = np.asarray(fractions[:k])
-    cov = np.sqrt(np.minimum.outer(t, t) / np.maximum.outer(t, t))
-    b = np.asarray(bounds)
-    # Genz's integration draws random points: a fixed seed gives every process the same figure to the last digit
-    return float(sps.multivariate_normal(np.zeros(k), cov, seed=0).cdf(b, lower_limit=-b))
+GRID = 801   # points of the recursion's grid over the continuation region of each look (odd: Simpson's rule)
 
 
-# `_levels` of the standard designs, as it computes them (a test recomputes each): no integration at report time
-STANDARD_LEVELS: dict[tuple[tuple[int, ...], float], tuple[float, ...]] = {
-    ((3, 5, 8, 12), 0.05): (8.857543832148674e-05, 0.002359323791109487, 0.015456961961896661, 0.04374539452923114),
-}
+def _simpson(n: int) -> np.ndarray:
+    w = np.ones(n)
+    w[1:-1:2], w[2:-1:2] = 4.0, 2.0
+    return w / 3
 
 
-@lru_cache(maxsize=32)
+def _crossing(density: np.ndarray, x: np.ndarray, weights: np.ndarray, bound: float, step: float) -> float:
+    """P(still inside after the look before, |S| ≥ bound at this one) for the score S = Σ increments, whose
+    sub-density on the grid `x` (inside so far) is `density` and whose increment to this look has variance `step`."""
+    sd = math.sqrt(step)
+    outside = sps.norm.sf((bound - x) / sd) + sps.norm.sf((bound + x) / sd)
+    return float(np.sum(weights * density * outside))
+
+
+@lru_cache(maxsize=256)
 def _levels(looks: tuple[int, ...], alpha: float) -> tuple[float, ...]:
-    if (looks, alpha) in STANDARD_LEVELS:
-        return STANDARD_LEVELS[(looks, alpha)]
     return computed_levels(looks, alpha)
 
 
 def computed_levels(looks: tuple[int, ...], alpha: float) -> tuple[float, ...]:
     """Each look's nominal two-sided level, found look by look so that the chance of a first crossing at look k
-    under the null is what the spending function spends there (root-finding over `_inside`)."""
+    under the null is what the spending function spends there. The joint law of the looks is integrated by
+    the exact recursion of Armitage, McPherson & Rowe (1969): the score S_k = Z_k √t_k has independent normal
+    increments of variance t_k − t_{k−1}, so its sub-density on the region not yet crossed is carried from
+    look to look by one convolution (Simpson's rule on `GRID` points). No random numbers: every process gets
+    the same digits."""
     fractions = [n / looks[-1] for n in looks]
-    bounds: list[float] = []
-    for k, t in enumerate(fractions):
-        target = spent(t, alpha) - spent(fractions[k - 1], alpha) if k else spent(t, alpha)
-        before = _inside(bounds, fractions) if bounds else 1.0
-        # P(inside so far, outside at look k) = before − P(inside at every look up to k) = the α of this look
-        crossing = lambda c: before - _inside([*bounds, c], fractions) - target  # noqa: E731
-        bounds.append(float(optimize.brentq(crossing, 0.5, 12.0, xtol=1e-10)))
+    bounds: list[float] = [float(sps.norm.isf(spent(fractions[0], alpha) / 2))]
+    # the score's sub-density after look 1, inside its bound: S_1 ~ N(0, t_1)
+    edge = bounds[0] * math.sqrt(fractions[0])
+    x = np.linspace(-edge, edge, GRID)
+    weights = _simpson(GRID) * (x[1] - x[0])
+    density = sps.norm.pdf(x, scale=math.sqrt(fractions[0]))
+    for k in range(1, len(fractions)):
+        step = fractions[k] - fractions[k - 1]
+        target = spent(fractions[k], alpha) - spent(fractions[k - 1], alpha)
+        crossing = lambda b: _crossing(density, x, weights, b * math.sqrt(fractions[k]), step) - target  # noqa: E731,B023
+        bounds.append(float(optimize.brentq(crossing, 0.01, 40.0, xtol=1e-12, rtol=1e-12)))
+        edge = bounds[-1] * math.sqrt(fractions[k])
+        y = np.linspace(-edge, edge, GRID)
+        kernel = sps.norm.pdf((y[:, None] - x[None, :]) / math.sqrt(step)) / math.sqrt(step)
+        density, x = kernel @ (weights * density), y
+        weights = _simpson(GRID) * (x[1] - x[0])
     return tuple(float(2 * sps.norm.sf(c)) for c in bounds)
 
 
@@ -87,21 +101,30 @@ def nominal_levels(looks: Sequence[int] = LOOKS, alpha: float = ALPHA) -> tuple[
     return _levels(check_looks(looks), float(alpha))
 
 
+FUTILITY_COVER = 0.8   # the interval of a pair's difference whose every value must stay undecided for a futility stop
+
+
 @dataclass(frozen=True)
 class Decision:
-    """A setting decided against the leader of a look: 'different' (the leader is better) or 'equivalent'
-    (within ±margin, or identical predictions), with the look it was taken at and the Holm-adjusted p that
-    crossed that look's level (0 for identical predictions)."""
+    """A setting decided against the leader of a look: 'different' (the leader is better), 'equivalent'
+    (within ±margin, or identical predictions) or 'futile' (no difference its data still allow would be
+    decided by the last look: it trains no more seeds and stays undecided), with the look it was taken at, the
+    p that crossed (0 for identical predictions; for futile, the pair's two-sided p) and the level it crossed
+    (`why`: a futile stop's reason)."""
     leader: Hashable
     outcome: str
     look: int
     p: float
+    level: float = math.nan
+    why: str = ""
 
 
 @dataclass
 class Look:
-    """One look at a sweep: its seeds per setting, the pairs (Holm over the sweep), the leader, which
-    settings stand decided against the leader (frozen) and which stay open."""
+    """One look at a sweep: its seeds per setting, the pairs, the leader, which settings stand decided against
+    the leader (frozen) and which stay open. `level`: the look's nominal level for one comparison;
+    `outcomes`: every pair's decision at this look by the step-down over the sweep's pairs ('different',
+    'equivalent' or absent)."""
     index: int
     seeds: int
     level: float
@@ -110,10 +133,56 @@ class Look:
     decided: dict[Hashable, Decision] = field(default_factory=dict)
     open: tuple[Hashable, ...] = ()       # settings (leader included) that train the next look's seeds
     at_chance: bool = False               # the leader is within noise of guessing: no seeds would help
+    outcomes: dict[frozenset, tuple[str, float, float]] = field(default_factory=dict)  # pair -> (outcome, p, level)
 
     @property
     def done(self) -> bool:
         return self.open == (self.leader,) or not self.open
+
+
+def step_down(p: Mapping[frozenset, float], index: int, looks: Sequence[int], alpha: float,
+              already: Iterable[frozenset] = ()) -> dict[frozenset, float]:
+    """Holm's step-down over the sweep's pairs with group-sequential levels (Maurer & Bretz 2013): with r
+    hypotheses still standing, the smallest p is tested at look `index`'s nominal level of a design that spends
+    α / r over the looks; on a crossing it falls, r drops by one, and the next smallest is tested the same way.
+    Pairs in `already` were rejected at earlier looks (they stay rejected and free their share of α). Returns
+    the pairs rejected at this look, each with the level it crossed. The family-wise error over every look is
+    at most α, not only close to it."""
+    done = set(already)
+    standing = sorted(((v, k) for k, v in p.items() if k not in done), key=lambda x: (x[0], sorted(map(str, x[1]))))
+    rejected: dict[frozenset, float] = {}
+    r = len(standing)
+    for value, key in standing:
+        level = nominal_levels(looks, alpha / r)[index]
+        if not value < level:
+            break
+        rejected[key] = level
+        r -= 1
+    return rejected
+
+
+def undecidable(c: Comparison, seeds: int, last: int, level: float, cover: float = FUTILITY_COVER) -> str:
+    """Why more seeds cannot decide a pair ("" when they can): for every difference inside its `cover` interval,
+    the pair at `last` seeds a setting (its seed terms shrunk as 1/s, the test images' term as it is) would
+    be neither different nor equivalent within ±margin at the two-sided `level` — the most lenient level the last
+    look can give it, so no pair is stopped that a later look could still decide at its own."""
+    if c.parts is None or c.identical or seeds < 1:
+        return ""
+    q = float(sps.norm.isf(level / 2))
+    seeded = (c.parts.seed + c.parts.seed_image) * seeds
+    low, high = c.interval(cover)
+    big = max(abs(low), abs(high))
+    small = 0.0 if low <= 0 <= high else min(abs(low), abs(high))
+
+    def stuck(variance: float) -> bool:
+        half = q * math.sqrt(variance)
+        return big <= half and small + half >= c.margin   # never outside the interval, never wholly inside ±margin
+
+    if not stuck(seeded / last + c.parts.image):
+        return ""
+    if stuck(c.parts.image):
+        return "test set"
+    return "cap"
 
 
 def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequence[int]], index: int,
@@ -121,32 +190,56 @@ def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequen
          preds: Mapping[Hashable, np.ndarray] | None = None,
          earlier: Mapping[Hashable, Decision] | None = None, chance: float | None = None) -> Look:
     """Look `index` (0-based) of the design at the runs so far: correct[setting] (runs, n) 0/1, seeds[setting]
-    the seed of each row. `earlier`: the decisions of the look before; one taken against the leader of this
-    look stands (a decision is final while its leader leads); a setting decided against a leader that no
-    longer leads is tested again against the new one, and trains on if that is open. `chance`: 1 / classes;
-    a leader within noise of it (`stats.at_chance`) stops the design: nothing has learned the task, and
-    more seeds of the same budget will not change that."""
+    the seed of each row. The sweep's pairs are tested by `step_down` (differences and, apart, equivalence
+    within ±margin by two one-sided tests); a setting whose pair with the leader is rejected is decided. Before
+    the last look, an undecided setting for which no number of seeds up to the last look could decide its pair
+    (`undecidable`) is stopped as futile: stopping a pair early never adds a false decision, so the error
+    rates hold. `earlier`: the decisions of the look before; one taken against the leader of this look stands
+    (a decision is final while its leader leads); a setting decided against a leader that no longer leads is
+    tested again against the new one, and trains on if that is open. `chance`: 1 / classes; a leader within
+    noise of it (`stats.at_chance`) stops the design: nothing has learned the task, and more seeds of the same
+    budget will not change that."""
     looks = check_looks(looks)
     level = nominal_levels(looks, alpha)[index]
     found = compare_settings(correct, margin=margin, seeds=seeds, preds=preds)
     means = {k: float(np.asarray(v).mean()) for k, v in correct.items()}
     leader = max(means, key=lambda k: means[k])
+    standing = {k: d for k, d in (earlier or {}).items() if d.leader == leader}
+    pair = lambda c: frozenset((c.a, c.b))  # noqa: E731
+    prior = {o: [frozenset((leader, k)) for k, d in standing.items() if d.outcome == o]
+             for o in ("different", "equivalent")}
+    different = step_down({pair(c): c.p for c in found if not c.identical}, index, looks, alpha, prior["different"])
+    equivalent = step_down({pair(c): c.p_equiv for c in found if not c.identical}, index, looks, alpha,
+                           prior["equivalent"])
+    outcomes: dict[frozenset, tuple[str, float, float]] = {}
+    for c in found:
+        if c.identical:
+            outcomes[pair(c)] = ("equivalent", 0.0, level)
+        elif pair(c) in equivalent:
+            outcomes[pair(c)] = ("equivalent", c.p_equiv, equivalent[pair(c)])
+        elif pair(c) in different:
+            outcomes[pair(c)] = ("different", c.p, different[pair(c)])
+    last = index == len(looks) - 1
     decided: dict[Hashable, Decision] = {}
     for c in found:
         if leader not in (c.a, c.b):
             continue
         other = c.b if c.a == leader else c.a
-        before = (earlier or {}).get(other)
-        if before is not None and before.leader == leader:
-            decided[other] = before
-        elif c.identical or c.p_equiv_holm < level:
-            decided[other] = Decision(leader, "equivalent", index, 0.0 if c.identical else c.p_equiv_holm)
-        elif c.p_holm < level:
-            decided[other] = Decision(leader, "different", index, c.p_holm)
-    last = index == len(looks) - 1
+        if other in standing and standing[other].outcome != "futile":
+            decided[other] = standing[other]
+        elif pair(c) in outcomes:      # a futile stop binds nothing: a later crossing decides the pair
+            outcome, p, crossed = outcomes[pair(c)]
+            decided[other] = Decision(leader, outcome, index, p, crossed)
+        elif other in standing:
+            decided[other] = standing[other]
+        elif not last:
+            why = undecidable(c, looks[index], looks[-1], nominal_levels(looks, alpha)[-1])
+            if why:
+                decided[other] = Decision(leader, "futile", index, c.p, math.nan, why)
     still = tuple(k for k in correct if k == leader or k not in decided)
     guessing = chance is not None and at_chance(means[leader], chance, np.asarray(correct[leader]).shape[1])
-    return Look(index, looks[index], level, found, leader, decided, () if last or guessing else still, guessing)
+    return Look(index, looks[index], level, found, leader, decided, () if last or guessing else still, guessing,
+                outcomes)
 
 
 @dataclass

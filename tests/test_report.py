@@ -720,7 +720,11 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     flat.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
     text = build_report(tmp_path).read_text()
     section = text[text.index("## depth"):]
-    assert "**Not converged**: the training loss ended at 1.90" in section[:1500]
+    assert "**Not converged**: the training loss ended at 1.90" in section[:2500]
+    # the verdict's own headline says it, not only a paragraph beside it
+    headline = next(line for line in section.splitlines() if line.startswith("**") and "Not converged**:" not in line)
+    assert headline.startswith(("**Not converged — best at this budget: depth=", "**Not converged — inconclusive at this "
+                                "budget: ", "**No verdict (not converged)**")), headline
 
 
 def test_the_report_of_sweeps_without_a_model_figure_runs_without_torch(tmp_path):

@@ -554,12 +554,14 @@ def _verdict_text(f: SweepFindings) -> str:
     within = _margin_text(v.margin)
     decided = f.design.final.decided if f.design is not None and f.design.final is not None else {}
     p_of = lambda other: decided[other].p if other in decided else pair(other).p_holm  # noqa: E731
-    how = (" by the sequential design (each at the level of the look it was decided at)" if decided
+    how = (" by the sequential design (each at the level the step-down gave it at the look it was decided at)" if decided
            else " after Holm's adjustment")
     if v.winner:
+        largest = max(v.beats, key=p_of)
+        crossed = (f"largest p = {p_of(largest):.3g}, under its level {decided[largest].level:.3g}"
+                   if largest in decided else f"largest adjusted p = {p_of(largest):.3g}")
         return (f"**Best: {factor}={v.best}** at {interval_text(best.acc)} % test accuracy: better than every "
-                f"other setting{how} over {m} pair(s) (largest adjusted p = "
-                f"{max(p_of(o) for o in v.beats):.3g}; {budget}).")
+                f"other setting{how} over {m} pair(s) ({crossed}; {budget}).")
     parts = []
     if v.beats:
         parts.append("better than " + ", ".join(f"{factor}={o} (by {100 * signed(o):.2f} points, p = "

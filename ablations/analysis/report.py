@@ -209,9 +209,10 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     else:
         figs.sweep_figure(shown, fig, spec.label + (" (not converged)" if learning else ""), device=devices)
     lines = [f"Seeds {seed_ranges(seeds)}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
-             f"{test}; device {devices}.", "", *([learning, ""] if learning else []),
+             f"{test}; device {devices}.", "",
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
-             findings.verdict_sentence(f), "", *([design_note, ""] if design_note else []),
+             unconverged_headline(findings.verdict_sentence(f)) if learning else findings.verdict_sentence(f), "",
+             *([learning, ""] if learning else []), *([design_note, ""] if design_note else []),
              *([sitting, ""] if (sitting := sittings.sittings_line(sittings.check_sittings(ok, factor), factor)) else []),
              *([shared, ""] if (shared := _shared_line(sweep, factor, f, ok, sweeps_of or {})) else []),
              *([findings.cost_sentence(f), ""] if len(f.settings) > 1 else []),
@@ -246,6 +247,23 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
         curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order, sweep=sweep)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
     return lines
+
+
+UNCONVERGED_HEADS = (("**Best of the settings in the design: ", "**Not converged — best at this budget of the settings "
+                                                               "in the design: "),
+                     ("**Best: ", "**Not converged — best at this budget: "),
+                     ("**Inconclusive: ", "**Not converged — inconclusive at this budget: "),
+                     ("**Equivalent within ", "**Not converged — equivalent at this budget within "),
+                     ("**Identical: ", "**Not converged — identical at this budget: "),
+                     ("**No verdict**", "**No verdict (not converged)**"))
+
+
+def unconverged_headline(verdict: str) -> str:
+    """A verdict's bold headline saying that its runs had not converged: its answer is this budget's."""
+    for head, said in UNCONVERGED_HEADS:
+        if verdict.startswith(head):
+            return said + verdict[len(head):]
+    return "**Not converged.** " + verdict
 
 
 STILL_LEARNING = 0.01   # a last epoch that raised test accuracy by more than this (mean over runs): not converged
@@ -486,14 +504,21 @@ def method(margin: float = MARGIN) -> str:
   seeds), for a sweep whose best setting is itself at chance (nothing was learned, so nothing is known
   about the factor), or without saved predictions.
 - **The sequential design (SEEDS=auto).** A sweep trained under it looks at its runs after
-  {"/".join(str(k) for k in LOOKS)} seeds per setting (or the looks its design file names). At each look every
-  pair with the leader is tested as above, Holm over the pairs, at that look's nominal level: α spent over
-  the looks by O'Brien–Fleming's function (Lan & DeMets), so that one comparison's chance of a false decision
-  at any look stays α. A setting decided against the leader trains no more seeds; the others go on to the next
-  look. The levels are those of one comparison, with Holm over the pairs inside each look: across looks and
-  pairs together the family-wise error is close to α but not bounded by it exactly. The intervals printed
-  beside a sequential verdict are each pair's own at the last look, not adjusted for the looks (not repeated
-  confidence intervals). A setting with a failed run is left out of the design, and its headline says so.
+  {"/".join(str(k) for k in LOOKS)} seeds per setting (or the looks its design file names; the last look is
+  the cap). α is spent over the looks by O'Brien–Fleming's function (Lan & DeMets); the nominal levels come
+  from the joint normal law of the look statistics by an exact recursion (Armitage, McPherson & Rowe), the
+  same in every process. At each look the sweep's pairs are tested by Holm's step-down with group-sequential
+  levels (Maurer & Bretz): with r pairs still standing, the smallest p is tested at the level of a design
+  that spends α / r over the looks; a rejection frees its share for the rest, at that look and later ones.
+  Differences and equivalence within the margin (two one-sided tests) are tested apart. Across looks and
+  pairs the chance of any false "better" is at most α. A setting decided against the leader trains no more
+  seeds; so does one stopped as futile: for every difference inside its 80 % interval, its pair would stay
+  undecided at the cap even at the last look's most lenient level (the seed terms shrink with seeds, the test
+  images' term does not) — a stop that only ever removes decisions, so it keeps the error rates. The report
+  says why each futile pair stopped: the test set's images alone keep it within reach of the margin, or it
+  would need more seeds than the cap. The intervals beside a sequential verdict are repeated confidence
+  intervals (Jennison & Turnbull) at the level of the look the design stopped at, which hold at 95 % whatever
+  look it stopped at. A setting with a failed run is left out of the design, and its headline says so.
 - **The reference comparison** pairs each point (model, recipe, data and seed) trained both here and in the
   reference and gives the difference with an interval over the common seeds and the test images,
   simultaneous over the points compared (Bonferroni); it states the intervals' median half-width (what
@@ -531,7 +556,12 @@ Peak memory is the tensor-level peak of one step (CUDA
   J. Pharmacokinet. Biopharm. 15:657–680. A. B. Owen (2007), The pigeonhole bootstrap, Ann. Appl.
   Statist. 1:386–411. X. Bouthillier et al. (2021), Accounting for variance in machine learning
   benchmarks, MLSys. R. Agarwal et al. (2021), Deep reinforcement learning at the edge of the
-  statistical precipice, NeurIPS (rliable).
+  statistical precipice, NeurIPS (rliable). K. K. G. Lan & D. L. DeMets (1983), Discrete sequential
+  boundaries for clinical trials, Biometrika 70:659–663. P. Armitage, C. K. McPherson & B. C. Rowe (1969),
+  Repeated significance tests on accumulating data, J. R. Statist. Soc. A 132:235–244. W. Maurer & F. Bretz
+  (2013), Multiple testing in group sequential trials using graphical approaches, Statist. Biopharm. Res.
+  5:311–320. C. Jennison & B. W. Turnbull (2000), Group Sequential Methods with Applications to Clinical
+  Trials, Chapman & Hall.
 """
 
 

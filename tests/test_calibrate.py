@@ -58,9 +58,9 @@ def test_the_reference_holds_48_real_seeds_of_one_setting_the_pool_of_same_setti
 
 
 def test_the_sequential_design_on_real_same_setting_seeds_keeps_alpha_and_finds_a_one_point_winner(reference_pool):
-    """SEEDS=auto on the committed real seeds: 4 settings × 12 seeds drawn from the 48 same-setting runs. A/A:
-    any false 'different' within α (the exact interval reaches α); a planted 0.5 point rarely called
-    equivalent within ±0.5; a planted 1 point found most of the time, with fewer runs than 12 fixed seeds."""
+    """SEEDS=auto on the committed real seeds: 2 settings × 24 seeds (the cap) drawn from the 48 same-setting runs.
+    A/A: any false 'different' within α (the exact interval reaches α); a planted 0.5 point rarely called
+    equivalent within ±0.5; a planted 1 point found most of the time, with fewer runs than fixed seeds at the cap."""
     trials = cal.calibrate_design(reference_pool.same, trials=100)
     by = dict(tuple(trials.groupby("case")))
     fp = Rate.of(int(by["A/A"]["any_different"].sum()), 100)
@@ -90,7 +90,7 @@ def test_the_summary_reports_the_rate_with_its_interval_and_the_p_value_distribu
     assert "false positives (A/A, α = 0.05)" in out and "p < 0.2" in out and "mean p" in out
     assert "power at 0.5 pt" in out and "power at 1 pt" in out and "[95 % interval" in out
     assert (tmp_path / "calibrate" / "calibration.csv").exists()
-    assert "one setting" in out and "sequential design (SEEDS=auto, looks 3/5/8/12) on real same-setting seeds" in out
+    assert "one setting" in out and "sequential design (SEEDS=auto, looks 3/5/8/12/18/24) on real same-setting seeds" in out
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -105,7 +105,7 @@ def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
     assert "**Inconclusive: no single best depth at this budget.**" in text and "Best:" not in text
     assert "inconclusive against depth=2 (+0.30 points" in text
     assert "Differences smaller than about" in text and "could not be detected" in text
-    assert "SEEDS=auto would train at most 18 more run(s) here: depth=1 and the 1 setting(s) still open" in text
+    assert "SEEDS=auto would train at most 42 more run(s) here: depth=1 and the 1 setting(s) still open" in text
     # the 0.30 points are 3 images that every seed gets wrong: more seeds cannot decide it on this test set
     assert "| 1 | 2 | +0.30 [" in text and "| inconclusive (not decidable on this test set) |" in text
     assert "| variance of | s.e. (points) | seed | seed × test image | test image |" in text

@@ -705,7 +705,6 @@ def comparisons_markdown(f: SweepFindings) -> str:
     within = _margin_text(f.margin)
     last = f.design.final if f.design is not None else None
     if last is not None:
-        # the repeated confidence interval of the look the design stopped at: simultaneous over its looks
         repeated = 1 - nominal_levels(f.design.plan, ALPHA)[last.index]
         head = f"a − b (points) [95 % repeated interval] | p (last look): differ / within {within}"
     else:
@@ -723,7 +722,7 @@ def comparisons_markdown(f: SweepFindings) -> str:
         if outcome == "inconclusive" and not at:
             at = _undecided(f, c)
             labelled = labelled or bool(at)
-        low, high = (c.low, c.high) if last is None else c.interval(repeated)
+        low, high = pair_interval(f, c)
         p, p_equiv = (c.p_holm, c.p_equiv_holm) if last is None else (c.p, c.p_equiv)
         lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]{mark} | "
                      f"{p:.3g} / {p_equiv:.3g} | {win} | {OUTCOME_WORDS[outcome]}{at} |")
@@ -816,8 +815,17 @@ def _against_best(f: SweepFindings) -> dict[Hashable, tuple[float, float, float]
         return {}
     best, found = f.verdict.best, {f.verdict.best: (0.0, 0.0, 0.0)}
     for c in f.comparisons:
+        low, high = pair_interval(f, c)
         if c.a == best:
-            found[c.b] = (-c.diff, -c.high, -c.low)
+            found[c.b] = (-c.diff, -high, -low)
         elif c.b == best:
-            found[c.a] = (c.diff, c.low, c.high)
+            found[c.a] = (c.diff, low, high)
     return found if all(s.value in found for s in f.settings) else {}
+
+
+def pair_interval(f: SweepFindings, c: Comparison) -> tuple[float, float]:
+    """The interval the pair table prints for a pair: its own 95 % one, or under a sequential design the repeated
+    confidence interval at the level of the look the design stopped at."""
+    if f.design is None or f.design.final is None:
+        return c.low, c.high
+    return c.interval(1 - nominal_levels(f.design.plan, ALPHA)[f.design.final.index])

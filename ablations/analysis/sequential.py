@@ -46,7 +46,7 @@ def spent(t: float, alpha: float = ALPHA) -> float:
     return float(2 * sps.norm.sf(sps.norm.isf(alpha / 2) / math.sqrt(t)))
 
 
-GRID = 801   # points of the recursion's grid over the continuation region of each look (odd: Simpson's rule)
+GRID = 401   # points of the recursion's grid over the continuation region of each look (odd: Simpson's rule)
 
 
 def _simpson(n: int) -> np.ndarray:

@@ -1,6 +1,7 @@
 """What a sweep's tables support: per setting an accuracy interval and cost spreads, across settings the
-paired comparisons and a verdict, and the sentences the report prints. Pure functions of the CSVs and
-the saved test predictions (`ablations.analysis.stats`, `bench.rounds`); `report.py` lays them out."""
+paired comparisons and a verdict, and the sentences the report prints. Computed from a sweep's rows and
+the saved test predictions it reads from disk (`ablations.analysis.stats`, `bench.rounds`, the SEEDS=auto
+design replayed by `ablations.analysis.sequential`); `report.py` lays them out."""
 
 from __future__ import annotations
 
@@ -573,9 +574,10 @@ def _verdict_text(f: SweepFindings) -> str:
         parts.append(f"equivalent within {within} to " + ", ".join(
             f"{factor}={o} (TOST p = {p_of(o) if o in decided else pair(o).p_equiv_holm:.3g})" for o in v.equivalent))
     if v.inconclusive:
+        sequential = f.design is not None   # the step-down tests raw p at its levels; otherwise Holm-adjusted p
         parts.append("inconclusive against " + ", ".join(
-            f"{factor}={o} ({100 * signed(o):+.2f} points, p = {pair(o).p_holm:.3g}, TOST p = "
-            f"{pair(o).p_equiv_holm:.3g})" for o in v.inconclusive))
+            f"{factor}={o} ({100 * signed(o):+.2f} points, p = {pair(o).p if sequential else pair(o).p_holm:.3g}, "
+            f"TOST p = {pair(o).p_equiv if sequential else pair(o).p_equiv_holm:.3g})" for o in v.inconclusive))
     if v.inconclusive:
         head = f"**Inconclusive: no single best {factor} at this budget.**"
         tail = (f" Differences smaller than about {100 * v.detectable:.1f} points could not be detected "
@@ -586,7 +588,8 @@ def _verdict_text(f: SweepFindings) -> str:
         head = (f"**Equivalent within {within}: {names}.**" if v.equivalent else f"**Identical: {names}.**")
         tail = f" ({budget}.)"
     return (f"{head} The highest mean, {factor}={v.best} ({pct(best.acc.mean)} %), is " + "; ".join(parts)
-            + f" (Holm-adjusted over the pairs{', each at its look' if f.design is not None else ''}; equivalence "
+            + (" (p unadjusted, decided by Holm's step-down over the pairs at each look's levels; equivalence "
+               if f.design is not None else " (Holm-adjusted over the pairs; equivalence ")
             + f"by two one-sided tests against {within}).{tail}")
 
 

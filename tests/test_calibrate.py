@@ -84,7 +84,7 @@ def test_planting_takes_exactly_delta_from_each_run():
 
 
 def test_the_summary_reports_the_rate_with_its_interval_and_the_p_value_distribution(capsys, tmp_path):
-    assert ablations_main(["calibrate", "--from", str(REFERENCE), "--trials", "40", "--design-trials", "20",
+    assert ablations_main(["calibrate", "--from", str(REFERENCE), "--trials", "400", "--design-trials", "20",
                            "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "false positives (A/A, α = 0.05)" in out and "p < 0.2" in out and "mean p" in out

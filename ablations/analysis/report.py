@@ -233,7 +233,8 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     copied = " Hollow: runs copied from another sweep (trained at another time)." if reused else ""
     paired = len(shown) > 1 and all(d["vs_best"] is not None for d in shown)   # as the figure draws it
     accuracy = (f"Accuracy: each setting's difference from the best ({factor}={f.verdict.best}) with the 95 % "
-                f"{'repeated ' if f.design else ''}interval of that pair's own comparison (the table above), the grey band ±{100 * f.margin:g} points; the marker "
+                f"{'repeated ' if f.design else ''}interval of that pair's own comparison (the table above), the "
+                f"grey band ±{100 * f.margin:g} points; the marker "
                 f"says what the verdict decided, Holm over the pairs{' at each look' if f.design else ''}, so an "
                 f"interval clear of 0 can still be inconclusive." if paired and f.verdict else
                 f"Accuracy: mean with its 95 % interval ({f.settings[0].acc.kind}).")

@@ -43,7 +43,7 @@ def test_migrate_rewrites_an_older_table_with_its_exact_recipe_and_keeps_every_r
     rows = write_old_format(REFERENCE / "ablations" / "depth.csv", out / "ablations" / "depth.csv")
     recipe = OLD_RECIPE
     assert main(["migrate", "--out", str(out)]) == 0
-    assert "12 row(s) rewritten" in capsys.readouterr().out
+    assert len(rows) >= 12 and f" {len(rows)} row(s) rewritten" in capsys.readouterr().out
     migrated = list(csv.DictReader((out / "ablations" / "depth.csv").open()))
     assert [r["run_id"] for r in migrated] == [r["run_id"] for r in rows]
     for old, new in zip(rows, migrated):

@@ -63,7 +63,9 @@ def test_every_shipped_sweep_is_valid_for_every_dataset_size(img_size, in_chans,
     from ablations.specs import MODEL_FIELDS, TRAIN_FIELDS, available_sweeps, find_spec
     from vit import PRESETS
 
-    names = available_sweeps()
+    # the shipped files: another test adds a throwaway zz_ spec to the folder for its duration (and removes it),
+    # possibly while this one runs beside it on another worker
+    names = [n for n in available_sweeps() if not n.startswith("zz_")]
     assert {"patch", "heads", "depth", "pos", "norm", "pool", "attn"} <= set(names)
     for name in names:
         spec = load_spec(find_spec(name))

@@ -375,8 +375,11 @@ def lucky_draw(correct: np.ndarray, level: float = 0.05) -> tuple[float, float] 
         return None
     seen = float(correct.sum(1).var(ddof=1))
     rng = np.random.default_rng(0)
-    ranks = rng.random((LUCKY_PERMUTATIONS, runs, int(border.sum()))).argsort(1).argsort(1)
-    placed = (ranks < right[border]).sum(2) + correct[:, ~border].sum(1)    # each placement's runs' totals
+    keys = rng.random((LUCKY_PERMUTATIONS, runs, int(border.sum())))
+    # an image's right answers go to the runs holding its `right` smallest keys
+    at = np.broadcast_to(right[border].astype(int) - 1, (LUCKY_PERMUTATIONS, 1, keys.shape[2]))
+    cut = np.take_along_axis(np.sort(keys, 1), at, 1)
+    placed = (keys <= cut).sum(2) + correct[:, ~border].sum(1)    # each placement's runs' totals
     spread = placed.var(1, ddof=1)
     if (np.sum(spread <= seen + 1e-9) + 1) / (LUCKY_PERMUTATIONS + 1) <= level:
         return math.sqrt(seen) / n, math.sqrt(coin)

@@ -34,7 +34,7 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
-from ablations.analysis.stats import ALPHA, MARGIN, Comparison, at_chance, compare_settings
+from ablations.analysis.stats import ALPHA, MARGIN, Comparison, at_chance, compare_settings, seed_terms, stays_open
 from ablations.choices import LOOKS, check_looks
 from ablations.results.store import SweepPaths, load_preds
 
@@ -169,20 +169,12 @@ def undecidable(c: Comparison, seeds: int, last: int, level: float, cover: float
     if c.parts is None or c.identical or seeds < 1:
         return ""
     q = float(sps.norm.isf(level / 2))
-    seeded = (c.parts.seed + c.parts.seed_image) * seeds
     low, high = c.interval(cover)
     big = max(abs(low), abs(high))
     small = 0.0 if low <= 0 <= high else min(abs(low), abs(high))
-
-    def stuck(variance: float) -> bool:
-        half = q * math.sqrt(variance)
-        return big <= half and small + half >= c.margin   # never outside the interval, never wholly inside ±margin
-
-    if not stuck(seeded / last + c.parts.image):
+    if not stays_open(small, big, q * math.sqrt(seed_terms(c, seeds) / last + c.parts.image), c.margin):
         return ""
-    if stuck(c.parts.image):
-        return "test set"
-    return "cap"
+    return "test set" if stays_open(small, big, q * math.sqrt(c.parts.image), c.margin) else "cap"
 
 
 def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequence[int]], index: int,

@@ -434,18 +434,26 @@ def seeds_to_decide(c: Comparison, seeds: int, comparisons: int, alpha: float = 
     if c.parts is None or seeds < 1:
         return None
     q = float(sps.norm.ppf(1 - alpha / (2 * comparisons)))
-    seeded, image, diff = (c.parts.seed + c.parts.seed_image) * seeds, c.parts.image, abs(c.diff)
-
-    def decided(variance: float) -> bool:
-        half = q * math.sqrt(variance)
-        return diff > half or diff + half < c.margin
-
-    if not decided(image):
+    seeded, image, diff = seed_terms(c, seeds), c.parts.image, abs(c.diff)
+    if stays_open(diff, diff, q * math.sqrt(image), c.margin):
         return None
     for s in range(seeds + 1, most + 1):
-        if decided(seeded / s + image):
+        if not stays_open(diff, diff, q * math.sqrt(seeded / s + image), c.margin):
             return s
     return most + 1
+
+
+def seed_terms(c: Comparison, seeds: int) -> float:
+    """The seed terms of a pair's variance (`c.parts`, measured at `seeds` a setting) as they would be at one seed:
+    divided by s, they are the terms at s seeds."""
+    assert c.parts is not None
+    return (c.parts.seed + c.parts.seed_image) * seeds
+
+
+def stays_open(small: float, big: float, half: float, margin: float) -> bool:
+    """Whether a pair whose |difference| is anywhere in [small, big] stays undecided with an interval of half-width
+    `half`: never outside the interval (not different), never wholly inside ±margin (not equivalent)."""
+    return big <= half and small + half >= margin
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablations import choices
-from ablations.choices import AUTO_CHECKPOINT_S, COST_ROUNDS, LARGE_RUNS, AutoSeeds, parse_seeds
+from ablations.choices import AUTO_CHECKPOINT_S, COST_ROUNDS, LARGE_RUNS, LOOKS, AutoSeeds, parse_seeds
 from bench.choices import integer
 
 
@@ -104,9 +104,10 @@ RUN = (
                          "32 for imagefolder)", "IMG_SIZE", type=positive("--img-size (IMG_SIZE)")),
     Option("--epochs", "override the spec's epochs", "EPOCHS", type=positive("--epochs (EPOCHS)")),
     Option("--seeds", "comma-separated training seeds (the report's intervals and tests need two or more), "
-                      "or auto: seeds 0,1,2 of every setting, then up to 12 for the settings whose comparison "
-                      "with the leader is still open (a group-sequential design that keeps the error rates; "
-                      "auto:3,5,8,12 names the looks); default: the spec's seeds, else 0,1,2",
+                      f"or auto: seeds 0,1,2 of every setting, then more, up to {LOOKS[-1]}, for the pairs still open "
+                      f"that more seeds can decide (a group-sequential design that keeps the error rates; "
+                      f"auto:{','.join(map(str, LOOKS))} names the looks, the last the cap); default: the spec's "
+                      f"seeds, else 0,1,2",
            "SEEDS", type=seeds, default=None),
     Option("--cost-rounds", f"interleaved rounds of the cost phase that times every point side by side before "
                             f"training (default {COST_ROUNDS}; 0 skips it and leaves the speed columns empty)",

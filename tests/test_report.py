@@ -727,6 +727,52 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
                                 "budget: ", "**No verdict (not converged)**")), headline
 
 
+def _longer_runs(out, depth, accs, epochs=3):
+    """Runs of the `depth` sweep's model at `depth` trained for `epochs` (other run ids), written before the
+    shown ones: another experiment of the same table, left out of its section."""
+    paths = SweepPaths.of(out, "depth")
+    for seed, acc in enumerate(accs):
+        run_id = hexid(f"longer{depth}{epochs}{seed}")
+        correct = mask(range(round(N_TEST * (1 - acc))))
+        target = torch.arange(N_TEST) % 10
+        paths.preds.mkdir(parents=True, exist_ok=True)
+        (paths.preds / f"{run_id}.npz").write_bytes(save_preds(torch.where(torch.as_tensor(correct), target,
+                                                                           (target + 1) % 10), target))
+        append_row(paths.rows, {"run_id": run_id, "status": "ok", "error": "", "depth": depth, "seed": seed,
+                                "sweep": "depth", "started_at": f"2025-12-01T00:00:0{seed}", "epochs": epochs,
+                                "lr": 0.002, "num_classes": 10, "test_acc": float(np.mean(correct)),
+                                "test_size": N_TEST, "params": 1000 * depth, "gmacs": 0.01 * depth,
+                                "gflops": 0.02 * depth, "train_time_s": 5.0, **ENV}, ABLATION_COLUMNS)
+
+
+def test_runs_far_below_the_same_model_trained_longer_are_labelled_not_converged(tmp_path):
+    """A 1-epoch sweep whose depth-1 model reaches 84 % where the same model (other seeds, same recipe but the
+    epochs) reached 97 % after 3 epochs: its headline says the runs have not converged, naming that setting
+    and not depth 2, whose longer runs are within a point of it; longer runs no better say nothing."""
+    from ablations.analysis.report import below_longer_budget
+    from ablations.results.experiments import latest_rows
+
+    _longer_runs(tmp_path, 1, (0.97, 0.968, 0.972))
+    _longer_runs(tmp_path, 2, (0.95, 0.951, 0.945))
+    ten_points_apart(tmp_path)
+    rows = latest_rows(read_table(SweepPaths.of(tmp_path, "depth").rows))
+    shown = rows[(rows["epochs"] == 1) & (rows["status"] == "ok")]
+    said = below_longer_budget(shown, rows, "depth")
+    assert said == "depth=1 reaches 84.0 % after 1 epoch (3 runs) where the same model reaches 97.0 % after 3 epochs (3 runs)"
+    text = build_report(tmp_path).read_text()
+    section = text[text.index("## depth"):]
+    assert f"**Not converged**: {said}" in section[:3000]
+    headline = next(line for line in section.splitlines() if line.startswith("**") and "Not converged**:" not in line)
+    assert headline.startswith("**Not converged — best at this budget: depth=2"), headline
+
+    other = tmp_path / "same"
+    _longer_runs(other, 1, (0.84, 0.83, 0.85))   # as good as the 1-epoch runs: nothing to say
+    ten_points_apart(other)
+    rows = latest_rows(read_table(SweepPaths.of(other, "depth").rows))
+    assert below_longer_budget(rows[(rows["epochs"] == 1) & (rows["status"] == "ok")], rows, "depth") == ""
+    assert "Not converged" not in build_report(other).read_text()
+
+
 def test_the_report_of_sweeps_without_a_model_figure_runs_without_torch(tmp_path):
     """Reading tables, the statistics and the figures need no torch: the report runs in a process where torch
     cannot be imported (only the position and attention figures, which draw trained models, load it)."""

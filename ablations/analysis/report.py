@@ -18,7 +18,7 @@ from ablations.analysis.findings import CHANCE_SDS, POWER_DELTA, seed_ranges
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
 from ablations.choices import AUGMENTATION, LOOKS, default_augmentation, say, with_makefile
 from ablations.results import plans as design_plans
-from ablations.results.experiments import differences, latest_rows, newest_experiment
+from ablations.results.experiments import budget_key, differences, latest_rows, newest_experiment
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, Tables, latest_cost_phase, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
@@ -186,7 +186,8 @@ def _shared_line(sweep: str, factor: str, f: findings.SweepFindings, ok: pd.Data
 
 def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path,
                    tuning: designs.Tuning | None = None, margin: float = MARGIN,
-                   sweeps_of: dict[str, set[str]] | None = None) -> list[str]:
+                   sweeps_of: dict[str, set[str]] | None = None, budgets: pd.DataFrame | None = None) -> list[str]:
+    """`budgets`: every standing row under the OUT, for runs of the same models trained for more epochs."""
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
     phase = latest_cost_phase(paths)
     f, rows, design_note = findings.analyse_sweep(rows, factor, order, paths, phase, spec.margin or margin)
@@ -199,7 +200,8 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     history = read_table(paths.history) if paths.history.exists() else None
     classes = int(pd.to_numeric(ok["num_classes"], errors="coerce").max()) if "num_classes" in ok and \
         pd.to_numeric(ok["num_classes"], errors="coerce").notna().any() else None
-    learning = still_learning(history, ok["run_id"].astype(str), classes) if history is not None else ""
+    learning = still_learning(history if history is not None else pd.DataFrame(), ok["run_id"].astype(str), classes,
+                              below_longer_budget(ok, budgets if budgets is not None else pd.DataFrame(), factor))
     shown = findings.setting_rows(f)
     if len(f.settings) == 1 and isinstance(factor, str):   # one setting: its runs' spread, not six one-point panels
         one = f.settings[0]
@@ -274,15 +276,59 @@ STILL_LEARNING = 0.01   # a last epoch that raised test accuracy by more than th
 FAR_FROM_FIT = 0.5   # a last training loss above this share of the loss of guessing (ln classes): not converged
 
 
-def still_learning(history: pd.DataFrame, run_ids: pd.Series, classes: int | None = None) -> str:
+FAR_BELOW = 0.01   # a setting whose runs reach this much less than the same model trained longer: not converged
+
+
+def below_longer_budget(ok: pd.DataFrame, pool: pd.DataFrame, factor: str) -> str:
+    """Where the same models (same model, recipe and data but for the seed, precision and epochs) were also
+    trained for more epochs, under this OUT, the settings whose runs here reach less by more than FAR_BELOW
+    (a one-sided Welch test of that shortfall at 5 %, two runs or more on each side), as a reason fragment
+    ('' where none does or none was trained longer)."""
+    if pool.empty or not {"epochs", "status", "test_acc", "run_id"} <= set(pool) or "epochs" not in ok or factor not in ok:
+        return ""
+    from scipy import stats as st
+
+    def keyed(rows: pd.DataFrame) -> pd.DataFrame:
+        return rows.assign(key=[budget_key(r) for _, r in rows.iterrows()],
+                           n_epochs=pd.to_numeric(rows["epochs"], errors="coerce"),
+                           acc=pd.to_numeric(rows["test_acc"], errors="coerce")).dropna(subset=["key", "n_epochs", "acc"])
+
+    mine = keyed(ok)
+    others = keyed(pool[(pool["status"] == "ok") & ~pool["run_id"].astype(str).isin(set(ok["run_id"].astype(str)))])
+    said = []
+    for (value, key, epochs), runs in mine.groupby([factor, "key", "n_epochs"], sort=False):
+        longer = others[(others["key"] == key) & (others["n_epochs"] > epochs)].drop_duplicates("run_id")
+        sizes = longer.groupby("n_epochs")["acc"].size()
+        sizes = sizes[sizes >= 2]
+        if len(runs) < 2 or sizes.empty:
+            continue
+        most = float(sizes.index.max())
+        there = longer.loc[longer["n_epochs"] == most, "acc"].to_numpy(float)
+        here = runs["acc"].to_numpy(float)
+        gap = there.mean() - here.mean()
+        if there.var() + here.var() == 0:
+            far = gap > FAR_BELOW
+        else:
+            far = st.ttest_ind(there - FAR_BELOW, here, equal_var=False, alternative="greater").pvalue < 0.05
+        if far:
+            said.append(f"{factor}={value} reaches {100 * here.mean():.1f} % after {epochs:g} epoch{'s' * (epochs != 1)} "
+                        f"({len(here)} runs) "
+                        f"where the same model reaches {100 * there.mean():.1f} % after {most:g} epochs ({len(there)} runs)")
+    return "; ".join(said)
+
+
+def still_learning(history: pd.DataFrame, run_ids: pd.Series, classes: int | None = None,
+                   longer: str = "") -> str:
     """A warning where the runs were still learning at their last epoch (test accuracy up by more than
     STILL_LEARNING over it, mean over runs), or, given the task's `classes`, ended far from fitting their
     training set (mean last training loss above FAR_FROM_FIT of ln classes, the loss of guessing: a cosine
     schedule flattens the last epoch's gain, so the first rule alone misses a budget far too short): short-
-    budget numbers, not the settings' converged accuracy."""
+    budget numbers, not the settings' converged accuracy. `longer`: a `below_longer_budget` fragment, a third
+    reason (and enough alone)."""
     mine = history[history["run_id"].astype(str).isin(set(run_ids))] if {"run_id", "epoch", "test_acc"} <= set(history) else None
-    if mine is None or mine.empty:
+    if (mine is None or mine.empty) and not longer:
         return ""
+    mine = mine if mine is not None else pd.DataFrame(columns=["run_id", "epoch", "test_acc"])
     gains, losses = [], []
     for _, run in mine.sort_values("epoch").groupby("run_id"):
         acc = pd.to_numeric(run["test_acc"], errors="coerce").dropna().to_numpy()
@@ -291,17 +337,17 @@ def still_learning(history: pd.DataFrame, run_ids: pd.Series, classes: int | Non
         loss = pd.to_numeric(run["train_loss"], errors="coerce").dropna().to_numpy() if "train_loss" in run else []
         if len(loss):
             losses.append(loss[-1])
-    epochs = int(pd.to_numeric(mine["epoch"], errors="coerce").max())
+    epochs = int(pd.to_numeric(mine["epoch"], errors="coerce").max()) if len(mine) else 0
     shortfall = ""
     if classes and classes > 1 and losses and float(np.mean(losses)) > FAR_FROM_FIT * math.log(classes):
         shortfall = (f"the training loss ended at {float(np.mean(losses)):.2f} (mean over runs), "
                      f"{float(np.mean(losses)) / math.log(classes):.0%} of the {math.log(classes):.2f} of guessing among "
                      f"{classes} classes, far from fitting the training set")
     rising = gains and float(np.mean(gains)) > STILL_LEARNING
-    if not (rising or shortfall):
+    if not (rising or shortfall or longer):
         return ""
     why = "; ".join(filter(None, [f"test accuracy rose {100 * float(np.mean(gains)):.1f} points over the last of "
-                                  f"{epochs} epoch(s) (mean over runs)" if rising else "", shortfall]))
+                                  f"{epochs} epoch(s) (mean over runs)" if rising else "", shortfall, longer]))
     return (f"**Not converged**: {why}, so these runs were still learning: the accuracies below are "
             f"those of a short budget, not the settings' converged accuracies, and their order can change with "
             f"more epochs (EPOCHS).")
@@ -530,6 +576,12 @@ def method(margin: float = MARGIN) -> str:
   by chance. A setting whose runs agree more closely than that is marked ◊ (its interval is likely too narrow):
   an exact test given each image's count of right answers, comparing the runs' spread with its spread over
   1,000 random placements of those answers among the runs (at most 5 % of them as tight).
+- **Budget.** A sweep's runs are labelled **not converged**, in the verdict's headline, the figure and a line
+  saying why, where the last epoch raised test accuracy by more than {100 * STILL_LEARNING:g} point (mean over
+  runs), where the last training loss is above {FAR_FROM_FIT:.0%} of the loss of guessing (ln classes; a cosine
+  schedule flattens the last epoch), or where the same model, recipe and data trained for more epochs in the
+  same OUT reaches more than {100 * FAR_BELOW:g} point more (one-sided Welch test at 5 %, two runs or more on each
+  side): the verdict is then this budget's.
 - **Sittings.** A sweep's runs can come from several sittings (another commit, host, processor, thread
   count or precision: a sweep resumed later, or runs shared with other sweeps by run id). With the
   settings' own differences taken out (least squares, accuracy ~ setting + sitting), an F test asks whether
@@ -698,6 +750,9 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
     absent, has_pos, has_bench, lacking = _lacking(out, specs, tables)
     lines += lacking
     sweeps_of = _sweeps_of_runs(tables)
+    standing = [latest_rows(read.rows(name)) for name in sweep_names(out)]
+    budgets = pd.concat([t for t in standing if not t.empty and "run_id" in t], ignore_index=True) \
+        if any(not t.empty and "run_id" in t for t in standing) else pd.DataFrame()
     for sweep, spec in specs.items():
         if sweep in absent:
             continue
@@ -714,7 +769,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
         failed = rows[rows["status"] != "ok"]
         if (rows["status"] == "ok").any():
             lines += _guarded(f"the {sweep} sweep's section", _sweep_section, spec, rows, SweepPaths.of(out, sweep),
-                              figures, tunings.get(sweep), margin, sweeps_of)
+                              figures, tunings.get(sweep), margin, sweeps_of, budgets)
         if len(failed):
             lines.append(f"Failed runs ({len(failed)}), not counted above:")
             for _, r in failed.iterrows():

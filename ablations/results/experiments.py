@@ -49,6 +49,13 @@ def point_key(row) -> str | None:
                                                  default=str)
 
 
+def budget_key(row) -> str | None:
+    """What a run is but for its seed, precision and number of epochs: rows of one model, recipe and data trained
+    for longer or shorter meet here. None for a row whose configs cannot be read back."""
+    parts = _parts(row, {"dtype", "epochs"})
+    return None if parts is None else json.dumps(parts, sort_keys=True, default=str)
+
+
 def _varied(factor: str | Collection[str]) -> set[str]:
     return {factor} if isinstance(factor, str) else set(factor)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -13,7 +12,7 @@ import torch
 
 from ablations.running.cost import CostPlan, run_cost_phases
 from ablations.running.executors.base import Executor
-from ablations.running.runner import run_sweeps
+from ablations.running.runner import SweepSummary, run_sweeps
 from ablations.running.tasks import Outcome, RunOptions, Task
 from ablations.running.worker import execute
 from ablations.specs import Point
@@ -21,7 +20,7 @@ from ablations.training.data import Dataset
 
 
 def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Executor | None = None,
-              fn: Callable[[Task, Dataset], Outcome] = execute) -> dict[str, Any]:
+              fn: Callable[[Task, Dataset], Outcome] = execute) -> SweepSummary:
     """`run_sweeps` of one sweep: its summary."""
     return run_sweeps([(sweep, points, options)], executor, fn)[0]
 

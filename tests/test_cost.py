@@ -584,7 +584,7 @@ def test_a_later_call_with_some_sweeps_done_reuses_the_first_sitting_and_its_row
 
     run_sweeps([("a", plans["a"], options((0,))), ("b", plans["b"], options((0,)))])
     later = run_sweeps([("a", plans["a"], options((0,))), ("b", plans["b"], options((0, 1)))])
-    assert [s["statuses"] for s in later] == [{}, {"ok": 2}]
+    assert [s.statuses for s in later] == [{}, {"ok": 2}]
     for sweep in "ab":
         assert read_table(SweepPaths.of(tmp_path, sweep).cost)["phase_id"].nunique() == 1
     rows = read_table(SweepPaths.of(tmp_path, "b").rows)

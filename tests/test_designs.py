@@ -16,7 +16,7 @@ from helpers import run_sweep, write_old_format
 from ablations.analysis import designs, report
 from ablations.analysis.stats import interaction_contrasts
 from ablations.results.schema import read_table
-from ablations.results.store import SweepPaths, record, save_preds
+from ablations.results.store import SweepPaths, Tables, record, save_preds
 from ablations.running.cost import CostPlan
 from ablations.running.tasks import Outcome, RunOptions
 from ablations.specs import SpecError, load_spec
@@ -46,7 +46,7 @@ def test_a_training_or_augmentation_field_is_a_factor_and_every_row_records_the_
     points = spec.points(8, 1, 10)
     assert [getattr(p.train, factor) for p in points] == list(spec.values)
     summary = run_sweep(spec.name, points, options(tmp_path / "out"))
-    assert summary["statuses"] == {"ok": 2}
+    assert summary.statuses == {"ok": 2}
     rows = read_table(SweepPaths.of(tmp_path / "out", spec.name).rows)
     for point, (_, row) in zip(points, rows.iterrows()):
         for f in dataclasses.fields(TrainConfig):  # every recipe field under its own name
@@ -112,7 +112,7 @@ def test_a_grid_gives_every_combination_once_and_paired_lists_go_together(tmp_pa
     # a grid sweep trains: every combination once
     summary = run_sweep("grid", grid, options(tmp_path / "out"))
     rows = read_table(SweepPaths.of(tmp_path / "out", "grid").rows)
-    assert summary["statuses"] == {"ok": 4} and rows["run_id"].nunique() == 4
+    assert summary.statuses == {"ok": 4} and rows["run_id"].nunique() == 4
     assert sorted(zip(rows["depth"], rows["lr"])) == [(1, 1e-3), (1, 4e-3), (2, 1e-3), (2, 4e-3)]
 
 
@@ -171,7 +171,7 @@ def test_the_report_draws_a_grid_and_states_its_interaction_only_when_there_is_o
     assert set(rows[spec.factor]) == {"1 × 0.001", "1 × 0.004", "2 × 0.001", "2 × 0.004"}
     figures = tmp_path / "out" / "figures"
     figures.mkdir()
-    lines = "\n".join(report._sweep_section(spec, rows, SweepPaths.of(tmp_path / "out", spec.name), figures,
+    lines = "\n".join(report._sweep_section(spec, rows, Tables(tmp_path / "out"), figures,
                                             margin=margin))
     assert (figures / "grid-grid.png").exists() and "![grid grid](figures/grid-grid.png)" in lines
     assert "Training throughput: the runs' whole-run training throughput on cpu (test CPU)._" in lines   # where measured
@@ -351,7 +351,7 @@ def test_a_rerun_with_tensorboard_writes_the_events_of_runs_finished_without_the
     rows = read_table(SweepPaths.of(out, "tb").rows)
     assert not (out / "tensorboard").exists()
     again = run_sweep("tb", spec.points(8, 1, 10), dataclasses.replace(options(out), tensorboard=True))
-    assert again["skipped"] == 2                                                # nothing trained again
+    assert again.skipped == 2                                                # nothing trained again
     for run_id, depth in zip(rows["run_id"], rows["depth"]):
         (where,) = tensorboard.written(out, "tb", run_id)
         assert where.name == f"depth={depth},seed=0,{run_id}" and any(where.glob("events.out.tfevents.*")), run_id
@@ -368,8 +368,9 @@ def test_tensorboard_without_the_package_is_one_line_before_any_work(tmp_path, m
 
 
 def test_wall_times_of_runs_that_got_too_little_cpu_are_not_compared():
-    from ablations.analysis.findings import Setting, SweepFindings, cost_sentence
+    from ablations.analysis.findings import Setting, SweepFindings
     from ablations.analysis.stats import accuracy_interval
+    from ablations.analysis.wording import cost_sentence
     from bench.rounds import Spread
 
     def setting(value, times, starved):
@@ -397,8 +398,9 @@ def test_a_run_is_starved_when_busy_well_under_its_share_of_the_cores():
 
 
 def test_the_report_shows_latency_percentiles_and_energy_where_the_cost_phase_measured_them():
-    from ablations.analysis.findings import Setting, SweepFindings, table_markdown
+    from ablations.analysis.findings import Setting, SweepFindings
     from ablations.analysis.stats import accuracy_interval
+    from ablations.analysis.wording import table_markdown
     from bench.rounds import Spread
 
     def setting(value, p99):

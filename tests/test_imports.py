@@ -148,6 +148,26 @@ def test_the_inner_rule_sees_a_sideways_import():
     assert inner_layer("vit.model") is None and inner_layer("ablations") is None
 
 
+# what reads a sweep's files by path: the results package alone calls them (the others ask `store.Tables`)
+TABLE_READERS = {"read_table", "read_plan", "latest_cost_phase", "read_rows"}
+# bench's own tables (pytest-benchmark and `bench run`), which the report's bench section reads
+BENCH_TABLE_READERS = {"ablations.analysis.report"}
+
+
+def calls(module: str) -> list[tuple[str, int]]:
+    """(called name, line) of every call of a plain name or an attribute in `module`."""
+    return [(node.func.id if isinstance(node.func, ast.Name) else node.func.attr, node.lineno)
+            for node in ast.walk(ast.parse(MODULES[module].read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))]
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m.startswith("ablations.") and not m.startswith("ablations.results")])
+def test_no_module_outside_results_reads_a_sweeps_files_by_path(module):
+    found = [f"{name} (line {line})" for name, line in calls(module) if name in TABLE_READERS
+             and not (module in BENCH_TABLE_READERS and name == "read_rows")]
+    assert not found, f"{module} calls {', '.join(found)}: ask `store.Tables` instead"
+
+
 def test_reading_results_loads_no_trainer_runner_or_executor(tmp_path):
     """The commands that read a results folder stand on the store, not on the machinery that writes it: run
     one after another in a fresh process (columns, compare, report), none loads a trainer, runner or

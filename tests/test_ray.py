@@ -71,7 +71,7 @@ def test_ray_gives_the_same_rows_history_and_weights_as_local(tmp_path):
     executor = ray_executor()
     assert "2 CPUs" in executor.start()
     remote = run_sweep("rt", points, options(tmp_path / "ray", seeds=(0, 1)), executor)
-    assert local["statuses"] == remote["statuses"] == {"ok": 4}
+    assert local.statuses == remote.statuses == {"ok": 4}
 
     a, b = (read_table(tmp_path / d / "ablations" / "rt.csv") for d in ("local", "ray"))
     assert len(a) == 4 and a["test_acc"].notna().all()
@@ -100,14 +100,14 @@ def test_killed_worker_is_retried_then_recorded_as_error(tmp_path):
     summary = run_sweep("kill", depth_points("kill", 1, 2, 3, 4), options(tmp_path), ray_executor(max_retries=1),
                         fn=partial(killing_execute, marker_dir=str(tmp_path)))
     table = read_table(tmp_path / "ablations" / "kill.csv").set_index("depth")
-    assert summary["statuses"] == {"ok": 3, "error": 1}
+    assert summary.statuses == {"ok": 3, "error": 1}
     assert (table.loc[[1, 2, 4], "status"] == "ok").all()  # depth 2 died once, then its retry finished
     assert table.loc[3, "status"] == "error" and "after 1 retry" in table.loc[3, "error"]
     assert pd.isna(table.loc[3, "test_acc"]) and table.loc[3, "sweep"] == "kill"
     assert not (tmp_path / "ablations" / "weights" / "kill" / f"{table.loc[3, 'run_id']}.pt").exists()
     # the error row is not `ok`, so a rerun (workers healthy again) trains exactly that point
     again = run_sweep("kill", depth_points("kill", 1, 2, 3, 4), options(tmp_path), ray_executor())
-    assert again["skipped"] == 3 and again["statuses"] == {"ok": 1}
+    assert again.skipped == 3 and again.statuses == {"ok": 1}
 
 
 def test_cli_ray_sweep_resumes_and_trains_only_missing_points(tmp_path, capsys):
@@ -165,6 +165,6 @@ def test_init_checkpoint_reaches_workers_as_bytes_not_as_the_drivers_path(tmp_pa
                       cost=CostPlan(rounds=0), init=str(path), init_id=checkpoint_id(path))
     summary = run_sweep("init", depth_points("init", 1), opts, ray_executor(),
                         fn=partial(checking_execute, driver_path=str(path), driver_bytes=path.read_bytes()))
-    assert summary["statuses"] == {"ok": 1}
+    assert summary.statuses == {"ok": 1}
     row = read_table(tmp_path / "out" / "ablations" / "init.csv").iloc[0]
     assert row["init"] == checkpoint_id(path)

@@ -12,9 +12,10 @@ import pytest
 import torch
 from conftest import run_cli
 
-from ablations.analysis.findings import analyse, table_markdown
+from ablations.analysis.findings import analyse
 from ablations.analysis.report import build_report
 from ablations.analysis.stats import contrast
+from ablations.analysis.wording import table_markdown
 from ablations.results.schema import ABLATION_COLUMNS, COST_COLUMNS, read_table
 from ablations.results.store import SweepPaths, newest_complete_phase, save_preds
 from bench.io.csvio import append_row
@@ -603,10 +604,11 @@ def test_the_report_shows_the_gpus_own_figures_over_each_training_phase(tmp_path
     """Runs that shared a GPU have no busy share of their own: the report gives the device's over the phase, with
     energy only where the phase held a window between counter ticks (— otherwise, never 0)."""
     from ablations.analysis.report import _phases_section
-    from ablations.running.runner import PHASE_COLUMNS, PHASES
+    from ablations.results.store import PHASES, Tables
+    from ablations.running.runner import PHASE_COLUMNS
     from bench.io.csvio import append_row
 
-    assert _phases_section(tmp_path) == []
+    assert _phases_section(Tables(tmp_path)) == []
     base = {"sweeps": "depth+heads+patch", "runs": 27, "jobs": 8, "device_name": "NVIDIA H200", "util_samples": 40,
             "energy_source": "nvml"}
     append_row(tmp_path / PHASES, {**base, "when": "2026-11-26T07:00:00+00:00", "wall_s": 0.8, "images": 80000,
@@ -615,7 +617,7 @@ def test_the_report_shows_the_gpus_own_figures_over_each_training_phase(tmp_path
     append_row(tmp_path / PHASES, {**base, "when": "2026-11-26T07:01:00+00:00", "wall_s": 12.5, "images": 2_160_000,
                                    "util_pct": 93.4, "power_w": 251.0, "energy_window_s": 12.1,
                                    "energy_j_per_img": 0.00145}, PHASE_COLUMNS)
-    lines = _phases_section(tmp_path)
+    lines = _phases_section(Tables(tmp_path))   # the OUT as a new command reads it
     text = "\n".join(lines)
     assert "the newest 2 of 2" in text
     assert "| 2026-11-26T07:00:00+00:00 | depth+heads+patch | 8 | 80,000 | 0.8 | — | — | — |" in lines
@@ -627,8 +629,9 @@ def test_a_verdict_over_a_design_that_left_a_setting_out_says_so_in_its_headline
     headline says so; a left-out setting whose finished runs average above the leader is named."""
     import math
 
-    from ablations.analysis.findings import Setting, SweepFindings, verdict_sentence
+    from ablations.analysis.findings import Setting, SweepFindings
     from ablations.analysis.stats import Interval, Verdict
+    from ablations.analysis.wording import verdict_sentence
     from bench.rounds import Spread
 
     def setting(value, mean, seeds):

@@ -63,7 +63,7 @@ def test_a_torn_last_line_is_cut_and_quarantined_and_the_sweep_and_report_go_on(
     tear_last_line(csv)
     with pytest.warns(SkippedInput, match="torn last line"):
         summary = run_sweep("depth", points("depth", 1, 2), options(tmp_path, seeds=(0, 1)))
-    assert summary["statuses"] == {"ok": 1}          # only the torn run is trained again
+    assert summary.statuses == {"ok": 1}          # only the torn run is trained again
     table = read_table(csv)
     assert len(table) == 4 and table["run_id"].is_unique and (table["status"] == "ok").all()
     assert (tmp_path / "ablations" / "depth.csv.quarantine").read_bytes().strip()
@@ -142,7 +142,7 @@ def test_a_second_identical_sweep_exits_naming_the_holder(tmp_path, capsys):
     assert "python -m ablations" in err and "give this one another OUT" in err   # names the holder's command
     assert "trains the same runs" not in err     # it may be another experiment (other EPOCHS) into the same OUT
     assert not (tmp_path / "out" / "ablations" / "twin.csv").exists()
-    assert run_sweep("twin", points("twin", 1), options(tmp_path / "out"))["statuses"] == {"ok": 1}  # released
+    assert run_sweep("twin", points("twin", 1), options(tmp_path / "out")).statuses == {"ok": 1}  # released
 
 
 def test_repeated_seeds_and_spec_values_are_refused_before_work(tmp_path, capsys):
@@ -214,7 +214,7 @@ def test_stale_tmp_files_of_dead_writers_are_removed_and_live_ones_kept(tmp_path
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_bytes(b"partial")
     summary = run_sweep("depth", points("depth", 1), options(tmp_path))
-    assert summary["stale_tmp"] == 2 and not any(f.exists() for f in stale) and live.exists()
+    assert summary.stale_tmp == 2 and not any(f.exists() for f in stale) and live.exists()
 
 
 def test_a_run_recorded_again_after_a_kill_does_not_repeat_its_history(tmp_path):
@@ -409,7 +409,7 @@ def test_a_sweep_run_resumes_from_its_checkpoint_and_says_so(tmp_path):
         trainer.evaluate = real
     summary = run_sweep("depth", pts, opts)
     row = read_table(paths.rows).iloc[0]
-    assert summary["resumable"] == 1 and row["resumed_after"] == 2 and row["status"] == "ok"
+    assert summary.resumable == 1 and row["resumed_after"] == 2 and row["status"] == "ok"
     assert not paths.checkpoint(task.run_id).exists()     # removed once the row is written
 
 
@@ -427,7 +427,7 @@ def test_garbage_lines_cannot_outvote_the_real_rows(tmp_path):
         table = read_table(csv)
     assert list(table["run_id"]) == list(real["run_id"])
     summary = run_sweep("depth", points("depth", 1, 2), options(tmp_path))
-    assert summary["skipped"] == 2 and summary["statuses"] == {}   # nothing is trained again
+    assert summary.skipped == 2 and summary.statuses == {}   # nothing is trained again
 
 
 @pytest.mark.parametrize("change,differs", [(dict(epochs=2), "epochs 1 vs 2"),
@@ -465,7 +465,7 @@ def test_a_run_whose_predictions_were_deleted_is_trained_again_and_reported(tmp_
     victim = next(SweepPaths.of(tmp_path, "depth").preds.glob("*.npz"))
     victim.unlink()
     summary = run_sweep("depth", points("depth", 1, 2), options(tmp_path))
-    assert summary["statuses"] == {"ok": 1} and victim.exists()
+    assert summary.statuses == {"ok": 1} and victim.exists()
     report = build_report(tmp_path).read_text()
     assert "no saved test predictions" not in report and "Pairwise comparisons" not in report.split("## depth")[0]
 
@@ -477,7 +477,7 @@ def test_an_unwritable_cache_costs_only_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache-file"))
     summary = run_sweep("depth", points("depth", 1), dataclasses.replace(options(tmp_path / "o"),
                                                                          cost=CostPlan(rounds=1)))
-    assert summary["statuses"] == {"ok": 1}
+    assert summary.statuses == {"ok": 1}
     cost = read_table(tmp_path / "o" / "ablations" / "depth-cost.csv")
     assert (cost["status"] == "ok").all() and cost["mfu"].notna().all()
 
@@ -488,7 +488,7 @@ def test_a_table_from_before_a_column_existed_is_appended_to_with_blank_cells(tm
     old = read_table(csv).drop(columns=["jobs", "experiment_id"])   # as an older version wrote it
     old.to_csv(csv, index=False)
     summary = run_sweep("depth", points("depth", 1, 2), options(tmp_path))
-    assert summary["statuses"] == {"ok": 1}
+    assert summary.statuses == {"ok": 1}
     table = read_table(csv)
     assert list(table.columns[-2:]) == ["jobs", "experiment_id"] and len(table) == 2
     assert table["jobs"].isna().tolist() == [True, False]

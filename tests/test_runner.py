@@ -62,7 +62,7 @@ def test_a_run_finished_in_another_sweep_is_reused_not_trained_again(tmp_path):
         return execute(task, data)
 
     summary = run_sweep("b", depth_points("b", 2, 3), options(tmp_path), fn=counting)
-    assert trained == [3, 3] and summary["reused"] == 2 and summary["statuses"] == {"ok": 2}
+    assert trained == [3, 3] and summary.reused == 2 and summary.statuses == {"ok": 2}
     a, b = (SweepPaths.of(tmp_path, s) for s in "ab")
     rows_a, rows_b = read_table(a.rows), read_table(b.rows)
     mine = rows_b[rows_b["depth"] == 2].reset_index(drop=True)
@@ -78,7 +78,7 @@ def test_a_run_finished_in_another_sweep_is_reused_not_trained_again(tmp_path):
         pd.testing.assert_frame_equal(hist_b[hist_b["run_id"] == rid].reset_index(drop=True),
                                       hist_a[hist_a["run_id"] == rid].reset_index(drop=True))
     # a rerun of b finds all four done in its own table
-    assert run_sweep("b", depth_points("b", 2, 3), options(tmp_path), fn=counting)["skipped"] == 4
+    assert run_sweep("b", depth_points("b", 2, 3), options(tmp_path), fn=counting).skipped == 4
 
 
 class CountingExecutor(LocalExecutor):
@@ -115,7 +115,7 @@ def test_a_commands_sweeps_run_as_one_stream_after_every_cost_phase_and_train_a_
     assert events[0] == ("cost", ("a", "b"))                      # one cost phase, before any training
     assert events[1:] == [("train", "a", 1, 0), ("train", "a", 1, 1), ("train", "a", 2, 0), ("train", "a", 2, 1),
                           ("train", "b", 3, 0), ("train", "b", 3, 1)]  # depth 2 is trained once, for a
-    assert [(s["sweep"], s["planned"], s["skipped"], s["reused"], s["statuses"]) for s in summaries] == \
+    assert [(s.sweep, s.planned, s.skipped, s.reused, s.statuses) for s in summaries] == \
         [("a", 4, 0, 0, {"ok": 4}), ("b", 4, 0, 2, {"ok": 2})]
     a, b = (SweepPaths.of(tmp_path, s) for s in "ab")
     rows_a, rows_b = read_table(a.rows), read_table(b.rows)
@@ -129,7 +129,7 @@ def test_a_commands_sweeps_run_as_one_stream_after_every_cost_phase_and_train_a_
         infer = cost_b[(cost_b["mode"] == "infer") & (cost_b["depth"] == 2)]
         assert row["step_ms_median"] == infer["step_ms_median"].iloc[0]
     again = run_sweeps([("a", depth_points("a", 1, 2), opts), ("b", depth_points("b", 2, 3), opts)], fn=counting)
-    assert [s["skipped"] for s in again] == [4, 4] and len(events) == 7   # a rerun trains nothing
+    assert [s.skipped for s in again] == [4, 4] and len(events) == 7   # a rerun trains nothing
 
 
 def test_a_shared_run_that_fails_is_recorded_as_failed_in_each_sweep(tmp_path):
@@ -137,7 +137,7 @@ def test_a_shared_run_that_fails_is_recorded_as_failed_in_each_sweep(tmp_path):
                   for lr in (1e6,)] for s in "ab"}
     opts = options(tmp_path, seeds=(0,))
     summaries = run_sweeps([(s, points[s], opts) for s in "ab"])
-    assert [s["statuses"] for s in summaries] == [{"diverged": 1}, {"diverged": 1}]
+    assert [s.statuses for s in summaries] == [{"diverged": 1}, {"diverged": 1}]
     row_b = read_table(SweepPaths.of(tmp_path, "b").rows).iloc[0]
     assert row_b["status"] == "diverged" and row_b["reused_from"] == "a" and "loss became" in row_b["error"]
 
@@ -156,7 +156,7 @@ def test_a_run_whose_files_are_gone_is_trained_again_rather_than_reused(tmp_path
     for f in SweepPaths.of(tmp_path, "a").weights.glob("*.pt"):
         f.unlink()
     summary = run_sweep("b", depth_points("b", 2), options(tmp_path, seeds=(0,)))
-    assert summary["reused"] == 0 and summary["statuses"] == {"ok": 1}
+    assert summary.reused == 0 and summary.statuses == {"ok": 1}
 
 
 def test_diverging_run_is_recorded_and_the_next_point_runs(tmp_path):
@@ -168,7 +168,7 @@ def test_diverging_run_is_recorded_and_the_next_point_runs(tmp_path):
     assert list(table["status"]) == ["diverged", "ok"]
     assert "loss became" in table.loc[0, "error"] and pd.isna(table.loc[0, "test_acc"])
     assert 0 <= table.loc[1, "test_acc"] <= 1
-    assert summary["statuses"] == {"diverged": 1, "ok": 1}
+    assert summary.statuses == {"diverged": 1, "ok": 1}
 
 
 def test_a_cpu_run_busy_well_under_its_cores_is_called_starved():
@@ -192,5 +192,22 @@ def test_a_device_without_a_measurable_peak_leaves_mfu_blank_and_the_run_ok(tmp_
     monkeypatch.setattr(worker, "matmul_peak", no_peak)
     summary = run_sweep("np", depth_points("np", 1), options(tmp_path, seeds=(0,)))
     row = read_table(tmp_path / "ablations" / "np.csv").iloc[0]
-    assert summary["statuses"] == {"ok": 1} and row["status"] == "ok"
+    assert summary.statuses == {"ok": 1} and row["status"] == "ok"
     assert pd.isna(row["train_mfu"]) and pd.isna(row["mfu_peak_gflops"])
+
+
+def test_a_sweeps_summaries_over_two_steps_merge_into_one(tmp_path):
+    """The summary of a sweep over the looks of SEEDS=auto: counts add, statuses add by status, the runs and
+    the starved shares follow each other, and the rows are the later step's (every run of the sweep so far)."""
+    from ablations.results.store import SweepPaths
+    from ablations.running.runner import SweepSummary
+
+    paths = SweepPaths.of(tmp_path, "a")
+    first = SweepSummary("a", paths, planned=6, skipped=1, reused=2, statuses={"ok": 3}, stale_tmp=1, resumable=0,
+                         starved=[40.0], run_ids=["r1", "r2", "r3"], rows=[{"run_id": "r1"}])
+    later = SweepSummary("a", paths, planned=4, skipped=3, reused=0, statuses={"ok": 1, "diverged": 1}, stale_tmp=0,
+                         resumable=1, starved=[], run_ids=["r4"], rows=[{"run_id": "r1"}, {"run_id": "r4"}])
+    both = first.merge(later)
+    assert (both.planned, both.skipped, both.reused, both.stale_tmp, both.resumable) == (10, 4, 2, 1, 1)
+    assert both.statuses == {"ok": 4, "diverged": 1} and first.statuses == {"ok": 3}   # neither side changed
+    assert both.run_ids == ["r1", "r2", "r3", "r4"] and both.starved == [40.0] and both.rows == later.rows

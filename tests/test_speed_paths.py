@@ -590,7 +590,7 @@ def test_two_jobs_on_one_gpu_say_whether_they_share_it_under_mps_and_train(tmp_p
                                                     progress=False, cost=CostPlan(rounds=0)), executor)
     finally:
         executor.close()
-    assert summary["statuses"] == {"ok": 4}, summary
+    assert summary.statuses == {"ok": 4}, summary
     assert not glob.glob(os.path.join(tempfile.gettempdir(), "vitbench-mps-*"))
     print(line)  # what the GPU machine did: under MPS, or time-sliced and why
 

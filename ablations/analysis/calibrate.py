@@ -44,8 +44,7 @@ from tqdm import tqdm
 from ablations.analysis.sequential import run_design
 from ablations.analysis.stats import ALPHA, MIN_SEEDS, compare_settings
 from ablations.choices import LOOKS
-from ablations.results.schema import read_table
-from ablations.results.store import SweepPaths, load_preds, ok_rows, sweep_names
+from ablations.results.store import Tables, load_preds
 from ablations.specs import MODEL_FIELDS, TRAIN_FIELDS
 from bench.io.atomic import write_atomic
 from bench.reference import CHECKOUT_REFERENCE, refusal
@@ -112,9 +111,10 @@ def saved_pool(out: Path) -> Pool:
     names: dict[tuple, str] = {}
     where: dict[tuple, set[str]] = {}
     damaged: list[str] = []
-    for sweep in sweep_names(out):
-        paths = SweepPaths.of(out, sweep)
-        rows = ok_rows(read_table(paths.rows))
+    read = Tables(out)
+    for sweep in read.names():
+        paths = read.paths(sweep)
+        rows = read.ok(sweep)
         for _, r in rows.iterrows() if "run_id" in rows else ():
             path = paths.preds_file(str(r["run_id"]))
             if not path.exists():

@@ -25,8 +25,7 @@ import pandas as pd
 import torch
 
 from ablations.analysis import figures as figs
-from ablations.results.schema import read_table
-from ablations.results.store import SweepPaths, ok_rows, sweep_names
+from ablations.results.store import SweepPaths, Tables
 from vit import POOLINGS, PRESETS, VisionTransformer, ViTConfig, init_from_checkpoint
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -52,9 +51,10 @@ def find_run(out: Path, run_id: str) -> tuple[str, pd.Series]:
     if len(run_id) < 4:
         raise ValueError(f"--run {run_id!r}: give at least 4 characters of a run_id")
     found: dict[str, tuple[str, pd.Series]] = {}
-    for sweep in sweep_names(out):
-        paths = SweepPaths.of(out, sweep)
-        ok = ok_rows(read_table(paths.rows))
+    read = Tables(out)
+    for sweep in read.names():
+        paths = read.paths(sweep)
+        ok = read.ok(sweep)
         if "run_id" not in ok:
             continue
         for _, row in ok[ok["run_id"].astype(str).str.startswith(run_id)].iterrows():

@@ -12,15 +12,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablations.analysis import designs, findings, sittings
+from ablations.analysis import designs, findings, sittings, wording
 from ablations.analysis import figures as figs
-from ablations.analysis.findings import CHANCE_SDS, POWER_DELTA, seed_ranges
-from ablations.analysis.stats import MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
+from ablations.analysis.findings import POWER_DELTA, seed_ranges
+from ablations.analysis.stats import CHANCE_SDS, MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
 from ablations.choices import AUGMENTATION, LOOKS, default_augmentation, say, with_makefile
 from ablations.results import plans as design_plans
 from ablations.results.experiments import budget_key, differences, latest_rows, newest_experiment
-from ablations.results.schema import read_table
-from ablations.results.store import SweepPaths, Tables, latest_cost_phase, ok_rows, sweep_names
+from ablations.results.store import SweepPaths, Tables, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
 from bench.contention import CONTENDED_PCT
 from bench.io.csvio import collecting_skips, read_rows, skipped
@@ -184,20 +183,21 @@ def _shared_line(sweep: str, factor: str, f: findings.SweepFindings, ok: pd.Data
             f"lucky or unlucky draw of them moves all of those verdicts together.")
 
 
-def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figures: Path,
+def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Path,
                    tuning: designs.Tuning | None = None, margin: float = MARGIN,
                    sweeps_of: dict[str, set[str]] | None = None, budgets: pd.DataFrame | None = None) -> list[str]:
-    """`budgets`: every standing row under the OUT, for runs of the same models trained for more epochs."""
+    """`read`: the OUT's record; `budgets`: every standing row under it, for runs of the same models trained
+    for more epochs."""
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
-    phase = latest_cost_phase(paths)
-    f, rows, design_note = findings.analyse_sweep(rows, factor, order, paths, phase, spec.margin or margin)
+    paths, phase = read.paths(sweep), read.cost_phase(sweep)
+    f, rows, design_note = findings.analyse_sweep(rows, factor, order, paths, phase, spec.margin or margin, read)
     margin = f.margin
     ok = rows[rows["status"] == "ok"]
     seeds = sorted({int(s) for s in ok["seed"]})
     devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
     test = f"{f.test_size:,} test images" if f.test_size else "test-set size not recorded"
     fig = figures / f"{sweep}.png"
-    history = read_table(paths.history) if paths.history.exists() else None
+    history = read.history(sweep) if paths.history.exists() else None
     classes = int(pd.to_numeric(ok["num_classes"], errors="coerce").max()) if "num_classes" in ok and \
         pd.to_numeric(ok["num_classes"], errors="coerce").notna().any() else None
     learning = still_learning(history if history is not None else pd.DataFrame(), ok["run_id"].astype(str), classes,
@@ -213,14 +213,14 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
     lines = [f"Seeds {seed_ranges(seeds)}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "",
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
-             unconverged_headline(findings.verdict_sentence(f)) if learning else findings.verdict_sentence(f), "",
+             unconverged_headline(wording.verdict_sentence(f)) if learning else wording.verdict_sentence(f), "",
              *([learning, ""] if learning else []), *([design_note, ""] if design_note else []),
              *([sitting, ""] if (sitting := sittings.sittings_line(sittings.check_sittings(ok, factor), factor)) else []),
              *([shared, ""] if (shared := _shared_line(sweep, factor, f, ok, sweeps_of or {})) else []),
-             *([findings.cost_sentence(f), ""] if len(f.settings) > 1 else []),
+             *([wording.cost_sentence(f), ""] if len(f.settings) > 1 else []),
              *_sharing_note(ok, phase is not None), _base_line(rows, spec),
-             "", findings.table_markdown(f), ""]
-    components = findings.components_markdown(f)
+             "", wording.table_markdown(f), ""]
+    components = wording.components_markdown(f)
     if components:
         lines += [components, ""]
     if spec.design == "grid" and len(spec.factors) == 2:
@@ -230,7 +230,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, paths: SweepPaths, figur
                   f"margin {100 * margin:g} points{' set by the sweep' if spec.margin else ''}; intervals are each pair's own, "
                   + ("repeated over the looks, p-values the last look's, decided by Holm's step-down at each look"
                      if f.design else "p-values Holm-adjusted over the pairs") + "; see Method):", "",
-                  findings.comparisons_markdown(f), ""]
+                  wording.comparisons_markdown(f), ""]
     reused = any(s.reused_from for s in f.settings)
     copied = " Hollow: runs copied from another sweep (trained at another time)." if reused else ""
     paired = len(shown) > 1 and all(d["vs_best"] is not None for d in shown)   # as the figure draws it
@@ -388,13 +388,10 @@ def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, pa
 PHASES_SHOWN = 5
 
 
-def _phases_section(out: Path) -> list[str]:
-    """The GPU's own figures over the newest training phases of commands run into OUT (`runner.PHASES`): runs
+def _phases_section(read: Tables) -> list[str]:
+    """The GPU's own figures over the newest training phases of commands run into OUT (`store.PHASES`): runs
     that shared the GPU have no busy share or energy of their own, the phase as a whole has."""
-    path = out / "ablations" / "phases" / "training.csv"
-    if not path.exists():
-        return []
-    table = pd.DataFrame(read_rows(path))
+    table = read.phases()
     if table.empty:
         return []
     lines = ["Training phases on a GPU (the whole device while a command's runs trained side by side; the newest "
@@ -623,7 +620,7 @@ REQUIRED = ("run_id", "status", "seed", "started_at", "dataset", "device", "devi
             "git_sha", "test_acc", "params", "gmacs", "gflops")
 
 
-def _read_table(path: Path, table: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame | None:
+def _read_table(path: Path, table: pd.DataFrame, spec: SweepSpec, read: Tables) -> pd.DataFrame | None:
     """A sweep's standing rows (`table`, as read from `path`) of its newest experiment
     (`ablations.results.experiments`), with each row's setting (`designs.with_settings`), or None (listed
     under Skipped inputs) when the file lacks the report's columns."""
@@ -633,7 +630,7 @@ def _read_table(path: Path, table: pd.DataFrame, spec: SweepSpec) -> pd.DataFram
             skipped(f"{path}: no column(s) {', '.join(missing)}; file skipped (not a sweep table of this version?)")
         return None
     try:
-        plan = design_plans.read_plan(SweepPaths.of(path.parent.parent, spec.name))
+        plan = read.plan(spec.name)
     except ValueError:
         plan = None   # named under Skipped inputs by the sweep's analysis
     table, notes = newest_experiment(latest_rows(table), spec.varied, prefer=(plan or {}).get("experiment"))
@@ -701,11 +698,11 @@ def _specs(out: Path) -> dict[str, SweepSpec]:
     return specs
 
 
-def _picked_on(paths: SweepPaths) -> list[int] | None:
+def _picked_on(read: Tables, sweep: str) -> list[int] | None:
     """The seeds a tuned sweep picks on: its first look's under SEEDS=auto (later looks train the picks
     alone), else all (None)."""
     try:
-        plan = design_plans.read_plan(paths)
+        plan = read.plan(sweep)
     except ValueError:
         return None   # named under Skipped inputs by the sweep's analysis
     return None if plan is None else design_plans.first_look_seeds(plan)
@@ -718,10 +715,10 @@ def _tables(out: Path, specs: dict[str, SweepSpec], read: Tables
     for name, spec in specs.items():
         rows = SweepPaths.of(out, name).rows
         if rows.exists():
-            table = _read_table(rows, read.rows(name), spec)
+            table = _read_table(rows, read.rows(name), spec, read)
             if table is not None and spec.tune and (table["status"] == "ok").any():
                 try:
-                    table, tunings[name] = designs.select(spec, table, _picked_on(SweepPaths.of(out, name)))
+                    table, tunings[name] = designs.select(spec, table, _picked_on(read, name))
                 except ValueError as err:
                     skipped(f"{rows}: {err}; the sweep is left out")
                     table = None
@@ -745,12 +742,12 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
                   f"git {newest.git_sha}",
                   f"- data: {', '.join(sorted(all_rows['dataset'].astype(str).unique()))}; runs from "
                   f"{all_rows['started_at'].min()} to {all_rows['started_at'].max()}", ""]
-        lines += _guarded("training phases on a GPU", _phases_section, out)
+        lines += _guarded("training phases on a GPU", _phases_section, read)
     factors: dict[str, str] = {}
     absent, has_pos, has_bench, lacking = _lacking(out, specs, tables)
     lines += lacking
     sweeps_of = _sweeps_of_runs(tables)
-    standing = [latest_rows(read.rows(name)) for name in sweep_names(out)]
+    standing = [latest_rows(read.rows(name)) for name in read.names()]
     budgets = pd.concat([t for t in standing if not t.empty and "run_id" in t], ignore_index=True) \
         if any(not t.empty and "run_id" in t for t in standing) else pd.DataFrame()
     for sweep, spec in specs.items():
@@ -768,7 +765,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
         factor = factors[sweep] = spec.factor
         failed = rows[rows["status"] != "ok"]
         if (rows["status"] == "ok").any():
-            lines += _guarded(f"the {sweep} sweep's section", _sweep_section, spec, rows, SweepPaths.of(out, sweep),
+            lines += _guarded(f"the {sweep} sweep's section", _sweep_section, spec, rows, read,
                               figures, tunings.get(sweep), margin, sweeps_of, budgets)
         if len(failed):
             lines.append(f"Failed runs ({len(failed)}), not counted above:")

@@ -1,23 +1,33 @@
-"""SEEDS=auto in the driver: between looks, each adaptive sweep's design is replayed on its finished runs
-(`replay_sweep`) and the command trains exactly the seeds it asks for next; since the replay reads finished
-runs alone, a command killed at any point and run again takes the same decisions and trains only what
-is missing."""
+"""SEEDS=auto in the driver (`run_adaptive`): between looks, each adaptive sweep's design is replayed on its
+finished runs (`replay_sweep`, the same replay the report makes) and the command trains exactly the seeds it
+asks for next; since the replay reads finished runs alone, a command killed at any point and run again takes
+the same decisions and trains only what is missing. Also what a dry run says SEEDS=auto may train, and the
+summaries of a sweep's looks merged into one."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-from collections.abc import Hashable
+import itertools
+import math
+import sys
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import pandas as pd
 
 from ablations.analysis.designs import select, with_settings
 from ablations.analysis.sequential import Design, gather, replay_plan
+from ablations.choices import AutoSeeds
+from ablations.results import plans as design_plans
+from ablations.results.identity import experiment_id
 from ablations.results.plans import first_look_seeds
-from ablations.results.schema import read_table
-from ablations.results.store import SweepPaths
+from ablations.results.store import SweepPaths, Tables
+from ablations.running.executors import Executor
+from ablations.running.runner import SweepSummary
 from ablations.running.tasks import RunOptions, Task, make_tasks
 from ablations.specs import Point, SweepSpec
+from bench.env import resolve_device
 
 
 def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, plan: dict[str, Any],
@@ -29,9 +39,9 @@ def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, pl
     (`designs.select`), and the design runs over the picks alone."""
     every = make_tasks(points, dataclasses.replace(options, seeds=tuple(plan["seeds"]), point_seeds=()))
     mine = {t.run_id: t for t in every}
-    table = read_table(paths.rows) if paths.rows.exists() else None
+    table = Tables(paths.out).rows(paths.rows.stem)   # read afresh: the runs of the looks so far
     latest = None
-    if table is not None and {"run_id", "status"} <= set(table.columns):
+    if {"run_id", "status"} <= set(table.columns):
         latest = table.assign(run_id=table["run_id"].astype(str)).drop_duplicates("run_id", keep="last")
         latest = latest[latest["run_id"].isin(list(mine))]
     if spec is not None and spec.tune:
@@ -60,3 +70,80 @@ def _picks(spec: SweepSpec, points: list[Point], latest: pd.DataFrame | None, mi
     chosen, _ = select(spec, with_settings(spec, latest), picked_on=first)
     picked = {mine[rid].point.label for rid in chosen["run_id"][chosen["status"] == "ok"]}
     return [p for p in points if p.label in picked], {}
+
+
+def dry_run_line(auto: AutoSeeds, points: int, spec: SweepSpec) -> str:
+    """What SEEDS=auto may train: the first look's seeds of every point, then more only where still open
+    (of a tuned sweep, only each setting's pick trains past the first look)."""
+    looks = auto.looks
+    grid = math.prod(len(values) for _, values in spec.tune)
+    first, most = points * looks[0], points * looks[0] + points // grid * (looks[-1] - looks[0])
+    picks = (f" (every value of {', '.join(n for n, _ in spec.tune)} at the first look; then each setting's pick "
+             f"alone)" if spec.tune else "")
+    return (f"  SEEDS={auto}: seeds {', '.join(map(str, range(looks[0])))} of every setting first, then more (looks "
+            f"at {'/'.join(map(str, looks))} seeds) only for the settings still open{picks}: {first} to {most} runs; "
+            f"the list shows each point at the most seeds it may train")
+
+
+def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[tuple[str, list[Point]]],
+                 options: dict[str, RunOptions], auto: dict[str, AutoSeeds], run_all: Callable[..., tuple],
+                 executor: Executor | None = None) -> tuple[list[SweepSummary] | None, int]:
+    """Sweeps of which some (`auto`) train under adaptive seeds: look by look, replay each such sweep's design
+    on its finished runs and train the seeds it asks for; the sweeps with fixed seeds train beside the first
+    look. Every point stays in its plan, so each look's cost phase is the first one, reused. The summaries
+    of all looks merged, or (None, status) as `run_all` (the command's way to train a step of plans)."""
+    from ablations.analysis.sequential import describe  # the statistics load only for adaptive seeds
+    from ablations.analysis.stats import ALPHA, MARGIN
+
+    classes = plans[0][1][0].model.num_classes if plans and plans[0][1] else None
+    points_of = dict(plans)
+    plan = {spec.name: design_plans.new_plan(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
+                                             experiment_of(points_of[spec.name], options[spec.name]))
+            for spec in specs if spec.name in auto}
+    for name in plan:
+        design_plans.write_plan(SweepPaths.of(args.out, name), plan[name])
+    merged: dict[str, SweepSummary] = {}
+    asked_before: dict[str, dict] = {}
+    # a look per step, and a step more for each look whose lost runs are retried: past that, unfinished
+    limit = 2 * (max(len(p["looks"]) for p in plan.values()) + 1)
+    for step in itertools.count():
+        asked: dict[str, dict] = {}
+        for name, points in plans:
+            if name not in plan:
+                if step == 0:
+                    asked[name] = {p.label: options[name].seeds for p in points}
+                continue
+            design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name), plan[name],
+                                            next(s for s in specs if s.name == name))
+            print(describe(design, name, left_out), file=sys.stderr)
+            if design.need:
+                asked[name] = design.need
+        if not asked:
+            break
+        if asked == asked_before:
+            where = "; ".join(f"{n}: {len(v)} setting(s)" for n, v in asked.items())
+            print(f"error: SEEDS=auto: runs the design needs did not finish ({where}); their rows say why (status, "
+                  f"error); fix that and rerun the same command to go on", file=sys.stderr)
+            return (list(merged.values()) or None), 1
+        if step == limit:
+            print(f"error: SEEDS=auto: the design is unfinished after {limit} steps (runs it needs keep failing: "
+                  f"their rows say why); rerun the same command to go on", file=sys.stderr)
+            return (list(merged.values()) or None), 1
+        asked_before = asked
+        # every sweep of the command in every look (those not asked for runs train none), so that each look's
+        # cost phase is the first look's, reused, and every row carries its config's figures from that sitting
+        step_options = {name: dataclasses.replace(options[name], point_seeds=tuple(
+            (p.label, tuple(asked.get(name, {}).get(p.label, ()))) for p in points)) for name, points in plans}
+        results, status = run_all(args, plans, step_options, locked=True, started=executor)
+        if results is None:
+            return None, status
+        for r in results:
+            merged[r.sweep] = merged[r.sweep].merge(r) if r.sweep in merged else r
+    return [merged.get(name) or SweepSummary(name, SweepPaths.of(args.out, name)) for name, _ in plans], 0
+
+
+def experiment_of(points: list[Point], options: RunOptions) -> str:
+    """The experiment id the sweep's runs get (every point of a sweep shares it)."""
+    if not points:
+        return ""
+    return experiment_id(points[0], options.dataset, options.init_id, options.data_id, resolve_device(options.device))

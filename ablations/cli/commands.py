@@ -1,9 +1,8 @@
-"""The commands of `python -m ablations` that train: sweep and train.
+"""The commands of `python -m ablations` that train: sweep, and train (a one-point sweep prepared the same way).
 
-`ablations.__main__` parses the command line from names alone (`ablations.choices`) and imports this
-module only to run one of them, so `--help` never loads torch. The commands that only read results
-(report, compare, predict, columns) are `ablations.cli.read_commands`, which loads no trainer or executor.
-"""
+`ablations.cli.parser` parses the command line from names alone and imports this module only to run one of
+them, so `--help` never loads torch; cost, calibrate and stepbench are `measure_commands`, the commands that
+only read results `read_commands` (no trainer, no executor), the SEEDS=auto driver `adaptive`."""
 
 from __future__ import annotations
 
@@ -11,8 +10,6 @@ import argparse
 import contextlib
 import contextvars
 import dataclasses
-import itertools
-import math
 import sys
 import time
 from pathlib import Path
@@ -21,16 +18,15 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, SPEC_DIR, AutoSeeds, say
+from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, AutoSeeds, say
 from ablations.results import plans as design_plans
 from ablations.results import tensorboard
-from ablations.results.identity import experiment_id
-from ablations.results.store import SweepError, SweepPaths, finished_ids, model_key, sweep_lock
+from ablations.results.store import SweepError, SweepPaths, finished_ids, keep_spec, model_key, sweep_lock
 from ablations.running.cost import CostPlan
 from ablations.running.executors import EXECUTORS, Executor, ExecutorOptions
 from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
 from ablations.running.interrupts import Interrupted
-from ablations.running.runner import run_sweeps
+from ablations.running.runner import SweepSummary, run_sweeps
 from ablations.running.tasks import RunOptions, make_tasks
 from ablations.specs import (
     DATASET_FIELDS,
@@ -47,7 +43,6 @@ from ablations.specs import (
 from ablations.training.data import cached_dataset, check_recipe
 from bench.env import resolve_device
 from bench.flops import closed_form_size
-from bench.io.atomic import write_atomic
 from bench.io.overrides import parse_overrides
 from bench.reference import refusal
 from vit import VisionTransformer, checkpoint_id, init_from_checkpoint
@@ -64,7 +59,7 @@ def _train_changes(args: argparse.Namespace) -> dict[str, Any]:
     return changes
 
 
-def _check_device(args: argparse.Namespace) -> None:
+def check_device(args: argparse.Namespace) -> None:
     """Raises ValueError for a device that is not there; warns about reduced precision on a CPU. On the CPU
     this process (its cost phase, and its runs where JOBS=1) uses THREADS torch threads, 1 unless asked."""
     if resolve_device(args.device).type == "cpu":
@@ -216,7 +211,7 @@ def _start_executor(args: argparse.Namespace) -> Executor:
 
 def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
              options: dict[str, RunOptions], locked: bool = False,
-             started: Executor | None = None) -> tuple[list[dict[str, Any]] | None, int]:
+             started: Executor | None = None) -> tuple[list[SweepSummary] | None, int]:
     """Every sweep, through one executor (`runner.run_sweeps`): (summaries, 0), or (None, exit status)
     after one line on stderr for a failure the user must fix (2) or a stop signal (128 + its number).
     `started`: an executor the caller started (and closes); else one is started and closed here."""
@@ -252,17 +247,17 @@ def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
 NEXT_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("next_step", default=True)
 
 
-def _summary(results: list[dict[str, Any]], elapsed: float, report_hint: str = "") -> None:
+def _summary(results: list[SweepSummary], elapsed: float, report_hint: str = "") -> None:
     print(f"\nDone in {elapsed / 60:.1f} min.")
     for r in results:
-        statuses = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items())) or "nothing new"
-        paths = r["paths"]
-        reused = f", {r['reused']} reused from other sweeps (same run_id)" if r.get("reused") else ""
-        resumed = f", {r['resumable']} resumed from checkpoints" if r.get("resumable") else ""
-        stale = f", {r['stale_tmp']} stale temporary files removed" if r.get("stale_tmp") else ""
-        print(f"  {r['sweep']:<8} {r['planned']} runs: {r['skipped']} already done{reused}{resumed}, {statuses}{stale}")
-        if r.get("starved"):
-            low = r["starved"]
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(r.statuses.items())) or "nothing new"
+        paths = r.paths
+        reused = f", {r.reused} reused from other sweeps (same run_id)" if r.reused else ""
+        resumed = f", {r.resumable} resumed from checkpoints" if r.resumable else ""
+        stale = f", {r.stale_tmp} stale temporary files removed" if r.stale_tmp else ""
+        print(f"  {r.sweep:<8} {r.planned} runs: {r.skipped} already done{reused}{resumed}, {statuses}{stale}")
+        if r.starved:
+            low = r.starved
             print(f"           note: {len(low)} run(s) were busy only {min(low):.0f}–{max(low):.0f} % of the cores they "
                   f"were given (train_util_pct): other work held the machine, so their train_time_s and "
                   f"train_mfu understate it")
@@ -273,7 +268,7 @@ def _summary(results: list[dict[str, Any]], elapsed: float, report_hint: str = "
         print(report_hint)
 
 
-def _check_out(args: argparse.Namespace) -> None:
+def check_out(args: argparse.Namespace) -> None:
     """ValueError for an OUT that holds the committed reference results, unless --into-reference; for
     TENSORBOARD=1 without the package."""
     message = refusal(args.out, args.into_reference) or (tensorboard.available() if getattr(args, "tensorboard", False) else "")
@@ -281,32 +276,44 @@ def _check_out(args: argparse.Namespace) -> None:
         raise ValueError(message)
 
 
+def _prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
+             ) -> tuple[list[SweepSpec], list[tuple[str, list[Point]]], Any, str]:
+    """What a command trains, checked before anything is written: (its sweeps' specs with --set applied, each
+    sweep's points, the dataset, its data id). `specs` None: `train`, a one-point sweep of --preset. Raises
+    SpecError, ValueError or FileNotFoundError with the one-line message."""
+    check_out(args)
+    check_device(args)
+    model_changes, train_changes = _overrides(args, specs or [])
+    data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
+    _say_what_was_loaded(args, data)
+    _say_what_auto_is(data, [args.preset] if specs is None else [spec.preset for spec in specs])
+    if specs is None:
+        preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
+        specs = [SweepSpec.one_run("train", preset, model_changes, {})]
+    else:
+        specs = [dataclasses.replace(s, model_overrides={**s.model_overrides, **model_changes}) for s in specs]
+    plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes,
+                               {**_train_changes(args), **train_changes}))
+             for s in specs]  # every point of every sweep validated before any training
+    for name, points in plans:
+        _check_recipes(name, points, data)
+    _fetch_pretrained(args)
+    for spec, (_, points) in zip(specs, plans):
+        _check_init(args.init or spec.init, points)
+    return specs, plans, data, data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1],
+                                       digest=data.digest)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     try:
-        _check_out(args)
-        _check_device(args)
         names = [n for arg in args.sweeps for n in (default_sweeps() if arg == "default" else [arg])]
-        specs = [load_spec(find_spec(name)) for name in dict.fromkeys(names)]
-        model_changes, train_changes = _overrides(args, specs)
-        specs = [dataclasses.replace(s, model_overrides={**s.model_overrides, **model_changes}) for s in specs]
-        data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
-        _say_what_was_loaded(args, data)
-        _say_what_auto_is(data, [spec.preset for spec in specs])
-        plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes,
-                                   {**_train_changes(args), **train_changes}))
-                 for s in specs]  # every point of every sweep validated before any training
-        for name, points in plans:
-            _check_recipes(name, points, data)
-        _fetch_pretrained(args)
-        for spec, (_, points) in zip(specs, plans):
-            _check_init(args.init or spec.init, points)
+        specs, plans, data, ident = _prepare(args, [load_spec(find_spec(name)) for name in dict.fromkeys(names)])
     except (SpecError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     seeds = {spec.name: args.seeds if args.seeds is not None else (spec.seeds or DEFAULT_SEEDS) for spec in specs}
     auto = {name: s for name, s in seeds.items() if isinstance(s, AutoSeeds)}
     most = {name: s.most if isinstance(s, AutoSeeds) else s for name, s in seeds.items()}  # the most each may train
-    ident = data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1], digest=data.digest)
     options = {spec.name: _options(args, spec.init, ident, most[spec.name]) for spec in specs}
     runs = sum(len(points) * len(most[name]) for name, points in plans)
     if runs > LARGE_RUNS and not (args.large or args.dry_run):
@@ -319,7 +326,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for name, points in plans:
             _dry_run(name, points, options[name])
             if name in auto:
-                print(_adaptive_dry_run(auto[name], len(points), next(s for s in specs if s.name == name)))
+                from ablations.cli import adaptive  # the statistics load only for adaptive seeds
+
+                print(adaptive.dry_run_line(auto[name], len(points), next(s for s in specs if s.name == name)))
         return 0
     t0 = time.perf_counter()
     try:
@@ -340,10 +349,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report analyses "
                       f"it at fixed seeds", file=sys.stderr)
         if auto:
-            results, status = _run_adaptive(args, specs, plans, options, auto, executor)
+            from ablations.cli import adaptive  # the statistics load only for adaptive seeds
+
+            results, status = adaptive.run_adaptive(args, specs, plans, options, auto, _run_all, executor)
         else:
             results, status = _run_all(args, plans, options, locked=True, started=executor)
-        _keep_specs(specs, args.out)
+        for spec in specs:
+            keep_spec(SweepPaths.of(args.out, spec.name), spec.path)
     if results is None:
         return status
     out = Path(args.out)
@@ -352,142 +364,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
              f"Next: {say(f'make report OUT={quoted}', f'vitbench report --out {quoted}')}: figures and "
              f"{out / 'REPORT.md'} from these tables")
     return status   # 1 where an adaptive design is left unfinished (said above the summary)
-
-
-def _adaptive_dry_run(auto: AutoSeeds, points: int, spec: SweepSpec) -> str:
-    """What SEEDS=auto may train: the first look's seeds of every point, then more only where still open
-    (of a tuned sweep, only each setting's pick trains past the first look)."""
-    looks = auto.looks
-    grid = math.prod(len(values) for _, values in spec.tune)
-    first, most = points * looks[0], points * looks[0] + points // grid * (looks[-1] - looks[0])
-    picks = (f" (every value of {', '.join(n for n, _ in spec.tune)} at the first look; then each setting's pick "
-             f"alone)" if spec.tune else "")
-    return (f"  SEEDS={auto}: seeds {', '.join(map(str, range(looks[0])))} of every setting first, then more (looks "
-            f"at {'/'.join(map(str, looks))} seeds) only for the settings still open{picks}: {first} to {most} runs; "
-            f"the list shows each point at the most seeds it may train")
-
-
-def _run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[tuple[str, list[Point]]],
-                  options: dict[str, RunOptions], auto: dict[str, AutoSeeds],
-                  executor: Executor | None = None) -> tuple[list[dict[str, Any]] | None, int]:
-    """Sweeps of which some (`auto`) train under adaptive seeds: look by look, replay each such sweep's design
-    on its finished runs and train the seeds it asks for; the sweeps with fixed seeds train beside the first
-    look. Every point stays in its plan, so each look's cost phase is the first one, reused. The summaries
-    of all looks merged, or (None, status) as `_run_all`."""
-    from ablations.analysis.sequential import describe  # the statistics load only for adaptive seeds
-    from ablations.analysis.stats import ALPHA, MARGIN
-    from ablations.cli.adaptive import replay_sweep
-
-    classes = plans[0][1][0].model.num_classes if plans and plans[0][1] else None
-    points_of = dict(plans)
-    plan = {spec.name: design_plans.new_plan(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
-                                             _experiment(points_of[spec.name], options[spec.name]))
-            for spec in specs if spec.name in auto}
-    for name in plan:
-        design_plans.write_plan(SweepPaths.of(args.out, name), plan[name])
-    merged: dict[str, dict[str, Any]] = {}
-    asked_before: dict[str, dict] = {}
-    # a look per step, and a step more for each look whose lost runs are retried: past that, unfinished
-    limit = 2 * (max(len(p["looks"]) for p in plan.values()) + 1)
-    for step in itertools.count():
-        asked: dict[str, dict] = {}
-        for name, points in plans:
-            if name not in plan:
-                if step == 0:
-                    asked[name] = {p.label: options[name].seeds for p in points}
-                continue
-            design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name), plan[name],
-                                            next(s for s in specs if s.name == name))
-            print(describe(design, name, left_out), file=sys.stderr)
-            if design.need:
-                asked[name] = design.need
-        if not asked:
-            break
-        if asked == asked_before:
-            where = "; ".join(f"{n}: {len(v)} setting(s)" for n, v in asked.items())
-            print(f"error: SEEDS=auto: runs the design needs did not finish ({where}); their rows say why (status, "
-                  f"error); fix that and rerun the same command to go on", file=sys.stderr)
-            return (list(merged.values()) or None), 1
-        if step == limit:
-            print(f"error: SEEDS=auto: the design is unfinished after {limit} steps (runs it needs keep failing: "
-                  f"their rows say why); rerun the same command to go on", file=sys.stderr)
-            return (list(merged.values()) or None), 1
-        asked_before = asked
-        # every sweep of the command in every look (those not asked for runs train none), so that each look's
-        # cost phase is the first look's, reused, and every row carries its config's figures from that sitting
-        step_options = {name: dataclasses.replace(options[name], point_seeds=tuple(
-            (p.label, tuple(asked.get(name, {}).get(p.label, ()))) for p in points)) for name, points in plans}
-        results, status = _run_all(args, plans, step_options, locked=True, started=executor)
-        if results is None:
-            return None, status
-        for r in results:
-            merged[r["sweep"]] = _merge(merged.get(r["sweep"]), r)
-    return [merged.get(name) or _nothing(name, args.out) for name, _ in plans], 0
-
-
-def _experiment(points: list[Point], options: RunOptions) -> str:
-    """The experiment id the sweep's runs get (every point of a sweep shares it)."""
-    if not points:
-        return ""
-    return experiment_id(points[0], options.dataset, options.init_id, options.data_id, resolve_device(options.device))
-
-
-def _nothing(sweep: str, out: str) -> dict[str, Any]:
-    """The summary of a sweep with nothing left to train."""
-    return {"sweep": sweep, "planned": 0, "skipped": 0, "reused": 0, "statuses": {}, "paths": SweepPaths.of(out, sweep),
-            "stale_tmp": 0, "resumable": 0, "starved": [], "run_ids": []}
-
-
-def _merge(before: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, Any]:
-    """The summaries of one sweep over several looks as one."""
-    if before is None:
-        return {**now, "statuses": dict(now["statuses"])}
-    out = dict(before)
-    for key in ("planned", "skipped", "reused", "stale_tmp", "resumable"):
-        out[key] = before[key] + now[key]
-    for status, n in now["statuses"].items():
-        out["statuses"][status] = out["statuses"].get(status, 0) + n
-    out["starved"] = before["starved"] + now["starved"]
-    out["run_ids"] = before["run_ids"] + now["run_ids"]
-    return out
-
-
-def _keep_specs(specs: list[SweepSpec], out: str) -> None:
-    """A spec from outside ablations/sweeps/ goes beside the table it wrote, where the report finds it."""
-    for spec in specs:
-        paths = SweepPaths.of(out, spec.name)
-        if spec.path.resolve().parent != SPEC_DIR.resolve() and paths.rows.exists():
-            try:
-                write_atomic(paths.spec, spec.path.read_bytes())
-            except OSError as err:
-                print(f"note: {err}: the report needs {spec.path} beside the table to give it a section",
-                      file=sys.stderr)
-
-
-def cmd_cost(args: argparse.Namespace) -> int:
-    from ablations.running.remeasure import measure_out
-
-    out = Path(args.out)
-    try:
-        _check_out(args)
-        _check_device(args)
-        device = resolve_device(args.device)
-        plan = CostPlan.standalone(args.cost_rounds, args.cost_budget)
-        t0 = time.perf_counter()
-        done = measure_out(out, plan, device, graphs=bool(args.graphs))
-    except (ValueError, SweepError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"\nCost phase done in {(time.perf_counter() - t0) / 60:.1f} min on {device}.")
-    for sweep, (points, filled, other) in done.items():
-        elsewhere = (f"; {other} row(s) trained on another device keep their own (the report's speed tables say "
-                     f"the phase's device)" if other else "")
-        print(f"  {sweep:<12} {points} point(s) measured, {filled} row(s) given their speed{elsewhere}   cost → "
-              f"{SweepPaths.of(out, sweep).cost}")
-    quoted = f"'{out}'"
-    print(f"Next: {say(f'make report OUT={quoted}', f'vitbench report --out {quoted}')}: its speed tables and "
-          f"figures read these phases")
-    return 0
 
 
 def _overrides(args: argparse.Namespace, specs: list[SweepSpec] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -519,28 +395,11 @@ def cmd_train(args: argparse.Namespace) -> int:
               "setting: give its seeds (SEEDS=0,1,2)", file=sys.stderr)
         return 2
     try:
-        model_changes, train_changes = _overrides(args)
-    except ValueError as err:
+        _, [(_, points)], _, ident = _prepare(args, None)
+    except (SpecError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    train_changes = {**_train_changes(args), **train_changes}
-    try:
-        _check_out(args)
-        _check_device(args)
-        data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
-        _say_what_was_loaded(args, data)
-        _say_what_auto_is(data, [args.preset])
-        args.preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
-        spec = SweepSpec.one_run("train", args.preset, model_changes, train_changes)
-        points = spec.points(data.img_size, data.in_chans, data.num_classes)
-        _check_recipes("train", points, data)
-        _fetch_pretrained(args)
-        _check_init(args.init, points)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    options = _options(args, "", data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1],
-                                         digest=data.digest), args.seeds or DEFAULT_SEEDS)
+    options = _options(args, "", ident, args.seeds or DEFAULT_SEEDS)
     if args.dry_run:
         _dry_run("train", points, options)
         return 0
@@ -550,26 +409,5 @@ def cmd_train(args: argparse.Namespace) -> int:
         return status
     _summary(results, time.perf_counter() - t0)
     shown = ["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs", "throughput_img_s"]
-    print(pd.DataFrame(results[0]["rows"], columns=shown).to_string(index=False))  # its runs, trained now or before
-    return 0
-
-
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ablations.analysis.calibrate import run
-
-    try:
-        return run(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
-
-def cmd_stepbench(args: argparse.Namespace) -> int:
-    from ablations.training.stepbench import run
-
-    try:
-        run(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    print(pd.DataFrame(results[0].rows, columns=shown).to_string(index=False))  # its runs, trained now or before
     return 0

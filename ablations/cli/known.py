@@ -97,7 +97,7 @@ def write_spec(folder: Path, task: Task, epochs: int) -> Path:
 
 def check(task: Task, f) -> tuple[bool, str]:
     """(passed, what the analysis said) for one task's findings (under SEEDS=auto, the design's verdicts)."""
-    from ablations.analysis.findings import pair_outcome
+    from ablations.analysis.wording import pair_outcome
 
     outcome_of = lambda c: pair_outcome(f, c)[0]  # noqa: E731
     settings = ", ".join(f"{f.factor}={s.value} {100 * s.acc.mean:.1f} %{' ‡' if s.at_chance else ''}"
@@ -155,8 +155,7 @@ def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int
     from ablations.analysis.report import build_report
     from ablations.cli.commands import NEXT_STEP
     from ablations.results.experiments import newest_experiment
-    from ablations.results.schema import read_table
-    from ablations.results.store import SweepPaths
+    from ablations.results.store import SweepPaths, Tables
 
     t0 = time.perf_counter()
     tasks = [t for t in TASKS if not args.only or t.name in args.only]
@@ -184,10 +183,11 @@ def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int
         paths = SweepPaths.of(out, spec.stem)
         # the newest experiment of the task's table: an earlier `known` into the same OUT with other epochs is
         # another experiment, never pooled with this one
-        rows, _ = newest_experiment(read_table(paths.rows), task.factor)
+        read = Tables(out)
+        rows, _ = newest_experiment(read.rows(spec.stem), task.factor)
         ok_rows = rows[rows["status"] == "ok"]
         values = [v for v in pd.unique(ok_rows[task.factor])]
-        results.append((task, *check(task, analyse_sweep(rows, task.factor, values, paths, None)[0])))
+        results.append((task, *check(task, analyse_sweep(rows, task.factor, values, paths, None, read=read)[0])))
     report = build_report(out, reference=None)
     seeds = "adaptive seeds" if args.seeds == "auto" else f"{args.seeds.count(',') + 1} seeds"
     print(f"\nKnown answers ({time.perf_counter() - t0:.0f} s, {seeds}, {args.epochs} epochs, "

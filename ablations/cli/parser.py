@@ -153,8 +153,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m ablations") -> in
     try:
         with signals_raise():
             # torch and the rest load here, once the command line is known to be sound
-            if args.command in RUNS:
+            if args.command in ("sweep", "train"):
                 from ablations.cli import commands
+            elif args.command in RUNS:
+                from ablations.cli import measure_commands as commands
             else:
                 from ablations.cli import read_commands as commands
             return getattr(commands, f"cmd_{args.command}")(args)

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from ablations.choices import LOOKS, check_looks
-from ablations.results.store import SweepPaths
 from bench.io.atomic import write_atomic
 
 PLAN_VERSION = 1
+
+
+class SweepPaths(Protocol):
+    """Where a sweep's design file is (`store.SweepPaths` is one)."""
+    design: Path
 
 
 def new_plan(margin: float, alpha: float, classes: int | None = None, looks: Sequence[int] = LOOKS,

@@ -42,8 +42,12 @@ from bench.rounds import Spread
 from bench.schema import with_role
 from vit import ViTConfig
 
-from ablations.choices import SIDE_TABLES  # suffixes of a sweep's other tables
+from ablations.choices import SIDE_TABLES, SPEC_DIR  # SIDE_TABLES: suffixes of a sweep's other tables
+from ablations.results.plans import read_plan
 from ablations.results.schema import ABLATION_COLUMNS, COST_TABLE, HISTORY_COLUMNS, read_table
+
+
+PHASES = Path("ablations") / "phases" / "training.csv"   # under OUT: one row per GPU training phase
 
 
 class SweepError(Exception):
@@ -85,24 +89,67 @@ class SweepPaths:
 
 
 class Tables:
-    """The tables under one OUT as one command found them: each sweep's result rows and epoch rows, read
-    (`schema.read_table`) the first time they are asked for and handed on from there, so a command parses
-    each once. Rows the command writes after that are not in them."""
+    """The record of every sweep under one OUT as one command found it: each sweep's result rows, epoch rows,
+    cost table and design, read (`schema.read_table`, `plans.read_plan`) the first time they are asked for and
+    handed on from there, so a command reads each file once. What the command writes after that is not in
+    them: a command that reads between looks of its own asks a new `Tables`. Nothing outside this package
+    reads a sweep's tables by path."""
 
     def __init__(self, out: str | Path) -> None:
         self.out = Path(out)
         self._read: dict[Path, pd.DataFrame] = {}
+        self._plans: dict[str, dict[str, Any] | None | ValueError] = {}
 
     def _table(self, path: Path) -> pd.DataFrame:
         if path not in self._read:
             self._read[path] = read_table(path) if path.exists() else pd.DataFrame()
         return self._read[path]
 
+    def names(self) -> list[str]:
+        """The sweeps with a result table here (`sweep_names`)."""
+        return sweep_names(self.out)
+
+    def paths(self, sweep: str) -> SweepPaths:
+        return SweepPaths.of(self.out, sweep)
+
     def rows(self, sweep: str) -> pd.DataFrame:
+        """Every row of the sweep's result table, upgraded to this version's columns (empty where it has none)."""
         return self._table(SweepPaths.of(self.out, sweep).rows)
 
+    def ok(self, sweep: str) -> pd.DataFrame:
+        """Its finished runs' rows (`ok_rows`)."""
+        return ok_rows(self.rows(sweep))
+
+    def phases(self) -> pd.DataFrame:
+        """The OUT's GPU training phases (`PHASES`: one row each; empty where there are none)."""
+        path = self.out / PHASES
+        if path not in self._read:
+            from bench.io.csvio import read_rows
+
+            self._read[path] = pd.DataFrame(read_rows(path)) if path.exists() else pd.DataFrame()
+        return self._read[path]
+
     def history(self, sweep: str) -> pd.DataFrame:
+        """Its epoch rows (empty where it has none)."""
         return self._table(SweepPaths.of(self.out, sweep).history)
+
+    def cost_phase(self, sweep: str) -> pd.DataFrame | None:
+        """Its newest complete cost phase (`newest_complete_phase`), or None."""
+        cost = self._table(SweepPaths.of(self.out, sweep).cost)
+        return newest_complete_phase(cost if len(cost.columns) else None)
+
+    def plan(self, sweep: str) -> dict[str, Any] | None:
+        """Its SEEDS=auto design (`plans.read_plan`: None where it has none, ValueError for a damaged one, the
+        same error at every ask)."""
+        if sweep not in self._plans:
+            try:
+                self._plans[sweep] = read_plan(SweepPaths.of(self.out, sweep))
+            except ValueError as err:
+                self._plans[sweep] = err
+        found = self._plans[sweep]
+        if isinstance(found, ValueError):
+            raise found
+        return found
 
 
 def sweep_names(out: str | Path) -> list[str]:
@@ -181,6 +228,16 @@ def history_of(paths: SweepPaths, run_id: str, table: pd.DataFrame | None = None
         return []
     mine = table[table["run_id"].astype(str) == run_id].drop_duplicates("epoch", keep="last")
     return [_plain(h) for _, h in mine.iterrows()]
+
+
+def keep_spec(paths: SweepPaths, source: Path) -> None:
+    """A spec from outside ablations/sweeps/ goes beside the table it wrote (once there is one), where the
+    report finds it."""
+    if source.resolve().parent != SPEC_DIR.resolve() and paths.rows.exists():
+        try:
+            write_atomic(paths.spec, source.read_bytes())
+        except OSError as err:
+            print(f"note: {err}: the report needs {source} beside the table to give it a section", file=sys.stderr)
 
 
 # --- writing a run ---------------------------------------------------------------------------------

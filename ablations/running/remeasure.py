@@ -14,8 +14,8 @@ import torch
 
 from ablations.results.experiments import latest_rows, newest_experiment
 from ablations.results.migrate import check_rewritable, rewrite_table
-from ablations.results.schema import ABLATION_COLUMNS, read_table
-from ablations.results.store import SweepPaths, model_key, ok_rows, row_figures, sweep_lock, sweep_names
+from ablations.results.schema import ABLATION_COLUMNS
+from ablations.results.store import SweepPaths, Tables, model_key, row_figures, sweep_lock
 from ablations.running.cost import CostPlan, run_cost_phases
 from ablations.specs import Point, SpecError, load_spec, spec_of_table
 from bench.env import environment
@@ -27,8 +27,9 @@ def trained_points(out: Path) -> dict[str, list[Point]]:
     """{sweep: one point per distinct model and recipe among its finished runs} under `out`: of the newest
     experiment of each sweep's table, the rows its report shows (`experiments.newest_experiment`)."""
     found: dict[str, list[Point]] = {}
-    for sweep in sweep_names(out):
-        rows = _shown(SweepPaths.of(out, sweep), ok_rows(read_table(SweepPaths.of(out, sweep).rows)))
+    read = Tables(out)
+    for sweep in read.names():
+        rows = _shown(read.paths(sweep), read.ok(sweep))
         points: dict[tuple, Point] = {}
         for _, row in rows.iterrows() if "run_id" in rows else ():
             model, recipe = ViTConfig.from_row(row), TrainConfig.from_row(row)

@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from ablations.results import store, tensorboard
 from ablations.results.experiments import differences, same_experiment, starved
-from ablations.results.store import SweepError, SweepPaths, model_key, record
+from ablations.results.store import PHASES, SweepError, SweepPaths, model_key, record
 from ablations.running.cost import run_cost_phases
 from ablations.running.executors.base import Executor, ExecutorOptions
 from ablations.running.executors.local import LocalExecutor
@@ -43,7 +43,7 @@ from bench.flops import param_count
 from bench.mfu import Peak
 from vit import VisionTransformer
 
-__all__ = ["SweepError", "run_sweeps", "planned_bytes", "starved"]
+__all__ = ["SweepError", "SweepSummary", "run_sweeps", "planned_bytes", "starved"]
 
 
 RUN_OVERHEAD_BYTES = 64 * 1024  # a run's predictions, result row and history rows, with room to spare
@@ -79,6 +79,35 @@ def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths, histor
 
 
 @dataclass
+class SweepSummary:
+    """What one command did to one sweep: runs planned, finished earlier (skipped), reused from other sweeps,
+    trained now by status, stale temporary files removed, runs resumed from checkpoints, the busy shares of
+    runs that got too little CPU, and every run of the sweep (ids, rows) trained now or before."""
+    sweep: str
+    paths: SweepPaths
+    planned: int = 0
+    skipped: int = 0
+    reused: int = 0
+    statuses: dict[str, int] = dataclasses.field(default_factory=dict)
+    stale_tmp: int = 0
+    resumable: int = 0
+    starved: list[float] = dataclasses.field(default_factory=list)
+    run_ids: list[str] = dataclasses.field(default_factory=list)
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def merge(self, later: SweepSummary) -> SweepSummary:
+        """This sweep over two steps of one command (the looks of SEEDS=auto) as one."""
+        statuses = dict(self.statuses)
+        for status, n in later.statuses.items():
+            statuses[status] = statuses.get(status, 0) + n
+        return dataclasses.replace(
+            later, planned=self.planned + later.planned, skipped=self.skipped + later.skipped,
+            reused=self.reused + later.reused, statuses=statuses, stale_tmp=self.stale_tmp + later.stale_tmp,
+            resumable=self.resumable + later.resumable, starved=self.starved + later.starved,
+            run_ids=self.run_ids + later.run_ids)
+
+
+@dataclass
 class _Share:
     """One sweep's part of a command: its paths, its runs and what became of them."""
     sweep: str
@@ -98,17 +127,16 @@ class _Share:
     rows: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # run id -> its row, kept now or before
     recorded: list[str] | None = None   # the command's list of the run ids written, in order (see `run_sweeps`)
 
-    def summary(self) -> dict[str, Any]:
-        return {"sweep": self.sweep, "planned": self.planned, "skipped": self.skipped,
-                "reused": self.reused, "statuses": self.statuses, "paths": self.paths, "stale_tmp": self.stale,
-                "resumable": self.resumable, "starved": self.starved, "run_ids": self.run_ids,
-                "rows": [self.rows[rid] for rid in self.run_ids if rid in self.rows]}
+    def summary(self) -> SweepSummary:
+        return SweepSummary(self.sweep, self.paths, self.planned, self.skipped, self.reused, dict(self.statuses),
+                            self.stale, self.resumable, list(self.starved), list(self.run_ids),
+                            [self.rows[rid] for rid in self.run_ids if rid in self.rows])
 
 
 def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
                fn: Callable[[Task, Dataset], Outcome] = execute, recorded: list[str] | None = None,
-               locked: bool = False) -> list[dict[str, Any]]:
-    """Run every missing point × seed of several sweeps with one executor; one summary dict per sweep.
+               locked: bool = False) -> list[SweepSummary]:
+    """Run every missing point × seed of several sweeps with one executor; one summary per sweep.
 
     First, with every sweep's lock held: each sweep's preflight, one cost phase over all their points
     (with no training beside it; a model several sweeps share is timed once), and the runs that sweeps
@@ -316,7 +344,6 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
         _keep_phase(shares, executor, region.figures(images))
 
 
-PHASES = Path("ablations") / "phases" / "training.csv"   # under OUT: one row per GPU training phase
 PHASE_COLUMNS = ["when", "sweeps", "runs", "jobs", "device_name", "wall_s", "images", "util_pct", "util_samples",
                  "power_w", "energy_window_s", "energy_j_per_img", "energy_source"]
 

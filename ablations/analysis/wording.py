@@ -1,0 +1,420 @@
+"""The words and tables of a sweep's findings (`ablations.analysis.findings`): the verdict, design, chance,
+power and cost sentences, the settings' and pairs' tables and the outcome vocabulary, written from the numbers
+the analysis computed; `report.py` lays them out."""
+
+from __future__ import annotations
+
+import math
+
+from ablations.analysis.findings import MIN_SHARE_SEEDS, POWER_DELTA, SweepFindings, pair_interval, pct
+from ablations.analysis.sequential import Decision, nominal_levels
+from ablations.analysis.stats import (
+    ALPHA,
+    CHANCE_SDS,
+    MIN_WIN_SEEDS,
+    POWER,
+    Comparison,
+    Interval,
+    seeds_to_decide,
+)
+from ablations.choices import LOOKS
+from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
+
+
+def pair_outcome(f: SweepFindings, c: Comparison) -> tuple[str, str]:
+    """A pair's verdict word and, for a sequential design, the look it was taken at ("" otherwise): a pair
+    with the last leader as the design decided it (a futile stop: inconclusive, with the look and why); any
+    other pair as the last look's step-down decided it."""
+    if f.design is None or f.design.final is None:
+        return c.outcome(), ""
+    last = f.design.final
+    if c.identical:
+        return "identical", ""
+    if last.leader in (c.a, c.b):
+        other = c.b if c.a == last.leader else c.a
+        d = last.decided.get(other)
+        if d is None:
+            return "inconclusive", ""
+        if d.outcome == "futile":
+            return "inconclusive", f" (stopped at look {d.look + 1}: {futile_reason(d, f)})"
+        if d.outcome == "equivalent":
+            return "equivalent", f" (look {d.look + 1})"
+        return ("better" if c.a == last.leader else "worse"), f" (look {d.look + 1})"
+    outcome = last.outcomes.get(frozenset((c.a, c.b)), ("inconclusive",))[0]
+    if outcome == "different":
+        return ("better" if c.diff > 0 else "worse"), ""
+    return outcome, ""
+
+
+def futile_reason(d: Decision, f: SweepFindings) -> str:
+    """Why the design stopped a pair as futile, in words."""
+    images = f"{f.test_size:,} " if f.test_size else ""
+    if d.why == "test set":
+        return (f"the test set's {images}images alone keep it within reach of {_margin_text(f.margin)}; "
+                f"no number of seeds decides it")
+    cap = f.design.plan[-1] if f.design is not None else "the cap"
+    return f"it would need more than the {cap} seeds the design allows"
+
+
+def design_sentence(f: SweepFindings) -> str:
+    """How a SEEDS=auto sweep ran: its looks and their levels, where it stopped, the seeds each setting got,
+    and what each decision crossed."""
+    if f.design is None or f.design.final is None:
+        return ""
+    d, last = f.design, f.design.final
+    levels = nominal_levels(d.plan, ALPHA)
+    seeds = ", ".join(f"{f.factor}={k} {n}" for k, n in d.have.items())
+    same = {frozenset((c.a, c.b)) for c in last.comparisons if c.identical}
+    crossed = [f"{f.factor}={k} identical to {f.factor}={x.leader} at look {x.look + 1} (the same predictions)"
+               if frozenset((k, x.leader)) in same else
+               f"{f.factor}={k} {'worse than' if x.outcome == 'different' else 'equivalent to'} {f.factor}={x.leader} "
+               f"at look {x.look + 1} (p{' (TOST)' if x.outcome == 'equivalent' else ''} = {x.p:.3g} < "
+               f"{x.level:.3g})" for k, x in last.decided.items() if x.outcome != "futile"]
+    futile = [f"{f.factor}={k} at look {x.look + 1} ({futile_reason(x, f)})"
+              for k, x in last.decided.items() if x.outcome == "futile"]
+    left = (f" Left out of the design: {', '.join(f'{f.factor}={k}' for k in f.left_out)} (a run diverged; see the "
+            f"table)." if f.left_out else "")
+    stop = ("every other setting was decided against the leader" if last.done and last.index < len(d.plan) - 1
+            else "its last look")
+    return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.plan))} seeds per setting (the last is the "
+            f"cap), each at its nominal level ({' / '.join(f'{x:.2g}' for x in levels)} for one pair: O'Brien–Fleming "
+            f"spending of α = {ALPHA} over the looks; with r pairs still standing the smallest p is tested at the "
+            f"level of α / r spent the same way, so the chance of any false decision at any look is at most α); a "
+            f"setting decided against the leader, or that no number of seeds up to the cap could decide, trains no "
+            f"more seeds. Stopped at look {last.index + 1} ({stop}); seeds: {seeds}. "
+            + ("Decided: " + "; ".join(crossed) + "." if crossed else "Nothing was decided.")
+            + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left)
+
+
+def interval_text(i: Interval) -> str:
+    return f"{pct(i.mean)} [{pct(i.low)}, {pct(i.high)}]" if not math.isnan(i.low) else pct(i.mean)
+
+
+def verdict_sentence(f: SweepFindings) -> str:
+    if f.verdict is None:
+        return f"**No verdict**: {f.no_test}. Intervals only; no setting is named best."
+    seeds = design_sentence(f) if f.design is not None else " ".join(t for t in (power_sentence(f), auto_sentence(f)) if t)
+    return " ".join(t for t in (_restricted(_verdict_text(f), f), chance_sentence(f), seeds) if t)
+
+
+def _restricted(text: str, f: SweepFindings) -> str:
+    """The verdict of a SEEDS=auto sweep that left settings out of its design (a run diverged) is a verdict
+    over the others: its headline says so, and a left-out setting whose finished runs average above the
+    leader is named, with no claim made about it either way."""
+    if not f.left_out or f.verdict is None:
+        return text
+    text = text.replace("**Best: ", "**Best of the settings in the design: ", 1).replace(
+        "better than every other setting", "better than every other setting in the design", 1)
+    if not text.startswith("**Best of"):
+        text = "Of the settings in the design: " + text
+    best = next((s for s in f.settings if s.value == f.verdict.best), None)
+    notes = []
+    for k in f.left_out:
+        s = next((x for x in f.settings if x.value == k), None)
+        above = best is not None and s is not None and s.acc.mean > best.acc.mean
+        runs = (f"; its {len(s.seeds)} finished run(s) average {pct(s.acc.mean)} %"
+                + (f", above {f.factor}={f.verdict.best}'s {pct(best.acc.mean)} %: no claim is made about it"
+                   if above else "") if s is not None and s.seeds else "")
+        notes.append(f"{f.factor}={k} (a run diverged{runs})")
+    return text + f" Left out of the design and of this verdict: {'; '.join(notes)}."
+
+
+def auto_sentence(f: SweepFindings) -> str:
+    """For a sweep at fixed seeds that leaves pairs with its leader open: the most runs SEEDS=auto would add
+    (the runs there are its first look's, where their seeds are 0, 1, 2)."""
+    v = f.verdict
+    if f.adaptive or f.design is not None or v is None or not v.inconclusive:
+        return ""
+    open_ = [s for s in f.settings if s.value in (v.best, *v.inconclusive)]
+    most = sum(max(LOOKS[-1] - len(s.seeds), 0) for s in open_)
+    if not most:
+        return ""
+    return (f"SEEDS=auto would train at most {most} more run(s) here: {f.factor}={v.best} and the {len(open_) - 1} "
+            f"setting(s) still open against it, up to {LOOKS[-1]} seeds each, fewer where a look decides "
+            f"(its runs at seeds 0, 1, 2 are reused).")
+
+
+def chance_sentence(f: SweepFindings) -> str:
+    """Which settings stay at chance while others learn: a finding about them, compared like the rest."""
+    low = [s for s in f.settings if s.at_chance]
+    if not low or f.verdict is None:
+        return ""
+    names = ", ".join(f"{f.factor}={s.value} ({pct(s.acc.mean)} %)" for s in low)
+    one = len(low) == 1
+    return (f"{names} {'does' if one else 'do'} not learn this task at this budget: within noise of chance "
+            f"({100 * (f.chance or 0):.1f} % for guessing, ‡), compared above like any other setting; "
+            f"{'it' if one else 'they'} may learn with more epochs (EPOCHS).")
+
+
+def power_sentence(f: SweepFindings) -> str:
+    """How many seeds a difference of POWER_DELTA would need, from this sweep's own variances."""
+    m = len(f.comparisons or [])
+    if f.seed_sd is None:
+        return ""
+    floor = (f" (the test images alone limit any number of seeds to about {100 * f.floor:.2f} points)"
+             if f.floor and f.floor >= 0.0001 else " (the test images' share is negligible here)")
+    low, high = f.seeds_range or (None, None)
+    spread = ""
+    if f.seeds_range is not None and f.seed_sd_range is not None and low != high:
+        top = f"{high}" if high is not None else "more than the test set allows"
+        spread = (f", between {low} and {top} over the 95 % interval of the seed-to-seed s.d. "
+                  f"({100 * f.seed_sd_range[0]:.2f}–{100 * f.seed_sd_range[1]:.2f} points)")
+    need = (f"about {f.seeds_for_delta} seeds per setting{spread}{floor}" if f.seeds_for_delta is not None else
+            f"more test images: with this test set no number of seeds detects less than about "
+            f"{100 * (f.floor or 0):.2f} points")
+    return (f"Detecting a {100 * POWER_DELTA:.1f}-point difference at {POWER:.0%} power (α = {ALPHA}, Holm over "
+            f"{m} pair(s)) would take {need}; seed-to-seed s.d. {100 * f.seed_sd:.2f} points, measured here.")
+
+
+def _margin_text(margin: float) -> str:
+    return f"±{100 * margin:g} points"
+
+
+def _verdict_text(f: SweepFindings) -> str:
+    factor = f.factor
+    assert f.verdict is not None
+    v, m = f.verdict, len(f.comparisons or [])
+    best = next(s for s in f.settings if s.value == v.best)
+    by_pair = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
+    pair = lambda other: by_pair[frozenset((v.best, other))]  # noqa: E731
+    signed = lambda other: (pair(other).diff if pair(other).a == v.best else -pair(other).diff)  # noqa: E731
+    budget = (f"{_seeds_text(f)} × {f.test_size:,} test images" if f.test_size else _seeds_text(f))
+    within = _margin_text(v.margin)
+    decided = f.design.final.decided if f.design is not None and f.design.final is not None else {}
+    p_of = lambda other: decided[other].p if other in decided else pair(other).p_holm  # noqa: E731
+    how = (" by the sequential design (each at the level the step-down gave it at the look it was decided at)" if decided
+           else " after Holm's adjustment")
+    if v.winner:
+        largest = max(v.beats, key=p_of)
+        crossed = (f"largest p = {p_of(largest):.3g}, under its level {decided[largest].level:.3g}"
+                   if largest in decided else f"largest adjusted p = {p_of(largest):.3g}")
+        return (f"**Best: {factor}={v.best}** at {interval_text(best.acc)} % test accuracy: better than every "
+                f"other setting{how} over {m} pair(s) ({crossed}; {budget}).")
+    parts = []
+    if v.beats:
+        parts.append("better than " + ", ".join(f"{factor}={o} (by {100 * signed(o):.2f} points, p = "
+                                                 f"{p_of(o):.3g})" for o in v.beats))
+    if v.identical:
+        parts.append("identical to " + ", ".join(f"{factor}={o}" for o in v.identical)
+                     + " (the same predicted class on every test image, seed by seed)")
+    if v.equivalent:
+        parts.append(f"equivalent within {within} to " + ", ".join(
+            f"{factor}={o} (TOST p = {p_of(o) if o in decided else pair(o).p_equiv_holm:.3g})" for o in v.equivalent))
+    if v.inconclusive:
+        sequential = f.design is not None   # the step-down tests raw p at its levels; otherwise Holm-adjusted p
+        parts.append("inconclusive against " + ", ".join(
+            f"{factor}={o} ({100 * signed(o):+.2f} points, p = {pair(o).p if sequential else pair(o).p_holm:.3g}, "
+            f"TOST p = {pair(o).p_equiv if sequential else pair(o).p_equiv_holm:.3g})" for o in v.inconclusive))
+    if v.inconclusive:
+        head = f"**Inconclusive: no single best {factor} at this budget.**"
+        tail = (f" Differences smaller than about {100 * v.detectable:.1f} points could not be detected "
+                f"({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget})."
+                if f.design is None else f" ({budget}.)")
+    else:
+        names = ", ".join(f"{factor}={o}" for o in (v.best, *v.identical, *v.equivalent))
+        head = (f"**Equivalent within {within}: {names}.**" if v.equivalent else f"**Identical: {names}.**")
+        tail = f" ({budget}.)"
+    return (f"{head} The highest mean, {factor}={v.best} ({pct(best.acc.mean)} %), is " + "; ".join(parts)
+            + (" (p unadjusted, decided by Holm's step-down over the pairs at each look's levels; equivalence "
+               if f.design is not None else " (Holm-adjusted over the pairs; equivalence ")
+            + f"by two one-sided tests against {within}).{tail}")
+
+
+def _seeds_text(f: SweepFindings) -> str:
+    counts = sorted({len(s.seeds) for s in f.settings})
+    return f"{'–'.join(map(str, counts))} seed(s) per setting"
+
+
+def cost_sentence(f: SweepFindings) -> str:
+    first, last = f.settings[0], f.settings[-1]
+    label = lambda s: f"{f.factor}={s.value}"  # noqa: E731
+
+    def figure(mode: str, col: str, least: int = MIN_ROUNDS) -> str:
+        a, b = getattr(last, mode).get(col), getattr(first, mode).get(col)
+        return ratio_or_noise(a, b, least=least) if a is not None and b is not None else "not measured"
+
+    hungry = first.starved + last.starved
+    wall = ("not compared (one side was trained in another sweep, at another time)"
+            if first.reused_from or last.reused_from else
+            f"not compared ({hungry} of these runs got too little CPU while they trained: other work held the "
+            f"machine)" if hungry else ratio_or_noise(last.train_s, first.train_s))
+    return (f"From {label(first)} to {label(last)}: GMACs ×{last.gmacs / first.gmacs:.2f}; inference img/s "
+            f"{figure('infer', 'throughput_img_s')}; training-step img/s {figure('train', 'throughput_img_s')}; "
+            f"training-step peak memory {figure('train', 'peak_mem_mb', least=1)}; wall time of a training run {wall}.")
+
+
+def _spread_text(s: Spread | None, fmt: str) -> str:
+    if s is None or not s.n:
+        return "—"
+    if s.n == 1 or s.iqr == 0:
+        return format(s.median, fmt)
+    return f"{format(s.median, fmt)} [{format(s.q1, fmt)}, {format(s.q3, fmt)}]"
+
+
+def table_markdown(f: SweepFindings) -> str:
+    """Three tables a Markdown viewer renders (at most six columns each): accuracy and size; the cost
+    phase's speed, memory and MFU; the training runs' own wall time, MFU and busy share."""
+    kinds = sorted({s.acc.kind for s in f.settings})
+    name = f.factor
+    accuracy = [f"| {name} | seeds | test acc % [95 % interval] | params | GMACs |", "|---|---|---|---|---|"]
+    speed = [f"| {name} | infer img/s [IQR] | train img/s [IQR] | peak MB infer / train | MFU infer | busy % infer |",
+             "|---|---|---|---|---|---|"]
+    runs = [f"| {name} | train run s [IQR] | MFU train runs | busy % train runs |", "|---|---|---|---|"]
+    for s in f.settings:
+        mem = " / ".join(_spread_text(d.get("peak_mem_mb"), ".1f") for d in (s.infer, s.train))
+        accuracy.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''}"
+                        f"{' ◊' if s.lucky else ''} | {s.params:,} | {s.gmacs:.4f} |")
+        speed.append(f"| {s.value} | {_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
+                     f"{_spread_text(s.train.get('throughput_img_s'), ',.0f')} | {mem} | "
+                     f"{_spread_text(s.infer.get('mfu'), '.2g')} | {_spread_text(s.infer.get('util_pct'), '.0f')} |")
+        runs.append(f"| {s.value} | {_spread_text(s.train_s, '.1f')}{' †' if s.reused_from else ''} | "
+                    f"{_spread_text(s.runs.get('train_mfu'), '.2g')} | "
+                    f"{_spread_text(s.runs.get('train_util_pct'), '.0f')} |")
+    lines = [*accuracy, "", f"Accuracy intervals: {'; '.join(kinds)}."]
+    if any(s.at_chance for s in f.settings):
+        lines.append(f"‡ within noise of chance ({100 * (f.chance or 0):.1f} % for guessing): the model has not "
+                     f"learned the task at this budget (binomial rule over the test images: under chance + "
+                     f"{CHANCE_SDS:g} s.d.).")
+    lucky = [s for s in f.settings if s.lucky]
+    if lucky:
+        lines.append("◊ possibly a lucky draw: its runs agree more closely than the coin flips on borderline images "
+                     "alone let runs of one setting agree 95 % of the time (" + "; ".join(
+                         f"{s.value}: s.d. {100 * s.lucky[0]:.2f} against {100 * s.lucky[1]:.2f} points"
+                         for s in lucky) + "), so its interval is likely too narrow; more seeds would show.")
+    lines += ["", *speed, "", f"Speed: {f.cost_source}, median [Q1, Q3] (busy %: GPU utilisation from NVML on "
+                              f"CUDA, process CPU time ÷ wall time ÷ cores on the CPU).", "", *runs, "",
+              "The training runs as they trained, over seeds, not interleaved."]
+    reused = sorted({sweep for s in f.settings for sweep in s.reused_from})
+    if reused:
+        lines.append(f"† copied from the {', '.join(reused)} sweep's identical runs (same run_id, so the same "
+                     f"result): trained at another time, so their wall time is not side by side with the others'.")
+    return "\n".join(lines + _latency_table(f))
+
+
+def _latency_table(f: SweepFindings) -> list[str]:
+    """Step-latency percentiles and energy per image from the cost phase, where it recorded them."""
+    if all(_or_dash_spread(d.get("step_ms_p99"), "g") == "—" for s in f.settings for d in (s.infer, s.train)):
+        return []
+
+    def cell(d: dict, fmt: str = ".2f") -> str:
+        return " / ".join(_or_dash_spread(d.get(f"step_ms_p{q}"), fmt) for q in (50, 90, 99))
+    lines = ["", f"| {f.factor} | infer step ms p50 / p90 / p99 | train step ms p50 / p90 / p99 | J per image infer / "
+                 f"train |", "|---|---|---|---|"]
+    for s in f.settings:
+        energy = " / ".join(_or_dash_spread(d.get("energy_j_per_img"), ".3g") for d in (s.infer, s.train))
+        lines.append(f"| {s.value} | {cell(s.infer)} | {cell(s.train)} | {energy} |")
+    return lines + ["", "Latency: each percentile of one round's step times, median over the cost phase's rounds; "
+                        "energy from the device's counter (— where it has none readable)."]
+
+
+def _or_dash_spread(s: Spread | None, fmt: str) -> str:
+    return "—" if s is None or s.median != s.median else format(s.median, fmt)
+
+
+OUTCOME_WORDS = {"better": "a better", "worse": "b better", "equivalent": "equivalent", "inconclusive": "inconclusive",
+                 "identical": "identical"}
+
+
+SEEDS_SHOWN = 200   # an undecided pair that needs more seeds than this is said to need "over 200"
+
+
+def _undecided(f: SweepFindings, c: Comparison) -> str:
+    """What would decide an inconclusive pair: ' (needs ~N seeds)', ' (needs over SEEDS_SHOWN seeds)' or ' (not
+    decidable on this test set)' at its current difference and variances (`stats.seeds_to_decide`)."""
+    seeds = {s.value: len(s.seeds) for s in f.settings}
+    now = min(seeds.get(c.a, 0), seeds.get(c.b, 0))
+    need = seeds_to_decide(c, now, len(f.comparisons or []), most=SEEDS_SHOWN)
+    if need is None:
+        return " (not decidable on this test set)" if c.parts is not None else ""
+    return f" (needs over {SEEDS_SHOWN} seeds)" if need > SEEDS_SHOWN else f" (needs ~{need} seeds)"
+
+
+def comparisons_markdown(f: SweepFindings) -> str:
+    if not f.comparisons:
+        return ""
+    within = _margin_text(f.margin)
+    last = f.design.final if f.design is not None else None
+    if last is not None:
+        repeated = 1 - nominal_levels(f.design.plan, ALPHA)[last.index]
+        head = f"a − b (points) [95 % repeated interval] | p (last look): differ / within {within}"
+    else:
+        head = f"a − b (points) [95 % interval] | Holm p: differ / within {within}"
+    lines = [f"| {f.factor} a | {f.factor} b | {head} | P(a beats b) on a fresh seed [95 %] | verdict |",
+             "|---|---|---|---|---|---|"]
+    labelled = False   # an inconclusive pair said what would decide it
+    for c in f.comparisons:
+        win = "—" if c.win != c.win else f"{c.win:.2f} [{c.win_low:.2f}, {c.win_high:.2f}]"
+        if c.identical:
+            lines.append(f"| {c.a} | {c.b} | 0 (same predictions) | — | {win} | identical |")
+            continue
+        mark = " ⁼" if c.paired else ""
+        outcome, at = pair_outcome(f, c)
+        if outcome == "inconclusive" and not at:
+            at = _undecided(f, c)
+            labelled = labelled or bool(at)
+        low, high = pair_interval(f, c)
+        p, p_equiv = (c.p_holm, c.p_equiv_holm) if last is None else (c.p, c.p_equiv)
+        lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]{mark} | "
+                     f"{p:.3g} / {p_equiv:.3g} | {win} | {OUTCOME_WORDS[outcome]}{at} |")
+    notes = []
+    if any(c.paired and not c.identical for c in f.comparisons):
+        notes.append("⁼ paired by seed: both settings trained under the same seeds, so the difference is the mean "
+                     "of the per-seed differences on the same images, and what a seed does to both cancels.")
+    if any(c.identical for c in f.comparisons):
+        notes.append("identical: seed by seed, the two settings' runs predicted the same class for every test "
+                     "image; an observation, not a test.")
+    if labelled:
+        notes.append("An inconclusive pair says what would decide it at its current difference and variances: about "
+                     "how many seeds a setting (the seed terms shrink with more seeds, the test images' term does "
+                     "not; the strictest Holm level, α/m), or that no number of seeds can on this test set: its "
+                     f"{f'{f.test_size:,} ' if f.test_size else ''}images alone keep the pair's interval both across "
+                     "0 and past the margin. A guide for the next run, not a promise: the difference itself will "
+                     "move.")
+    if any(c.win == c.win for c in f.comparisons):
+        notes.append("P(a beats b): the share of pairs of runs (one of a, one of b) where a's scored higher, ties "
+                     "counting half (Mann–Whitney), with its 95 % score interval (Newcombe 2006, a t quantile on "
+                     "the runs' degrees of freedom); an interval that holds 0.5 says a fresh seed could go either way.")
+    if any(c.win != c.win for c in f.comparisons if not c.identical):
+        notes.append(f"P(a beats b) is given from {MIN_WIN_SEEDS} seeds a setting (—): from fewer it takes a "
+                     f"handful of values and reads as certainty.")
+    if last is not None:
+        notes.append(f"Adaptive seeds: p-values are those of the last look, unadjusted (each setting at the seeds it "
+                     f"ended with); a pair with the leader carries the design's verdict and the look it was taken at "
+                     f"(that look's p crossed the level the step-down gave it, see above), any other pair the last "
+                     f"look's step-down. Its intervals are repeated confidence intervals (Jennison & Turnbull): at "
+                     f"the level of the look the design stopped at ({1 - repeated:.2g}), so they hold at 95 % whatever "
+                     f"look the design stopped at; a pair stopped as futile says why.")
+        notes.append("Intervals are each pair's own (not adjusted for the sweep's other pairs); the verdict is "
+                     "Holm's step-down over them, so an interval that excludes 0 beside \"inconclusive\" is a "
+                     "difference that does not survive the adjustment for the other pairs.")
+    else:
+        notes.append("Intervals are each pair's own (unadjusted, 95 %); the verdict uses the Holm-adjusted p, so "
+                     "an interval that excludes 0 beside \"inconclusive\" is a difference that does not survive "
+                     "the adjustment for the sweep's other pairs.")
+    return "\n".join(lines + [""] + [f"_{n}_" for n in notes])
+
+
+def components_markdown(f: SweepFindings) -> str:
+    """Where the noise of the sweep's means comes from: each source's share of the variance of one
+    setting's mean and of a difference of two, so a reader sees which budget buys precision. The shares
+    are given from MIN_SHARE_SEEDS seeds a setting; below, only the total."""
+    rows = [("one setting's mean (mean over settings)", f.setting_parts),
+            ("a difference of two settings (mean over pairs)", f.pair_parts)]
+    rows = [(label, p) for label, p in rows if p is not None and p.total > 0]
+    if not rows:
+        return ""
+    fewest = min((len(s.seeds) for s in f.settings), default=0)
+    lines = ["| variance of | s.e. (points) | seed | seed × test image | test image |", "|---|---|---|---|---|"]
+    for label, p in rows:
+        shares = (" | ".join(f"{100 * x:.0f} %" for x in p.shares()) if fewest >= MIN_SHARE_SEEDS
+                  else " | ".join("—" for _ in p.shares()))
+        lines.append(f"| {label} | {100 * math.sqrt(p.total):.2f} | {shares} |")
+    notes = ["Where the noise comes from, at this sweep's seeds and test images: a seed shifts a run on every "
+             "image (more seeds shrink it); which borderline images a run gets right is a coin flip per seed and "
+             "image (more seeds or more test images shrink it); which images the test set holds (more test "
+             "images shrink it)."]
+    if fewest < MIN_SHARE_SEEDS:
+        notes.append(f"The shares (—) are given from {MIN_SHARE_SEEDS} seeds a setting: with {fewest}, the seed "
+                     f"share is estimated from {fewest - 1} degree(s) of freedom a setting and often comes out 0 "
+                     f"when it is not.")
+    return "\n".join(lines + [""] + [f"_{n}_" for n in notes])

@@ -197,3 +197,15 @@ def test_reading_results_loads_no_trainer_runner_or_executor(tmp_path):
                  if f"ablations.{m}" in loaded]
         assert not heavy, f"{name} loaded {heavy}"
         assert "ablations.results.store" in loaded or name == "columns"
+
+
+LONGEST_FUNCTION = 60   # lines, docstring included: past that a function does more than one thing
+
+
+def test_no_function_of_the_harness_is_longer_than_a_screen():
+    long = [f"{module}.{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for module, path in MODULES.items() if module.startswith("ablations")
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION]
+    assert not long, long

@@ -24,7 +24,7 @@ import pandas as pd
 from ablations.analysis.findings import load_runs
 from ablations.analysis.stats import ALPHA, paired_difference
 from ablations.results.experiments import point_key
-from ablations.results.store import SweepPaths, Tables, ok_rows, sweep_names
+from ablations.results.store import SweepPaths, Tables, sweep_names
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
@@ -34,11 +34,12 @@ POINT_COLUMNS = ([f.name for f in dataclasses.fields(ViTConfig)] + ["dataset"]
                  + [f.name for f in dataclasses.fields(TrainConfig) if f.name != "dtype"] + ["init"])
 
 
-def _ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """A table's finished runs, the last row of each; empty for a table without rows or the columns."""
+def _finished(read: Tables, sweep: str) -> pd.DataFrame:
+    """A table's finished runs, one row each (`Tables.finished`); empty for a table without rows or the columns."""
+    rows = read.rows(sweep)
     if rows.empty or not {"run_id", "status", "test_acc"} <= set(rows.columns):
         return pd.DataFrame(columns=["run_id", "status", "test_acc"])
-    return ok_rows(rows).drop_duplicates("run_id", keep="last")
+    return read.finished(sweep)
 
 
 def _keyed(rows: pd.DataFrame) -> pd.DataFrame:
@@ -65,7 +66,7 @@ def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) 
     for sweep in sweep_names(a):
         if not SweepPaths.of(b, sweep).rows.exists():
             continue
-        rows_a, rows_b = _keyed(_ok_rows(read_a.rows(sweep))), _keyed(_ok_rows(read_b.rows(sweep))).set_index("key")
+        rows_a, rows_b = _keyed(_finished(read_a, sweep)), _keyed(_finished(read_b, sweep)).set_index("key")
         if rows_a.empty or rows_b.empty:
             continue
         rows_a = rows_a[rows_a["key"].isin(rows_b.index)]

@@ -68,6 +68,36 @@ def blank_panel(ax, title: str, xlabel: str = "", why: str = "not measured") -> 
     ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, color="0.4", fontsize=10)
 
 
+def _verdict_marks(ax, x: list, centre: np.ndarray, settings: list[dict]) -> None:
+    """The accuracy panel's paired contrasts: 0 (the best) as a line, the equivalence margin as a band, and
+    each setting marked by what the verdict decided (Holm over the pairs), not by its interval."""
+    margin = 100 * settings[0]["margin"]
+    ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"±{margin:g}: equivalence margin")
+    ax.axhline(0, color="0.4", lw=0.8, zorder=1, gid="reference")   # the best, not a trend
+    for word, style in DECIDED.items():
+        where = [i for i, d in enumerate(settings) if d.get("decided") == word]
+        if where and word != "best":
+            ax.plot([x[i] for i in where], centre[where], linestyle="none", label=word, zorder=3, **style)
+    ax.legend(fontsize=7, loc="best", framealpha=0.8)
+
+
+def _scales(ax, x: list, numeric: bool, centre: np.ndarray, high: np.ndarray, size: bool) -> None:
+    """A panel's axes: a size or a rate (`size`) spanning more than 10× on a log axis, else linear from zero;
+    numeric settings spanning 8× or more on a log x axis."""
+    finite = centre[np.isfinite(centre)]
+    if len(finite) and size and finite.min() > 0 and finite.max() / finite.min() > 10:
+        log_axis(ax)
+    else:
+        _linear_plain(ax)
+        ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+        if size and len(finite):  # a size or a rate: from zero, so 0.1 % looks like 0.1 %
+            ax.set_ylim(bottom=0, top=1.08 * np.nanmax(high if np.isfinite(high).any() else centre))
+    ax.margins(x=0.12)
+    if numeric and len(x) > 1 and min(x) > 0 and max(x) / min(x) >= 8:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
 def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> Path:
     """One panel per figure of a sweep's settings, in a 2 × 3 grid: accuracy (where the sweep has a verdict: each
     setting's difference from the best setting with the 95 % interval of the paired comparison the verdict
@@ -116,28 +146,10 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> P
             ax.plot([x[i] for i in copied], centre[copied], "o", ms=7, mfc="white", mec="C0",
                     label="copied from another sweep")
             ax.legend(fontsize=8, loc="lower right")
-        finite = centre[np.isfinite(centre)]
         if ylabel == accuracy and paired:   # the verdict's contrasts: 0 is the best, the band its equivalence margin
-            margin = 100 * settings[0]["margin"]
-            ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"±{margin:g}: equivalence margin")
-            ax.axhline(0, color="0.4", lw=0.8, zorder=1, gid="reference")   # the best, not a trend
-            for word, style in DECIDED.items():   # what the verdict decided (Holm over the pairs), not the interval
-                where = [i for i, d in enumerate(settings) if d.get("decided") == word]
-                if where and word != "best":
-                    ax.plot([x[i] for i in where], centre[where], linestyle="none", label=word, zorder=3, **style)
-            ax.legend(fontsize=7, loc="best", framealpha=0.8)
-        if len(finite) and ylabel != accuracy and finite.min() > 0 and finite.max() / finite.min() > 10:
-            log_axis(ax)
-        else:
-            _linear_plain(ax)
-            ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
-            if ylabel != accuracy and len(finite):  # a size or a rate: from zero, so 0.1 % looks like 0.1 %
-                ax.set_ylim(bottom=0, top=1.08 * np.nanmax(high if np.isfinite(high).any() else centre))
-        ax.margins(x=0.12)
+            _verdict_marks(ax, x, centre, settings)
+        _scales(ax, x, numeric, centre, high, size=ylabel != accuracy)
         ax.set_title(ylabel, fontsize=10)
-        if numeric and len(x) > 1 and min(x) > 0 and max(x) / min(x) >= 8:
-            ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel(axis_label, fontsize=9)
         ax.grid(alpha=0.3)
     fig.suptitle(f"{label} sweep on {device}", fontsize=11)

@@ -151,27 +151,8 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     enough = len(order) >= 1 and all((ok[factor] == v).sum() >= MIN_SEEDS for v in order)
     runs, reason = load_runs(ok, factor, preds_dir) if enough else (None, "")
     correct = {k: r.correct for k, r in runs.items()} if runs is not None else None
-    settings = []
-    for value in order:
-        g = ok[ok[factor] == value]
-        reused = tuple(sorted(g["reused_from"].dropna().astype(str).unique())) if "reused_from" in g else ()
-        settings.append(Setting(value, sorted(int(s) for s in g["seed"]),
-                                accuracy_interval(g["test_acc"], test_size, correct.get(value) if correct else None),
-                                int(g["params"].iloc[0]), float(g["gmacs"].iloc[0]),
-                                Spread.of(g["train_time_s"].astype(float)),
-                                infer.get(value, {}), train.get(value, {}), reused,
-                                {c: Spread.of(pd.to_numeric(g[c], errors="coerce")) for c in RUN_FIGURES if c in g},
-                                starved=sum(starved(r.to_dict()) for _, r in g.iterrows())))
-    source = f"no cost phase (none kept here; {say('make cost OUT=…', 'vitbench cost --out …')} measures one)"
-    if cost_phase is not None:
-        loaded = len(cost_phase) - len(uncontended(cost_phase))
-        names = cost_phase["device_name"].dropna().astype(str).unique() if "device_name" in cost_phase else []
-        runs_on = set(ok["device_name"].dropna().astype(str)) if "device_name" in ok else set()
-        on = f" on {names[0]}" if len(names) == 1 and {names[0]} != runs_on else ""   # said where not the runs'
-        source = (f"cost phase{on}, {int(cost_phase['rounds'].iloc[0])} interleaved rounds"
-                  + (f" ({loaded} of {len(cost_phase)} timed steps ran while other processes took ≥ "
-                     f"{CONTENDED_PCT:.0f} % of the machine and are left out)" if loaded else ""))
-    findings = SweepFindings(factor, settings, test_size, source, None, None, margin=margin)
+    settings = [_setting(ok[ok[factor] == value], value, test_size, correct, infer, train) for value in order]
+    findings = SweepFindings(factor, settings, test_size, _cost_source(cost_phase, ok), None, None, margin=margin)
     if correct is not None:
         findings.test_size = next(iter(correct.values())).shape[1]
         for s in settings:
@@ -213,6 +194,31 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     findings.verdict = verdict({s.value: s.acc.mean for s in settings}, findings.comparisons)
     _power(findings, ok, factor)
     return findings
+
+
+def _setting(g: pd.DataFrame, value: Hashable, test_size: int | None, correct: dict[Hashable, np.ndarray] | None,
+             infer: dict, train: dict) -> Setting:
+    """One setting's figures from its ok rows `g`."""
+    reused = tuple(sorted(g["reused_from"].dropna().astype(str).unique())) if "reused_from" in g else ()
+    return Setting(value, sorted(int(s) for s in g["seed"]),
+                   accuracy_interval(g["test_acc"], test_size, correct.get(value) if correct else None),
+                   int(g["params"].iloc[0]), float(g["gmacs"].iloc[0]), Spread.of(g["train_time_s"].astype(float)),
+                   infer.get(value, {}), train.get(value, {}), reused,
+                   {c: Spread.of(pd.to_numeric(g[c], errors="coerce")) for c in RUN_FIGURES if c in g},
+                   starved=sum(starved(r.to_dict()) for _, r in g.iterrows()))
+
+
+def _cost_source(cost_phase: pd.DataFrame | None, ok: pd.DataFrame) -> str:
+    """Where the speed figures come from, in words."""
+    if cost_phase is None:
+        return f"no cost phase (none kept here; {say('make cost OUT=…', 'vitbench cost --out …')} measures one)"
+    loaded = len(cost_phase) - len(uncontended(cost_phase))
+    names = cost_phase["device_name"].dropna().astype(str).unique() if "device_name" in cost_phase else []
+    runs_on = set(ok["device_name"].dropna().astype(str)) if "device_name" in ok else set()
+    on = f" on {names[0]}" if len(names) == 1 and {names[0]} != runs_on else ""   # said where not the runs'
+    return (f"cost phase{on}, {int(cost_phase['rounds'].iloc[0])} interleaved rounds"
+            + (f" ({loaded} of {len(cost_phase)} timed steps ran while other processes took ≥ "
+               f"{CONTENDED_PCT:.0f} % of the machine and are left out)" if loaded else ""))
 
 
 def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, cost_phase: pd.DataFrame | None,

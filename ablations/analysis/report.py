@@ -226,27 +226,8 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: P
     if spec.design == "grid" and len(spec.factors) == 2:
         lines += _grid_lines(spec, f, ok, paths, figures, devices, margin)
     if f.comparisons:
-        lines += [f"Pairwise comparisons (seeds crossed with test images, each source counted once; equivalence "
-                  f"margin {100 * margin:g} points{' set by the sweep' if spec.margin else ''}; intervals are each pair's own, "
-                  + ("repeated over the looks, p-values the last look's, decided by Holm's step-down at each look"
-                     if f.design else "p-values Holm-adjusted over the pairs") + "; see Method):", "",
-                  wording.comparisons_markdown(f), ""]
-    reused = any(s.reused_from for s in f.settings)
-    copied = " Hollow: runs copied from another sweep (trained at another time)." if reused else ""
-    paired = len(shown) > 1 and all(d["vs_best"] is not None for d in shown)   # as the figure draws it
-    accuracy = (f"Accuracy: each setting's difference from the best ({factor}={f.verdict.best}) with the 95 % "
-                f"{'repeated ' if f.design else ''}interval of that pair's own comparison (the table above), the "
-                f"grey band ±{100 * f.margin:g} points; the marker "
-                f"says what the verdict decided, Holm over the pairs{' at each look' if f.design else ''}, so an "
-                f"interval clear of 0 can still be inconclusive." if paired and f.verdict else
-                f"Accuracy: mean with its 95 % interval ({f.settings[0].acc.kind}).")
-    caption = (f"_{spec.label}: the test accuracy of each run (one per seed), their mean and its 95 % interval "
-               f"({f.settings[0].acc.kind}): how far runs of one setting spread._" if len(f.settings) == 1 else
-               f"_{spec.label} sweep on {devices}. {accuracy} Speed and memory: "
-               + (f"median with the interquartile range over the {f.cost_source}." if f.cost_source.startswith("cost")
-                  else f"not measured here: {f.cost_source}.")
-               + f" Training wall time: median with the interquartile range over seeds.{copied}_")
-    lines += [f"![{sweep}](figures/{fig.name})", "", caption, ""]
+        lines += [wording.pairs_heading(f, bool(spec.margin)), "", wording.comparisons_markdown(f), ""]
+    lines += [f"![{sweep}](figures/{fig.name})", "", wording.figure_caption(f, spec.label, devices, shown), ""]
     if history is not None:
         curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order, sweep=sweep)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
@@ -495,6 +476,11 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
 
 
 def method(margin: float = MARGIN) -> str:
+    """The report's Method section: the tests, the designs and checks beside them, and how cost is measured."""
+    return _method_tests(margin) + _method_checks() + _method_cost()
+
+
+def _method_tests(margin: float) -> str:
     return f"""## Method
 
 - **Seeds and test images.** Each setting is trained once per seed; the seed fixes the initial weights,
@@ -548,7 +534,11 @@ def method(margin: float = MARGIN) -> str:
   intervals cover the test images only: one seed says nothing of the variation between training
   seeds), for a sweep whose best setting is itself at chance (nothing was learned, so nothing is known
   about the factor), or without saved predictions.
-- **The sequential design (SEEDS=auto).** A sweep trained under it looks at its runs after
+"""
+
+
+def _method_checks() -> str:
+    return f"""- **The sequential design (SEEDS=auto).** A sweep trained under it looks at its runs after
   {"/".join(str(k) for k in LOOKS)} seeds per setting (or the looks its design file names; the last look is
   the cap). α is spent over the looks by O'Brien–Fleming's function (Lan & DeMets); the nominal levels come
   from the joint normal law of the look statistics by an exact recursion (Armitage, McPherson & Rowe), the
@@ -585,7 +575,11 @@ def method(margin: float = MARGIN) -> str:
   the sittings still differ; at p < 0.05 the section says so in bold, since its verdicts pool runs that are
   then not interchangeable. Where each setting was trained in a sitting of its own, the two cannot be told
   apart, and the section says that instead.
-- **Cost.** Before training, every point of a command's sweeps is measured side by side in
+"""
+
+
+def _method_cost() -> str:
+    return f"""- **Cost.** Before training, every point of a command's sweeps is measured side by side in
   interleaved rounds (each round measures every point once, the starting point rotating) with nothing
   else running: an inference step and the training step the runs train with (forward, backward, clipping,
   fused AdamW over their parameter groups; one CUDA graph per step on CUDA unless GRAPHS=0). Figures are the median

@@ -5,6 +5,7 @@ the analysis computed; `report.py` lays them out."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ablations.analysis.findings import MIN_SHARE_SEEDS, POWER_DELTA, SweepFindings, pair_interval, pct
 from ablations.analysis.sequential import Decision, nominal_levels
@@ -335,7 +336,6 @@ def comparisons_markdown(f: SweepFindings) -> str:
     within = _margin_text(f.margin)
     last = f.design.final if f.design is not None else None
     if last is not None:
-        repeated = 1 - nominal_levels(f.design.plan, ALPHA)[last.index]
         head = f"a − b (points) [95 % repeated interval] | p (last look): differ / within {within}"
     else:
         head = f"a − b (points) [95 % interval] | Holm p: differ / within {within}"
@@ -356,6 +356,12 @@ def comparisons_markdown(f: SweepFindings) -> str:
         p, p_equiv = (c.p_holm, c.p_equiv_holm) if last is None else (c.p, c.p_equiv)
         lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]{mark} | "
                      f"{p:.3g} / {p_equiv:.3g} | {win} | {OUTCOME_WORDS[outcome]}{at} |")
+    return "\n".join(lines + [""] + [f"_{n}_" for n in _pair_notes(f, labelled)])
+
+
+def _pair_notes(f: SweepFindings, labelled: bool) -> list[str]:
+    """The notes beneath a sweep's pair table (`labelled`: an inconclusive pair said what would decide it)."""
+    last = f.design.final if f.design is not None else None
     notes = []
     if any(c.paired and not c.identical for c in f.comparisons):
         notes.append("⁼ paired by seed: both settings trained under the same seeds, so the difference is the mean "
@@ -378,6 +384,7 @@ def comparisons_markdown(f: SweepFindings) -> str:
         notes.append(f"P(a beats b) is given from {MIN_WIN_SEEDS} seeds a setting (—): from fewer it takes a "
                      f"handful of values and reads as certainty.")
     if last is not None:
+        repeated = 1 - nominal_levels(f.design.plan, ALPHA)[last.index]
         notes.append(f"Adaptive seeds: p-values are those of the last look, unadjusted (each setting at the seeds it "
                      f"ended with); a pair with the leader carries the design's verdict and the look it was taken at "
                      f"(that look's p crossed the level the step-down gave it, see above), any other pair the last "
@@ -391,7 +398,7 @@ def comparisons_markdown(f: SweepFindings) -> str:
         notes.append("Intervals are each pair's own (unadjusted, 95 %); the verdict uses the Holm-adjusted p, so "
                      "an interval that excludes 0 beside \"inconclusive\" is a difference that does not survive "
                      "the adjustment for the sweep's other pairs.")
-    return "\n".join(lines + [""] + [f"_{n}_" for n in notes])
+    return notes
 
 
 def components_markdown(f: SweepFindings) -> str:
@@ -418,3 +425,32 @@ def components_markdown(f: SweepFindings) -> str:
                      f"share is estimated from {fewest - 1} degree(s) of freedom a setting and often comes out 0 "
                      f"when it is not.")
     return "\n".join(lines + [""] + [f"_{n}_" for n in notes])
+
+
+def pairs_heading(f: SweepFindings, margin_set: bool) -> str:
+    """The line above a sweep's pair table (`margin_set`: the sweep's spec set the equivalence margin)."""
+    return (f"Pairwise comparisons (seeds crossed with test images, each source counted once; equivalence "
+            f"margin {100 * f.margin:g} points{' set by the sweep' if margin_set else ''}; intervals are each pair's own, "
+            + ("repeated over the looks, p-values the last look's, decided by Holm's step-down at each look"
+               if f.design else "p-values Holm-adjusted over the pairs") + "; see Method):")
+
+
+def figure_caption(f: SweepFindings, label: str, devices: str, shown: list[dict[str, Any]]) -> str:
+    """The caption of a sweep's figure (`shown`: the settings as the figure draws them, `setting_rows`)."""
+    factor = f.factor
+    reused = any(s.reused_from for s in f.settings)
+    copied = " Hollow: runs copied from another sweep (trained at another time)." if reused else ""
+    paired = len(shown) > 1 and all(d["vs_best"] is not None for d in shown)   # as the figure draws it
+    accuracy = (f"Accuracy: each setting's difference from the best ({factor}={f.verdict.best}) with the 95 % "
+                f"{'repeated ' if f.design else ''}interval of that pair's own comparison (the table above), the "
+                f"grey band ±{100 * f.margin:g} points; the marker "
+                f"says what the verdict decided, Holm over the pairs{' at each look' if f.design else ''}, so an "
+                f"interval clear of 0 can still be inconclusive." if paired and f.verdict else
+                f"Accuracy: mean with its 95 % interval ({f.settings[0].acc.kind}).")
+    caption = (f"_{label}: the test accuracy of each run (one per seed), their mean and its 95 % interval "
+               f"({f.settings[0].acc.kind}): how far runs of one setting spread._" if len(f.settings) == 1 else
+               f"_{label} sweep on {devices}. {accuracy} Speed and memory: "
+               + (f"median with the interquartile range over the {f.cost_source}." if f.cost_source.startswith("cost")
+                  else f"not measured here: {f.cost_source}.")
+               + f" Training wall time: median with the interquartile range over seeds.{copied}_")
+    return caption

@@ -39,10 +39,11 @@ def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, pl
     (`designs.select`), and the design runs over the picks alone."""
     every = make_tasks(points, dataclasses.replace(options, seeds=tuple(plan["seeds"]), point_seeds=()))
     mine = {t.run_id: t for t in every}
-    table = Tables(paths.out).rows(paths.rows.stem)   # read afresh: the runs of the looks so far
+    read = Tables(paths.out)   # read afresh: the runs of the looks so far
     latest = None
-    if {"run_id", "status"} <= set(table.columns):
-        latest = table.assign(run_id=table["run_id"].astype(str)).drop_duplicates("run_id", keep="last")
+    if {"run_id", "status"} <= set(read.rows(paths.rows.stem).columns):
+        latest = read.standing(paths.rows.stem)
+        latest = latest.assign(run_id=latest["run_id"].astype(str))
         latest = latest[latest["run_id"].isin(list(mine))]
     if spec is not None and spec.tune:
         points, need = _picks(spec, points, latest, mine, plan)

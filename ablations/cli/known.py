@@ -123,9 +123,7 @@ def check(task: Task, f) -> tuple[bool, str]:
     return bool(ok), said
 
 
-def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int:
-    """`known` with its own options; `run_command`: the `python -m ablations` command line, called in this
-    process with each task's sweep."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ablations known", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/known", help="where the data, runs and report go "
@@ -139,6 +137,28 @@ def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int
     jobs = next(o for o in EXECUTOR_OPTIONS["local"] if o.flag == "--jobs")
     jobs.add_to(parser, default=1, help="runs in flight at once, as the sweep command's --jobs (default 1: its runs "
                                         "are so short that starting worker processes costs more than it saves)")
+    return parser
+
+
+def _judge(task: Task, out: Path, sweep: str) -> tuple[bool, str]:
+    """`check` of the task's sweep on the newest experiment of its table: an earlier `known` into the same OUT
+    with other epochs is another experiment, never pooled with this one."""
+    import pandas as pd
+
+    from ablations.analysis.findings import analyse_sweep
+    from ablations.results.experiments import newest_experiment
+    from ablations.results.store import SweepPaths, Tables
+
+    read = Tables(out)
+    rows, _ = newest_experiment(read.rows(sweep), task.factor)
+    values = [v for v in pd.unique(rows.loc[rows["status"] == "ok", task.factor])]
+    return check(task, analyse_sweep(rows, task.factor, values, SweepPaths.of(out, sweep), None, read=read)[0])
+
+
+def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int:
+    """`known` with its own options; `run_command`: the `python -m ablations` command line, called in this
+    process with each task's sweep."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.epochs < 1:
         parser.error(f"--epochs must be a positive integer, got {args.epochs}")
@@ -149,13 +169,8 @@ def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int
     if message:
         print(f"error: {message}", file=sys.stderr)
         return 2
-    import pandas as pd
-
-    from ablations.analysis.findings import analyse_sweep
     from ablations.analysis.report import build_report
     from ablations.cli.commands import NEXT_STEP
-    from ablations.results.experiments import newest_experiment
-    from ablations.results.store import SweepPaths, Tables
 
     t0 = time.perf_counter()
     tasks = [t for t in TASKS if not args.only or t.name in args.only]
@@ -180,14 +195,7 @@ def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int
         if status != 0:
             results.append((task, False, f"the sweep command exited {status}"))
             continue
-        paths = SweepPaths.of(out, spec.stem)
-        # the newest experiment of the task's table: an earlier `known` into the same OUT with other epochs is
-        # another experiment, never pooled with this one
-        read = Tables(out)
-        rows, _ = newest_experiment(read.rows(spec.stem), task.factor)
-        ok_rows = rows[rows["status"] == "ok"]
-        values = [v for v in pd.unique(ok_rows[task.factor])]
-        results.append((task, *check(task, analyse_sweep(rows, task.factor, values, paths, None, read=read)[0])))
+        results.append((task, *_judge(task, out, spec.stem)))
     report = build_report(out, reference=None)
     seeds = "adaptive seeds" if args.seeds == "auto" else f"{args.seeds.count(',') + 1} seeds"
     print(f"\nKnown answers ({time.perf_counter() - t0:.0f} s, {seeds}, {args.epochs} epochs, "

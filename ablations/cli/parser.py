@@ -33,26 +33,8 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
 
 
-def build(prog: str = "python -m ablations") -> Parser:
-    """The whole command tree."""
-    parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sweep = sub.add_parser("sweep", help=f"run sweeps: {', '.join(available_sweeps())}, a .toml path, or default "
-                                         f"({' '.join(default_sweeps())}: what make ablations runs)")
-    sweep.add_argument("sweeps", nargs="+")
-    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="hold a ViTConfig or TrainConfig field at this value in every point of every sweep "
-                            "named (repeatable; e.g. --set flip=false); not a field a sweep varies, nor one the "
-                            "dataset fixes")
-    add_options(sweep, run_options(EXECUTOR_OPTIONS))
-    one = sub.add_parser("train", help="one config (a preset plus --set overrides), once per seed; rows in "
-                                       "<out>/ablations/train.csv")
-    one.add_argument("--preset", default="auto", choices=["auto", *sorted(choices.PRESETS)],
-                     help="the model (default auto: the dataset's base, as in the sweeps: vit_mnist at 28 px, "
-                          "vit_digits at 8 px, vit_cifar at 32 px)")
-    one.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a ViTConfig or TrainConfig field (repeatable)")
-    add_options(one, run_options(EXECUTOR_OPTIONS))
+def _read_commands(sub) -> None:
+    """report and predict: the commands that read results (and never train)."""
     report = sub.add_parser("report", help="figures and REPORT.md from the CSVs; never trains")
     OUT.add_to(report)
     INTO_REFERENCE.add_to(report, help="allow rewriting the report of a folder of committed reference results")
@@ -75,6 +57,29 @@ def build(prog: str = "python -m ablations") -> Parser:
                                    "trained on one")
     predict.add_argument("--figure", help="where to write the attention figure (default "
                                           "<out>/figures/predict-attention.png)")
+
+
+def build(prog: str = "python -m ablations") -> Parser:
+    """The whole command tree."""
+    parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sweep = sub.add_parser("sweep", help=f"run sweeps: {', '.join(available_sweeps())}, a .toml path, or default "
+                                         f"({' '.join(default_sweeps())}: what make ablations runs)")
+    sweep.add_argument("sweeps", nargs="+")
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="hold a ViTConfig or TrainConfig field at this value in every point of every sweep "
+                            "named (repeatable; e.g. --set flip=false); not a field a sweep varies, nor one the "
+                            "dataset fixes")
+    add_options(sweep, run_options(EXECUTOR_OPTIONS))
+    one = sub.add_parser("train", help="one config (a preset plus --set overrides), once per seed; rows in "
+                                       "<out>/ablations/train.csv")
+    one.add_argument("--preset", default="auto", choices=["auto", *sorted(choices.PRESETS)],
+                     help="the model (default auto: the dataset's base, as in the sweeps: vit_mnist at 28 px, "
+                          "vit_digits at 8 px, vit_cifar at 32 px)")
+    one.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a ViTConfig or TrainConfig field (repeatable)")
+    add_options(one, run_options(EXECUTOR_OPTIONS))
+    _read_commands(sub)
     cost = sub.add_parser("cost", help="measure the speed of every point trained under an OUT in one interleaved "
                                        "cost phase (for sweeps run with COST_ROUNDS=0 or on a busy machine); "
                                        "never trains")

@@ -117,8 +117,19 @@ class Tables:
         return self._table(SweepPaths.of(self.out, sweep).rows)
 
     def ok(self, sweep: str) -> pd.DataFrame:
-        """Its finished runs' rows (`ok_rows`)."""
+        """Every ok row of its table (`ok_rows`), as written."""
         return ok_rows(self.rows(sweep))
+
+    def standing(self, sweep: str) -> pd.DataFrame:
+        """The row that stands for each of its runs (`experiments.latest_rows`): the last ok row of a run that
+        finished, the last failure of one that never did."""
+        from ablations.results.experiments import latest_rows
+
+        return latest_rows(self.rows(sweep))
+
+    def finished(self, sweep: str) -> pd.DataFrame:
+        """The standing row of each run that finished: one ok row per run id."""
+        return ok_rows(self.standing(sweep))
 
     def phases(self) -> pd.DataFrame:
         """The OUT's GPU training phases (`PHASES`: one row each; empty where there are none)."""

@@ -281,6 +281,26 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
         clock = _Clock(plan, workload, clock.points, device, set_up=True)
     bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names} ({clock.describe()})", unit="step", leave=False,
                disable=not progress)
+    kept = _rounds(sitting, clock, order, len(items), sweeps, names, bar)
+    bar.close()
+    if progress:
+        taken = "none kept" if clock.abandoned or not kept else f"{kept[-1]['round'] + 1} round(s)"
+        setup = f" after {setup_s:.1f} s of set-up (build, capture, warm-up; outside the budget)" if setup_s else ""
+        tqdm.write(f"cost {names}: {taken} of {len(items)} timed steps in {clock.elapsed():.1f} s ({clock.describe()})"
+                   f"{setup}", file=sys.stderr)
+    _say_what_is_missing(kept, len(items), names, clock, sweeps[0][2].parent.parent)
+    rows = sitting.rows
+    del models, sitting
+    gc.collect()
+    return {sweep: pd.DataFrame(mine, columns=None if mine else COST_COLUMNS) for sweep, mine in rows.items()}
+
+
+def _rounds(sitting: _Sitting, clock: _Clock, order: list, items: int, sweeps: list[tuple[str, list[Point], Path]],
+            names: str, bar) -> list[dict[str, Any]]:
+    """The phase's interleaved rounds, each starting one item later, planned from the first (warmed) round: at
+    least MIN_ROUNDS of them or none (a phase busy from its first steps keeps nothing; one too slow for three
+    rounds is no phase); the rows kept, in the order they were timed."""
+    plan, pid = sitting.plan, sitting.pid
     planned, kept = plan.rounds, []
     for r in range(plan.rounds):
         this_round = sitting.time_round(r, order[r % len(order):] + order[:r % len(order)], planned, clock, bar)
@@ -293,31 +313,21 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
             _close_early(sweeps, sitting.rows, pid, 1, clock)
             break
         if r == 0:
-            planned = clock.plan_rounds(this_round, len(items))
+            planned = clock.plan_rounds(this_round, items)
             if planned < min(MIN_ROUNDS, plan.rounds):   # rounds too few to compare anything: no phase at all
                 kept, sitting.rows = [], {sweep: [] for sweep in sitting.rows}
                 break
-            bar.total = planned * len(items)
+            bar.total = planned * items
             bar.set_description(f"cost {names} ({clock.describe()})")
         sitting.keep(this_round, planned, write=True)
         if r + 1 >= planned:
             break
         if all(row.get("contended") for _, _, row in this_round):
-            clock.wait_for_quiet(device)
+            clock.wait_for_quiet(sitting.device)
         if r + 1 >= MIN_ROUNDS and clock.overruns(r + 1):   # never fewer rounds than a comparison needs
             _close_early(sweeps, sitting.rows, pid, r + 1, clock)
             break
-    bar.close()
-    if progress:
-        taken = "none kept" if clock.abandoned or not kept else f"{kept[-1]['round'] + 1} round(s)"
-        setup = f" after {setup_s:.1f} s of set-up (build, capture, warm-up; outside the budget)" if setup_s else ""
-        tqdm.write(f"cost {names}: {taken} of {len(items)} timed steps in {clock.elapsed():.1f} s ({clock.describe()})"
-                   f"{setup}", file=sys.stderr)
-    _say_what_is_missing(kept, len(items), names, clock, sweeps[0][2].parent.parent)
-    rows = sitting.rows
-    del models, sitting
-    gc.collect()
-    return {sweep: pd.DataFrame(mine, columns=None if mine else COST_COLUMNS) for sweep, mine in rows.items()}
+    return kept
 
 
 def _distinct_items(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan, device: torch.device

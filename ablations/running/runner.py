@@ -179,18 +179,18 @@ def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int, ta
     todo = [t for t in tasks if t.run_id not in done]
     share = _Share(sweep, points, options, paths, len(tasks), len(tasks) - len(todo), todo,
                    [t.run_id for t in tasks], labels={t.run_id: t.point.label for t in tasks},
-                   rows=_rows_of(table, done & {t.run_id for t in tasks}))
+                   rows=_rows_of(tables.finished(sweep), done & {t.run_id for t in tasks}))
     share.stale = preflight(paths, todo, jobs) if todo else 0
     if todo:
         _warn_other_experiment(paths, todo[0], table)
     return share
 
 
-def _rows_of(table: pd.DataFrame, run_ids: set[str]) -> dict[str, dict[str, Any]]:
-    """{run id: its newest row} of `run_ids` in a sweep's table."""
+def _rows_of(finished: pd.DataFrame, run_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """{run id: its row} of `run_ids` among a sweep's finished runs (`Tables.finished`: one row each)."""
     if not run_ids:
         return {}
-    mine = table[table["run_id"].astype(str).isin(run_ids)].drop_duplicates("run_id", keep="last")
+    mine = finished[finished["run_id"].astype(str).isin(run_ids)]
     return {str(r["run_id"]): r for r in mine.to_dict("records")}
 
 

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -226,6 +227,62 @@ def resume(checkpoint: Checkpointing | None, identity: dict, model: nn.Module, c
     return parts, streams, Done(meta["epoch"], meta["step"], meta["train_time_s"], meta["history"])
 
 
+def _identity(model: nn.Module, cfg: TrainConfig, seed: int, n: int) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: the recipe, the data, the seed and the model's parameters."""
+    return {"seed": seed, "train": cfg.identity(), "n_train": n,
+            "params": {k: list(v.shape) for k, v in model.state_dict().items()}}
+
+
+def _check_finite(train_loss: float, epoch: int, step: int, steps_per_epoch: int, lr: float) -> None:
+    """Diverged, naming the epoch, its steps and the last learning rate, for a loss that is not finite."""
+    if not math.isfinite(train_loss):
+        raise Diverged(f"loss became {train_loss} in epoch {epoch} (steps {step - steps_per_epoch + 1}–{step}, "
+                       f"lr {lr:.3g} at the last)")
+
+
+def _add_util(util_time: list[float], sampler: UtilSampler | None, seconds: float) -> None:
+    """Add an epoch's busy share, weighted by its seconds, to [Σ util × seconds, Σ seconds] where it was read."""
+    util = sampler.summary().get("util_pct") if sampler is not None else None
+    if util is not None:
+        util_time[0] += util * seconds
+        util_time[1] += seconds
+
+
+def _epoch_record(model: nn.Module, data: Dataset, device: torch.device, dtype, batch_size: int, tests, vals,
+                  trained: dict[str, Any], elapsed: float) -> tuple[dict[str, Any], torch.Tensor]:
+    """An epoch's history row (`trained`: its epoch, lr and training loss) with the test set's loss and accuracy
+    (and the validation split's, where one is held out), and the test predictions."""
+    test_loss, test_acc, test_preds = evaluate(model, data, device, dtype, batch_size, tests)
+    record = {**trained, "test_loss": test_loss, "test_acc": test_acc, "elapsed_s": elapsed}
+    if vals is not None:
+        record["val_loss"], record["val_acc"], _ = evaluate(model, data, device, dtype, batch_size, vals)
+    return record, test_preds
+
+
+def _save(checkpoint: Checkpointing, model: nn.Module, optimizer, scaler, streams, meta: dict[str, Any]) -> None:
+    """The run's checkpoint: its training state and `meta` (identity, epoch, step, time, history), with the
+    optimizer's hyperparameters as the eager step keeps them and the loss scaler's state."""
+    save_checkpoint(checkpoint.path, training_state(model, optimizer, streams),
+                    {**meta, "param_groups": [
+                        {k: float(v) if torch.is_tensor(v) else v for k, v in g.items() if k != "capturable"}
+                        for g in optimizer.state_dict()["param_groups"]],
+                     "scaler": scaler.state_dict() if scaler.is_enabled() else {}})
+
+
+def _run_util(span: UtilSampler | None, util_time: list[float], occupancy, mark) -> list[float]:
+    """[Σ util × seconds, Σ seconds] of the run: blank ([0, 0]) where the device was not the run's alone (the
+    figure would hold other runs' work too). A device's sampled utilisation (NVML: one sample per 1/6–1 s) is read
+    over the run's whole training (`span`), where its sample periods fit whole; the process's CPU time (exact at
+    a region's ends) per epoch (`util_time`)."""
+    alone = os.environ.get(SHARED_DEVICE_ENV) != "1" and (mark is None or occupancy.alone_since(mark))
+    whole = span.summary().get("util_pct") if span is not None else None
+    if not alone:
+        return [0.0, 0.0]
+    if span is not None:
+        return [whole, 1.0] if whole is not None else [0.0, 0.0]
+    return util_time
+
+
 def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
           progress: bool = True, checkpoint: Checkpointing | None = None, graphs: bool = True) -> TrainResult:
     """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch. With
@@ -241,17 +298,13 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
     warmup_steps = max(1, round(cfg.warmup_epochs * steps_per_epoch))
-    # what a checkpoint must match to be resumed: the recipe, the data, the seed and the model's parameters
-    identity = {"seed": seed, "train": cfg.identity(), "n_train": n,
-                "params": {k: list(v.shape) for k, v in model.state_dict().items()}}
+    identity = _identity(model, cfg, seed, n)
     (compiled, optimizer, scaler), streams, done = resume(checkpoint, identity, model, cfg, seed, device)
     order_gen, aug_gen = streams["order"], streams["augment"]
     history, step, train_time, first = done.history, done.step, done.train_time_s, done.epoch + 1
     images_seen, best_acc = done.epoch * n, max((h["test_acc"] for h in history), default=0.0)
     reader, util_time = reader_for(device), [0.0, 0.0]  # Σ util × epoch seconds, Σ seconds (this process)
-    # a device's sampled utilisation (NVML: one sample per 1/6–1 s) is read over the run's whole training,
-    # where its sample periods fit whole; the process's CPU time (exact at a region's ends) per epoch
-    span = UtilSampler(reader) if reader.source != "cpu" else None
+    span = UtilSampler(reader) if reader.source != "cpu" else None   # a device's: over the whole run (`_run_util`)
     train_step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, graphs)
     epochs = tqdm(range(first, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
     occupancy = CONTEXT.occupancy
@@ -271,37 +324,20 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
                 train_loss = loss_sum.item() / n  # the epoch's one read of the training loss (it waits for the device)
             epoch_time = time.perf_counter() - t0
             train_time += epoch_time
-            util = sampler.summary().get("util_pct") if sampler is not None else None
-            if util is not None:
-                util_time[0] += util * epoch_time
-                util_time[1] += epoch_time
-            if not math.isfinite(train_loss):
-                raise Diverged(f"loss became {train_loss} in epoch {epoch} (steps {step - steps_per_epoch + 1}–{step}, "
-                               f"lr {lr:.3g} at the last)")
+            _add_util(util_time, sampler, epoch_time)
+            _check_finite(train_loss, epoch, step, steps_per_epoch, lr)
             images_seen += n
-            test_loss, test_acc, test_preds = evaluate(compiled, data, device, dtype, cfg.eval_batch_size, test_on_device)
-            best_acc = max(best_acc, test_acc)
-            record = {"epoch": epoch, "lr": lr, "train_loss": train_loss, "test_loss": test_loss,
-                      "test_acc": test_acc, "elapsed_s": train_time}
-            if val_on_device is not None:
-                record["val_loss"], record["val_acc"], _ = evaluate(compiled, data, device, dtype, cfg.eval_batch_size,
-                                                                    val_on_device)
+            record, test_preds = _epoch_record(compiled, data, device, dtype, cfg.eval_batch_size, test_on_device,
+                                               val_on_device, {"epoch": epoch, "lr": lr, "train_loss": train_loss},
+                                               train_time)
+            best_acc = max(best_acc, record["test_acc"])
             history.append(record)
-            epochs.set_postfix(loss=f"{train_loss:.3f}", acc=f"{test_acc:.4f}")
+            epochs.set_postfix(loss=f"{train_loss:.3f}", acc=f"{record['test_acc']:.4f}")
             if checkpoint and checkpoint.due(epoch, cfg.epochs, train_time / (epoch - first + 1)):
-                save_checkpoint(checkpoint.path, training_state(model, optimizer, streams),
-                                {"identity": identity, "epoch": epoch, "step": step, "train_time_s": train_time,
-                                 "history": history, "param_groups": [  # as the eager step keeps them
-                                     {k: float(v) if torch.is_tensor(v) else v for k, v in g.items() if k != "capturable"}
-                                     for g in optimizer.state_dict()["param_groups"]],
-                                 "scaler": scaler.state_dict() if scaler.is_enabled() else {}})
+                _save(checkpoint, model, optimizer, scaler, streams,
+                      {"identity": identity, "epoch": epoch, "step": step, "train_time_s": train_time, "history": history})
     last = history[-1]
-    alone = os.environ.get(SHARED_DEVICE_ENV) != "1" and (mark is None or occupancy.alone_since(mark))
-    whole = span.summary().get("util_pct") if span is not None else None
-    if not alone:   # blank: the figure would hold other runs' work too
-        util_time = [0.0, 0.0]
-    elif span is not None:
-        util_time = [whole, 1.0] if whole is not None else [0.0, 0.0]
+    util_time = _run_util(span, util_time, occupancy, mark)
     return TrainResult(last["train_loss"], last["test_loss"], last["test_acc"], best_acc, train_time,
                        images_seen / train_time, history, test_preds, resumed_after=first - 1,
                        train_util_pct=util_time[0] / util_time[1] if util_time[1] else None, train_size=n,

@@ -455,3 +455,17 @@ def test_an_undecided_pair_says_how_many_seeds_would_decide_it_or_that_none_can_
     text = (Path(__file__).resolve().parents[1] / "results" / "reference" / "REPORT.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ") and "| inconclusive" in line]
     assert rows and all("(needs ~" in r or "(needs over" in r or "(not decidable on this test set)" in r for r in rows)
+
+
+def test_one_outcome_vocabulary_with_words_and_markers_for_every_kind_a_pair_can_have():
+    """Every outcome a pair can have has its words in the pair table and, as the verdict says it of a setting
+    against the best, its marker in the accuracy panel; an outcome reads and prints as its plain value (the
+    report, `make known` and CSVs say 'better', never 'Outcome.BETTER')."""
+    from ablations.analysis.figures import DECIDED
+    from ablations.analysis.stats import PAIR_OUTCOMES, Outcome
+    from ablations.analysis.wording import OUTCOME_WORDS
+
+    assert set(PAIR_OUTCOMES) <= set(OUTCOME_WORDS)
+    assert set(PAIR_OUTCOMES) - {Outcome.BETTER} <= set(DECIDED)   # a setting against the best: never above it
+    assert [f"{o}" for o in Outcome] == [str(o) for o in Outcome] == [o.value for o in Outcome]
+    assert Outcome.BETTER == "better" and {"worse": 1}[Outcome.WORSE] == 1

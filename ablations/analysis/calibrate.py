@@ -42,7 +42,7 @@ from scipy import stats as sps
 from tqdm import tqdm
 
 from ablations.analysis.sequential import run_design
-from ablations.analysis.stats import ALPHA, MIN_SEEDS, compare_settings
+from ablations.analysis.stats import ALPHA, MIN_SEEDS, Outcome, compare_settings
 from ablations.choices import LOOKS
 from ablations.results.store import Tables, load_preds
 from ablations.specs import MODEL_FIELDS, TRAIN_FIELDS
@@ -260,12 +260,12 @@ def calibrate_design(same: np.ndarray, trials: int, looks: tuple[int, ...] = LOO
             result = run_design(draw, looks)
             decided = result.final.decided
             found.append({"case": case, "planted_pts": 100 * delta, "trial": i, "settings": k,
-                          "any_different": any(d.outcome == "different" for lk in result.looks
+                          "any_different": any(d.outcome == Outcome.DIFFERENT for lk in result.looks
                                                for d in lk.decided.values()),
-                          "equivalent": any(getattr(lk.decided.get(1), "outcome", "") == "equivalent"
+                          "equivalent": any(getattr(lk.decided.get(1), "outcome", "") == Outcome.EQUIVALENT
                                             for lk in result.looks),
                           "found": result.final.leader == 0 and all(
-                              getattr(decided.get(j), "outcome", "") == "different" and decided[j].leader == 0
+                              getattr(decided.get(j), "outcome", "") == Outcome.DIFFERENT and decided[j].leader == 0
                               for j in range(1, k)),
                           "runs": result.runs, "fixed_runs": k * looks[-1], "stopped_at": len(result.looks)})
             bar.update()

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ablations.analysis.findings import load_correct, pct, seed_ranges
-from ablations.analysis.stats import ALPHA, MARGIN, Comparison, detectable_difference, interaction_contrasts
+from ablations.analysis.stats import ALPHA, MARGIN, Comparison, Outcome, detectable_difference, interaction_contrasts
 from ablations.specs import SweepSpec
 
 
@@ -245,7 +245,7 @@ def interaction_lines(it: Interaction) -> list[str]:
              f"| verdict |", "|---|---|---|---|---|"]
     for c in it.contrasts:
         (ai, bj) = c.a
-        outcome = {"better": "interaction", "worse": "interaction"}.get(c.outcome(), c.outcome())
+        outcome = "interaction" if c.outcome() in (Outcome.BETTER, Outcome.WORSE) else c.outcome()
         table.append(f"| {_text(ai)} | {_text(bj)} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}] | "
                      f"{c.p_holm:.3f} / {c.p_equiv_holm:.3f} | {outcome} |")
     what = (f"each row: ({a}={{a}} − {a}={_text(a1)}) at {b}={{b}} minus the same at {b}={_text(b1)}; 0 where the "

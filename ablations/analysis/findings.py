@@ -23,6 +23,7 @@ from ablations.analysis.stats import (
     Comparison,
     Components,
     Interval,
+    Outcome,
     Verdict,
     accuracy_interval,
     at_chance,
@@ -274,16 +275,18 @@ def design_verdict(design: Design, means: dict[Hashable, float]) -> Verdict:
     last = design.final
     assert last is not None
     by_pair = {frozenset((c.a, c.b)): c for c in last.comparisons}
-    found: dict[str, list] = {"better": [], "equivalent": [], "inconclusive": [], "identical": []}
+    found: dict[Outcome, list] = {Outcome.BETTER: [], Outcome.EQUIVALENT: [], Outcome.INCONCLUSIVE: [],
+                                  Outcome.IDENTICAL: []}
     others = [k for k in means if k != last.leader and k in design.have] if last.comparisons else []
     for other in others:
         decision = last.decided.get(other)
-        if decision is None or decision.outcome == "futile":
-            found["inconclusive"].append(other)
-        elif decision.outcome == "different":
-            found["better"].append(other)
+        if decision is None or decision.outcome == Outcome.FUTILE:
+            found[Outcome.INCONCLUSIVE].append(other)
+        elif decision.outcome == Outcome.DIFFERENT:
+            found[Outcome.BETTER].append(other)
         else:
-            found["identical" if by_pair[frozenset((last.leader, other))].identical else "equivalent"].append(other)
+            found[Outcome.IDENTICAL if by_pair[frozenset((last.leader, other))].identical
+                  else Outcome.EQUIVALENT].append(other)
     tested = [c for c in last.comparisons if not c.identical]
     se = float(np.median([c.se for c in tested])) if tested else math.nan
     df = float(np.median([c.df for c in tested])) if tested else math.inf
@@ -408,9 +411,10 @@ def setting_rows(f: SweepFindings) -> list[dict[str, Any]]:
     "inconclusive"; None without a verdict)."""
     against = _against_best(f)
     v = f.verdict
-    decided = {} if v is None else {v.best: "best", **{s: "worse" for s in v.beats},
-                                    **{s: "equivalent" for s in v.equivalent}, **{s: "identical" for s in v.identical},
-                                    **{s: "inconclusive" for s in v.inconclusive}}
+    decided = {} if v is None else {v.best: "best", **{s: Outcome.WORSE for s in v.beats},
+                                    **{s: Outcome.EQUIVALENT for s in v.equivalent},
+                                    **{s: Outcome.IDENTICAL for s in v.identical},
+                                    **{s: Outcome.INCONCLUSIVE for s in v.inconclusive}}
     return [{"value": s.value, "acc": s.acc, "gmacs": s.gmacs, "infer": s.infer.get("throughput_img_s"),
              "train": s.train.get("throughput_img_s"), "mem": s.train.get("peak_mem_mb"), "train_s": s.train_s,
              "reused": bool(s.reused_from), "vs_best": against.get(s.value), "best": f.verdict.best if against else None,

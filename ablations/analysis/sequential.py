@@ -34,7 +34,16 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
-from ablations.analysis.stats import ALPHA, MARGIN, Comparison, at_chance, compare_settings, seed_terms, stays_open
+from ablations.analysis.stats import (
+    ALPHA,
+    MARGIN,
+    Comparison,
+    Outcome,
+    at_chance,
+    compare_settings,
+    seed_terms,
+    stays_open,
+)
 from ablations.choices import LOOKS, check_looks
 from ablations.results.store import SweepPaths, load_preds
 
@@ -112,7 +121,7 @@ class Decision:
     p that crossed (0 for identical predictions; for futile, the pair's two-sided p) and the level it crossed
     (`why`: a futile stop's reason)."""
     leader: Hashable
-    outcome: str
+    outcome: Outcome
     look: int
     p: float
     level: float = math.nan
@@ -133,7 +142,7 @@ class Look:
     decided: dict[Hashable, Decision] = field(default_factory=dict)
     open: tuple[Hashable, ...] = ()       # settings (leader included) that train the next look's seeds
     at_chance: bool = False               # the leader is within noise of guessing: no seeds would help
-    outcomes: dict[frozenset, tuple[str, float, float]] = field(default_factory=dict)  # pair -> (outcome, p, level)
+    outcomes: dict[frozenset, tuple[Outcome, float, float]] = field(default_factory=dict)  # pair -> (outcome, p, level)
 
     @property
     def done(self) -> bool:
@@ -199,25 +208,26 @@ def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequen
     standing = {k: d for k, d in (earlier or {}).items() if d.leader == leader}
     pair = lambda c: frozenset((c.a, c.b))  # noqa: E731
     prior = {o: [frozenset((leader, k)) for k, d in standing.items() if d.outcome == o]
-             for o in ("different", "equivalent")}
-    different = step_down({pair(c): c.p for c in found if not c.identical}, index, looks, alpha, prior["different"])
+             for o in (Outcome.DIFFERENT, Outcome.EQUIVALENT)}
+    different = step_down({pair(c): c.p for c in found if not c.identical}, index, looks, alpha,
+                          prior[Outcome.DIFFERENT])
     equivalent = step_down({pair(c): c.p_equiv for c in found if not c.identical}, index, looks, alpha,
-                           prior["equivalent"])
-    outcomes: dict[frozenset, tuple[str, float, float]] = {}
+                           prior[Outcome.EQUIVALENT])
+    outcomes: dict[frozenset, tuple[Outcome, float, float]] = {}
     for c in found:
         if c.identical:
-            outcomes[pair(c)] = ("equivalent", 0.0, level)
+            outcomes[pair(c)] = (Outcome.EQUIVALENT, 0.0, level)
         elif pair(c) in equivalent:
-            outcomes[pair(c)] = ("equivalent", c.p_equiv, equivalent[pair(c)])
+            outcomes[pair(c)] = (Outcome.EQUIVALENT, c.p_equiv, equivalent[pair(c)])
         elif pair(c) in different:
-            outcomes[pair(c)] = ("different", c.p, different[pair(c)])
+            outcomes[pair(c)] = (Outcome.DIFFERENT, c.p, different[pair(c)])
     last = index == len(looks) - 1
     decided: dict[Hashable, Decision] = {}
     for c in found:
         if leader not in (c.a, c.b):
             continue
         other = c.b if c.a == leader else c.a
-        if other in standing and standing[other].outcome != "futile":
+        if other in standing and standing[other].outcome != Outcome.FUTILE:
             decided[other] = standing[other]
         elif pair(c) in outcomes:      # a futile stop binds nothing: a later crossing decides the pair
             outcome, p, crossed = outcomes[pair(c)]
@@ -227,7 +237,7 @@ def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequen
         elif not last:
             why = undecidable(c, looks[index], looks[-1], nominal_levels(looks, alpha)[-1])
             if why:
-                decided[other] = Decision(leader, "futile", index, c.p, math.nan, why)
+                decided[other] = Decision(leader, Outcome.FUTILE, index, c.p, math.nan, why)
     still = tuple(k for k in correct if k == leader or k not in decided)
     guessing = chance is not None and at_chance(means[leader], chance, np.asarray(correct[leader]).shape[1])
     return Look(index, looks[index], level, found, leader, decided, () if last or guessing else still, guessing,

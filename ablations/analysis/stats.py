@@ -48,6 +48,7 @@ import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 from scipy import stats as sps
@@ -190,6 +191,27 @@ def accuracy_interval(accs: Sequence[float], test_size: int | None = None, corre
     return Interval(mean, math.nan, math.nan, "none (1 seed, test-set size unknown)")
 
 
+class Outcome(str, Enum):
+    """What the harness finds of two settings, everywhere it says it (tests, the sequential design, verdicts,
+    the report's words and markers, `make known`): of a pair, a above b (better), below (worse), within the
+    margin (equivalent), neither shown (inconclusive) or the same predictions (identical, an observation);
+    of a setting the sequential design decided against its leader, different, equivalent or futile (stopped:
+    no number of seeds up to the cap could decide it). Each reads and prints as its value."""
+    BETTER = "better"
+    WORSE = "worse"
+    EQUIVALENT = "equivalent"
+    INCONCLUSIVE = "inconclusive"
+    IDENTICAL = "identical"
+    DIFFERENT = "different"
+    FUTILE = "futile"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+PAIR_OUTCOMES = (Outcome.BETTER, Outcome.WORSE, Outcome.EQUIVALENT, Outcome.INCONCLUSIVE, Outcome.IDENTICAL)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Setting a against b: diff = acc(a) − acc(b) (fractions), its 95 % interval, standard error, degrees of
@@ -219,14 +241,14 @@ class Comparison:
         """diff's t-interval at `confidence` (`low`, `high` are the 95 % one), from its s.e. and df."""
         return Estimate(self.diff, self.se, self.df, self.parts).interval(confidence)
 
-    def outcome(self, alpha: float = ALPHA) -> str:
-        """'identical' (the same predictions, not a statistical verdict), 'better' (a above b), 'worse',
-        'equivalent' (within ±margin) or 'inconclusive'."""
+    def outcome(self, alpha: float = ALPHA) -> Outcome:
+        """IDENTICAL (the same predictions, not a statistical verdict), BETTER (a above b), WORSE, EQUIVALENT
+        (within ±margin) or INCONCLUSIVE, by the Holm-adjusted p-values."""
         if self.identical:
-            return "identical"
+            return Outcome.IDENTICAL
         if self.p_holm < alpha:
-            return "better" if self.diff > 0 else "worse"
-        return "equivalent" if self.p_equiv_holm < alpha else "inconclusive"
+            return Outcome.BETTER if self.diff > 0 else Outcome.WORSE
+        return Outcome.EQUIVALENT if self.p_equiv_holm < alpha else Outcome.INCONCLUSIVE
 
 
 def at_chance(mean: float, chance: float, test_size: int | None) -> bool:
@@ -475,13 +497,14 @@ class Verdict:
 
 def verdict(means: Mapping[Hashable, float], comparisons: Sequence[Comparison], alpha: float = ALPHA) -> Verdict:
     best = max(means, key=lambda k: means[k])
-    found: dict[str, list] = {"better": [], "equivalent": [], "inconclusive": [], "identical": []}
+    found: dict[Outcome, list] = {Outcome.BETTER: [], Outcome.EQUIVALENT: [], Outcome.INCONCLUSIVE: [],
+                                  Outcome.IDENTICAL: []}
     for c in comparisons:
         if best not in (c.a, c.b):
             continue
         other = c.b if c.a == best else c.a
         outcome = c.outcome(alpha)
-        found["better" if outcome in ("better", "worse") else outcome].append(other)
+        found[Outcome.BETTER if outcome in (Outcome.BETTER, Outcome.WORSE) else outcome].append(other)
     order = list(means)
     beats, equivalent, inconclusive, identical = (tuple(sorted(v, key=order.index)) for v in found.values())
     tested = [c for c in comparisons if not c.identical]

@@ -16,6 +16,7 @@ from ablations.analysis.stats import (
     POWER,
     Comparison,
     Interval,
+    Outcome,
     seeds_to_decide,
 )
 from ablations.choices import LOOKS
@@ -30,20 +31,20 @@ def pair_outcome(f: SweepFindings, c: Comparison) -> tuple[str, str]:
         return c.outcome(), ""
     last = f.design.final
     if c.identical:
-        return "identical", ""
+        return Outcome.IDENTICAL, ""
     if last.leader in (c.a, c.b):
         other = c.b if c.a == last.leader else c.a
         d = last.decided.get(other)
         if d is None:
-            return "inconclusive", ""
-        if d.outcome == "futile":
-            return "inconclusive", f" (stopped at look {d.look + 1}: {futile_reason(d, f)})"
-        if d.outcome == "equivalent":
-            return "equivalent", f" (look {d.look + 1})"
-        return ("better" if c.a == last.leader else "worse"), f" (look {d.look + 1})"
-    outcome = last.outcomes.get(frozenset((c.a, c.b)), ("inconclusive",))[0]
-    if outcome == "different":
-        return ("better" if c.diff > 0 else "worse"), ""
+            return Outcome.INCONCLUSIVE, ""
+        if d.outcome == Outcome.FUTILE:
+            return Outcome.INCONCLUSIVE, f" (stopped at look {d.look + 1}: {futile_reason(d, f)})"
+        if d.outcome == Outcome.EQUIVALENT:
+            return Outcome.EQUIVALENT, f" (look {d.look + 1})"
+        return (Outcome.BETTER if c.a == last.leader else Outcome.WORSE), f" (look {d.look + 1})"
+    outcome = last.outcomes.get(frozenset((c.a, c.b)), (Outcome.INCONCLUSIVE,))[0]
+    if outcome == Outcome.DIFFERENT:
+        return (Outcome.BETTER if c.diff > 0 else Outcome.WORSE), ""
     return outcome, ""
 
 
@@ -68,11 +69,11 @@ def design_sentence(f: SweepFindings) -> str:
     same = {frozenset((c.a, c.b)) for c in last.comparisons if c.identical}
     crossed = [f"{f.factor}={k} identical to {f.factor}={x.leader} at look {x.look + 1} (the same predictions)"
                if frozenset((k, x.leader)) in same else
-               f"{f.factor}={k} {'worse than' if x.outcome == 'different' else 'equivalent to'} {f.factor}={x.leader} "
-               f"at look {x.look + 1} (p{' (TOST)' if x.outcome == 'equivalent' else ''} = {x.p:.3g} < "
-               f"{x.level:.3g})" for k, x in last.decided.items() if x.outcome != "futile"]
+               f"{f.factor}={k} {'worse than' if x.outcome == Outcome.DIFFERENT else 'equivalent to'} {f.factor}={x.leader} "
+               f"at look {x.look + 1} (p{' (TOST)' if x.outcome == Outcome.EQUIVALENT else ''} = {x.p:.3g} < "
+               f"{x.level:.3g})" for k, x in last.decided.items() if x.outcome != Outcome.FUTILE]
     futile = [f"{f.factor}={k} at look {x.look + 1} ({futile_reason(x, f)})"
-              for k, x in last.decided.items() if x.outcome == "futile"]
+              for k, x in last.decided.items() if x.outcome == Outcome.FUTILE]
     left = (f" Left out of the design: {', '.join(f'{f.factor}={k}' for k in f.left_out)} (a run diverged; see the "
             f"table)." if f.left_out else "")
     stop = ("every other setting was decided against the leader" if last.done and last.index < len(d.plan) - 1
@@ -312,8 +313,8 @@ def _or_dash_spread(s: Spread | None, fmt: str) -> str:
     return "—" if s is None or s.median != s.median else format(s.median, fmt)
 
 
-OUTCOME_WORDS = {"better": "a better", "worse": "b better", "equivalent": "equivalent", "inconclusive": "inconclusive",
-                 "identical": "identical"}
+OUTCOME_WORDS = {Outcome.BETTER: "a better", Outcome.WORSE: "b better", Outcome.EQUIVALENT: "equivalent",
+                 Outcome.INCONCLUSIVE: "inconclusive", Outcome.IDENTICAL: "identical"}   # a pair's, in its table
 
 
 SEEDS_SHOWN = 200   # an undecided pair that needs more seeds than this is said to need "over 200"
@@ -349,7 +350,7 @@ def comparisons_markdown(f: SweepFindings) -> str:
             continue
         mark = " ⁼" if c.paired else ""
         outcome, at = pair_outcome(f, c)
-        if outcome == "inconclusive" and not at:
+        if outcome == Outcome.INCONCLUSIVE and not at:
             at = _undecided(f, c)
             labelled = labelled or bool(at)
         low, high = pair_interval(f, c)

@@ -97,6 +97,7 @@ def write_spec(folder: Path, task: Task, epochs: int) -> Path:
 
 def check(task: Task, f) -> tuple[bool, str]:
     """(passed, what the analysis said) for one task's findings (under SEEDS=auto, the design's verdicts)."""
+    from ablations.analysis.stats import Outcome
     from ablations.analysis.wording import pair_outcome
 
     outcome_of = lambda c: pair_outcome(f, c)[0]  # noqa: E731
@@ -111,15 +112,15 @@ def check(task: Task, f) -> tuple[bool, str]:
     if task.name == "positions":
         c = outcome.get(frozenset(("sincos2d", "none")))
         ok = by_value["none"].at_chance and not by_value["sincos2d"].at_chance and c is not None and (
-            outcome_of(c) == ("better" if c.a == "sincos2d" else "worse"))
+            outcome_of(c) == (Outcome.BETTER if c.a == "sincos2d" else Outcome.WORSE))
     elif task.name == "backends":
         c = outcome.get(frozenset(("bmm", "einops")))
-        ok = c is not None and outcome_of(c) == "identical"
+        ok = c is not None and outcome_of(c) == Outcome.IDENTICAL
     elif task.name == "shuffled":
         ok = f.verdict is None and all(s.at_chance for s in f.settings)
     else:
         c = outcome.get(frozenset((False, True)))
-        ok = c is not None and outcome_of(c) == ("better" if str(c.a).lower() in ("false", "0") else "worse")
+        ok = c is not None and outcome_of(c) == (Outcome.BETTER if str(c.a).lower() in ("false", "0") else Outcome.WORSE)
     return bool(ok), said
 
 

@@ -233,12 +233,12 @@ def test_a_command_parses_each_sweep_table_once(tmp_path, monkeypatch, capsys):
     assert "1 reused from other sweeps" in capsys.readouterr().out
     assert parsed == Counter({"train.csv": 1, "train-history.csv": 1}), parsed   # again.csv: none before it ran
     parsed.clear()
-    from ablations.results import plans, store
+    from ablations.results import seed_design, store
     from ablations.results.store import SweepPaths
 
-    plans.write_plan(SweepPaths.of(tmp_path, "again"), plans.new_plan(0.005, 0.05, 10))   # a SEEDS=auto design
-    designs, real_plan = Counter(), store.read_plan
-    monkeypatch.setattr(store, "read_plan", lambda paths: designs.update([paths.design.name]) or real_plan(paths))
+    seed_design.write_design(SweepPaths.of(tmp_path, "again"), seed_design.new_design(0.005, 0.05, 10))   # a SEEDS=auto design
+    designs, real_plan = Counter(), store.read_design
+    monkeypatch.setattr(store, "read_design", lambda paths: designs.update([paths.design.name]) or real_plan(paths))
     assert ablations_main(["report", "--out", str(tmp_path), "--reference", "none"]) == 0
     assert "again.csv" in parsed and set(parsed.values()) == {1}, parsed      # every table, once
     assert designs == Counter({"again-design.json": 1}), designs              # its design, once for every section

@@ -668,7 +668,7 @@ def test_a_design_file_of_another_experiment_is_not_applied_to_the_tables_runs(t
     """A SEEDS=auto design kept beside a table belongs to its experiment: runs of another experiment in the table
     (a quick fixed-seed check with other epochs, newest) are analysed at their own seeds, and the report says why."""
     from ablations.analysis.stats import ALPHA
-    from ablations.results import plans
+    from ablations.results import seed_design
 
     for seed in range(3):
         write_run(tmp_path, 1, seed, mask(range(150 + 10 * seed)))
@@ -677,11 +677,11 @@ def test_a_design_file_of_another_experiment_is_not_applied_to_the_tables_runs(t
     quick, auto = hexid("a quick check"), hexid("the adaptive sweep")   # experiment ids are 12 hex digits
     table = read_table(paths.rows).assign(experiment_id=quick)
     table.to_csv(paths.rows, index=False)
-    plans.write_plan(paths, plans.new_plan(0.005, ALPHA, 10, (3, 5), experiment=auto))
+    seed_design.write_design(paths, seed_design.new_design(0.005, ALPHA, 10, (3, 5), experiment=auto))
     text = build_report(tmp_path).read_text()
     assert "The SEEDS=auto design beside this table (depth-design.json) is another experiment's" in text
     assert "Adaptive seeds (SEEDS=auto)" not in text and "**Best: depth=2**" in text
-    plans.write_plan(paths, plans.new_plan(0.005, ALPHA, 10, (3, 5), experiment=quick))
+    seed_design.write_design(paths, seed_design.new_design(0.005, ALPHA, 10, (3, 5), experiment=quick))
     text = build_report(tmp_path).read_text()
     assert "is another experiment's" not in text and "Adaptive seeds (SEEDS=auto)" in text
 
@@ -866,7 +866,7 @@ def test_the_experiment_of_a_design_present_is_reported_though_a_quick_check_tra
     command again (nothing new; it writes the design back): the table's newest runs are the check's, yet the last
     command was the adaptive one, so the report shows its experiment and leaves the check out, saying why."""
     from ablations.analysis.stats import ALPHA
-    from ablations.results import plans
+    from ablations.results import seed_design
 
     for seed in range(3):
         write_run(tmp_path, 1, seed, mask(range(150 + 10 * seed)))
@@ -879,7 +879,7 @@ def test_the_experiment_of_a_design_present_is_reported_though_a_quick_check_tra
     for run in check["run_id"]:   # the check's predictions: the same as seed 0's
         (paths.preds / f"{run}.npz").write_bytes((paths.preds / f"{run.replace('00000a', '000000', 1)}.npz").read_bytes())
     pd.concat([table, check]).to_csv(paths.rows, index=False)
-    plans.write_plan(paths, plans.new_plan(0.005, ALPHA, 10, (3, 5), experiment=auto))
+    seed_design.write_design(paths, seed_design.new_design(0.005, ALPHA, 10, (3, 5), experiment=auto))
     text = build_report(tmp_path).read_text()
     assert "Adaptive seeds (SEEDS=auto)" in text and "Seeds 0, 1, 2;" in text
     assert "2 run(s) of another experiment (epochs 2 vs 1) left out: a table is reported as one experiment, the one " \

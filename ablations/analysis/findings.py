@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ablations.analysis.sequential import Design, gather, nominal_levels, replay_plan
+from ablations.analysis.sequential import Design, gather, nominal_levels, replay_design
 from ablations.analysis.stats import (
     ALPHA,
     MARGIN,
@@ -225,12 +225,12 @@ def _cost_source(cost_phase: pd.DataFrame | None, ok: pd.DataFrame) -> str:
 def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, cost_phase: pd.DataFrame | None,
                   margin: float = MARGIN, read: Tables | None = None) -> tuple[SweepFindings, pd.DataFrame, str]:
     """`analyse` of a sweep's table as it was trained: under fixed seeds, or, where the sweep kept a
-    SEEDS=auto design (`plans.read_plan`), on the runs of its looks with the looks' verdict and margin.
+    SEEDS=auto design (`seed_design.read_design`), on the runs of its looks with the looks' verdict and margin.
     Also the rows analysed and a note for a design the table cannot complete ("" if none). `read`: the OUT's
     record as the caller read it (else the design is read here)."""
     design, note = None, ""
     try:
-        plan = (read or Tables(paths.out)).plan(paths.rows.stem)
+        plan = (read or Tables(paths.out)).design(paths.rows.stem)
     except ValueError as err:
         skipped(f"{err}; the sweep is analysed at fixed seeds")
         plan = None
@@ -257,7 +257,7 @@ def adaptive_rows(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
     keyed = [(v, int(seed), str(status), rid) for v, seed, status, rid
              in zip(latest[factor], latest["seed"], latest["status"], latest["run_id"]) if v in order]
     runs, left_out = gather(keyed, order, paths)
-    design = replay_plan(runs, plan)
+    design = replay_design(runs, plan)
     if design.need:
         missing = sum(len(v) for v in design.need.values())
         return rows, None, (f"Trained with SEEDS=auto, but look {len(design.looks) + 1} of its design needs {missing} "
@@ -442,4 +442,4 @@ def pair_interval(f: SweepFindings, c: Comparison) -> tuple[float, float]:
     confidence interval at the level of the look the design stopped at."""
     if f.design is None or f.design.final is None:
         return c.low, c.high
-    return c.interval(1 - nominal_levels(f.design.plan, ALPHA)[f.design.final.index])
+    return c.interval(1 - nominal_levels(f.design.schedule, ALPHA)[f.design.final.index])

@@ -17,7 +17,7 @@ from ablations.analysis import figures as figs
 from ablations.analysis.findings import POWER_DELTA, seed_ranges
 from ablations.analysis.stats import CHANCE_SDS, MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
 from ablations.choices import AUGMENTATION, LOOKS, default_augmentation, say, with_makefile
-from ablations.results import plans as design_plans
+from ablations.results import seed_design
 from ablations.results.experiments import budget_key, differences, latest_rows, newest_experiment
 from ablations.results.store import SweepPaths, Tables, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
@@ -624,7 +624,7 @@ def _read_table(path: Path, table: pd.DataFrame, spec: SweepSpec, read: Tables) 
             skipped(f"{path}: no column(s) {', '.join(missing)}; file skipped (not a sweep table of this version?)")
         return None
     try:
-        plan = read.plan(spec.name)
+        plan = read.design(spec.name)
     except ValueError:
         plan = None   # named under Skipped inputs by the sweep's analysis
     table, notes = newest_experiment(latest_rows(table), spec.varied, prefer=(plan or {}).get("experiment"))
@@ -696,10 +696,10 @@ def _picked_on(read: Tables, sweep: str) -> list[int] | None:
     """The seeds a tuned sweep picks on: its first look's under SEEDS=auto (later looks train the picks
     alone), else all (None)."""
     try:
-        plan = read.plan(sweep)
+        plan = read.design(sweep)
     except ValueError:
         return None   # named under Skipped inputs by the sweep's analysis
-    return None if plan is None else design_plans.first_look_seeds(plan)
+    return None if plan is None else seed_design.first_look_seeds(plan)
 
 
 def _tables(out: Path, specs: dict[str, SweepSpec], read: Tables

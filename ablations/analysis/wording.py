@@ -54,7 +54,7 @@ def futile_reason(d: Decision, f: SweepFindings) -> str:
     if d.why == "test set":
         return (f"the test set's {images}images alone keep it within reach of {_margin_text(f.margin)}; "
                 f"no number of seeds decides it")
-    cap = f.design.plan[-1] if f.design is not None else "the cap"
+    cap = f.design.schedule[-1] if f.design is not None else "the cap"
     return f"it would need more than the {cap} seeds the design allows"
 
 
@@ -64,7 +64,7 @@ def design_sentence(f: SweepFindings) -> str:
     if f.design is None or f.design.final is None:
         return ""
     d, last = f.design, f.design.final
-    levels = nominal_levels(d.plan, ALPHA)
+    levels = nominal_levels(d.schedule, ALPHA)
     seeds = ", ".join(f"{f.factor}={k} {n}" for k, n in d.have.items())
     same = {frozenset((c.a, c.b)) for c in last.comparisons if c.identical}
     crossed = [f"{f.factor}={k} identical to {f.factor}={x.leader} at look {x.look + 1} (the same predictions)"
@@ -76,9 +76,9 @@ def design_sentence(f: SweepFindings) -> str:
               for k, x in last.decided.items() if x.outcome == Outcome.FUTILE]
     left = (f" Left out of the design: {', '.join(f'{f.factor}={k}' for k in f.left_out)} (a run diverged; see the "
             f"table)." if f.left_out else "")
-    stop = ("every other setting was decided against the leader" if last.done and last.index < len(d.plan) - 1
+    stop = ("every other setting was decided against the leader" if last.done and last.index < len(d.schedule) - 1
             else "its last look")
-    return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.plan))} seeds per setting (the last is the "
+    return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.schedule))} seeds per setting (the last is the "
             f"cap), each at its nominal level ({' / '.join(f'{x:.2g}' for x in levels)} for one pair: O'Brien–Fleming "
             f"spending of α = {ALPHA} over the looks; with r pairs still standing the smallest p is tested at the "
             f"level of α / r spent the same way, so the chance of any false decision at any look is at most α); a "
@@ -385,7 +385,7 @@ def _pair_notes(f: SweepFindings, labelled: bool) -> list[str]:
         notes.append(f"P(a beats b) is given from {MIN_WIN_SEEDS} seeds a setting (—): from fewer it takes a "
                      f"handful of values and reads as certainty.")
     if last is not None:
-        repeated = 1 - nominal_levels(f.design.plan, ALPHA)[last.index]
+        repeated = 1 - nominal_levels(f.design.schedule, ALPHA)[last.index]
         notes.append(f"Adaptive seeds: p-values are those of the last look, unadjusted (each setting at the seeds it "
                      f"ended with); a pair with the leader carries the design's verdict and the look it was taken at "
                      f"(that look's p crossed the level the step-down gave it, see above), any other pair the last "

@@ -17,11 +17,11 @@ from typing import Any
 import pandas as pd
 
 from ablations.analysis.designs import select, with_settings
-from ablations.analysis.sequential import Design, gather, replay_plan
+from ablations.analysis.sequential import Design, gather, replay_design
 from ablations.choices import AutoSeeds
-from ablations.results import plans as design_plans
+from ablations.results import seed_design
 from ablations.results.identity import experiment_id
-from ablations.results.plans import first_look_seeds
+from ablations.results.seed_design import first_look_seeds
 from ablations.results.store import SweepPaths, Tables
 from ablations.running.executors import Executor
 from ablations.running.runner import SweepSummary
@@ -55,7 +55,7 @@ def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, pl
         rows = [(mine[rid].point.label, mine[rid].seed, str(status), rid)
                 for rid, status in zip(latest["run_id"], latest["status"]) if mine[rid].point.label in labels]
     runs, left_out = gather(rows, [p.label for p in points], paths)
-    return replay_plan(runs, plan), left_out
+    return replay_design(runs, plan), left_out
 
 
 def _picks(spec: SweepSpec, points: list[Point], latest: pd.DataFrame | None, mine: dict[str, Task],
@@ -98,11 +98,11 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[t
 
     classes = plans[0][1][0].model.num_classes if plans and plans[0][1] else None
     points_of = dict(plans)
-    plan = {spec.name: design_plans.new_plan(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
+    plan = {spec.name: seed_design.new_design(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
                                              experiment_of(points_of[spec.name], options[spec.name]))
             for spec in specs if spec.name in auto}
     for name in plan:
-        design_plans.write_plan(SweepPaths.of(args.out, name), plan[name])
+        seed_design.write_design(SweepPaths.of(args.out, name), plan[name])
     merged: dict[str, SweepSummary] = {}
     asked_before: dict[str, dict] = {}
     # a look per step, and a step more for each look whose lost runs are retried: past that, unfinished

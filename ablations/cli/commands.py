@@ -19,8 +19,7 @@ import pandas as pd
 import torch
 
 from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, AutoSeeds, say
-from ablations.results import plans as design_plans
-from ablations.results import tensorboard
+from ablations.results import seed_design, tensorboard
 from ablations.results.store import SweepError, SweepPaths, finished_ids, keep_spec, model_key, sweep_lock
 from ablations.running.cost import CostPlan
 from ablations.running.executors import EXECUTORS, Executor, ExecutorOptions
@@ -345,7 +344,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         for spec in specs:
-            if spec.name not in auto and design_plans.forget_plan(SweepPaths.of(args.out, spec.name)):
+            if spec.name not in auto and seed_design.forget_design(SweepPaths.of(args.out, spec.name)):
                 print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report analyses "
                       f"it at fixed seeds", file=sys.stderr)
         if auto:

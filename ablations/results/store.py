@@ -43,7 +43,7 @@ from bench.schema import with_role
 from vit import ViTConfig
 
 from ablations.choices import SIDE_TABLES, SPEC_DIR  # SIDE_TABLES: suffixes of a sweep's other tables
-from ablations.results.plans import read_plan
+from ablations.results.seed_design import read_design
 from ablations.results.schema import ABLATION_COLUMNS, COST_TABLE, HISTORY_COLUMNS, read_table
 
 
@@ -65,7 +65,7 @@ class SweepPaths:
     checkpoints: Path
     lock: Path
     spec: Path   # a copy of the spec a sweep from outside ablations/sweeps/ ran, for the report
-    design: Path  # the SEEDS=auto design it trained under (`results.plans`), where it did
+    design: Path  # the SEEDS=auto design it trained under (`results.seed_design`), where it did
 
     @classmethod
     def of(cls, out: str | Path, sweep: str) -> SweepPaths:
@@ -90,7 +90,7 @@ class SweepPaths:
 
 class Tables:
     """The record of every sweep under one OUT as one command found it: each sweep's result rows, epoch rows,
-    cost table and design, read (`schema.read_table`, `plans.read_plan`) the first time they are asked for and
+    cost table and design, read (`schema.read_table`, `seed_design.read_design`) the first time they are asked for and
     handed on from there, so a command reads each file once. What the command writes after that is not in
     them: a command that reads between looks of its own asks a new `Tables`. Nothing outside this package
     reads a sweep's tables by path."""
@@ -98,7 +98,7 @@ class Tables:
     def __init__(self, out: str | Path) -> None:
         self.out = Path(out)
         self._read: dict[Path, pd.DataFrame] = {}
-        self._plans: dict[str, dict[str, Any] | None | ValueError] = {}
+        self._designs: dict[str, dict[str, Any] | None | ValueError] = {}
 
     def _table(self, path: Path) -> pd.DataFrame:
         if path not in self._read:
@@ -149,15 +149,15 @@ class Tables:
         cost = self._table(SweepPaths.of(self.out, sweep).cost)
         return newest_complete_phase(cost if len(cost.columns) else None)
 
-    def plan(self, sweep: str) -> dict[str, Any] | None:
-        """Its SEEDS=auto design (`plans.read_plan`: None where it has none, ValueError for a damaged one, the
+    def design(self, sweep: str) -> dict[str, Any] | None:
+        """Its SEEDS=auto design (`seed_design.read_design`: None where it has none, ValueError for a damaged one, the
         same error at every ask)."""
-        if sweep not in self._plans:
+        if sweep not in self._designs:
             try:
-                self._plans[sweep] = read_plan(SweepPaths.of(self.out, sweep))
+                self._designs[sweep] = read_design(SweepPaths.of(self.out, sweep))
             except ValueError as err:
-                self._plans[sweep] = err
-        found = self._plans[sweep]
+                self._designs[sweep] = err
+        found = self._designs[sweep]
         if isinstance(found, ValueError):
             raise found
         return found

@@ -1,6 +1,6 @@
 """The design a sweep trained under with SEEDS=auto, kept beside its table (`<sweep>-design.json`: the looks, α,
 the equivalence margin, the seeds drawn from and chance), so that the driver between looks and the report
-afterwards replay the same looks on the same runs (`ablations.analysis.sequential.replay_plan`). A sweep
+afterwards replay the same looks on the same runs (`ablations.analysis.sequential.replay_design`). A sweep
 trained at fixed seeds has none."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class SweepPaths(Protocol):
     design: Path
 
 
-def new_plan(margin: float, alpha: float, classes: int | None = None, looks: Sequence[int] = LOOKS,
+def new_design(margin: float, alpha: float, classes: int | None = None, looks: Sequence[int] = LOOKS,
              experiment: str = "") -> dict[str, Any]:
     """The design of a sweep trained with SEEDS=auto: its looks, α, the equivalence margin, the seeds drawn
     from, in order, chance (1 / classes: a leader at chance stops it) and the experiment it is the design of
@@ -32,35 +32,35 @@ def new_plan(margin: float, alpha: float, classes: int | None = None, looks: Seq
             **({"experiment": experiment} if experiment else {})}
 
 
-def write_plan(paths: SweepPaths, plan: dict[str, Any]) -> None:
+def write_design(paths: SweepPaths, design: dict[str, Any]) -> None:
     """Record that the sweep trains under adaptive seeds, with what the report needs to replay its looks."""
     paths.design.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(paths.design, (json.dumps(plan, indent=1) + "\n").encode())
+    write_atomic(paths.design, (json.dumps(design, indent=1) + "\n").encode())
 
 
-def read_plan(paths: SweepPaths) -> dict[str, Any] | None:
+def read_design(paths: SweepPaths) -> dict[str, Any] | None:
     """The sweep's adaptive design, or None where it trained under fixed seeds; ValueError naming the file
     for one that cannot be read."""
     path = paths.design
     if not path.exists():
         return None
     try:
-        plan = json.loads(path.read_text())
-        check_looks(plan["looks"])
-        if len(plan["seeds"]) < plan["looks"][-1] or not 0 < float(plan["alpha"]) < 1 or not 0 < float(plan["margin"]):
+        design = json.loads(path.read_text())
+        check_looks(design["looks"])
+        if len(design["seeds"]) < design["looks"][-1] or not 0 < float(design["alpha"]) < 1 or not 0 < float(design["margin"]):
             raise ValueError("seeds, alpha or margin out of range")
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path}: not a design file of this version ({err}); remove it, or rerun the sweep "
                          f"with SEEDS=auto to write it again") from None
-    return plan
+    return design
 
 
-def first_look_seeds(plan: dict[str, Any]) -> list[int]:
+def first_look_seeds(design: dict[str, Any]) -> list[int]:
     """The seeds every setting trains for the design's first look (a tuned sweep picks its values on them)."""
-    return [int(s) for s in plan["seeds"][:plan["looks"][0]]]
+    return [int(s) for s in design["seeds"][:design["looks"][0]]]
 
 
-def forget_plan(paths: SweepPaths) -> bool:
+def forget_design(paths: SweepPaths) -> bool:
     """A command with fixed seeds defines the sweep again: its adaptive design no longer applies."""
     path = paths.design
     if path.exists():

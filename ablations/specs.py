@@ -424,8 +424,8 @@ def _seeds(path: Path, sweep: dict) -> tuple[int, ...] | AutoSeeds | None:
 
 
 def spec_of_table(beside: Path, name: str) -> Path | None:
-    """The spec that wrote sweep `name`'s table: the copy kept beside it (`beside`, written for a spec from
-    outside ablations/sweeps/; it wins), else the shipped ablations/sweeps/<name>.toml, else None."""
+    """The spec that wrote sweep `name`'s table: the copy kept beside it (`beside`; it wins), else, for a table
+    written before every sweep kept one, the shipped ablations/sweeps/<name>.toml, else None."""
     shipped = SPEC_DIR / f"{name}.toml"
     return beside if beside.exists() else shipped if shipped.exists() else None
 

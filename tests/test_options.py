@@ -83,7 +83,7 @@ def test_the_cost_target_passes_exactly_the_flags_the_cost_command_declares():
     argv = shlex.split(line.split(" -m ablations ", 1)[1])
     assert argv[0] == "cost" and sorted(a for a in argv if a.startswith("--")) == sorted(COST_FLAGS)
     parsed = {}
-    import ablations.cli.commands as commands
+    import ablations.cli.measure_commands as commands
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(commands, "cmd_cost", lambda args: parsed.update(vars(args)) or 0)

@@ -192,3 +192,19 @@ def test_report_with_a_reference_that_is_not_there_is_one_line(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "--reference" in err and "no ablations/ folder" in err and err.count("\n") == 1
     assert not (tmp_path / "REPORT.md").exists()
+
+
+def test_a_shipped_sweep_keeps_the_spec_it_ran_beside_its_table_and_the_report_reads_that_one(tmp_path):
+    """A sweep of ablations/sweeps/ keeps a copy of its spec beside its table, as one from elsewhere does: the
+    report describes the sweep as it ran (here its label edited after the run stands for a later edit of the
+    shipped file), not as the shipped file says now."""
+    from ablations.specs import SPEC_DIR
+
+    out = tmp_path / "out"
+    assert ablations_main(["sweep", "stem", "--dataset", "digits", "--epochs", "1", "--seeds", "0",
+                           "--cost-rounds", "0", "--out", str(out)]) == 0
+    kept = out / "ablations" / "stem.toml"
+    assert kept.read_bytes() == (SPEC_DIR / "stem.toml").read_bytes()
+    kept.write_text("\n".join('label = "the stem as it ran"' if line.startswith("label =") else line
+                               for line in kept.read_text().splitlines()) + "\n")
+    assert "## stem: the stem as it ran" in build_report(out).read_text()

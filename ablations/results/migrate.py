@@ -22,17 +22,16 @@ from pathlib import Path
 
 import pandas as pd
 
+from ablations.results.experiments import row_device
+from ablations.results.identity import task_key
+from ablations.results.schema import upgrade_row
+from ablations.results.store import SweepPaths, sweep_lock, sweep_names
+from ablations.specs import Point
+from bench.env import run_id
 from bench.io.atomic import write_atomic
 from bench.io.csvio import heal_torn_tail
-from bench.env import run_id
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
-
-from ablations.specs import Point
-from ablations.results.store import SweepPaths, sweep_lock, sweep_names
-from ablations.results.identity import task_key
-from ablations.results.experiments import row_device
-from ablations.results.schema import upgrade_row
 
 BATCH_SIZES = (64, 32, 128, 256, 16, 512)   # training batch sizes tried when recovering an older row's recipe
 RECIPE_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]

@@ -10,7 +10,7 @@ no executor.
     preds/<sweep>/<run_id>.npz            `pred` and `target`, one entry per test image
     checkpoints/<sweep>/<run_id>.safetensors   an unfinished run's last epoch
     <sweep>.lock           flock'ed by the process running the sweep; names its PID
-    <sweep>.toml           the spec of a sweep run from a file outside ablations/sweeps/ (the report reads it)
+    <sweep>.toml           the spec that wrote the table (the report reads it; older OUTs: the shipped one)
 
 Writes: a run's history rows in one append, then its predictions and weights, then its result row, each
 atomic (`bench.io.atomic`), so a kill at any instant leaves every earlier row whole. One process per OUT
@@ -27,7 +27,6 @@ import os
 import shutil
 import socket
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,17 +34,15 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from ablations.choices import SIDE_TABLES  # SIDE_TABLES: suffixes of a sweep's other tables
+from ablations.results.schema import ABLATION_COLUMNS, COST_TABLE, HISTORY_COLUMNS, read_table
+from ablations.results.seed_design import read_design
+from bench.env import run_id as stable_id
 from bench.io.atomic import write_atomic
 from bench.io.csvio import append_row, append_rows, drop_rows
-from bench.env import run_id as stable_id
 from bench.rounds import Spread
 from bench.schema import with_role
 from vit import ViTConfig
-
-from ablations.choices import SIDE_TABLES, SPEC_DIR  # SIDE_TABLES: suffixes of a sweep's other tables
-from ablations.results.seed_design import read_design
-from ablations.results.schema import ABLATION_COLUMNS, COST_TABLE, HISTORY_COLUMNS, read_table
-
 
 PHASES = Path("ablations") / "phases" / "training.csv"   # under OUT: one row per GPU training phase
 
@@ -64,7 +61,7 @@ class SweepPaths:
     preds: Path
     checkpoints: Path
     lock: Path
-    spec: Path   # a copy of the spec a sweep from outside ablations/sweeps/ ran, for the report
+    spec: Path   # a copy of the spec the sweep ran, for the report
     design: Path  # the SEEDS=auto design it trained under (`results.seed_design`), where it did
 
     @classmethod
@@ -242,9 +239,9 @@ def history_of(paths: SweepPaths, run_id: str, table: pd.DataFrame | None = None
 
 
 def keep_spec(paths: SweepPaths, source: Path) -> None:
-    """A spec from outside ablations/sweeps/ goes beside the table it wrote (once there is one), where the
-    report finds it."""
-    if source.resolve().parent != SPEC_DIR.resolve() and paths.rows.exists():
+    """The spec that wrote a table goes beside it (once there is one), shipped or not: the report and `make
+    cost` read the sweep as it ran, whatever ablations/sweeps/ says later."""
+    if paths.rows.exists() and source.resolve() != paths.spec.resolve():
         try:
             write_atomic(paths.spec, source.read_bytes())
         except OSError as err:

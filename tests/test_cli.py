@@ -91,7 +91,8 @@ _LOADED = ("import runpy, sys\n"
 
 @pytest.mark.parametrize("argv", [["ablations", "--help"], ["ablations", "sweep", "--help"],
                                   ["ablations", "train", "--help"], ["ablations", "report", "--help"],
-                                  ["ablations", "compare", "--help"], ["bench", "--help"], ["bench", "run", "--help"],
+                                  ["ablations", "compare", "--help"], ["ablations", "known", "--help"], ["bench", "--help"],
+                                  ["bench", "run", "--help"],
                                   ["bench", "peak", "--help"], ["ablations", "train", "--dataset", "nope"],
                                   ["ablations", "sweep", "depth", "--seeds", "-3"], ["bench", "run", "--preset", "nope"]])
 def test_help_and_refused_arguments_never_load_torch(argv):
@@ -275,6 +276,13 @@ def test_make_passes_args_to_every_sweep_target():
     assert "--set flip=false" in make_dry("ablations", "ARGS=--set flip=false")
 
 
+def known_args(*argv: str):
+    """`known`'s options as the one parser reads them."""
+    from ablations.cli.parser import build
+
+    return build().parse_args(["known", *argv])
+
+
 @pytest.mark.parametrize("status,signal", [(130, "SIGINT"), (143, "SIGTERM")])
 def test_known_stops_at_a_stop_signal_with_its_status_and_trains_no_further_task(tmp_path, capsys, status, signal):
     """Ctrl-C or SIGTERM stops the sweep of the task in hand (it exits 130 or 143): `known` stops there too, with
@@ -287,7 +295,7 @@ def test_known_stops_at_a_stop_signal_with_its_status_and_trains_no_further_task
         called.append(argv)
         return status
 
-    assert known.main(["--out", str(tmp_path), "--only", "backends", "planted"], stopped) == status
+    assert known.cmd_known(known_args("--out", str(tmp_path), "--only", "backends", "planted"), stopped) == status
     assert len(called) == 1
     err = capsys.readouterr().err
     assert f"known: stopped by {signal} during backends" in err
@@ -300,7 +308,7 @@ def test_known_judges_the_newest_experiment_of_a_tasks_table(tmp_path, capsys):
     from ablations.cli.parser import main as run
 
     for epochs in ("4", "5"):   # both learn the task (about 69 % and 77 %; chance is 25 %)
-        assert known.main(["--out", str(tmp_path), "--only", "backends", "--epochs", epochs], run) == 0, \
+        assert known.cmd_known(known_args("--out", str(tmp_path), "--only", "backends", "--epochs", epochs), run) == 0, \
             capsys.readouterr().out[-1500:]
     out = capsys.readouterr().out
     assert "bmm vs einops: identical" in out.split("Known answers")[-1]

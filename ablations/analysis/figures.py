@@ -98,13 +98,14 @@ def _scales(ax, x: list, numeric: bool, centre: np.ndarray, high: np.ndarray, si
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
-def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> Path:
+def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note: str = "") -> Path:
     """One panel per figure of a sweep's settings, in a 2 × 3 grid: accuracy (where the sweep has a verdict: each
     setting's difference from the best setting with the 95 % interval of the paired comparison the verdict
     tests, and the equivalence margin as a band; else each setting's accuracy with its own interval), GMACs,
     inference and training-step throughput and training-step peak memory (median and IQR over the cost
     phase's rounds), training wall time (median and IQR over seeds; a setting whose runs were copied
-    from another sweep is drawn hollow). Numeric factors are joined by lines; categorical ones are not."""
+    from another sweep is drawn hollow). Numeric factors are joined by lines; categorical ones are not. `note`:
+    said after the title (e.g. "not converged"), not under every axis."""
     values = [d["value"] for d in settings]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     x = values if numeric else list(range(len(values)))
@@ -152,7 +153,7 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str) -> P
         ax.set_title(ylabel, fontsize=10)
         ax.set_xlabel(axis_label, fontsize=9)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{label} sweep on {device}", fontsize=11)
+    fig.suptitle(f"{label} sweep on {device}" + (f" ({note})" if note else ""), fontsize=11)
     _value_ticks(fig, [ax for ax in axes.flat if ax.has_data()], x, values)
     return save(fig, path, layout=False)   # laid out by `_value_ticks`, with every label
 

@@ -28,6 +28,7 @@ from bench.rounds import MIN_ROUNDS
 from bench.schema import BENCH_SCHEMA
 from bench.training.recipe import TrainConfig
 from vit.config import ViTConfig
+from vit.names import POSITION_DIM_MULTIPLE
 
 
 def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
@@ -98,7 +99,7 @@ def _inside_the_model(out: Path, tables: dict[str, pd.DataFrame], factors: dict[
         return lines + [f"_Needs a sweep over pos with its weights: `make ablate-pos OUT={out}` produces one._", ""]
     ok = ok_rows(tables[sweep])
     models = {}
-    for name in ("learned", "sinusoidal", "sincos2d"):
+    for name in (pos for pos in POSITION_DIM_MULTIPLE if pos != "none"):   # the encodings with a table to draw
         match = ok[ok["pos"] == name]
         if len(match):
             model = _trained_model(match.iloc[0], SweepPaths.of(out, sweep))
@@ -209,7 +210,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: P
                          f"{sweep}: {factor}={one.value} over {len(one.seeds)} seeds on {devices}"
                          + (" (not converged)" if learning else ""))
     else:
-        figs.sweep_figure(shown, fig, spec.label + (" (not converged)" if learning else ""), device=devices)
+        figs.sweep_figure(shown, fig, spec.label, device=devices, note="not converged" if learning else "")
     lines = [f"Seeds {seed_ranges(seeds)}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
              f"{test}; device {devices}.", "",
              *(_tuning_lines(spec, tuning, figures) if tuning else []),

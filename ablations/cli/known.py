@@ -28,8 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 SIDE = 16            # px: a 4 × 4 grid of 4 px patches, each quadrant 2 × 2 patches
 SQUARE = 4           # px side of the bright square
 CLASSES = ("top-left", "top-right", "bottom-left", "bottom-right")
@@ -65,6 +63,7 @@ TASKS = (
 def write_quadrants(root: Path, shuffled: bool, seed: int = 0) -> Path:
     """train/ and test/ folders of PNGs, a folder per class: noise with a bright square in the class's quadrant
     (shuffled: the labels drawn at random instead, so they cannot be learned). Written once; reused."""
+    import numpy as np
     from PIL import Image
 
     if (root / "test").is_dir():
@@ -124,9 +123,8 @@ def check(task: Task, f) -> tuple[bool, str]:
     return bool(ok), said
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ablations known", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`known`'s options, on its subcommand of the one parser (`ablations.cli.parser`)."""
     parser.add_argument("--out", default="results/known", help="where the data, runs and report go "
                                                               "(default results/known)")
     parser.add_argument("--epochs", type=int, default=10, help="training epochs of every run (default 10)")
@@ -138,7 +136,6 @@ def _parser() -> argparse.ArgumentParser:
     jobs = next(o for o in EXECUTOR_OPTIONS["local"] if o.flag == "--jobs")
     jobs.add_to(parser, default=1, help="runs in flight at once, as the sweep command's --jobs (default 1: its runs "
                                         "are so short that starting worker processes costs more than it saves)")
-    return parser
 
 
 def _judge(task: Task, out: Path, sweep: str) -> tuple[bool, str]:
@@ -156,13 +153,12 @@ def _judge(task: Task, out: Path, sweep: str) -> tuple[bool, str]:
     return check(task, analyse_sweep(rows, task.factor, values, SweepPaths.of(out, sweep), None, read=read)[0])
 
 
-def main(argv: list[str] | None, run_command: Callable[[list[str]], int]) -> int:
-    """`known` with its own options; `run_command`: the `python -m ablations` command line, called in this
-    process with each task's sweep."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+def cmd_known(args: argparse.Namespace, run_command: Callable[[list[str]], int]) -> int:
+    """`known`; `run_command`: the `python -m ablations` command line, called in this process with each task's
+    sweep."""
     if args.epochs < 1:
-        parser.error(f"--epochs must be a positive integer, got {args.epochs}")
+        print(f"error: --epochs must be a positive integer, got {args.epochs}", file=sys.stderr)
+        return 2
     from bench.reference import refusal
 
     out = Path(args.out)

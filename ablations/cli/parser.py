@@ -22,6 +22,7 @@ import sys
 
 from ablations import choices
 from ablations.choices import available_sweeps, default_sweeps
+from ablations.cli import known as known_commands
 from ablations.options import COST_FLAGS, DATA_ROOT, INTO_REFERENCE, MARGIN, OUT, add_options, run_options
 from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
 
@@ -92,9 +93,11 @@ def build(prog: str = "python -m ablations") -> Parser:
     OUT.add_to(migrate)
     INTO_REFERENCE.add_to(migrate, help="allow rewriting a folder of committed reference results")
     sub.add_parser("columns", help="the column dictionary of every result table, as markdown (docs/columns.md)")
-    sub.add_parser("known", help="the harness on small synthetic tasks whose answers are known (positions needed, "
-                                 "identical backends, shuffled labels, a planted difference); exits 1 if one fails",
-                   add_help=False)
+    known = sub.add_parser("known", help="the harness on small synthetic tasks whose answers are known (positions "
+                                         "needed, identical backends, shuffled labels, a planted difference); exits 1 "
+                                         "if one fails", description=known_commands.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    known_commands.add_arguments(known)
     compare = sub.add_parser("compare", help="two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0), point "
                                              "by point: accuracy difference with its interval, utilisation, time")
     compare.add_argument("a", help="an OUT folder")
@@ -148,11 +151,9 @@ RUNS = {"sweep", "train", "cost", "calibrate", "stepbench"}   # they train or ti
 
 def main(argv: list[str] | None = None, prog: str = "python -m ablations") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["known"]:    # its own parser (ablations.cli.known): options after the name are its
-        from ablations.cli.known import main as known
-
-        return known(argv[1:], run_command=main)
     args = build(prog).parse_args(argv)
+    if args.command == "known":   # it runs sweep commands of its own, through this command line
+        return known_commands.cmd_known(args, run_command=main)
     from ablations.running.interrupts import Interrupted, signals_raise
 
     try:

@@ -6,7 +6,6 @@ Every sentence with a number in it is computed from the tables; the same CSVs gi
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +13,19 @@ import pandas as pd
 
 from ablations.analysis import designs, findings, sittings, wording
 from ablations.analysis import figures as figs
+from ablations.analysis.budget import (
+    FAR_BELOW,
+    FAR_FROM_FIT,
+    STILL_LEARNING,
+    below_longer_budget,
+    still_learning,
+    unconverged_headline,
+)
 from ablations.analysis.findings import POWER_DELTA, seed_ranges
 from ablations.analysis.stats import CHANCE_SDS, MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
 from ablations.choices import AUGMENTATION, LOOKS, default_augmentation, say, with_makefile
 from ablations.results import seed_design
-from ablations.results.experiments import budget_key, differences, latest_rows, newest_experiment
+from ablations.results.experiments import differences, latest_rows, newest_experiment
 from ablations.results.store import SweepPaths, Tables, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
 from bench.contention import CONTENDED_PCT
@@ -233,106 +240,6 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: P
         curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order, sweep=sweep)
         lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
     return lines
-
-
-UNCONVERGED_HEADS = (("**Best of the settings in the design: ", "**Not converged — best at this budget of the settings "
-                                                               "in the design: "),
-                     ("**Best: ", "**Not converged — best at this budget: "),
-                     ("**Inconclusive: ", "**Not converged — inconclusive at this budget: "),
-                     ("**Equivalent within ", "**Not converged — equivalent at this budget within "),
-                     ("**Identical: ", "**Not converged — identical at this budget: "),
-                     ("**No verdict**", "**No verdict (not converged)**"))
-
-
-def unconverged_headline(verdict: str) -> str:
-    """A verdict's bold headline saying that its runs had not converged: its answer is this budget's."""
-    for head, said in UNCONVERGED_HEADS:
-        if verdict.startswith(head):
-            return said + verdict[len(head):]
-    return "**Not converged.** " + verdict
-
-
-STILL_LEARNING = 0.01   # a last epoch that raised test accuracy by more than this (mean over runs): not converged
-
-
-FAR_FROM_FIT = 0.5   # a last training loss above this share of the loss of guessing (ln classes): not converged
-
-
-FAR_BELOW = 0.01   # a setting whose runs reach this much less than the same model trained longer: not converged
-
-
-def below_longer_budget(ok: pd.DataFrame, pool: pd.DataFrame, factor: str) -> str:
-    """Where the same models (same model, recipe and data but for the seed, precision and epochs) were also
-    trained for more epochs, under this OUT, the settings whose runs here reach less by more than FAR_BELOW
-    (a one-sided Welch test of that shortfall at 5 %, two runs or more on each side), as a reason fragment
-    ('' where none does or none was trained longer)."""
-    if pool.empty or not {"epochs", "status", "test_acc", "run_id"} <= set(pool) or "epochs" not in ok or factor not in ok:
-        return ""
-    from scipy import stats as st
-
-    def keyed(rows: pd.DataFrame) -> pd.DataFrame:
-        return rows.assign(key=[budget_key(r) for _, r in rows.iterrows()],
-                           n_epochs=pd.to_numeric(rows["epochs"], errors="coerce"),
-                           acc=pd.to_numeric(rows["test_acc"], errors="coerce")).dropna(subset=["key", "n_epochs", "acc"])
-
-    mine = keyed(ok)
-    others = keyed(pool[(pool["status"] == "ok") & ~pool["run_id"].astype(str).isin(set(ok["run_id"].astype(str)))])
-    said = []
-    for (value, key, epochs), runs in mine.groupby([factor, "key", "n_epochs"], sort=False):
-        longer = others[(others["key"] == key) & (others["n_epochs"] > epochs)].drop_duplicates("run_id")
-        sizes = longer.groupby("n_epochs")["acc"].size()
-        sizes = sizes[sizes >= 2]
-        if len(runs) < 2 or sizes.empty:
-            continue
-        most = float(sizes.index.max())
-        there = longer.loc[longer["n_epochs"] == most, "acc"].to_numpy(float)
-        here = runs["acc"].to_numpy(float)
-        gap = there.mean() - here.mean()
-        if there.var() + here.var() == 0:
-            far = gap > FAR_BELOW
-        else:
-            far = st.ttest_ind(there - FAR_BELOW, here, equal_var=False, alternative="greater").pvalue < 0.05
-        if far:
-            said.append(f"{factor}={value} reaches {100 * here.mean():.1f} % after {epochs:g} epoch{'s' * (epochs != 1)} "
-                        f"({len(here)} runs) "
-                        f"where the same model reaches {100 * there.mean():.1f} % after {most:g} epochs ({len(there)} runs)")
-    return "; ".join(said)
-
-
-def still_learning(history: pd.DataFrame, run_ids: pd.Series, classes: int | None = None,
-                   longer: str = "") -> str:
-    """A warning where the runs were still learning at their last epoch (test accuracy up by more than
-    STILL_LEARNING over it, mean over runs), or, given the task's `classes`, ended far from fitting their
-    training set (mean last training loss above FAR_FROM_FIT of ln classes, the loss of guessing: a cosine
-    schedule flattens the last epoch's gain, so the first rule alone misses a budget far too short): short-
-    budget numbers, not the settings' converged accuracy. `longer`: a `below_longer_budget` fragment, a third
-    reason (and enough alone)."""
-    mine = history[history["run_id"].astype(str).isin(set(run_ids))] if {"run_id", "epoch", "test_acc"} <= set(history) else None
-    if (mine is None or mine.empty) and not longer:
-        return ""
-    mine = mine if mine is not None else pd.DataFrame(columns=["run_id", "epoch", "test_acc"])
-    gains, losses = [], []
-    for _, run in mine.sort_values("epoch").groupby("run_id"):
-        acc = pd.to_numeric(run["test_acc"], errors="coerce").dropna().to_numpy()
-        if len(acc) >= 2:
-            gains.append(acc[-1] - acc[-2])
-        loss = pd.to_numeric(run["train_loss"], errors="coerce").dropna().to_numpy() if "train_loss" in run else []
-        if len(loss):
-            losses.append(loss[-1])
-    epochs = int(pd.to_numeric(mine["epoch"], errors="coerce").max()) if len(mine) else 0
-    shortfall = ""
-    if classes and classes > 1 and losses and float(np.mean(losses)) > FAR_FROM_FIT * math.log(classes):
-        shortfall = (f"the training loss ended at {float(np.mean(losses)):.2f} (mean over runs), "
-                     f"{float(np.mean(losses)) / math.log(classes):.0%} of the {math.log(classes):.2f} of guessing among "
-                     f"{classes} classes, far from fitting the training set")
-    rising = gains and float(np.mean(gains)) > STILL_LEARNING
-    if not (rising or shortfall or longer):
-        return ""
-    why = "; ".join(filter(None, [f"test accuracy rose {100 * float(np.mean(gains)):.1f} points over the last of "
-                                  f"{epochs} epoch(s) (mean over runs)" if rising else "", shortfall, longer]))
-    return (f"**Not converged**: {why}, so these runs were still learning: the accuracies below are "
-            f"those of a short budget, not the settings' converged accuracies, and their order can change with "
-            f"more epochs (EPOCHS).")
 
 
 def _tuning_lines(spec: SweepSpec, tuning: designs.Tuning, figures: Path) -> list[str]:

@@ -558,6 +558,7 @@ def test_latency_percentiles_are_numpys_of_the_recorded_step_times_and_energy_is
     """p50/p90/p99 of the very step times `measure` timed; energy over the timed steps (not the warm-up)
     from the device's counter, divided by their images; blank without a counter."""
     import bench.measure as measure_module
+    from bench.energy import EnergyMeter
     from bench.measure import MeasureConfig, measure
     from bench.timing import TimingConfig
     from vit import VisionTransformer, ViTConfig
@@ -578,6 +579,9 @@ def test_latency_percentiles_are_numpys_of_the_recorded_step_times_and_energy_is
         return timing
     monkeypatch.setattr(measure_module, "time_steps", spy)
     monkeypatch.setattr(measure_module, "energy_counter", lambda device: Counter())
+    # the steps' window is shorter than the meter's shortest (an hour here, so a busy machine cannot stretch
+    # 37 tiny steps past it)
+    monkeypatch.setattr(measure_module, "EnergyMeter", lambda counter: EnergyMeter(counter, min_window_s=3600.0))
     cfg = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2)
     mcfg = MeasureConfig(batch_size=4, timing=TimingConfig(warmup=2, min_repeats=37, min_time_s=0.0),
                          measure_memory=False, measure_mfu=False)
@@ -587,7 +591,7 @@ def test_latency_percentiles_are_numpys_of_the_recorded_step_times_and_energy_is
     for q in (50, 90, 99):
         assert row[f"step_ms_p{q}"] == pytest.approx(float(np.percentile(times, q)), rel=0, abs=0)
     assert row["step_ms_p50"] == pytest.approx(row["step_ms_median"])
-    # 37 steps of a tiny model take far less than the 1 s an energy window needs: blank, not 0 and not one tick
+    # a window shorter than an energy figure needs: blank, not 0 and not one tick
     assert row["energy_j_per_img"] is None and row["energy_window_s"] is None and row["energy_source"] == "rapl"
     monkeypatch.setattr(measure_module, "energy_counter", lambda device: None)
     row = measure(VisionTransformer(cfg), (1, 8, 8), 10, mcfg, torch.device("cpu"))

@@ -20,6 +20,7 @@ import pandas as pd
 
 from ablations.analysis.findings import load_correct, pct, seed_ranges
 from ablations.analysis.stats import ALPHA, MARGIN, Comparison, Outcome, detectable_difference, interaction_contrasts
+from ablations.results.store import ok_rows
 from ablations.specs import SweepSpec
 
 
@@ -96,7 +97,7 @@ def select(spec: SweepSpec, rows: pd.DataFrame, picked_on: Sequence[int] | None 
     carry no validation accuracy (a table from before tuning, or runs without a holdout)."""
     names = [name for name, _ in spec.tune]
     grids = tuple(grid for _, grid in spec.tune)
-    ok = rows[rows["status"] == "ok"]
+    ok = ok_rows(rows)
     if "val_acc" not in ok or ok["val_acc"].isna().any():
         raise ValueError("some runs have no validation accuracy (val_acc): a tuned sweep selects on it; rerun them")
     keep, choices = [], []

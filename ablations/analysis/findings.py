@@ -35,7 +35,7 @@ from ablations.analysis.stats import (
 )
 from ablations.choices import say
 from ablations.results.experiments import starved
-from ablations.results.store import SweepPaths, Tables, load_preds, model_key, spreads, uncontended
+from ablations.results.store import SweepPaths, Tables, load_preds, model_key, ok_rows, spreads, uncontended
 from bench.contention import CONTENDED_PCT
 from bench.io.csvio import skipped
 from bench.rounds import Spread
@@ -146,7 +146,7 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
             margin: float = MARGIN, design: tuple[Design, tuple] | None = None) -> SweepFindings:
     """`design`: a sweep trained with SEEDS=auto, as `adaptive_rows` replayed it (its rows are then the
     design's runs): the comparisons and the verdict are those of its last look."""
-    ok = rows[rows["status"] == "ok"]
+    ok = ok_rows(rows)
     test_size = _test_size(ok)
     infer, train = _cost_spreads(cost_phase, ok, factor, order)
     enough = len(order) >= 1 and all((ok[factor] == v).sum() >= MIN_SEEDS for v in order)

@@ -49,7 +49,7 @@ def _base_line(rows: pd.DataFrame, spec: SweepSpec) -> str:
     """What the sweep held fixed: every model field, the dataset, epochs and lr, any other training field set
     away from its default (a spec's [train] or --set), and the augmentation, each with one value across the
     sweep's ok runs."""
-    ok = rows[rows["status"] == "ok"]
+    ok = ok_rows(rows)
     recipe = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     augmentation = ("crop_padding", "flip")
     fields = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr"]
@@ -200,7 +200,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: P
     paths, phase = read.paths(sweep), read.cost_phase(sweep)
     f, rows, design_note = findings.analyse_sweep(rows, factor, order, paths, phase, spec.margin or margin, read)
     margin = f.margin
-    ok = rows[rows["status"] == "ok"]
+    ok = ok_rows(rows)
     seeds = sorted({int(s) for s in ok["seed"]})
     devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
     test = f"{f.test_size:,} test images" if f.test_size else "test-set size not recorded"
@@ -350,7 +350,7 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
     suite = bench_dir / "pytest-benchmark.csv"
     if suite.exists():
         ok = read_rows(suite, BENCH_SCHEMA)
-        ok = ok[ok["status"] == "ok"]
+        ok = ok_rows(ok)
         lines += [f"`make bench` ({', '.join(sorted(ok['device_name'].astype(str).unique()))}, "
                   f"{', '.join(sorted(ok['dtype'].astype(str).unique()))}; median step over pytest-benchmark's rounds):",
                   "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU |", "|---|---|---|---|---|---|---|"]

@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from ablations.results import store, tensorboard
 from ablations.results.experiments import differences, same_experiment, starved
-from ablations.results.store import PHASES, SweepError, SweepPaths, model_key, record
+from ablations.results.store import PHASES, SweepError, SweepPaths, model_key, ok_rows, record
 from ablations.running.cost import run_cost_phases
 from ablations.running.executors.base import Executor, ExecutorOptions
 from ablations.running.executors.local import LocalExecutor
@@ -229,7 +229,7 @@ def _warn_other_experiment(paths: SweepPaths, task: Task, table: pd.DataFrame) -
     (other epochs, dataset or recipe): the report will show the newest experiment only."""
     if table.empty or "status" not in table:
         return
-    ok = table[table["status"] == "ok"]
+    ok = ok_rows(table)
     if ok.empty:
         return
     mine = base_row(task, torch.device("cpu"))

@@ -51,8 +51,12 @@ def below_longer_budget(ok: pd.DataFrame, pool: pd.DataFrame, factor: str) -> st
                            n_epochs=pd.to_numeric(rows["epochs"], errors="coerce"),
                            acc=pd.to_numeric(rows["test_acc"], errors="coerce")).dropna(subset=["key", "n_epochs", "acc"])
 
-    mine = keyed(ok)
-    others = keyed(pool[(pool["status"] == "ok") & ~pool["run_id"].astype(str).isin(set(ok["run_id"].astype(str)))])
+    shortest = pd.to_numeric(ok["epochs"], errors="coerce").min()
+    others = pool[(pool["status"] == "ok") & ~pool["run_id"].astype(str).isin(set(ok["run_id"].astype(str)))
+                  & (pd.to_numeric(pool["epochs"], errors="coerce") > shortest)]   # only longer runs need their keys
+    if others.empty:
+        return ""
+    mine, others = keyed(ok), keyed(others)
     said = []
     for (value, key, epochs), runs in mine.groupby([factor, "key", "n_epochs"], sort=False):
         longer = others[(others["key"] == key) & (others["n_epochs"] > epochs)].drop_duplicates("run_id")

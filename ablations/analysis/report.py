@@ -649,7 +649,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
     absent, has_pos, has_bench, lacking = _lacking(out, specs, tables)
     lines += lacking
     sweeps_of = _sweeps_of_runs(tables)
-    standing = [latest_rows(read.rows(name)) for name in read.names()]
+    standing = [read.standing(name) for name in read.names()]
     budgets = pd.concat([t for t in standing if not t.empty and "run_id" in t], ignore_index=True) \
         if any(not t.empty and "run_id" in t for t in standing) else pd.DataFrame()
     for sweep, spec in specs.items():

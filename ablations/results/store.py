@@ -96,6 +96,7 @@ class Tables:
         self.out = Path(out)
         self._read: dict[Path, pd.DataFrame] = {}
         self._designs: dict[str, dict[str, Any] | None | ValueError] = {}
+        self._standing: dict[str, pd.DataFrame] = {}
 
     def _table(self, path: Path) -> pd.DataFrame:
         if path not in self._read:
@@ -120,9 +121,11 @@ class Tables:
     def standing(self, sweep: str) -> pd.DataFrame:
         """The row that stands for each of its runs (`experiments.latest_rows`): the last ok row of a run that
         finished, the last failure of one that never did."""
-        from ablations.results.experiments import latest_rows
+        if sweep not in self._standing:
+            from ablations.results.experiments import latest_rows
 
-        return latest_rows(self.rows(sweep))
+            self._standing[sweep] = latest_rows(self.rows(sweep))
+        return self._standing[sweep]
 
     def finished(self, sweep: str) -> pd.DataFrame:
         """The standing row of each run that finished: one ok row per run id."""

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,12 +98,10 @@ class SweepSummary:
 
     def merge(self, later: SweepSummary) -> SweepSummary:
         """This sweep over two steps of one command (the looks of SEEDS=auto) as one."""
-        statuses = dict(self.statuses)
-        for status, n in later.statuses.items():
-            statuses[status] = statuses.get(status, 0) + n
         return dataclasses.replace(
             later, planned=self.planned + later.planned, skipped=self.skipped + later.skipped,
-            reused=self.reused + later.reused, statuses=statuses, stale_tmp=self.stale_tmp + later.stale_tmp,
+            reused=self.reused + later.reused, statuses=dict(Counter(self.statuses) + Counter(later.statuses)),
+            stale_tmp=self.stale_tmp + later.stale_tmp,
             resumable=self.resumable + later.resumable, starved=self.starved + later.starved,
             run_ids=self.run_ids + later.run_ids)
 
@@ -207,11 +206,10 @@ def _events_of_finished_runs(share: _Share, tables: store.Tables) -> None:
     except OSError as err:
         raise SweepError(f"TENSORBOARD=1: cannot write {root} ({err.strerror or err}); fix its permissions or "
                          f"choose another OUT") from None
-    table = tables.rows(share.sweep)
+    table = tables.finished(share.sweep)
     if table.empty or "run_id" not in table:
         return
-    mine = set(share.run_ids)
-    ok = table[(table["status"] == "ok") & table["run_id"].astype(str).isin(mine)].drop_duplicates("run_id", keep="last")
+    ok = table[table["run_id"].astype(str).isin(set(share.run_ids))]
     missing = [r for _, r in ok.iterrows() if not tensorboard.written(share.options.out, share.sweep, str(r["run_id"]))]
     if not missing:
         return

@@ -10,8 +10,8 @@ import torch
 from conftest import write_spec
 from helpers import run_cost_phase
 
-from ablations.results.schema import read_table
-from ablations.results.store import model_key, row_figures, uncontended
+from ablations.results.schema import read_table, uncontended
+from ablations.results.store import model_key, row_figures
 from ablations.running.cost import CostPlan
 from ablations.specs import Point
 from bench.rounds import Spread, interleaved, ratio_or_noise

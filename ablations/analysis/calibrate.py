@@ -44,6 +44,7 @@ from tqdm import tqdm
 from ablations.analysis.sequential import run_design
 from ablations.analysis.stats import ALPHA, MIN_SEEDS, Outcome, compare_settings
 from ablations.choices import LOOKS
+from ablations.results.schema import DEFAULT_WHEN_BLANK
 from ablations.results.store import Tables, load_preds
 from ablations.specs import MODEL_FIELDS, TRAIN_FIELDS
 from bench.io.atomic import write_atomic
@@ -92,13 +93,10 @@ class Pool:
     same_label: str = ""
 
 
-AUGMENTATION = ("crop_padding", "flip")   # older rows leave these blank where the dataset's default applied
-
-
 def _setting_key(row: pd.Series) -> tuple:
     """What defines a run's setting, seed aside: its model, its recipe (augmentation aside: blank in older
     rows for the value newer rows record) and where it started."""
-    return tuple(str(row.get(c, "")) for c in (*MODEL_FIELDS, *TRAIN_FIELDS, "init") if c not in AUGMENTATION)
+    return tuple(str(row.get(c, "")) for c in (*MODEL_FIELDS, *TRAIN_FIELDS, "init") if c not in DEFAULT_WHEN_BLANK)
 
 
 def saved_pool(out: Path) -> Pool:

@@ -35,7 +35,8 @@ from ablations.analysis.stats import (
 )
 from ablations.choices import say
 from ablations.results.experiments import starved
-from ablations.results.store import SweepPaths, Tables, load_preds, model_key, ok_rows, spreads, uncontended
+from ablations.results.schema import uncontended
+from ablations.results.store import SweepPaths, Tables, load_preds, model_key, ok_rows, spreads
 from bench.contention import CONTENDED_PCT
 from bench.io.csvio import skipped
 from bench.rounds import Spread

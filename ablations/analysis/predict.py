@@ -16,7 +16,6 @@ colour scale.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pandas as pd
 import torch
 
 from ablations.analysis import figures as figs
+from ablations.results.schema import recorded_normalisation
 from ablations.results.store import SweepPaths, Tables
 from vit import POOLINGS, PRESETS, VisionTransformer, ViTConfig, init_from_checkpoint
 
@@ -120,7 +120,7 @@ def load_run(out: Path, run_id: str, data_root: str | Path = "data") -> Loaded:
     except Exception as err:
         raise ValueError(f"{path}: not this run's weights, or damaged ({type(err).__name__}); delete it and "
                          f"{again}") from None
-    mean, std = _row_statistics(row) or _statistics(str(row["dataset"]), data_root)
+    mean, std = recorded_normalisation(row) or _statistics(str(row["dataset"]), data_root)
     factor = f"{sweep} sweep, seed {row['seed']}"
     classes, note = _row_classes(row, model.cfg.num_classes)
     return Loaded(model.eval(), f"{row['run_id']} ({factor}, {row['dataset']}, test acc "
@@ -161,16 +161,6 @@ def load_weights(weights: Path, preset: str, dataset: str | None = None, data_ro
     mean, std = _statistics(dataset, data_root) if dataset else (IMAGENET_MEAN[:model.cfg.in_chans],
                                                                   IMAGENET_STD[:model.cfg.in_chans])
     return Loaded(model.eval(), f"{Path(weights).name} in {preset}", mean, std)
-
-
-def _row_statistics(row: pd.Series) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
-    """The normalisation a run recorded (`norm_mean`, `norm_std`), or None for rows from before it did."""
-    try:
-        mean, std = (tuple(float(v) for v in str(row[c]).split()) for c in ("norm_mean", "norm_std"))
-    except (KeyError, ValueError):
-        return None
-    usable = mean and len(mean) == len(std) and all(math.isfinite(v) for v in (*mean, *std))
-    return (mean, std) if usable else None
 
 
 def _statistics(dataset: str, data_root: str | Path) -> tuple[tuple[float, ...], tuple[float, ...]]:

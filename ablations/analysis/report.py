@@ -26,6 +26,7 @@ from ablations.analysis.stats import CHANCE_SDS, MARGIN, MIN_SEEDS, MIN_WIN_SEED
 from ablations.choices import AUGMENTATION, LOOKS, default_augmentation, say, with_makefile
 from ablations.results import seed_design
 from ablations.results.experiments import differences, latest_rows, newest_experiment
+from ablations.results.schema import DEFAULT_WHEN_BLANK
 from ablations.results.store import SweepPaths, Tables, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
 from bench.contention import CONTENDED_PCT
@@ -51,13 +52,12 @@ def _base_line(rows: pd.DataFrame, spec: SweepSpec) -> str:
     sweep's ok runs."""
     ok = ok_rows(rows)
     recipe = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    augmentation = ("crop_padding", "flip")
     fields = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr"]
-    fields += [name for name in recipe if name not in (*fields, *augmentation) and name in ok
+    fields += [name for name in recipe if name not in (*fields, *DEFAULT_WHEN_BLANK) and name in ok
                and ok[name].nunique(dropna=False) == 1 and not _is_default(ok[name].iloc[0], recipe[name])]
     fixed = [f"{name}={ok[name].iloc[0]}" for name in fields
              if name not in spec.varied and name in ok and ok[name].nunique(dropna=False) == 1]
-    for name in augmentation:
+    for name in DEFAULT_WHEN_BLANK:
         if name in spec.varied:
             continue
         values = ok[name] if name in ok else pd.Series([None] * len(ok), dtype=object)

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ablations.results.identity import task_key
+from ablations.results.schema import util_share_runs
 from ablations.specs import Point
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
@@ -108,14 +109,12 @@ STARVED_SHARE = 0.7  # a CPU run whose busy share is under this fraction of its 
 def starved(row) -> bool:
     """Whether a CPU run was busy well under the share of the cores its threads could use (other work held
     the machine, so its wall time and MFU understate it). A row that records `util_cores` measured its
-    busy share against the cores its threads could use (whatever placed it: JOBS, THREADS, Ray); an
-    older row measured it against all the process's cores, of which each of JOBS runs had 1 / JOBS."""
-    util, jobs, threads = row.get("train_util_pct"), row.get("jobs"), row.get("util_cores")
-    jobs = jobs if isinstance(jobs, (int, float)) and jobs == jobs and jobs >= 1 else 1
+    busy share against the cores its threads could use (whatever placed it: JOBS, THREADS, Ray); an older
+    row's share reads as `schema.util_share_runs` says."""
+    util = row.get("train_util_pct")
     if row.get("status") != "ok" or row.get("device") != "cpu" or not isinstance(util, (int, float)) or util != util:
         return False
-    share = 1 if isinstance(threads, (int, float)) and threads == threads and threads >= 1 else jobs
-    return util < STARVED_SHARE * 100.0 / share
+    return util < STARVED_SHARE * 100.0 / util_share_runs(row)
 
 
 def latest_rows(rows: pd.DataFrame) -> pd.DataFrame:

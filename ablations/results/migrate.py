@@ -24,7 +24,7 @@ import pandas as pd
 
 from ablations.results.experiments import row_device
 from ablations.results.identity import task_key
-from ablations.results.schema import upgrade_row
+from ablations.results.schema import OLDER_BATCH_SIZES, upgrade_row
 from ablations.results.store import SweepPaths, sweep_lock, sweep_names
 from ablations.specs import Point
 from bench.env import run_id
@@ -33,13 +33,12 @@ from bench.io.csvio import heal_torn_tail
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
-BATCH_SIZES = (64, 32, 128, 256, 16, 512)   # training batch sizes tried when recovering an older row's recipe
 RECIPE_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
 
 
 def recovered_recipe(row: dict) -> TrainConfig | None:
     """The recipe whose run id is the row's (a row as pandas reads it), among its epochs and lr at each of
-    BATCH_SIZES with every other field at its default, else None."""
+    `schema.OLDER_BATCH_SIZES` with every other field at its default, else None."""
     known = {k: v for k, v in row.items() if not (v is None or v != v) and k not in ("batch_size", "mode")}
     try:
         model = ViTConfig.from_row(known)
@@ -48,7 +47,7 @@ def recovered_recipe(row: dict) -> TrainConfig | None:
     except (KeyError, TypeError, ValueError):
         return None
     text = lambda k: "" if known.get(k) is None else str(known[k])  # noqa: E731
-    for batch in BATCH_SIZES:
+    for batch in OLDER_BATCH_SIZES:
         recipe = dataclasses.replace(base, batch_size=batch)
         point = Point(text("sweep"), "", None, model, recipe)
         if run_id(task_key(point, text("dataset"), seed, text("init"), text("data_id"), row_device(known))) \

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -153,13 +154,49 @@ def read_table(path: str | Path) -> pd.DataFrame:
     return table if Path(path).stem.endswith(("-history", "-cost")) else upgrade_rows(table)
 
 
+# Older formats: what a cell that an older row left blank, or measured another way, means. Every reader
+# asks here; `upgrade_row` rewrites what can be rewritten, the rest cannot be recovered from the row alone.
+OLDER_BATCH_SIZES = (64, 32, 128, 256, 16, 512)   # training batch sizes tried when recovering an older recipe
+DEFAULT_WHEN_BLANK = ("crop_padding", "flip")   # blank in older rows where the dataset's default applied
+
+
+def util_share_runs(row) -> float:
+    """How many runs' shares of the machine the 100 % of a CPU row's `train_util_pct` stands for: 1 for a row
+    that records `util_cores` (a share of the cores its own threads could use); for an older row, a share of
+    all the process's cores, of which each of its `jobs` runs had 1 / jobs, so `jobs`."""
+    cores, jobs = row.get("util_cores"), row.get("jobs")
+    if isinstance(cores, (int, float)) and cores == cores and cores >= 1:
+        return 1
+    return jobs if isinstance(jobs, (int, float)) and jobs == jobs and jobs >= 1 else 1
+
+
+def uncontended(rows: pd.DataFrame) -> pd.DataFrame:
+    """The cost-phase rounds not taken under load (`bench.contention`); rows from before the flag count as
+    uncontended."""
+    if "contended" not in rows:
+        return rows
+    return rows[pd.to_numeric(rows["contended"], errors="coerce").fillna(0) != 1]
+
+
+def recorded_normalisation(row) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The normalisation a run recorded (`norm_mean`, `norm_std`), or None for a row from before it did (the
+    reader falls back to the dataset's)."""
+    try:
+        mean, std = (tuple(float(v) for v in str(row[c]).split()) for c in ("norm_mean", "norm_std"))
+    except (KeyError, ValueError):
+        return None
+    usable = mean and len(mean) == len(std) and all(math.isfinite(v) for v in (*mean, *std))
+    return (mean, std) if usable else None
+
+
 def upgrade_row(row: dict[str, Any], blank: Any = None) -> set[str]:
     """Change one result row of an older format (a dict of its cells; `blank`: what an empty cell is, "" for
     text) into today's, in place; the columns it changed. Rows written before the recipe had columns of its
     own carry the cost phase's inference batch under `batch_size` (with `mode` = infer): it moves to
     `infer_batch_size`, and their training batch size, which they did not record, is left blank. Rows that
-    held out a validation split before `holdout_split` existed drew it at random. The one statement of the
-    older formats: readers read them as today's (`upgrade_rows`), `make migrate` rewrites them."""
+    held out a validation split before `holdout_split` existed drew it at random. With the rules below it
+    this is the one statement of the older formats: readers read them as today's (`upgrade_rows`), `make
+    migrate` rewrites them."""
     changed: set[str] = set()
     if str(row.get("mode")) == "infer":
         row["infer_batch_size"], row["batch_size"], row["mode"] = row.get("batch_size", blank), blank, blank

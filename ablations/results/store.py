@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ablations.choices import SIDE_TABLES  # SIDE_TABLES: suffixes of a sweep's other tables
-from ablations.results.schema import ABLATION_COLUMNS, COST_TABLE, HISTORY_COLUMNS, read_table
+from ablations.results.schema import ABLATION_COLUMNS, COST_TABLE, HISTORY_COLUMNS, read_table, uncontended
 from ablations.results.seed_design import read_design
 from bench.env import run_id as stable_id
 from bench.io.atomic import write_atomic
@@ -389,13 +389,6 @@ def newest_complete_phase(cost: pd.DataFrame | None) -> pd.DataFrame | None:
 
 def _spread_of(rows: pd.DataFrame) -> dict[str, Spread]:
     return {f: Spread.of(rows[f].astype(float)) for f in SPEED_FIGURES if f in rows}
-
-
-def uncontended(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rounds not taken under load (`bench.contention`); rows from before the flag count as uncontended."""
-    if "contended" not in rows:
-        return rows
-    return rows[pd.to_numeric(rows["contended"], errors="coerce").fillna(0) != 1]
 
 
 def spreads(phase: pd.DataFrame, by: list[str]) -> dict[tuple, dict[str, Spread]]:

@@ -889,7 +889,7 @@ def test_the_experiment_of_a_design_present_is_reported_though_a_quick_check_tra
 def test_a_verdict_on_runs_that_other_sweeps_share_names_those_sweeps(tmp_path):
     """depth=2's runs (the best, decided better than depth=1) are also another sweep's through their run ids: the
     section names it; without such sharing there is no line."""
-    from ablations.analysis import report
+    from ablations.analysis import sittings, wording
 
     ten_points_apart(tmp_path)
     paths = SweepPaths.of(tmp_path, "depth")
@@ -897,9 +897,9 @@ def test_a_verdict_on_runs_that_other_sweeps_share_names_those_sweeps(tmp_path):
     f = analyse(rows, "depth", [1, 2], paths.preds, None)
     ok = rows[rows["status"] == "ok"]
     shared = {r: {"depth", "heads"} for r in ok.loc[ok["depth"] == 2, "run_id"].astype(str)}
-    line = report._shared_line("depth", "depth", f, ok, shared)
+    line = wording.shared_line("depth", sittings.shared_settings("depth", "depth", f.verdict, ok, shared))
     assert line.startswith("Shared runs: depth=2's runs are also the heads sweep's (same run ids)")
-    assert report._shared_line("depth", "depth", f, ok, {r: {"depth"} for r in ok["run_id"].astype(str)}) == ""
+    assert sittings.shared_settings("depth", "depth", f.verdict, ok, {r: {"depth"} for r in ok["run_id"].astype(str)}) == []
 
 
 def test_a_run_copied_from_another_sweep_is_not_joined_into_the_wall_time_trend(tmp_path):

@@ -162,35 +162,6 @@ def _trained_model(row: pd.Series, paths: SweepPaths):
     return model
 
 
-def _sweeps_of_runs(tables: dict[str, pd.DataFrame]) -> dict[str, set[str]]:
-    """{run_id: the sweeps whose shown ok rows hold it}."""
-    found: dict[str, set[str]] = {}
-    for name, table in tables.items():
-        for run in table.loc[table["status"] == "ok", "run_id"].astype(str):
-            found.setdefault(run, set()).add(name)
-    return found
-
-
-def _shared_line(sweep: str, factor: str, f: findings.SweepFindings, ok: pd.DataFrame,
-                 sweeps_of: dict[str, set[str]]) -> str:
-    """Which of the settings a verdict decided rest on runs that other sweeps' verdicts rest on too ('' if none)."""
-    v = f.verdict
-    if v is None or not sweeps_of:
-        return ""
-    decided = [v.best, *v.beats, *v.equivalent] if (v.beats or v.equivalent) else []
-    named = []
-    for value in decided:
-        runs = ok.loc[ok[factor] == value, "run_id"].astype(str)
-        others = sorted(set().union(*(sweeps_of.get(r, set()) for r in runs)) - {sweep})
-        if others:
-            named.append(f"{factor}={value}'s runs are also the {', '.join(others)} "
-                         f"{'sweeps' if len(others) > 1 else 'sweep'}'{'' if len(others) > 1 else 's'}")
-    if not named:
-        return ""
-    return (f"Shared runs: {'; '.join(named)} (same run ids): one set of runs carries a verdict in each, so a "
-            f"lucky or unlucky draw of them moves all of those verdicts together.")
-
-
 def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Path,
                    tuning: designs.Tuning | None = None, margin: float = MARGIN,
                    sweeps_of: dict[str, set[str]] | None = None, budgets: pd.DataFrame | None = None) -> list[str]:
@@ -224,9 +195,10 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: P
              unconverged_headline(wording.verdict_sentence(f)) if learning else wording.verdict_sentence(f), "",
              *([learning, ""] if learning else []), *([design_note, ""] if design_note else []),
              *([sitting, ""] if (sitting := sittings.sittings_line(sittings.check_sittings(ok, factor), factor)) else []),
-             *([shared, ""] if (shared := _shared_line(sweep, factor, f, ok, sweeps_of or {})) else []),
+             *([shared, ""] if (shared := wording.shared_line(factor, sittings.shared_settings(sweep, factor, f.verdict, ok,
+                                                                                sweeps_of or {}))) else []),
              *([wording.cost_sentence(f), ""] if len(f.settings) > 1 else []),
-             *_sharing_note(ok, phase is not None), _base_line(rows, spec),
+             *wording.sharing_note(ok, phase is not None), _base_line(rows, spec),
              "", wording.table_markdown(f), ""]
     components = wording.components_markdown(f)
     if components:
@@ -324,19 +296,6 @@ def _lacking(out: Path, specs: dict[str, SweepSpec], tables: dict[str, pd.DataFr
                                   f"({_either('`make bench` and `make bench-tokens`', '`vitbench bench run`')})"]
     said = [f"Not in this folder: {'; '.join(x for x in lacks if x)}.", ""] if any(lacks) else []
     return absent, has_pos, has_bench, said
-
-
-def _sharing_note(ok: pd.DataFrame, phase: bool) -> list[str]:
-    """Training wall times measured while other runs shared the device (JOBS > 1) say so; `phase`: the sweep
-    has a cost phase (whose figures were measured with nothing else running)."""
-    jobs = pd.to_numeric(ok["jobs"], errors="coerce") if "jobs" in ok else pd.Series(dtype=float)
-    shared = jobs[jobs > 1]
-    if shared.empty:
-        return []
-    return [f"Training wall times (`train_time_s`, `train_util_pct`) of {len(shared)} of these {len(ok)} runs were "
-            f"measured with up to {int(shared.max())} runs sharing the device (JOBS)"
-            + ("; the cost-phase figures were measured alone." if phase else "; no cost phase measured this sweep's "
-                                                                              "speed alone."), ""]
 
 
 def _or_dash(value, fmt: str) -> str:
@@ -648,7 +607,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
     factors: dict[str, str] = {}
     absent, has_pos, has_bench, lacking = _lacking(out, specs, tables)
     lines += lacking
-    sweeps_of = _sweeps_of_runs(tables)
+    sweeps_of = sittings.sweeps_of_runs(tables)
     standing = [read.standing(name) for name in read.names()]
     budgets = pd.concat([t for t in standing if not t.empty and "run_id" in t], ignore_index=True) \
         if any(not t.empty and "run_id" in t for t in standing) else pd.DataFrame()
@@ -690,39 +649,11 @@ def _reference_section(mine: Tables, theirs: Tables) -> list[str]:
     from ablations.analysis.compare import compare_outs
 
     out, reference = mine.out, theirs.out
-    lines = ["## against the reference", "",
-             f"The same points (same model, recipe, data and seed) in `{reference}`, trained "
-             f"on another machine or at another commit; the difference is here − reference, with an "
-             f"interval over the common seeds (paired by seed) and the test images, each source counted once "
-             f"(one common seed: the test images' alone).", ""]
     try:
         table = compare_outs(out, reference, (mine, theirs))
     except ValueError:
         table = pd.DataFrame(columns=["sweep"])
-    if len(table):
-        family = int(table["family"].iloc[0])
-        lines[-2] += (f" The intervals are simultaneous: 95 % jointly over the {family} distinct point(s) compared "
-                      f"(Bonferroni, each at {100 * (1 - 0.05 / family):.2f} %), so a point is called higher or "
-                      f"lower only outside what chance over the whole table allows." if family > 1 else "")
-        here_in, there_in = (" + ".join(sorted(set(table[c]))) for c in ("dtype_a", "dtype_b"))
-        lines[-2] += (f" Trained in {here_in} here and in {there_in} in the reference" +
-                      (": a difference is the device's and the precision's together." if here_in != there_in
-                       else "."))
-        lines += ["| sweep | point | seeds | here % | reference % | here − reference (points) [simultaneous 95 % interval] | |",
-                  "|---|---|---|---|---|---|---|"]
-        margin = 100 * MARGIN
-        for r in table.itertuples():
-            verdict = {"A higher": "higher here", "B higher": "lower here"}.get(r.verdict, r.verdict)
-            if r.verdict == "same within noise" and -margin <= r.low_pts and r.high_pts <= margin:   # all inside
-                verdict = f"equivalent (within ±{margin:g})"
-            lines.append(f"| {r.sweep} | {r.point} | {r.seeds} | {100 * r.acc_a:.2f} | {100 * r.acc_b:.2f} | "
-                         f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}] | {verdict} |")
-        half = ((table["high_pts"] - table["low_pts"]) / 2).median()
-        lines += ["", f"What this comparison could see: its intervals' median half-width is {half:.2f} points, so "
-                      f"\"same within noise\" says no difference of about that size was found, not that the two "
-                      f"agree; a point is called equivalent only where its whole interval lies within ±{margin:g} "
-                      f"points (more common seeds narrow the intervals)."]
-        lines.append("")
+    lines = wording.reference_lines(table, reference, 100 * MARGIN)
     compared = set(table["sweep"])
     for sweep in sweep_names(out):
         if sweep in compared or not SweepPaths.of(reference, sweep).rows.exists():
@@ -732,8 +663,7 @@ def _reference_section(mine: Tables, theirs: Tables) -> list[str]:
             spec = SPEC_DIR / f"{sweep}.toml"
             factor = load_spec(spec).varied if spec.exists() else ""
             what = differences(here.iloc[-1], ref.iloc[-1], factor) or "the seeds"
-            lines.append(f"- {sweep}: no run in common with the reference, whose runs differ in {what} "
-                         f"(here vs reference): not compared.")
+            lines.append(wording.not_compared_line(sweep, what))
     return lines + [""]
 
 
@@ -769,23 +699,15 @@ def _pareto_section(all_rows: pd.DataFrame, factors: dict[str, str], figures: Pa
     single = [name for name, g in settings.groupby("sweep", sort=False) if len(g) == 1]
     if single:   # one setting trades nothing off; its point is drawn by the sweeps that vary it
         settings = settings[~settings["sweep"].isin(single)]
-        lines += [f"Left out: {', '.join(single)} (one setting each: nothing to trade off).", ""]
+        lines += wording.pareto_left_out(single)
     if settings.empty:
         return lines
     groups = sorted(settings.groupby(["dataset", "budget"], sort=False), key=lambda kv: (-len(kv[1]), kv[0]))
     if len(groups) > 1:
-        lines += [f"The sweeps cover {len(groups)} datasets or training budgets ("
-                  + "; ".join(f"{d}, {b}: {', '.join(dict.fromkeys(g['sweep']))}" for (d, b), g in groups)
-                  + "): each gets its own front and figure, since accuracies on other test sets or after other "
-                    "training are not on one scale.", ""]
+        lines += wording.pareto_groups({key: list(dict.fromkeys(g["sweep"])) for key, g in groups})
     for i, ((dataset, budget), group) in enumerate(groups):
         front = figs.pareto_front(group, "acc_mean")
         path = figures / ("pareto.png" if i == 0 else f"pareto-{i + 1}.png")
         figs.accuracy_vs_gflops(group, path, f"{dataset}, {budget}", factors)
-        lines += [f"**{dataset}, {budget}**: Pareto front of the setting means (no setting is both cheaper and more "
-                  "accurate on average over its seeds; a front point's lead can be inside the noise, see each sweep's "
-                  "comparisons): " + ", ".join(
-                      f"{r.sweep} {factors[r.sweep]}={r.value} ({r.gflops:.5f} GFLOPs, {r.acc_mean * 100:.2f} %, "
-                      f"{r.seeds} seed{'s' if r.seeds != 1 else ''})" for r in front.itertuples()) + ".", "",
-                  f"![pareto {dataset}, {budget}](figures/{path.name})", ""]
+        lines += wording.pareto_front_lines(f"{dataset}, {budget}", front, factors, f"figures/{path.name}")
     return lines

@@ -13,6 +13,7 @@ of its own, no test can tell the settings' differences from the sittings', and t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -87,3 +88,27 @@ def sittings_line(check: SittingCheck | None, factor: str) -> str:
                 f"not interchangeable here, and a verdict that pools them can reflect when or where they trained.")
     return (f"Runs from {check.describe()}: no difference between sittings detected with the settings' own "
             f"differences taken out (F = {check.f:.2f}, p = {check.p:.2g}).")
+
+
+def sweeps_of_runs(tables: dict[str, pd.DataFrame]) -> dict[str, set[str]]:
+    """{run_id: the sweeps whose shown ok rows hold it}."""
+    found: dict[str, set[str]] = {}
+    for name, table in tables.items():
+        for run in table.loc[table["status"] == "ok", "run_id"].astype(str):
+            found.setdefault(run, set()).add(name)
+    return found
+
+
+def shared_settings(sweep: str, factor: str, verdict, ok: pd.DataFrame,
+                    sweeps_of: dict[str, set[str]]) -> list[tuple[Any, list[str]]]:
+    """[(setting, the other sweeps whose shown rows hold its runs)] for each setting a verdict decided (the best,
+    those it beats, those equivalent to it) whose runs other sweeps share through their run ids."""
+    if verdict is None or not sweeps_of or not (verdict.beats or verdict.equivalent):
+        return []
+    found = []
+    for value in [verdict.best, *verdict.beats, *verdict.equivalent]:
+        runs = ok.loc[ok[factor] == value, "run_id"].astype(str)
+        others = sorted(set().union(*(sweeps_of.get(r, set()) for r in runs)) - {sweep})
+        if others:
+            found.append((value, others))
+    return found

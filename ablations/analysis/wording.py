@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pandas as pd
+
 from ablations.analysis.findings import MIN_SHARE_SEEDS, POWER_DELTA, SweepFindings, pair_interval, pct
 from ablations.analysis.sequential import Decision, nominal_levels
 from ablations.analysis.stats import (
@@ -455,3 +457,87 @@ def figure_caption(f: SweepFindings, label: str, devices: str, shown: list[dict[
                   else f"not measured here: {f.cost_source}.")
                + f" Training wall time: median with the interquartile range over seeds.{copied}_")
     return caption
+
+
+def shared_line(factor: str, shared: list[tuple[Any, list[str]]]) -> str:
+    """The line naming the other sweeps whose verdicts rest on a verdict's runs (`sittings.shared_settings`);
+    '' if none."""
+    named = [f"{factor}={value}'s runs are also the {', '.join(others)} "
+             f"{'sweeps' if len(others) > 1 else 'sweep'}'{'' if len(others) > 1 else 's'}" for value, others in shared]
+    if not named:
+        return ""
+    return (f"Shared runs: {'; '.join(named)} (same run ids): one set of runs carries a verdict in each, so a "
+            f"lucky or unlucky draw of them moves all of those verdicts together.")
+
+
+def sharing_note(ok: pd.DataFrame, phase: bool) -> list[str]:
+    """Training wall times measured while other runs shared the device (JOBS > 1) say so; `phase`: the sweep
+    has a cost phase (whose figures were measured with nothing else running)."""
+    jobs = pd.to_numeric(ok["jobs"], errors="coerce") if "jobs" in ok else pd.Series(dtype=float)
+    shared = jobs[jobs > 1]
+    if shared.empty:
+        return []
+    return [f"Training wall times (`train_time_s`, `train_util_pct`) of {len(shared)} of these {len(ok)} runs were "
+            f"measured with up to {int(shared.max())} runs sharing the device (JOBS)"
+            + ("; the cost-phase figures were measured alone." if phase else "; no cost phase measured this sweep's "
+                                                                              "speed alone."), ""]
+
+
+def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
+    """The reference comparison's heading, what it compares and its table (`compare.compare_outs`' rows: one
+    per point both folders trained), with what the comparison could see; `margin`: the equivalence margin in
+    points."""
+    lines = ["## against the reference", "",
+             f"The same points (same model, recipe, data and seed) in `{reference}`, trained "
+             f"on another machine or at another commit; the difference is here − reference, with an "
+             f"interval over the common seeds (paired by seed) and the test images, each source counted once "
+             f"(one common seed: the test images' alone).", ""]
+    if not len(table):
+        return lines
+    family = int(table["family"].iloc[0])
+    lines[-2] += (f" The intervals are simultaneous: 95 % jointly over the {family} distinct point(s) compared "
+                  f"(Bonferroni, each at {100 * (1 - 0.05 / family):.2f} %), so a point is called higher or "
+                  f"lower only outside what chance over the whole table allows." if family > 1 else "")
+    here_in, there_in = (" + ".join(sorted(set(table[c]))) for c in ("dtype_a", "dtype_b"))
+    lines[-2] += (f" Trained in {here_in} here and in {there_in} in the reference" +
+                  (": a difference is the device's and the precision's together." if here_in != there_in else "."))
+    lines += ["| sweep | point | seeds | here % | reference % | here − reference (points) [simultaneous 95 % interval] | |",
+              "|---|---|---|---|---|---|---|"]
+    for r in table.itertuples():
+        verdict = {"A higher": "higher here", "B higher": "lower here"}.get(r.verdict, r.verdict)
+        if r.verdict == "same within noise" and -margin <= r.low_pts and r.high_pts <= margin:   # all inside
+            verdict = f"equivalent (within ±{margin:g})"
+        lines.append(f"| {r.sweep} | {r.point} | {r.seeds} | {100 * r.acc_a:.2f} | {100 * r.acc_b:.2f} | "
+                     f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}] | {verdict} |")
+    half = ((table["high_pts"] - table["low_pts"]) / 2).median()
+    return lines + ["", f"What this comparison could see: its intervals' median half-width is {half:.2f} points, so "
+                        f"\"same within noise\" says no difference of about that size was found, not that the two "
+                        f"agree; a point is called equivalent only where its whole interval lies within ±{margin:g} "
+                        f"points (more common seeds narrow the intervals).", ""]
+
+
+def not_compared_line(sweep: str, differs: str) -> str:
+    """A sweep both folders hold with no run in common; `differs`: what its runs differ in."""
+    return f"- {sweep}: no run in common with the reference, whose runs differ in {differs} (here vs reference): not compared."
+
+
+def pareto_left_out(single: list[str]) -> list[str]:
+    return [f"Left out: {', '.join(single)} (one setting each: nothing to trade off).", ""]
+
+
+def pareto_groups(groups: dict[tuple[str, str], list[str]]) -> list[str]:
+    """{(dataset, budget): its sweeps}, more than one group: why each gets its own front."""
+    return [f"The sweeps cover {len(groups)} datasets or training budgets ("
+            + "; ".join(f"{d}, {b}: {', '.join(sweeps)}" for (d, b), sweeps in groups.items())
+            + "): each gets its own front and figure, since accuracies on other test sets or after other "
+              "training are not on one scale.", ""]
+
+
+def pareto_front_lines(group: str, front: pd.DataFrame, factors: dict[str, str], figure: str) -> list[str]:
+    """One group's Pareto front of setting means (`report.setting_means` rows) and its figure."""
+    return [f"**{group}**: Pareto front of the setting means (no setting is both cheaper and more "
+            "accurate on average over its seeds; a front point's lead can be inside the noise, see each sweep's "
+            "comparisons): " + ", ".join(
+                f"{r.sweep} {factors[r.sweep]}={r.value} ({r.gflops:.5f} GFLOPs, {r.acc_mean * 100:.2f} %, "
+                f"{r.seeds} seed{'s' if r.seeds != 1 else ''})" for r in front.itertuples()) + ".", "",
+            f"![pareto {group}]({figure})", ""]

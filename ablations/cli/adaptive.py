@@ -30,14 +30,14 @@ from ablations.specs import Point, SweepSpec
 from bench.env import resolve_device
 
 
-def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, plan: dict[str, Any],
+def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, design: dict[str, Any],
                  spec: SweepSpec | None = None) -> tuple[Design, tuple[str, ...]]:
     """The design on this sweep's finished runs, keyed by point label, and the settings left out (diverged):
-    the runs are those of these points under these options at the plan's seeds (the same run ids the
+    the runs are those of these points under these options at the design's seeds (the same run ids the
     command trains), read from the table and their saved predictions. A sweep that tunes (`spec.tune`)
     trains every grid value at the first look's seeds, picks each setting's value on them
     (`designs.select`), and the design runs over the picks alone."""
-    every = make_tasks(points, dataclasses.replace(options, seeds=tuple(plan["seeds"]), point_seeds=()))
+    every = make_tasks(points, dataclasses.replace(options, seeds=tuple(design["seeds"]), point_seeds=()))
     mine = {t.run_id: t for t in every}
     read = Tables(paths.out)   # read afresh: the runs of the looks so far
     latest = None
@@ -46,23 +46,23 @@ def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, pl
         latest = latest.assign(run_id=latest["run_id"].astype(str))
         latest = latest[latest["run_id"].isin(list(mine))]
     if spec is not None and spec.tune:
-        points, need = _picks(spec, points, latest, mine, plan)
+        points, need = _picks(spec, points, latest, mine, design)
         if need:
-            return Design([], {}, need, tuple(plan["looks"])), ()
+            return Design([], {}, need, tuple(design["looks"])), ()
     rows: list[tuple[Hashable, int, str, str]] = []
     if latest is not None:
         labels = {p.label for p in points}
         rows = [(mine[rid].point.label, mine[rid].seed, str(status), rid)
                 for rid, status in zip(latest["run_id"], latest["status"]) if mine[rid].point.label in labels]
     runs, left_out = gather(rows, [p.label for p in points], paths)
-    return replay_design(runs, plan), left_out
+    return replay_design(runs, design), left_out
 
 
 def _picks(spec: SweepSpec, points: list[Point], latest: pd.DataFrame | None, mine: dict[str, Task],
-           plan: dict[str, Any]) -> tuple[list[Point], dict[Hashable, list[int]]]:
+           design: dict[str, Any]) -> tuple[list[Point], dict[Hashable, list[int]]]:
     """(each setting's picked point, {}) once every grid value has run at the first look's seeds, else
     ([], the seeds each grid point still needs)."""
-    first = first_look_seeds(plan)
+    first = first_look_seeds(design)
     done = {(mine[rid].point.label, mine[rid].seed) for rid in latest["run_id"]} if latest is not None else set()
     need = {p.label: [s for s in first if (p.label, s) not in done] for p in points}
     need = {k: v for k, v in need.items() if v}
@@ -86,35 +86,35 @@ def dry_run_line(auto: AutoSeeds, points: int, spec: SweepSpec) -> str:
             f"the list shows each point at the most seeds it may train")
 
 
-def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[tuple[str, list[Point]]],
+def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points: list[tuple[str, list[Point]]],
                  options: dict[str, RunOptions], auto: dict[str, AutoSeeds], run_all: Callable[..., tuple],
                  executor: Executor | None = None) -> tuple[list[SweepSummary] | None, int]:
     """Sweeps of which some (`auto`) train under adaptive seeds: look by look, replay each such sweep's design
     on its finished runs and train the seeds it asks for; the sweeps with fixed seeds train beside the first
-    look. Every point stays in its plan, so each look's cost phase is the first one, reused. The summaries
-    of all looks merged, or (None, status) as `run_all` (the command's way to train a step of plans)."""
+    look. Every point stays in the command, so each look's cost phase is the first one, reused. The summaries
+    of all looks merged, or (None, status) as `run_all` (the command's way to train a step of sweep_points)."""
     from ablations.analysis.sequential import describe  # the statistics load only for adaptive seeds
     from ablations.analysis.stats import ALPHA, MARGIN
 
-    classes = plans[0][1][0].model.num_classes if plans and plans[0][1] else None
-    points_of = dict(plans)
-    plan = {spec.name: seed_design.new_design(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
+    classes = sweep_points[0][1][0].model.num_classes if sweep_points and sweep_points[0][1] else None
+    points_of = dict(sweep_points)
+    designs = {spec.name: seed_design.new_design(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
                                              experiment_of(points_of[spec.name], options[spec.name]))
             for spec in specs if spec.name in auto}
-    for name in plan:
-        seed_design.write_design(SweepPaths.of(args.out, name), plan[name])
+    for name in designs:
+        seed_design.write_design(SweepPaths.of(args.out, name), designs[name])
     merged: dict[str, SweepSummary] = {}
     asked_before: dict[str, dict] = {}
     # a look per step, and a step more for each look whose lost runs are retried: past that, unfinished
-    limit = 2 * (max(len(p["looks"]) for p in plan.values()) + 1)
+    limit = 2 * (max(len(p["looks"]) for p in designs.values()) + 1)
     for step in itertools.count():
         asked: dict[str, dict] = {}
-        for name, points in plans:
-            if name not in plan:
+        for name, points in sweep_points:
+            if name not in designs:
                 if step == 0:
                     asked[name] = {p.label: options[name].seeds for p in points}
                 continue
-            design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name), plan[name],
+            design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name), designs[name],
                                             next(s for s in specs if s.name == name))
             print(describe(design, name, left_out), file=sys.stderr)
             if design.need:
@@ -134,13 +134,13 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], plans: list[t
         # every sweep of the command in every look (those not asked for runs train none), so that each look's
         # cost phase is the first look's, reused, and every row carries its config's figures from that sitting
         step_options = {name: dataclasses.replace(options[name], point_seeds=tuple(
-            (p.label, tuple(asked.get(name, {}).get(p.label, ()))) for p in points)) for name, points in plans}
-        results, status = run_all(args, plans, step_options, locked=True, started=executor)
+            (p.label, tuple(asked.get(name, {}).get(p.label, ()))) for p in points)) for name, points in sweep_points}
+        results, status = run_all(args, sweep_points, step_options, locked=True, started=executor)
         if results is None:
             return None, status
         for r in results:
             merged[r.sweep] = merged[r.sweep].merge(r) if r.sweep in merged else r
-    return [merged.get(name) or SweepSummary(name, SweepPaths.of(args.out, name)) for name, _ in plans], 0
+    return [merged.get(name) or SweepSummary(name, SweepPaths.of(args.out, name)) for name, _ in sweep_points], 0
 
 
 def experiment_of(points: list[Point], options: RunOptions) -> str:

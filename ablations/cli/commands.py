@@ -208,7 +208,7 @@ def _start_executor(args: argparse.Namespace) -> Executor:
     return executor
 
 
-def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
+def _run_all(args: argparse.Namespace, sweep_points: list[tuple[str, list[Point]]],
              options: dict[str, RunOptions], locked: bool = False,
              started: Executor | None = None) -> tuple[list[SweepSummary] | None, int]:
     """Every sweep, through one executor (`runner.run_sweeps`): (summaries, 0), or (None, exit status)
@@ -221,7 +221,7 @@ def _run_all(args: argparse.Namespace, plans: list[tuple[str, list[Point]]],
         return None, 2
     recorded: list[str] = []   # the runs written, as they are: what a stop keeps
     try:
-        return run_sweeps([(name, points, options[name]) for name, points in plans], executor, recorded=recorded,
+        return run_sweeps([(name, points, options[name]) for name, points in sweep_points], executor, recorded=recorded,
                           locked=locked), 0
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -291,22 +291,22 @@ def _prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
         specs = [SweepSpec.one_run("train", preset, model_changes, {})]
     else:
         specs = [dataclasses.replace(s, model_overrides={**s.model_overrides, **model_changes}) for s in specs]
-    plans = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes,
+    sweep_points = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes,
                                {**_train_changes(args), **train_changes}))
              for s in specs]  # every point of every sweep validated before any training
-    for name, points in plans:
+    for name, points in sweep_points:
         _check_recipes(name, points, data)
     _fetch_pretrained(args)
-    for spec, (_, points) in zip(specs, plans):
+    for spec, (_, points) in zip(specs, sweep_points):
         _check_init(args.init or spec.init, points)
-    return specs, plans, data, data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1],
+    return specs, sweep_points, data, data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1],
                                        digest=data.digest)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         names = [n for arg in args.sweeps for n in (default_sweeps() if arg == "default" else [arg])]
-        specs, plans, data, ident = _prepare(args, [load_spec(find_spec(name)) for name in dict.fromkeys(names)])
+        specs, sweep_points, data, ident = _prepare(args, [load_spec(find_spec(name)) for name in dict.fromkeys(names)])
     except (SpecError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -314,15 +314,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     auto = {name: s for name, s in seeds.items() if isinstance(s, AutoSeeds)}
     most = {name: s.most if isinstance(s, AutoSeeds) else s for name, s in seeds.items()}  # the most each may train
     options = {spec.name: _options(args, spec.init, ident, most[spec.name]) for spec in specs}
-    runs = sum(len(points) * len(most[name]) for name, points in plans)
+    runs = sum(len(points) * len(most[name]) for name, points in sweep_points)
     if runs > LARGE_RUNS and not (args.large or args.dry_run):
-        print(f"error: this command plans {'up to ' if auto else ''}{runs:,} runs "
-              f"({' + '.join(f'{n}: {len(p):,} settings × {len(most[n])} seed(s)' for n, p in plans)}), more than "
+        print(f"error: this command may train {'up to ' if auto else ''}{runs:,} runs "
+              f"({' + '.join(f'{n}: {len(p):,} settings × {len(most[n])} seed(s)' for n, p in sweep_points)}), more than "
               f"{LARGE_RUNS:,}; list them with --dry-run (DRY_RUN=1), shrink the grid, or pass --large (LARGE=1) to "
               f"train them all", file=sys.stderr)
         return 2
     if args.dry_run:
-        for name, points in plans:
+        for name, points in sweep_points:
             _dry_run(name, points, options[name])
             if name in auto:
                 from ablations.cli import adaptive  # the statistics load only for adaptive seeds
@@ -350,9 +350,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if auto:
             from ablations.cli import adaptive  # the statistics load only for adaptive seeds
 
-            results, status = adaptive.run_adaptive(args, specs, plans, options, auto, _run_all, executor)
+            results, status = adaptive.run_adaptive(args, specs, sweep_points, options, auto, _run_all, executor)
         else:
-            results, status = _run_all(args, plans, options, locked=True, started=executor)
+            results, status = _run_all(args, sweep_points, options, locked=True, started=executor)
         for spec in specs:
             keep_spec(SweepPaths.of(args.out, spec.name), spec.path)
     if results is None:

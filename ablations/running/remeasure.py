@@ -82,16 +82,16 @@ def measure_out(out: Path, plan: CostPlan, device: torch.device, graphs: bool = 
     """{sweep: (points measured, rows filled, rows trained on another device and left as they were)}; the
     phase itself goes to each sweep's cost table under its own device. ValueError naming `out` when it
     holds no finished run."""
-    plans = trained_points(out)
-    if not plans:
+    points_of = trained_points(out)
+    if not points_of:
         raise ValueError(f"--out {out}: no finished run under {out / 'ablations'}; run a sweep into it first")
     with contextlib.ExitStack() as locks:   # no sweep writes these tables meanwhile
-        for sweep in plans:
+        for sweep in points_of:
             locks.enter_context(sweep_lock(SweepPaths.of(out, sweep), sweep))
-        for sweep in plans:   # a table the rows' figures cannot be written into is said before measuring
+        for sweep in points_of:   # a table the rows' figures cannot be written into is said before measuring
             check_rewritable(SweepPaths.of(out, sweep).rows)
-        phases = run_cost_phases([(sweep, points, SweepPaths.of(out, sweep).cost) for sweep, points in plans.items()],
+        phases = run_cost_phases([(sweep, points, SweepPaths.of(out, sweep).cost) for sweep, points in points_of.items()],
                                  plan, device, progress=progress, graphs=graphs, reuse=False)
         name = environment(device)["device_name"]
-        return {sweep: (len(plans[sweep]), *fill_rows(SweepPaths.of(out, sweep).rows, phases[sweep], name))
-                for sweep in plans}
+        return {sweep: (len(points_of[sweep]), *fill_rows(SweepPaths.of(out, sweep).rows, phases[sweep], name))
+                for sweep in points_of}

@@ -132,7 +132,7 @@ class _Share:
                             [self.rows[rid] for rid in self.run_ids if rid in self.rows])
 
 
-def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
+def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
                fn: Callable[[Task, Dataset], Outcome] = execute, recorded: list[str] | None = None,
                locked: bool = False) -> list[SweepSummary]:
     """Run every missing point × seed of several sweeps with one executor; one summary per sweep.
@@ -147,16 +147,16 @@ def run_sweeps(plans: list[tuple[str, list[Point], RunOptions]], executor: Execu
     the caller still holds when a signal or an error ends the command. `locked`: the caller holds every
     sweep's lock already (a command that writes more of a sweep than its runs: its design file). Raises
     SweepError (another process runs one of the sweeps; OUT unusable) before any work."""
-    names = [name for name, _, _ in plans]
+    names = [name for name, _, _ in sweeps]
     if len(set(names)) != len(names):
         raise ValueError(f"sweeps {names}: each sweep may appear once in one command")
     executor = executor or LocalExecutor(ExecutorOptions(jobs=1))
     with contextlib.ExitStack() as locks:
-        for name, _, options in plans if not locked else ():
+        for name, _, options in sweeps if not locked else ():
             locks.enter_context(store.sweep_lock(SweepPaths.of(options.out, name), name))
-        tables = {out: store.Tables(out) for out in {Path(options.out) for _, _, options in plans}}
+        tables = {out: store.Tables(out) for out in {Path(options.out) for _, _, options in sweeps}}
         shares = [_prepare(name, points, options, executor.jobs or 1, tables[Path(options.out)])
-                  for name, points, options in plans]
+                  for name, points, options in sweeps]
         for share in shares:
             share.recorded = recorded
             if share.options.tensorboard:
@@ -241,13 +241,13 @@ def _warn_other_experiment(paths: SweepPaths, task: Task, table: pd.DataFrame) -
 
 def _cost_phases(shares: list[_Share]) -> None:
     """One cost phase (`cost.run_cost_phases`) over the sweeps with runs to do that measure alike (the
-    same plan, device and GRAPHS: all of one command's); each run's task takes its config's figures."""
+    same CostPlan, device and GRAPHS: all of one command's); each run's task takes its config's figures."""
     groups: dict[tuple, list[_Share]] = {}
     for share in shares:
         o = share.options
         if o.cost.rounds:
             groups.setdefault((o.cost, o.device, o.graphs, o.progress), []).append(share)
-    for (plan, device_name, graphs, progress), members in groups.items():
+    for (cost_plan, device_name, graphs, progress), members in groups.items():
         # the command's sweeps all, whichever have runs left: a later look of SEEDS=auto, or a rerun after some
         # sweeps finished, is the same sitting as the first (the phase id names the sweeps), found and reused
         if not any(share.todo for share in members):
@@ -255,7 +255,7 @@ def _cost_phases(shares: list[_Share]) -> None:
         device = resolve_device(device_name)
         first = members[0].options
         workload = (len(load_data(first).train_y), len(first.seeds))   # what the runs will train, for the budget
-        phases = run_cost_phases([(share.sweep, share.points, share.paths.cost) for share in members], plan,
+        phases = run_cost_phases([(share.sweep, share.points, share.paths.cost) for share in members], cost_plan,
                                  device, progress=progress, graphs=graphs, workload=workload)
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the driver keeps no cached blocks while the runs train

@@ -442,17 +442,22 @@ def test_rows_from_before_a_model_field_existed_are_the_same_experiment_as_new_r
                                         f"is reported as one experiment, the newest; use another OUT to keep both"]
 
 
-def test_runs_whose_validation_split_was_drawn_before_the_split_was_recorded_are_named_by_that_split():
-    """The committed reference's norm-tuned table: 18 tuning runs drawn before `holdout_split` existed (the random
-    draw, which their ids leave out) and the rest with the stratified split. The note names the field that differs and
-    what each side drew, not a bare 'the training recipe'."""
+def test_runs_whose_validation_split_was_drawn_before_the_split_was_recorded_are_named_by_that_split(tmp_path):
+    """The committed reference's norm-tuned table with 18 of its tuning runs written as before `holdout_split`
+    existed (the cell blank: the random draw, which their ids leave out) and trained earlier than the rest. The
+    note names the field that differs and what each side drew, not a bare 'the training recipe'."""
     from ablations.results.experiments import latest_rows, newest_experiment
     from ablations.specs import find_spec, load_spec
 
     spec = load_spec(find_spec("norm-tuned"))
     table = latest_rows(read_table(ROOT / "results" / "reference" / "ablations" / "norm-tuned.csv"))
-    kept, notes = newest_experiment(table, spec.varied)
-    assert len(table) - len(kept) == 18 and (kept["holdout_split"] == "stratified").all()
+    table = table[table["holdout_split"] == "stratified"].reset_index(drop=True)
+    older = table.index < 18
+    table.loc[older, "holdout_split"] = None
+    table.loc[older, "started_at"] = "2026-01-01T00:00:00+00:00"
+    table.to_csv(tmp_path / "norm-tuned.csv", index=False)
+    kept, notes = newest_experiment(read_table(tmp_path / "norm-tuned.csv"), spec.varied)
+    assert len(kept) == len(table) - 18 and (kept["holdout_split"] == "stratified").all()
     assert notes == ["18 run(s) of another experiment (holdout_split random vs stratified) left "
                                          "out: a table is reported as one experiment, the newest; use another OUT "
                                          "to keep both"]

@@ -174,7 +174,6 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: P
     ok = ok_rows(rows)
     seeds = sorted({int(s) for s in ok["seed"]})
     devices = ", ".join(f"{d} ({n})" for d, n in ok.groupby(["device", "device_name"]).size().index)
-    test = f"{f.test_size:,} test images" if f.test_size else "test-set size not recorded"
     fig = figures / f"{sweep}.png"
     history = read.history(sweep) if paths.history.exists() else None
     classes = int(pd.to_numeric(ok["num_classes"], errors="coerce").max()) if "num_classes" in ok and \
@@ -189,8 +188,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: P
                          + (" (not converged)" if learning else ""))
     else:
         figs.sweep_figure(shown, fig, spec.label, device=devices, note="not converged" if learning else "")
-    lines = [f"Seeds {seed_ranges(seeds)}; {', '.join(sorted(ok['dataset'].astype(str).unique()))}, "
-             f"{test}; device {devices}.", "",
+    lines = [wording.runs_line(seed_ranges(seeds), sorted(ok["dataset"].astype(str).unique()), f.test_size, devices), "",
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
              unconverged_headline(wording.verdict_sentence(f)) if learning else wording.verdict_sentence(f), "",
              *([learning, ""] if learning else []), *([design_note, ""] if design_note else []),
@@ -255,25 +253,7 @@ def _phases_section(read: Tables) -> list[str]:
     table = read.phases()
     if table.empty:
         return []
-    lines = ["Training phases on a GPU (the whole device while a command's runs trained side by side; the newest "
-             f"{min(PHASES_SHOWN, len(table))} of {len(table)}):", "",
-             "| when | sweeps | runs at once | images | s | busy % | W | J per image (window s) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in table.tail(PHASES_SHOWN).to_dict("records"):
-        energy = (f"{float(r['energy_j_per_img']):.2g} ({float(r['energy_window_s']):.1f})"
-                  if str(r.get("energy_j_per_img") or "") not in ("", "nan") else "—")
-        lines.append(f"| {r['when']} | {r['sweeps']} | {r['jobs']} | {int(float(r['images'])):,} | "
-                     f"{float(r['wall_s']):.1f} | {_or_dash(_float(r.get('util_pct')), '.0f')} | "
-                     f"{_or_dash(_float(r.get('power_w')), '.0f')} | {energy} |")
-    return lines + ["", "Busy %: NVML's samples wholly inside the phase; power and energy: the GPU's energy counter "
-                        "between two of its ticks at least 1 s apart (— where the phase held no such window).", ""]
-
-
-def _float(value) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+    return wording.phases_lines(table.tail(PHASES_SHOWN).to_dict("records"), len(table))
 
 
 def _either(make: str, cli: str) -> str:
@@ -298,10 +278,6 @@ def _lacking(out: Path, specs: dict[str, SweepSpec], tables: dict[str, pd.DataFr
     return absent, has_pos, has_bench, said
 
 
-def _or_dash(value, fmt: str) -> str:
-    return "—" if value is None or value != value else format(value, fmt)
-
-
 def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
     """`make bench` (pytest-benchmark: each backend's forward and training step) and `make bench-tokens`
     (throughput and memory against sequence length)."""
@@ -315,7 +291,7 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
                   "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU |", "|---|---|---|---|---|---|---|"]
         for _, r in ok.sort_values(["tokens", "mode", "attn"]).iterrows():
             lines.append(f"| {r.tokens} | {r.batch_size} | {r['mode']} | {r.attn} | {r.throughput_img_s:,.1f} | "
-                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {_or_dash(r.get('mfu'), '.2g')} |")
+                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {wording.or_dash(r.get('mfu'), '.2g')} |")
         lines.append("")
     else:
         lines += [f"_Missing: `{suite}`; `make bench` (`vitbench bench run`) produces it._", ""]

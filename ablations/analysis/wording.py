@@ -541,3 +541,36 @@ def pareto_front_lines(group: str, front: pd.DataFrame, factors: dict[str, str],
                 f"{r.sweep} {factors[r.sweep]}={r.value} ({r.gflops:.5f} GFLOPs, {r.acc_mean * 100:.2f} %, "
                 f"{r.seeds} seed{'s' if r.seeds != 1 else ''})" for r in front.itertuples()) + ".", "",
             f"![pareto {group}]({figure})", ""]
+
+
+def runs_line(seeds: str, datasets: list[str], test_size: int | None, devices: str) -> str:
+    """A sweep section's first line: its seeds, data, test-set size and devices."""
+    test = f"{test_size:,} test images" if test_size else "test-set size not recorded"
+    return f"Seeds {seeds}; {', '.join(datasets)}, {test}; device {devices}."
+
+
+def _float(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def or_dash(value, fmt: str) -> str:
+    return "—" if value is None or value != value else format(value, fmt)
+
+
+def phases_lines(shown: list[dict[str, Any]], total: int) -> list[str]:
+    """The newest training phases on a GPU (`store.PHASES` rows, as dicts) of `total` recorded."""
+    lines = ["Training phases on a GPU (the whole device while a command's runs trained side by side; the newest "
+             f"{len(shown)} of {total}):", "",
+             "| when | sweeps | runs at once | images | s | busy % | W | J per image (window s) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in shown:
+        energy = (f"{float(r['energy_j_per_img']):.2g} ({float(r['energy_window_s']):.1f})"
+                  if str(r.get("energy_j_per_img") or "") not in ("", "nan") else "—")
+        lines.append(f"| {r['when']} | {r['sweeps']} | {r['jobs']} | {int(float(r['images'])):,} | "
+                     f"{float(r['wall_s']):.1f} | {or_dash(_float(r.get('util_pct')), '.0f')} | "
+                     f"{or_dash(_float(r.get('power_w')), '.0f')} | {energy} |")
+    return lines + ["", "Busy %: NVML's samples wholly inside the phase; power and energy: the GPU's energy counter "
+                        "between two of its ticks at least 1 s apart (— where the phase held no such window).", ""]

@@ -277,6 +277,12 @@ def test_the_validation_split_is_stratified_by_class_and_a_random_split_keeps_it
         TrainConfig(holdout=0.2, holdout_split="x")
 
 
+def later(table) -> str:
+    """A start time after every row of `table`: a row appended now is the newest, whenever the table was trained."""
+    newest = pd.to_datetime(table["started_at"], utc=True).max()
+    return (newest + pd.Timedelta(hours=1)).isoformat()
+
+
 # --- results folders from before the recipe columns -------------------------------------------------
 
 def test_an_old_results_folder_is_read_appended_to_and_reported(tmp_path):
@@ -293,7 +299,7 @@ def test_an_old_results_folder_is_read_appended_to_and_reported(tmp_path):
     assert (old["infer_batch_size"] == 256).all() and old["batch_size"].isna().all()
     # append a row of today's format: the header grows, the old rows keep their cells
     new = old.iloc[0].to_dict()
-    new.update(run_id="abcdef012345", seed=7, started_at="2026-11-23T23:00:00+00:00", batch_size=64,
+    new.update(run_id="abcdef012345", seed=7, started_at=later(old), batch_size=64,
                infer_batch_size=256, weight_decay=0.05, grad_clip=1.0, val_acc=None, mode=None)
     target = np.load(paths.preds / f"{old.iloc[0]['run_id']}.npz")["target"]
     record(Outcome(new, [], None, save_preds(target, target)), paths)
@@ -425,7 +431,7 @@ def test_rows_from_before_a_model_field_existed_are_the_same_experiment_as_new_r
     paths = SweepPaths.of(out, "depth")
     table.to_csv(paths.rows, index=False)
     new = {k: None if isinstance(v, float) and v != v else v for k, v in table.iloc[0].to_dict().items()}  # a row: no NaN
-    new.update(run_id="abcdef012345", seed=7, started_at="2026-11-25T23:00:00+00:00", attn_dropout=0.0, qkv_bias=True)
+    new.update(run_id="abcdef012345", seed=7, started_at=later(table), attn_dropout=0.0, qkv_bias=True)
     target = np.load(paths.preds / f"{table.iloc[0]['run_id']}.npz")["target"]
     record(Outcome(new, [], None, save_preds(target, target)), paths)
     from ablations.results.experiments import newest_experiment

@@ -21,7 +21,7 @@ from ablations.analysis.budget import (
     still_learning,
     unconverged_headline,
 )
-from ablations.analysis.findings import POWER_DELTA, seed_ranges
+from ablations.analysis.findings import POWER_DELTA, REAL_DISPERSION, seed_ranges
 from ablations.analysis.stats import CHANCE_SDS, MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
 from ablations.choices import AUGMENTATION, LOOKS, default_augmentation, say, with_makefile
 from ablations.results import seed_design
@@ -402,10 +402,12 @@ def _method_checks() -> str:
   simultaneous over the points compared (Bonferroni); it states the intervals' median half-width (what
   difference it could have seen) and calls a point equivalent only where its whole interval lies within the
   margin.
-- **Lucky draws (◊).** Runs of one setting differ at least by coin flips: images that a run gets right or wrong
-  by chance. A setting whose runs agree more closely than that is marked ◊ (its interval is likely too narrow):
-  an exact test given each image's count of right answers, comparing the runs' spread with its spread over
-  1,000 random placements of those answers among the runs (at most 5 % of them as tight).
+- **Lucky draws (◊).** Runs of one setting differ by coin flips: images that a run gets right or wrong by
+  chance. A setting whose runs agree more closely than runs of one setting do is marked ◊ (its interval is likely
+  too narrow): a test given each image's count of right answers, comparing the runs' spread with its spread over
+  1,000 random placements of those answers among the runs (at most 5 % of them as tight), each scaled by
+  {REAL_DISPERSION:g}: trained runs spread less than independent coin flips (0.70 of their variance on the
+  reference's 48 same-setting seeds), and the flag takes one standard error below that.
 - **Budget.** A sweep's runs are labelled **not converged**, in the verdict's headline, the figure and a line
   saying why, where the last epoch raised test accuracy by more than {100 * STILL_LEARNING:g} point (mean over
   runs), where the last training loss is above {FAR_FROM_FIT:.0%} of the loss of guessing (ln classes; a cosine

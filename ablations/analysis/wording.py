@@ -281,8 +281,8 @@ def table_markdown(f: SweepFindings) -> str:
                      f"{CHANCE_SDS:g} s.d.).")
     lucky = [s for s in f.settings if s.lucky]
     if lucky:
-        lines.append("◊ possibly a lucky draw: its runs agree more closely than the coin flips on borderline images "
-                     "alone let runs of one setting agree 95 % of the time (" + "; ".join(
+        lines.append("◊ possibly a lucky draw: its runs agree more closely than runs of one setting agree 95 % of "
+                     "the time (coin flips on borderline images, at the spread real runs show; " + "; ".join(
                          f"{s.value}: s.d. {100 * s.lucky[0]:.2f} against {100 * s.lucky[1]:.2f} points"
                          for s in lucky) + "), so its interval is likely too narrow; more seeds would show.")
     lines += ["", *speed, "", f"Speed: {f.cost_source}, median [Q1, Q3] (busy %: GPU utilisation from NVML on "

@@ -13,7 +13,7 @@ import torch
 from conftest import write_spec
 from helpers import run_sweep, write_old_format
 
-from ablations.analysis import designs, report
+from ablations.analysis import designs, report, wording
 from ablations.analysis.stats import interaction_contrasts
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, Tables, record, save_preds
@@ -215,14 +215,14 @@ def test_tuning_picks_by_validation_accuracy_never_test_accuracy_and_warns_at_th
     assert picks == {"pre": (2e-3,), "post": (4e-3,)}
     assert sorted(kept.groupby("norm")["lr"].unique().map(tuple).items()) == [("post", (4e-3,)), ("pre", (2e-3,))]
     assert len(kept) == 6 and tuning.val_size == 144
-    text = "\n".join(designs.tuning_lines(tuning, spec.factor, "x.png"))
+    text = "\n".join(wording.tuning_lines(tuning, spec.factor, "x.png"))
     assert "**Widen the grid**: post picked lr=0.004" in text and "pre picked" not in text
     assert "| pre | lr=0.002 |" in text and "144 images, 10 % of it, drawn at random" in text
     assert "those of the runs that made each pick" in text and "A close pick" not in text
     # post leads its runner-up by 0.3 points: under one image per seed of 144 (0.69 points)
     val[("post", 2e-3)] = 0.877
     _, tuning = designs.select(spec, tuned_rows(spec, val, test).assign(holdout_split="stratified"))
-    text = "\n".join(designs.tuning_lines(tuning, spec.factor, "x.png"))
+    text = "\n".join(wording.tuning_lines(tuning, spec.factor, "x.png"))
     assert "**A close pick**: post leads lr=0.002 by 0.30 points" in text and "stratified by class" in text
     assert "less than one validation image per seed (0.69 points)" in text
     rows = tuned_rows(spec, val, test).assign(val_acc=np.nan)
@@ -236,7 +236,7 @@ def test_tuning_picks_by_validation_accuracy_never_test_accuracy_and_warns_at_th
     pre = next(c for c in tuning.choices if c.setting == "pre")
     per_seed = np.array([0.91, 0.95, 0.99]) - (0.91 + 0.001 * np.arange(3))   # against lr=0.004, paired by seed
     assert pre.lead_se == pytest.approx(per_seed.std(ddof=1) / np.sqrt(3))
-    text = "\n".join(designs.tuning_lines(tuning, spec.factor, "x.png"))
+    text = "\n".join(wording.tuning_lines(tuning, spec.factor, "x.png"))
     assert (f"**A close pick**: pre leads lr=0.004 by {100 * pre.lead:.2f} points of mean validation accuracy, under 2 "
             f"standard errors of that lead over seeds ({200 * pre.lead_se:.2f} points)") in text
 

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablations.analysis.sittings import ALPHA_SITTINGS, SITTING_COLUMNS, check_sittings, sittings_line
+from ablations.analysis.sittings import ALPHA_SITTINGS, SITTING_COLUMNS, check_sittings
+from ablations.analysis.wording import sittings_line
 
 
 def sweep(rng, shift=0.0, settings=(0.0, 0.2, 0.4, 0.1), seeds=12, sd=0.3, split=6):

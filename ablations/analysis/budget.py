@@ -1,4 +1,4 @@
-"""Whether a sweep's runs had converged, and the words that say it: runs still learning at their last epoch,
+"""Whether a sweep's runs had converged (`wording.unconverged_headline` says it): runs still learning at their last epoch,
 runs far from fitting their training set, and runs well below the same model trained for more epochs in the
 same OUT. A verdict on such runs is this budget's, and its headline says so."""
 
@@ -10,23 +10,6 @@ import numpy as np
 import pandas as pd
 
 from ablations.results.experiments import budget_key
-
-UNCONVERGED_HEADS = (("**Best of the settings in the design: ", "**Not converged — best at this budget of the settings "
-                                                               "in the design: "),
-                     ("**Best: ", "**Not converged — best at this budget: "),
-                     ("**Inconclusive: ", "**Not converged — inconclusive at this budget: "),
-                     ("**Equivalent within ", "**Not converged — equivalent at this budget within "),
-                     ("**Identical: ", "**Not converged — identical at this budget: "),
-                     ("**No verdict**", "**No verdict (not converged)**"))
-
-
-def unconverged_headline(verdict: str) -> str:
-    """A verdict's bold headline saying that its runs had not converged: its answer is this budget's."""
-    for head, said in UNCONVERGED_HEADS:
-        if verdict.startswith(head):
-            return said + verdict[len(head):]
-    return "**Not converged.** " + verdict
-
 
 STILL_LEARNING = 0.01   # a last epoch that raised test accuracy by more than this (mean over runs): not converged
 

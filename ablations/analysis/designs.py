@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ablations.analysis.findings import load_correct, pct, seed_ranges
-from ablations.analysis.stats import ALPHA, MARGIN, Comparison, Outcome, detectable_difference, interaction_contrasts
+from ablations.analysis.findings import load_correct
+from ablations.analysis.stats import MARGIN, Comparison, detectable_difference, interaction_contrasts
 from ablations.results.store import ok_rows
 from ablations.specs import SweepSpec
 
 
-def _text(value) -> str:
+def label_text(value) -> str:
     """A factor value as a label: 7 (not 7.0), 0.001, pre."""
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
@@ -32,7 +32,7 @@ def _text(value) -> str:
 
 
 def setting_label(values: Sequence) -> str:
-    return " × ".join(_text(v) for v in values)
+    return " × ".join(label_text(v) for v in values)
 
 
 def with_settings(spec: SweepSpec, rows: pd.DataFrame) -> pd.DataFrame:
@@ -155,41 +155,6 @@ def close_pick(c: Choice, image: float | None) -> str:
     return ""
 
 
-def tuning_lines(t: Tuning, factor: str, figure_name: str) -> list[str]:
-    """The report's account of a tuning: the split, each setting's pick, and any pick at a grid's edge."""
-    grid = "; ".join(f"{name} ∈ {{{', '.join(_text(v) for v in g)}}}" for name, g in zip(t.fields, t.grids))
-    size = f"{t.val_size:,} images, " if t.val_size else ""
-    drawn = "stratified by class" if t.split == "stratified" else "drawn at random, not stratified by class"
-    lines = [f"Tuned: every setting was trained at each {grid} on the training set less a validation split "
-             f"({size}{100 * t.holdout:.0f} % of it, {drawn}, the same split for every run), and is compared below "
-             f"at the value its mean validation accuracy over seeds picks (never the test set). The test "
-             f"accuracies below are those of the runs that made each pick: a seed that did well on validation "
-             f"may do well on test too, so they can lean slightly high."
-             + (f" Under SEEDS=auto the picks were made at the first look, on seeds {seed_ranges(list(t.picked_on))}; "
-                f"only the picks trained more seeds after it." if t.picked_on else ""), "",
-             f"| {factor} | picked | validation accuracy % at each value (seeds) |", "|---|---|---|"]
-    for c in t.choices:
-        picked = ", ".join(f"{n}={_text(v)}" for n, v in zip(t.fields, c.chosen))
-        curve = "; ".join(f"{setting_label(k)}: {pct(acc)} ({c.seeds[k]})" for k, acc in c.curve.items())
-        lines.append(f"| {_text(c.setting)} | {picked} | {curve} |")
-    lines.append("")
-    for c in t.choices:
-        for name in c.at_edge:
-            lines.append(f"- **Widen the grid**: {_text(c.setting)} picked {name}="
-                         f"{_text(c.chosen[t.fields.index(name)])}, an end of its grid; a value beyond it may be "
-                         f"better, so this setting may be compared below its best.")
-    image = 1 / t.val_size if t.val_size else None
-    for c in t.choices:
-        why = close_pick(c, image)
-        if why:
-            runner = ", ".join(f"{n}={_text(v)}" for n, v in zip(t.fields, c.runner_up))
-            lines.append(f"- **A close pick**: {_text(c.setting)} leads {runner} by {100 * c.lead:.2f} points of mean "
-                         f"validation accuracy, {why}: another split or another seed could pick the other.")
-    if any(c.at_edge for c in t.choices) or any(close_pick(c, image) for c in t.choices):
-        lines.append("")
-    return lines + [f"![tuning](figures/{figure_name})", ""]
-
-
 # --- two-factor grids ------------------------------------------------------------------------------
 
 @dataclass
@@ -233,35 +198,3 @@ def _order_key(spec: SweepSpec, i: int, value) -> tuple:
     flat = [v for lv in levels for v in lv]
     index = next((k for k, v in enumerate(flat) if _close(v, value)), len(flat))
     return (index, str(value))
-
-
-def interaction_lines(it: Interaction) -> list[str]:
-    a, b = it.factors
-    if it.contrasts is None:
-        return [f"**Interaction of {a} and {b}: no test** ({it.reason}).", ""]
-    shown = [c for c in it.contrasts if c.p_holm < ALPHA]
-    within = f"±{100 * it.margin:g} points"
-    a1, b1 = it.levels[0][0], it.levels[1][0]
-    table = [f"| {a} | {b} | difference of differences (points) [95 % interval] | Holm p: differ / within {within} "
-             f"| verdict |", "|---|---|---|---|---|"]
-    for c in it.contrasts:
-        (ai, bj) = c.a
-        outcome = "interaction" if c.outcome() in (Outcome.BETTER, Outcome.WORSE) else c.outcome()
-        table.append(f"| {_text(ai)} | {_text(bj)} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}] | "
-                     f"{c.p_holm:.3f} / {c.p_equiv_holm:.3f} | {outcome} |")
-    what = (f"each row: ({a}={{a}} − {a}={_text(a1)}) at {b}={{b}} minus the same at {b}={_text(b1)}; 0 where the "
-            f"effect of {a} does not depend on {b}")
-    if shown:
-        cells = ", ".join(f"{a}={_text(c.a[0])} at {b}={_text(c.a[1])} ({100 * c.diff:+.2f} points)" for c in shown)
-        head = (f"**Interaction of {a} and {b} detected** (Holm-adjusted p < {ALPHA}): the effect of {a} depends on "
-                f"{b}: {cells}.")
-    elif all(c.p_equiv_holm < ALPHA for c in it.contrasts):
-        head = (f"**No interaction of {a} and {b} beyond {within}**: every difference of differences is shown "
-                f"within {within} (two one-sided tests, Holm-adjusted); read each factor's effect as the same at "
-                f"every level of the other, up to that margin.")
-    else:
-        head = (f"**Interaction of {a} and {b}: inconclusive.** No difference of differences is detected (smallest "
-                f"detectable with these seeds and test images ≈ {100 * it.detectable:.1f} points at 80 % power), "
-                f"but not every one is shown within {within} either: this does not show that each factor's effect "
-                f"is the same at every level of the other.")
-    return [head, "", *table, "", f"_{what.format(a='a', b='b')}._", ""]

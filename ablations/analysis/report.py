@@ -19,7 +19,6 @@ from ablations.analysis.budget import (
     STILL_LEARNING,
     below_longer_budget,
     still_learning,
-    unconverged_headline,
 )
 from ablations.analysis.findings import POWER_DELTA, REAL_DISPERSION, seed_ranges
 from ablations.analysis.stats import CHANCE_SDS, MARGIN, MIN_SEEDS, MIN_WIN_SEEDS, POWER, accuracy_interval
@@ -190,9 +189,9 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: P
         figs.sweep_figure(shown, fig, spec.label, device=devices, note="not converged" if learning else "")
     lines = [wording.runs_line(seed_ranges(seeds), sorted(ok["dataset"].astype(str).unique()), f.test_size, devices), "",
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
-             unconverged_headline(wording.verdict_sentence(f)) if learning else wording.verdict_sentence(f), "",
+             wording.unconverged_headline(wording.verdict_sentence(f)) if learning else wording.verdict_sentence(f), "",
              *([learning, ""] if learning else []), *([design_note, ""] if design_note else []),
-             *([sitting, ""] if (sitting := sittings.sittings_line(sittings.check_sittings(ok, factor), factor)) else []),
+             *([sitting, ""] if (sitting := wording.sittings_line(sittings.check_sittings(ok, factor), factor)) else []),
              *([shared, ""] if (shared := wording.shared_line(factor, sittings.shared_settings(sweep, factor, f.verdict, ok,
                                                                                 sweeps_of or {}))) else []),
              *([wording.cost_sentence(f), ""] if len(f.settings) > 1 else []),
@@ -217,7 +216,7 @@ def _tuning_lines(spec: SweepSpec, tuning: designs.Tuning, figures: Path) -> lis
     picks = {c.setting: c.chosen for c in tuning.choices}
     fig = figs.tuning_curves(curves, picks, ", ".join(tuning.fields), figures / f"{spec.name}-tuning.png",
                              f"{spec.name}: validation accuracy against {', '.join(tuning.fields)} (ring: the pick)")
-    return designs.tuning_lines(tuning, spec.factor, fig.name)
+    return wording.tuning_lines(tuning, spec.factor, fig.name)
 
 
 def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, paths: SweepPaths, figures: Path,
@@ -241,7 +240,7 @@ def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, pa
     it = designs.interaction(spec, ok, paths.preds, margin)
     return [f"![{spec.name} grid](figures/{fig.name})", "",
             f"_Accuracy: mean over seeds with its 95 % interval beneath. Training throughput: {source}._", "",
-            *designs.interaction_lines(it)]
+            *wording.interaction_lines(it)]
 
 
 PHASES_SHOWN = 5

@@ -74,22 +74,6 @@ def check_sittings(ok: pd.DataFrame, factor: str) -> SittingCheck | None:
     return SittingCheck(int(sitting.nunique()), varied, float(f), float(p), len(data))
 
 
-def sittings_line(check: SittingCheck | None, factor: str) -> str:
-    """The report's sentence on a sweep's sittings ('' where its runs come from one)."""
-    if check is None:
-        return ""
-    if check.p is None:
-        return (f"Runs from {check.describe()}, each setting's in a sitting of its own: a difference between "
-                f"{factor} settings here cannot be told apart from one between sittings.")
-    if check.differ:
-        return (f"**Runs differ by sitting.** These {check.runs} runs come from {check.describe()}; with the "
-                f"settings' own differences taken out their accuracy still differs between sittings (F = "
-                f"{check.f:.2f}, p = {check.p:.2g}), so runs of one setting trained at different times or places are "
-                f"not interchangeable here, and a verdict that pools them can reflect when or where they trained.")
-    return (f"Runs from {check.describe()}: no difference between sittings detected with the settings' own "
-            f"differences taken out (F = {check.f:.2f}, p = {check.p:.2g}).")
-
-
 def sweeps_of_runs(tables: dict[str, pd.DataFrame]) -> dict[str, set[str]]:
     """{run_id: the sweeps whose shown ok rows hold it}."""
     found: dict[str, set[str]] = {}

@@ -1,6 +1,8 @@
-"""The words and tables of a sweep's findings (`ablations.analysis.findings`): the verdict, design, chance,
-power and cost sentences, the settings' and pairs' tables and the outcome vocabulary, written from the numbers
-the analysis computed; `report.py` lays them out."""
+"""The words and tables of the report, written from the numbers the analysis computed: a sweep's findings
+(`ablations.analysis.findings`: the verdict, design, chance, power and cost sentences, the settings' and pairs'
+tables, the outcome vocabulary), its tuning and grid interaction (`designs`), its sittings and shared runs
+(`sittings`), the budget headline (`budget`), the reference comparison and the Pareto fronts; `report.py` lays
+them out."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from ablations.analysis.findings import MIN_SHARE_SEEDS, POWER_DELTA, SweepFindings, pair_interval, pct
+from ablations.analysis.designs import Interaction, Tuning, close_pick, label_text, setting_label
+from ablations.analysis.findings import MIN_SHARE_SEEDS, POWER_DELTA, SweepFindings, pair_interval, pct, seed_ranges
 from ablations.analysis.sequential import Decision, nominal_levels
+from ablations.analysis.sittings import SittingCheck
 from ablations.analysis.stats import (
     ALPHA,
     CHANCE_SDS,
@@ -574,3 +578,103 @@ def phases_lines(shown: list[dict[str, Any]], total: int) -> list[str]:
                      f"{or_dash(_float(r.get('power_w')), '.0f')} | {energy} |")
     return lines + ["", "Busy %: NVML's samples wholly inside the phase; power and energy: the GPU's energy counter "
                         "between two of its ticks at least 1 s apart (— where the phase held no such window).", ""]
+
+
+def tuning_lines(t: Tuning, factor: str, figure_name: str) -> list[str]:
+    """The report's account of a tuning: the split, each setting's pick, and any pick at a grid's edge."""
+    grid = "; ".join(f"{name} ∈ {{{', '.join(label_text(v) for v in g)}}}" for name, g in zip(t.fields, t.grids))
+    size = f"{t.val_size:,} images, " if t.val_size else ""
+    drawn = "stratified by class" if t.split == "stratified" else "drawn at random, not stratified by class"
+    lines = [f"Tuned: every setting was trained at each {grid} on the training set less a validation split "
+             f"({size}{100 * t.holdout:.0f} % of it, {drawn}, the same split for every run), and is compared below "
+             f"at the value its mean validation accuracy over seeds picks (never the test set). The test "
+             f"accuracies below are those of the runs that made each pick: a seed that did well on validation "
+             f"may do well on test too, so they can lean slightly high."
+             + (f" Under SEEDS=auto the picks were made at the first look, on seeds {seed_ranges(list(t.picked_on))}; "
+                f"only the picks trained more seeds after it." if t.picked_on else ""), "",
+             f"| {factor} | picked | validation accuracy % at each value (seeds) |", "|---|---|---|"]
+    for c in t.choices:
+        picked = ", ".join(f"{n}={label_text(v)}" for n, v in zip(t.fields, c.chosen))
+        curve = "; ".join(f"{setting_label(k)}: {pct(acc)} ({c.seeds[k]})" for k, acc in c.curve.items())
+        lines.append(f"| {label_text(c.setting)} | {picked} | {curve} |")
+    lines.append("")
+    for c in t.choices:
+        for name in c.at_edge:
+            lines.append(f"- **Widen the grid**: {label_text(c.setting)} picked {name}="
+                         f"{label_text(c.chosen[t.fields.index(name)])}, an end of its grid; a value beyond it may be "
+                         f"better, so this setting may be compared below its best.")
+    image = 1 / t.val_size if t.val_size else None
+    for c in t.choices:
+        why = close_pick(c, image)
+        if why:
+            runner = ", ".join(f"{n}={label_text(v)}" for n, v in zip(t.fields, c.runner_up))
+            lines.append(f"- **A close pick**: {label_text(c.setting)} leads {runner} by {100 * c.lead:.2f} points of mean "
+                         f"validation accuracy, {why}: another split or another seed could pick the other.")
+    if any(c.at_edge for c in t.choices) or any(close_pick(c, image) for c in t.choices):
+        lines.append("")
+    return lines + [f"![tuning](figures/{figure_name})", ""]
+
+
+def interaction_lines(it: Interaction) -> list[str]:
+    a, b = it.factors
+    if it.contrasts is None:
+        return [f"**Interaction of {a} and {b}: no test** ({it.reason}).", ""]
+    shown = [c for c in it.contrasts if c.p_holm < ALPHA]
+    within = f"±{100 * it.margin:g} points"
+    a1, b1 = it.levels[0][0], it.levels[1][0]
+    table = [f"| {a} | {b} | difference of differences (points) [95 % interval] | Holm p: differ / within {within} "
+             f"| verdict |", "|---|---|---|---|---|"]
+    for c in it.contrasts:
+        (ai, bj) = c.a
+        outcome = "interaction" if c.outcome() in (Outcome.BETTER, Outcome.WORSE) else c.outcome()
+        table.append(f"| {label_text(ai)} | {label_text(bj)} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}] | "
+                     f"{c.p_holm:.3f} / {c.p_equiv_holm:.3f} | {outcome} |")
+    what = (f"each row: ({a}={{a}} − {a}={label_text(a1)}) at {b}={{b}} minus the same at {b}={label_text(b1)}; 0 where the "
+            f"effect of {a} does not depend on {b}")
+    if shown:
+        cells = ", ".join(f"{a}={label_text(c.a[0])} at {b}={label_text(c.a[1])} ({100 * c.diff:+.2f} points)" for c in shown)
+        head = (f"**Interaction of {a} and {b} detected** (Holm-adjusted p < {ALPHA}): the effect of {a} depends on "
+                f"{b}: {cells}.")
+    elif all(c.p_equiv_holm < ALPHA for c in it.contrasts):
+        head = (f"**No interaction of {a} and {b} beyond {within}**: every difference of differences is shown "
+                f"within {within} (two one-sided tests, Holm-adjusted); read each factor's effect as the same at "
+                f"every level of the other, up to that margin.")
+    else:
+        head = (f"**Interaction of {a} and {b}: inconclusive.** No difference of differences is detected (smallest "
+                f"detectable with these seeds and test images ≈ {100 * it.detectable:.1f} points at 80 % power), "
+                f"but not every one is shown within {within} either: this does not show that each factor's effect "
+                f"is the same at every level of the other.")
+    return [head, "", *table, "", f"_{what.format(a='a', b='b')}._", ""]
+
+
+UNCONVERGED_HEADS = (("**Best of the settings in the design: ", "**Not converged — best at this budget of the settings "
+                                                               "in the design: "),
+                     ("**Best: ", "**Not converged — best at this budget: "),
+                     ("**Inconclusive: ", "**Not converged — inconclusive at this budget: "),
+                     ("**Equivalent within ", "**Not converged — equivalent at this budget within "),
+                     ("**Identical: ", "**Not converged — identical at this budget: "),
+                     ("**No verdict**", "**No verdict (not converged)**"))
+
+
+def unconverged_headline(verdict: str) -> str:
+    """A verdict's bold headline saying that its runs had not converged: its answer is this budget's."""
+    for head, said in UNCONVERGED_HEADS:
+        if verdict.startswith(head):
+            return said + verdict[len(head):]
+    return "**Not converged.** " + verdict
+
+
+def sittings_line(check: SittingCheck | None, factor: str) -> str:
+    """The report's sentence on a sweep's sittings ('' where its runs come from one)."""
+    if check is None:
+        return ""
+    if check.p is None:
+        return (f"Runs from {check.describe()}, each setting's in a sitting of its own: a difference between "
+                f"{factor} settings here cannot be told apart from one between sittings.")
+    if check.differ:
+        return (f"**Runs differ by sitting.** These {check.runs} runs come from {check.describe()}; with the "
+                f"settings' own differences taken out their accuracy still differs between sittings (F = "
+                f"{check.f:.2f}, p = {check.p:.2g}), so runs of one setting trained at different times or places are "
+                f"not interchangeable here, and a verdict that pools them can reflect when or where they trained.")
+    return (f"Runs from {check.describe()}: no difference between sittings detected with the settings' own "
+            f"differences taken out (F = {check.f:.2f}, p = {check.p:.2g}).")

@@ -19,7 +19,7 @@ from ablations.analysis.budget import (
 )
 from ablations.analysis.findings import seed_ranges
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, accuracy_interval
-from ablations.choices import AUGMENTATION, default_augmentation, say, with_makefile
+from ablations.choices import AUGMENTATION, default_augmentation, say
 from ablations.results import seed_design
 from ablations.results.experiments import differences, latest_rows, newest_experiment
 from ablations.results.schema import DEFAULT_WHEN_BLANK
@@ -250,10 +250,6 @@ def _phases_section(read: Tables) -> list[str]:
     return wording.phases_lines(table.tail(PHASES_SHOWN).to_dict("records"), len(table))
 
 
-def _either(make: str, cli: str) -> str:
-    return f"{make} or {cli}" if with_makefile() else cli
-
-
 def _lacking(out: Path, specs: dict[str, SweepSpec], tables: dict[str, pd.DataFrame]
              ) -> tuple[list[str], bool, bool, list[str]]:
     """(the sweeps with no table here, whether a pos sweep has finished runs, whether bench results exist, one
@@ -262,14 +258,7 @@ def _lacking(out: Path, specs: dict[str, SweepSpec], tables: dict[str, pd.DataFr
     has_pos = any(spec.factor == "pos" and name in tables and (tables[name]["status"] == "ok").any()
                   for name, spec in specs.items())
     has_bench = any((out / "bench" / name).exists() for name in ("pytest-benchmark.csv", "backends.csv"))
-    lacks = [f"the sweeps {', '.join(absent)} ({_either('`make ablate-<name>`', '`vitbench sweep <name>`')} trains "
-             f"one)" if absent else "",
-             "" if has_pos else f"the attention maps and position similarity (a sweep over pos: "
-                                f"{_either('`make ablate-pos`', '`vitbench sweep pos`')})",
-             "" if has_bench else f"the attention backends' benchmarks "
-                                  f"({_either('`make bench` and `make bench-tokens`', '`vitbench bench run`')})"]
-    said = [f"Not in this folder: {'; '.join(x for x in lacks if x)}.", ""] if any(lacks) else []
-    return absent, has_pos, has_bench, said
+    return absent, has_pos, has_bench, wording.lacking_lines(absent, has_pos, has_bench)
 
 
 def _bench_section(bench_dir: Path, figures: Path) -> list[str]:

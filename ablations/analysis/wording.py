@@ -35,7 +35,7 @@ from ablations.analysis.stats import (
     Outcome,
     seeds_to_decide,
 )
-from ablations.choices import LOOKS
+from ablations.choices import LOOKS, with_makefile
 from bench.contention import CONTENDED_PCT
 from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
 
@@ -826,3 +826,18 @@ Peak memory is the tensor-level peak of one step (CUDA
   5:311–320. C. Jennison & B. W. Turnbull (2000), Group Sequential Methods with Applications to Clinical
   Trials, Chapman & Hall.
 """
+
+
+def _either(make: str, cli: str) -> str:
+    return f"{make} or {cli}" if with_makefile() else cli
+
+
+def lacking_lines(absent: list[str], has_pos: bool, has_bench: bool) -> list[str]:
+    """What a partial OUT lacks and the command that produces each ([] when it lacks nothing)."""
+    lacks = [f"the sweeps {', '.join(absent)} ({_either('`make ablate-<name>`', '`vitbench sweep <name>`')} trains "
+             f"one)" if absent else "",
+             "" if has_pos else f"the attention maps and position similarity (a sweep over pos: "
+                                f"{_either('`make ablate-pos`', '`vitbench sweep pos`')})",
+             "" if has_bench else f"the attention backends' benchmarks "
+                                  f"({_either('`make bench` and `make bench-tokens`', '`vitbench bench run`')})"]
+    return [f"Not in this folder: {'; '.join(x for x in lacks if x)}.", ""] if any(lacks) else []

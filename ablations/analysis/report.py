@@ -264,41 +264,11 @@ def _lacking(out: Path, specs: dict[str, SweepSpec], tables: dict[str, pd.DataFr
 def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
     """`make bench` (pytest-benchmark: each backend's forward and training step) and `make bench-tokens`
     (throughput and memory against sequence length)."""
-    lines = ["## attention backends (bench)", ""]
-    suite = bench_dir / "pytest-benchmark.csv"
-    if suite.exists():
-        ok = read_rows(suite, BENCH_SCHEMA)
-        ok = ok_rows(ok)
-        lines += [f"`make bench` ({', '.join(sorted(ok['device_name'].astype(str).unique()))}, "
-                  f"{', '.join(sorted(ok['dtype'].astype(str).unique()))}; median step over pytest-benchmark's rounds):",
-                  "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU |", "|---|---|---|---|---|---|---|"]
-        for _, r in ok.sort_values(["tokens", "mode", "attn"]).iterrows():
-            lines.append(f"| {r.tokens} | {r.batch_size} | {r['mode']} | {r.attn} | {r.throughput_img_s:,.1f} | "
-                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {wording.or_dash(r.get('mfu'), '.2g')} |")
-        lines.append("")
-    else:
-        lines += [f"_Missing: `{suite}`; `make bench` (`vitbench bench run`) produces it._", ""]
-    tokens_csv = bench_dir / "backends.csv"
-    if tokens_csv.exists():
-        bench = read_rows(tokens_csv, BENCH_SCHEMA)
-        ok = bench[bench["status"] == "ok"]
-        tokens = sorted(ok["tokens"].unique())
-        devices = ", ".join(sorted(ok["device_name"].astype(str).unique()))
-        lines += [f"Against sequence length (`make bench-tokens`; {devices}, "
-                  f"{', '.join(sorted(ok['dtype'].astype(str).unique()))}):", "",
-                  "| attn | " + " | ".join(f"img/s @ {t} tok" for t in tokens) + " | "
-                  + " | ".join(f"peak MB @ {t} tok" for t in tokens) + " |", "|" + "---|" * (1 + 2 * len(tokens))]
-        for attn, g in ok.groupby("attn"):
-            by_t = g.groupby("tokens")
-            rate, mem = by_t["throughput_img_s"].median(), by_t["peak_mem_mb"].median()
-            lines.append(f"| {attn} | " + " | ".join(f"{rate.get(t, float('nan')):.2f}" for t in tokens) + " | "
-                         + " | ".join(f"{mem.get(t, float('nan')):.1f}" for t in tokens) + " |")
-        scaling = figs.backend_scaling(bench, figures / "backends.png")
-        lines += ["", f"![backends](figures/{scaling.name})", ""]
-    else:
-        lines += [f"_Missing: `{tokens_csv}`; `make bench-tokens` (`vitbench bench run --tokens 65,197,785 --batch-size 8 "
-                  f"--name backends`) produces it._", ""]
-    return lines
+    suite, tokens_csv = bench_dir / "pytest-benchmark.csv", bench_dir / "backends.csv"
+    steps = ok_rows(read_rows(suite, BENCH_SCHEMA)) if suite.exists() else None
+    bench = read_rows(tokens_csv, BENCH_SCHEMA) if tokens_csv.exists() else None
+    scaling = figs.backend_scaling(bench, figures / "backends.png").name if bench is not None else None
+    return wording.bench_lines(suite, steps, tokens_csv, bench, scaling)
 
 
 REQUIRED = ("run_id", "status", "seed", "started_at", "dataset", "device", "device_name", "torch_version",

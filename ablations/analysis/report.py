@@ -229,12 +229,12 @@ def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, pa
     phase = all(s.train.get("throughput_img_s") for s in f.settings)
     hosts = ", ".join(f"{h} ({n})" for h, n in ok.groupby(["host", "device_name"]).size().index) \
         if "host" in ok and ok["host"].notna().all() else devices
-    source = f"the training step in the {f.cost_source}" if phase else f"the runs' whole-run training throughput on {hosts}"
+    source = wording.throughput_source(f.cost_source if phase else None, hosts)
     fig = figs.grid_heatmaps(pd.DataFrame(cells), a, b, figures / f"{spec.name}-grid.png",
                              f"{spec.label} on {devices}: each cell's mean over seeds", throughput_from=source)
     it = designs.interaction(spec, ok, paths.preds, margin)
     return [f"![{spec.name} grid](figures/{fig.name})", "",
-            f"_Accuracy: mean over seeds with its 95 % interval beneath. Training throughput: {source}._", "",
+            wording.grid_caption(source), "",
             *wording.interaction_lines(it)]
 
 

@@ -878,3 +878,13 @@ def bench_lines(suite: Path, steps: pd.DataFrame | None, tokens_csv: Path, bench
         lines += [f"_Missing: `{tokens_csv}`; `make bench-tokens` (`vitbench bench run --tokens 65,197,785 --batch-size 8 "
                   f"--name backends`) produces it._", ""]
     return lines
+
+
+def throughput_source(cost_source: str | None, hosts: str) -> str:
+    """Where a grid's training throughput comes from: the cost phase (`cost_source`) or, without one, the runs
+    themselves on `hosts`."""
+    return f"the training step in the {cost_source}" if cost_source else f"the runs' whole-run training throughput on {hosts}"
+
+
+def grid_caption(source: str) -> str:
+    return f"_Accuracy: mean over seeds with its 95 % interval beneath. Training throughput: {source}._"

@@ -268,7 +268,7 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
     steps = ok_rows(read_rows(suite, BENCH_SCHEMA)) if suite.exists() else None
     bench = read_rows(tokens_csv, BENCH_SCHEMA) if tokens_csv.exists() else None
     scaling = figs.backend_scaling(bench, figures / "backends.png").name if bench is not None else None
-    return wording.bench_lines(suite, steps, tokens_csv, bench, scaling)
+    return wording.bench_lines(suite, steps, tokens_csv, None if bench is None else ok_rows(bench), scaling)
 
 
 REQUIRED = ("run_id", "status", "seed", "started_at", "dataset", "device", "device_name", "torch_version",

@@ -17,6 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from ablations.results.store import ok_rows
+
 SITTING_COLUMNS = ("git_sha", "host", "device_name", "torch_threads", "dtype")
 WORDS = {"git_sha": "commit", "host": "host", "device_name": "processor", "torch_threads": "thread count",
          "dtype": "precision"}
@@ -78,7 +80,7 @@ def sweeps_of_runs(tables: dict[str, pd.DataFrame]) -> dict[str, set[str]]:
     """{run_id: the sweeps whose shown ok rows hold it}."""
     found: dict[str, set[str]] = {}
     for name, table in tables.items():
-        for run in table.loc[table["status"] == "ok", "run_id"].astype(str):
+        for run in ok_rows(table)["run_id"].astype(str):
             found.setdefault(run, set()).add(name)
     return found
 

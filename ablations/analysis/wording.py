@@ -847,28 +847,26 @@ def lacking_lines(absent: list[str], has_pos: bool, has_bench: bool) -> list[str
 def bench_lines(suite: Path, steps: pd.DataFrame | None, tokens_csv: Path, bench: pd.DataFrame | None,
                 figure: str | None) -> list[str]:
     """The attention backends' section: `make bench`'s ok rows (`steps`, None where `suite` is missing) and
-    `make bench-tokens`' rows (`bench`, None where `tokens_csv` is missing) with their figure's file name."""
+    `make bench-tokens`' ok rows (`bench`, None where `tokens_csv` is missing) with their figure's file name."""
     lines = ["## attention backends (bench)", ""]
     if steps is not None:
-        ok = steps
-        lines += [f"`make bench` ({', '.join(sorted(ok['device_name'].astype(str).unique()))}, "
-                  f"{', '.join(sorted(ok['dtype'].astype(str).unique()))}; median step over pytest-benchmark's rounds):",
+        lines += [f"`make bench` ({', '.join(sorted(steps['device_name'].astype(str).unique()))}, "
+                  f"{', '.join(sorted(steps['dtype'].astype(str).unique()))}; median step over pytest-benchmark's rounds):",
                   "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU |", "|---|---|---|---|---|---|---|"]
-        for _, r in ok.sort_values(["tokens", "mode", "attn"]).iterrows():
+        for _, r in steps.sort_values(["tokens", "mode", "attn"]).iterrows():
             lines.append(f"| {r.tokens} | {r.batch_size} | {r['mode']} | {r.attn} | {r.throughput_img_s:,.1f} | "
                          f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {or_dash(r.get('mfu'), '.2g')} |")
         lines.append("")
     else:
         lines += [f"_Missing: `{suite}`; `make bench` (`vitbench bench run`) produces it._", ""]
     if bench is not None:
-        ok = bench[bench["status"] == "ok"]
-        tokens = sorted(ok["tokens"].unique())
-        devices = ", ".join(sorted(ok["device_name"].astype(str).unique()))
+        tokens = sorted(bench["tokens"].unique())
+        devices = ", ".join(sorted(bench["device_name"].astype(str).unique()))
         lines += [f"Against sequence length (`make bench-tokens`; {devices}, "
-                  f"{', '.join(sorted(ok['dtype'].astype(str).unique()))}):", "",
+                  f"{', '.join(sorted(bench['dtype'].astype(str).unique()))}):", "",
                   "| attn | " + " | ".join(f"img/s @ {t} tok" for t in tokens) + " | "
                   + " | ".join(f"peak MB @ {t} tok" for t in tokens) + " |", "|" + "---|" * (1 + 2 * len(tokens))]
-        for attn, g in ok.groupby("attn"):
+        for attn, g in bench.groupby("attn"):
             by_t = g.groupby("tokens")
             rate, mem = by_t["throughput_img_s"].median(), by_t["peak_mem_mb"].median()
             lines.append(f"| {attn} | " + " | ".join(f"{rate.get(t, float('nan')):.2f}" for t in tokens) + " | "

@@ -565,6 +565,7 @@ def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_
     """A quick pass (2 epochs: 67 % then 84 %) says its numbers are a short budget's; runs whose last epoch
     changed test accuracy by a tenth of a point say nothing."""
     from ablations.analysis.report import still_learning
+    from ablations.analysis.wording import not_converged
 
     for seed in range(3):
         write_run(tmp_path, 1, seed, mask(range(20 + seed)))
@@ -572,10 +573,10 @@ def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_
     rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
     quick = pd.DataFrame([{"run_id": r, "epoch": e, "lr": 0.002, "train_loss": 1 / e, "test_loss": 1 / e, "test_acc": acc,
                            "elapsed_s": e} for r in rows["run_id"] for e, acc in ((1, 0.67), (2, 0.84))])
-    said = still_learning(quick, rows["run_id"])
+    said = not_converged(still_learning(quick, rows["run_id"]))
     assert said.startswith("**Not converged**: test accuracy rose 17.0 points over the last of 2 epoch(s)")
     settled = quick.assign(test_acc=quick["epoch"].map({1: 0.975, 2: 0.976}))
-    assert still_learning(settled, rows["run_id"]) == ""
+    assert still_learning(settled, rows["run_id"]) is None
     quick.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
     assert "**Not converged**: test accuracy rose 17.0 points" in build_report(tmp_path).read_text()
 
@@ -714,6 +715,7 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     cosine schedule flattens the last epoch (test accuracy +0.2 points): 'Not converged' all the same, in the
     section's first lines; a run that fits (loss 0.3) is not labelled."""
     from ablations.analysis.report import still_learning
+    from ablations.analysis.wording import not_converged
 
     for seed in range(3):
         write_run(tmp_path, 1, seed, mask(range(700 + seed)))
@@ -723,12 +725,12 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     flat = pd.DataFrame([{"run_id": r, "epoch": e + 1, "lr": 0.002, "train_loss": losses[e], "test_loss": losses[e],
                           "test_acc": 0.26 + 0.002 * min(e, 8) + 0.002 * (e == 9), "elapsed_s": e}
                          for r in rows["run_id"] for e in range(10)])
-    said = still_learning(flat, rows["run_id"], classes=10)
+    said = not_converged(still_learning(flat, rows["run_id"], classes=10))
     assert said.startswith("**Not converged**: the training loss ended at 1.90 (mean over runs), 83% of the 2.30 "
                            "of guessing among 10 classes"), said
-    assert still_learning(flat, rows["run_id"]) == ""   # without the classes, the last epoch alone says nothing
+    assert still_learning(flat, rows["run_id"]) is None   # without the classes, the last epoch alone says nothing
     fitted = flat.assign(train_loss=flat["train_loss"] * 0.3 / 1.9)
-    assert still_learning(fitted, rows["run_id"], classes=10) == ""
+    assert still_learning(fitted, rows["run_id"], classes=10) is None
     flat.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
     text = build_report(tmp_path).read_text()
     section = text[text.index("## depth"):]
@@ -762,6 +764,7 @@ def test_runs_far_below_the_same_model_trained_longer_are_labelled_not_converged
     epochs) reached 97 % after 3 epochs: its headline says the runs have not converged, naming that setting
     and not depth 2, whose longer runs are within a point of it; longer runs no better say nothing."""
     from ablations.analysis.report import below_longer_budget
+    from ablations.analysis.wording import shortfall
     from ablations.results.experiments import latest_rows
 
     _longer_runs(tmp_path, 1, (0.97, 0.968, 0.972))
@@ -769,7 +772,9 @@ def test_runs_far_below_the_same_model_trained_longer_are_labelled_not_converged
     ten_points_apart(tmp_path)
     rows = latest_rows(read_table(SweepPaths.of(tmp_path, "depth").rows))
     shown = rows[(rows["epochs"] == 1) & (rows["status"] == "ok")]
-    said = below_longer_budget(shown, rows, "depth")
+    below = below_longer_budget(shown, rows, "depth")
+    assert [b.value for b in below] == [1]
+    said = shortfall(below[0])
     assert said == "depth=1 reaches 84.0 % after 1 epoch (3 runs) where the same model reaches 97.0 % after 3 epochs (3 runs)"
     text = build_report(tmp_path).read_text()
     section = text[text.index("## depth"):]
@@ -781,7 +786,7 @@ def test_runs_far_below_the_same_model_trained_longer_are_labelled_not_converged
     _longer_runs(other, 1, (0.84, 0.83, 0.85))   # as good as the 1-epoch runs: nothing to say
     ten_points_apart(other)
     rows = latest_rows(read_table(SweepPaths.of(other, "depth").rows))
-    assert below_longer_budget(rows[(rows["epochs"] == 1) & (rows["status"] == "ok")], rows, "depth") == ""
+    assert below_longer_budget(rows[(rows["epochs"] == 1) & (rows["status"] == "ok")], rows, "depth") == ()
     assert "Not converged" not in build_report(other).read_text()
 
 

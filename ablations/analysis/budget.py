@@ -1,10 +1,12 @@
-"""Whether a sweep's runs had converged (`wording.unconverged_headline` says it): runs still learning at their last epoch,
-runs far from fitting their training set, and runs well below the same model trained for more epochs in the
-same OUT. A verdict on such runs is this budget's, and its headline says so."""
+"""Whether a sweep's runs had converged: runs still learning at their last epoch, runs far from fitting their
+training set, and runs well below the same model trained for more epochs in the same OUT. The numbers only
+(`Convergence`); `wording.not_converged` and `wording.unconverged_headline` say them. A verdict on such runs is
+this budget's, and its headline says so."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -20,13 +22,38 @@ FAR_FROM_FIT = 0.5   # a last training loss above this share of the loss of gues
 FAR_BELOW = 0.01   # a setting whose runs reach this much less than the same model trained longer: not converged
 
 
-def below_longer_budget(ok: pd.DataFrame, pool: pd.DataFrame, factor: str) -> str:
+@dataclass(frozen=True)
+class Shortfall:
+    """A setting whose runs reach less than the same model trained for more epochs."""
+    factor: str
+    value: object
+    acc: float          # mean test accuracy of this budget's runs
+    epochs: float
+    runs: int
+    longer_acc: float   # mean test accuracy of the longest budget with two runs or more
+    longer_epochs: float
+    longer_runs: int
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """Why a sweep's runs had not converged (None fields: that reason does not hold): `gain`, the mean rise of
+    test accuracy over the last of `epochs` epochs, where above STILL_LEARNING; `loss`, the mean last training
+    loss, where above FAR_FROM_FIT of ln `classes`; `below`, the settings below a longer budget."""
+    epochs: int
+    gain: float | None = None
+    loss: float | None = None
+    classes: int | None = None
+    below: tuple[Shortfall, ...] = ()
+
+
+def below_longer_budget(ok: pd.DataFrame, pool: pd.DataFrame, factor: str) -> tuple[Shortfall, ...]:
     """Where the same models (same model, recipe and data but for the seed, precision and epochs) were also
     trained for more epochs, under this OUT, the settings whose runs here reach less by more than FAR_BELOW
-    (a one-sided Welch test of that shortfall at 5 %, two runs or more on each side), as a reason fragment
-    ('' where none does or none was trained longer)."""
+    (a one-sided Welch test of that shortfall at 5 %, two runs or more on each side); () where none does or none
+    was trained longer."""
     if pool.empty or not {"epochs", "status", "test_acc", "run_id"} <= set(pool) or "epochs" not in ok or factor not in ok:
-        return ""
+        return ()
     from scipy import stats as st
 
     def keyed(rows: pd.DataFrame) -> pd.DataFrame:
@@ -38,7 +65,7 @@ def below_longer_budget(ok: pd.DataFrame, pool: pd.DataFrame, factor: str) -> st
     others = pool[(pool["status"] == "ok") & ~pool["run_id"].astype(str).isin(set(ok["run_id"].astype(str)))
                   & (pd.to_numeric(pool["epochs"], errors="coerce") > shortest)]   # only longer runs need their keys
     if others.empty:
-        return ""
+        return ()
     mine, others = keyed(ok), keyed(others)
     said = []
     for (value, key, epochs), runs in mine.groupby([factor, "key", "n_epochs"], sort=False):
@@ -56,23 +83,21 @@ def below_longer_budget(ok: pd.DataFrame, pool: pd.DataFrame, factor: str) -> st
         else:
             far = st.ttest_ind(there - FAR_BELOW, here, equal_var=False, alternative="greater").pvalue < 0.05
         if far:
-            said.append(f"{factor}={value} reaches {100 * here.mean():.1f} % after {epochs:g} epoch{'s' * (epochs != 1)} "
-                        f"({len(here)} runs) "
-                        f"where the same model reaches {100 * there.mean():.1f} % after {most:g} epochs ({len(there)} runs)")
-    return "; ".join(said)
+            said.append(Shortfall(factor, value, float(here.mean()), float(epochs), len(here), float(there.mean()), most,
+                                  len(there)))
+    return tuple(said)
 
 
 def still_learning(history: pd.DataFrame, run_ids: pd.Series, classes: int | None = None,
-                   longer: str = "") -> str:
-    """A warning where the runs were still learning at their last epoch (test accuracy up by more than
-    STILL_LEARNING over it, mean over runs), or, given the task's `classes`, ended far from fitting their
-    training set (mean last training loss above FAR_FROM_FIT of ln classes, the loss of guessing: a cosine
-    schedule flattens the last epoch's gain, so the first rule alone misses a budget far too short): short-
-    budget numbers, not the settings' converged accuracy. `longer`: a `below_longer_budget` fragment, a third
-    reason (and enough alone)."""
+                   below: tuple[Shortfall, ...] = ()) -> Convergence | None:
+    """Why the runs had not converged, or None where they had: still learning at their last epoch (test accuracy
+    up by more than STILL_LEARNING over it, mean over runs), or, given the task's `classes`, ended far from fitting
+    their training set (mean last training loss above FAR_FROM_FIT of ln classes, the loss of guessing: a cosine
+    schedule flattens the last epoch's gain, so the first rule alone misses a budget far too short). `below`:
+    `below_longer_budget`'s settings, a third reason (and enough alone)."""
     mine = history[history["run_id"].astype(str).isin(set(run_ids))] if {"run_id", "epoch", "test_acc"} <= set(history) else None
-    if (mine is None or mine.empty) and not longer:
-        return ""
+    if (mine is None or mine.empty) and not below:
+        return None
     mine = mine if mine is not None else pd.DataFrame(columns=["run_id", "epoch", "test_acc"])
     gains, losses = [], []
     for _, run in mine.sort_values("epoch").groupby("run_id"):
@@ -83,16 +108,9 @@ def still_learning(history: pd.DataFrame, run_ids: pd.Series, classes: int | Non
         if len(loss):
             losses.append(loss[-1])
     epochs = int(pd.to_numeric(mine["epoch"], errors="coerce").max()) if len(mine) else 0
-    shortfall = ""
-    if classes and classes > 1 and losses and float(np.mean(losses)) > FAR_FROM_FIT * math.log(classes):
-        shortfall = (f"the training loss ended at {float(np.mean(losses)):.2f} (mean over runs), "
-                     f"{float(np.mean(losses)) / math.log(classes):.0%} of the {math.log(classes):.2f} of guessing among "
-                     f"{classes} classes, far from fitting the training set")
-    rising = gains and float(np.mean(gains)) > STILL_LEARNING
-    if not (rising or shortfall or longer):
-        return ""
-    why = "; ".join(filter(None, [f"test accuracy rose {100 * float(np.mean(gains)):.1f} points over the last of "
-                                  f"{epochs} epoch(s) (mean over runs)" if rising else "", shortfall, longer]))
-    return (f"**Not converged**: {why}, so these runs were still learning: the accuracies below are "
-            f"those of a short budget, not the settings' converged accuracies, and their order can change with "
-            f"more epochs (EPOCHS).")
+    far = bool(classes and classes > 1 and losses and float(np.mean(losses)) > FAR_FROM_FIT * math.log(classes))
+    rising = bool(gains) and float(np.mean(gains)) > STILL_LEARNING
+    if not (rising or far or below):
+        return None
+    return Convergence(epochs, float(np.mean(gains)) if rising else None, float(np.mean(losses)) if far else None,
+                       classes if far else None, tuple(below))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,17 +41,18 @@ def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
     return order + sorted(v for v in present if v not in order)
 
 
-def _base_line(rows: pd.DataFrame, spec: SweepSpec) -> str:
-    """What the sweep held fixed: every model field, the dataset, epochs and lr, any other training field set
-    away from its default (a spec's [train] or --set), and the augmentation, each with one value across the
-    sweep's ok runs."""
+def _held_fixed(rows: pd.DataFrame, spec: SweepSpec) -> list[tuple[str, Any, bool]]:
+    """What the sweep held fixed, as (field, value, is the dataset's default): every model field, the dataset,
+    epochs and lr, any other training field set away from its default (a spec's [train] or --set), and the
+    augmentation, each with one value across the sweep's ok runs. An augmentation value None: blank cells
+    without a dataset default to fill them."""
     ok = ok_rows(rows)
     recipe = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     fields = [f.name for f in dataclasses.fields(ViTConfig)] + ["dataset", "epochs", "lr"]
     fields += [name for name in recipe if name not in (*fields, *DEFAULT_WHEN_BLANK) and name in ok
                and ok[name].nunique(dropna=False) == 1 and not _is_default(ok[name].iloc[0], recipe[name])]
-    fixed = [f"{name}={ok[name].iloc[0]}" for name in fields
-             if name not in spec.varied and name in ok and ok[name].nunique(dropna=False) == 1]
+    fixed: list[tuple[str, Any, bool]] = [(name, ok[name].iloc[0], False) for name in fields
+                                          if name not in spec.varied and name in ok and ok[name].nunique(dropna=False) == 1]
     for name in DEFAULT_WHEN_BLANK:
         if name in spec.varied:
             continue
@@ -60,13 +62,12 @@ def _base_line(rows: pd.DataFrame, spec: SweepSpec) -> str:
         if values.nunique(dropna=False) == 1:
             value = values.iloc[0]
             if pd.isna(value) or value == "":
-                fixed.append(f"{name}=the dataset's default")
+                fixed.append((name, None, True))
             else:
                 shown = int(value) if name == "crop_padding" else bool(value) if isinstance(value, (bool, np.bool_)) \
                     else value
-                fixed.append(f"{name}={shown}" + (" (the dataset's default)" if default is not None
-                                                  and str(shown) == str(default) else ""))
-    return "Held fixed: " + ", ".join(fixed) + "."
+                fixed.append((name, shown, default is not None and str(shown) == str(default)))
+    return fixed
 
 
 def _augmentation_default(ok: pd.DataFrame, name: str):
@@ -172,8 +173,9 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: P
     history = read.history(sweep) if paths.history.exists() else None
     classes = int(pd.to_numeric(ok["num_classes"], errors="coerce").max()) if "num_classes" in ok and \
         pd.to_numeric(ok["num_classes"], errors="coerce").notna().any() else None
-    learning = still_learning(history if history is not None else pd.DataFrame(), ok["run_id"].astype(str), classes,
-                              below_longer_budget(ok, budgets if budgets is not None else pd.DataFrame(), factor))
+    convergence = still_learning(history if history is not None else pd.DataFrame(), ok["run_id"].astype(str), classes,
+                                 below_longer_budget(ok, budgets if budgets is not None else pd.DataFrame(), factor))
+    learning = wording.not_converged(convergence) if convergence else ""
     shown = findings.setting_rows(f)
     if len(f.settings) == 1 and isinstance(factor, str):   # one setting: its runs' spread, not six one-point panels
         one = f.settings[0]
@@ -190,7 +192,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: P
              *([shared, ""] if (shared := wording.shared_line(factor, sittings.shared_settings(sweep, factor, f.verdict, ok,
                                                                                 sweeps_of or {}))) else []),
              *([wording.cost_sentence(f), ""] if len(f.settings) > 1 else []),
-             *wording.sharing_note(ok, phase is not None), _base_line(rows, spec),
+             *wording.sharing_note(ok, phase is not None), wording.held_fixed(_held_fixed(rows, spec)),
              "", wording.table_markdown(f), ""]
     components = wording.components_markdown(f)
     if components:

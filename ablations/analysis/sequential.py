@@ -361,22 +361,3 @@ def gather(rows: Iterable[tuple[Hashable, int, str, str]], keys: Sequence[Hashab
 def replay_design(runs: dict[Hashable, tuple[list[int], np.ndarray, np.ndarray]], plan: dict[str, Any]) -> Design:
     """The plan's design on `gather`'s runs."""
     return replay(runs, plan["looks"], float(plan["margin"]), float(plan["alpha"]), plan["seeds"], plan.get("chance"))
-
-
-def describe(design: Design, name: str, left_out: Sequence[Hashable] = ()) -> str:
-    """One line: where the sweep's design stands."""
-    if left_out:
-        name = f"{name} (left out, diverged: {', '.join(map(str, left_out))})"
-    if not design.looks:
-        return f"{name}: look 1 of {len(design.schedule)} needs {design.schedule[0]} seeds of every setting"
-    last = design.final
-    assert last is not None
-    decided = ", ".join(f"{k} ({d.outcome} at look {d.look + 1})" for k, d in last.decided.items()) or "none"
-    if last.at_chance:
-        return (f"{name}: stopped at look {last.index + 1}: even the leader, {last.leader}, is within noise of "
-                f"chance (nothing learned the task at this budget; more seeds would not change that)")
-    if design.done:
-        return (f"{name}: stopped at look {last.index + 1} of {len(design.schedule)} ({last.seeds} seeds); leader "
-                f"{last.leader}; decided against it: {decided}")
-    return (f"{name}: look {last.index + 1} ({last.seeds} seeds) leaves {len(design.need)} setting(s) open "
-            f"(leader {last.leader}; decided: {decided}); they train to {design.schedule[last.index + 1]} seeds")

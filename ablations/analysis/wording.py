@@ -7,12 +7,13 @@ them out."""
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ablations.analysis.budget import FAR_BELOW, FAR_FROM_FIT, STILL_LEARNING
+from ablations.analysis.budget import FAR_BELOW, FAR_FROM_FIT, STILL_LEARNING, Convergence, Shortfall
 from ablations.analysis.designs import Interaction, Tuning, close_pick, label_text, setting_label
 from ablations.analysis.findings import (
     MIN_SHARE_SEEDS,
@@ -23,7 +24,7 @@ from ablations.analysis.findings import (
     pct,
     seed_ranges,
 )
-from ablations.analysis.sequential import Decision, nominal_levels
+from ablations.analysis.sequential import Decision, Design, nominal_levels
 from ablations.analysis.sittings import SittingCheck
 from ablations.analysis.stats import (
     ALPHA,
@@ -666,6 +667,56 @@ UNCONVERGED_HEADS = (("**Best of the settings in the design: ", "**Not converged
                      ("**Equivalent within ", "**Not converged — equivalent at this budget within "),
                      ("**Identical: ", "**Not converged — identical at this budget: "),
                      ("**No verdict**", "**No verdict (not converged)**"))
+
+
+def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = ()) -> str:
+    """One line for the SEEDS=auto driver: where a sweep's design stands after its latest look."""
+    if left_out:
+        name = f"{name} (left out, diverged: {', '.join(map(str, left_out))})"
+    if not design.looks:
+        return f"{name}: look 1 of {len(design.schedule)} needs {design.schedule[0]} seeds of every setting"
+    last = design.final
+    assert last is not None
+    decided = ", ".join(f"{k} ({d.outcome} at look {d.look + 1})" for k, d in last.decided.items()) or "none"
+    if last.at_chance:
+        return (f"{name}: stopped at look {last.index + 1}: even the leader, {last.leader}, is within noise of "
+                f"chance (nothing learned the task at this budget; more seeds would not change that)")
+    if design.done:
+        return (f"{name}: stopped at look {last.index + 1} of {len(design.schedule)} ({last.seeds} seeds); leader "
+                f"{last.leader}; decided against it: {decided}")
+    return (f"{name}: look {last.index + 1} ({last.seeds} seeds) leaves {len(design.need)} setting(s) open "
+            f"(leader {last.leader}; decided: {decided}); they train to {design.schedule[last.index + 1]} seeds")
+
+
+def held_fixed(fixed: list[tuple[str, Any, bool]]) -> str:
+    """The line naming what a sweep held fixed: (field, value, is the dataset's default); value None and True:
+    blank cells left to the dataset."""
+    said = [f"{name}=the dataset's default" if value is None and dataset_default else
+            f"{name}={value}" + (" (the dataset's default)" if dataset_default else "") for name, value, dataset_default in fixed]
+    return "Held fixed: " + ", ".join(said) + "."
+
+
+def shortfall(below: Shortfall) -> str:
+    """A setting below the same model trained longer, as a reason fragment."""
+    return (f"{below.factor}={below.value} reaches {100 * below.acc:.1f} % after {below.epochs:g} "
+            f"epoch{'s' * (below.epochs != 1)} ({below.runs} runs) where the same model reaches "
+            f"{100 * below.longer_acc:.1f} % after {below.longer_epochs:g} epochs ({below.longer_runs} runs)")
+
+
+def not_converged(c: Convergence) -> str:
+    """The warning that a sweep's runs had not converged, with every reason that holds."""
+    why = []
+    if c.gain is not None:
+        why.append(f"test accuracy rose {100 * c.gain:.1f} points over the last of {c.epochs} epoch(s) (mean over runs)")
+    if c.loss is not None and c.classes:
+        guess = math.log(c.classes)
+        why.append(f"the training loss ended at {c.loss:.2f} (mean over runs), {c.loss / guess:.0%} of the {guess:.2f} "
+                   f"of guessing among {c.classes} classes, far from fitting the training set")
+    if c.below:
+        why.append("; ".join(map(shortfall, c.below)))
+    return (f"**Not converged**: {'; '.join(why)}, so these runs were still learning: the accuracies below are "
+            f"those of a short budget, not the settings' converged accuracies, and their order can change with "
+            f"more epochs (EPOCHS).")
 
 
 def unconverged_headline(verdict: str) -> str:

@@ -93,8 +93,8 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
     on its finished runs and train the seeds it asks for; the sweeps with fixed seeds train beside the first
     look. Every point stays in the command, so each look's cost phase is the first one, reused. The summaries
     of all looks merged, or (None, status) as `run_all` (the command's way to train a step of sweep_points)."""
-    from ablations.analysis.sequential import describe  # the statistics load only for adaptive seeds
-    from ablations.analysis.stats import ALPHA, MARGIN
+    from ablations.analysis.stats import ALPHA, MARGIN  # the statistics load only for adaptive seeds
+    from ablations.analysis.wording import design_progress
 
     classes = sweep_points[0][1][0].model.num_classes if sweep_points and sweep_points[0][1] else None
     points_of = dict(sweep_points)
@@ -116,7 +116,7 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
                 continue
             design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name), designs[name],
                                             next(s for s in specs if s.name == name))
-            print(describe(design, name, left_out), file=sys.stderr)
+            print(design_progress(design, name, left_out), file=sys.stderr)
             if design.need:
                 asked[name] = design.need
         if not asked:

@@ -374,7 +374,7 @@ def test_tensorboard_without_the_package_is_one_line_before_any_work(tmp_path, m
 
 
 def test_wall_times_of_runs_that_got_too_little_cpu_are_not_compared():
-    from ablations.analysis.findings import Setting, SweepFindings
+    from ablations.analysis.findings import CostSource, Setting, SweepFindings
     from ablations.analysis.stats import accuracy_interval
     from ablations.analysis.wording import cost_sentence
     from bench.rounds import Spread
@@ -383,10 +383,10 @@ def test_wall_times_of_runs_that_got_too_little_cpu_are_not_compared():
         return Setting(value, [0, 1, 2], accuracy_interval([0.97, 0.98, 0.975], 1000), 1000, 0.003,
                        Spread.of(times), starved=starved)
     fast, slow = setting("pre", [40.0, 41.0, 42.0], 0), setting("post", [20.0, 20.5, 21.0], 0)
-    sentence = cost_sentence(SweepFindings("norm", [fast, slow], 1000, "cost phase", None, None))
+    sentence = cost_sentence(SweepFindings("norm", [fast, slow], 1000, CostSource(3), None, None))
     assert "wall time of a training run ×0.50" in sentence  # 20.5 s against 41 s
     fast.starved = 2
-    sentence = cost_sentence(SweepFindings("norm", [fast, slow], 1000, "cost phase", None, None))
+    sentence = cost_sentence(SweepFindings("norm", [fast, slow], 1000, CostSource(3), None, None))
     assert "wall time of a training run not compared (2 of these runs got too little CPU" in sentence
 
 
@@ -404,7 +404,7 @@ def test_a_run_is_starved_when_busy_well_under_its_share_of_the_cores():
 
 
 def test_the_report_shows_latency_percentiles_and_energy_where_the_cost_phase_measured_them():
-    from ablations.analysis.findings import Setting, SweepFindings
+    from ablations.analysis.findings import CostSource, Setting, SweepFindings
     from ablations.analysis.stats import accuracy_interval
     from ablations.analysis.wording import table_markdown
     from bench.rounds import Spread
@@ -413,9 +413,9 @@ def test_the_report_shows_latency_percentiles_and_energy_where_the_cost_phase_me
         infer = {} if p99 is None else {"step_ms_p50": Spread.of([1.0, 1.2]), "step_ms_p90": Spread.of([2.0]),
                                         "step_ms_p99": Spread.of([p99]), "energy_j_per_img": Spread.of([0.0042])}
         return Setting(value, [0], accuracy_interval([0.9], 1000), 10, 0.1, Spread.of([5.0]), infer=infer)
-    without = table_markdown(SweepFindings("depth", [setting(1, None), setting(2, None)], 1000, "c", None, None))
+    without = table_markdown(SweepFindings("depth", [setting(1, None), setting(2, None)], 1000, CostSource(3), None, None))
     assert "p50 / p90 / p99" not in without
-    table = table_markdown(SweepFindings("depth", [setting(1, 3.5), setting(2, None)], 1000, "c", None, None))
+    table = table_markdown(SweepFindings("depth", [setting(1, 3.5), setting(2, None)], 1000, CostSource(3), None, None))
     assert "| 1 | 1.10 / 2.00 / 3.50 | — / — / — | 0.0042 / — |" in table and "| 2 | — / — / — |" in table
 
 

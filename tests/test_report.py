@@ -582,7 +582,7 @@ def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_
 
 
 def test_seed_lists_are_written_as_ranges_from_four_in_a_row():
-    from ablations.analysis.findings import seed_ranges
+    from ablations.analysis.wording import seed_ranges
 
     assert seed_ranges([0, 1, 2]) == "0, 1, 2"
     assert seed_ranges(list(range(48))) == "0–47"
@@ -639,7 +639,7 @@ def test_a_verdict_over_a_design_that_left_a_setting_out_says_so_in_its_headline
     headline says so; a left-out setting whose finished runs average above the leader is named."""
     import math
 
-    from ablations.analysis.findings import Setting, SweepFindings
+    from ablations.analysis.findings import CostSource, Setting, SweepFindings
     from ablations.analysis.stats import Interval, Verdict
     from ablations.analysis.wording import verdict_sentence
     from bench.rounds import Spread
@@ -648,7 +648,7 @@ def test_a_verdict_over_a_design_that_left_a_setting_out_says_so_in_its_headline
         return Setting(value, list(range(seeds)), Interval(mean, math.nan, math.nan, "binomial"), 1, 0.1,
                        Spread.of([]))
 
-    f = SweepFindings("depth", [setting(1, 0.975, 3), setting(2, 0.975, 3), setting(6, 0.979, 2)], 1000, "",
+    f = SweepFindings("depth", [setting(1, 0.975, 3), setting(2, 0.975, 3), setting(6, 0.979, 2)], 1000, CostSource(None),
                       [], Verdict(best=1, winner=False, beats=(), equivalent=(), inconclusive=(), detectable=0.01,
                                   identical=(2,)))
     plain = verdict_sentence(f)

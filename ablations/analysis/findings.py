@@ -33,11 +33,9 @@ from ablations.analysis.stats import (
     seeds_needed,
     verdict,
 )
-from ablations.choices import say
 from ablations.results.experiments import starved
 from ablations.results.schema import uncontended
 from ablations.results.store import SweepPaths, Tables, load_preds, model_key, ok_rows, spreads
-from bench.contention import CONTENDED_PCT
 from bench.io.csvio import skipped
 from bench.rounds import Spread
 from vit import ViTConfig
@@ -65,15 +63,38 @@ class Setting:
     starved: int = 0                                           # runs that got too little CPU while they trained
 
 
+@dataclass(frozen=True)
+class CostSource:
+    """Where a sweep's speed figures come from: its newest cost phase's `rounds` (None: no cost phase kept), the
+    phase's device where not the runs' (else ""), and how many of its `steps` timed steps ran `loaded` (while
+    other processes took the machine) and are left out."""
+    rounds: int | None
+    device: str = ""
+    loaded: int = 0
+    steps: int = 0
+
+
+@dataclass(frozen=True)
+class NoTest:
+    """Why a sweep has no test: "one setting"; "one seed" (`some`: only some settings have one); "at chance"
+    (`best`, `best_acc`: the best setting, within noise of guessing); "unpaired" (`reason`: why its runs' test
+    predictions cannot be compared)."""
+    kind: str
+    some: bool = False
+    best: Any = None
+    best_acc: float = math.nan
+    reason: str = ""
+
+
 @dataclass
 class SweepFindings:
     factor: str
     settings: list[Setting]
     test_size: int | None
-    cost_source: str                       # "cost phase, N rounds" or why not
-    comparisons: list[Comparison] | None   # None: no test (reason in `no_test`)
+    cost: CostSource                       # where the speed figures come from
+    comparisons: list[Comparison] | None   # None: no test (why in `no_test`)
     verdict: Verdict | None
-    no_test: str = ""
+    no_test: NoTest | None = None
     chance: float | None = None            # 1 / classes
     seeds_for_delta: int | None = None     # seeds per setting to detect POWER_DELTA at POWER (None: not reachable)
     seeds_range: tuple[int | None, int | None] | None = None   # the same at the ends of the seed s.d.'s 95 % interval
@@ -95,21 +116,6 @@ class Runs:
     seeds: list[int]
     preds: np.ndarray      # (runs, n) predicted classes
     correct: np.ndarray    # (runs, n) 0/1
-
-
-def pct(x: float) -> str:
-    return f"{100 * x:.2f}"
-
-
-def seed_ranges(seeds: list[int]) -> str:
-    """'0, 1, 2' for three seeds, '0–11' for a run of four or more in a row: 0–47, 50."""
-    parts, start = [], 0
-    for i in range(1, len(seeds) + 1):
-        if i == len(seeds) or seeds[i] != seeds[i - 1] + 1:
-            run = seeds[start:i]
-            parts.append(f"{run[0]}–{run[-1]}" if len(run) >= 4 else ", ".join(map(str, run)))
-            start = i
-    return ", ".join(parts)
 
 
 def load_runs(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, Runs] | None, str]:
@@ -162,24 +168,18 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
         findings.setting_parts = _mean_parts([contrast([correct[v]], [1.0]).parts for v in order])
     _mark_chance(findings, ok)
     if len(settings) < 2:
-        findings.no_test = "one setting only: nothing to compare"
+        findings.no_test = NoTest("one setting")
         return findings
     lowest = min(len(s.seeds) for s in settings)
     if lowest < MIN_SEEDS:
-        findings.no_test = (f"one seed per setting{'' if all(len(s.seeds) == 1 for s in settings) else ' (for some)'}. "
-                            f"Its intervals cover the test images only: they leave out how much accuracy moves "
-                            f"between training seeds, which a second seed would measure and a test would then "
-                            f"take into account (SEEDS=0,1,2)")
+        findings.no_test = NoTest("one seed", some=not all(len(s.seeds) == 1 for s in settings))
         return findings
     best = max(settings, key=lambda s: s.acc.mean)
     if best.at_chance:
-        findings.no_test = (f"even the best setting, {factor}={best.value} ({pct(best.acc.mean)} %), is within "
-                            f"noise of chance ({100 * (findings.chance or 0):.1f} % for guessing): no setting has "
-                            f"learned the task at this budget, so no comparison says anything about the factor; "
-                            f"train longer (EPOCHS), or check that the labels can be learned from the images")
+        findings.no_test = NoTest("at chance", best=best.value, best_acc=best.acc.mean)
         return findings
     if runs is None:
-        findings.no_test = reason
+        findings.no_test = NoTest("unpaired", reason=reason)
         return findings
     if design is not None and design[0].final is not None:
         findings.design, findings.left_out = design
@@ -210,17 +210,15 @@ def _setting(g: pd.DataFrame, value: Hashable, test_size: int | None, correct: d
                    starved=sum(starved(r.to_dict()) for _, r in g.iterrows()))
 
 
-def _cost_source(cost_phase: pd.DataFrame | None, ok: pd.DataFrame) -> str:
-    """Where the speed figures come from, in words."""
+def _cost_source(cost_phase: pd.DataFrame | None, ok: pd.DataFrame) -> CostSource:
+    """Where the speed figures come from."""
     if cost_phase is None:
-        return f"no cost phase (none kept here; {say('make cost OUT=…', 'vitbench cost --out …')} measures one)"
+        return CostSource(None)
     loaded = len(cost_phase) - len(uncontended(cost_phase))
     names = cost_phase["device_name"].dropna().astype(str).unique() if "device_name" in cost_phase else []
     runs_on = set(ok["device_name"].dropna().astype(str)) if "device_name" in ok else set()
-    on = f" on {names[0]}" if len(names) == 1 and {names[0]} != runs_on else ""   # said where not the runs'
-    return (f"cost phase{on}, {int(cost_phase['rounds'].iloc[0])} interleaved rounds"
-            + (f" ({loaded} of {len(cost_phase)} timed steps ran while other processes took ≥ "
-               f"{CONTENDED_PCT:.0f} % of the machine and are left out)" if loaded else ""))
+    on = str(names[0]) if len(names) == 1 and {names[0]} != runs_on else ""   # said where not the runs'
+    return CostSource(int(cost_phase["rounds"].iloc[0]), on, loaded, len(cost_phase))
 
 
 def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, cost_phase: pd.DataFrame | None,

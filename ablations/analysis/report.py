@@ -18,7 +18,6 @@ from ablations.analysis.budget import (
     below_longer_budget,
     still_learning,
 )
-from ablations.analysis.findings import seed_ranges
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, accuracy_interval
 from ablations.choices import AUGMENTATION, default_augmentation, say
 from ablations.results import seed_design
@@ -184,7 +183,7 @@ def _sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: P
                          + (" (not converged)" if learning else ""))
     else:
         figs.sweep_figure(shown, fig, spec.label, device=devices, note="not converged" if learning else "")
-    lines = [wording.runs_line(seed_ranges(seeds), sorted(ok["dataset"].astype(str).unique()), f.test_size, devices), "",
+    lines = [wording.runs_line(seeds, sorted(ok["dataset"].astype(str).unique()), f.test_size, devices), "",
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
              wording.unconverged_headline(wording.verdict_sentence(f)) if learning else wording.verdict_sentence(f), "",
              *([learning, ""] if learning else []), *([design_note, ""] if design_note else []),
@@ -231,7 +230,7 @@ def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, pa
     phase = all(s.train.get("throughput_img_s") for s in f.settings)
     hosts = ", ".join(f"{h} ({n})" for h, n in ok.groupby(["host", "device_name"]).size().index) \
         if "host" in ok and ok["host"].notna().all() else devices
-    source = wording.throughput_source(f.cost_source if phase else None, hosts)
+    source = wording.throughput_source(f.cost if phase else None, hosts)
     fig = figs.grid_heatmaps(pd.DataFrame(cells), a, b, figures / f"{spec.name}-grid.png",
                              f"{spec.label} on {devices}: each cell's mean over seeds", throughput_from=source)
     it = designs.interaction(spec, ok, paths.preds, margin)

@@ -19,10 +19,9 @@ from ablations.analysis.findings import (
     MIN_SHARE_SEEDS,
     POWER_DELTA,
     REAL_DISPERSION,
+    CostSource,
     SweepFindings,
     pair_interval,
-    pct,
-    seed_ranges,
 )
 from ablations.analysis.sequential import Decision, Design, nominal_levels
 from ablations.analysis.sittings import SittingCheck
@@ -37,7 +36,7 @@ from ablations.analysis.stats import (
     Outcome,
     seeds_to_decide,
 )
-from ablations.choices import LOOKS, with_makefile
+from ablations.choices import LOOKS, say, with_makefile
 from bench.contention import CONTENDED_PCT
 from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
 
@@ -107,13 +106,56 @@ def design_sentence(f: SweepFindings) -> str:
             + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left)
 
 
+def pct(x: float) -> str:
+    return f"{100 * x:.2f}"
+
+
+def seed_ranges(seeds: list[int]) -> str:
+    """'0, 1, 2' for three seeds, '0–11' for a run of four or more in a row: 0–47, 50."""
+    parts, start = [], 0
+    for i in range(1, len(seeds) + 1):
+        if i == len(seeds) or seeds[i] != seeds[i - 1] + 1:
+            run = seeds[start:i]
+            parts.append(f"{run[0]}–{run[-1]}" if len(run) >= 4 else ", ".join(map(str, run)))
+            start = i
+    return ", ".join(parts)
+
+
 def interval_text(i: Interval) -> str:
     return f"{pct(i.mean)} [{pct(i.low)}, {pct(i.high)}]" if not math.isnan(i.low) else pct(i.mean)
 
 
+def no_test(f: SweepFindings) -> str:
+    """Why a sweep has no verdict."""
+    why = f.no_test
+    if why is None:
+        return ""
+    if why.kind == "one setting":
+        return "one setting only: nothing to compare"
+    if why.kind == "one seed":
+        return (f"one seed per setting{' (for some)' if why.some else ''}. Its intervals cover the test images only: "
+                f"they leave out how much accuracy moves between training seeds, which a second seed would measure "
+                f"and a test would then take into account (SEEDS=0,1,2)")
+    if why.kind == "at chance":
+        return (f"even the best setting, {f.factor}={why.best} ({pct(why.best_acc)} %), is within noise of chance "
+                f"({100 * (f.chance or 0):.1f} % for guessing): no setting has learned the task at this budget, so no "
+                f"comparison says anything about the factor; train longer (EPOCHS), or check that the labels can be "
+                f"learned from the images")
+    return why.reason
+
+
+def cost_source(c: CostSource) -> str:
+    """Where a sweep's speed figures come from."""
+    if c.rounds is None:
+        return f"no cost phase (none kept here; {say('make cost OUT=…', 'vitbench cost --out …')} measures one)"
+    return (f"cost phase{f' on {c.device}' if c.device else ''}, {c.rounds} interleaved rounds"
+            + (f" ({c.loaded} of {c.steps} timed steps ran while other processes took ≥ {CONTENDED_PCT:.0f} % of the "
+               f"machine and are left out)" if c.loaded else ""))
+
+
 def verdict_sentence(f: SweepFindings) -> str:
     if f.verdict is None:
-        return f"**No verdict**: {f.no_test}. Intervals only; no setting is named best."
+        return f"**No verdict**: {no_test(f)}. Intervals only; no setting is named best."
     seeds = design_sentence(f) if f.design is not None else " ".join(t for t in (power_sentence(f), auto_sentence(f)) if t)
     return " ".join(t for t in (_restricted(_verdict_text(f), f), chance_sentence(f), seeds) if t)
 
@@ -302,7 +344,7 @@ def table_markdown(f: SweepFindings) -> str:
                      "the time (coin flips on borderline images, at the spread real runs show; " + "; ".join(
                          f"{s.value}: s.d. {100 * s.lucky[0]:.2f} against {100 * s.lucky[1]:.2f} points"
                          for s in lucky) + "), so its interval is likely too narrow; more seeds would show.")
-    lines += ["", *speed, "", f"Speed: {f.cost_source}, median [Q1, Q3] (busy %: GPU utilisation from NVML on "
+    lines += ["", *speed, "", f"Speed: {cost_source(f.cost)}, median [Q1, Q3] (busy %: GPU utilisation from NVML on "
                               f"CUDA, process CPU time ÷ wall time ÷ cores on the CPU).", "", *runs, "",
               "The training runs as they trained, over seeds, not interleaved."]
     reused = sorted({sweep for s in f.settings for sweep in s.reused_from})
@@ -470,8 +512,8 @@ def figure_caption(f: SweepFindings, label: str, devices: str, shown: list[dict[
     caption = (f"_{label}: the test accuracy of each run (one per seed), their mean and its 95 % interval "
                f"({f.settings[0].acc.kind}): how far runs of one setting spread._" if len(f.settings) == 1 else
                f"_{label} sweep on {devices}. {accuracy} Speed and memory: "
-               + (f"median with the interquartile range over the {f.cost_source}." if f.cost_source.startswith("cost")
-                  else f"not measured here: {f.cost_source}.")
+               + (f"median with the interquartile range over the {cost_source(f.cost)}." if f.cost.rounds is not None
+                  else f"not measured here: {cost_source(f.cost)}.")
                + f" Training wall time: median with the interquartile range over seeds.{copied}_")
     return caption
 
@@ -560,10 +602,10 @@ def pareto_front_lines(group: str, front: pd.DataFrame, factors: dict[str, str],
             f"![pareto {group}]({figure})", ""]
 
 
-def runs_line(seeds: str, datasets: list[str], test_size: int | None, devices: str) -> str:
-    """A sweep section's first line: its seeds, data, test-set size and devices."""
+def runs_line(seeds: list[int], datasets: list[str], test_size: int | None, devices: str) -> str:
+    """A sweep section's first line: its seeds (sorted), data, test-set size and devices."""
     test = f"{test_size:,} test images" if test_size else "test-set size not recorded"
-    return f"Seeds {seeds}; {', '.join(datasets)}, {test}; device {devices}."
+    return f"Seeds {seed_ranges(seeds)}; {', '.join(datasets)}, {test}; device {devices}."
 
 
 def _float(value) -> float | None:
@@ -929,10 +971,10 @@ def bench_lines(suite: Path, steps: pd.DataFrame | None, tokens_csv: Path, bench
     return lines
 
 
-def throughput_source(cost_source: str | None, hosts: str) -> str:
+def throughput_source(cost: CostSource | None, hosts: str) -> str:
     """Where a grid's training throughput comes from: the cost phase (`cost_source`) or, without one, the runs
     themselves on `hosts`."""
-    return f"the training step in the {cost_source}" if cost_source else f"the runs' whole-run training throughput on {hosts}"
+    return f"the training step in the {cost_source(cost)}" if cost else f"the runs' whole-run training throughput on {hosts}"
 
 
 def grid_caption(source: str) -> str:

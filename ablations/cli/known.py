@@ -97,7 +97,7 @@ def write_spec(folder: Path, task: Task, epochs: int) -> Path:
 def check(task: Task, f) -> tuple[bool, str]:
     """(passed, what the analysis said) for one task's findings (under SEEDS=auto, the design's verdicts)."""
     from ablations.analysis.stats import Outcome
-    from ablations.analysis.wording import pair_outcome
+    from ablations.analysis.wording import no_test, pair_outcome
 
     outcome_of = lambda c: pair_outcome(f, c)[0]  # noqa: E731
     settings = ", ".join(f"{f.factor}={s.value} {100 * s.acc.mean:.1f} %{' ‡' if s.at_chance else ''}"
@@ -105,7 +105,7 @@ def check(task: Task, f) -> tuple[bool, str]:
     pairs = "; ".join(f"{c.a} vs {c.b}: {outcome_of(c)}" for c in f.comparisons or [])
     if f.design is not None and f.design.final is not None:
         pairs += f" (SEEDS=auto: stopped at look {f.design.final.index + 1}, {f.design.runs} runs)"
-    said = f"{settings}; " + (pairs or f"no verdict ({f.no_test[:80]}…)")
+    said = f"{settings}; " + (pairs or f"no verdict ({no_test(f)[:80]}…)")
     by_value = {s.value: s for s in f.settings}
     outcome = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
     if task.name == "positions":

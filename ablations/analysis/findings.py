@@ -1,7 +1,7 @@
 """What a sweep's tables support: per setting an accuracy interval and cost spreads, across settings the
 paired comparisons and a verdict, as numbers. Computed from a sweep's rows and the saved test predictions
 it reads from disk (`ablations.analysis.stats`, `bench.rounds`, the SEEDS=auto design replayed by
-`ablations.analysis.sequential`); `wording.py` writes their sentences and tables, `report.py` lays them out."""
+`ablations.analysis.sequential`); `wording` writes their sentences and tables, `report.py` lays them out."""
 
 from __future__ import annotations
 

@@ -1,0 +1,285 @@
+"""The rest of a sweep section's lines and the report's other parts: runs line, shared runs, device sharing,
+what was held fixed, sittings, tuning, grid interaction, GPU phases, the reference comparison, the Pareto fronts,
+what a partial OUT lacks, and the attention backends' bench section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ablations.analysis.designs import Interaction, Tuning, close_pick, label_text, setting_label
+from ablations.analysis.findings import (
+    CostSource,
+)
+from ablations.analysis.sittings import SittingCheck
+from ablations.analysis.stats import (
+    ALPHA,
+    Outcome,
+)
+from ablations.analysis.wording.method import either
+from ablations.analysis.wording.verdicts import cost_source, pct, seed_ranges
+
+
+def shared_line(factor: str, shared: list[tuple[Any, list[str]]]) -> str:
+    """The line naming the other sweeps whose verdicts rest on a verdict's runs (`sittings.shared_settings`);
+    '' if none."""
+    named = [f"{factor}={value}'s runs are also the {', '.join(others)} "
+             f"{'sweeps' if len(others) > 1 else 'sweep'}'{'' if len(others) > 1 else 's'}" for value, others in shared]
+    if not named:
+        return ""
+    return (f"Shared runs: {'; '.join(named)} (same run ids): one set of runs carries a verdict in each, so a "
+            f"lucky or unlucky draw of them moves all of those verdicts together.")
+
+
+def sharing_note(ok: pd.DataFrame, phase: bool) -> list[str]:
+    """Training wall times measured while other runs shared the device (JOBS > 1) say so; `phase`: the sweep
+    has a cost phase (whose figures were measured with nothing else running)."""
+    jobs = pd.to_numeric(ok["jobs"], errors="coerce") if "jobs" in ok else pd.Series(dtype=float)
+    shared = jobs[jobs > 1]
+    if shared.empty:
+        return []
+    return [f"Training wall times (`train_time_s`, `train_util_pct`) of {len(shared)} of these {len(ok)} runs were "
+            f"measured with up to {int(shared.max())} runs sharing the device (JOBS)"
+            + ("; the cost-phase figures were measured alone." if phase else "; no cost phase measured this sweep's "
+                                                                              "speed alone."), ""]
+
+
+def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
+    """The reference comparison's heading, what it compares and its table (`compare.compare_outs`' rows: one
+    per point both folders trained), with what the comparison could see; `margin`: the equivalence margin in
+    points."""
+    lines = ["## against the reference", "",
+             f"The same points (same model, recipe, data and seed) in `{reference}`, trained "
+             f"on another machine or at another commit; the difference is here − reference, with an "
+             f"interval over the common seeds (paired by seed) and the test images, each source counted once "
+             f"(one common seed: the test images' alone).", ""]
+    if not len(table):
+        return lines
+    family = int(table["family"].iloc[0])
+    lines[-2] += (f" The intervals are simultaneous: 95 % jointly over the {family} distinct point(s) compared "
+                  f"(Bonferroni, each at {100 * (1 - 0.05 / family):.2f} %), so a point is called higher or "
+                  f"lower only outside what chance over the whole table allows." if family > 1 else "")
+    here_in, there_in = (" + ".join(sorted(set(table[c]))) for c in ("dtype_a", "dtype_b"))
+    lines[-2] += (f" Trained in {here_in} here and in {there_in} in the reference" +
+                  (": a difference is the device's and the precision's together." if here_in != there_in else "."))
+    lines += ["| sweep | point | seeds | here % | reference % | here − reference (points) [simultaneous 95 % interval] | |",
+              "|---|---|---|---|---|---|---|"]
+    for r in table.itertuples():
+        verdict = {"A higher": "higher here", "B higher": "lower here"}.get(r.verdict, r.verdict)
+        if r.verdict == "same within noise" and -margin <= r.low_pts and r.high_pts <= margin:   # all inside
+            verdict = f"equivalent (within ±{margin:g})"
+        lines.append(f"| {r.sweep} | {r.point} | {r.seeds} | {100 * r.acc_a:.2f} | {100 * r.acc_b:.2f} | "
+                     f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}] | {verdict} |")
+    half = ((table["high_pts"] - table["low_pts"]) / 2).median()
+    return lines + ["", f"What this comparison could see: its intervals' median half-width is {half:.2f} points, so "
+                        f"\"same within noise\" says no difference of about that size was found, not that the two "
+                        f"agree; a point is called equivalent only where its whole interval lies within ±{margin:g} "
+                        f"points (more common seeds narrow the intervals).", ""]
+
+
+def not_compared_line(sweep: str, differs: str) -> str:
+    """A sweep both folders hold with no run in common; `differs`: what its runs differ in."""
+    return f"- {sweep}: no run in common with the reference, whose runs differ in {differs} (here vs reference): not compared."
+
+
+def pareto_left_out(single: list[str]) -> list[str]:
+    return [f"Left out: {', '.join(single)} (one setting each: nothing to trade off).", ""]
+
+
+def pareto_groups(groups: dict[tuple[str, str], list[str]]) -> list[str]:
+    """{(dataset, budget): its sweeps}, more than one group: why each gets its own front."""
+    return [f"The sweeps cover {len(groups)} datasets or training budgets ("
+            + "; ".join(f"{d}, {b}: {', '.join(sweeps)}" for (d, b), sweeps in groups.items())
+            + "): each gets its own front and figure, since accuracies on other test sets or after other "
+              "training are not on one scale.", ""]
+
+
+def pareto_front_lines(group: str, front: pd.DataFrame, factors: dict[str, str], figure: str) -> list[str]:
+    """One group's Pareto front of setting means (`report.setting_means` rows) and its figure."""
+    return [f"**{group}**: Pareto front of the setting means (no setting is both cheaper and more "
+            "accurate on average over its seeds; a front point's lead can be inside the noise, see each sweep's "
+            "comparisons): " + ", ".join(
+                f"{r.sweep} {factors[r.sweep]}={r.value} ({r.gflops:.5f} GFLOPs, {r.acc_mean * 100:.2f} %, "
+                f"{r.seeds} seed{'s' if r.seeds != 1 else ''})" for r in front.itertuples()) + ".", "",
+            f"![pareto {group}]({figure})", ""]
+
+
+def runs_line(seeds: list[int], datasets: list[str], test_size: int | None, devices: str) -> str:
+    """A sweep section's first line: its seeds (sorted), data, test-set size and devices."""
+    test = f"{test_size:,} test images" if test_size else "test-set size not recorded"
+    return f"Seeds {seed_ranges(seeds)}; {', '.join(datasets)}, {test}; device {devices}."
+
+
+def _float(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def or_dash(value, fmt: str) -> str:
+    return "—" if value is None or value != value else format(value, fmt)
+
+
+def phases_lines(shown: list[dict[str, Any]], total: int) -> list[str]:
+    """The newest training phases on a GPU (`store.PHASES` rows, as dicts) of `total` recorded."""
+    lines = ["Training phases on a GPU (the whole device while a command's runs trained side by side; the newest "
+             f"{len(shown)} of {total}):", "",
+             "| when | sweeps | runs at once | images | s | busy % | W | J per image (window s) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in shown:
+        energy = (f"{float(r['energy_j_per_img']):.2g} ({float(r['energy_window_s']):.1f})"
+                  if str(r.get("energy_j_per_img") or "") not in ("", "nan") else "—")
+        lines.append(f"| {r['when']} | {r['sweeps']} | {r['jobs']} | {int(float(r['images'])):,} | "
+                     f"{float(r['wall_s']):.1f} | {or_dash(_float(r.get('util_pct')), '.0f')} | "
+                     f"{or_dash(_float(r.get('power_w')), '.0f')} | {energy} |")
+    return lines + ["", "Busy %: NVML's samples wholly inside the phase; power and energy: the GPU's energy counter "
+                        "between two of its ticks at least 1 s apart (— where the phase held no such window).", ""]
+
+
+def tuning_lines(t: Tuning, factor: str, figure_name: str) -> list[str]:
+    """The report's account of a tuning: the split, each setting's pick, and any pick at a grid's edge."""
+    grid = "; ".join(f"{name} ∈ {{{', '.join(label_text(v) for v in g)}}}" for name, g in zip(t.fields, t.grids))
+    size = f"{t.val_size:,} images, " if t.val_size else ""
+    drawn = "stratified by class" if t.split == "stratified" else "drawn at random, not stratified by class"
+    lines = [f"Tuned: every setting was trained at each {grid} on the training set less a validation split "
+             f"({size}{100 * t.holdout:.0f} % of it, {drawn}, the same split for every run), and is compared below "
+             f"at the value its mean validation accuracy over seeds picks (never the test set). The test "
+             f"accuracies below are those of the runs that made each pick: a seed that did well on validation "
+             f"may do well on test too, so they can lean slightly high."
+             + (f" Under SEEDS=auto the picks were made at the first look, on seeds {seed_ranges(list(t.picked_on))}; "
+                f"only the picks trained more seeds after it." if t.picked_on else ""), "",
+             f"| {factor} | picked | validation accuracy % at each value (seeds) |", "|---|---|---|"]
+    for c in t.choices:
+        picked = ", ".join(f"{n}={label_text(v)}" for n, v in zip(t.fields, c.chosen))
+        curve = "; ".join(f"{setting_label(k)}: {pct(acc)} ({c.seeds[k]})" for k, acc in c.curve.items())
+        lines.append(f"| {label_text(c.setting)} | {picked} | {curve} |")
+    lines.append("")
+    for c in t.choices:
+        for name in c.at_edge:
+            lines.append(f"- **Widen the grid**: {label_text(c.setting)} picked {name}="
+                         f"{label_text(c.chosen[t.fields.index(name)])}, an end of its grid; a value beyond it may be "
+                         f"better, so this setting may be compared below its best.")
+    image = 1 / t.val_size if t.val_size else None
+    for c in t.choices:
+        why = close_pick(c, image)
+        if why:
+            runner = ", ".join(f"{n}={label_text(v)}" for n, v in zip(t.fields, c.runner_up))
+            lines.append(f"- **A close pick**: {label_text(c.setting)} leads {runner} by {100 * c.lead:.2f} points of mean "
+                         f"validation accuracy, {why}: another split or another seed could pick the other.")
+    if any(c.at_edge for c in t.choices) or any(close_pick(c, image) for c in t.choices):
+        lines.append("")
+    return lines + [f"![tuning](figures/{figure_name})", ""]
+
+
+def interaction_lines(it: Interaction) -> list[str]:
+    a, b = it.factors
+    if it.contrasts is None:
+        return [f"**Interaction of {a} and {b}: no test** ({it.reason}).", ""]
+    shown = [c for c in it.contrasts if c.p_holm < ALPHA]
+    within = f"±{100 * it.margin:g} points"
+    a1, b1 = it.levels[0][0], it.levels[1][0]
+    table = [f"| {a} | {b} | difference of differences (points) [95 % interval] | Holm p: differ / within {within} "
+             f"| verdict |", "|---|---|---|---|---|"]
+    for c in it.contrasts:
+        (ai, bj) = c.a
+        outcome = "interaction" if c.outcome() in (Outcome.BETTER, Outcome.WORSE) else c.outcome()
+        table.append(f"| {label_text(ai)} | {label_text(bj)} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}] | "
+                     f"{c.p_holm:.3f} / {c.p_equiv_holm:.3f} | {outcome} |")
+    what = (f"each row: ({a}={{a}} − {a}={label_text(a1)}) at {b}={{b}} minus the same at {b}={label_text(b1)}; 0 where the "
+            f"effect of {a} does not depend on {b}")
+    if shown:
+        cells = ", ".join(f"{a}={label_text(c.a[0])} at {b}={label_text(c.a[1])} ({100 * c.diff:+.2f} points)" for c in shown)
+        head = (f"**Interaction of {a} and {b} detected** (Holm-adjusted p < {ALPHA}): the effect of {a} depends on "
+                f"{b}: {cells}.")
+    elif all(c.p_equiv_holm < ALPHA for c in it.contrasts):
+        head = (f"**No interaction of {a} and {b} beyond {within}**: every difference of differences is shown "
+                f"within {within} (two one-sided tests, Holm-adjusted); read each factor's effect as the same at "
+                f"every level of the other, up to that margin.")
+    else:
+        head = (f"**Interaction of {a} and {b}: inconclusive.** No difference of differences is detected (smallest "
+                f"detectable with these seeds and test images ≈ {100 * it.detectable:.1f} points at 80 % power), "
+                f"but not every one is shown within {within} either: this does not show that each factor's effect "
+                f"is the same at every level of the other.")
+    return [head, "", *table, "", f"_{what.format(a='a', b='b')}._", ""]
+
+
+def held_fixed(fixed: list[tuple[str, Any, bool]]) -> str:
+    """The line naming what a sweep held fixed: (field, value, is the dataset's default); value None and True:
+    blank cells left to the dataset."""
+    said = [f"{name}=the dataset's default" if value is None and dataset_default else
+            f"{name}={value}" + (" (the dataset's default)" if dataset_default else "") for name, value, dataset_default in fixed]
+    return "Held fixed: " + ", ".join(said) + "."
+
+
+def sittings_line(check: SittingCheck | None, factor: str) -> str:
+    """The report's sentence on a sweep's sittings ('' where its runs come from one)."""
+    if check is None:
+        return ""
+    if check.p is None:
+        return (f"Runs from {check.describe()}, each setting's in a sitting of its own: a difference between "
+                f"{factor} settings here cannot be told apart from one between sittings.")
+    if check.differ:
+        return (f"**Runs differ by sitting.** These {check.runs} runs come from {check.describe()}; with the "
+                f"settings' own differences taken out their accuracy still differs between sittings (F = "
+                f"{check.f:.2f}, p = {check.p:.2g}), so runs of one setting trained at different times or places are "
+                f"not interchangeable here, and a verdict that pools them can reflect when or where they trained.")
+    return (f"Runs from {check.describe()}: no difference between sittings detected with the settings' own "
+            f"differences taken out (F = {check.f:.2f}, p = {check.p:.2g}).")
+
+
+def lacking_lines(absent: list[str], has_pos: bool, has_bench: bool) -> list[str]:
+    """What a partial OUT lacks and the command that produces each ([] when it lacks nothing)."""
+    lacks = [f"the sweeps {', '.join(absent)} ({either('`make ablate-<name>`', '`vitbench sweep <name>`')} trains "
+             f"one)" if absent else "",
+             "" if has_pos else f"the attention maps and position similarity (a sweep over pos: "
+                                f"{either('`make ablate-pos`', '`vitbench sweep pos`')})",
+             "" if has_bench else f"the attention backends' benchmarks "
+                                  f"({either('`make bench` and `make bench-tokens`', '`vitbench bench run`')})"]
+    return [f"Not in this folder: {'; '.join(x for x in lacks if x)}.", ""] if any(lacks) else []
+
+
+def bench_lines(suite: Path, steps: pd.DataFrame | None, tokens_csv: Path, bench: pd.DataFrame | None,
+                figure: str | None) -> list[str]:
+    """The attention backends' section: `make bench`'s ok rows (`steps`, None where `suite` is missing) and
+    `make bench-tokens`' ok rows (`bench`, None where `tokens_csv` is missing) with their figure's file name."""
+    lines = ["## attention backends (bench)", ""]
+    if steps is not None:
+        lines += [f"`make bench` ({', '.join(sorted(steps['device_name'].astype(str).unique()))}, "
+                  f"{', '.join(sorted(steps['dtype'].astype(str).unique()))}; median step over pytest-benchmark's rounds):",
+                  "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU |", "|---|---|---|---|---|---|---|"]
+        for _, r in steps.sort_values(["tokens", "mode", "attn"]).iterrows():
+            lines.append(f"| {r.tokens} | {r.batch_size} | {r['mode']} | {r.attn} | {r.throughput_img_s:,.1f} | "
+                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {or_dash(r.get('mfu'), '.2g')} |")
+        lines.append("")
+    else:
+        lines += [f"_Missing: `{suite}`; `make bench` (`vitbench bench run`) produces it._", ""]
+    if bench is not None:
+        tokens = sorted(bench["tokens"].unique())
+        devices = ", ".join(sorted(bench["device_name"].astype(str).unique()))
+        lines += [f"Against sequence length (`make bench-tokens`; {devices}, "
+                  f"{', '.join(sorted(bench['dtype'].astype(str).unique()))}):", "",
+                  "| attn | " + " | ".join(f"img/s @ {t} tok" for t in tokens) + " | "
+                  + " | ".join(f"peak MB @ {t} tok" for t in tokens) + " |", "|" + "---|" * (1 + 2 * len(tokens))]
+        for attn, g in bench.groupby("attn"):
+            by_t = g.groupby("tokens")
+            rate, mem = by_t["throughput_img_s"].median(), by_t["peak_mem_mb"].median()
+            lines.append(f"| {attn} | " + " | ".join(f"{rate.get(t, float('nan')):.2f}" for t in tokens) + " | "
+                         + " | ".join(f"{mem.get(t, float('nan')):.1f}" for t in tokens) + " |")
+        lines += ["", f"![backends](figures/{figure})", ""]
+    else:
+        lines += [f"_Missing: `{tokens_csv}`; `make bench-tokens` (`vitbench bench run --tokens 65,197,785 --batch-size 8 "
+                  f"--name backends`) produces it._", ""]
+    return lines
+
+
+def throughput_source(cost: CostSource | None, hosts: str) -> str:
+    """Where a grid's training throughput comes from: the cost phase (`cost_source`) or, without one, the runs
+    themselves on `hosts`."""
+    return f"the training step in the {cost_source(cost)}" if cost else f"the runs' whole-run training throughput on {hosts}"
+
+
+def grid_caption(source: str) -> str:
+    return f"_Accuracy: mean over seeds with its 95 % interval beneath. Training throughput: {source}._"

@@ -1,0 +1,368 @@
+"""A sweep's verdict in words: the outcome vocabulary, the verdict, design, chance, power and cost sentences,
+why a sweep has no test or has not converged, and the SEEDS=auto driver's per-look line."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+
+from ablations.analysis.budget import Convergence, Shortfall
+from ablations.analysis.findings import (
+    POWER_DELTA,
+    CostSource,
+    SweepFindings,
+)
+from ablations.analysis.sequential import Decision, Design, nominal_levels
+from ablations.analysis.stats import (
+    ALPHA,
+    POWER,
+    Comparison,
+    Interval,
+    Outcome,
+    seeds_to_decide,
+)
+from ablations.choices import LOOKS, say
+from bench.contention import CONTENDED_PCT
+from bench.rounds import MIN_ROUNDS, ratio_or_noise
+
+
+def pair_outcome(f: SweepFindings, c: Comparison) -> tuple[str, str]:
+    """A pair's verdict word and, for a sequential design, the look it was taken at ("" otherwise): a pair
+    with the last leader as the design decided it (a futile stop: inconclusive, with the look and why); any
+    other pair as the last look's step-down decided it."""
+    if f.design is None or f.design.final is None:
+        return c.outcome(), ""
+    last = f.design.final
+    if c.identical:
+        return Outcome.IDENTICAL, ""
+    if last.leader in (c.a, c.b):
+        other = c.b if c.a == last.leader else c.a
+        d = last.decided.get(other)
+        if d is None:
+            return Outcome.INCONCLUSIVE, ""
+        if d.outcome == Outcome.FUTILE:
+            return Outcome.INCONCLUSIVE, f" (stopped at look {d.look + 1}: {futile_reason(d, f)})"
+        if d.outcome == Outcome.EQUIVALENT:
+            return Outcome.EQUIVALENT, f" (look {d.look + 1})"
+        return (Outcome.BETTER if c.a == last.leader else Outcome.WORSE), f" (look {d.look + 1})"
+    outcome = last.outcomes.get(frozenset((c.a, c.b)), (Outcome.INCONCLUSIVE,))[0]
+    if outcome == Outcome.DIFFERENT:
+        return (Outcome.BETTER if c.diff > 0 else Outcome.WORSE), ""
+    return outcome, ""
+
+
+def futile_reason(d: Decision, f: SweepFindings) -> str:
+    """Why the design stopped a pair as futile, in words."""
+    images = f"{f.test_size:,} " if f.test_size else ""
+    if d.why == "test set":
+        return (f"the test set's {images}images alone keep it within reach of {margin_text(f.margin)}; "
+                f"no number of seeds decides it")
+    cap = f.design.schedule[-1] if f.design is not None else "the cap"
+    return f"it would need more than the {cap} seeds the design allows"
+
+
+def design_sentence(f: SweepFindings) -> str:
+    """How a SEEDS=auto sweep ran: its looks and their levels, where it stopped, the seeds each setting got,
+    and what each decision crossed."""
+    if f.design is None or f.design.final is None:
+        return ""
+    d, last = f.design, f.design.final
+    levels = nominal_levels(d.schedule, ALPHA)
+    seeds = ", ".join(f"{f.factor}={k} {n}" for k, n in d.have.items())
+    same = {frozenset((c.a, c.b)) for c in last.comparisons if c.identical}
+    crossed = [f"{f.factor}={k} identical to {f.factor}={x.leader} at look {x.look + 1} (the same predictions)"
+               if frozenset((k, x.leader)) in same else
+               f"{f.factor}={k} {'worse than' if x.outcome == Outcome.DIFFERENT else 'equivalent to'} {f.factor}={x.leader} "
+               f"at look {x.look + 1} (p{' (TOST)' if x.outcome == Outcome.EQUIVALENT else ''} = {x.p:.3g} < "
+               f"{x.level:.3g})" for k, x in last.decided.items() if x.outcome != Outcome.FUTILE]
+    futile = [f"{f.factor}={k} at look {x.look + 1} ({futile_reason(x, f)})"
+              for k, x in last.decided.items() if x.outcome == Outcome.FUTILE]
+    left = (f" Left out of the design: {', '.join(f'{f.factor}={k}' for k in f.left_out)} (a run diverged; see the "
+            f"table)." if f.left_out else "")
+    stop = ("every other setting was decided against the leader" if last.done and last.index < len(d.schedule) - 1
+            else "its last look")
+    return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.schedule))} seeds per setting (the last is the "
+            f"cap), each at its nominal level ({' / '.join(f'{x:.2g}' for x in levels)} for one pair: O'Brien–Fleming "
+            f"spending of α = {ALPHA} over the looks; with r pairs still standing the smallest p is tested at the "
+            f"level of α / r spent the same way, so the chance of any false decision at any look is at most α); a "
+            f"setting decided against the leader, or that no number of seeds up to the cap could decide, trains no "
+            f"more seeds. Stopped at look {last.index + 1} ({stop}); seeds: {seeds}. "
+            + ("Decided: " + "; ".join(crossed) + "." if crossed else "Nothing was decided.")
+            + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.2f}"
+
+
+def seed_ranges(seeds: list[int]) -> str:
+    """'0, 1, 2' for three seeds, '0–11' for a run of four or more in a row: 0–47, 50."""
+    parts, start = [], 0
+    for i in range(1, len(seeds) + 1):
+        if i == len(seeds) or seeds[i] != seeds[i - 1] + 1:
+            run = seeds[start:i]
+            parts.append(f"{run[0]}–{run[-1]}" if len(run) >= 4 else ", ".join(map(str, run)))
+            start = i
+    return ", ".join(parts)
+
+
+def interval_text(i: Interval) -> str:
+    return f"{pct(i.mean)} [{pct(i.low)}, {pct(i.high)}]" if not math.isnan(i.low) else pct(i.mean)
+
+
+def no_test(f: SweepFindings) -> str:
+    """Why a sweep has no verdict."""
+    why = f.no_test
+    if why is None:
+        return ""
+    if why.kind == "one setting":
+        return "one setting only: nothing to compare"
+    if why.kind == "one seed":
+        return (f"one seed per setting{' (for some)' if why.some else ''}. Its intervals cover the test images only: "
+                f"they leave out how much accuracy moves between training seeds, which a second seed would measure "
+                f"and a test would then take into account (SEEDS=0,1,2)")
+    if why.kind == "at chance":
+        return (f"even the best setting, {f.factor}={why.best} ({pct(why.best_acc)} %), is within noise of chance "
+                f"({100 * (f.chance or 0):.1f} % for guessing): no setting has learned the task at this budget, so no "
+                f"comparison says anything about the factor; train longer (EPOCHS), or check that the labels can be "
+                f"learned from the images")
+    return why.reason
+
+
+def cost_source(c: CostSource) -> str:
+    """Where a sweep's speed figures come from."""
+    if c.rounds is None:
+        return f"no cost phase (none kept here; {say('make cost OUT=…', 'vitbench cost --out …')} measures one)"
+    return (f"cost phase{f' on {c.device}' if c.device else ''}, {c.rounds} interleaved rounds"
+            + (f" ({c.loaded} of {c.steps} timed steps ran while other processes took ≥ {CONTENDED_PCT:.0f} % of the "
+               f"machine and are left out)" if c.loaded else ""))
+
+
+def verdict_sentence(f: SweepFindings) -> str:
+    if f.verdict is None:
+        return f"**No verdict**: {no_test(f)}. Intervals only; no setting is named best."
+    seeds = design_sentence(f) if f.design is not None else " ".join(t for t in (power_sentence(f), auto_sentence(f)) if t)
+    return " ".join(t for t in (_restricted(_verdict_text(f), f), chance_sentence(f), seeds) if t)
+
+
+def _restricted(text: str, f: SweepFindings) -> str:
+    """The verdict of a SEEDS=auto sweep that left settings out of its design (a run diverged) is a verdict
+    over the others: its headline says so, and a left-out setting whose finished runs average above the
+    leader is named, with no claim made about it either way."""
+    if not f.left_out or f.verdict is None:
+        return text
+    text = text.replace("**Best: ", "**Best of the settings in the design: ", 1).replace(
+        "better than every other setting", "better than every other setting in the design", 1)
+    if not text.startswith("**Best of"):
+        text = "Of the settings in the design: " + text
+    best = next((s for s in f.settings if s.value == f.verdict.best), None)
+    notes = []
+    for k in f.left_out:
+        s = next((x for x in f.settings if x.value == k), None)
+        above = best is not None and s is not None and s.acc.mean > best.acc.mean
+        runs = (f"; its {len(s.seeds)} finished run(s) average {pct(s.acc.mean)} %"
+                + (f", above {f.factor}={f.verdict.best}'s {pct(best.acc.mean)} %: no claim is made about it"
+                   if above else "") if s is not None and s.seeds else "")
+        notes.append(f"{f.factor}={k} (a run diverged{runs})")
+    return text + f" Left out of the design and of this verdict: {'; '.join(notes)}."
+
+
+def auto_sentence(f: SweepFindings) -> str:
+    """For a sweep at fixed seeds that leaves pairs with its leader open: the most runs SEEDS=auto would add
+    (the runs there are its first look's, where their seeds are 0, 1, 2)."""
+    v = f.verdict
+    if f.adaptive or f.design is not None or v is None or not v.inconclusive:
+        return ""
+    open_ = [s for s in f.settings if s.value in (v.best, *v.inconclusive)]
+    most = sum(max(LOOKS[-1] - len(s.seeds), 0) for s in open_)
+    if not most:
+        return ""
+    return (f"SEEDS=auto would train at most {most} more run(s) here: {f.factor}={v.best} and the {len(open_) - 1} "
+            f"setting(s) still open against it, up to {LOOKS[-1]} seeds each, fewer where a look decides "
+            f"(its runs at seeds 0, 1, 2 are reused).")
+
+
+def chance_sentence(f: SweepFindings) -> str:
+    """Which settings stay at chance while others learn: a finding about them, compared like the rest."""
+    low = [s for s in f.settings if s.at_chance]
+    if not low or f.verdict is None:
+        return ""
+    names = ", ".join(f"{f.factor}={s.value} ({pct(s.acc.mean)} %)" for s in low)
+    one = len(low) == 1
+    return (f"{names} {'does' if one else 'do'} not learn this task at this budget: within noise of chance "
+            f"({100 * (f.chance or 0):.1f} % for guessing, ‡), compared above like any other setting; "
+            f"{'it' if one else 'they'} may learn with more epochs (EPOCHS).")
+
+
+def power_sentence(f: SweepFindings) -> str:
+    """How many seeds a difference of POWER_DELTA would need, from this sweep's own variances."""
+    m = len(f.comparisons or [])
+    if f.seed_sd is None:
+        return ""
+    floor = (f" (the test images alone limit any number of seeds to about {100 * f.floor:.2f} points)"
+             if f.floor and f.floor >= 0.0001 else " (the test images' share is negligible here)")
+    low, high = f.seeds_range or (None, None)
+    spread = ""
+    if f.seeds_range is not None and f.seed_sd_range is not None and low != high:
+        top = f"{high}" if high is not None else "more than the test set allows"
+        spread = (f", between {low} and {top} over the 95 % interval of the seed-to-seed s.d. "
+                  f"({100 * f.seed_sd_range[0]:.2f}–{100 * f.seed_sd_range[1]:.2f} points)")
+    need = (f"about {f.seeds_for_delta} seeds per setting{spread}{floor}" if f.seeds_for_delta is not None else
+            f"more test images: with this test set no number of seeds detects less than about "
+            f"{100 * (f.floor or 0):.2f} points")
+    return (f"Detecting a {100 * POWER_DELTA:.1f}-point difference at {POWER:.0%} power (α = {ALPHA}, Holm over "
+            f"{m} pair(s)) would take {need}; seed-to-seed s.d. {100 * f.seed_sd:.2f} points, measured here.")
+
+
+def margin_text(margin: float) -> str:
+    return f"±{100 * margin:g} points"
+
+
+def _verdict_text(f: SweepFindings) -> str:
+    factor = f.factor
+    assert f.verdict is not None
+    v, m = f.verdict, len(f.comparisons or [])
+    best = next(s for s in f.settings if s.value == v.best)
+    by_pair = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
+    pair = lambda other: by_pair[frozenset((v.best, other))]  # noqa: E731
+    signed = lambda other: (pair(other).diff if pair(other).a == v.best else -pair(other).diff)  # noqa: E731
+    budget = (f"{_seeds_text(f)} × {f.test_size:,} test images" if f.test_size else _seeds_text(f))
+    within = margin_text(v.margin)
+    decided = f.design.final.decided if f.design is not None and f.design.final is not None else {}
+    p_of = lambda other: decided[other].p if other in decided else pair(other).p_holm  # noqa: E731
+    how = (" by the sequential design (each at the level the step-down gave it at the look it was decided at)" if decided
+           else " after Holm's adjustment")
+    if v.winner:
+        largest = max(v.beats, key=p_of)
+        crossed = (f"largest p = {p_of(largest):.3g}, under its level {decided[largest].level:.3g}"
+                   if largest in decided else f"largest adjusted p = {p_of(largest):.3g}")
+        return (f"**Best: {factor}={v.best}** at {interval_text(best.acc)} % test accuracy: better than every "
+                f"other setting{how} over {m} pair(s) ({crossed}; {budget}).")
+    parts = []
+    if v.beats:
+        parts.append("better than " + ", ".join(f"{factor}={o} (by {100 * signed(o):.2f} points, p = "
+                                                 f"{p_of(o):.3g})" for o in v.beats))
+    if v.identical:
+        parts.append("identical to " + ", ".join(f"{factor}={o}" for o in v.identical)
+                     + " (the same predicted class on every test image, seed by seed)")
+    if v.equivalent:
+        parts.append(f"equivalent within {within} to " + ", ".join(
+            f"{factor}={o} (TOST p = {p_of(o) if o in decided else pair(o).p_equiv_holm:.3g})" for o in v.equivalent))
+    if v.inconclusive:
+        sequential = f.design is not None   # the step-down tests raw p at its levels; otherwise Holm-adjusted p
+        parts.append("inconclusive against " + ", ".join(
+            f"{factor}={o} ({100 * signed(o):+.2f} points, p = {pair(o).p if sequential else pair(o).p_holm:.3g}, "
+            f"TOST p = {pair(o).p_equiv if sequential else pair(o).p_equiv_holm:.3g})" for o in v.inconclusive))
+    if v.inconclusive:
+        head = f"**Inconclusive: no single best {factor} at this budget.**"
+        tail = (f" Differences smaller than about {100 * v.detectable:.1f} points could not be detected "
+                f"({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget})."
+                if f.design is None else f" ({budget}.)")
+    else:
+        names = ", ".join(f"{factor}={o}" for o in (v.best, *v.identical, *v.equivalent))
+        head = (f"**Equivalent within {within}: {names}.**" if v.equivalent else f"**Identical: {names}.**")
+        tail = f" ({budget}.)"
+    return (f"{head} The highest mean, {factor}={v.best} ({pct(best.acc.mean)} %), is " + "; ".join(parts)
+            + (" (p unadjusted, decided by Holm's step-down over the pairs at each look's levels; equivalence "
+               if f.design is not None else " (Holm-adjusted over the pairs; equivalence ")
+            + f"by two one-sided tests against {within}).{tail}")
+
+
+def _seeds_text(f: SweepFindings) -> str:
+    counts = sorted({len(s.seeds) for s in f.settings})
+    return f"{'–'.join(map(str, counts))} seed(s) per setting"
+
+
+def cost_sentence(f: SweepFindings) -> str:
+    first, last = f.settings[0], f.settings[-1]
+    label = lambda s: f"{f.factor}={s.value}"  # noqa: E731
+
+    def figure(mode: str, col: str, least: int = MIN_ROUNDS) -> str:
+        a, b = getattr(last, mode).get(col), getattr(first, mode).get(col)
+        return ratio_or_noise(a, b, least=least) if a is not None and b is not None else "not measured"
+
+    hungry = first.starved + last.starved
+    wall = ("not compared (one side was trained in another sweep, at another time)"
+            if first.reused_from or last.reused_from else
+            f"not compared ({hungry} of these runs got too little CPU while they trained: other work held the "
+            f"machine)" if hungry else ratio_or_noise(last.train_s, first.train_s))
+    return (f"From {label(first)} to {label(last)}: GMACs ×{last.gmacs / first.gmacs:.2f}; inference img/s "
+            f"{figure('infer', 'throughput_img_s')}; training-step img/s {figure('train', 'throughput_img_s')}; "
+            f"training-step peak memory {figure('train', 'peak_mem_mb', least=1)}; wall time of a training run {wall}.")
+
+
+OUTCOME_WORDS = {Outcome.BETTER: "a better", Outcome.WORSE: "b better", Outcome.EQUIVALENT: "equivalent",
+                 Outcome.INCONCLUSIVE: "inconclusive", Outcome.IDENTICAL: "identical"}   # a pair's, in its table
+
+
+SEEDS_SHOWN = 200   # an undecided pair that needs more seeds than this is said to need "over 200"
+
+
+def undecided_reason(f: SweepFindings, c: Comparison) -> str:
+    """What would decide an inconclusive pair: ' (needs ~N seeds)', ' (needs over SEEDS_SHOWN seeds)' or ' (not
+    decidable on this test set)' at its current difference and variances (`stats.seeds_to_decide`)."""
+    seeds = {s.value: len(s.seeds) for s in f.settings}
+    now = min(seeds.get(c.a, 0), seeds.get(c.b, 0))
+    need = seeds_to_decide(c, now, len(f.comparisons or []), most=SEEDS_SHOWN)
+    if need is None:
+        return " (not decidable on this test set)" if c.parts is not None else ""
+    return f" (needs over {SEEDS_SHOWN} seeds)" if need > SEEDS_SHOWN else f" (needs ~{need} seeds)"
+
+
+UNCONVERGED_HEADS = (("**Best of the settings in the design: ", "**Not converged — best at this budget of the settings "
+                                                               "in the design: "),
+                     ("**Best: ", "**Not converged — best at this budget: "),
+                     ("**Inconclusive: ", "**Not converged — inconclusive at this budget: "),
+                     ("**Equivalent within ", "**Not converged — equivalent at this budget within "),
+                     ("**Identical: ", "**Not converged — identical at this budget: "),
+                     ("**No verdict**", "**No verdict (not converged)**"))
+
+
+def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = ()) -> str:
+    """One line for the SEEDS=auto driver: where a sweep's design stands after its latest look."""
+    if left_out:
+        name = f"{name} (left out, diverged: {', '.join(map(str, left_out))})"
+    if not design.looks:
+        return f"{name}: look 1 of {len(design.schedule)} needs {design.schedule[0]} seeds of every setting"
+    last = design.final
+    assert last is not None
+    decided = ", ".join(f"{k} ({d.outcome} at look {d.look + 1})" for k, d in last.decided.items()) or "none"
+    if last.at_chance:
+        return (f"{name}: stopped at look {last.index + 1}: even the leader, {last.leader}, is within noise of "
+                f"chance (nothing learned the task at this budget; more seeds would not change that)")
+    if design.done:
+        return (f"{name}: stopped at look {last.index + 1} of {len(design.schedule)} ({last.seeds} seeds); leader "
+                f"{last.leader}; decided against it: {decided}")
+    return (f"{name}: look {last.index + 1} ({last.seeds} seeds) leaves {len(design.need)} setting(s) open "
+            f"(leader {last.leader}; decided: {decided}); they train to {design.schedule[last.index + 1]} seeds")
+
+
+def shortfall(below: Shortfall) -> str:
+    """A setting below the same model trained longer, as a reason fragment."""
+    return (f"{below.factor}={below.value} reaches {100 * below.acc:.1f} % after {below.epochs:g} "
+            f"epoch{'s' * (below.epochs != 1)} ({below.runs} runs) where the same model reaches "
+            f"{100 * below.longer_acc:.1f} % after {below.longer_epochs:g} epochs ({below.longer_runs} runs)")
+
+
+def not_converged(c: Convergence) -> str:
+    """The warning that a sweep's runs had not converged, with every reason that holds."""
+    why = []
+    if c.gain is not None:
+        why.append(f"test accuracy rose {100 * c.gain:.1f} points over the last of {c.epochs} epoch(s) (mean over runs)")
+    if c.loss is not None and c.classes:
+        guess = math.log(c.classes)
+        why.append(f"the training loss ended at {c.loss:.2f} (mean over runs), {c.loss / guess:.0%} of the {guess:.2f} "
+                   f"of guessing among {c.classes} classes, far from fitting the training set")
+    if c.below:
+        why.append("; ".join(map(shortfall, c.below)))
+    return (f"**Not converged**: {'; '.join(why)}, so these runs were still learning: the accuracies below are "
+            f"those of a short budget, not the settings' converged accuracies, and their order can change with "
+            f"more epochs (EPOCHS).")
+
+
+def unconverged_headline(verdict: str) -> str:
+    """A verdict's bold headline saying that its runs had not converged: its answer is this budget's."""
+    for head, said in UNCONVERGED_HEADS:
+        if verdict.startswith(head):
+            return said + verdict[len(head):]
+    return "**Not converged.** " + verdict

@@ -216,7 +216,7 @@ def test_a_command_parses_each_sweep_table_once(tmp_path, monkeypatch, capsys):
     """`make train` over runs already done reads its table to see what is done, to warn about other
     experiments and to print its rows, and counts what it recorded: one parse of the file, passed on. A
     sweep that reuses runs of another sweep under the same OUT parses that sweep's tables once too; the
-    report parses each table once for all its sections."""
+    report parses each table, history, cost table and design file once for all its sections."""
     from collections import Counter
 
     import ablations.results.schema as schema
@@ -238,10 +238,13 @@ def test_a_command_parses_each_sweep_table_once(tmp_path, monkeypatch, capsys):
     from ablations.results.store import SweepPaths
 
     seed_design.write_design(SweepPaths.of(tmp_path, "again"), seed_design.new_design(0.005, 0.05, 10))   # a SEEDS=auto design
+    assert ablations_main(["cost", "--out", str(tmp_path), "--cost-rounds", "3"]) == 0   # a cost table for each sweep
+    parsed.clear()
     designs, real_plan = Counter(), store.read_design
     monkeypatch.setattr(store, "read_design", lambda paths: designs.update([paths.design.name]) or real_plan(paths))
     assert ablations_main(["report", "--out", str(tmp_path), "--reference", "none"]) == 0
-    assert "again.csv" in parsed and set(parsed.values()) == {1}, parsed      # every table, once
+    assert {"again.csv", "again-history.csv", "again-cost.csv", "train.csv"} <= set(parsed), parsed
+    assert set(parsed.values()) == {1}, parsed      # every table, history and cost table, once
     assert designs == Counter({"again-design.json": 1}), designs              # its design, once for every section
 
 

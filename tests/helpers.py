@@ -13,14 +13,14 @@ import torch
 from ablations.running.cost import CostPlan, run_cost_phases
 from ablations.running.executors.base import Executor
 from ablations.running.runner import SweepSummary, run_sweeps
-from ablations.running.tasks import Outcome, RunOptions, Task
+from ablations.running.tasks import RunOptions, RunResult, Task
 from ablations.running.worker import execute
 from ablations.specs import Point
 from ablations.training.data import Dataset
 
 
 def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Executor | None = None,
-              fn: Callable[[Task, Dataset], Outcome] = execute) -> SweepSummary:
+              fn: Callable[[Task, Dataset], RunResult] = execute) -> SweepSummary:
     """`run_sweeps` of one sweep: its summary."""
     return run_sweeps([(sweep, points, options)], executor, fn)[0]
 

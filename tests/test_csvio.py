@@ -51,11 +51,11 @@ def test_a_missing_int_written_as_nan_keeps_the_row(tmp_path):
     cell missing, not skipped as malformed."""
     from ablations.results.schema import read_table
     from ablations.results.store import SweepPaths, record
-    from ablations.running.tasks import Outcome
+    from ablations.running.tasks import RunResult
 
     paths = SweepPaths.of(tmp_path, "s")
     row = {"run_id": "abcdef012345", "status": "ok", "seed": 0, "torch_threads": float("nan"), "test_acc": 0.5}
-    record(Outcome(row), paths)
+    record(RunResult(row), paths)
     assert ",nan," in paths.rows.read_text() or paths.rows.read_text().rstrip().endswith("nan")
     table = read_table(paths.rows)
     assert len(table) == 1 and table["torch_threads"].isna().all() and table["test_acc"].iloc[0] == 0.5

@@ -18,7 +18,7 @@ from ablations.analysis.stats import interaction_contrasts
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, Tables, record, save_preds
 from ablations.running.cost import CostPlan
-from ablations.running.tasks import Outcome, RunOptions
+from ablations.running.tasks import RunOptions, RunResult
 from ablations.specs import SpecError, load_spec
 from bench.training.recipe import TrainConfig
 
@@ -157,7 +157,7 @@ def write_grid_results(out: Path, spec, accuracy: dict, seeds=(0, 1, 2), n=2000)
                    "gflops": 0.002 * point.model.depth, "test_size": n, "train_time_s": 1.0 + s,
                    "train_throughput_img_s": 500.0 / point.model.depth, "sweep": spec.name,
                    **point.model.to_dict(), **point.train.to_dict(), "dtype": "fp32", "compile": 0}
-            record(Outcome(row, [], None, save_preds(pred, target)), paths)
+            record(RunResult(row, [], None, save_preds(pred, target)), paths)
     return read_table(paths.rows)
 
 
@@ -302,7 +302,7 @@ def test_an_old_results_folder_is_read_appended_to_and_reported(tmp_path):
     new.update(run_id="abcdef012345", seed=7, started_at=later(old), batch_size=64,
                infer_batch_size=256, weight_decay=0.05, grad_clip=1.0, val_acc=None, mode=None)
     target = np.load(paths.preds / f"{old.iloc[0]['run_id']}.npz")["target"]
-    record(Outcome(new, [], None, save_preds(target, target)), paths)
+    record(RunResult(new, [], None, save_preds(target, target)), paths)
     both = read_table(paths.rows)
     assert len(both) == len(old) + 1 and both.iloc[-1]["batch_size"] == 64 and both.iloc[0]["infer_batch_size"] == 256
     assert "infer_batch_size" in paths.rows.read_text().splitlines()[0]
@@ -433,7 +433,7 @@ def test_rows_from_before_a_model_field_existed_are_the_same_experiment_as_new_r
     new = {k: None if isinstance(v, float) and v != v else v for k, v in table.iloc[0].to_dict().items()}  # a row: no NaN
     new.update(run_id="abcdef012345", seed=7, started_at=later(table), attn_dropout=0.0, qkv_bias=True)
     target = np.load(paths.preds / f"{table.iloc[0]['run_id']}.npz")["target"]
-    record(Outcome(new, [], None, save_preds(target, target)), paths)
+    record(RunResult(new, [], None, save_preds(target, target)), paths)
     from ablations.results.experiments import newest_experiment
 
     kept, notes = newest_experiment(read_table(paths.rows), ("depth",))
@@ -442,7 +442,7 @@ def test_rows_from_before_a_model_field_existed_are_the_same_experiment_as_new_r
     assert "another experiment" not in text.split("## depth")[1].split("\n## ")[0]
     moved = table.assign(epochs=3)
     moved.to_csv(paths.rows, index=False)
-    record(Outcome(new, [], None, save_preds(target, target)), paths)
+    record(RunResult(new, [], None, save_preds(target, target)), paths)
     kept, notes = newest_experiment(read_table(paths.rows), ("depth",))
     assert len(kept) == 1 and notes == [f"{len(table)} run(s) of another experiment (epochs 3 vs 20) left out: a table "
                                         f"is reported as one experiment, the newest; use another OUT to keep both"]

@@ -24,7 +24,7 @@ from ablations.running.cost import CostPlan
 from ablations.running.executors import ExecutorOptions
 from ablations.running.executors.local import LocalExecutor, visible_gpu
 from ablations.running.runner import RUN_OVERHEAD_BYTES, planned_bytes
-from ablations.running.tasks import Outcome, RunOptions, make_tasks
+from ablations.running.tasks import RunOptions, RunResult, make_tasks
 from ablations.specs import Point
 from bench.training.recipe import TrainConfig
 from vit import VisionTransformer, ViTConfig
@@ -88,7 +88,7 @@ def test_a_stop_ends_every_run_in_flight_in_the_process_and_joins_its_threads(tm
 
     def fn(task, data):
         if task.seed == 0:
-            return Outcome({"run_id": task.run_id, "status": "ok"})
+            return RunResult({"run_id": task.run_id, "status": "ok"})
         started.wait(timeout=10)
         while True:   # a long run: an epoch at a time, as train() checks
             _check_stop()
@@ -122,14 +122,14 @@ def _dies_on_first_try(task, data):
         marker.touch()
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(0.3)
-    return Outcome({"run_id": task.run_id, "seed": task.seed, "status": "ok", "pid": os.getpid()})
+    return RunResult({"run_id": task.run_id, "seed": task.seed, "status": "ok", "pid": os.getpid()})
 
 
 def _always_dies(task, data):
     if task.seed == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(0.3)
-    return Outcome({"run_id": task.run_id, "seed": task.seed, "status": "ok", "pid": os.getpid()})
+    return RunResult({"run_id": task.run_id, "seed": task.seed, "status": "ok", "pid": os.getpid()})
 
 
 def _no_data(options):
@@ -287,7 +287,7 @@ def test_mnist5k_runs_give_the_same_accuracies_with_one_or_two_jobs_at_the_same_
 
 def _reports_its_threads(task, data):
     time.sleep(0.5)
-    return Outcome({"run_id": task.run_id, "seed": task.seed, "status": "ok", "pid": os.getpid(),
+    return RunResult({"run_id": task.run_id, "seed": task.seed, "status": "ok", "pid": os.getpid(),
                     "threads": torch.get_num_threads(), "started": time.monotonic()})
 
 

@@ -14,7 +14,7 @@ import ablations.running.executors.mps as mps
 from ablations.running.executors import ExecutorOptions
 from ablations.running.executors.local import LocalExecutor
 from ablations.running.executors.mps import Mps
-from ablations.running.tasks import Outcome
+from ablations.running.tasks import RunResult
 
 FAKE = """#!/bin/sh
 input=$(cat)
@@ -177,7 +177,7 @@ def test_off_and_bad_modes(fake):
 
 
 def _pipe_folder(task, data):
-    return Outcome({"run_id": task.run_id, "seed": task.seed, "status": "ok",
+    return RunResult({"run_id": task.run_id, "seed": task.seed, "status": "ok",
                     "pipe": os.environ.get("CUDA_MPS_PIPE_DIRECTORY")})
 
 

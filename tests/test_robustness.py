@@ -20,7 +20,7 @@ from ablations.analysis.report import build_report
 from ablations.results.schema import read_table
 from ablations.results.store import SweepError, SweepPaths, record, sweep_lock
 from ablations.running.cost import CostPlan
-from ablations.running.tasks import Outcome, RunOptions
+from ablations.running.tasks import RunOptions, RunResult
 from ablations.specs import Point
 from ablations.training.checkpoints import Checkpointing
 from ablations.training.data import load_dataset
@@ -223,9 +223,9 @@ def test_a_run_recorded_again_after_a_kill_does_not_repeat_its_history(tmp_path)
     history = [{"run_id": r1, "epoch": e, "lr": 0.1, "train_loss": 1.0, "test_loss": 1.0, "test_acc": 0.5,
                 "elapsed_s": e} for e in (1, 2)]
     row = {"run_id": r1, "status": "ok", "sweep": "depth"}
-    record(Outcome({"run_id": r0, "status": "ok"}, [{**history[0], "run_id": r0}]), paths)
+    record(RunResult({"run_id": r0, "status": "ok"}, [{**history[0], "run_id": r0}]), paths)
     append_row(paths.history, history[0], list(history[0]))   # a killed attempt: history, no row
-    record(Outcome(row, history), paths)
+    record(RunResult(row, history), paths)
     table = read_table(paths.history)
     assert sorted(zip(table["run_id"], table["epoch"])) == [(r0, 1), (r1, 1), (r1, 2)]
 
@@ -293,7 +293,7 @@ def test_an_adaptive_design_whose_runs_keep_failing_exits_1_and_says_it_is_unfin
         if task.point.value == 2:
             row = base_row(task, torch.device("cpu"))
             row.update(status="oom", error="OutOfMemoryError: simulated")
-            return Outcome(row)
+            return RunResult(row)
         return execute(task, data)
 
     def with_failures(plans, executor, recorded, locked=False):

@@ -39,7 +39,9 @@ MODEL = 'preset = "vit_digits"\npatch_size = 4\nembed_dim = 32\ndepth = 2\nnum_h
 
 
 @dataclass(frozen=True)
-class Task:
+class KnownCase:
+    """A synthetic task whose answer is known: the sweep it runs (`factor` over `values`, `sets` held) and what its
+    report must say."""
     name: str
     data: str            # "quadrants" or "shuffled"
     factor: str
@@ -49,13 +51,13 @@ class Task:
 
 
 TASKS = (
-    Task("positions", "quadrants", "pos", '["sincos2d", "none"]', ("flip=false",),
+    KnownCase("positions", "quadrants", "pos", '["sincos2d", "none"]', ("flip=false",),
          "pos=none at chance (‡) and decided worse than pos=sincos2d"),
-    Task("backends", "quadrants", "attn", '["bmm", "einops"]', ("flip=false",),
+    KnownCase("backends", "quadrants", "attn", '["bmm", "einops"]', ("flip=false",),
          "attn=bmm and attn=einops identical (same predictions, every image, every seed)"),
-    Task("shuffled", "shuffled", "depth", "[1, 2]", ("flip=false",),
+    KnownCase("shuffled", "shuffled", "depth", "[1, 2]", ("flip=false",),
          "every setting at chance: no verdict"),
-    Task("planted", "quadrants", "flip", "[false, true]", (),
+    KnownCase("planted", "quadrants", "flip", "[false, true]", (),
          "flip=false decided better than flip=true"),
 )
 
@@ -85,7 +87,7 @@ def write_quadrants(root: Path, shuffled: bool, seed: int = 0) -> Path:
     return root
 
 
-def write_spec(folder: Path, task: Task, epochs: int) -> Path:
+def write_spec(folder: Path, task: KnownCase, epochs: int) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"known-{task.name}.toml"
     path.write_text(f'[sweep]\nlabel = "{task.factor} ({task.name})"\ndescription = "known answer: {task.expect}"\n'
@@ -94,7 +96,7 @@ def write_spec(folder: Path, task: Task, epochs: int) -> Path:
     return path
 
 
-def check(task: Task, f) -> tuple[bool, str]:
+def check(task: KnownCase, f) -> tuple[bool, str]:
     """(passed, what the analysis said) for one task's findings (under SEEDS=auto, the design's verdicts)."""
     from ablations.analysis.stats import Outcome
     from ablations.analysis.wording import no_test, pair_outcome
@@ -138,7 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "are so short that starting worker processes costs more than it saves)")
 
 
-def _judge(task: Task, out: Path, sweep: str) -> tuple[bool, str]:
+def _judge(task: KnownCase, out: Path, sweep: str) -> tuple[bool, str]:
     """`check` of the task's sweep on the newest experiment of its table: an earlier `known` into the same OUT
     with other epochs is another experiment, never pooled with this one."""
     import pandas as pd

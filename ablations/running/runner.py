@@ -35,7 +35,7 @@ from ablations.results.store import PHASES, SweepError, SweepPaths, model_key, o
 from ablations.running.cost import run_cost_phases
 from ablations.running.executors.base import Executor, ExecutorOptions
 from ablations.running.executors.local import LocalExecutor
-from ablations.running.tasks import Outcome, RunOptions, Task, base_row, make_tasks
+from ablations.running.tasks import RunOptions, RunResult, Task, base_row, make_tasks
 from ablations.running.worker import execute, load_data, peak_or_none
 from ablations.specs import Point
 from ablations.training.data import Dataset
@@ -67,7 +67,7 @@ def preflight(paths: SweepPaths, todo: list[Task], jobs: int = 1) -> int:
     return store.preflight(paths, len(todo), planned_bytes(todo, jobs))
 
 
-def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths, history: pd.DataFrame | None = None) -> Outcome:
+def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths, history: pd.DataFrame | None = None) -> RunResult:
     """The outcome of a run already finished in sweep `other`: the same run_id means the same model,
     training, data, seed and initial weights, so its row, history, predictions and weights are this
     run's. The row takes this sweep's name and cost-phase figures, and names where it was trained.
@@ -75,7 +75,7 @@ def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths, histor
     theirs = SweepPaths.of(paths.out, other)
     row = {**row, **task.cost, "sweep": task.point.sweep, "reused_from": other,
            "experiment_id": task.experiment_id}
-    return Outcome(row, store.history_of(theirs, task.run_id, history), theirs.weights_file(task.run_id).read_bytes(),
+    return RunResult(row, store.history_of(theirs, task.run_id, history), theirs.weights_file(task.run_id).read_bytes(),
                    theirs.preds_file(task.run_id).read_bytes())
 
 
@@ -133,7 +133,7 @@ class _Share:
 
 
 def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
-               fn: Callable[[Task, Dataset], Outcome] = execute, recorded: list[str] | None = None,
+               fn: Callable[[Task, Dataset], RunResult] = execute, recorded: list[str] | None = None,
                locked: bool = False) -> list[SweepSummary]:
     """Run every missing point × seed of several sweeps with one executor; one summary per sweep.
 
@@ -280,7 +280,7 @@ def _ship_peaks(shares: list[_Share]) -> None:
         share.todo = tasks
 
 
-def _keep(outcome: Outcome, share: _Share) -> None:
+def _keep(outcome: RunResult, share: _Share) -> None:
     """Record a run in its sweep's folder (`store.record`), and its TensorBoard events where asked for."""
     record(outcome, share.paths)
     rid = str(outcome.row.get("run_id"))
@@ -304,7 +304,7 @@ def _reuse_finished(share: _Share, tables: store.Tables) -> None:
     share.resumable = sum(share.paths.checkpoint(t.run_id).exists() for t in share.todo)
 
 
-def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dataset], Outcome]) -> None:
+def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dataset], RunResult]) -> None:
     by_sweep = {share.sweep: share for share in shares}
     first: dict[str, Task] = {}
     twins: dict[str, list[Task]] = {}
@@ -388,7 +388,7 @@ def _keep_phase(shares: list[_Share], executor: Executor, figures: dict[str, Any
                f"({row['jobs']} at once): {util} (NVML, the whole GPU){energy}", file=sys.stderr)
 
 
-def _record_twin(twin: Task, trained_in: str, outcome: Outcome, share: _Share) -> None:
+def _record_twin(twin: Task, trained_in: str, outcome: RunResult, share: _Share) -> None:
     """Record, in `share`'s sweep, the outcome of the same run trained for another sweep of this command:
     an ok run as a reuse (its files are on disk now); a failed one as the same failure, retried by a rerun."""
     if outcome.row["status"] == "ok":
@@ -397,5 +397,5 @@ def _record_twin(twin: Task, trained_in: str, outcome: Outcome, share: _Share) -
         return
     row = {**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in,
            "experiment_id": twin.experiment_id}
-    _keep(Outcome(row, outcome.history), share)
+    _keep(RunResult(row, outcome.history), share)
     share.statuses[row["status"]] = share.statuses.get(row["status"], 0) + 1

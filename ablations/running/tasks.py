@@ -53,7 +53,8 @@ class Task:
 
 
 @dataclass
-class Outcome:
+class RunResult:
+    """What one run left: its row, epoch rows, weights and test predictions."""
     row: dict[str, Any]
     history: list[dict[str, Any]] = field(default_factory=list)
     weights: bytes | None = None  # torch.save of the state dict
@@ -79,8 +80,8 @@ def base_row(task: Task, device: torch.device) -> dict[str, Any]:
             "data_id": options.data_id}
 
 
-def lost_outcome(task: Task, message: str) -> Outcome:
+def lost_outcome(task: Task, message: str) -> RunResult:
     """The `error` row for a run whose worker never reported back (killed, node lost)."""
     row = base_row(task, torch.device("cpu"))
     row.update(host="", device=task.options.device, device_name="", status="error", error=message[:500])
-    return Outcome(row)
+    return RunResult(row)

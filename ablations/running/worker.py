@@ -1,5 +1,5 @@
 """What one run does, on whichever machine runs it: build the model under its seed, train it (resuming
-from its checkpoint), and return its row, epoch rows, weights and test predictions as an `Outcome`.
+from its checkpoint), and return its row, epoch rows, weights and test predictions as an `RunResult`.
 A failure of the run itself (divergence, out of memory, an exception) becomes a row with its status;
 only a failure of the results disk is raised, so that the sweep stops and keeps what is done."""
 
@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from ablations.results.store import SweepPaths, save_preds
-from ablations.running.tasks import Outcome, RunOptions, Task, base_row
+from ablations.running.tasks import RunOptions, RunResult, Task, base_row
 from ablations.training.checkpoints import Checkpointing
 from ablations.training.data import Dataset, augmentation, cached_dataset
 from ablations.training.train import Diverged, Stopped, train
@@ -46,7 +46,7 @@ def load_data(options: RunOptions) -> Dataset:
     return data
 
 
-def execute(task: Task, data: Dataset) -> Outcome:
+def execute(task: Task, data: Dataset) -> RunResult:
     """Train one run on `data`; never raises for a failure of the run itself."""
     point, options = task.point, task.options
     device = resolve_device(options.device)
@@ -76,7 +76,7 @@ def execute(task: Task, data: Dataset) -> Outcome:
         buffer = io.BytesIO()
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
         row.update(status="ok", error="")
-        return Outcome(row, history, buffer.getvalue(), save_preds(result.test_preds.numpy(), data.test_y.numpy()))
+        return RunResult(row, history, buffer.getvalue(), save_preds(result.test_preds.numpy(), data.test_y.numpy()))
     except Stopped:  # the executor is stopping: nothing of this run is recorded (its checkpoint stays)
         raise
     except Diverged as err:
@@ -89,7 +89,7 @@ def execute(task: Task, data: Dataset) -> Outcome:
     except Exception as err:
         row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
         traceback.print_exc()
-    return Outcome(row, history)
+    return RunResult(row, history)
 
 
 def peak_or_none(device: torch.device, dtype: str) -> Peak | None:

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # the names only: the executors' registry and options load without torch
-    from ablations.running.tasks import Outcome, RunOptions, Task
+    from ablations.running.tasks import RunOptions, RunResult, Task
     from ablations.training.data import Dataset
 
 WORKERS = ("auto", "threads", "processes")  # how the local executor runs several runs at once
-RunFn = Callable[["Task", "Dataset"], "Outcome"]
+RunFn = Callable[["Task", "Dataset"], "RunResult"]
 Loader = Callable[["RunOptions"], "Dataset"]
 
 
@@ -56,4 +56,4 @@ class Executor(Protocol):
 
     def close(self) -> None: ...
 
-    def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, Outcome]]: ...
+    def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, RunResult]]: ...

@@ -48,7 +48,7 @@ from ablations.running.executors.mps import Mps, shared_gpu_refusal
 from ablations.running.executors.threads import ThreadPool
 from ablations.running.interrupts import SIGNALS
 from ablations.running.spawned import Raised, worker_main
-from ablations.running.tasks import Outcome, Task, lost_outcome
+from ablations.running.tasks import RunResult, Task, lost_outcome
 from ablations.training.train import SHARED_DEVICE_ENV
 from bench.contention import FreeCores
 from bench.env import resolve_device
@@ -146,7 +146,7 @@ class WorkerPool:
         self.workers.remove(worker)
         return worker.process.exitcode
 
-    def run(self, tasks: list[Task]) -> Iterator[tuple[Task, Outcome]]:
+    def run(self, tasks: list[Task]) -> Iterator[tuple[Task, RunResult]]:
         queue = collections.deque((task, 0) for task in tasks)
         try:
             for slot in range(min(self.size, len(tasks)) if self.capacity is None else 0):
@@ -189,7 +189,7 @@ class WorkerPool:
             worker.task, worker.attempt = task, attempt
             running += 1
 
-    def _collect(self, worker: _Worker, queue: collections.deque) -> Iterator[tuple[Task, Outcome]]:
+    def _collect(self, worker: _Worker, queue: collections.deque) -> Iterator[tuple[Task, RunResult]]:
         task, attempt = worker.task, worker.attempt
         assert task is not None
         try:
@@ -310,7 +310,7 @@ class LocalExecutor:
         if self.mps is not None:
             self.mps.close()
 
-    def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, Outcome]]:
+    def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, RunResult]]:
         if self.in_process:
             yield from ThreadPool(self.jobs, resolve_device(self.options.device), fn, load, self.threads).run(tasks)
             return

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ablations.running.executors.base import ExecutorOptions, Loader, RunFn
-from ablations.running.tasks import Outcome, Task, lost_outcome
+from ablations.running.tasks import RunResult, Task, lost_outcome
 from ablations.training.data import Dataset
 
 INSTALL_HINT = "EXECUTOR=ray needs Ray: pip install -e '.[ray]' (or pip install 'ray>=2.9')"
@@ -37,7 +37,7 @@ def _import_ray():
     return ray
 
 
-def _run_on_worker(fn: RunFn, task: Task, data: Dataset, threads: int, init: bytes | None) -> Outcome:
+def _run_on_worker(fn: RunFn, task: Task, data: Dataset, threads: int, init: bytes | None) -> RunResult:
     """The body of each Ray task: size torch's thread pool to the task's CPUs, put the driver's INIT
     checkpoint (its bytes) in a local file, then run the same function the local executor runs."""
     import tempfile
@@ -100,7 +100,7 @@ class RayExecutor:
                              f"{resources.get('CPU', 0):g} CPUs and {resources.get('GPU', 0):g} GPUs: no run could start")
         return cpus, gpus
 
-    def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, Outcome]]:
+    def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, RunResult]]:
         ray = _import_ray()
         if not ray.is_initialized():
             self.start()

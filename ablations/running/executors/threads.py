@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import torch
 
 from ablations.running.executors.base import Loader, RunFn
-from ablations.running.tasks import Outcome, Task, lost_outcome
+from ablations.running.tasks import RunResult, Task, lost_outcome
 from ablations.training.train import Occupancy, Stopped, beside_others
 
 HEADROOM_BYTES = 2 * 2**30   # free device memory below which no further run starts beside those in flight
@@ -93,7 +93,7 @@ class ThreadPool:
             if stream is not None:   # the slot's stream, for the run that takes the slot next
                 self._streams.put(stream)
 
-    def run(self, tasks: list[Task]) -> Iterator[tuple[Task, Outcome]]:
+    def run(self, tasks: list[Task]) -> Iterator[tuple[Task, RunResult]]:
         self._tasks = {t.run_id: t for t in tasks}
         # one stream per slot, drawn together before any run starts: `torch.cuda.Stream()` hands out a pool of
         # STREAMS_IN_POOL in turn, so streams drawn one by one as runs start could repeat one still in use

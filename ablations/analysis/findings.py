@@ -229,40 +229,40 @@ def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
     record as the caller read it (else the design is read here)."""
     design, note = None, ""
     try:
-        plan = (read or Tables(paths.out)).design(paths.rows.stem)
+        design_file = (read or Tables(paths.out)).design(paths.rows.stem)
     except ValueError as err:
         skipped(f"{err}; the sweep is analysed at fixed seeds")
-        plan = None
+        design_file = None
     mine = set(rows["experiment_id"].dropna().astype(str)) if "experiment_id" in rows else set()
-    if plan is not None and plan.get("experiment") and mine and plan["experiment"] not in mine:
+    if design_file is not None and design_file.get("experiment") and mine and design_file["experiment"] not in mine:
         note = (f"The SEEDS=auto design beside this table ({paths.design.name}) is another experiment's (its "
                 f"runs are not these), so these runs are analysed at the seeds they have, as if fixed in advance.")
-        plan = None
-    if plan is not None:
-        rows, design, note = adaptive_rows(rows, factor, order, paths, plan)
-        margin = float(plan["margin"])   # the margin its looks decided with
+        design_file = None
+    if design_file is not None:
+        rows, design, note = adaptive_rows(rows, factor, order, paths, design_file)
+        margin = float(design_file["margin"])   # the margin its looks decided with
     found = analyse(rows, factor, order, paths.preds, cost_phase, margin, design)
-    found.adaptive = plan is not None
+    found.adaptive = design_file is not None
     return found, rows, note
 
 
-def adaptive_rows(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, plan: dict[str, Any]
+def adaptive_rows(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, design_file: dict[str, Any]
                   ) -> tuple[pd.DataFrame, tuple[Design, tuple] | None, str]:
     """A sweep trained with SEEDS=auto: its design replayed on the table's runs (`sequential.gather`), the
-    rows of the runs the design used (each setting's first seeds of the plan, as many as its last look
+    rows of the runs the design used (each setting's first seeds of the design file, as many as its last look
     gave it; other runs of the table stay out), and a note. A design the table cannot complete (a look
     needs runs that are not there) gives the rows unchanged, no design, and a note that says so."""
     latest = rows.assign(run_id=rows["run_id"].astype(str))
     keyed = [(v, int(seed), str(status), rid) for v, seed, status, rid
              in zip(latest[factor], latest["seed"], latest["status"], latest["run_id"]) if v in order]
     runs, left_out = gather(keyed, order, paths)
-    design = replay_design(runs, plan)
+    design = replay_design(runs, design_file)
     if design.need:
         missing = sum(len(v) for v in design.need.values())
         return rows, None, (f"Trained with SEEDS=auto, but look {len(design.looks) + 1} of its design needs {missing} "
                             f"run(s) the table lacks (rerun the sweep with SEEDS=auto to finish it); analysed "
                             f"below at the seeds there as if they were fixed in advance, which they were not.")
-    used = {(k, s) for k in runs for s in plan["seeds"][:design.have[k]]}
+    used = {(k, s) for k in runs for s in design_file["seeds"][:design.have[k]]}
     keep = [(v in left_out) or (v, int(seed)) in used for v, seed in zip(rows[factor], rows["seed"])]
     return rows[keep], (design, left_out), ""
 

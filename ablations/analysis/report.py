@@ -286,10 +286,10 @@ def _read_table(path: Path, table: pd.DataFrame, spec: SweepSpec, read: Tables) 
             skipped(f"{path}: no column(s) {', '.join(missing)}; file skipped (not a sweep table of this version?)")
         return None
     try:
-        plan = read.design(spec.name)
+        design_file = read.design(spec.name)
     except ValueError:
-        plan = None   # named under Skipped inputs by the sweep's analysis
-    table, notes = newest_experiment(latest_rows(table), spec.varied, prefer=(plan or {}).get("experiment"))
+        design_file = None   # named under Skipped inputs by the sweep's analysis
+    table, notes = newest_experiment(latest_rows(table), spec.varied, prefer=(design_file or {}).get("experiment"))
     for note in notes:
         skipped(f"{path}: {note}")
     return designs.with_settings(spec, table)
@@ -358,10 +358,10 @@ def _picked_on(read: Tables, sweep: str) -> list[int] | None:
     """The seeds a tuned sweep picks on: its first look's under SEEDS=auto (later looks train the picks
     alone), else all (None)."""
     try:
-        plan = read.design(sweep)
+        design_file = read.design(sweep)
     except ValueError:
         return None   # named under Skipped inputs by the sweep's analysis
-    return None if plan is None else seed_design.first_look_seeds(plan)
+    return None if design_file is None else seed_design.first_look_seeds(design_file)
 
 
 def _tables(out: Path, specs: dict[str, SweepSpec], read: Tables

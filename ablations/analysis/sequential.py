@@ -358,6 +358,7 @@ def gather(rows: Iterable[tuple[Hashable, int, str, str]], keys: Sequence[Hashab
     return runs, tuple(k for k in keys if k in diverged)
 
 
-def replay_design(runs: dict[Hashable, tuple[list[int], np.ndarray, np.ndarray]], plan: dict[str, Any]) -> Design:
-    """The plan's design on `gather`'s runs."""
-    return replay(runs, plan["looks"], float(plan["margin"]), float(plan["alpha"]), plan["seeds"], plan.get("chance"))
+def replay_design(runs: dict[Hashable, tuple[list[int], np.ndarray, np.ndarray]], design_file: dict[str, Any]) -> Design:
+    """The design a sweep's design file (`results.seed_design`) describes, replayed on `gather`'s runs."""
+    f = design_file
+    return replay(runs, f["looks"], float(f["margin"]), float(f["alpha"]), f["seeds"], f.get("chance"))

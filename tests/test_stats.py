@@ -461,11 +461,10 @@ def test_one_outcome_vocabulary_with_words_and_markers_for_every_kind_a_pair_can
     """Every outcome a pair can have has its words in the pair table and, as the verdict says it of a setting
     against the best, its marker in the accuracy panel; an outcome reads and prints as its plain value (the
     report, `make known` and CSVs say 'better', never 'Outcome.BETTER')."""
-    from ablations.analysis.figures import DECIDED
     from ablations.analysis.stats import PAIR_OUTCOMES, Outcome
-    from ablations.analysis.wording import OUTCOME_WORDS
+    from ablations.analysis.wording import OUTCOME_MARKERS, OUTCOME_WORDS
 
     assert set(PAIR_OUTCOMES) <= set(OUTCOME_WORDS)
-    assert set(PAIR_OUTCOMES) - {Outcome.BETTER} <= set(DECIDED)   # a setting against the best: never above it
+    assert set(PAIR_OUTCOMES) - {Outcome.BETTER} <= set(OUTCOME_MARKERS)   # a setting against the best: never above it
     assert [f"{o}" for o in Outcome] == [str(o) for o in Outcome] == [o.value for o in Outcome]
     assert Outcome.BETTER == "better" and {"worse": 1}[Outcome.WORSE] == 1

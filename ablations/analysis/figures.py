@@ -18,9 +18,6 @@ if TYPE_CHECKING:   # torch loads only with the figures that draw a model's tens
     import torch
 
 # the markers of the accuracy panel's settings by what the verdict decided against the best
-DECIDED = {"worse": {"marker": "v", "ms": 8, "color": "C3"}, "equivalent": {"marker": "s", "ms": 7, "color": "C2"},
-           "identical": {"marker": "D", "ms": 6, "color": "C2"}, "inconclusive": {"marker": "o", "ms": 6, "color": "C0"},
-           "best": {}}
 DODGE, DODGE_MAX = 0.006, 0.2   # a pile of equal-GFLOPs settings spreads over ±(DODGE × its size) in ln(GFLOPs)
 DPI = 150  # a figure 10 in wide is 1,500 px: sharp where a README or a paper shows it ~800 px wide
 
@@ -71,12 +68,14 @@ def blank_panel(ax, title: str, xlabel: str = "", why: str = "not measured") -> 
 def _verdict_marks(ax, x: list, centre: np.ndarray, settings: list[dict]) -> None:
     """The accuracy panel's paired contrasts: 0 (the best) as a line, the equivalence margin as a band, and
     each setting marked by what the verdict decided (Holm over the pairs), not by its interval."""
+    from ablations.analysis.wording import OUTCOME_MARKERS  # the statistics load only where a verdict is drawn
+
     margin = 100 * settings[0]["margin"]
     ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"±{margin:g}: equivalence margin")
     ax.axhline(0, color="0.4", lw=0.8, zorder=1, gid="reference")   # the best, not a trend
-    for word, style in DECIDED.items():
+    for word, style in OUTCOME_MARKERS.items():
         where = [i for i, d in enumerate(settings) if d.get("decided") == word]
-        if where and word != "best":
+        if where:
             ax.plot([x[i] for i in where], centre[where], linestyle="none", label=word, zorder=3, **style)
     ax.legend(fontsize=7, loc="best", framealpha=0.8)
 

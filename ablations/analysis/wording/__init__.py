@@ -44,6 +44,7 @@ from ablations.analysis.wording.tables import (
     table_markdown,
 )
 from ablations.analysis.wording.verdicts import (
+    OUTCOME_MARKERS,
     OUTCOME_WORDS,
     SEEDS_SHOWN,
     UNCONVERGED_HEADS,
@@ -69,7 +70,7 @@ from ablations.analysis.wording.verdicts import (
 )
 
 __all__ = [
-    "OUTCOME_WORDS", "SEEDS_SHOWN", "UNCONVERGED_HEADS", "auto_sentence", "bench_lines", "chance_sentence",
+    "OUTCOME_MARKERS", "OUTCOME_WORDS", "SEEDS_SHOWN", "UNCONVERGED_HEADS", "auto_sentence", "bench_lines", "chance_sentence",
     "comparisons_markdown", "components_markdown", "cost_sentence", "cost_source", "design_progress",
     "design_sentence", "either", "figure_caption", "futile_reason", "grid_caption", "held_fixed",
     "interaction_lines", "interval_text", "lacking_lines", "margin_text", "method", "no_test",

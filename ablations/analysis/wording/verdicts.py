@@ -293,6 +293,10 @@ def cost_sentence(f: SweepFindings) -> str:
 
 OUTCOME_WORDS = {Outcome.BETTER: "a better", Outcome.WORSE: "b better", Outcome.EQUIVALENT: "equivalent",
                  Outcome.INCONCLUSIVE: "inconclusive", Outcome.IDENTICAL: "identical"}   # a pair's, in its table
+OUTCOME_MARKERS = {Outcome.WORSE: {"marker": "v", "ms": 8, "color": "C3"},   # a setting's against the best, in
+                   Outcome.EQUIVALENT: {"marker": "s", "ms": 7, "color": "C2"},   # the accuracy panel; its legend
+                   Outcome.IDENTICAL: {"marker": "D", "ms": 6, "color": "C2"},    # says the outcome's value
+                   Outcome.INCONCLUSIVE: {"marker": "o", "ms": 6, "color": "C0"}}
 
 
 SEEDS_SHOWN = 200   # an undecided pair that needs more seeds than this is said to need "over 200"

@@ -13,7 +13,7 @@ import torch
 from conftest import write_spec
 from helpers import run_sweep, write_old_format
 
-from ablations.analysis import designs, report, wording
+from ablations.analysis import designs, report, section, wording
 from ablations.analysis.stats import interaction_contrasts
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths, Tables, record, save_preds
@@ -171,8 +171,8 @@ def test_the_report_draws_a_grid_and_states_its_interaction_only_when_there_is_o
     assert set(rows[spec.factor]) == {"1 × 0.001", "1 × 0.004", "2 × 0.001", "2 × 0.004"}
     figures = tmp_path / "out" / "figures"
     figures.mkdir()
-    lines = "\n".join(report._sweep_section(spec, rows, Tables(tmp_path / "out"), figures,
-                                            margin=margin))
+    lines = "\n".join(section.sweep_section(spec, rows, Tables(tmp_path / "out"), figures,
+                                             margin=margin))
     assert (figures / "grid-grid.png").exists() and "![grid grid](figures/grid-grid.png)" in lines
     assert "Training throughput: the runs' whole-run training throughput on cpu (test CPU)._" in lines   # where measured
     if claimed == "detected":

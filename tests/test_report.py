@@ -564,7 +564,7 @@ def test_a_link_anywhere_below_out_into_the_reference_is_refused_before_any_work
 def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_path):
     """A quick pass (2 epochs: 67 % then 84 %) says its numbers are a short budget's; runs whose last epoch
     changed test accuracy by a tenth of a point say nothing."""
-    from ablations.analysis.report import still_learning
+    from ablations.analysis.budget import still_learning
     from ablations.analysis.wording import not_converged
 
     for seed in range(3):
@@ -714,7 +714,7 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     """A 10-epoch pooling question on digits: the training loss goes 2.30 → 1.90 of the 2.30 of guessing, and the
     cosine schedule flattens the last epoch (test accuracy +0.2 points): 'Not converged' all the same, in the
     section's first lines; a run that fits (loss 0.3) is not labelled."""
-    from ablations.analysis.report import still_learning
+    from ablations.analysis.budget import still_learning
     from ablations.analysis.wording import not_converged
 
     for seed in range(3):
@@ -763,7 +763,7 @@ def test_runs_far_below_the_same_model_trained_longer_are_labelled_not_converged
     """A 1-epoch sweep whose depth-1 model reaches 84 % where the same model (other seeds, same recipe but the
     epochs) reached 97 % after 3 epochs: its headline says the runs have not converged, naming that setting
     and not depth 2, whose longer runs are within a point of it; longer runs no better say nothing."""
-    from ablations.analysis.report import below_longer_budget
+    from ablations.analysis.budget import below_longer_budget
     from ablations.analysis.wording import shortfall
     from ablations.results.experiments import latest_rows
 
@@ -939,7 +939,7 @@ def test_the_longer_budget_rule_keeps_its_level_at_a_one_point_shortfall_and_fin
     """Simulated runs (3 a side, seed s.d. 0.3 points, as the reference's): where the longer budget is exactly
     a point better (the rule's boundary) the rule fires on about 5 % of draws, never where it is no better, and
     on nearly every draw where it is 2.5 points better."""
-    from ablations.analysis.report import below_longer_budget
+    from ablations.analysis.budget import below_longer_budget
 
     rng = np.random.default_rng(7)
 

@@ -20,6 +20,7 @@ from ablations.analysis.stats import (
 )
 from ablations.analysis.wording.method import either
 from ablations.analysis.wording.verdicts import cost_source, pct, seed_ranges
+from ablations.choices import say
 
 
 def shared_line(factor: str, shared: list[tuple[Any, list[str]]]) -> str:
@@ -283,3 +284,71 @@ def throughput_source(cost: CostSource | None, hosts: str) -> str:
 
 def grid_caption(source: str) -> str:
     return f"_Accuracy: mean over seeds with its 95 % interval beneath. Training throughput: {source}._"
+
+
+def report_head(newest: dict[str, Any] | None, datasets: list[str], span: tuple[Any, Any] | None) -> list[str]:
+    """The report's title and, given the newest run (a row), its device, torch and commit, the datasets and the
+    span of the runs' start times."""
+    lines = ["# vitbench report", ""]
+    if newest is None:
+        return lines + ["No ablation results yet: run `make ablations` or a `make ablate-*` target.", ""]
+    return lines + [f"- ablation runs: device {newest['device']} ({newest['device_name']}); torch "
+                    f"{newest['torch_version']}; git {newest['git_sha']}",
+                    f"- data: {', '.join(datasets)}; runs from {span[0]} to {span[1]}", ""]
+
+
+def sweep_heading(sweep: str, label: str, description: str) -> list[str]:
+    """A sweep section's heading and its spec's description."""
+    return [f"## {sweep}: {label}", *(["", f"_{description}_"] if description else []), ""]
+
+
+def missing_table(sweep: str, path: Path) -> list[str]:
+    """A sweep whose table cannot be read."""
+    return [f"_Missing: `{path}` cannot be read (see Skipped inputs); "
+            f"{say(f'`make ablate-{sweep}`', f'`vitbench sweep {sweep}`')} writes it again._", ""]
+
+
+def failed_lines(factor: str, failed: list[dict[str, Any]]) -> list[str]:
+    """A sweep's failed runs (rows), each with its setting, seed, status and error."""
+    return [f"Failed runs ({len(failed)}), not counted above:",
+            *(f"- {factor}={r[factor]} seed {r['seed']}: **{r['status']}** {r['error']}" for r in failed), ""]
+
+
+def not_built(what: str) -> list[str]:
+    """A section that failed on bad input."""
+    return [f"_{what} could not be built from its inputs; see Skipped inputs._", ""]
+
+
+def skipped_lines(notes: list[str]) -> list[str]:
+    """The rows and files left out of the report ([] where none was)."""
+    if not notes:
+        return []
+    return ["## Skipped inputs", "", "These rows and files could not be read and were left out of the report:",
+            "", *(f"- {note}" for note in notes), ""]
+
+
+def pareto_heading(placed: bool) -> list[str]:
+    """The accuracy-against-compute section's heading (and, with no finished runs to place, that line)."""
+    return ["## accuracy against compute", "", *([] if placed else ["_No finished runs to place._", ""])]
+
+
+def inside_heading() -> list[str]:
+    return ["## inside the model", ""]
+
+
+def needs_pos_sweep(out: Path) -> list[str]:
+    """Inside the model, without a sweep over pos."""
+    return [f"_Needs a sweep over pos with its weights: `make ablate-pos OUT={out}` produces one._", ""]
+
+
+def attention_skipped(dataset: str, err: Exception) -> list[str]:
+    """The attention maps, where their test images cannot be read."""
+    return [f"_Attention maps skipped: they draw four {dataset} test images, and none could "
+            f"be read ({err}). Pass DATA_ROOT=<folder> to `make report` (--data-root)._", ""]
+
+
+def attention_lines(figure: str, reader: str, run: str) -> list[str]:
+    """The attention maps and their caption: what the classifier reads (`reader`) attends to, in run `run`."""
+    return [f"![attention maps](figures/{figure})", "",
+            f"_What the classifier reads ({reader}) attends to over the patches of four test images, per layer (mean "
+            f"over heads) and rolled out over the layers (Abnar & Zuidema 2020), on one colour scale; run {run}._", ""]

@@ -878,7 +878,8 @@ def test_settings_that_share_a_models_gflops_are_drawn_side_by_side_around_it_no
 def test_the_experiment_of_a_design_present_is_reported_though_a_quick_check_trained_after_it(tmp_path):
     """An adaptive sweep, then a quick one-epoch check at a fixed seed (which removes the design), then the adaptive
     command again (nothing new; it writes the design back): the table's newest runs are the check's, yet the last
-    command was the adaptive one, so the report shows its experiment and leaves the check out, saying why."""
+    command was the adaptive one, so the report shows its experiment and leaves the check out, saying why; `make
+    cost` measures the points of that experiment, as the report shows them."""
     from ablations.analysis.stats import ALPHA
     from ablations.results import seed_design
 
@@ -898,6 +899,9 @@ def test_the_experiment_of_a_design_present_is_reported_though_a_quick_check_tra
     assert "Adaptive seeds (SEEDS=auto)" in text and "Seeds 0, 1, 2;" in text
     assert "2 run(s) of another experiment (epochs 2 vs 1) left out: a table is reported as one experiment, the one " \
            "of the sweep's SEEDS=auto design" in text
+    from ablations.running.remeasure import trained_points
+
+    assert {p.train.epochs for p in trained_points(tmp_path)["depth"]} == {1}   # `make cost` times what the report shows
 
 
 def test_a_verdict_on_runs_that_other_sweeps_share_names_those_sweeps(tmp_path):

@@ -15,7 +15,7 @@ from ablations.analysis.inside import inside_the_model
 from ablations.analysis.section import sweep_section
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, accuracy_interval
 from ablations.results import seed_design
-from ablations.results.experiments import differences, latest_rows, newest_experiment
+from ablations.results.experiments import differences
 from ablations.results.store import SweepPaths, Tables, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
 from bench.io.csvio import collecting_skips, read_rows, skipped
@@ -68,11 +68,7 @@ def _read_table(path: Path, table: pd.DataFrame, spec: SweepSpec, read: Tables) 
         if len(table.columns):
             skipped(f"{path}: no column(s) {', '.join(missing)}; file skipped (not a sweep table of this version?)")
         return None
-    try:
-        design_file = read.design(spec.name)
-    except ValueError:
-        design_file = None   # named under Skipped inputs by the sweep's analysis
-    table, notes = newest_experiment(latest_rows(table), spec.varied, prefer=(design_file or {}).get("experiment"))
+    table, notes = read.shown(spec.name, spec.varied)
     for note in notes:
         skipped(f"{path}: {note}")
     return designs.with_settings(spec, table)

@@ -131,6 +131,18 @@ class Tables:
         """The standing row of each run that finished: one ok row per run id."""
         return ok_rows(self.standing(sweep))
 
+    def shown(self, sweep: str, varied: tuple[str, ...] | list[str]) -> tuple[pd.DataFrame, list[str]]:
+        """The standing rows a report shows of the sweep, whose spec varies `varied`, and one sentence per group of
+        rows left out (`experiments.newest_experiment`): its newest experiment's, or the SEEDS=auto design's where a
+        design is present (a damaged design prefers none; the sweep's analysis names it)."""
+        from ablations.results.experiments import newest_experiment
+
+        try:
+            design_file = self.design(sweep)
+        except ValueError:
+            design_file = None
+        return newest_experiment(self.standing(sweep), varied, prefer=(design_file or {}).get("experiment"))
+
     def phases(self) -> pd.DataFrame:
         """The OUT's GPU training phases (`PHASES`: one row each; empty where there are none)."""
         path = self.out / PHASES

@@ -12,10 +12,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ablations.results.experiments import latest_rows, newest_experiment
 from ablations.results.migrate import check_rewritable, rewrite_table
 from ablations.results.schema import ABLATION_COLUMNS
-from ablations.results.store import SweepPaths, Tables, model_key, row_figures, sweep_lock
+from ablations.results.store import SweepPaths, Tables, model_key, ok_rows, row_figures, sweep_lock
 from ablations.running.cost import CostPlan, run_cost_phases
 from ablations.specs import Point, SpecError, load_spec, spec_of_table
 from bench.env import environment
@@ -25,11 +24,11 @@ from vit import ViTConfig
 
 def trained_points(out: Path) -> dict[str, list[Point]]:
     """{sweep: one point per distinct model and recipe among its finished runs} under `out`: of the newest
-    experiment of each sweep's table, the rows its report shows (`experiments.newest_experiment`)."""
+    experiment of each sweep's table, the rows its report shows (`Tables.shown`)."""
     found: dict[str, list[Point]] = {}
     read = Tables(out)
     for sweep in read.names():
-        rows = _shown(read.paths(sweep), read.ok(sweep))
+        rows = ok_rows(_shown(read, sweep))
         points: dict[tuple, Point] = {}
         for _, row in rows.iterrows() if "run_id" in rows else ():
             model, recipe = ViTConfig.from_row(row), TrainConfig.from_row(row)
@@ -40,17 +39,18 @@ def trained_points(out: Path) -> dict[str, list[Point]]:
     return found
 
 
-def _shown(paths: SweepPaths, rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows of the table's newest experiment, by the varied factors of the spec that wrote it (all the
-    rows where no spec can be read: a `train` table)."""
-    source = spec_of_table(paths.spec, paths.rows.stem)
+def _shown(read: Tables, sweep: str) -> pd.DataFrame:
+    """The standing rows its report shows (`Tables.shown`), by the varied factors of the spec that wrote the table
+    (every standing row where no spec can be read: a `train` table)."""
+    paths, rows = read.paths(sweep), read.standing(sweep)
+    source = spec_of_table(paths.spec, sweep)
     if source is None or rows.empty:
         return rows
     try:
         varied = load_spec(source, check_files=False).varied
     except SpecError:
         return rows
-    return newest_experiment(latest_rows(rows), varied)[0] if set(varied) <= set(rows.columns) else rows
+    return read.shown(sweep, varied)[0] if set(varied) <= set(rows.columns) else rows
 
 
 def fill_rows(path: Path, phase: pd.DataFrame, device_name: str | None = None) -> tuple[int, int]:

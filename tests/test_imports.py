@@ -168,6 +168,35 @@ def test_no_module_outside_results_reads_a_sweeps_files_by_path(module):
     assert not found, f"{module} calls {', '.join(found)}: ask `store.Tables` instead"
 
 
+def status_filters(source: str) -> list[int]:
+    """Lines that compare a row's or a table's status with "ok" by hand (`x["status"] == "ok"`,
+    `row.get("status") != "ok"`)."""
+    def is_status(node: ast.AST) -> bool:
+        if isinstance(node, ast.Subscript):
+            return isinstance(node.slice, ast.Constant) and node.slice.value == "status"
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "status")
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and len(node.comparators) == 1:
+            sides = (node.left, node.comparators[0])
+            if any(isinstance(x, ast.Constant) and x.value == "ok" for x in sides) and any(map(is_status, sides)):
+                found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_status_filter_is_seen_where_written_by_hand():
+    assert status_filters('ok = t[t["status"] == "ok"]\nif row.get("status") != "ok": pass\n') == [1, 2]
+    assert status_filters('ok = ok_rows(t)\nif status != "ok": pass\nif is_ok(row): pass\n') == []
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m.startswith("ablations.") and not m.startswith("ablations.results")])
+def test_no_module_outside_results_filters_finished_runs_by_hand(module):
+    found = status_filters(MODULES[module].read_text())
+    assert not found, f"{module} compares status with 'ok' on line(s) {found}: use store.ok_rows, failed_rows or is_ok"
+
+
 def test_reading_results_loads_no_trainer_runner_or_executor(tmp_path):
     """The commands that read a results folder stand on the store, not on the machinery that writes it: run
     one after another in a fresh process (columns, compare, report), none loads a trainer, runner or

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ablations.results.experiments import budget_key
+from ablations.results.store import ok_rows
 
 STILL_LEARNING = 0.01   # a last epoch that raised test accuracy by more than this (mean over runs): not converged
 
@@ -62,8 +63,9 @@ def below_longer_budget(ok: pd.DataFrame, pool: pd.DataFrame, factor: str) -> tu
                            acc=pd.to_numeric(rows["test_acc"], errors="coerce")).dropna(subset=["key", "n_epochs", "acc"])
 
     shortest = pd.to_numeric(ok["epochs"], errors="coerce").min()
-    others = pool[(pool["status"] == "ok") & ~pool["run_id"].astype(str).isin(set(ok["run_id"].astype(str)))
-                  & (pd.to_numeric(pool["epochs"], errors="coerce") > shortest)]   # only longer runs need their keys
+    others = ok_rows(pool)
+    others = others[~others["run_id"].astype(str).isin(set(ok["run_id"].astype(str)))
+                    & (pd.to_numeric(others["epochs"], errors="coerce") > shortest)]   # only longer runs need their keys
     if others.empty:
         return ()
     mine, others = keyed(ok), keyed(others)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ablations.analysis.findings import load_correct
 from ablations.analysis.stats import MARGIN, Comparison, detectable_difference, interaction_contrasts
-from ablations.results.store import ok_rows
+from ablations.results.store import failed_rows, ok_rows
 from ablations.specs import SweepSpec
 
 
@@ -123,7 +123,7 @@ def select(spec: SweepSpec, rows: pd.DataFrame, picked_on: Sequence[int] | None 
         keep.append(every[every["_grid"] == best].drop(columns="_grid"))
     val_size = int(ok["val_size"].dropna().iloc[0]) if "val_size" in ok and ok["val_size"].notna().any() else None
     chosen = pd.concat(keep) if keep else ok.iloc[0:0]
-    failed = rows[rows["status"] != "ok"]
+    failed = failed_rows(rows)
     splits = ok["holdout_split"].dropna().astype(str).unique() if "holdout_split" in ok else []
     split = splits[0] if len(splits) == 1 else "random"   # blank: drawn before the split was recorded
     return pd.concat([chosen, failed]), Tuning(tuple(names), grids, spec.holdout, val_size, choices, split,

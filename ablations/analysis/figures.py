@@ -14,10 +14,11 @@ import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ablations.results.store import ok_rows
+
 if TYPE_CHECKING:   # torch loads only with the figures that draw a model's tensors
     import torch
 
-# the markers of the accuracy panel's settings by what the verdict decided against the best
 DODGE, DODGE_MAX = 0.006, 0.2   # a pile of equal-GFLOPs settings spreads over ±(DODGE × its size) in ln(GFLOPs)
 DPI = 150  # a figure 10 in wide is 1,500 px: sharp where a README or a paper shows it ~800 px wide
 
@@ -207,7 +208,7 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
     sweep's name (`sweep`, else the factor's)."""
     # a run killed after writing its history and rerun appears twice: keep the last record per epoch
     history = history.drop_duplicates(["run_id", "epoch"], keep="last")
-    ok = rows.loc[rows["status"] == "ok", ["run_id", factor]]
+    ok = ok_rows(rows)[["run_id", factor]]
     data = history.drop(columns=[factor], errors="ignore").merge(ok, on="run_id")  # a factor `lr`: the run's, not the epoch's
     data["test accuracy (%)"] = data["test_acc"] * 100
     fig, axes = subplots(1, 2, figsize=(9, 3.4))
@@ -222,8 +223,8 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
     loss = loss[np.isfinite(loss) & (loss > 0)]
     if len(loss) and loss.max() / loss.min() >= 10:   # a log axis only where it shows more than one label
         log_axis(axes[1])
-    ok_rows = rows[rows["status"] == "ok"]
-    devices = sorted({f"{d} ({n})" for d, n in zip(ok_rows.get("device", []), ok_rows.get("device_name", []))})
+    finished = ok_rows(rows)
+    devices = sorted({f"{d} ({n})" for d, n in zip(finished.get("device", []), finished.get("device_name", []))})
     fig.suptitle(f"learning curves, {sweep or factor} sweep" + (f" ({factor})" if sweep and sweep != factor else "")
                  + (f" on {', '.join(devices)}" if devices else ""))
     return save(fig, path)
@@ -291,7 +292,7 @@ def accuracy_vs_gflops(settings: pd.DataFrame, path: Path, what: str = "", facto
 
 
 def backend_scaling(bench: pd.DataFrame, path: Path) -> Path:
-    ok = bench[bench["status"] == "ok"]
+    ok = ok_rows(bench)
     cols = [("throughput_img_s", "throughput (img/s)"), ("peak_mem_mb", "peak memory (MB)")]
     if ok["util_source"].eq("nvml").any():
         cols.append(("util_pct", "GPU utilisation (%)"))

@@ -21,7 +21,7 @@ def inside_the_model(out: Path, tables: dict[str, pd.DataFrame], factors: dict[s
     """Position-embedding similarity and attention maps from the saved weights of the first sweep over
     `pos` (one run per encoding)."""
     lines = wording.inside_heading()
-    sweep = next((s for s, factor in factors.items() if factor == "pos" and (tables[s]["status"] == "ok").any()), None)
+    sweep = next((s for s, factor in factors.items() if factor == "pos" and not ok_rows(tables[s]).empty), None)
     if sweep is None:
         return lines + wording.needs_pos_sweep(out)
     ok = ok_rows(tables[sweep])

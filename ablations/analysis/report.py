@@ -16,7 +16,7 @@ from ablations.analysis.section import sweep_section
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, accuracy_interval
 from ablations.results import seed_design
 from ablations.results.experiments import differences
-from ablations.results.store import SweepPaths, Tables, ok_rows, sweep_names
+from ablations.results.store import SweepPaths, Tables, failed_rows, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
 from bench.io.csvio import collecting_skips, read_rows, skipped
 from bench.reference import CHECKOUT_REFERENCE
@@ -39,7 +39,7 @@ def _lacking(out: Path, specs: dict[str, SweepSpec], tables: dict[str, pd.DataFr
     """(the sweeps with no table here, whether a pos sweep has finished runs, whether bench results exist, one
     line saying what this OUT lacks): a partial OUT's report shows what it has, not a section per absence."""
     absent = [sweep for sweep in specs if sweep not in tables and not SweepPaths.of(out, sweep).rows.exists()]
-    has_pos = any(spec.factor == "pos" and name in tables and (tables[name]["status"] == "ok").any()
+    has_pos = any(spec.factor == "pos" and name in tables and not ok_rows(tables[name]).empty
                   for name, spec in specs.items())
     has_bench = any((out / "bench" / name).exists() for name in ("pytest-benchmark.csv", "backends.csv"))
     return absent, has_pos, has_bench, wording.lacking_lines(absent, has_pos, has_bench)
@@ -149,7 +149,7 @@ def _tables(out: Path, specs: dict[str, SweepSpec], read: Tables
         rows = SweepPaths.of(out, name).rows
         if rows.exists():
             table = _read_table(rows, read.rows(name), spec, read)
-            if table is not None and spec.tune and (table["status"] == "ok").any():
+            if table is not None and spec.tune and not ok_rows(table).empty:
                 try:
                     table, tunings[name] = designs.select(spec, table, _picked_on(read, name))
                 except ValueError as err:
@@ -187,13 +187,13 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
             continue
         rows = tables[sweep]
         factor = factors[sweep] = spec.factor
-        failed = rows[rows["status"] != "ok"]
-        if (rows["status"] == "ok").any():
+        failed = failed_rows(rows)
+        if not ok_rows(rows).empty:
             lines += _guarded(f"the {sweep} sweep's section", sweep_section, spec, rows, read,
                               figures, tunings.get(sweep), margin, sweeps_of, budgets)
         if len(failed):
             lines += wording.failed_lines(factor, failed.to_dict("records"))
-    if not all_rows.empty and (all_rows["status"] == "ok").any():
+    if not ok_rows(all_rows).empty:
         lines += _guarded("accuracy against compute", _pareto_section, all_rows, factors, figures, out)
         if has_pos:
             lines += _guarded("inside the model", inside_the_model, out, tables, factors, figures, Path(data_root))
@@ -231,7 +231,8 @@ def setting_means(all_rows: pd.DataFrame, factors: dict[str, str], out: Path | N
     """One row per setting of each sweep: its factor value, GFLOPs, mean test accuracy over seeds and
     the accuracy interval the sweep's table gives (seeds and test images from the saved predictions under
     `out`; without them over seeds, or binomial for one seed)."""
-    ok = all_rows[(all_rows["status"] == "ok") & all_rows["sweep"].isin(list(factors))]
+    ok = ok_rows(all_rows)
+    ok = ok[ok["sweep"].isin(list(factors))]
     found = []
     for sweep, rows in ok.groupby("sweep", sort=False):
         factor = factors[sweep]

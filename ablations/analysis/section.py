@@ -28,7 +28,7 @@ from vit.config import ViTConfig
 
 def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
     """The sweep's settings in the spec's order (settings the spec lacks go last, sorted)."""
-    present = list(rows.loc[rows["status"] == "ok", spec.factor].unique())
+    present = list(ok_rows(rows)[spec.factor].unique())
     order = [v for v in dict.fromkeys(designs.setting_order(spec)) if v in present]
     return order + sorted(v for v in present if v not in order)
 

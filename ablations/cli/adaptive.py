@@ -22,7 +22,7 @@ from ablations.choices import AutoSeeds
 from ablations.results import seed_design
 from ablations.results.identity import experiment_id
 from ablations.results.seed_design import first_look_seeds
-from ablations.results.store import SweepPaths, Tables
+from ablations.results.store import SweepPaths, Tables, ok_rows
 from ablations.running.executors import Executor
 from ablations.running.runner import SweepSummary
 from ablations.running.tasks import RunOptions, Task, make_tasks
@@ -69,7 +69,7 @@ def _picks(spec: SweepSpec, points: list[Point], latest: pd.DataFrame | None, mi
     if need:
         return [], need
     chosen, _ = select(spec, with_settings(spec, latest), picked_on=first)
-    picked = {mine[rid].point.label for rid in chosen["run_id"][chosen["status"] == "ok"]}
+    picked = {mine[rid].point.label for rid in ok_rows(chosen)["run_id"]}
     return [p for p in points if p.label in picked], {}
 
 

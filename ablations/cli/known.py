@@ -146,12 +146,11 @@ def _judge(task: KnownCase, out: Path, sweep: str) -> tuple[bool, str]:
     import pandas as pd
 
     from ablations.analysis.findings import analyse_sweep
-    from ablations.results.experiments import newest_experiment
-    from ablations.results.store import SweepPaths, Tables
+    from ablations.results.store import SweepPaths, Tables, ok_rows
 
     read = Tables(out)
-    rows, _ = newest_experiment(read.rows(sweep), task.factor)
-    values = [v for v in pd.unique(rows.loc[rows["status"] == "ok", task.factor])]
+    rows, _ = read.shown(sweep, [task.factor])
+    values = list(pd.unique(ok_rows(rows)[task.factor]))
     return check(task, analyse_sweep(rows, task.factor, values, SweepPaths.of(out, sweep), None, read=read)[0])
 
 

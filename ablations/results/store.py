@@ -187,6 +187,18 @@ def ok_rows(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["status"] == "ok"]
 
 
+def failed_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a result table whose run did not finish (none for a table without the status column)."""
+    if table.empty or "status" not in table:
+        return table.iloc[0:0]
+    return table[table["status"] != "ok"]
+
+
+def is_ok(row: Any) -> bool:
+    """Whether one row (a dict or a Series) records a finished run."""
+    return row.get("status") == "ok"
+
+
 # --- predictions -----------------------------------------------------------------------------------
 
 def save_preds(pred: np.ndarray, target: np.ndarray) -> bytes:

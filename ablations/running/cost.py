@@ -51,7 +51,7 @@ from tqdm import tqdm
 
 from ablations.choices import COST_ROUNDS, say
 from ablations.results.schema import COST_COLUMNS
-from ablations.results.store import complete_phase, model_key
+from ablations.results.store import complete_phase, is_ok, model_key
 from ablations.specs import Point
 from bench.env import environment, run_id
 from bench.failures import classify_failure
@@ -401,7 +401,7 @@ class _Sitting:
         key = model_key(item.cfg)
         row = _measure_item(item, self.models[key], self.costs[key], self.device, True, self.plan, self.graphs,
                             self.steps, item_id, SETUP_TIMING)
-        if row.get("status") == "ok":
+        if is_ok(row):
             self.peaks[item_id] = row.get("peak_mem_mb")
 
     def keep(self, this_round: list[tuple[str, _Item, dict[str, Any]]], planned: int, write: bool) -> None:
@@ -448,7 +448,7 @@ class _Clock:
         # quiet steps only: a step slowed by other work would stretch the budget with the load
         step_s = {(model_key(item.cfg), item.mcfg.batch_size): float(row.get("step_ms_median") or 0) / 1e3
                   for _, item, row in first_round
-                  if item.mode == "train" and row.get("status") == "ok" and not row.get("contended")}
+                  if item.mode == "train" and is_ok(row) and not row.get("contended")}
         total = 0.0
         for p in self.points:
             per_epoch = math.ceil(images * (1 - p.train.holdout) / p.train.batch_size)
@@ -549,7 +549,7 @@ def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clo
     """One line where a budget stop or other processes left items with fewer than MIN_ROUNDS quiet rounds."""
     per_item: dict[tuple, int] = collections.Counter()
     for row in kept:
-        if not row.get("contended") and row.get("status") == "ok":
+        if not row.get("contended") and is_ok(row):
             per_item[_row_item(row)] += 1
     short = items - sum(1 for n in per_item.values() if n >= MIN_ROUNDS)
     if short <= 0:

@@ -14,7 +14,7 @@ import torch
 
 from ablations.results.migrate import check_rewritable, rewrite_table
 from ablations.results.schema import ABLATION_COLUMNS
-from ablations.results.store import SweepPaths, Tables, model_key, ok_rows, row_figures, sweep_lock
+from ablations.results.store import SweepPaths, Tables, is_ok, model_key, ok_rows, row_figures, sweep_lock
 from ablations.running.cost import CostPlan, run_cost_phases
 from ablations.specs import Point, SpecError, load_spec, spec_of_table
 from bench.env import environment
@@ -62,7 +62,7 @@ def fill_rows(path: Path, phase: pd.DataFrame, device_name: str | None = None) -
 
     def change(row: dict[str, str], as_read: dict) -> bool:
         nonlocal other
-        if row.get("status") != "ok":
+        if not is_ok(row):
             return False
         if device_name is not None and row.get("device_name", "") not in ("", device_name):
             other += 1

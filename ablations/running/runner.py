@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from ablations.results import store, tensorboard
 from ablations.results.experiments import differences, same_experiment, starved
-from ablations.results.store import PHASES, SweepError, SweepPaths, model_key, ok_rows, record
+from ablations.results.store import PHASES, SweepError, SweepPaths, is_ok, model_key, ok_rows, record
 from ablations.running.cost import run_cost_phases
 from ablations.running.executors.base import Executor, ExecutorOptions
 from ablations.running.executors.local import LocalExecutor
@@ -287,7 +287,7 @@ def _keep(outcome: RunResult, share: _Share) -> None:
     share.rows[rid] = outcome.row
     if share.recorded is not None:
         share.recorded.append(rid)
-    if share.options.tensorboard and outcome.row.get("status") == "ok":
+    if share.options.tensorboard and is_ok(outcome.row):
         tensorboard.write_run(share.options.out, outcome.row, outcome.history,
                               share.labels.get(str(outcome.row.get("run_id")), ""))
 
@@ -364,7 +364,7 @@ def _images_trained(row: dict[str, Any]) -> int:
     """Images a finished run trained on in this command (a resumed run: its epochs after the checkpoint)."""
     try:
         epochs = int(row["epochs"]) - int(row.get("resumed_after") or 0)
-        return max(0, epochs) * int(row["train_size"]) if row.get("status") == "ok" else 0
+        return max(0, epochs) * int(row["train_size"]) if is_ok(row) else 0
     except (KeyError, TypeError, ValueError):
         return 0
 
@@ -391,7 +391,7 @@ def _keep_phase(shares: list[_Share], executor: Executor, figures: dict[str, Any
 def _record_twin(twin: Task, trained_in: str, outcome: RunResult, share: _Share) -> None:
     """Record, in `share`'s sweep, the outcome of the same run trained for another sweep of this command:
     an ok run as a reuse (its files are on disk now); a failed one as the same failure, retried by a rerun."""
-    if outcome.row["status"] == "ok":
+    if is_ok(outcome.row):
         _keep(reuse(twin, trained_in, outcome.row, share.paths), share)
         share.reused += 1
         return

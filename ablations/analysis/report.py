@@ -1,6 +1,9 @@
 """`make report`: figures and REPORT.md from whatever CSVs exist under the results root. Never trains.
 
-Every sentence with a number in it is computed from the tables; the same CSVs give the same report.
+Reads the OUT once (`store.Tables`) and lays out the report: each sweep's section (`section`), the GPU phases, the
+accuracy-against-compute fronts, the look inside trained models (`inside`), the attention backends' bench results,
+the comparison with a reference folder and the Method; `wording` writes every line. Every sentence with a number in
+it is computed from the tables; the same CSVs give the same report.
 """
 
 from __future__ import annotations

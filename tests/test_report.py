@@ -676,7 +676,8 @@ def test_a_sweep_without_a_cost_phase_says_none_was_kept_and_claims_nothing_was_
 
 def test_a_design_file_of_another_experiment_is_not_applied_to_the_tables_runs(tmp_path):
     """A SEEDS=auto design kept beside a table belongs to its experiment: runs of another experiment in the table
-    (a quick fixed-seed check with other epochs, newest) are analysed at their own seeds, and the report says why."""
+    (a quick fixed-seed check with other epochs, newest) are analysed at their own seeds, and the report says why;
+    so are runs of the design's own experiment that its first look has not finished."""
     from ablations.analysis.stats import ALPHA
     from ablations.results import seed_design
 
@@ -694,6 +695,9 @@ def test_a_design_file_of_another_experiment_is_not_applied_to_the_tables_runs(t
     seed_design.write_design(paths, seed_design.new_design(0.005, ALPHA, 10, (3, 5), experiment=quick))
     text = build_report(tmp_path).read_text()
     assert "is another experiment's" not in text and "Adaptive seeds (SEEDS=auto)" in text
+    seed_design.write_design(paths, seed_design.new_design(0.005, ALPHA, 10, (5, 8), experiment=quick))
+    text = build_report(tmp_path).read_text()   # its first look needs seeds 3 and 4 of both settings
+    assert "Trained with SEEDS=auto, but look 1 of its design needs 4 run(s) the table lacks" in text
 
 
 def test_learning_curves_are_titled_with_their_sweep_not_its_factor(tmp_path, monkeypatch):

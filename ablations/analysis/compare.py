@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablations.analysis.findings import load_runs
+from ablations.analysis.predictions import load_runs
 from ablations.analysis.stats import ALPHA, paired_difference
 from ablations.results.experiments import point_key
 from ablations.results.store import SweepPaths, Tables, sweep_names

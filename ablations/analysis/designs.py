@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ablations.analysis.findings import load_correct
+from ablations.analysis.predictions import load_correct
 from ablations.analysis.stats import MARGIN, Comparison, detectable_difference, interaction_contrasts
 from ablations.results.store import failed_rows, ok_rows
 from ablations.specs import SweepSpec

@@ -1,6 +1,6 @@
 """What a sweep's tables support: per setting an accuracy interval and cost spreads, across settings the
-paired comparisons and a verdict, as numbers. Computed from a sweep's rows and the saved test predictions
-it reads from disk (`ablations.analysis.stats`, `bench.rounds`, the SEEDS=auto design replayed by
+paired comparisons and a verdict, as numbers. Computed from a sweep's rows and its runs' saved test
+predictions (`predictions`; `ablations.analysis.stats`, `bench.rounds`, the SEEDS=auto design replayed by
 `ablations.analysis.sequential`); `wording` writes their sentences and tables, `report.py` lays them out."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from ablations.analysis.predictions import load_runs
 from ablations.analysis.sequential import Design, gather, nominal_levels, replay_design
 from ablations.analysis.stats import (
     ALPHA,
@@ -35,7 +36,7 @@ from ablations.analysis.stats import (
 )
 from ablations.results.experiments import starved
 from ablations.results.schema import uncontended
-from ablations.results.store import SweepPaths, Tables, load_preds, model_key, ok_rows, spreads
+from ablations.results.store import SweepPaths, Tables, model_key, ok_rows, spreads
 from bench.io.csvio import skipped
 from bench.rounds import Spread
 from vit import ViTConfig
@@ -86,6 +87,16 @@ class NoTest:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class DesignNote:
+    """Why a sweep's SEEDS=auto design was not used: "other experiment" (the design file `file` is another
+    experiment's), or "unfinished" (look `look` of it needs `missing` runs the table lacks)."""
+    kind: str
+    file: str = ""
+    look: int = 0
+    missing: int = 0
+
+
 @dataclass
 class SweepFindings:
     factor: str
@@ -107,46 +118,6 @@ class SweepFindings:
     design: Design | None = None              # SEEDS=auto: the looks the sweep took (its verdict is theirs)
     left_out: tuple = ()                      # SEEDS=auto: settings left out of the design (a run diverged)
     adaptive: bool = False                    # trained under SEEDS=auto (its design complete or not)
-
-
-@dataclass
-class Runs:
-    """One setting's saved test answers, a row per run in table order: the run's seed, its predicted class
-    for every test image and whether that was right."""
-    seeds: list[int]
-    preds: np.ndarray      # (runs, n) predicted classes
-    correct: np.ndarray    # (runs, n) 0/1
-
-
-def load_runs(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, Runs] | None, str]:
-    """{value: its runs' answers on the test images}, or None and the reason there is none."""
-    missing = [rid for rid in ok["run_id"].astype(str) if not (preds_dir / f"{rid}.npz").exists()]
-    if missing:
-        return None, (f"{len(missing)} of {len(ok)} runs have no saved test predictions (runs from before "
-                      f"predictions were kept, or files removed; rerun them)")
-    found: dict[Hashable, tuple[list, list, list]] = {}
-    target0 = None
-    for _, r in ok.iterrows():
-        try:
-            pred, target = load_preds(preds_dir / f"{r['run_id']}.npz")
-        except ValueError as err:
-            skipped(f"{err}; the sweep's comparisons are skipped (rerun that run to restore them)")
-            return None, f"the predictions of run {r['run_id']} are damaged (listed under Skipped inputs)"
-        if target0 is None:
-            target0 = target
-        elif len(target) != len(target0) or not np.array_equal(target, target0):
-            return None, "the runs were evaluated on different test sets, so they cannot be paired image by image"
-        seeds, preds, correct = found.setdefault(r[factor], ([], [], []))
-        seeds.append(int(r["seed"]))
-        preds.append(np.asarray(pred))
-        correct.append((pred == target).astype(float))
-    return {k: Runs(s, np.stack(p), np.stack(c)) for k, (s, p, c) in found.items()}, ""
-
-
-def load_correct(ok: pd.DataFrame, factor: str, preds_dir: Path) -> tuple[dict[Hashable, np.ndarray] | None, str]:
-    """{value: (seeds, n) 0/1 array of correct test images}, or None and the reason there is none."""
-    runs, reason = load_runs(ok, factor, preds_dir)
-    return ({k: r.correct for k, r in runs.items()} if runs is not None else None), reason
 
 
 def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_phase: pd.DataFrame | None,
@@ -222,12 +193,13 @@ def _cost_source(cost_phase: pd.DataFrame | None, ok: pd.DataFrame) -> CostSourc
 
 
 def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, cost_phase: pd.DataFrame | None,
-                  margin: float = MARGIN, read: Tables | None = None) -> tuple[SweepFindings, pd.DataFrame, str]:
+                  margin: float = MARGIN, read: Tables | None = None
+                  ) -> tuple[SweepFindings, pd.DataFrame, DesignNote | None]:
     """`analyse` of a sweep's table as it was trained: under fixed seeds, or, where the sweep kept a
     SEEDS=auto design (`seed_design.read_design`), on the runs of its looks with the looks' verdict and margin.
-    Also the rows analysed and a note for a design the table cannot complete ("" if none). `read`: the OUT's
-    record as the caller read it (else the design is read here)."""
-    design, note = None, ""
+    Also the rows analysed and why a design beside the table was not used (None if it was, or there is none).
+    `read`: the OUT's record as the caller read it (else the design is read here)."""
+    design, note = None, None
     try:
         design_file = (read or Tables(paths.out)).design(paths.rows.stem)
     except ValueError as err:
@@ -235,8 +207,7 @@ def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
         design_file = None
     mine = set(rows["experiment_id"].dropna().astype(str)) if "experiment_id" in rows else set()
     if design_file is not None and design_file.get("experiment") and mine and design_file["experiment"] not in mine:
-        note = (f"The SEEDS=auto design beside this table ({paths.design.name}) is another experiment's (its "
-                f"runs are not these), so these runs are analysed at the seeds they have, as if fixed in advance.")
+        note = DesignNote("other experiment", file=paths.design.name)
         design_file = None
     if design_file is not None:
         rows, design, note = adaptive_rows(rows, factor, order, paths, design_file)
@@ -247,11 +218,11 @@ def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
 
 
 def adaptive_rows(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, design_file: dict[str, Any]
-                  ) -> tuple[pd.DataFrame, tuple[Design, tuple] | None, str]:
+                  ) -> tuple[pd.DataFrame, tuple[Design, tuple] | None, DesignNote | None]:
     """A sweep trained with SEEDS=auto: its design replayed on the table's runs (`sequential.gather`), the
     rows of the runs the design used (each setting's first seeds of the design file, as many as its last look
-    gave it; other runs of the table stay out), and a note. A design the table cannot complete (a look
-    needs runs that are not there) gives the rows unchanged, no design, and a note that says so."""
+    gave it; other runs of the table stay out), and None. A design the table cannot complete (a look needs runs
+    that are not there) gives the rows unchanged, no design, and a note that says so."""
     latest = rows.assign(run_id=rows["run_id"].astype(str))
     keyed = [(v, int(seed), str(status), rid) for v, seed, status, rid
              in zip(latest[factor], latest["seed"], latest["status"], latest["run_id"]) if v in order]
@@ -259,12 +230,10 @@ def adaptive_rows(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
     design = replay_design(runs, design_file)
     if design.need:
         missing = sum(len(v) for v in design.need.values())
-        return rows, None, (f"Trained with SEEDS=auto, but look {len(design.looks) + 1} of its design needs {missing} "
-                            f"run(s) the table lacks (rerun the sweep with SEEDS=auto to finish it); analysed "
-                            f"below at the seeds there as if they were fixed in advance, which they were not.")
+        return rows, None, DesignNote("unfinished", look=len(design.looks) + 1, missing=missing)
     used = {(k, s) for k in runs for s in design_file["seeds"][:design.have[k]]}
     keep = [(v in left_out) or (v, int(seed)) in used for v, seed in zip(rows[factor], rows["seed"])]
-    return rows[keep], (design, left_out), ""
+    return rows[keep], (design, left_out), None
 
 
 def design_verdict(design: Design, means: dict[Hashable, float]) -> Verdict:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ablations.analysis import designs, findings, sittings, wording
+from ablations.analysis import designs, sittings, wording
 from ablations.analysis import figures as figs
 from ablations.analysis.inside import inside_the_model
+from ablations.analysis.predictions import load_correct
 from ablations.analysis.section import sweep_section
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, accuracy_interval
 from ablations.results import seed_design
@@ -240,7 +241,7 @@ def setting_means(all_rows: pd.DataFrame, factors: dict[str, str], out: Path | N
     for sweep, rows in ok.groupby("sweep", sort=False):
         factor = factors[sweep]
         enough = rows.groupby(factor)["seed"].size().min() >= MIN_SEEDS
-        correct = (findings.load_correct(rows, factor, SweepPaths.of(out, sweep).preds)[0]
+        correct = (load_correct(rows, factor, SweepPaths.of(out, sweep).preds)[0]
                    if out is not None and enough else None)
         for value, group in rows.groupby(factor, sort=False):
             size = int(group["test_size"].dropna().iloc[0]) if "test_size" in group and group["test_size"].notna().any() else None

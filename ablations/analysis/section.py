@@ -114,7 +114,7 @@ def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Pa
     lines = [wording.runs_line(seeds, sorted(ok["dataset"].astype(str).unique()), f.test_size, devices), "",
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
              wording.unconverged_headline(wording.verdict_sentence(f)) if learning else wording.verdict_sentence(f), "",
-             *([learning, ""] if learning else []), *([design_note, ""] if design_note else []),
+             *([learning, ""] if learning else []), *([wording.design_note(design_note), ""] if design_note else []),
              *([sitting, ""] if (sitting := wording.sittings_line(sittings.check_sittings(ok, factor), factor)) else []),
              *([shared, ""] if (shared := wording.shared_line(factor, sittings.shared_settings(sweep, factor, f.verdict, ok,
                                                                                 sweeps_of or {}))) else []),

@@ -30,14 +30,14 @@ from ablations.specs import Point, SweepSpec
 from bench.env import resolve_device
 
 
-def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, design: dict[str, Any],
+def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, design_file: dict[str, Any],
                  spec: SweepSpec | None = None) -> tuple[Design, tuple[str, ...]]:
     """The design on this sweep's finished runs, keyed by point label, and the settings left out (diverged):
-    the runs are those of these points under these options at the design's seeds (the same run ids the
+    the runs are those of these points under these options at the design file's seeds (the same run ids the
     command trains), read from the table and their saved predictions. A sweep that tunes (`spec.tune`)
     trains every grid value at the first look's seeds, picks each setting's value on them
     (`designs.select`), and the design runs over the picks alone."""
-    every = make_tasks(points, dataclasses.replace(options, seeds=tuple(design["seeds"]), point_seeds=()))
+    every = make_tasks(points, dataclasses.replace(options, seeds=tuple(design_file["seeds"]), point_seeds=()))
     mine = {t.run_id: t for t in every}
     read = Tables(paths.out)   # read afresh: the runs of the looks so far
     latest = None
@@ -46,23 +46,23 @@ def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, de
         latest = latest.assign(run_id=latest["run_id"].astype(str))
         latest = latest[latest["run_id"].isin(list(mine))]
     if spec is not None and spec.tune:
-        points, need = _picks(spec, points, latest, mine, design)
+        points, need = _picks(spec, points, latest, mine, design_file)
         if need:
-            return Design([], {}, need, tuple(design["looks"])), ()
+            return Design([], {}, need, tuple(design_file["looks"])), ()
     rows: list[tuple[Hashable, int, str, str]] = []
     if latest is not None:
         labels = {p.label for p in points}
         rows = [(mine[rid].point.label, mine[rid].seed, str(status), rid)
                 for rid, status in zip(latest["run_id"], latest["status"]) if mine[rid].point.label in labels]
     runs, left_out = gather(rows, [p.label for p in points], paths)
-    return replay_design(runs, design), left_out
+    return replay_design(runs, design_file), left_out
 
 
 def _picks(spec: SweepSpec, points: list[Point], latest: pd.DataFrame | None, mine: dict[str, Task],
-           design: dict[str, Any]) -> tuple[list[Point], dict[Hashable, list[int]]]:
+           design_file: dict[str, Any]) -> tuple[list[Point], dict[Hashable, list[int]]]:
     """(each setting's picked point, {}) once every grid value has run at the first look's seeds, else
     ([], the seeds each grid point still needs)."""
-    first = first_look_seeds(design)
+    first = first_look_seeds(design_file)
     done = {(mine[rid].point.label, mine[rid].seed) for rid in latest["run_id"]} if latest is not None else set()
     need = {p.label: [s for s in first if (p.label, s) not in done] for p in points}
     need = {k: v for k, v in need.items() if v}
@@ -98,23 +98,23 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
 
     classes = sweep_points[0][1][0].model.num_classes if sweep_points and sweep_points[0][1] else None
     points_of = dict(sweep_points)
-    designs = {spec.name: seed_design.new_design(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
-                                             experiment_of(points_of[spec.name], options[spec.name]))
-            for spec in specs if spec.name in auto}
-    for name in designs:
-        seed_design.write_design(SweepPaths.of(args.out, name), designs[name])
+    design_files = {spec.name: seed_design.new_design(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
+                                                   experiment_of(points_of[spec.name], options[spec.name]))
+                    for spec in specs if spec.name in auto}
+    for name in design_files:
+        seed_design.write_design(SweepPaths.of(args.out, name), design_files[name])
     merged: dict[str, SweepSummary] = {}
     asked_before: dict[str, dict] = {}
     # a look per step, and a step more for each look whose lost runs are retried: past that, unfinished
-    limit = 2 * (max(len(p["looks"]) for p in designs.values()) + 1)
+    limit = 2 * (max(len(p["looks"]) for p in design_files.values()) + 1)
     for step in itertools.count():
         asked: dict[str, dict] = {}
         for name, points in sweep_points:
-            if name not in designs:
+            if name not in design_files:
                 if step == 0:
                     asked[name] = {p.label: options[name].seeds for p in points}
                 continue
-            design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name), designs[name],
+            design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name), design_files[name],
                                             next(s for s in specs if s.name == name))
             print(design_progress(design, name, left_out), file=sys.stderr)
             if design.need:

@@ -292,15 +292,15 @@ def _prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
     else:
         specs = [dataclasses.replace(s, model_overrides={**s.model_overrides, **model_changes}) for s in specs]
     sweep_points = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes,
-                               {**_train_changes(args), **train_changes}))
-             for s in specs]  # every point of every sweep validated before any training
+                                      {**_train_changes(args), **train_changes}))
+                    for s in specs]  # every point of every sweep validated before any training
     for name, points in sweep_points:
         _check_recipes(name, points, data)
     _fetch_pretrained(args)
     for spec, (_, points) in zip(specs, sweep_points):
         _check_init(args.init or spec.init, points)
-    return specs, sweep_points, data, data_id(args.dataset, args.data_root, args.img_size, native=data.train_x.shape[-1],
-                                       digest=data.digest)
+    return specs, sweep_points, data, data_id(args.dataset, args.data_root, args.img_size,
+                                              native=data.train_x.shape[-1], digest=data.digest)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

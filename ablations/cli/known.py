@@ -52,13 +52,13 @@ class KnownCase:
 
 TASKS = (
     KnownCase("positions", "quadrants", "pos", '["sincos2d", "none"]', ("flip=false",),
-         "pos=none at chance (‡) and decided worse than pos=sincos2d"),
+              "pos=none at chance (‡) and decided worse than pos=sincos2d"),
     KnownCase("backends", "quadrants", "attn", '["bmm", "einops"]', ("flip=false",),
-         "attn=bmm and attn=einops identical (same predictions, every image, every seed)"),
+              "attn=bmm and attn=einops identical (same predictions, every image, every seed)"),
     KnownCase("shuffled", "shuffled", "depth", "[1, 2]", ("flip=false",),
-         "every setting at chance: no verdict"),
+              "every setting at chance: no verdict"),
     KnownCase("planted", "quadrants", "flip", "[false, true]", (),
-         "flip=false decided better than flip=true"),
+              "flip=false decided better than flip=true"),
 )
 
 
@@ -141,8 +141,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _judge(task: KnownCase, out: Path, sweep: str) -> tuple[bool, str]:
-    """`check` of the task's sweep on the newest experiment of its table: an earlier `known` into the same OUT
-    with other epochs is another experiment, never pooled with this one."""
+    """`check` of the task's sweep on the rows its report shows (`Tables.shown`: the newest experiment of its
+    table): an earlier `known` into the same OUT with other epochs is another experiment, never pooled with this
+    one."""
     import pandas as pd
 
     from ablations.analysis.findings import analyse_sweep

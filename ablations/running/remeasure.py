@@ -23,8 +23,8 @@ from vit import ViTConfig
 
 
 def trained_points(out: Path) -> dict[str, list[Point]]:
-    """{sweep: one point per distinct model and recipe among its finished runs} under `out`: of the newest
-    experiment of each sweep's table, the rows its report shows (`Tables.shown`)."""
+    """{sweep: one point per distinct model and recipe among its finished runs} under `out`: of each sweep's
+    table, the rows its report shows (`Tables.shown`: its newest experiment, or its SEEDS=auto design's)."""
     found: dict[str, list[Point]] = {}
     read = Tables(out)
     for sweep in read.names():

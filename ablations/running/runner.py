@@ -76,7 +76,7 @@ def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths, histor
     row = {**row, **task.cost, "sweep": task.point.sweep, "reused_from": other,
            "experiment_id": task.experiment_id}
     return RunResult(row, store.history_of(theirs, task.run_id, history), theirs.weights_file(task.run_id).read_bytes(),
-                   theirs.preds_file(task.run_id).read_bytes())
+                     theirs.preds_file(task.run_id).read_bytes())
 
 
 @dataclass

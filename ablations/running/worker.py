@@ -1,5 +1,5 @@
 """What one run does, on whichever machine runs it: build the model under its seed, train it (resuming
-from its checkpoint), and return its row, epoch rows, weights and test predictions as an `RunResult`.
+from its checkpoint), and return its row, epoch rows, weights and test predictions as a `RunResult`.
 A failure of the run itself (divergence, out of memory, an exception) becomes a row with its status;
 only a failure of the results disk is raised, so that the sweep stops and keeps what is done."""
 

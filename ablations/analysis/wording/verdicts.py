@@ -10,6 +10,7 @@ from ablations.analysis.budget import Convergence, Shortfall
 from ablations.analysis.findings import (
     POWER_DELTA,
     CostSource,
+    DesignNote,
     SweepFindings,
 )
 from ablations.analysis.sequential import Decision, Design, nominal_levels
@@ -136,6 +137,16 @@ def cost_source(c: CostSource) -> str:
     return (f"cost phase{f' on {c.device}' if c.device else ''}, {c.rounds} interleaved rounds"
             + (f" ({c.loaded} of {c.steps} timed steps ran while other processes took ≥ {CONTENDED_PCT:.0f} % of the "
                f"machine and are left out)" if c.loaded else ""))
+
+
+def design_note(note: DesignNote) -> str:
+    """Why a sweep's SEEDS=auto design was not used, and how its runs are analysed instead."""
+    if note.kind == "other experiment":
+        return (f"The SEEDS=auto design beside this table ({note.file}) is another experiment's (its runs are not "
+                f"these), so these runs are analysed at the seeds they have, as if fixed in advance.")
+    return (f"Trained with SEEDS=auto, but look {note.look} of its design needs {note.missing} run(s) the table lacks "
+            f"(rerun the sweep with SEEDS=auto to finish it); analysed below at the seeds there as if they were fixed "
+            f"in advance, which they were not.")
 
 
 def verdict_sentence(f: SweepFindings) -> str:

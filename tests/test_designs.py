@@ -417,6 +417,8 @@ def test_the_report_shows_latency_percentiles_and_energy_where_the_cost_phase_me
     assert "p50 / p90 / p99" not in without
     table = table_markdown(SweepFindings("depth", [setting(1, 3.5), setting(2, None)], 1000, CostSource(3), None, None))
     assert "| 1 | 1.10 / 2.00 / 3.50 | — / — / — | 0.0042 / — |" in table and "| 2 | — / — / — |" in table
+    assert "ticks at least 1 s apart" in table and "ran for less than such a window" in table  # why a cell is —
+    assert "samples wholly inside the timed steps, — where they were timed for less" in table
 
 
 def test_rows_from_before_a_model_field_existed_are_the_same_experiment_as_new_rows_at_its_default(tmp_path):

@@ -67,8 +67,9 @@ def table_markdown(f: SweepFindings) -> str:
                      "the time (coin flips on borderline images, at the spread real runs show; " + "; ".join(
                          f"{s.value}: s.d. {100 * s.lucky[0]:.2f} against {100 * s.lucky[1]:.2f} points"
                          for s in lucky) + "), so its interval is likely too narrow; more seeds would show.")
-    lines += ["", *speed, "", f"Speed: {cost_source(f.cost)}, median [Q1, Q3] (busy %: GPU utilisation from NVML on "
-                              f"CUDA, process CPU time ÷ wall time ÷ cores on the CPU).", "", *runs, "",
+    lines += ["", *speed, "", f"Speed: {cost_source(f.cost)}, median [Q1, Q3] (busy %: on CUDA, GPU utilisation from "
+                              f"NVML's samples wholly inside the timed steps, — where they were timed for less than two "
+                              f"sample periods; on the CPU, process CPU time ÷ wall time ÷ cores).", "", *runs, "",
               "The training runs as they trained, over seeds, not interleaved."]
     reused = sorted({sweep for s in f.settings for sweep in s.reused_from})
     if reused:
@@ -90,7 +91,8 @@ def _latency_table(f: SweepFindings) -> list[str]:
         energy = " / ".join(_or_dash_spread(d.get("energy_j_per_img"), ".3g") for d in (s.infer, s.train))
         lines.append(f"| {s.value} | {cell(s.infer)} | {cell(s.train)} | {energy} |")
     return lines + ["", "Latency: each percentile of one round's step times, median over the cost phase's rounds; "
-                        "energy from the device's counter (— where it has none readable)."]
+                        "energy from the device's counter between two of its ticks at least 1 s apart inside the timed "
+                        "steps (— where it has no readable counter or its steps ran for less than such a window)."]
 
 
 def _or_dash_spread(s: Spread | None, fmt: str) -> str:

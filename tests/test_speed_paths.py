@@ -285,6 +285,43 @@ def test_a_capture_that_fails_inside_the_graph_leaves_cuda_as_it_was_and_names_t
     _assert_same_weights(*models)
 
 
+@pytest.mark.parametrize("fail_in_block", [False, True])
+def test_a_runs_evaluation_is_captured_once_on_the_capture_stream_and_replayed_or_goes_on_eagerly(
+        fail_in_block, monkeypatch, capsys):
+    """A run's evaluation on CUDA: one eager pass, one capture on the process's capture stream (thread_local,
+    as the training step's), then a replay per call, with the eager evaluation's result. A capture that fails
+    releases the graph's pool once, says why in one line, and the run evaluates eagerly from then on."""
+    from ablations.training import evaluation
+    data, device = load_dataset("digits"), torch.device("cpu")
+    torch.manual_seed(0)
+    model = VisionTransformer(TINY)
+    images, labels = data.test_x[:300], data.test_y[:300]
+    want = evaluation.evaluate(model, data, device, "fp32", 128, (images, labels))
+    fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
+    real, passes = evaluation.eval_outputs, []
+
+    def outputs(*args, **kw):
+        passes.append(kw.get("cache", True))
+        if fail_in_block and len(passes) == 2:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return real(*args, **kw)
+    monkeypatch.setattr(evaluation, "eval_outputs", outputs)
+    graphed = evaluation.GraphedEvaluation(model, data, device, "fp32", 128, (images, labels))
+    for _ in range(3):
+        got = graphed()
+        assert got[:2] == want[:2] and torch.equal(got[2], want[2])
+    assert fake.current == ["default"]
+    assert [c for c in fake.calls if c[0] == "capture_begin"] == [("capture_begin", fake.side, "thread_local")]
+    assert passes[:2] == [False, False]   # the warm-up and the capture, without autocast's cast cache
+    out = capsys.readouterr().out
+    if fail_in_block:
+        assert fake.releases == 1 and ("replay",) not in fake.calls and graphed.eager and len(passes) == 5
+        assert out.count("graphs: capturing the evaluation failed (RuntimeError: operation not permitted when "
+                         "stream is capturing); eager evaluation from here") == 1
+    else:
+        assert fake.calls.count(("replay",)) == 3 and len(passes) == 2 and "graphs:" not in out
+
+
 def test_a_capture_that_succeeds_puts_the_warm_ups_generator_draws_back(monkeypatch):
     fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
     model_cfg = TINY.replace(stem="conv", patch_size=4)
@@ -403,6 +440,31 @@ def test_the_graphed_step_trains_like_the_eager_step_on_cuda(dtype):
     assert sorted(steps[1].graphs) == [17, 64]
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
         torch.testing.assert_close(p, q, rtol=2e-2 if dtype == "bf16" else 1e-4, atol=1e-3, msg=name)
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_graphed_evaluation_equals_the_eager_one_bit_for_bit_as_the_weights_train_on_cuda(dtype):
+    """Replayed after the weights have changed in place (training steps between), the captured evaluation
+    gives the eager evaluation's loss, accuracy and every prediction exactly: the same kernels in the same order."""
+    from ablations.training.evaluation import GraphedEvaluation, evaluate
+    device, data = torch.device("cuda"), load_dataset("digits")
+    torch.manual_seed(0)
+    model = VisionTransformer(TINY.replace(stem="conv", patch_size=4)).to(device)
+    step = StaticStep(model, model, adamw(param_groups(model, 0.05), 1e-3), torch.amp.GradScaler("cuda", enabled=False),
+                      TrainConfig(batch_size=64), device, dtype)
+    tests = data.test_x.to(device), data.test_y.to(device)
+    graphed = GraphedEvaluation(model, data, device, dtype, 128, tests)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        for _ in range(5):
+            i = torch.randint(0, len(data.train_y), (64,), generator=g)
+            model.train()
+            step(data.normalize(data.train_x[i].to(device)), data.train_y[i].to(device), 1e-3)
+        got, want = graphed(), evaluate(model, data, device, dtype, 128, tests)
+        assert got[:2] == want[:2] and torch.equal(got[2], want[2])
+    assert graphed.graph is not None and not graphed.eager
 
 
 @pytest.mark.gpu

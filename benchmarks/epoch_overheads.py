@@ -1,0 +1,128 @@
+"""Where runs side by side lose the GPU: what a run does besides its graphed training steps, part by part.
+
+    python benchmarks/epoch_overheads.py [--runs 8] [--epochs 6] [--rounds 3] [--device auto]
+
+RUNS runs of the default recipe (vit_mnist on mnist5k, batch 64, `DTYPE=auto`), each on a thread and a CUDA
+stream of its own as `WORKERS=threads` trains them, each doing EPOCHS epochs of one of:
+- `replay`: its captured training step replayed, nothing else (the GPU's rate for these graphs; CUDA only);
+- `steps`: the whole static step on the epoch's augmented batches (learning rate, batch copies, replay, loss sum);
+- `eager eval`: `steps` plus each epoch's end as a run has it: the loss read, `evaluate` of the 1,000 test
+  images run eagerly (one Python call per kernel);
+- `graphed eval`: the same with the evaluation captured once and replayed (`GraphedEvaluation`, what runs use
+  on CUDA; on the CPU the eager one again).
+The modes are timed in interleaved rounds (each round runs every mode once, the first one rotating), the
+graphs captured before the first round; it prints each mode's training steps per second of all runs together
+(median and range over the rounds) and `graphed eval` against `eager eval` (named only where the ranges are
+apart). One sitting, the machine otherwise idle: say its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ablations.training.data import load_dataset  # noqa: E402
+from ablations.training.evaluation import evaluate  # noqa: E402
+from ablations.training.train import evaluator  # noqa: E402
+from bench.env import resolve_device  # noqa: E402
+from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
+from bench.training.recipe import TrainConfig  # noqa: E402
+from bench.training.step import make_step, train_mode, training_parts  # noqa: E402
+from vit import PRESETS, VisionTransformer  # noqa: E402
+
+BATCH = 64
+
+
+def build(i: int, data, device: torch.device, cfg: TrainConfig, tests) -> dict:
+    """Run i's model, step (its graphs captured on a first epoch) and evaluations (the graphed one captured)."""
+    torch.manual_seed(i)
+    model_cfg = PRESETS["vit_mnist"].replace(img_size=data.img_size, in_chans=data.in_chans,
+                                             num_classes=data.num_classes)
+    model = VisionTransformer(model_cfg).to(device)
+    compiled, optimizer, scaler = training_parts(model, cfg, device)
+    train_mode(model, cfg)
+    dtype = cfg.resolved_dtype(device)
+    step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, True)
+    run = {"model": model, "step": step, "cfg": cfg, "gen": torch.Generator().manual_seed(100 + i),
+           "eager": lambda: evaluate(compiled, data, device, dtype, cfg.eval_batch_size, tests),
+           "graphed": evaluator(compiled, data, device, dtype, cfg.eval_batch_size, tests, graphs=True)}
+    epoch(run, data, "graphed eval")
+    return run
+
+
+def epoch(run: dict, data, mode: str) -> int:
+    """One epoch of `mode` for `run`; its steps."""
+    x, y = data.train_x_device, data.train_y_device
+    steps = (len(y) + BATCH - 1) // BATCH
+    if mode == "replay":
+        for _ in range(steps):
+            run["step"].graphs[BATCH].replay()
+        return steps
+    order = torch.randperm(len(y), generator=run["gen"]).to(x.device)
+    loss_sum = torch.zeros((), device=x.device)
+    for bx, by in data.epoch_batches(x, y, order, BATCH, run["gen"]):
+        loss_sum += run["step"](bx, by, 1e-4)
+    if mode != "steps":
+        loss_sum.item()
+        run["graphed" if mode == "graphed eval" else "eager"]()
+        train_mode(run["model"], run["cfg"])
+    return steps
+
+
+def timed(runs: list[dict], data, mode: str, epochs: int, device: torch.device) -> float:
+    """Training steps per second of all runs together, each on its thread and stream."""
+    done = [0] * len(runs)
+
+    def work(i: int) -> None:
+        stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            for _ in range(epochs):
+                done[i] += epoch(runs[i], data, mode)
+            if stream is not None:
+                stream.synchronize()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(runs))]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(done) / (time.perf_counter() - start)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--device", default="auto")
+    args = p.parse_args()
+    device = resolve_device(args.device)
+    cfg = TrainConfig(batch_size=BATCH)
+    data = load_dataset("mnist5k")
+    data.train_x_device, data.train_y_device = data.train_x.to(device), data.train_y.to(device)
+    tests = data.test_x.to(device), data.test_y.to(device)
+    runs = [build(i, data, device, cfg, tests) for i in range(args.runs)]
+    graphed = any(getattr(r["step"], "graphed", False) for r in runs)
+    modes = (["replay"] if graphed else []) + ["steps", "eager eval", "graphed eval"]
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    for _, mode in interleaved(modes, args.rounds):
+        rates[mode].append(timed(runs, data, mode, args.epochs, device))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"{args.runs} runs side by side on {name} ({cfg.resolved_dtype(device)}), {args.epochs} epochs of "
+          f"{len(data.train_y)} images each per mode, {args.rounds} interleaved rounds")
+    spreads = {m: Spread.of(v) for m, v in rates.items()}
+    for m, s in spreads.items():
+        print(f"  {m:<13} {s.median:8.0f} steps/s  [{min(rates[m]):.0f}–{max(rates[m]):.0f}]")
+    print(f"  graphed eval / eager eval: {ratio_or_noise(spreads['graphed eval'], spreads['eager eval'])}")
+
+
+if __name__ == "__main__":
+    main()

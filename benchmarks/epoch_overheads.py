@@ -8,8 +8,7 @@ stream of its own as `WORKERS=threads` trains them, each doing EPOCHS epochs of 
 - `steps`: the whole static step on the epoch's augmented batches (learning rate, batch copies, replay, loss sum);
 - `eager eval`: `steps` plus each epoch's end as a run has it: the loss read, `evaluate` of the 1,000 test
   images run eagerly (one Python call per kernel);
-- `graphed eval`: the same with the evaluation captured once and replayed (`GraphedEvaluation`, what runs use
-  on CUDA; on the CPU the eager one again).
+- `graphed eval`: the same with the evaluation captured once and replayed (`GraphedEvaluation`; CUDA only).
 The modes are timed in interleaved rounds (each round runs every mode once, the first one rotating), the
 graphs captured before the first round; it prints each mode's training steps per second of all runs together
 (median and range over the rounds) and `graphed eval` against `eager eval` (named only where the ranges are
@@ -30,8 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ablations.training.data import load_dataset  # noqa: E402
-from ablations.training.evaluation import evaluate  # noqa: E402
-from ablations.training.train import evaluator  # noqa: E402
+from ablations.training.evaluation import GraphedEvaluation, evaluate  # noqa: E402
 from bench.env import resolve_device  # noqa: E402
 from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
 from bench.training.recipe import TrainConfig  # noqa: E402
@@ -53,8 +51,9 @@ def build(i: int, data, device: torch.device, cfg: TrainConfig, tests) -> dict:
     step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, True)
     run = {"model": model, "step": step, "cfg": cfg, "gen": torch.Generator().manual_seed(100 + i),
            "eager": lambda: evaluate(compiled, data, device, dtype, cfg.eval_batch_size, tests),
-           "graphed": evaluator(compiled, data, device, dtype, cfg.eval_batch_size, tests, graphs=True)}
-    epoch(run, data, "graphed eval")
+           "graphed": GraphedEvaluation(compiled, data, device, dtype, cfg.eval_batch_size, tests)
+           if device.type == "cuda" else None}
+    epoch(run, data, "graphed eval" if device.type == "cuda" else "eager eval")
     return run
 
 
@@ -111,7 +110,8 @@ def main() -> None:
     tests = data.test_x.to(device), data.test_y.to(device)
     runs = [build(i, data, device, cfg, tests) for i in range(args.runs)]
     graphed = any(getattr(r["step"], "graphed", False) for r in runs)
-    modes = (["replay"] if graphed else []) + ["steps", "eager eval", "graphed eval"]
+    modes = ["steps", "eager eval"] if device.type != "cuda" else (["replay"] if graphed else []) + [
+        "steps", "eager eval", "graphed eval"]
     rates: dict[str, list[float]] = {m: [] for m in modes}
     for _, mode in interleaved(modes, args.rounds):
         rates[mode].append(timed(runs, data, mode, args.epochs, device))
@@ -121,7 +121,8 @@ def main() -> None:
     spreads = {m: Spread.of(v) for m, v in rates.items()}
     for m, s in spreads.items():
         print(f"  {m:<13} {s.median:8.0f} steps/s  [{min(rates[m]):.0f}–{max(rates[m]):.0f}]")
-    print(f"  graphed eval / eager eval: {ratio_or_noise(spreads['graphed eval'], spreads['eager eval'])}")
+    if "graphed eval" in spreads:
+        print(f"  graphed eval / eager eval: {ratio_or_noise(spreads['graphed eval'], spreads['eager eval'])}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """A run's evaluation of a fixed image set: its loss, its accuracy and every image's predicted class.
 
-`evaluate` runs the model eagerly, batch by batch, and reads the result once. On CUDA a run evaluates each
-epoch through `GraphedEvaluation`: the same work captured once into a CUDA graph and replayed, so an epoch's
+`evaluate` runs the model eagerly, batch by batch, and reads the result once: what a run does at the end of
+every epoch. `GraphedEvaluation` is the same work captured once into a CUDA graph and replayed, so an
 evaluation is one launch instead of one Python call per kernel (runs side by side in one process share one
-interpreter, so those calls would queue behind each other while the GPU waits). The graph replays the kernels
-of the eager loop in its order and reads the weights in place, so its loss and predictions are the eager
-ones, bit for bit (tested on CUDA).
+interpreter, so those calls queue behind each other while the GPU waits). The graph replays the kernels of the
+eager loop in its order and reads the weights in place, so its loss and predictions are the eager ones, bit for
+bit (tested on CUDA). `benchmarks/epoch_overheads.py` times the two side by side; runs do not use the graphed
+one yet.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,7 +31,7 @@ from tqdm import tqdm
 
 from ablations.training.checkpoints import Checkpointing, load_checkpoint, restore, save_checkpoint, training_state
 from ablations.training.data import Dataset, recipe_data
-from ablations.training.evaluation import GraphedEvaluation, evaluate
+from ablations.training.evaluation import evaluate
 from bench.training.recipe import TrainConfig
 from bench.training.step import make_step, train_mode, training_parts
 from bench.utilisation import UtilSampler, reader_for
@@ -228,24 +227,14 @@ def _add_util(util_time: list[float], sampler: UtilSampler | None, seconds: floa
         util_time[1] += seconds
 
 
-def evaluator(model: nn.Module, data: Dataset, device: torch.device, dtype: str, batch_size: int,
-              on_device: tuple[Tensor, Tensor], graphs: bool) -> Callable[[], tuple[float, float, Tensor]]:
-    """A run's evaluation of one image set on the device, for every epoch: with `graphs` on CUDA captured once
-    into a CUDA graph (`GraphedEvaluation`), else `evaluate` each time. A compiled run passes graphs=False: its
-    module is torch.compile's to capture."""
-    if graphs and device.type == "cuda":
-        return GraphedEvaluation(model, data, device, dtype, batch_size, on_device)
-    return lambda: evaluate(model, data, device, dtype, batch_size, on_device)
-
-
-def _epoch_record(tests: Callable, vals: Callable | None, trained: dict[str, Any],
-                  elapsed: float) -> tuple[dict[str, Any], torch.Tensor]:
+def _epoch_record(model: nn.Module, data: Dataset, device: torch.device, dtype, batch_size: int, tests, vals,
+                  trained: dict[str, Any], elapsed: float) -> tuple[dict[str, Any], torch.Tensor]:
     """An epoch's history row (`trained`: its epoch, lr and training loss) with the test set's loss and accuracy
     (and the validation split's, where one is held out), and the test predictions."""
-    test_loss, test_acc, test_preds = tests()
+    test_loss, test_acc, test_preds = evaluate(model, data, device, dtype, batch_size, tests)
     record = {**trained, "test_loss": test_loss, "test_acc": test_acc, "elapsed_s": elapsed}
     if vals is not None:
-        record["val_loss"], record["val_acc"], _ = vals()
+        record["val_loss"], record["val_acc"], _ = evaluate(model, data, device, dtype, batch_size, vals)
     return record, test_preds
 
 
@@ -275,10 +264,11 @@ def _run_util(span: UtilSampler | None, util_time: list[float], occupancy, mark)
 
 def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
           progress: bool = True, checkpoint: Checkpointing | None = None, graphs: bool = True) -> TrainResult:
-    """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch. With `checkpoint`,
-    resume from its file when there is one and write it as `checkpoint` says. `graphs`: the static-buffer step
-    (`StaticStep`: one CUDA graph per batch size on CUDA) and the evaluation captured too, else both eager."""
-    dtype, (data, held_out) = cfg.resolved_dtype(device), recipe_data(data, cfg)
+    """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch. With
+    `checkpoint`, resume from its file when there is one and write it as `checkpoint` says. `graphs`:
+    the static-buffer step (`StaticStep`: one CUDA graph per batch size on CUDA), else the eager one."""
+    dtype = cfg.resolved_dtype(device)
+    data, held_out = recipe_data(data, cfg)
     val_on_device = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
     model = model.to(device)
     train_x, train_y = on_device(data.train_x, device), on_device(data.train_y, device)
@@ -295,8 +285,6 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     reader, util_time = reader_for(device), [0.0, 0.0]  # Σ util × epoch seconds, Σ seconds (this process)
     span = UtilSampler(reader) if reader.source != "cpu" else None   # a device's: over the whole run (`_run_util`)
     train_step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, graphs)
-    tests, vals = (evaluator(compiled, data, device, dtype, cfg.eval_batch_size, images, graphs and not cfg.compile)
-                   if images else None for images in (test_on_device, val_on_device))
     epochs = tqdm(range(first, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
     occupancy = CONTEXT.occupancy
     mark = occupancy.mark() if occupancy is not None else None
@@ -318,7 +306,8 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
             _add_util(util_time, sampler, epoch_time)
             _check_finite(train_loss, epoch, step, steps_per_epoch, lr)
             images_seen += n
-            record, test_preds = _epoch_record(tests, vals, {"epoch": epoch, "lr": lr, "train_loss": train_loss},
+            record, test_preds = _epoch_record(compiled, data, device, dtype, cfg.eval_batch_size, test_on_device,
+                                               val_on_device, {"epoch": epoch, "lr": lr, "train_loss": train_loss},
                                                train_time)
             best_acc = max(best_acc, record["test_acc"])
             history.append(record)

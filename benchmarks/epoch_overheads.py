@@ -8,11 +8,13 @@ stream of its own as `WORKERS=threads` trains them, each doing EPOCHS epochs of 
 - `steps`: the whole static step on the epoch's augmented batches (learning rate, batch copies, replay, loss sum);
 - `eager eval`: `steps` plus each epoch's end as a run has it: the loss read, `evaluate` of the 1,000 test
   images run eagerly (one Python call per kernel);
-- `graphed eval`: the same with the evaluation captured once and replayed (`GraphedEvaluation`; CUDA only).
+- `graphed eval`: the same with the evaluation captured once and replayed (`GraphedEvaluation`; CUDA only);
+- `train()`: the trainer itself on a fresh model each round (`ablations.training.train.train`, as a sweep's run
+  calls it, without checkpoints): its start (model, optimizer, captures) and all its epochs.
 The modes are timed in interleaved rounds (each round runs every mode once, the first one rotating), the
 graphs captured before the first round; it prints each mode's training steps per second of all runs together
-(median and range over the rounds) and `graphed eval` against `eager eval` (named only where the ranges are
-apart). One sitting, the machine otherwise idle: say its load.
+(median and range over the rounds), and `graphed eval` and `train()` against `eager eval` (a ratio only where
+the interquartile ranges are apart). One sitting, the machine otherwise idle: say its load.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ablations.training.data import load_dataset  # noqa: E402
 from ablations.training.evaluation import GraphedEvaluation, evaluate  # noqa: E402
+from ablations.training.train import train  # noqa: E402
 from bench.env import resolve_device  # noqa: E402
 from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
 from bench.training.recipe import TrainConfig  # noqa: E402
@@ -76,6 +79,15 @@ def epoch(run: dict, data, mode: str) -> int:
     return steps
 
 
+def whole_run(i: int, data, device: torch.device, epochs: int) -> int:
+    """Run i trained from scratch by the trainer for `epochs` epochs; its steps."""
+    torch.manual_seed(i)
+    model_cfg = PRESETS["vit_mnist"].replace(img_size=data.img_size, in_chans=data.in_chans,
+                                             num_classes=data.num_classes)
+    train(VisionTransformer(model_cfg), data, TrainConfig(batch_size=BATCH, epochs=epochs), i, device, progress=False)
+    return epochs * ((len(data.train_y) + BATCH - 1) // BATCH)
+
+
 def timed(runs: list[dict], data, mode: str, epochs: int, device: torch.device) -> float:
     """Training steps per second of all runs together, each on its thread and stream."""
     done = [0] * len(runs)
@@ -83,7 +95,9 @@ def timed(runs: list[dict], data, mode: str, epochs: int, device: torch.device) 
     def work(i: int) -> None:
         stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            for _ in range(epochs):
+            if mode == "train()":
+                done[i] = whole_run(i, data, device, epochs)
+            for _ in range(0 if mode == "train()" else epochs):
                 done[i] += epoch(runs[i], data, mode)
             if stream is not None:
                 stream.synchronize()
@@ -110,8 +124,8 @@ def main() -> None:
     tests = data.test_x.to(device), data.test_y.to(device)
     runs = [build(i, data, device, cfg, tests) for i in range(args.runs)]
     graphed = any(getattr(r["step"], "graphed", False) for r in runs)
-    modes = ["steps", "eager eval"] if device.type != "cuda" else (["replay"] if graphed else []) + [
-        "steps", "eager eval", "graphed eval"]
+    modes = ["steps", "eager eval", "train()"] if device.type != "cuda" else (["replay"] if graphed else []) + [
+        "steps", "eager eval", "graphed eval", "train()"]
     rates: dict[str, list[float]] = {m: [] for m in modes}
     for _, mode in interleaved(modes, args.rounds):
         rates[mode].append(timed(runs, data, mode, args.epochs, device))
@@ -121,8 +135,9 @@ def main() -> None:
     spreads = {m: Spread.of(v) for m, v in rates.items()}
     for m, s in spreads.items():
         print(f"  {m:<13} {s.median:8.0f} steps/s  [{min(rates[m]):.0f}–{max(rates[m]):.0f}]")
-    if "graphed eval" in spreads:
-        print(f"  graphed eval / eager eval: {ratio_or_noise(spreads['graphed eval'], spreads['eager eval'])}")
+    for mode in ("graphed eval", "train()"):
+        if mode in spreads:
+            print(f"  {mode} / eager eval: {ratio_or_noise(spreads[mode], spreads['eager eval'])}")
 
 
 if __name__ == "__main__":

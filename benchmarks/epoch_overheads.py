@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
 import threading
 import time
@@ -42,17 +43,16 @@ from vit import PRESETS, VisionTransformer  # noqa: E402
 BATCH = 64
 
 
-def build(i: int, data, device: torch.device, cfg: TrainConfig, tests) -> dict:
-    """Run i's model, step (its graphs captured on a first epoch) and evaluations (the graphed one captured)."""
+def build(i: int, data, model_cfg, device: torch.device, cfg: TrainConfig, trains, tests) -> dict:
+    """Run i's model, step (its graphs captured on a first epoch) and evaluations (the graphed one captured);
+    `trains` and `tests`: the images and labels on the device."""
     torch.manual_seed(i)
-    model_cfg = PRESETS["vit_mnist"].replace(img_size=data.img_size, in_chans=data.in_chans,
-                                             num_classes=data.num_classes)
     model = VisionTransformer(model_cfg).to(device)
     compiled, optimizer, scaler = training_parts(model, cfg, device)
     train_mode(model, cfg)
     dtype = cfg.resolved_dtype(device)
     step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, True)
-    run = {"model": model, "step": step, "cfg": cfg, "gen": torch.Generator().manual_seed(100 + i),
+    run = {"model": model, "step": step, "cfg": cfg, "gen": torch.Generator().manual_seed(100 + i), "train": trains,
            "eager": lambda: evaluate(compiled, data, device, dtype, cfg.eval_batch_size, tests),
            "graphed": GraphedEvaluation(compiled, data, device, dtype, cfg.eval_batch_size, tests)
            if device.type == "cuda" else None}
@@ -62,8 +62,8 @@ def build(i: int, data, device: torch.device, cfg: TrainConfig, tests) -> dict:
 
 def epoch(run: dict, data, mode: str) -> int:
     """One epoch of `mode` for `run`; its steps."""
-    x, y = data.train_x_device, data.train_y_device
-    steps = (len(y) + BATCH - 1) // BATCH
+    x, y = run["train"]
+    steps = math.ceil(len(y) / BATCH)
     if mode == "replay":
         for _ in range(steps):
             run["step"].graphs[BATCH].replay()
@@ -79,16 +79,14 @@ def epoch(run: dict, data, mode: str) -> int:
     return steps
 
 
-def whole_run(i: int, data, device: torch.device, epochs: int) -> int:
+def whole_run(i: int, data, model_cfg, device: torch.device, epochs: int) -> int:
     """Run i trained from scratch by the trainer for `epochs` epochs; its steps."""
     torch.manual_seed(i)
-    model_cfg = PRESETS["vit_mnist"].replace(img_size=data.img_size, in_chans=data.in_chans,
-                                             num_classes=data.num_classes)
     train(VisionTransformer(model_cfg), data, TrainConfig(batch_size=BATCH, epochs=epochs), i, device, progress=False)
-    return epochs * ((len(data.train_y) + BATCH - 1) // BATCH)
+    return epochs * math.ceil(len(data.train_y) / BATCH)
 
 
-def timed(runs: list[dict], data, mode: str, epochs: int, device: torch.device) -> float:
+def timed(runs: list[dict], data, model_cfg, mode: str, epochs: int, device: torch.device) -> float:
     """Training steps per second of all runs together, each on its thread and stream."""
     done = [0] * len(runs)
 
@@ -96,7 +94,7 @@ def timed(runs: list[dict], data, mode: str, epochs: int, device: torch.device) 
         stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             if mode == "train()":
-                done[i] = whole_run(i, data, device, epochs)
+                done[i] = whole_run(i, data, model_cfg, device, epochs)
             for _ in range(0 if mode == "train()" else epochs):
                 done[i] += epoch(runs[i], data, mode)
             if stream is not None:
@@ -120,15 +118,16 @@ def main() -> None:
     device = resolve_device(args.device)
     cfg = TrainConfig(batch_size=BATCH)
     data = load_dataset("mnist5k")
-    data.train_x_device, data.train_y_device = data.train_x.to(device), data.train_y.to(device)
-    tests = data.test_x.to(device), data.test_y.to(device)
-    runs = [build(i, data, device, cfg, tests) for i in range(args.runs)]
+    model_cfg = PRESETS["vit_mnist"].replace(img_size=data.img_size, in_chans=data.in_chans,
+                                             num_classes=data.num_classes)
+    trains, tests = (data.train_x.to(device), data.train_y.to(device)), (data.test_x.to(device), data.test_y.to(device))
+    runs = [build(i, data, model_cfg, device, cfg, trains, tests) for i in range(args.runs)]
     graphed = any(getattr(r["step"], "graphed", False) for r in runs)
     modes = ["steps", "eager eval", "train()"] if device.type != "cuda" else (["replay"] if graphed else []) + [
         "steps", "eager eval", "graphed eval", "train()"]
     rates: dict[str, list[float]] = {m: [] for m in modes}
     for _, mode in interleaved(modes, args.rounds):
-        rates[mode].append(timed(runs, data, mode, args.epochs, device))
+        rates[mode].append(timed(runs, data, model_cfg, mode, args.epochs, device))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{args.runs} runs side by side on {name} ({cfg.resolved_dtype(device)}), {args.epochs} epochs of "
           f"{len(data.train_y)} images each per mode, {args.rounds} interleaved rounds")

@@ -14,11 +14,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm import tqdm
 
 from ablations.training.data import Dataset
 from bench.training.precision import autocast
-from bench.training.step import CAPTURE_LOCK, capture_stream, capturing
+from bench.training.step import CAPTURE_LOCK, capture_stream, capturing, say_capture_failed
 
 
 def eval_outputs(model: nn.Module, data: Dataset, device: torch.device, dtype: str, batch_size: int,
@@ -43,10 +42,15 @@ def evaluate(model: nn.Module, data: Dataset, device: torch.device, dtype: str, 
     blocking copy waits for the device)."""
     model.eval()
     images, labels = on_device or (data.test_x.to(device), data.test_y.to(device))
-    total_loss, pred = eval_outputs(model, data, device, dtype, batch_size, images, labels)
-    pred = pred.cpu()  # one transfer, and one read of the loss, per evaluation
+    return read_back(*eval_outputs(model, data, device, dtype, batch_size, images, labels), labels.cpu())
+
+
+def read_back(total_loss: Tensor, pred: Tensor, labels: Tensor) -> tuple[float, float, Tensor]:
+    """(mean loss, accuracy, predictions on the CPU) from an evaluation's device outputs and the labels on the CPU:
+    one transfer, and one read of the loss, per evaluation."""
+    pred = pred.cpu()
     n = len(labels)
-    return total_loss.item() / n, (pred == labels.cpu()).sum().item() / n, pred
+    return total_loss.item() / n, (pred == labels).sum().item() / n, pred
 
 
 class GraphedEvaluation:
@@ -70,20 +74,15 @@ class GraphedEvaluation:
             try:
                 self._capture()
             except Exception as err:
-                reason = (str(err).strip().splitlines() or [""])[0][:160]
-                tqdm.write(f"graphs: capturing the evaluation failed ({type(err).__name__}: {reason}); eager "
-                           f"evaluation from here")
+                say_capture_failed("the evaluation", err, "eager evaluation")
                 self.eager = True
         if self.eager:
             return evaluate(self.model, self.data, self.device, self.dtype, self.batch_size, (self.images, self.labels))
         self.model.eval()
         self.graph.replay()
-        total_loss, pred = self.outputs
-        pred = pred.cpu()
         if self._labels_cpu is None:
             self._labels_cpu = self.labels.cpu()
-        n = len(self.labels)
-        return total_loss.item() / n, (pred == self._labels_cpu).sum().item() / n, pred
+        return read_back(*self.outputs, self._labels_cpu)
 
     def _capture(self) -> None:
         self.model.eval()

@@ -130,7 +130,6 @@ def on_device(t: Tensor, device: torch.device) -> Tensor:
     return found[1]
 
 
-
 @dataclass
 class TrainResult:
     train_loss: float
@@ -159,7 +158,6 @@ def lr_at(step: int, total_steps: int, warmup_steps: int, peak: float) -> float:
         return peak * (step + 1) / warmup_steps
     progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
     return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
 
 
 @dataclass

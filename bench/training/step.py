@@ -199,9 +199,7 @@ class StaticStep(EagerStep):
                     + resident_bytes([self.optimizer], self.device) - state + self.capture_bytes
                 return bloss.clone()
             except Exception as err:  # weights and optimizer state are as before the attempt: go on eagerly
-                reason = (str(err).strip().splitlines() or [""])[0][:160]
-                tqdm.write(f"graphs: capturing the batch-{b} training step failed ({type(err).__name__}: "
-                           f"{reason}); eager training step from here")
+                say_capture_failed(f"the batch-{b} training step", err, "eager training step")
                 self.capture = self.graphed = False
                 self.graphs.clear()
         if self.capture:
@@ -272,6 +270,12 @@ class StaticStep(EagerStep):
                 for k, v in st.items():
                     if torch.is_tensor(v):
                         v.copy_(saved[k]) if k in saved else v.zero_()
+
+
+def say_capture_failed(what: str, err: BaseException, instead: str) -> None:
+    """One line: capturing `what` into a CUDA graph failed, why (the error's first line), and what runs instead."""
+    reason = (str(err).strip().splitlines() or [""])[0][:160]
+    tqdm.write(f"graphs: capturing {what} failed ({type(err).__name__}: {reason}); {instead} from here")
 
 
 _CAPTURE_STREAMS: dict[tuple[str, type], Any] = {}

@@ -1,14 +1,18 @@
 """Runs side by side in one process: the training of a sweep's runs one after another and JOBS at a time.
 
     python benchmarks/concurrent_runs.py [--sweep depth] [--seeds 0,1] [--epochs 5] [--jobs 1,4,8,16]
-                                         [--workers threads] [--device auto] [--dataset mnist5k] [--profile N]
+                                         [--evaluation eager[,graphed]] [--rounds 1] [--workers threads]
+                                         [--device auto] [--dataset mnist5k] [--profile N]
 
-Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once per JOBS value, each into a
-fresh folder through the sweep runner and the local executor (`--workers`: threads or processes), in one
-process, in the order given, and prints per JOBS: the wall time of the training alone, the training steps
-per second of all runs together, the ratio to JOBS=1 (the first value), and whether every run's test
-predictions and final training loss equal those of the first JOBS value bit for bit (a run's arithmetic
-must not depend on what trains beside it). One sitting, the machine otherwise idle: say its load.
+Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once per JOBS value and evaluation
+(`RunOptions.evaluation`: each epoch's evaluation eager, or captured into a CUDA graph) in each of `--rounds`
+interleaved rounds, each pass into a fresh folder through the sweep runner and the local executor (`--workers`:
+threads or processes), in one process, and prints per (JOBS, evaluation): the wall time of the training alone
+and the training steps per second of all runs together (median and range over the rounds), the ratio to the
+first pair (only where the interquartile ranges over ≥ 3 rounds are apart), and whether every run's test
+predictions, final training loss and test loss equal those of the first pass bit for bit (a run's arithmetic
+must not depend on what trains beside it, nor its figures on how it is evaluated). One sitting, the machine
+otherwise idle: say its load.
 
 `--profile N`: afterwards one more pass at JOBS=N under torch.profiler, and what the GPU did in it: the
 kernels' summed time against the time at least one ran (their union) and the wall time, so the mean number
@@ -41,6 +45,7 @@ from ablations.running.tasks import RunOptions  # noqa: E402
 from ablations.specs import find_spec, load_spec  # noqa: E402
 from ablations.training.data import cached_dataset  # noqa: E402
 from bench.env import resolve_device  # noqa: E402
+from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
 
 
 def main() -> int:
@@ -49,6 +54,8 @@ def main() -> int:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--jobs", default="1,4,8,16")
+    parser.add_argument("--evaluation", default="eager", help="comma-separated: eager, graphed")
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workers", default="threads", choices=("threads", "processes"))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dataset", default="mnist5k")
@@ -56,51 +63,84 @@ def main() -> int:
     args = parser.parse_args()
     device = resolve_device(args.device)
     seeds = tuple(int(s) for s in args.seeds.split(","))
+    combos = [(int(j), how) for j in args.jobs.split(",") for how in args.evaluation.split(",")]
+    for _, how in combos:
+        try:
+            RunOptions(evaluation=how)
+        except ValueError as err:   # its one line before anything trains
+            parser.error(str(err))
     data = cached_dataset(args.dataset)
     spec = load_spec(find_spec(args.sweep))
     points = spec.points(data.img_size, data.in_chans, data.num_classes, {"epochs": args.epochs})
     steps = sum(len(seeds) * p.train.epochs * math.ceil(len(data.train_y) / p.train.batch_size) for p in points)
     print(f"{args.sweep}: {len(points)} points × {len(seeds)} seeds, {args.epochs} epochs, {steps:,} steps on "
           f"{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
-          f"WORKERS={args.workers}", flush=True)
-    rows, first = [], None
+          f"WORKERS={args.workers}, {args.rounds} interleaved round(s)", flush=True)
+    walls: dict[tuple[int, str], list[float]] = {c: [] for c in combos}
+    same: dict[tuple[int, str], bool] = {}
     with tempfile.TemporaryDirectory() as tmp:
         # one short run first, untimed: the process's one-time costs (CUDA context, lazy imports and kernels)
         warm = RunOptions(dataset=args.dataset, seeds=(0,), device=args.device, out=f"{tmp}/warm-up",
                           cost=CostPlan(rounds=0), progress=False, checkpoint_every=0)
         run_sweeps([(args.sweep, [dataclasses.replace(points[0], train=dataclasses.replace(points[0].train, epochs=1))],
                      warm)], LocalExecutor(ExecutorOptions(jobs=1, device=args.device)))
-        for jobs in (int(j) for j in args.jobs.split(",")):
-            out = Path(tmp) / f"jobs{jobs}"
-            options = RunOptions(dataset=args.dataset, seeds=seeds, device=args.device, out=str(out),
-                                 cost=CostPlan(rounds=0), progress=False, checkpoint_every=0)
-            executor = LocalExecutor(ExecutorOptions(jobs=jobs, device=args.device, workers=args.workers))
-            print(executor.start(), flush=True)
-            t0 = time.perf_counter()
-            try:
-                run_sweeps([(args.sweep, points, options)], executor)
-            finally:
-                executor.close()
-            wall = time.perf_counter() - t0
-            table = pd.read_csv(out / "ablations" / f"{args.sweep}.csv").set_index("run_id").sort_index()
-            preds = {rid: np.load(out / "ablations" / "preds" / args.sweep / f"{rid}.npz")["pred"]
-                     for rid in table.index}
-            same = ""
-            if first is None:
-                first = (table, preds)
-            else:
-                equal = all(np.array_equal(preds[r], first[1][r]) for r in preds) and \
-                    table["train_loss"].equals(first[0]["train_loss"].loc[table.index])
-                same = "yes" if equal else "NO"
-            rows.append({"jobs": jobs, "wall_s": wall, "steps_per_s": steps / wall, "ok": int((table.status == "ok").sum()),
-                         "same_as_first": same or "(reference)"})
-            print(f"JOBS={jobs}: {wall:.1f} s, {steps / wall:,.0f} steps/s", flush=True)
+        first = None
+        for r, (jobs, how) in interleaved(combos, args.rounds):
+            out = Path(tmp) / f"r{r}-jobs{jobs}-{how}"
+            walls[(jobs, how)].append(one_pass(args, points, seeds, jobs, how, out))
+            print(f"round {r + 1}, JOBS={jobs}, evaluation={how}: {walls[(jobs, how)][-1]:.1f} s, "
+                  f"{steps / walls[(jobs, how)][-1]:,.0f} steps/s", flush=True)
+            got = outcome(out, args.sweep)
+            first = first or got
+            same[(jobs, how)] = same.get((jobs, how), True) and equal(got, first)
         if args.profile:
             profile(args, points, seeds, Path(tmp) / "profiled", steps)
-    frame = pd.DataFrame(rows)
-    frame["ratio"] = frame["steps_per_s"] / frame["steps_per_s"].iloc[0]
-    print(frame.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
-    return 0 if all(r["same_as_first"] != "NO" for r in rows) else 1
+    return summarise(combos, walls, same, steps)
+
+
+def one_pass(args, points, seeds: tuple[int, ...], jobs: int, how: str, out: Path) -> float:
+    """Wall seconds of the training of every run, JOBS=jobs at a time, evaluating as `how` says, into `out`."""
+    options = RunOptions(dataset=args.dataset, seeds=seeds, device=args.device, out=str(out), cost=CostPlan(rounds=0),
+                         progress=False, checkpoint_every=0, evaluation=how)
+    executor = LocalExecutor(ExecutorOptions(jobs=jobs, device=args.device, workers=args.workers))
+    print(executor.start(), flush=True)
+    t0 = time.perf_counter()
+    try:
+        run_sweeps([(args.sweep, points, options)], executor)
+    finally:
+        executor.close()
+    return time.perf_counter() - t0
+
+
+def outcome(out: Path, sweep: str) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """A pass's table (by run id) and each run's test predictions."""
+    table = pd.read_csv(out / "ablations" / f"{sweep}.csv").set_index("run_id").sort_index()
+    return table, {rid: np.load(out / "ablations" / "preds" / sweep / f"{rid}.npz")["pred"] for rid in table.index}
+
+
+def equal(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) -> bool:
+    """Every run's test predictions, training loss and test loss bit for bit those of the first pass."""
+    (table, preds), (table0, preds0) = got, first
+    return all(table.status == "ok") and set(preds) == set(preds0) \
+        and all(np.array_equal(preds[r], preds0[r]) for r in preds) \
+        and all(table[c].equals(table0[c].loc[table.index]) for c in ("train_loss", "test_loss"))
+
+
+def summarise(combos: list[tuple[int, str]], walls: dict, same: dict, steps: int) -> int:
+    """Per (JOBS, evaluation): median wall time and steps/s with their range over rounds, the ratio to the first
+    (a ratio only where the interquartile ranges are apart), and whether its runs equal the first pass's; 1 where
+    any does not."""
+    base = Spread.of([steps / w for w in walls[combos[0]]])
+    rows = []
+    for combo in combos:
+        rate = Spread.of([steps / w for w in walls[combo]])
+        rows.append({"jobs": combo[0], "evaluation": combo[1], "wall_s": float(np.median(walls[combo])),
+                     "steps_per_s": rate.median, "range": f"{steps / max(walls[combo]):,.0f}–{steps / min(walls[combo]):,.0f}",
+                     f"vs JOBS={combos[0][0]} {combos[0][1]}": "(reference)" if combo == combos[0]
+                     else ratio_or_noise(rate, base),
+                     "same_as_first": "yes" if same[combo] else "NO"})
+    print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    return 0 if all(same.values()) else 1
 
 
 def profile(args, points, seeds, out: Path, steps: int) -> None:

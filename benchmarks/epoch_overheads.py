@@ -10,11 +10,12 @@ stream of its own as `WORKERS=threads` trains them, each doing EPOCHS epochs of 
   images run eagerly (one Python call per kernel);
 - `graphed eval`: the same with the evaluation captured once and replayed (`GraphedEvaluation`; CUDA only);
 - `train()`: the trainer itself on a fresh model each round (`ablations.training.train.train`, as a sweep's run
-  calls it, without checkpoints): its start (model, optimizer, captures) and all its epochs.
+  calls it, without checkpoints): its start (model, optimizer, captures) and all its epochs;
+- `train() graphed`: the same with `evaluation="graphed"` (its evaluation captured at its first epoch; CUDA only).
 The modes are timed in interleaved rounds (each round runs every mode once, the first one rotating), the
 graphs captured before the first round; it prints each mode's training steps per second of all runs together
-(median and range over the rounds), and `graphed eval` and `train()` against `eager eval` (a ratio only where
-the interquartile ranges are apart). One sitting, the machine otherwise idle: say its load.
+(median and range over the rounds), `graphed eval` and `train()` against `eager eval` and `train() graphed`
+against `train()` (a ratio only where the interquartile ranges are apart). One sitting, the machine otherwise idle: say its load.
 """
 
 from __future__ import annotations
@@ -79,10 +80,11 @@ def epoch(run: dict, data, mode: str) -> int:
     return steps
 
 
-def whole_run(i: int, data, model_cfg, device: torch.device, epochs: int) -> int:
-    """Run i trained from scratch by the trainer for `epochs` epochs; its steps."""
+def whole_run(i: int, data, model_cfg, device: torch.device, epochs: int, evaluation: str) -> int:
+    """Run i trained from scratch by the trainer for `epochs` epochs, evaluating as `evaluation` says; its steps."""
     torch.manual_seed(i)
-    train(VisionTransformer(model_cfg), data, TrainConfig(batch_size=BATCH, epochs=epochs), i, device, progress=False)
+    train(VisionTransformer(model_cfg), data, TrainConfig(batch_size=BATCH, epochs=epochs), i, device, progress=False,
+          evaluation=evaluation)
     return epochs * math.ceil(len(data.train_y) / BATCH)
 
 
@@ -93,9 +95,10 @@ def timed(runs: list[dict], data, model_cfg, mode: str, epochs: int, device: tor
     def work(i: int) -> None:
         stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            if mode == "train()":
-                done[i] = whole_run(i, data, model_cfg, device, epochs)
-            for _ in range(0 if mode == "train()" else epochs):
+            whole = mode.startswith("train()")
+            if whole:
+                done[i] = whole_run(i, data, model_cfg, device, epochs, "graphed" if mode.endswith("graphed") else "eager")
+            for _ in range(0 if whole else epochs):
                 done[i] += epoch(runs[i], data, mode)
             if stream is not None:
                 stream.synchronize()
@@ -124,7 +127,7 @@ def main() -> None:
     runs = [build(i, data, model_cfg, device, cfg, trains, tests) for i in range(args.runs)]
     graphed = any(getattr(r["step"], "graphed", False) for r in runs)
     modes = ["steps", "eager eval", "train()"] if device.type != "cuda" else (["replay"] if graphed else []) + [
-        "steps", "eager eval", "graphed eval", "train()"]
+        "steps", "eager eval", "graphed eval", "train()", "train() graphed"]
     rates: dict[str, list[float]] = {m: [] for m in modes}
     for _, mode in interleaved(modes, args.rounds):
         rates[mode].append(timed(runs, data, model_cfg, mode, args.epochs, device))
@@ -133,10 +136,10 @@ def main() -> None:
           f"{len(data.train_y)} images each per mode, {args.rounds} interleaved rounds")
     spreads = {m: Spread.of(v) for m, v in rates.items()}
     for m, s in spreads.items():
-        print(f"  {m:<13} {s.median:8.0f} steps/s  [{min(rates[m]):.0f}–{max(rates[m]):.0f}]")
-    for mode in ("graphed eval", "train()"):
+        print(f"  {m:<15} {s.median:8.0f} steps/s  [{min(rates[m]):.0f}–{max(rates[m]):.0f}]")
+    for mode, base in (("graphed eval", "eager eval"), ("train()", "eager eval"), ("train() graphed", "train()")):
         if mode in spreads:
-            print(f"  {mode} / eager eval: {ratio_or_noise(spreads[mode], spreads['eager eval'])}")
+            print(f"  {mode} / {base}: {ratio_or_noise(spreads[mode], spreads[base])}")
 
 
 if __name__ == "__main__":

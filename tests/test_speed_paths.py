@@ -322,6 +322,34 @@ def test_a_runs_evaluation_is_captured_once_on_the_capture_stream_and_replayed_o
         assert fake.calls.count(("replay",)) == 3 and len(passes) == 2 and "graphs:" not in out
 
 
+def test_a_run_evaluates_as_its_options_say_graphed_only_on_cuda(monkeypatch, tmp_path):
+    """`RunOptions.evaluation` reaches each run's trainer; `evaluator` gives a GraphedEvaluation for "graphed" on
+    CUDA alone (elsewhere, and for "eager", the eager evaluation, with its figures); an unknown evaluation is one
+    line naming the choices, before anything trains."""
+    from ablations.training import evaluation
+    from ablations.training import train as trainer
+    data = load_dataset("digits")
+    torch.manual_seed(0)
+    model = VisionTransformer(TINY)
+    tests = data.test_x[:300], data.test_y[:300]
+    made = {(kind, how): evaluation.evaluator(model, data, torch.device(kind), "fp32", 128, tests, how)
+            for kind in ("cpu", "cuda") for how in evaluation.EVALUATIONS}
+    assert [k for k, v in made.items() if isinstance(v, evaluation.GraphedEvaluation)] == [("cuda", "graphed")]
+    want = evaluation.evaluate(model, data, torch.device("cpu"), "fp32", 128, tests)
+    got = made[("cpu", "graphed")]()
+    assert got[:2] == want[:2] and torch.equal(got[2], want[2])
+    with pytest.raises(ValueError, match=r"^evaluation='fast' is unknown; choose one of \['eager', 'graphed'\]$"):
+        evaluation.evaluator(model, data, torch.device("cpu"), "fp32", 128, tests, "fast")
+    with pytest.raises(ValueError, match=r"^evaluation='fast' is unknown"):
+        RunOptions(evaluation="fast")
+    asked, real = [], trainer.evaluator
+    monkeypatch.setattr(trainer, "evaluator", lambda *a: asked.append(a[-1]) or real(*a))
+    point = Point("e", "depth", 1, TINY, TrainConfig(epochs=2, batch_size=64))
+    run_sweep("e", [point], RunOptions(dataset="digits", out=str(tmp_path), seeds=(0,), progress=False, device="cpu",
+                                       cost=CostPlan(rounds=0), evaluation="graphed"))
+    assert asked == ["graphed"] and read_table(tmp_path / "ablations" / "e.csv").iloc[0]["status"] == "ok"
+
+
 def test_a_capture_that_succeeds_puts_the_warm_ups_generator_draws_back(monkeypatch):
     fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
     model_cfg = TINY.replace(stem="conv", patch_size=4)
@@ -469,25 +497,30 @@ def test_the_graphed_evaluation_equals_the_eager_one_bit_for_bit_as_the_weights_
 
 @pytest.mark.gpu
 @cuda
-def test_a_training_epoch_on_cuda_synchronises_a_fixed_few_times_not_per_step():
+@pytest.mark.parametrize("evaluation", ["eager", "graphed"])
+def test_a_training_epoch_on_cuda_synchronises_a_fixed_few_times_not_per_step(evaluation):
     """torch's sync debug mode warns at each synchronising call (a blocking copy, .item()); the difference
-    between a 4- and a 2-epoch run is two epochs' worth, without the one-off copies of the start."""
+    between a 4- and a 2-epoch run is two epochs' worth. A 1-epoch run goes first, uncounted: it pays what a
+    process pays once (the dataset's device copies, kept for every later run), which would otherwise fall on
+    the 2-epoch run alone and shrink the difference."""
     data = load_dataset("digits")
-    syncs = {}
-    for epochs in (2, 4):
+
+    def syncs(epochs: int) -> int:
         torch.manual_seed(0)
         torch.cuda.set_sync_debug_mode("warn")
         try:
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always")
                 train(VisionTransformer(TINY), data, TrainConfig(epochs=epochs, batch_size=32), 0,
-                      torch.device("cuda"), progress=False)
+                      torch.device("cuda"), progress=False, evaluation=evaluation)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-        syncs[epochs] = sum("synchroniz" in str(w.message) for w in seen)
-    per_epoch = (syncs[4] - syncs[2]) / 2
+        return sum("synchroniz" in str(w.message) for w in seen)
+    syncs(1)
+    counted = {epochs: syncs(epochs) for epochs in (2, 4)}
+    per_epoch = (counted[4] - counted[2]) / 2
     steps = math.ceil(len(data.train_y) / 32)
-    assert 0 < per_epoch <= 8 < steps, (syncs, steps)
+    assert 0 < per_epoch <= 8 < steps, (counted, steps)
 
 
 # A recipe that learns digits in seconds: 0.867, 0.850, 0.878, 0.894, 0.908 test accuracy (seeds 0-4) on the CPU
@@ -530,27 +563,31 @@ def test_reduced_precision_training_on_cuda_learns_and_samples_nvml(dtype, tmp_p
 @cuda
 def test_runs_side_by_side_in_one_process_train_exactly_as_alone_on_cuda(tmp_path):
     """JOBS=3 on one GPU (threads, each run on its own stream, graphs captured one at a time) gives every run
-    the predictions and losses it has at JOBS=1, bit for bit, and leaves each run's own busy % blank."""
+    the predictions and losses it has at JOBS=1, bit for bit, with its evaluation eager or replayed from a CUDA
+    graph, and leaves each run's own busy % blank."""
     from ablations.running.executors import ExecutorOptions
     from ablations.running.executors.local import LocalExecutor
 
     points = [Point("s", "depth", d, LEARNS.replace(depth=d), dataclasses.replace(LEARNS_RECIPE, epochs=4))
               for d in (1, 2)]
     tables = {}
-    for jobs in (1, 3):
+    for jobs, how in ((1, "eager"), (3, "eager"), (3, "graphed")):
         executor = LocalExecutor(ExecutorOptions(jobs=jobs, device="cuda"))
         line = executor.start()
         assert jobs == 1 or "in this process" in line, line
-        out = tmp_path / f"j{jobs}"
+        out = tmp_path / f"j{jobs}-{how}"
         run_sweep("s", points, RunOptions(dataset="digits", out=str(out), seeds=(0, 1), device="cuda",
-                                          progress=False, cost=CostPlan(rounds=0)), executor)
-        tables[jobs] = read_table(out / "ablations" / "s.csv").set_index("run_id").sort_index()
-        assert (tables[jobs]["status"] == "ok").all()
-    assert list(tables[1]["train_loss"]) == list(tables[3]["train_loss"])
-    for rid in tables[1].index:
-        a, b = (np.load(tmp_path / f"j{j}" / "ablations" / "preds" / "s" / f"{rid}.npz")["pred"] for j in (1, 3))
-        assert np.array_equal(a, b), rid
-    assert tables[3]["train_util_pct"].isna().all()
+                                          progress=False, cost=CostPlan(rounds=0), evaluation=how), executor)
+        tables[out.name] = read_table(out / "ablations" / "s.csv").set_index("run_id").sort_index()
+        assert (tables[out.name]["status"] == "ok").all()
+    alone = tables["j1-eager"]
+    for name, table in tables.items():   # side by side, and with each epoch's evaluation replayed from its graph
+        assert list(table["train_loss"]) == list(alone["train_loss"]), name
+        assert list(table["test_loss"]) == list(alone["test_loss"]), name
+        for rid in alone.index:
+            a, b = (np.load(tmp_path / j / "ablations" / "preds" / "s" / f"{rid}.npz")["pred"] for j in ("j1-eager", name))
+            assert np.array_equal(a, b), (name, rid)
+    assert tables["j3-eager"]["train_util_pct"].isna().all()
 
 
 @pytest.mark.gpu

@@ -34,6 +34,15 @@ class RunOptions:
     img_size: int | None = None  # the side models see every image at (None: the dataset's own)
     data_id: str = ""  # what identifies the data beyond its name (an image folder's files, a resize); in run ids
     point_seeds: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (point label, its seeds): these instead of `seeds`
+    # how a run evaluates at each epoch's end (training.evaluation.evaluator): the sweeps' "eager", or "graphed"
+    # on CUDA (benchmarks/concurrent_runs.py times the two); the same figures either way, not part of a run id
+    evaluation: str = "eager"
+
+    def __post_init__(self) -> None:
+        from ablations.training.evaluation import EVALUATIONS
+
+        if self.evaluation not in EVALUATIONS:
+            raise ValueError(f"evaluation={self.evaluation!r} is unknown; choose one of {list(EVALUATIONS)}")
 
 
 @dataclass(frozen=True)

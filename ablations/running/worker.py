@@ -65,7 +65,7 @@ def execute(task: Task, data: Dataset) -> RunResult:
         checkpoint = Checkpointing(SweepPaths.of(options.out, point.sweep).checkpoint(task.run_id),
                                    options.checkpoint_every)
         result = train(model, data, point.train, task.seed, device, progress=options.progress, checkpoint=checkpoint,
-                       graphs=options.graphs)
+                       graphs=options.graphs, evaluation=options.evaluation)
         history = [{"run_id": task.run_id, **h} for h in result.history]
         row.update(result.row())
         peak = task.peak or peak_or_none(device, row["dtype"])

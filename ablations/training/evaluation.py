@@ -5,11 +5,14 @@ every epoch. `GraphedEvaluation` is the same work captured once into a CUDA grap
 evaluation is one launch instead of one Python call per kernel (runs side by side in one process share one
 interpreter, so those calls queue behind each other while the GPU waits). The graph replays the kernels of the
 eager loop in its order and reads the weights in place, so its loss and predictions are the eager ones, bit for
-bit (tested on CUDA). `benchmarks/epoch_overheads.py` times the two side by side; runs do not use the graphed
-one yet.
+bit (tested on CUDA). `evaluator` gives a run the one it asks for (`RunOptions.evaluation`: the sweeps
+evaluate eagerly); `benchmarks/epoch_overheads.py` and `benchmarks/concurrent_runs.py --evaluation eager,graphed`
+time the two side by side.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -96,3 +99,17 @@ class GraphedEvaluation:
             with capturing(graph, stream, self.device, tidy=False):
                 outputs = eval_outputs(*run, cache=False)
         self.graph, self.outputs = graph, outputs
+
+
+EVALUATIONS = ("eager", "graphed")   # how a run evaluates at the end of each epoch (`evaluator`)
+
+
+def evaluator(model: nn.Module, data: Dataset, device: torch.device, dtype: str, batch_size: int,
+              on_device: tuple[Tensor, Tensor], how: str = "eager") -> Callable[[], tuple[float, float, Tensor]]:
+    """A run's evaluation of one image set on `device`, called at the end of each epoch: `how` = "graphed" a
+    `GraphedEvaluation` on CUDA (elsewhere there is no graph to capture: eager), "eager" `evaluate`."""
+    if how not in EVALUATIONS:
+        raise ValueError(f"evaluation={how!r} is unknown; choose one of {list(EVALUATIONS)}")
+    if how == "graphed" and device.type == "cuda":
+        return GraphedEvaluation(model, data, device, dtype, batch_size, on_device)
+    return lambda: evaluate(model, data, device, dtype, batch_size, on_device)

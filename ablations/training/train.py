@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from tqdm import tqdm
 
 from ablations.training.checkpoints import Checkpointing, load_checkpoint, restore, save_checkpoint, training_state
 from ablations.training.data import Dataset, recipe_data
-from ablations.training.evaluation import evaluate
+from ablations.training.evaluation import evaluator
 from bench.training.recipe import TrainConfig
 from bench.training.step import make_step, train_mode, training_parts
 from bench.utilisation import UtilSampler, reader_for
@@ -44,6 +45,8 @@ class Diverged(RuntimeError):
 class Stopped(RuntimeError):
     """The run was asked to stop (its executor is stopping): nothing of it is recorded, its last checkpoint stays."""
 
+
+Evaluation = Callable[[], tuple[float, float, Tensor]]   # an image set's loss, accuracy and predictions, now
 
 # Set in the environment of a worker process that shares its device with other processes: its run never has
 # the device alone, so its own utilisation figure would be theirs too.
@@ -225,14 +228,14 @@ def _add_util(util_time: list[float], sampler: UtilSampler | None, seconds: floa
         util_time[1] += seconds
 
 
-def _epoch_record(model: nn.Module, data: Dataset, device: torch.device, dtype, batch_size: int, tests, vals,
-                  trained: dict[str, Any], elapsed: float) -> tuple[dict[str, Any], torch.Tensor]:
+def _epoch_record(tests: Evaluation, vals: Evaluation | None, trained: dict[str, Any], elapsed: float
+                  ) -> tuple[dict[str, Any], torch.Tensor]:
     """An epoch's history row (`trained`: its epoch, lr and training loss) with the test set's loss and accuracy
     (and the validation split's, where one is held out), and the test predictions."""
-    test_loss, test_acc, test_preds = evaluate(model, data, device, dtype, batch_size, tests)
+    test_loss, test_acc, test_preds = tests()
     record = {**trained, "test_loss": test_loss, "test_acc": test_acc, "elapsed_s": elapsed}
     if vals is not None:
-        record["val_loss"], record["val_acc"], _ = evaluate(model, data, device, dtype, batch_size, vals)
+        record["val_loss"], record["val_acc"], _ = vals()
     return record, test_preds
 
 
@@ -260,17 +263,30 @@ def _run_util(span: UtilSampler | None, util_time: list[float], occupancy, mark)
     return util_time
 
 
+def _evaluations(model: nn.Module, data: Dataset, held_out: tuple[Tensor, Tensor] | None, device: torch.device,
+                 dtype: str, cfg: TrainConfig, how: str) -> tuple[Evaluation, Evaluation | None]:
+    """The run's evaluations of the test set and of its validation split (None without one), on the device: the
+    test set's copy shared by the process's runs (`on_device`), the split's the run's own; eager where the step is
+    compiled, else as `how` says (`evaluation.evaluator`)."""
+    how = "eager" if cfg.compile else how
+    tests = on_device(data.test_x, device), on_device(data.test_y, device)
+    vals = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
+    return (evaluator(model, data, device, dtype, cfg.eval_batch_size, tests, how),
+            evaluator(model, data, device, dtype, cfg.eval_batch_size, vals, how) if vals else None)
+
+
 def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
-          progress: bool = True, checkpoint: Checkpointing | None = None, graphs: bool = True) -> TrainResult:
+          progress: bool = True, checkpoint: Checkpointing | None = None, graphs: bool = True,
+          evaluation: str = "eager") -> TrainResult:
     """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch. With
     `checkpoint`, resume from its file when there is one and write it as `checkpoint` says. `graphs`:
-    the static-buffer step (`StaticStep`: one CUDA graph per batch size on CUDA), else the eager one."""
+    the static-buffer step (`StaticStep`: one CUDA graph per batch size on CUDA), else the eager one.
+    `evaluation`: how each epoch's evaluation runs (`evaluation.evaluator`: "eager", or "graphed" on CUDA
+    where the step is not compiled), the same figures either way."""
     dtype = cfg.resolved_dtype(device)
     data, held_out = recipe_data(data, cfg)
-    val_on_device = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
     model = model.to(device)
     train_x, train_y = on_device(data.train_x, device), on_device(data.train_y, device)
-    test_on_device = on_device(data.test_x, device), on_device(data.test_y, device)
     n = len(train_y)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
@@ -283,9 +299,9 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     reader, util_time = reader_for(device), [0.0, 0.0]  # Σ util × epoch seconds, Σ seconds (this process)
     span = UtilSampler(reader) if reader.source != "cpu" else None   # a device's: over the whole run (`_run_util`)
     train_step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, graphs)
+    tests, vals = _evaluations(compiled, data, held_out, device, dtype, cfg, evaluation)
     epochs = tqdm(range(first, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
-    occupancy = CONTEXT.occupancy
-    mark = occupancy.mark() if occupancy is not None else None
+    mark = CONTEXT.occupancy.mark() if CONTEXT.occupancy is not None else None
     with span or contextlib.nullcontext():
         for epoch in epochs:
             _check_stop()
@@ -304,8 +320,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
             _add_util(util_time, sampler, epoch_time)
             _check_finite(train_loss, epoch, step, steps_per_epoch, lr)
             images_seen += n
-            record, test_preds = _epoch_record(compiled, data, device, dtype, cfg.eval_batch_size, test_on_device,
-                                               val_on_device, {"epoch": epoch, "lr": lr, "train_loss": train_loss},
+            record, test_preds = _epoch_record(tests, vals, {"epoch": epoch, "lr": lr, "train_loss": train_loss},
                                                train_time)
             best_acc = max(best_acc, record["test_acc"])
             history.append(record)
@@ -314,7 +329,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
                 _save(checkpoint, model, optimizer, scaler, streams,
                       {"identity": identity, "epoch": epoch, "step": step, "train_time_s": train_time, "history": history})
     last = history[-1]
-    util_time = _run_util(span, util_time, occupancy, mark)
+    util_time = _run_util(span, util_time, CONTEXT.occupancy, mark)
     return TrainResult(last["train_loss"], last["test_loss"], last["test_acc"], best_acc, train_time,
                        images_seen / train_time, history, test_preds, resumed_after=first - 1,
                        train_util_pct=util_time[0] / util_time[1] if util_time[1] else None, train_size=n,

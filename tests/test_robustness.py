@@ -339,7 +339,7 @@ class Killed(Exception):
 
 
 def test_a_run_killed_after_an_epoch_resumes_there_with_the_same_final_weights(tmp_path, monkeypatch):
-    import ablations.training.train as trainer
+    import ablations.training.evaluation as evaluation  # where a run's epoch-end evaluation is looked up
 
     data = load_dataset("digits")
     cfg = TrainConfig(epochs=5, batch_size=128)
@@ -352,17 +352,17 @@ def test_a_run_killed_after_an_epoch_resumes_there_with_the_same_final_weights(t
     reference = train(straight, data, cfg, 3, torch.device("cpu"), progress=False)
 
     ckpt = Checkpointing(tmp_path / "run.safetensors", every=1)
-    real_evaluate, calls = trainer.evaluate, []
+    real_evaluate, calls = evaluation.evaluate, []
 
     def dies_in_epoch_4(*args, **kw):
         calls.append(1)
         if len(calls) == 4:
             raise Killed
         return real_evaluate(*args, **kw)
-    monkeypatch.setattr(trainer, "evaluate", dies_in_epoch_4)
+    monkeypatch.setattr(evaluation, "evaluate", dies_in_epoch_4)
     with pytest.raises(Killed):
         train(fresh(), data, cfg, 3, torch.device("cpu"), progress=False, checkpoint=ckpt)
-    monkeypatch.setattr(trainer, "evaluate", real_evaluate)
+    monkeypatch.setattr(evaluation, "evaluate", real_evaluate)
     assert ckpt.path.exists()
     resumed_model = fresh()
     resumed = train(resumed_model, data, cfg, 3, torch.device("cpu"), progress=False, checkpoint=ckpt)
@@ -392,8 +392,8 @@ def test_a_sweep_run_resumes_from_its_checkpoint_and_says_so(tmp_path):
     torch.manual_seed(0)
     model = VisionTransformer(task.point.model)
     short = Checkpointing(paths.checkpoint(task.run_id), every=1)
-    import ablations.training.train as trainer
-    real = trainer.evaluate
+    import ablations.training.evaluation as evaluation  # where a run's epoch-end evaluation is looked up
+    real = evaluation.evaluate
     calls = []
 
     def dies(*a, **k):
@@ -401,12 +401,12 @@ def test_a_sweep_run_resumes_from_its_checkpoint_and_says_so(tmp_path):
         if len(calls) == 3:
             raise Killed
         return real(*a, **k)
-    trainer.evaluate = dies
+    evaluation.evaluate = dies
     try:
         with pytest.raises(Killed):
             train(model, data, task.point.train, 0, torch.device("cpu"), progress=False, checkpoint=short)
     finally:
-        trainer.evaluate = real
+        evaluation.evaluate = real
     summary = run_sweep("depth", pts, opts)
     row = read_table(paths.rows).iloc[0]
     assert summary.resumable == 1 and row["resumed_after"] == 2 and row["status"] == "ok"

@@ -964,3 +964,72 @@ def test_the_longer_budget_rule_keeps_its_level_at_a_one_point_shortfall_and_fin
     assert rate(0.0) == 0.0
     assert rate(0.01) <= 0.10          # 5 % expected; 0.10 is 2.3 binomial s.d. above it over 150 draws
     assert rate(0.025) >= 0.90
+
+
+def test_sweep_sections_built_in_forked_processes_give_the_report_of_one_process_byte_for_byte(tmp_path, monkeypatch):
+    """Several sweeps on several cores: each sweep's section is built in a forked worker; REPORT.md (its skipped
+    inputs in the same order) and every figure are byte for byte those of the sections built one after another
+    in this process, a section that fails is said as it would be, and the workers are other processes."""
+    import os
+    import shutil
+    import threading
+
+    import ablations.analysis.report as report
+
+    real_may_fork = report._may_fork
+    ten_points_apart(tmp_path)
+    depth = read_table(SweepPaths.of(tmp_path, "depth").rows)
+    heads = depth.assign(sweep="heads", num_heads=depth["depth"].map({1: 2, 2: 4, 3: 8}), depth=4,
+                         run_id="a" + depth["run_id"].astype(str).str[1:])
+    preds, heads_preds = SweepPaths.of(tmp_path, "depth").preds, SweepPaths.of(tmp_path, "heads").preds
+    heads_preds.mkdir(parents=True, exist_ok=True)
+    for rid, new in zip(depth["run_id"], heads["run_id"]):
+        if (preds / f"{rid}.npz").exists():
+            shutil.copy(preds / f"{rid}.npz", heads_preds / f"{new}.npz")
+    for row in heads.astype(object).where(heads.notna(), None).to_dict("records"):
+        append_row(SweepPaths.of(tmp_path, "heads").rows, row, ABLATION_COLUMNS)
+    (SweepPaths.of(tmp_path, "depth").preds / "000001000001.npz").write_bytes(b"damaged")   # a skip in each section
+    (SweepPaths.of(tmp_path, "heads").preds / "a00001000001.npz").write_bytes(b"damaged")
+    builders, real = tmp_path / "builders.txt", report.sweep_section
+
+    def section(spec, *args):
+        with builders.open("a") as f:
+            f.write(f"{spec.name} {os.getpid()}\n")
+        if spec.name == "patch":
+            raise RuntimeError("a section that fails")
+        return real(spec, *args)
+    monkeypatch.setattr(report, "sweep_section", section)
+    patch = depth.assign(sweep="patch", patch_size=depth["depth"].map({1: 2, 2: 4, 3: 8}), depth=4,
+                         run_id="b" + depth["run_id"].astype(str).str[1:])
+    for row in patch.astype(object).where(patch.notna(), None).to_dict("records"):
+        append_row(SweepPaths.of(tmp_path, "patch").rows, row, ABLATION_COLUMNS)
+
+    built = {}
+    monkeypatch.setattr(report, "_may_fork", lambda: True)   # under pytest-xdist its own thread runs beside the test
+    for cores in (1, 3):
+        monkeypatch.setattr(report, "_cores", lambda cores=cores: cores)
+        shutil.rmtree(tmp_path / "figures", ignore_errors=True)
+        builders.write_text("")
+        text = build_report(tmp_path).read_text()
+        figures = {p.name: p.read_bytes() for p in sorted((tmp_path / "figures").iterdir())}
+        pids = {line.split()[0]: int(line.split()[1]) for line in builders.read_text().splitlines()}
+        built[cores] = text, figures, pids
+    (serial, serial_figures, serial_pids), (forked, forked_figures, forked_pids) = built[1], built[3]
+    assert forked == serial and forked_figures == serial_figures and {"depth.png", "heads.png"} <= set(serial_figures)
+    assert set(serial_pids.values()) == {os.getpid()}
+    assert sorted(serial_pids) == sorted(forked_pids) == ["depth", "heads", "patch"]
+    assert os.getpid() not in forked_pids.values()
+    notes = serial.split("## Skipped inputs", 1)[1]
+    assert notes.index("000001000001.npz") < notes.index("a00001000001.npz") < notes.index("the patch sweep's section")
+    assert "the patch sweep's section: could not be built (RuntimeError: a section that fails)" in notes
+    monkeypatch.setattr(report, "_may_fork", real_may_fork)
+    ticking = threading.Event()
+    beside = threading.Thread(target=ticking.wait)   # another thread of this process: no fork, the same report
+    beside.start()
+    try:
+        builders.write_text("")
+        assert not report._may_fork() and build_report(tmp_path).read_text() == serial
+        assert {int(line.split()[1]) for line in builders.read_text().splitlines()} == {os.getpid()}
+    finally:
+        ticking.set()
+        beside.join()

@@ -8,6 +8,12 @@ it is computed from the tables; the same CSVs give the same report.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pandas as pd
@@ -85,6 +91,54 @@ def _guarded(what: str, build, *args) -> list[str]:
     except Exception as err:
         skipped(f"{what}: could not be built ({type(err).__name__}: {str(err)[:200]})")
         return wording.not_built(what)
+
+
+Section = tuple[str, Callable[..., list[str]], tuple]   # (what it is, its builder, the builder's arguments)
+_FORKED: list[Section] = []   # the sections forked workers build: inherited by the fork, never pickled
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not Linux
+        return os.cpu_count() or 1
+
+
+def _may_fork() -> bool:
+    """Whether this process can fork workers safely: the platform has fork, and no other Python thread runs
+    (one could hold a lock the workers would then wait on forever; a command that trained in threads before
+    its report builds it here, one section after another)."""
+    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+
+
+def _forked(i: int) -> tuple[list[str], list[str]]:
+    """Section i of `_FORKED`, built in a forked worker: its lines and the inputs it skipped."""
+    what, build, args = _FORKED[i]
+    with collecting_skips() as notes:
+        return _guarded(what, build, *args), notes
+
+
+def _sections(sections: list[Section]) -> list[list[str]]:
+    """Each section's lines (`_guarded`), in order. Several sections on several cores are built at once in
+    forked processes where that is safe (`_may_fork`; each draws its own figures; what they read is what this
+    process has read, copied by the fork), their skipped inputs said here in section order, as one process would
+    have said them; otherwise, or where a worker dies, one after another here."""
+    workers = min(len(sections), _cores())
+    if workers < 2 or not _may_fork():
+        return [_guarded(what, build, *args) for what, build, args in sections]
+    global _FORKED
+    _FORKED = sections
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            built = list(pool.map(_forked, range(len(sections))))
+    except BrokenProcessPool:
+        return [_guarded(what, build, *args) for what, build, args in sections]
+    finally:
+        _FORKED = []
+    for _, notes in built:
+        for note in notes:
+            skipped(note)
+    return [lines for lines, _ in built]
 
 
 REFERENCE = CHECKOUT_REFERENCE
@@ -182,19 +236,20 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
     standing = [read.standing(name) for name in read.names()]
     budgets = pd.concat([t for t in standing if not t.empty and "run_id" in t], ignore_index=True) \
         if any(not t.empty and "run_id" in t for t in standing) else pd.DataFrame()
-    for sweep, spec in specs.items():
-        if sweep in absent:
-            continue
+    shown = {sweep: spec for sweep, spec in specs.items() if sweep not in absent}
+    built = dict(zip([sweep for sweep, spec in shown.items() if sweep in tables and not ok_rows(tables[sweep]).empty],
+                     _sections([(f"the {sweep} sweep's section", sweep_section,
+                                  (spec, tables[sweep], read, figures, tunings.get(sweep), margin, sweeps_of, budgets))
+                                 for sweep, spec in shown.items()
+                                 if sweep in tables and not ok_rows(tables[sweep]).empty])))
+    for sweep, spec in shown.items():
         lines += wording.sweep_heading(sweep, spec.label, spec.description)
         if sweep not in tables:
             lines += wording.missing_table(sweep, SweepPaths.of(out, sweep).rows)
             continue
-        rows = tables[sweep]
         factor = factors[sweep] = spec.factor
-        failed = failed_rows(rows)
-        if not ok_rows(rows).empty:
-            lines += _guarded(f"the {sweep} sweep's section", sweep_section, spec, rows, read,
-                              figures, tunings.get(sweep), margin, sweeps_of, budgets)
+        failed = failed_rows(tables[sweep])
+        lines += built.get(sweep, [])
         if len(failed):
             lines += wording.failed_lines(factor, failed.to_dict("records"))
     if not ok_rows(all_rows).empty:

@@ -1005,7 +1005,7 @@ def test_sweep_sections_built_in_forked_processes_give_the_report_of_one_process
         append_row(SweepPaths.of(tmp_path, "patch").rows, row, ABLATION_COLUMNS)
 
     built = {}
-    monkeypatch.setattr(report, "_may_fork", lambda: True)   # under pytest-xdist its own thread runs beside the test
+    monkeypatch.setattr(report, "_may_fork", lambda: True)   # earlier tests may have left a thread (tqdm's monitor)
     for cores in (1, 3):
         monkeypatch.setattr(report, "_cores", lambda cores=cores: cores)
         shutil.rmtree(tmp_path / "figures", ignore_errors=True)

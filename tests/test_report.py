@@ -969,9 +969,11 @@ def test_the_longer_budget_rule_keeps_its_level_at_a_one_point_shortfall_and_fin
 def test_sweep_sections_built_in_forked_processes_give_the_report_of_one_process_byte_for_byte(tmp_path, monkeypatch):
     """Several sweeps on several cores: each sweep's section is built in a forked worker; REPORT.md (its skipped
     inputs in the same order) and every figure are byte for byte those of the sections built one after another
-    in this process, a section that fails is said as it would be, and the workers are other processes."""
+    in this process, a section that fails is said as it would be, and the workers are other processes; a worker
+    killed mid-report, or another thread in this process, leaves the sections to this process, with the same report."""
     import os
     import shutil
+    import signal
     import threading
 
     import ablations.analysis.report as report
@@ -990,13 +992,15 @@ def test_sweep_sections_built_in_forked_processes_give_the_report_of_one_process
         append_row(SweepPaths.of(tmp_path, "heads").rows, row, ABLATION_COLUMNS)
     (SweepPaths.of(tmp_path, "depth").preds / "000001000001.npz").write_bytes(b"damaged")   # a skip in each section
     (SweepPaths.of(tmp_path, "heads").preds / "a00001000001.npz").write_bytes(b"damaged")
-    builders, real = tmp_path / "builders.txt", report.sweep_section
+    builders, real, parent, killed = tmp_path / "builders.txt", report.sweep_section, os.getpid(), tmp_path / "kill"
 
     def section(spec, *args):
         with builders.open("a") as f:
             f.write(f"{spec.name} {os.getpid()}\n")
         if spec.name == "patch":
             raise RuntimeError("a section that fails")
+        if spec.name == "heads" and os.getpid() != parent and killed.exists():
+            os.kill(os.getpid(), signal.SIGKILL)   # a worker killed mid-report (the OOM killer, say)
         return real(spec, *args)
     monkeypatch.setattr(report, "sweep_section", section)
     patch = depth.assign(sweep="patch", patch_size=depth["depth"].map({1: 2, 2: 4, 3: 8}), depth=4,
@@ -1022,6 +1026,11 @@ def test_sweep_sections_built_in_forked_processes_give_the_report_of_one_process
     notes = serial.split("## Skipped inputs", 1)[1]
     assert notes.index("000001000001.npz") < notes.index("a00001000001.npz") < notes.index("the patch sweep's section")
     assert "the patch sweep's section: could not be built (RuntimeError: a section that fails)" in notes
+    killed.touch()
+    builders.write_text("")
+    assert build_report(tmp_path).read_text() == serial   # a worker that dies: the sections built here instead
+    assert [line.split()[0] for line in builders.read_text().splitlines() if int(line.split()[1]) == os.getpid()] \
+        == ["depth", "heads", "patch"]
     monkeypatch.setattr(report, "_may_fork", real_may_fork)
     ticking = threading.Event()
     beside = threading.Thread(target=ticking.wait)   # another thread of this process: no fork, the same report

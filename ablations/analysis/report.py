@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -105,10 +106,11 @@ def _cores() -> int:
 
 
 def _may_fork() -> bool:
-    """Whether this process can fork workers safely: the platform has fork, and no other Python thread runs
-    (one could hold a lock the workers would then wait on forever; a command that trained in threads before
-    its report builds it here, one section after another)."""
-    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+    """Whether this process can fork workers safely: on Linux (macOS's system libraries are not safe across a
+    fork: Python spawns there), and with no other Python thread running (one could hold a lock the workers would
+    then wait on forever; a command that trained in threads before its report builds it here, one section after
+    another)."""
+    return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
 def _forked(i: int) -> tuple[list[str], list[str]]:

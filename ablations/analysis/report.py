@@ -239,11 +239,10 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
     budgets = pd.concat([t for t in standing if not t.empty and "run_id" in t], ignore_index=True) \
         if any(not t.empty and "run_id" in t for t in standing) else pd.DataFrame()
     shown = {sweep: spec for sweep, spec in specs.items() if sweep not in absent}
-    built = dict(zip([sweep for sweep, spec in shown.items() if sweep in tables and not ok_rows(tables[sweep]).empty],
-                     _sections([(f"the {sweep} sweep's section", sweep_section,
-                                  (spec, tables[sweep], read, figures, tunings.get(sweep), margin, sweeps_of, budgets))
-                                 for sweep, spec in shown.items()
-                                 if sweep in tables and not ok_rows(tables[sweep]).empty])))
+    finished = [sweep for sweep in shown if sweep in tables and not ok_rows(tables[sweep]).empty]
+    built = dict(zip(finished, _sections([(f"the {sweep} sweep's section", sweep_section,
+                                           (shown[sweep], tables[sweep], read, figures, tunings.get(sweep), margin,
+                                            sweeps_of, budgets)) for sweep in finished])))
     for sweep, spec in shown.items():
         lines += wording.sweep_heading(sweep, spec.label, spec.description)
         if sweep not in tables:

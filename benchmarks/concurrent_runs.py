@@ -44,6 +44,7 @@ from ablations.running.runner import run_sweeps  # noqa: E402
 from ablations.running.tasks import RunOptions  # noqa: E402
 from ablations.specs import find_spec, load_spec  # noqa: E402
 from ablations.training.data import cached_dataset  # noqa: E402
+from ablations.training.evaluation import check_evaluation  # noqa: E402
 from bench.env import resolve_device  # noqa: E402
 from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
 
@@ -66,7 +67,7 @@ def main() -> int:
     combos = [(int(j), how) for j in args.jobs.split(",") for how in args.evaluation.split(",")]
     for _, how in combos:
         try:
-            RunOptions(evaluation=how)
+            check_evaluation(how)
         except ValueError as err:   # its one line before anything trains
             parser.error(str(err))
     data = cached_dataset(args.dataset)

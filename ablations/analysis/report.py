@@ -125,16 +125,18 @@ def _sections(sections: list[Section]) -> list[list[str]]:
     forked processes where that is safe (`_may_fork`; each draws its own figures; what they read is what this
     process has read, copied by the fork), their skipped inputs said here in section order, as one process would
     have said them; otherwise, or where a worker dies, one after another here."""
+    def here() -> list[list[str]]:
+        return [_guarded(what, build, *args) for what, build, args in sections]
     workers = min(len(sections), _cores())
     if workers < 2 or not _may_fork():
-        return [_guarded(what, build, *args) for what, build, args in sections]
+        return here()
     global _FORKED
     _FORKED = sections
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
             built = list(pool.map(_forked, range(len(sections))))
     except BrokenProcessPool:
-        return [_guarded(what, build, *args) for what, build, args in sections]
+        return here()
     finally:
         _FORKED = []
     for _, notes in built:

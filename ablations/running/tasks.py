@@ -39,10 +39,9 @@ class RunOptions:
     evaluation: str = "eager"
 
     def __post_init__(self) -> None:
-        from ablations.training.evaluation import EVALUATIONS
+        from ablations.training.evaluation import check_evaluation
 
-        if self.evaluation not in EVALUATIONS:
-            raise ValueError(f"evaluation={self.evaluation!r} is unknown; choose one of {list(EVALUATIONS)}")
+        check_evaluation(self.evaluation)
 
 
 @dataclass(frozen=True)

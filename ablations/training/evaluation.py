@@ -104,12 +104,17 @@ class GraphedEvaluation:
 EVALUATIONS = ("eager", "graphed")   # how a run evaluates at the end of each epoch (`evaluator`)
 
 
+def check_evaluation(how: str) -> None:
+    """ValueError, in one line naming the choices, for an evaluation that is not one of EVALUATIONS."""
+    if how not in EVALUATIONS:
+        raise ValueError(f"evaluation={how!r} is unknown; choose one of {list(EVALUATIONS)}")
+
+
 def evaluator(model: nn.Module, data: Dataset, device: torch.device, dtype: str, batch_size: int,
               on_device: tuple[Tensor, Tensor], how: str = "eager") -> Callable[[], tuple[float, float, Tensor]]:
     """A run's evaluation of one image set on `device`, called at the end of each epoch: `how` = "graphed" a
     `GraphedEvaluation` on CUDA (elsewhere there is no graph to capture: eager), "eager" `evaluate`."""
-    if how not in EVALUATIONS:
-        raise ValueError(f"evaluation={how!r} is unknown; choose one of {list(EVALUATIONS)}")
+    check_evaluation(how)
     if how == "graphed" and device.type == "cuda":
         return GraphedEvaluation(model, data, device, dtype, batch_size, on_device)
     return lambda: evaluate(model, data, device, dtype, batch_size, on_device)

@@ -1,8 +1,7 @@
 """`python -m ablations COMMAND`: the command line is `ablations.cli.parser`."""
 
-import sys
-
 from ablations.cli.parser import main
+from bench.loading import end_process
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())

@@ -84,10 +84,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
             print(f"error: {message}", file=sys.stderr)
             raise SystemExit(2)
         return
-    from bench import commands  # torch and the rest load here, once the command line is known to be sound
+    from bench.loading import without_gc
+
+    with without_gc():   # torch and the rest load here, once the command line is known to be sound
+        from bench import commands
 
     {"run": commands.run, "convert-json": commands.convert, "peak": commands.peak}[args.command](args)
 
 
 if __name__ == "__main__":
+    from bench.loading import end_process
+
     main()
+    end_process(0)

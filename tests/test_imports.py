@@ -108,7 +108,8 @@ INNER = {
                   "results": ("results", 1), "training": ("training", 1),
                   "running": ("running", 2), "analysis": ("analysis", 2),
                   "cli": ("cli", 3), "__main__": ("cli", 3)},
-    "bench": {"io": ("io", 0), "choices": ("io", 0), "training": ("training", 1)},  # the rest: measurement, 2
+    # bench: the rest is measurement, 2
+    "bench": {"io": ("io", 0), "choices": ("io", 0), "loading": ("io", 0), "training": ("training", 1)},
 }
 
 

@@ -10,6 +10,7 @@ Like the `python -m` forms it wraps, `--help` and a refused argument load no tor
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 USAGE = """usage: vitbench COMMAND [ARGS]
 
@@ -32,4 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     from ablations.cli.parser import main as ablations_main
 
     return ablations_main(argv, prog="vitbench")
+
+
+def run() -> NoReturn:
+    """The `vitbench` console script: `main` on the process's arguments, then the process's end
+    (`bench.loading.end_process`)."""
+    from bench.loading import end_process
+
+    end_process(main())
 

@@ -1,7 +1,5 @@
 """`python -m ablations.cli`: the `vitbench` command."""
 
-import sys
+from ablations.cli import run
 
-from ablations.cli import main
-
-sys.exit(main())
+run()

@@ -147,6 +147,28 @@ def _stepbench(sub) -> None:
 
 
 RUNS = {"sweep", "train", "cost", "calibrate", "stepbench"}   # they train or time models: their module loads torch
+# what a command loads besides its module, before its work starts (the report's figures and statistics)
+PRELOAD = {"report": "ablations.analysis.report"}
+
+
+def _load(command: str):
+    """The module of `command`'s function, with what it loads on its way (torch, pandas, scipy, matplotlib),
+    loaded once the command line is known to be sound, without the garbage collector's passes meanwhile
+    (`bench.loading`)."""
+    import importlib
+
+    from bench.loading import without_gc
+
+    with without_gc():
+        if command in ("sweep", "train"):
+            from ablations.cli import commands
+        elif command in RUNS:
+            from ablations.cli import measure_commands as commands
+        else:
+            from ablations.cli import read_commands as commands
+        if command in PRELOAD:
+            importlib.import_module(PRELOAD[command])
+    return commands
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m ablations") -> int:
@@ -158,13 +180,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m ablations") -> in
 
     try:
         with signals_raise():
-            # torch and the rest load here, once the command line is known to be sound
-            if args.command in ("sweep", "train"):
-                from ablations.cli import commands
-            elif args.command in RUNS:
-                from ablations.cli import measure_commands as commands
-            else:
-                from ablations.cli import read_commands as commands
+            commands = _load(args.command)
             return getattr(commands, f"cmd_{args.command}")(args)
     except Interrupted as err:  # a sweep's runs say what was kept themselves (commands._run_all)
         runs = " before any run finished; rerun the same command to start again" if args.command in ("sweep", "train") else ""

@@ -13,8 +13,10 @@ per training item, not one per round.
 
 **A budget.** The phase gets `budget_s` seconds (COST_BUDGET), by default BUDGET_SHARE of the training the
 command will do (estimated from the first round's training steps, the runs' epochs and the training set),
-between BUDGET_FLOOR_S and BUDGET_CAP_S; an auto budget that fits fewer than MIN_ROUNDS rounds is raised to
-MIN_ROUNDS rounds where those take at most RAISED_SHARE_MAX of that training (else there is no phase). After
+between BUDGET_FLOOR_S and BUDGET_CAP_S (what the process pays once, the matmul peak of the MFU and the
+first optimizer, is paid before its clock starts, so no round carries it); an auto budget that fits fewer
+than MIN_ROUNDS rounds is raised to MIN_ROUNDS rounds where those take at most RAISED_SHARE_MAX of that
+training (else there is no phase). After
 the first round it plans as many rounds as fit (at most `rounds`); a round taken entirely under load waits,
 within the budget and at most QUIET_WAIT_S, for the machine to quiet down; a phase that would overrun stops
 after the round in hand and its rows record the rounds it took. The budget is planned from the first round's
@@ -56,12 +58,13 @@ from ablations.specs import Point
 from bench.env import environment, run_id
 from bench.failures import classify_failure
 from bench.flops import closed_form_size
-from bench.io.csvio import append_row, drop_rows
+from bench.io.csvio import append_rows, drop_rows
 from bench.measure import MeasureConfig, StepFactory, default_step, measure
+from bench.mfu import matmul_peak
 from bench.rounds import MIN_ROUNDS
 from bench.timing import TimingConfig
 from bench.training.recipe import TrainConfig
-from bench.training.step import train_mode, training_step
+from bench.training.step import adamw, train_mode, training_step
 from vit import VisionTransformer, ViTConfig
 
 # Timing of one item in one round, by device. A CPU step of these models takes 5–50 ms: 0.25 s is 5–50
@@ -267,6 +270,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
         return found  # type: ignore[return-value]
     for _, _, csv in sweeps:
         drop_rows(csv, "phase_id", {pid})  # an attempt cut short: its rounds are not of this sitting
+    once_s = _once_per_process(items, plan, device)   # before the clock: no budget pays for it
     clock = _Clock(plan, workload, [p for _, points, _ in sweeps for p in points], device)   # building counts too
     models, costs = _models(items)
     names = ", ".join(sweep for sweep, _, _ in sweeps)
@@ -277,7 +281,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     if sitting.steps.keep:   # every step built once: built, captured and warmed up before the clock starts
         for item_id, item in tqdm(order, desc=f"cost {names}: set-up", unit="step", leave=False, disable=not progress):
             sitting.set_up(item_id, item)
-        setup_s = clock.elapsed()   # the models and their steps built
+        setup_s = once_s + clock.elapsed()   # the models and their steps built
         clock = _Clock(plan, workload, clock.points, device, set_up=True)
     bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names} ({clock.describe()})", unit="step", leave=False,
                disable=not progress)
@@ -328,6 +332,22 @@ def _rounds(sitting: _Sitting, clock: _Clock, order: list, items: int, sweeps: l
             _close_early(sweeps, sitting.rows, pid, r + 1, clock)
             break
     return kept
+
+
+def _once_per_process(items: list[_Item], plan: CostPlan, device: torch.device) -> float:
+    """Seconds spent on what a process pays once, whatever it measures, so that no round (and no budget planned
+    from the first round) carries it: the matmul peak the MFU is taken against, for each dtype timed (`matmul_peak`
+    keeps it for the process), and the first optimizer, whose construction loads torch's compiler modules."""
+    start = time.perf_counter()
+    try:
+        if plan.measure_mfu:
+            for dtype in sorted({item.mcfg.dtype for item in items}):
+                matmul_peak(device, dtype)
+        if any(item.mode == "train" for item in items):
+            adamw([{"params": [torch.nn.Parameter(torch.zeros(1))]}], lr=0.0)
+    except Exception:  # what fails here fails again in the item that needs it, and is recorded there
+        pass
+    return time.perf_counter() - start
 
 
 def _distinct_items(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan, device: torch.device
@@ -405,15 +425,18 @@ class _Sitting:
             self.peaks[item_id] = row.get("peak_mem_mb")
 
     def keep(self, this_round: list[tuple[str, _Item, dict[str, Any]]], planned: int, write: bool) -> None:
-        """The round's rows, each to every sweep that has its item (appended to its table where `write`)."""
+        """The round's rows, each to every sweep that has its item (appended to its table where `write`: one
+        append, and one flush to disk, per table and round)."""
+        tables: dict[Path, list[dict[str, Any]]] = {}
         for item_id, _, row in this_round:
             if write:
                 row["rounds"] = planned
             for sweep, csv in self.where[item_id]:
                 mine = {**row, "sweep": sweep, "phase_items": len(self.own[sweep])}
-                if write:
-                    append_row(csv, mine, COST_COLUMNS)
+                tables.setdefault(csv, []).append(mine)
                 self.rows[sweep].append(mine)
+        for csv, mine in tables.items() if write else ():
+            append_rows(csv, mine, COST_COLUMNS)
 
 
 class _Clock:
@@ -542,7 +565,7 @@ def _close_early(sweeps: list[tuple[str, list[Point], Path]], rows: dict[str, li
         drop_rows(csv, "phase_id", {pid})
         for row in rows[sweep]:
             row["rounds"] = done
-            append_row(csv, row, COST_COLUMNS)
+        append_rows(csv, rows[sweep], COST_COLUMNS)
 
 
 def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clock: _Clock, out: Path) -> None:

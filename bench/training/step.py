@@ -93,8 +93,7 @@ def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0
 
 def adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.AdamW:
     """AdamW with the fused kernel where this torch has one for the parameters' device (CPU since
-    torch 2.4; on the 2-core CPU it cut vit_mnist's training step by 9–16% against the per-tensor loop),
-    else the default implementation. The process's first optimizer loads `torch._dynamo` (torch's optimizers
+    torch 2.4), else the default implementation. The process's first optimizer loads `torch._dynamo` (torch's optimizers
     do on first use), without the garbage collector's passes meanwhile (`bench.loading`)."""
     with without_gc():
         try:

@@ -197,4 +197,6 @@ def gpu_processes(device: torch.device) -> tuple[int | None, str]:
         pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
     except Exception:  # no NVML, or a driver that does not list processes: unknown, not flagged
         return None, ""
-    return attribute(pids, {pid: _name(pynvml, pid) for pid in pids}, _family())
+    own = os.getpid()   # only this process listed (runs side by side in it): no /proc scan, no names asked
+    family = {own} if all(pid == own for pid in pids) else _family()
+    return attribute(pids, {pid: _name(pynvml, pid) for pid in pids if pid not in family}, family)

@@ -763,6 +763,10 @@ def test_gpu_processes_of_this_command_and_an_mps_server_are_not_other_work(monk
     listed[:] = [10**7 + 1, 10**7 + 2]                                              # host PIDs: none of ours
     others, seen = contention.gpu_processes(cuda)
     assert others is None and "host PIDs: not attributable" in seen
+    listed[:] = [me]                                     # runs side by side in this process: it alone is listed
+    monkeypatch.setattr(contention, "_family", lambda: pytest.fail("no /proc scan for this process alone"))
+    monkeypatch.setattr(fake, "nvmlSystemGetProcessName", lambda pid: pytest.fail("no name asked of our own PID"))
+    assert contention.gpu_processes(cuda) == (0, "ours 1")
     load = contention.Load(0.0, 0, None, "ours 2, mps-server 1")
     assert not load.contended and load.columns()["gpu_procs_seen"] == "ours 2, mps-server 1"
     assert contention.Load(0.0, 1, None).contended

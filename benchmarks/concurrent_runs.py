@@ -9,7 +9,8 @@ Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once
 interleaved rounds, each pass into a fresh folder through the sweep runner and the local executor (`--workers`:
 threads or processes), in one process, and prints per (JOBS, evaluation): the wall time of the training alone
 and the training steps per second of all runs together (median and range over the rounds), the ratio to the
-first pair (only where the interquartile ranges over ≥ 3 rounds are apart), and whether every run's test
+first pair (only where the interquartile ranges over ≥ 3 rounds are apart), the GPU's busy % over the training
+phases (NVML, the whole device; blank without a GPU), and whether every run's test
 predictions, final training loss and test loss equal those of the first pass bit for bit (a run's arithmetic
 must not depend on what trains beside it, nor its figures on how it is evaluated). One sitting, the machine
 otherwise idle: say its load.
@@ -37,6 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ablations.results.store import Tables  # noqa: E402
 from ablations.running.cost import CostPlan  # noqa: E402
 from ablations.running.executors import ExecutorOptions  # noqa: E402
 from ablations.running.executors.local import LocalExecutor  # noqa: E402
@@ -79,6 +81,7 @@ def main() -> int:
           f"WORKERS={args.workers}, {args.rounds} interleaved round(s)", flush=True)
     walls: dict[tuple[int, str], list[float]] = {c: [] for c in combos}
     same: dict[tuple[int, str], bool] = {}
+    busy: dict[tuple[int, str], list[float]] = {c: [] for c in combos}
     with tempfile.TemporaryDirectory() as tmp:
         # one short run first, untimed: the process's one-time costs (CUDA context, lazy imports and kernels)
         warm = RunOptions(dataset=args.dataset, seeds=(0,), device=args.device, out=f"{tmp}/warm-up",
@@ -89,6 +92,7 @@ def main() -> int:
         for r, (jobs, how) in interleaved(combos, args.rounds):
             out = Path(tmp) / f"r{r}-jobs{jobs}-{how}"
             walls[(jobs, how)].append(one_pass(args, points, seeds, jobs, how, out))
+            busy[(jobs, how)].append(gpu_busy(out))
             print(f"round {r + 1}, JOBS={jobs}, evaluation={how}: {walls[(jobs, how)][-1]:.1f} s, "
                   f"{steps / walls[(jobs, how)][-1]:,.0f} steps/s", flush=True)
             got = outcome(out, args.sweep)
@@ -96,7 +100,7 @@ def main() -> int:
             same[(jobs, how)] = same.get((jobs, how), True) and equal(got, first)
         if args.profile:
             profile(args, points, seeds, Path(tmp) / "profiled", steps)
-    return summarise(combos, walls, same, steps)
+    return summarise(combos, walls, same, steps, busy)
 
 
 def one_pass(args, points, seeds: tuple[int, ...], jobs: int, how: str, out: Path) -> float:
@@ -127,10 +131,17 @@ def equal(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) -> b
         and all(table[c].equals(table0[c].loc[table.index]) for c in ("train_loss", "test_loss"))
 
 
-def summarise(combos: list[tuple[int, str]], walls: dict, same: dict, steps: int) -> int:
+def gpu_busy(out: Path) -> float:
+    """The GPU's busy % over a pass's training phase (NVML's samples, the whole device: `Tables.phases`), NaN
+    where none was measured (no GPU)."""
+    phases = Tables(out).phases()
+    return float(phases["util_pct"].iloc[-1]) if len(phases) and "util_pct" in phases else float("nan")
+
+
+def summarise(combos: list[tuple[int, str]], walls: dict, same: dict, steps: int, busy: dict) -> int:
     """Per (JOBS, evaluation): median wall time and steps/s with their range over rounds, the ratio to the first
-    (a ratio only where the interquartile ranges are apart), and whether its runs equal the first pass's; 1 where
-    any does not."""
+    (a ratio only where the interquartile ranges are apart), the GPU's median busy % over the training phases
+    (blank without one), and whether its runs equal the first pass's; 1 where any does not."""
     base = Spread.of([steps / w for w in walls[combos[0]]])
     rows = []
     for combo in combos:
@@ -139,6 +150,8 @@ def summarise(combos: list[tuple[int, str]], walls: dict, same: dict, steps: int
                      "steps_per_s": rate.median, "range": f"{steps / max(walls[combo]):,.0f}–{steps / min(walls[combo]):,.0f}",
                      f"vs JOBS={combos[0][0]} {combos[0][1]}": "(reference)" if combo == combos[0]
                      else ratio_or_noise(rate, base),
+                     "gpu_busy_%": f"{np.median(measured):.0f}" if (measured := [b for b in busy[combo] if b == b])
+                     else "—",
                      "same_as_first": "yes" if same[combo] else "NO"})
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     return 0 if all(same.values()) else 1

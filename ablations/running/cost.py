@@ -270,10 +270,10 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
         return found  # type: ignore[return-value]
     for _, _, csv in sweeps:
         drop_rows(csv, "phase_id", {pid})  # an attempt cut short: its rounds are not of this sitting
-    once_s = _once_per_process(items, plan, device)   # before the clock: no budget pays for it
+    names = ", ".join(sweep for sweep, _, _ in sweeps)
+    once_s = _once_per_process(items, plan, device, names, progress)   # before the clock: no budget pays for it
     clock = _Clock(plan, workload, [p for _, points, _ in sweeps for p in points], device)   # building counts too
     models, costs = _models(items)
-    names = ", ".join(sweep for sweep, _, _ in sweeps)
     sitting = _Sitting(pid, plan, device, graphs, environment(device), models, costs,
                        Steps(device, device.type == "cuda" if plan.keep_steps is None else plan.keep_steps),
                        own, where, {sweep: [] for sweep, _, _ in sweeps})
@@ -334,19 +334,21 @@ def _rounds(sitting: _Sitting, clock: _Clock, order: list, items: int, sweeps: l
     return kept
 
 
-def _once_per_process(items: list[_Item], plan: CostPlan, device: torch.device) -> float:
+def _once_per_process(items: list[_Item], plan: CostPlan, device: torch.device, names: str, progress: bool) -> float:
     """Seconds spent on what a process pays once, whatever it measures, so that no round (and no budget planned
     from the first round) carries it: the matmul peak the MFU is taken against, for each dtype timed (`matmul_peak`
     keeps it for the process), and the first optimizer, whose construction loads torch's compiler modules."""
     start = time.perf_counter()
-    try:
-        if plan.measure_mfu:
-            for dtype in sorted({item.mcfg.dtype for item in items}):
-                matmul_peak(device, dtype)
-        if any(item.mode == "train" for item in items):
-            adamw([{"params": [torch.nn.Parameter(torch.zeros(1))]}], lr=0.0)
-    except Exception:  # what fails here fails again in the item that needs it, and is recorded there
-        pass
+    dtypes = sorted({item.mcfg.dtype for item in items}) if plan.measure_mfu else []
+    work = [lambda d=d: matmul_peak(device, d) for d in dtypes]
+    if any(item.mode == "train" for item in items):
+        work.append(lambda: adamw([{"params": [torch.nn.Parameter(torch.zeros(1))]}], lr=0.0))
+    for do in tqdm(work, desc=f"cost {names}: one-off set-up",
+                   unit="step", leave=False, disable=not progress):
+        try:
+            do()
+        except Exception:  # what fails here fails again in the item that needs it, and is recorded there
+            pass
     return time.perf_counter() - start
 
 

@@ -343,8 +343,7 @@ def _once_per_process(items: list[_Item], plan: CostPlan, device: torch.device, 
     work = [lambda d=d: matmul_peak(device, d) for d in dtypes]
     if any(item.mode == "train" for item in items):
         work.append(lambda: adamw([{"params": [torch.nn.Parameter(torch.zeros(1))]}], lr=0.0))
-    for do in tqdm(work, desc=f"cost {names}: one-off set-up",
-                   unit="step", leave=False, disable=not progress):
+    for do in tqdm(work, desc=f"cost {names}: one-off set-up", unit="step", leave=False, disable=not progress):
         try:
             do()
         except Exception:  # what fails here fails again in the item that needs it, and is recorded there
@@ -437,8 +436,9 @@ class _Sitting:
                 mine = {**row, "sweep": sweep, "phase_items": len(self.own[sweep])}
                 tables.setdefault(csv, []).append(mine)
                 self.rows[sweep].append(mine)
-        for csv, mine in tables.items() if write else ():
-            append_rows(csv, mine, COST_COLUMNS)
+        if write:
+            for csv, mine in tables.items():
+                append_rows(csv, mine, COST_COLUMNS)
 
 
 class _Clock:

@@ -92,9 +92,9 @@ def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0
 
 
 def adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.AdamW:
-    """AdamW with the fused kernel where this torch has one for the parameters' device (CPU since
-    torch 2.4), else the default implementation. The process's first optimizer loads `torch._dynamo` (torch's optimizers
-    do on first use), without the garbage collector's passes meanwhile (`bench.loading`)."""
+    """AdamW with the fused kernel where this torch has one for the parameters' device (CPU since torch 2.4),
+    else the default implementation. The process's first optimizer loads `torch._dynamo` (torch's optimizers do
+    on first use), without the garbage collector's passes meanwhile (`bench.loading`)."""
     with without_gc():
         try:
             return torch.optim.AdamW(groups, lr=lr, fused=True)

@@ -123,6 +123,10 @@ RUN = (
     Option("--graphs", "on CUDA, capture each training step into a CUDA graph and replay it (default 1; 0: eager). "
                        "fp16, COMPILE=1 or an optimizer without a fused kernel fall back to eager, saying why",
            "GRAPHS", type=int, choices=[0, 1], default=1),
+    Option("--evaluation", "how a run evaluates its test set at each epoch's end: eager (default), or graphed: on "
+                           "CUDA captured once into a CUDA graph and replayed (the same figures bit for bit, one "
+                           "launch instead of one Python call per kernel); elsewhere eager",
+           "EVALUATION", choices=["eager", "graphed"], default="eager"),
     Option("--init", "a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from", "INIT", path=True),
     Option("--pretrained", "a timm model name whose pretrained weights timm downloads (network)", "PRETRAINED"),
     OUT,

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = run_options(EXECUTOR_OPTIONS)
 SAMPLE = {"--dataset": "digits", "--seeds": "4,5", "--cost-rounds": "2", "--cost-budget": "30", "--device": "cpu",
           "--dtype": "fp32",
-          "--compile": "1", "--graphs": "0", "--epochs": "3", "--checkpoint-every": "2", "--jobs": "2",
+          "--compile": "1", "--graphs": "0", "--evaluation": "graphed", "--epochs": "3", "--checkpoint-every": "2", "--jobs": "2",
           "--threads": "1", "--max-retries": "1", "--cpus-per-task": "0.5", "--gpus-per-task": "0.25",
           "--executor": "ray", "--pretrained": "vit_tiny_patch16_224", "--out": "my out", "--init": "a b.pth",
           "--data-root": "my data", "--img-size": "224", "--mps": "on", "--workers": "processes"}
@@ -73,6 +73,20 @@ def test_the_makefile_passes_every_declared_flag_from_its_variable_and_the_parse
     for o in OPTIONS:
         expected = True if o.switch else (o.type or str)(SAMPLE[o.flag])
         assert parsed[o.dest] == expected, o.flag
+
+
+def test_the_evaluation_option_offers_the_evaluators_choices_and_reaches_the_runs_options():
+    """`--evaluation` (EVALUATION) lists exactly the evaluations a run can ask for, and a sweep's runs get it."""
+    from ablations.cli.commands import _options
+    from ablations.training.evaluation import EVALUATIONS
+
+    option = next(o for o in OPTIONS if o.flag == "--evaluation")
+    assert tuple(option.choices) == EVALUATIONS and option.default == "eager"
+    from ablations.cli.parser import build
+
+    for argv, expected in ((["sweep", "depth"], "eager"), (["sweep", "depth", "--evaluation", "graphed"], "graphed")):
+        args = build().parse_args(argv)
+        assert _options(args, "", "").evaluation == expected
 
 
 def test_the_cost_target_passes_exactly_the_flags_the_cost_command_declares():

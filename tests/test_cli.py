@@ -1,7 +1,9 @@
 """python -m ablations and the Makefile as a user types them: what a command refuses, and what it prints."""
 
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -401,7 +403,8 @@ def test_a_tuned_sweep_under_adaptive_seeds_picks_at_the_first_look_and_trains_o
     assert sorted(later["seed"].unique()) == [3, 4]
     assert {(d, lr) for d, lr in zip(later["depth"], later["lr"])} <= set(picks)   # the picks alone
     assert later.groupby("depth").size().isin([2]).all()
-    capsys.readouterr()
+    assert re.search(r"^Done in [\d.]+ s: (start [\d.]+ s, )?training [\d.]+ s in 2 phases, the rest [\d.]+ s\.$",
+                     capsys.readouterr().out, re.M)   # a training phase per look
     assert ablations_main(["sweep", *common]) == 0
     assert "nothing new" in capsys.readouterr().out and len(read_table(out / "ablations" / "t.csv")) == len(rows)
     assert ablations_main(["report", "--out", str(out)]) == 0
@@ -410,6 +413,33 @@ def test_a_tuned_sweep_under_adaptive_seeds_picks_at_the_first_look_and_trains_o
     assert "the picks were made at the first look, on seeds 0, 1, 2; only the picks trained more seeds" in report
     for depth, lr in picks:
         assert f"| {depth} | lr={lr:g} |" in report
+
+
+def _done_line(out: str) -> tuple[float, dict[str, float]]:
+    """The closing summary's "Done in T s: part t s, ..." line: T and each part's seconds."""
+    line = next(line for line in out.splitlines() if line.startswith("Done in "))
+    total, parts = re.fullmatch(r"Done in ([\d.]+) s: (.*)\.", line).groups()
+    return float(total), {m[1]: float(m[2]) for m in re.finditer(r"([a-z ]+?) ([\d.]+) s(?: in \d+ phases)?(?:, |$)", parts)}
+
+
+def test_a_sweeps_summary_says_where_its_time_went_and_the_parts_add_up_to_its_wall_time(tmp_path, capsys):
+    """The closing line splits the command's wall time (timed here, around the call) into its start, the cost
+    phase, the training and the rest; a rerun with every run done has neither a cost phase nor training."""
+    spec = write_spec(tmp_path / "d.toml", "depth", "[1, 2]")
+    argv = ["sweep", str(spec), "--dataset", "digits", "--seeds", "0", "--cost-rounds", "2", "--device", "cpu",
+            "--out", str(tmp_path / "out")]
+    capsys.readouterr()
+    wall = time.perf_counter()
+    assert ablations_main(argv) == 0
+    wall = time.perf_counter() - wall
+    total, parts = _done_line(capsys.readouterr().out)
+    order = ["start", "cost phase", "training", "the rest"]   # the start is left out where it is under 0.05 s
+    assert [p for p in order if p in parts] == list(parts) and set(order[1:]) <= set(parts), parts
+    assert wall - 0.3 <= total <= wall + 0.05 and abs(sum(parts.values()) - total) <= 0.25, (wall, total, parts)
+    assert parts["cost phase"] > 0 and parts["training"] > 0
+    assert ablations_main(argv) == 0
+    total, parts = _done_line(capsys.readouterr().out)
+    assert set(parts) <= {"start", "the rest"} and "the rest" in parts, parts
 
 
 def test_seeds_auto_is_refused_by_train_in_one_line(tmp_path, capsys):

@@ -12,6 +12,7 @@ import contextvars
 import dataclasses
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +223,7 @@ def _run_all(args: argparse.Namespace, sweep_points: list[tuple[str, list[Point]
     recorded: list[str] = []   # the runs written, as they are: what a stop keeps
     try:
         return run_sweeps([(name, points, options[name]) for name, points in sweep_points], executor, recorded=recorded,
-                          locked=locked), 0
+                          locked=locked, spent=getattr(args, "spent", None)), 0
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return None, 2
@@ -246,8 +247,27 @@ def _run_all(args: argparse.Namespace, sweep_points: list[tuple[str, list[Point]
 NEXT_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("next_step", default=True)
 
 
-def _summary(results: list[SweepSummary], elapsed: float, report_hint: str = "") -> None:
-    print(f"\nDone in {elapsed / 60:.1f} min.")
+def _took(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 100 else f"{seconds / 60:.1f} min"
+
+
+def _timings(args: argparse.Namespace, work_started: float) -> str:
+    """Where the command's time went, from its start (`args.started`, set by the parser) to now: the start
+    before any work (imports, the data, the checks), the cost phase and the training (`args.spent`, which
+    `run_sweeps` fills), and the rest (the workers' start, reading and writing the tables, SEEDS=auto's looks)."""
+    now, spent = time.perf_counter(), getattr(args, "spent", None) or {}
+    started = getattr(args, "started", work_started)
+    parts = [("start", work_started - started), ("cost phase", spent.get("cost phase", 0.0)),
+             ("training", spent.get("training", 0.0) if spent.get("training phases") else 0.0)]
+    rest = (now - started) - sum(seconds for _, seconds in parts)
+    phases = spent.get("training phases", 0)
+    said = [f"{what} {_took(seconds)}" + (f" in {phases} phases" if what == "training" and phases > 1 else "")
+            for what, seconds in parts if seconds >= 0.05]
+    return f"Done in {_took(now - started)}: " + ", ".join([*said, f"the rest {_took(max(rest, 0.0))}"]) + "."
+
+
+def _summary(results: list[SweepSummary], done: str, report_hint: str = "") -> None:
+    print(f"\n{done}")
     for r in results:
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(r.statuses.items())) or "nothing new"
         paths = r.paths
@@ -329,7 +349,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
                 print(adaptive.dry_run_line(auto[name], len(points), next(s for s in specs if s.name == name)))
         return 0
-    t0 = time.perf_counter()
+    t0, args.spent = time.perf_counter(), Counter()   # the work's start; the cost phase's and training's seconds
     try:
         executor = _start_executor(args)   # before anything is written: a cluster too small is refused first
     except ValueError as err:
@@ -359,7 +379,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return status
     out = Path(args.out)
     quoted = f"'{out}'"
-    _summary(results, time.perf_counter() - t0,
+    _summary(results, _timings(args, t0),
              f"Next: {say(f'make report OUT={quoted}', f'vitbench report --out {quoted}')}: figures and "
              f"{out / 'REPORT.md'} from these tables")
     return status   # 1 where an adaptive design is left unfinished (said above the summary)
@@ -402,11 +422,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         _dry_run("train", points, options)
         return 0
-    t0 = time.perf_counter()
+    t0, args.spent = time.perf_counter(), Counter()
     results, status = _run_all(args, [("train", points)], {"train": options})
     if results is None:
         return status
-    _summary(results, time.perf_counter() - t0)
+    _summary(results, _timings(args, t0))
     shown = ["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs", "throughput_img_s"]
     print(pd.DataFrame(results[0].rows, columns=shown).to_string(index=False))  # its runs, trained now or before
     return 0

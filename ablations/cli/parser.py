@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from ablations import choices
 from ablations.choices import available_sweeps, default_sweeps
@@ -172,8 +173,10 @@ def _load(command: str):
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m ablations") -> int:
+    started = time.perf_counter()   # the command's start, for its closing summary's timings
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build(prog).parse_args(argv)
+    args.started = started
     if args.command == "known":   # it runs sweep commands of its own, through this command line
         return known_commands.cmd_known(args, run_command=main)
     from ablations.running.interrupts import Interrupted, signals_raise

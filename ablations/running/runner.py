@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -134,7 +135,7 @@ class _Share:
 
 def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
                fn: Callable[[Task, Dataset], RunResult] = execute, recorded: list[str] | None = None,
-               locked: bool = False) -> list[SweepSummary]:
+               locked: bool = False, spent: Counter[str] | None = None) -> list[SweepSummary]:
     """Run every missing point × seed of several sweeps with one executor; one summary per sweep.
 
     First, with every sweep's lock held: each sweep's preflight, one cost phase over all their points
@@ -145,8 +146,10 @@ def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Exec
     reuse in all but the first. Each sweep's table, and those of the other sweeps under its OUT, is read
     once (`store.Tables`). `recorded`: a list the run ids are appended to as their rows are written, which
     the caller still holds when a signal or an error ends the command. `locked`: the caller holds every
-    sweep's lock already (a command that writes more of a sweep than its runs: its design file). Raises
-    SweepError (another process runs one of the sweeps; OUT unusable) before any work."""
+    sweep's lock already (a command that writes more of a sweep than its runs: its design file). `spent`: a
+    counter that gets the seconds of the cost phase ("cost phase") and of training ("training", and one
+    "training phases" for a call that trained). Raises SweepError (another process runs one of the sweeps;
+    OUT unusable) before any work."""
     names = [name for name, _, _ in sweeps]
     if len(set(names)) != len(names):
         raise ValueError(f"sweeps {names}: each sweep may appear once in one command")
@@ -161,12 +164,27 @@ def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Exec
             share.recorded = recorded
             if share.options.tensorboard:
                 _events_of_finished_runs(share, tables[Path(share.options.out)])
-        _cost_phases(shares)
+        spent = Counter() if spent is None else spent
+        with _timed(spent, "cost phase"):
+            _cost_phases(shares)
         for share in shares:
             _reuse_finished(share, tables[Path(share.options.out)])
         _ship_peaks(shares)
-        _train_all(shares, executor, fn)
+        if any(share.todo for share in shares):
+            spent["training phases"] += 1
+        with _timed(spent, "training"):
+            _train_all(shares, executor, fn)
     return [share.summary() for share in shares]
+
+
+@contextlib.contextmanager
+def _timed(spent: Counter[str], what: str):
+    """Adds the block's wall seconds to spent[what], whatever it raised."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        spent[what] += time.perf_counter() - start
 
 
 def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int, tables: store.Tables) -> _Share:

@@ -173,8 +173,8 @@ def test_a_full_disk_inside_a_worker_stops_the_command_with_the_one_job_line(tmp
 
     original = runner.run_sweeps
 
-    def with_full_disk(plans, executor, recorded, locked=False):
-        return original(plans, executor, fn=_disk_full, recorded=recorded, locked=locked)
+    def with_full_disk(plans, executor, recorded, locked=False, spent=None):
+        return original(plans, executor, fn=_disk_full, recorded=recorded, locked=locked, spent=spent)
     commands.run_sweeps = with_full_disk
     try:
         code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"), "--seeds", "0,1",

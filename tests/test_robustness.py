@@ -257,8 +257,9 @@ def test_ctrl_c_exits_130_saying_what_was_kept(tmp_path, capsys, monkeypatch):
     spec = write_spec(tmp_path / "d.toml", "depth", "[1, 2]")
     real = commands.run_sweeps
 
-    def interrupted(plans, executor, recorded, locked=False):   # one finishes, then Ctrl-C
-        real([(name, pts[:1], opts) for name, pts, opts in plans], executor, recorded=recorded, locked=locked)
+    def interrupted(plans, executor, recorded, locked=False, spent=None):   # one finishes, then Ctrl-C
+        real([(name, pts[:1], opts) for name, pts, opts in plans], executor, recorded=recorded, locked=locked,
+             spent=spent)
         raise KeyboardInterrupt
     monkeypatch.setattr(commands, "run_sweeps", interrupted)
     code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--seeds", "0",
@@ -296,8 +297,8 @@ def test_an_adaptive_design_whose_runs_keep_failing_exits_1_and_says_it_is_unfin
             return RunResult(row)
         return execute(task, data)
 
-    def with_failures(plans, executor, recorded, locked=False):
-        return real(plans, executor, fn=failing, recorded=recorded, locked=locked)
+    def with_failures(plans, executor, recorded, locked=False, spent=None):
+        return real(plans, executor, fn=failing, recorded=recorded, locked=locked, spent=spent)
 
     monkeypatch.setattr(commands, "run_sweeps", with_failures)
     code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"), "--seeds", "auto:3,5",

@@ -292,6 +292,32 @@ def test_the_seeds_needed_for_a_difference_follow_the_variance_model():
     assert seeds_needed(seed_var, (delta / z) ** 2 * 1.01, delta, 1) is None   # the test set alone is too noisy
 
 
+def test_the_seeds_needed_are_the_first_count_a_scan_from_two_seeds_finds():
+    """Against a scan of every seed count from 2, one scipy quantile pair at a time (float64), over spreads from
+    a few seeds to thousands, paired and not, with the test set's share small and near the limit."""
+    rng = np.random.default_rng(3)
+
+    def scan(seed_var, image_var, delta, m, paired_var, most):
+        for s in range(2, most + 1):
+            spread, df = (2 * seed_var, 2 * (s - 1)) if paired_var is None else (paired_var, s - 1)
+            q = sps.t.ppf(1 - 0.05 / (2 * m), df) + sps.t.ppf(0.8, df)
+            if q * q * (spread / s + image_var) <= delta ** 2:
+                return s
+        return None
+    found = []
+    for _ in range(60):
+        delta, m = 0.005, int(rng.integers(1, 8))
+        seed_var = (delta * 10 ** rng.uniform(-1, 1.2)) ** 2
+        paired_var = None if rng.random() < 0.5 else 2 * seed_var * rng.uniform(0.2, 1)
+        z = sps.norm.ppf(1 - 0.05 / (2 * m)) + sps.norm.ppf(0.8)
+        image_var = (delta / z) ** 2 * rng.uniform(0, 0.95)
+        most = int(rng.choice([50, 10_000]))
+        got = seeds_needed(seed_var, image_var, delta, m, paired_var=paired_var, most=most)
+        assert got == scan(seed_var, image_var, delta, m, paired_var, most), (seed_var, image_var, m, paired_var, most)
+        found.append(got)
+    assert any(f is None for f in found) and any(f is not None and f > 64 for f in found)  # both ends exercised
+
+
 def test_interaction_contrasts_count_each_source_once():
     rng = np.random.default_rng(8)
     p = population(1000, rng)

@@ -439,10 +439,27 @@ def seeds_needed(seed_var: float, image_var: float, delta: float, comparisons: i
     alone is too large for `delta`."""
     if _quantiles(comparisons, math.inf, alpha, power) ** 2 * image_var >= delta ** 2:
         return None
-    for s in range(MIN_SEEDS, most + 1):
+
+    def fits(s: int) -> bool:
         spread, df = (2 * seed_var, 2 * (s - 1)) if paired_var is None else (paired_var, s - 1)
-        if _quantiles(comparisons, df, alpha, power) ** 2 * (spread / s + image_var) <= delta ** 2:
-            return s
+        return _quantiles(comparisons, df, alpha, power) ** 2 * (spread / s + image_var) <= delta ** 2
+
+    # the least s that fits, found on arrays of s (a block at a time, each 4× the last), then confirmed with
+    # `fits` itself: the fewest s where it holds, as a scan from MIN_SEEDS would find it
+    lo, block = MIN_SEEDS, 64
+    while lo <= most:
+        s = np.arange(lo, min(lo + block, most + 1))
+        spread, df = (2 * seed_var, 2.0 * (s - 1)) if paired_var is None else (paired_var, s - 1.0)
+        q = sps.t.ppf(1 - alpha / (2 * max(comparisons, 1)), df) + sps.t.ppf(power, df)
+        hit = np.flatnonzero(q * q * (spread / s + image_var) <= delta ** 2)
+        if hit.size:
+            found = int(s[hit[0]])
+            while found > MIN_SEEDS and fits(found - 1):
+                found -= 1
+            while found <= most and not fits(found):
+                found += 1
+            return found if found <= most else None
+        lo, block = lo + block, block * 4
     return None
 
 

@@ -417,8 +417,12 @@ def check_margin(margin) -> float:
 def _quantiles(comparisons: int, df: float, alpha: float, power: float) -> float:
     """t_{1−α/2m} + t_power at `df` degrees of freedom: a difference this many standard errors from 0 is
     detected with `power` at the strictest Holm level α/m."""
-    df = df if math.isfinite(df) else 1e9
-    return float(sps.t.ppf(1 - alpha / (2 * max(comparisons, 1)), df) + sps.t.ppf(power, df))
+    return float(_quantile_sums(comparisons, df if math.isfinite(df) else 1e9, alpha, power))
+
+
+def _quantile_sums(comparisons: int, df, alpha: float, power: float):
+    """`_quantiles` at finite degrees of freedom, one or an array of them."""
+    return sps.t.ppf(1 - alpha / (2 * max(comparisons, 1)), df) + sps.t.ppf(power, df)
 
 
 def detectable_difference(se: float, comparisons: int, df: float = math.inf, alpha: float = ALPHA,
@@ -450,7 +454,7 @@ def seeds_needed(seed_var: float, image_var: float, delta: float, comparisons: i
     while lo <= most:
         s = np.arange(lo, min(lo + block, most + 1))
         spread, df = (2 * seed_var, 2.0 * (s - 1)) if paired_var is None else (paired_var, s - 1.0)
-        q = sps.t.ppf(1 - alpha / (2 * max(comparisons, 1)), df) + sps.t.ppf(power, df)
+        q = _quantile_sums(comparisons, df, alpha, power)
         hit = np.flatnonzero(q * q * (spread / s + image_var) <= delta ** 2)
         if hit.size:
             found = int(s[hit[0]])

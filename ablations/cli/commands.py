@@ -258,7 +258,7 @@ def _timings(args: argparse.Namespace, work_started: float) -> str:
     now, spent = time.perf_counter(), getattr(args, "spent", None) or {}
     started = getattr(args, "started", work_started)
     parts = [("start", work_started - started), ("cost phase", spent.get("cost phase", 0.0)),
-             ("training", spent.get("training", 0.0) if spent.get("training phases") else 0.0)]
+             ("training", spent.get("training", 0.0))]
     rest = (now - started) - sum(seconds for _, seconds in parts)
     phases = spent.get("training phases", 0)
     said = [f"{what} {_took(seconds)}" + (f" in {phases} phases" if what == "training" and phases > 1 else "")

@@ -170,9 +170,9 @@ def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Exec
         for share in shares:
             _reuse_finished(share, tables[Path(share.options.out)])
         _ship_peaks(shares)
-        if any(share.todo for share in shares):
-            spent["training phases"] += 1
-        with _timed(spent, "training"):
+        trains = any(share.todo for share in shares)
+        spent["training phases"] += trains
+        with _timed(spent, "training") if trains else contextlib.nullcontext():
             _train_all(shares, executor, fn)
     return [share.summary() for share in shares]
 

@@ -1,19 +1,21 @@
 """Runs side by side in one process: the training of a sweep's runs one after another and JOBS at a time.
 
     python benchmarks/concurrent_runs.py [--sweep depth] [--seeds 0,1] [--epochs 5] [--jobs 1,4,8,16]
-                                         [--evaluation eager[,graphed]] [--rounds 1] [--workers threads]
-                                         [--device auto] [--dataset mnist5k] [--profile N]
+                                         [--evaluation eager[,graphed]] [--capture-warmup 3[,1]] [--rounds 1]
+                                         [--workers threads] [--device auto] [--dataset mnist5k] [--profile N]
 
-Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once per JOBS value and evaluation
-(`RunOptions.evaluation`: each epoch's evaluation eager, or captured into a CUDA graph) in each of `--rounds`
+Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once per JOBS value, evaluation
+(`RunOptions.evaluation`: each epoch's evaluation eager, or captured into a CUDA graph) and capture warm-up (the
+eager steps a run's training step takes on a side stream before each CUDA-graph capture, undone before the captured
+step: `StaticStep.WARMUP`, 3 by default; threads only, which build their steps in this process) in each of `--rounds`
 interleaved rounds, each pass into a fresh folder through the sweep runner and the local executor (`--workers`:
 threads or processes), in one process, and prints per (JOBS, evaluation): the wall time of the training alone
 and the training steps per second of all runs together (median and range over the rounds), the ratio to the
-first pair (only where the interquartile ranges over ≥ 3 rounds are apart), the GPU's busy % over the training
+first combination (only where the interquartile ranges over ≥ 3 rounds are apart), the GPU's busy % over the training
 phases (NVML, the whole device; blank without a GPU), and whether every run's test
 predictions, final training loss and test loss equal those of the first pass bit for bit (a run's arithmetic
-must not depend on what trains beside it, nor its figures on how it is evaluated). One sitting, the machine
-otherwise idle: say its load.
+must not depend on what trains beside it, nor its figures on how it is evaluated or warmed up before a capture).
+One sitting, the machine otherwise idle: say its load.
 
 `--profile N`: afterwards one more pass at JOBS=N under torch.profiler, and what the GPU did in it: the
 kernels' summed time against the time at least one ran (their union) and the wall time, so the mean number
@@ -49,6 +51,9 @@ from ablations.training.data import cached_dataset  # noqa: E402
 from ablations.training.evaluation import check_evaluation  # noqa: E402
 from bench.env import resolve_device  # noqa: E402
 from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
+from bench.training.step import StaticStep  # noqa: E402
+
+Combo = tuple[int, str, int]   # (JOBS, evaluation, capture warm-up steps)
 
 
 def main() -> int:
@@ -58,6 +63,8 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--jobs", default="1,4,8,16")
     parser.add_argument("--evaluation", default="eager", help="comma-separated: eager, graphed")
+    parser.add_argument("--capture-warmup", default=str(StaticStep.WARMUP),
+                        help="comma-separated eager steps before each capture of a training step, each ≥ 1")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workers", default="threads", choices=("threads", "processes"))
     parser.add_argument("--device", default="auto")
@@ -66,12 +73,10 @@ def main() -> int:
     args = parser.parse_args()
     device = resolve_device(args.device)
     seeds = tuple(int(s) for s in args.seeds.split(","))
-    combos = [(int(j), how) for j in args.jobs.split(",") for how in args.evaluation.split(",")]
-    for _, how in combos:
-        try:
-            check_evaluation(how)
-        except ValueError as err:   # its one line before anything trains
-            parser.error(str(err))
+    try:   # each mistake in one line before anything trains
+        combos = _combos(args)
+    except ValueError as err:
+        parser.error(str(err))
     data = cached_dataset(args.dataset)
     spec = load_spec(find_spec(args.sweep))
     points = spec.points(data.img_size, data.in_chans, data.num_classes, {"epochs": args.epochs})
@@ -79,9 +84,9 @@ def main() -> int:
     print(f"{args.sweep}: {len(points)} points × {len(seeds)} seeds, {args.epochs} epochs, {steps:,} steps on "
           f"{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
           f"WORKERS={args.workers}, {args.rounds} interleaved round(s)", flush=True)
-    walls: dict[tuple[int, str], list[float]] = {c: [] for c in combos}
-    same: dict[tuple[int, str], bool] = {}
-    busy: dict[tuple[int, str], list[float]] = {c: [] for c in combos}
+    walls: dict[Combo, list[float]] = {c: [] for c in combos}
+    same: dict[Combo, bool] = {}
+    busy: dict[Combo, list[float]] = {c: [] for c in combos}
     with tempfile.TemporaryDirectory() as tmp:
         # one short run first, untimed: the process's one-time costs (CUDA context, lazy imports and kernels)
         warm = RunOptions(dataset=args.dataset, seeds=(0,), device=args.device, out=f"{tmp}/warm-up",
@@ -89,31 +94,54 @@ def main() -> int:
         run_sweeps([(args.sweep, [dataclasses.replace(points[0], train=dataclasses.replace(points[0].train, epochs=1))],
                      warm)], LocalExecutor(ExecutorOptions(jobs=1, device=args.device)))
         first = None
-        for r, (jobs, how) in interleaved(combos, args.rounds):
-            out = Path(tmp) / f"r{r}-jobs{jobs}-{how}"
-            walls[(jobs, how)].append(one_pass(args, points, seeds, jobs, how, out))
-            busy[(jobs, how)].append(gpu_busy(out))
-            print(f"round {r + 1}, JOBS={jobs}, evaluation={how}: {walls[(jobs, how)][-1]:.1f} s, "
-                  f"{steps / walls[(jobs, how)][-1]:,.0f} steps/s", flush=True)
+        for r, combo in interleaved(combos, args.rounds):
+            jobs, how, warmup = combo
+            out = Path(tmp) / f"r{r}-jobs{jobs}-{how}-warmup{warmup}"
+            walls[combo].append(one_pass(args, points, seeds, combo, out))
+            busy[combo].append(gpu_busy(out))
+            print(f"round {r + 1}, JOBS={jobs}, evaluation={how}, capture warm-up={warmup}: {walls[combo][-1]:.1f} s, "
+                  f"{steps / walls[combo][-1]:,.0f} steps/s", flush=True)
             got = outcome(out, args.sweep)
             first = first or got
-            same[(jobs, how)] = same.get((jobs, how), True) and equal(got, first)
+            same[combo] = same.get(combo, True) and equal(got, first)
         if args.profile:
             profile(args, points, seeds, Path(tmp) / "profiled", steps)
     return summarise(combos, walls, same, steps, busy)
 
 
-def one_pass(args, points, seeds: tuple[int, ...], jobs: int, how: str, out: Path) -> float:
-    """Wall seconds of the training of every run, JOBS=jobs at a time, evaluating as `how` says, into `out`."""
+def _combos(args) -> list[Combo]:
+    """Every (JOBS, evaluation, capture warm-up) the options ask for, in their order; ValueError naming the
+    first value that cannot be run."""
+    evaluations = args.evaluation.split(",")
+    for how in evaluations:
+        check_evaluation(how)
+    warmups = []
+    for text in args.capture_warmup.split(","):
+        if not text.strip().isdigit() or int(text) < 1:
+            raise ValueError(f"--capture-warmup: {text!r} is not a whole number ≥ 1 (a capture needs an eager step "
+                             f"before it to set up what it cannot)")
+        warmups.append(int(text))
+    if args.workers != "threads" and warmups != [StaticStep.WARMUP]:
+        raise ValueError(f"--capture-warmup needs --workers threads: worker processes build their steps with "
+                         f"the default ({StaticStep.WARMUP})")
+    return [(int(j), how, w) for j in args.jobs.split(",") for how in evaluations for w in warmups]
+
+
+def one_pass(args, points, seeds: tuple[int, ...], combo: Combo, out: Path) -> float:
+    """Wall seconds of the training of every run as `combo` says (JOBS at a time, evaluating as it says, each
+    capture after its warm-up steps), into `out`."""
+    jobs, how, warmup = combo
     options = RunOptions(dataset=args.dataset, seeds=seeds, device=args.device, out=str(out), cost=CostPlan(rounds=0),
                          progress=False, checkpoint_every=0, evaluation=how)
     executor = LocalExecutor(ExecutorOptions(jobs=jobs, device=args.device, workers=args.workers))
     print(executor.start(), flush=True)
+    default, StaticStep.WARMUP = StaticStep.WARMUP, warmup   # read by every capture this process makes
     t0 = time.perf_counter()
     try:
         run_sweeps([(args.sweep, points, options)], executor)
     finally:
         executor.close()
+        StaticStep.WARMUP = default
     return time.perf_counter() - t0
 
 
@@ -138,17 +166,17 @@ def gpu_busy(out: Path) -> float:
     return float(phases["util_pct"].iloc[-1]) if len(phases) and "util_pct" in phases else float("nan")
 
 
-def summarise(combos: list[tuple[int, str]], walls: dict, same: dict, steps: int, busy: dict) -> int:
-    """Per (JOBS, evaluation): median wall time and steps/s with their range over rounds, the ratio to the first
+def summarise(combos: list[Combo], walls: dict, same: dict, steps: int, busy: dict) -> int:
+    """Per (JOBS, evaluation, capture warm-up): median wall time and steps/s with their range over rounds, the ratio to the first
     (a ratio only where the interquartile ranges are apart), the GPU's median busy % over the training phases
     (blank without one), and whether its runs equal the first pass's; 1 where any does not."""
     base = Spread.of([steps / w for w in walls[combos[0]]])
     rows = []
     for combo in combos:
         rate = Spread.of([steps / w for w in walls[combo]])
-        rows.append({"jobs": combo[0], "evaluation": combo[1], "wall_s": float(np.median(walls[combo])),
+        rows.append({"jobs": combo[0], "evaluation": combo[1], "warmup": combo[2], "wall_s": float(np.median(walls[combo])),
                      "steps_per_s": rate.median, "range": f"{steps / max(walls[combo]):,.0f}–{steps / min(walls[combo]):,.0f}",
-                     f"vs JOBS={combos[0][0]} {combos[0][1]}": "(reference)" if combo == combos[0]
+                     f"vs JOBS={combos[0][0]} {combos[0][1]} warm-up {combos[0][2]}": "(reference)" if combo == combos[0]
                      else ratio_or_noise(rate, base),
                      "gpu_busy_%": f"{np.median(measured):.0f}" if (measured := [b for b in busy[combo] if b == b])
                      else "—",

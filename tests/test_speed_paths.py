@@ -370,6 +370,38 @@ def test_a_capture_that_succeeds_puts_the_warm_ups_generator_draws_back(monkeypa
     assert ("replay",) in fake.calls and fake.current == ["default"] and steps[1].graphed
 
 
+def _captured_once(monkeypatch, warmup: int) -> tuple[list[int], list[torch.Tensor]]:
+    """One call of a static step that captures after `warmup` eager steps (under the fake): the device
+    generator's draws of each step it ran, and its weights and optimizer state afterwards."""
+    monkeypatch.setattr(StaticStep, "WARMUP", warmup)
+    fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
+    _, steps = _eager_and_static(TINY.replace(stem="conv", patch_size=4), TrainConfig(batch_size=32, grad_clip=1.0),
+                                 capture=True)
+    fake.watch, real_step, draws = steps[1], steps[1]._step, []
+
+    def step(x, y, cache=True):
+        draws.append(torch.randint(0, 10**6, (1,), generator=fake.generator).item())
+        return real_step(x, y, cache)
+    steps[1]._step = step
+    g = torch.Generator().manual_seed(1)
+    steps[1](torch.randn(32, 1, 8, 8, generator=g), torch.randint(0, 10, (32,), generator=g), lr=1e-3)
+    assert steps[1].graphed and ("replay",) in fake.calls
+    optimizer = steps[1].optimizer
+    return draws, [t.clone() for t in steps[1].model.state_dict().values()] + [
+        v.clone() for st in optimizer.state.values() for v in st.values() if torch.is_tensor(v)]
+
+
+def test_how_many_warm_up_steps_precede_a_capture_leaves_no_trace(monkeypatch):
+    """The warm-up before a capture is undone whatever its length: with one eager step or three, the captured
+    step draws what the first warm-up step drew, and the weights and optimizer state after it are the same
+    bit for bit (so `benchmarks/concurrent_runs.py --capture-warmup` compares the same runs)."""
+    runs = {w: _captured_once(monkeypatch, w) for w in (1, StaticStep.WARMUP)}
+    for w, (draws, _) in runs.items():
+        assert len(draws) == w + 1 and draws[-1] == draws[0]
+    (_, one), (_, default) = runs[1], runs[StaticStep.WARMUP]
+    assert len(one) == len(default) and all(torch.equal(a, b) for a, b in zip(one, default))
+
+
 def test_a_dataset_is_parsed_once_then_read_bit_identical_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
     raw = tmp_path / "data" / "MNIST" / "raw"
@@ -468,6 +500,36 @@ def test_the_graphed_step_trains_like_the_eager_step_on_cuda(dtype):
     assert sorted(steps[1].graphs) == [17, 64]
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
         torch.testing.assert_close(p, q, rtol=2e-2 if dtype == "bf16" else 1e-4, atol=1e-3, msg=name)
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_one_warm_up_step_before_a_capture_trains_bit_for_bit_as_three_on_cuda(dtype, monkeypatch):
+    """Two graphed steps from the same weights, one capturing after one eager warm-up step and one after
+    three (the default): after steps of two batch sizes (a capture each) their weights are equal bit for bit."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)   # the conv stem's backward, either way
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    a = VisionTransformer(TINY.replace(stem="conv", patch_size=4)).to(device)
+    b = VisionTransformer(a.cfg).to(device)
+    b.load_state_dict(a.state_dict())
+    steps = []
+    for model, warmup in ((a, StaticStep.WARMUP), (b, 1)):
+        model.train()
+        step = StaticStep(model, model, adamw(param_groups(model, 0.05), 1e-3),
+                          torch.amp.GradScaler("cuda", enabled=False), TrainConfig(batch_size=64), device, dtype)
+        step.WARMUP = warmup
+        steps.append(step)
+    g = torch.Generator().manual_seed(1)
+    for batch in (64, 64, 17, 64, 17):
+        x, y = torch.randn(batch, 1, 8, 8, generator=g).to(device), torch.randint(0, 10, (batch,), generator=g).to(device)
+        losses = [step(x, y, lr=1e-3) for step in steps]
+        assert torch.equal(losses[0], losses[1])
+    assert all(s.graphed and sorted(s.graphs) == [17, 64] for s in steps)
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(p, q), name
 
 
 @pytest.mark.gpu

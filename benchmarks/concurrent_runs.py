@@ -9,7 +9,7 @@ Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once
 eager steps a run's training step takes on a side stream before each CUDA-graph capture, undone before the captured
 step: `StaticStep.WARMUP`, 3 by default; threads only, which build their steps in this process) in each of `--rounds`
 interleaved rounds, each pass into a fresh folder through the sweep runner and the local executor (`--workers`:
-threads or processes), in one process, and prints per (JOBS, evaluation): the wall time of the training alone
+threads or processes), in one process, and prints per combination: the wall time of the training alone
 and the training steps per second of all runs together (median and range over the rounds), the ratio to the
 first combination (only where the interquartile ranges over ≥ 3 rounds are apart), the GPU's busy % over the training
 phases (NVML, the whole device; blank without a GPU), and whether every run's test

@@ -350,29 +350,9 @@ def test_a_run_evaluates_as_its_options_say_graphed_only_on_cuda(monkeypatch, tm
     assert asked == ["graphed"] and read_table(tmp_path / "ablations" / "e.csv").iloc[0]["status"] == "ok"
 
 
-def test_a_capture_that_succeeds_puts_the_warm_ups_generator_draws_back(monkeypatch):
-    fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
-    model_cfg = TINY.replace(stem="conv", patch_size=4)
-    _, steps = _eager_and_static(model_cfg, TrainConfig(batch_size=32, grad_clip=1.0), capture=True)
-    fake.watch = steps[1]
-    real_step = steps[1]._step
-    draws = []
-
-    def step(x, y, cache=True):
-        draws.append(torch.randint(0, 10**6, (1,), generator=fake.generator).item())
-        return real_step(x, y, cache)
-    steps[1]._step = step
-    g = torch.Generator().manual_seed(1)
-    x, y = torch.randn(32, 1, 8, 8, generator=g), torch.randint(0, 10, (32,), generator=g)
-    steps[1](x, y, lr=1e-3)
-    # three warm-up steps, then the captured one: it draws what the first warm-up step drew
-    assert len(draws) == StaticStep.WARMUP + 1 and draws[-1] == draws[0] and len(set(draws[:3])) == 3
-    assert ("replay",) in fake.calls and fake.current == ["default"] and steps[1].graphed
-
-
-def _captured_once(monkeypatch, warmup: int) -> tuple[list[int], list[torch.Tensor]]:
+def _captured_once(monkeypatch, warmup: int) -> tuple[list[int], list[torch.Tensor], _FakeCuda]:
     """One call of a static step that captures after `warmup` eager steps (under the fake): the device
-    generator's draws of each step it ran, and its weights and optimizer state afterwards."""
+    generator's draws of each step it ran, its weights and optimizer state afterwards, and the fake."""
     monkeypatch.setattr(StaticStep, "WARMUP", warmup)
     fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
     _, steps = _eager_and_static(TINY.replace(stem="conv", patch_size=4), TrainConfig(batch_size=32, grad_clip=1.0),
@@ -388,7 +368,14 @@ def _captured_once(monkeypatch, warmup: int) -> tuple[list[int], list[torch.Tens
     assert steps[1].graphed and ("replay",) in fake.calls
     optimizer = steps[1].optimizer
     return draws, [t.clone() for t in steps[1].model.state_dict().values()] + [
-        v.clone() for st in optimizer.state.values() for v in st.values() if torch.is_tensor(v)]
+        v.clone() for st in optimizer.state.values() for v in st.values() if torch.is_tensor(v)], fake
+
+
+def test_a_capture_that_succeeds_puts_the_warm_ups_generator_draws_back(monkeypatch):
+    draws, _, fake = _captured_once(monkeypatch, StaticStep.WARMUP)
+    # three warm-up steps, then the captured one: it draws what the first warm-up step drew
+    assert len(draws) == StaticStep.WARMUP + 1 and draws[-1] == draws[0] and len(set(draws[:3])) == 3
+    assert fake.current == ["default"]   # graphed and replayed: `_captured_once` asserts it
 
 
 def test_how_many_warm_up_steps_precede_a_capture_leaves_no_trace(monkeypatch):
@@ -396,9 +383,9 @@ def test_how_many_warm_up_steps_precede_a_capture_leaves_no_trace(monkeypatch):
     step draws what the first warm-up step drew, and the weights and optimizer state after it are the same
     bit for bit (so `benchmarks/concurrent_runs.py --capture-warmup` compares the same runs)."""
     runs = {w: _captured_once(monkeypatch, w) for w in (1, StaticStep.WARMUP)}
-    for w, (draws, _) in runs.items():
+    for w, (draws, _, _) in runs.items():
         assert len(draws) == w + 1 and draws[-1] == draws[0]
-    (_, one), (_, default) = runs[1], runs[StaticStep.WARMUP]
+    (_, one, _), (_, default, _) = runs[1], runs[StaticStep.WARMUP]
     assert len(one) == len(default) and all(torch.equal(a, b) for a, b in zip(one, default))
 
 

@@ -1,6 +1,7 @@
 """The sweep runner: a SIGKILL mid-sweep loses nothing finished and a rerun trains only what is missing; a
 diverging run is recorded; every run keeps its test predictions; a run finished in another sweep is reused."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -9,15 +10,16 @@ import pytest
 from helpers import run_sweep
 
 from ablations.results.schema import read_table
-from ablations.results.store import SweepError, SweepPaths, load_preds, sweep_lock
-from ablations.running import runner
+from ablations.results.store import SweepError, SweepPaths, load_preds, model_key, sweep_lock
+from ablations.running import order, runner
 from ablations.running.cost import CostPlan
 from ablations.running.executors.local import LocalExecutor
 from ablations.running.runner import run_sweeps
-from ablations.running.tasks import RunOptions
+from ablations.running.tasks import RunOptions, Task
 from ablations.running.worker import execute
 from ablations.specs import Point
 from ablations.training.data import load_dataset
+from bench.flops import closed_form_macs
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
@@ -107,7 +109,7 @@ def test_a_commands_sweeps_run_as_one_stream_after_every_cost_phase_and_train_a_
 
     monkeypatch.setattr(runner, "run_cost_phases", phase)
     opts = RunOptions(dataset="digits", out=str(tmp_path), seeds=(0, 1), progress=False,
-                      cost=CostPlan(rounds=1, infer_batch_size=8))
+                      cost=CostPlan(rounds=1, infer_batch_size=8), run_order="listed")
     executor = CountingExecutor()
     summaries = run_sweeps([("a", depth_points("a", 1, 2), opts), ("b", depth_points("b", 2, 3), opts)],
                            executor, fn=counting)
@@ -130,6 +132,64 @@ def test_a_commands_sweeps_run_as_one_stream_after_every_cost_phase_and_train_a_
         assert row["step_ms_median"] == infer["step_ms_median"].iloc[0]
     again = run_sweeps([("a", depth_points("a", 1, 2), opts), ("b", depth_points("b", 2, 3), opts)], fn=counting)
     assert [s.skipped for s in again] == [4, 4] and len(events) == 7   # a rerun trains nothing
+
+
+def _started_in(out, seeds=(0, 1), **changes):
+    """The run ids of sweeps a (depth 1, 2) and b (depth 2, 3) in the order they started, and every run's row."""
+    started = []
+
+    def counting(task, data):
+        started.append(task.run_id)
+        return execute(task, data)
+
+    opts = RunOptions(dataset="digits", out=str(out), seeds=seeds, progress=False, **changes)
+    run_sweeps([("a", depth_points("a", 1, 2), opts), ("b", depth_points("b", 2, 3), opts)], CountingExecutor(),
+               fn=counting)
+    rows = pd.concat([read_table(SweepPaths.of(out, s).rows) for s in "ab"]).drop_duplicates("run_id")
+    return started, rows.set_index("run_id")
+
+
+def test_runs_start_longest_expected_first_by_the_cost_phases_training_steps(tmp_path):
+    started, rows = _started_in(tmp_path, cost=CostPlan(rounds=1, infer_batch_size=8))
+    step = {}   # each depth's training step as the cost tables recorded it (one round: its median)
+    for sweep in "ab":
+        cost = read_table(SweepPaths.of(tmp_path, sweep).cost)
+        step.update({int(r["depth"]): float(r["step_ms_median"]) for _, r in cost[cost["mode"] == "train"].iterrows()})
+    assert len(step) == 3 and len(started) == 6     # depth 2 is one run per seed, trained once for both sweeps
+    order = [(step[int(rows.loc[rid, "depth"])], int(rows.loc[rid, "seed"])) for rid in started]
+    assert order == sorted(order, key=lambda o: (-o[0], o[1]))   # slowest step first; a point's seeds as listed
+
+
+def test_a_runs_expected_time_is_its_epochs_times_its_batches_times_its_measured_step():
+    d1, d2, d3 = depth_points("a", 1, 2, 3)
+    d2 = dataclasses.replace(d2, train=dataclasses.replace(FAST, epochs=4))
+    d3 = dataclasses.replace(d3, train=dataclasses.replace(FAST, batch_size=64))
+    half = dataclasses.replace(d1, train=dataclasses.replace(FAST, holdout=0.5))
+    tasks = [Task(p, 0, str(i), options(".")) for i, p in enumerate((d1, d2, d3, half))]
+    ms = {model_key(p.model): v for p, v in ((d1, 30.0), (d2, 10.0), (d3, 20.0))}
+    # 1,280 images: d1 10 batches × 30 ms = 300; d2 4 epochs × 10 × 10 ms = 400; d3 20 batches × 20 ms = 400;
+    # half of d1's images held out: 5 × 30 ms = 150
+    assert [order.expected_work(t, ms, lambda t: 1280) for t in tasks] == [300, 400, 400, 150]
+    assert [t.run_id for t in order.longest_first(tasks, ms, lambda t: 1280)] == ["1", "2", "0", "3"]  # a tie as listed
+    del ms[model_key(d3.model)]   # one step unmeasured: every run ranked by its forward MACs over its training
+    macs = [closed_form_macs(p.model) * e for p, e in ((d1, 1), (d2, 4), (d3, 1), (d1, 0.5))]
+    assert [t.run_id for t in order.longest_first(tasks, ms, lambda t: 1280)] == \
+        [str(i) for i in sorted(range(4), key=lambda i: -macs[i])]
+
+
+def test_without_a_cost_phase_runs_start_by_forward_macs_and_compute_what_the_listed_order_computes(tmp_path):
+    longest, rows = _started_in(tmp_path / "longest", cost=CostPlan(rounds=0))
+    listed, rows_listed = _started_in(tmp_path / "listed", cost=CostPlan(rounds=0), run_order="listed")
+    depth_seed = [(int(rows.loc[rid, "depth"]), int(rows.loc[rid, "seed"])) for rid in longest]
+    assert depth_seed == [(3, 0), (3, 1), (2, 0), (2, 1), (1, 0), (1, 1)]   # MACs grow with depth
+    assert [(int(rows_listed.loc[rid, "depth"]), int(rows_listed.loc[rid, "seed"])) for rid in listed] == \
+        [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1)]
+    for column in ("train_loss", "test_loss", "test_acc"):   # the order moves when a run starts, not what it computes
+        assert rows[column].sort_index().equals(rows_listed[column].sort_index())
+    for rid in longest:
+        preds = [load_preds(SweepPaths.of(tmp_path / order, rows.loc[rid, "sweep"]).preds / f"{rid}.npz")[0]
+                 for order in ("longest", "listed")]
+        assert np.array_equal(*preds)
 
 
 def test_a_shared_run_that_fails_is_recorded_as_failed_in_each_sweep(tmp_path):

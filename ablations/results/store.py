@@ -428,6 +428,15 @@ def spreads(phase: pd.DataFrame, by: list[str]) -> dict[tuple, dict[str, Spread]
     return found
 
 
+def train_step_ms(phase: pd.DataFrame) -> dict[str, float]:
+    """{model_key: the median over its uncontended rounds of the training step's median time (ms)}."""
+    ok = uncontended(phase[(phase["status"] == "ok") & (phase["mode"] == "train")]) if len(phase) else phase
+    if ok.empty:
+        return {}
+    keys = ok.apply(lambda r: model_key(ViTConfig.from_row(r)), axis=1)
+    return {key: float(group.median()) for key, group in ok["step_ms_median"].astype(float).groupby(keys, sort=False)}
+
+
 def row_figures(phase: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """{model_key: the inference speed columns of a training row}: medians over rounds, the IQR of the
     per-round step times as step_ms_iqr."""

@@ -3,7 +3,8 @@
 Before training, the sweep's cost phase (`ablations.running.cost`) measures every point's speed side by side;
 each training row carries its config's figures. A command's sweeps share one executor (`run_sweeps`):
 every sweep's cost phase first, then all their runs as one stream, so JOBS workers start once and no
-sweep waits for the slowest run of the one before. Resume: a run whose `run_id` already has an `ok` row
+sweep waits for the slowest run of the one before; the runs expected to take longest start first
+(`ablations.running.order`, RUN_ORDER). Resume: a run whose `run_id` already has an `ok` row
 in `<out>/ablations/<sweep>.csv` is skipped. Faults: a run that diverges, runs out of memory or raises
 is recorded with its status and the sweep goes on. Writes: only the driver writes, through `ablations.results.store`
 (`store.record`), so an executor that runs tasks elsewhere (Ray) needs no shared filesystem. What one run
@@ -36,6 +37,7 @@ from ablations.results.store import PHASES, SweepError, SweepPaths, is_ok, model
 from ablations.running.cost import run_cost_phases
 from ablations.running.executors.base import Executor, ExecutorOptions
 from ablations.running.executors.local import LocalExecutor
+from ablations.running.order import longest_first
 from ablations.running.tasks import RunOptions, RunResult, Task, base_row, make_tasks
 from ablations.running.worker import execute, load_data, peak_or_none
 from ablations.specs import Point
@@ -126,6 +128,8 @@ class _Share:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> its point's label
     rows: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # run id -> its row, kept now or before
     recorded: list[str] | None = None   # the command's list of the run ids written, in order (see `run_sweeps`)
+    step_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # model key -> cost phase's training step ms
+    train_images: int | None = None   # the training set's images, where the cost phase loaded it
 
     def summary(self) -> SweepSummary:
         return SweepSummary(self.sweep, self.paths, self.planned, self.skipped, self.reused, dict(self.statuses),
@@ -140,10 +144,10 @@ def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Exec
 
     First, with every sweep's lock held: each sweep's preflight, one cost phase over all their points
     (with no training beside it; a model several sweeps share is timed once), and the runs that sweeps
-    on disk already finished. Then all the sweeps' runs as one stream through the executor, in sweep
-    order: JOBS workers start once and stay busy from one sweep to the next. A run two of these sweeps
-    share (same run_id: the base point of several sweeps) is trained once and recorded in each, as a
-    reuse in all but the first. Each sweep's table, and those of the other sweeps under its OUT, is read
+    on disk already finished. Then all the sweeps' runs as one stream through the executor, the longest
+    expected first (or in sweep order: `RunOptions.run_order`): JOBS workers start once and stay busy to the
+    end. A run two of these sweeps share (same run_id: the base point of several sweeps) is trained once and
+    recorded in each, as a reuse in all but the first. Each sweep's table, and those of the other sweeps under its OUT, is read
     once (`store.Tables`). `recorded`: a list the run ids are appended to as their rows are written, which
     the caller still holds when a signal or an error ends the command. `locked`: the caller holds every
     sweep's lock already (a command that writes more of a sweep than its runs: its design file). `spent`: a
@@ -280,6 +284,7 @@ def _cost_phases(shares: list[_Share]) -> None:
         for share in members:
             figures = store.row_figures(phases[share.sweep])
             share.todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in share.todo]
+            share.step_ms, share.train_images = store.train_step_ms(phases[share.sweep]), workload[0]
 
 
 def _ship_peaks(shares: list[_Share]) -> None:
@@ -334,7 +339,7 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
     desc = f"sweep {shares[0].sweep}" if len(shares) == 1 else f"{len(shares)} sweeps"
     total = sum(len(share.todo) for share in shares)
     # closed (the workers stopped) on a raise
-    stream = contextlib.closing(executor.run(list(first.values()), fn, load_data))
+    stream = contextlib.closing(executor.run(_in_order(list(first.values()), shares), fn, load_data))
     region, images = _device_region(shares, executor), 0
     with tqdm(total=total, desc=desc, unit="run", disable=not shares[0].options.progress) as bar, stream as outcomes, \
             region or contextlib.nullcontext():
@@ -358,6 +363,16 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
                 bar.update()
     if region is not None and images:
         _keep_phase(shares, executor, region.figures(images))
+
+
+def _in_order(tasks: list[Task], shares: list[_Share]) -> list[Task]:
+    """The runs in the order they start (`running.order`): longest expected first, from the cost phase's
+    training steps, unless a sweep's options ask for the listed order."""
+    if any(share.options.run_order == "listed" for share in shares):
+        return tasks
+    step_ms = {key: ms for share in shares for key, ms in share.step_ms.items()}
+    images = {share.sweep: share.train_images or 1 for share in shares}   # unknown (no cost phase): per image
+    return longest_first(tasks, step_ms, lambda task: images.get(task.point.sweep, 1))
 
 
 PHASE_COLUMNS = ["when", "sweeps", "runs", "jobs", "device_name", "wall_s", "images", "util_pct", "util_samples",

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ablations.choices import RUN_ORDERS
 from ablations.results.identity import experiment_id, task_key
 from ablations.running.cost import CostPlan
 from ablations.specs import Point
@@ -37,11 +38,15 @@ class RunOptions:
     # how a run evaluates at each epoch's end (training.evaluation.evaluator): the sweeps' "eager", or "graphed"
     # on CUDA (benchmarks/concurrent_runs.py times the two); the same figures either way, not part of a run id
     evaluation: str = "eager"
+    # the order runs start in (running.order): "longest" expected first, or "listed"; not part of a run id
+    run_order: str = "longest"
 
     def __post_init__(self) -> None:
         from ablations.training.evaluation import check_evaluation
 
         check_evaluation(self.evaluation)
+        if self.run_order not in RUN_ORDERS:
+            raise ValueError(f"run_order={self.run_order!r} is unknown; choose one of {list(RUN_ORDERS)}")
 
 
 @dataclass(frozen=True)

@@ -308,13 +308,14 @@ def fill_small_filesystem(spec: Path, work: Path, tally: Tally) -> None:
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None and len(finished(out, spec.stem)) < 2:
             time.sleep(0.05)
-        with open(mount / "filler", "wb") as f:  # take every free byte
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        filler = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)   # unbuffered: nothing left to flush at close
+        try:   # take every free byte
+            while True:
+                os.write(filler, b"\0" * 65536)
+        except OSError:
+            pass
+        finally:
+            os.close(filler)
         err = proc.communicate(timeout=600)[1]
         kept = finished(out, spec.stem)
         lines = [line for line in err.splitlines() if line.startswith("error:")]

@@ -843,11 +843,13 @@ def test_the_accuracy_panel_draws_the_verdicts_paired_differences_and_its_decisi
 
 def test_a_sweep_of_one_setting_draws_how_its_runs_spread_not_six_one_point_panels(tmp_path, monkeypatch):
     import ablations.analysis.figures as figs
+    import ablations.analysis.report as report
 
     for seed in range(4):
         write_run(tmp_path, 2, seed, mask(range(50 + 5 * seed)))     # 95, 94.5, 94, 93.5 %
     drawn = {}
     real = figs.save
+    monkeypatch.setattr(report, "_may_fork", lambda: False)   # the figures drawn in this process, where `drawn` sees them
     monkeypatch.setattr(figs, "save", lambda fig, where, **kw: drawn.setdefault(Path(where).name, fig) and real(fig, where, **kw))
     text = build_report(tmp_path).read_text()
     fig = drawn["depth.png"]
@@ -1003,42 +1005,86 @@ def test_sweep_sections_built_in_forked_processes_give_the_report_of_one_process
             os.kill(os.getpid(), signal.SIGKILL)   # a worker killed mid-report (the OOM killer, say)
         return real(spec, *args)
     monkeypatch.setattr(report, "sweep_section", section)
+    real_pareto = report._pareto_section
+
+    def pareto(*args):   # a closing section: built beside the sweeps' in a worker of its own
+        with builders.open("a") as f:
+            f.write(f"pareto {os.getpid()}\n")
+        return real_pareto(*args)
+    monkeypatch.setattr(report, "_pareto_section", pareto)
     patch = depth.assign(sweep="patch", patch_size=depth["depth"].map({1: 2, 2: 4, 3: 8}), depth=4,
                          run_id="b" + depth["run_id"].astype(str).str[1:])
     for row in patch.astype(object).where(patch.notna(), None).to_dict("records"):
         append_row(SweepPaths.of(tmp_path, "patch").rows, row, ABLATION_COLUMNS)
 
+    reference = tmp_path.parent / f"{tmp_path.name}-reference"   # a folder to compare with: a copy of these runs
+    shutil.copytree(tmp_path / "ablations", reference / "ablations")
     built = {}
     monkeypatch.setattr(report, "_may_fork", lambda: True)   # earlier tests may have left a thread (tqdm's monitor)
-    for cores in (1, 3):
+    for cores in (1, 5):
         monkeypatch.setattr(report, "_cores", lambda cores=cores: cores)
         shutil.rmtree(tmp_path / "figures", ignore_errors=True)
         builders.write_text("")
-        text = build_report(tmp_path).read_text()
+        text = build_report(tmp_path, reference=reference).read_text()
         figures = {p.name: p.read_bytes() for p in sorted((tmp_path / "figures").iterdir())}
         pids = {line.split()[0]: int(line.split()[1]) for line in builders.read_text().splitlines()}
         built[cores] = text, figures, pids
-    (serial, serial_figures, serial_pids), (forked, forked_figures, forked_pids) = built[1], built[3]
-    assert forked == serial and forked_figures == serial_figures and {"depth.png", "heads.png"} <= set(serial_figures)
+    (serial, serial_figures, serial_pids), (forked, forked_figures, forked_pids) = built[1], built[5]
+    assert forked == serial and forked_figures == serial_figures
+    assert {"depth.png", "heads.png", "pareto.png"} <= set(serial_figures)
+    assert "## against the reference" in serial   # a closing section of its own, after the sweeps'
     assert set(serial_pids.values()) == {os.getpid()}
-    assert sorted(serial_pids) == sorted(forked_pids) == ["depth", "heads", "patch"]
-    assert os.getpid() not in forked_pids.values()
+    assert sorted(serial_pids) == sorted(forked_pids) == ["depth", "heads", "pareto", "patch"]
+    assert os.getpid() not in forked_pids.values() and len(set(forked_pids.values())) >= 2
     notes = serial.split("## Skipped inputs", 1)[1]
     assert notes.index("000001000001.npz") < notes.index("a00001000001.npz") < notes.index("the patch sweep's section")
     assert "the patch sweep's section: could not be built (RuntimeError: a section that fails)" in notes
     killed.touch()
     builders.write_text("")
-    assert build_report(tmp_path).read_text() == serial   # a worker that dies: the sections built here instead
+    # a worker that dies: the sections built here instead
+    assert build_report(tmp_path, reference=reference).read_text() == serial
     assert [line.split()[0] for line in builders.read_text().splitlines() if int(line.split()[1]) == os.getpid()] \
-        == ["depth", "heads", "patch"]
+        == ["depth", "heads", "patch", "pareto"]
     monkeypatch.setattr(report, "_may_fork", real_may_fork)
     ticking = threading.Event()
     beside = threading.Thread(target=ticking.wait)   # another thread of this process: no fork, the same report
     beside.start()
     try:
         builders.write_text("")
-        assert not report._may_fork() and build_report(tmp_path).read_text() == serial
+        assert not report._may_fork() and build_report(tmp_path, reference=reference).read_text() == serial
         assert {int(line.split()[1]) for line in builders.read_text().splitlines()} == {os.getpid()}
     finally:
         ticking.set()
         beside.join()
+
+
+def test_the_report_is_the_same_whatever_order_the_runs_finished_in(tmp_path):
+    """Runs start longest expected first (`running.order`), so a table's rows come in the order its runs finished:
+    the report's text and figures, the comparison with a reference folder included, do not depend on it."""
+    import shutil
+
+    ten_points_apart(tmp_path / "a")
+    write_cost(tmp_path / "a", {1: [200, 210, 205, 198, 202], 2: [100, 104, 99, 101, 103]})
+    depth = read_table(SweepPaths.of(tmp_path / "a", "depth").rows)   # and a sweep whose settings share GFLOPs
+    heads = depth.assign(sweep="heads", num_heads=depth["depth"].map({1: 2, 2: 4, 3: 8}), depth=4, gmacs=0.04,
+                         gflops=0.08, run_id="a" + depth["run_id"].astype(str).str[1:])
+    SweepPaths.of(tmp_path / "a", "heads").preds.mkdir(parents=True)
+    for rid, new in zip(depth["run_id"], heads["run_id"]):
+        if (SweepPaths.of(tmp_path / "a", "depth").preds / f"{rid}.npz").exists():
+            shutil.copy(SweepPaths.of(tmp_path / "a", "depth").preds / f"{rid}.npz",
+                        SweepPaths.of(tmp_path / "a", "heads").preds / f"{new}.npz")
+    for row in heads.astype(object).where(heads.notna(), None).to_dict("records"):
+        append_row(SweepPaths.of(tmp_path / "a", "heads").rows, row, ABLATION_COLUMNS)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    for sweep in ("depth", "heads"):
+        rows = SweepPaths.of(tmp_path / "b", sweep).rows
+        table = pd.read_csv(rows, dtype=str, keep_default_na=False)
+        table.iloc[::-1].to_csv(rows, index=False)   # the same runs, finished the other way round
+    reference = tmp_path / "reference"
+    shutil.copytree(tmp_path / "a" / "ablations", reference / "ablations")
+    texts = [build_report(tmp_path / side, reference=reference).read_text().replace(str(tmp_path / side), "OUT")
+             for side in "ab"]
+    assert "## against the reference" in texts[0] and "depth=1" in texts[0]
+    assert texts[0] == texts[1]
+    figures = [{p.name: p.read_bytes() for p in sorted((tmp_path / side / "figures").iterdir())} for side in "ab"]
+    assert figures[0] == figures[1] and {"depth.png", "heads.png", "pareto.png"} <= set(figures[0])

@@ -58,6 +58,12 @@ def _trained_in(rows: pd.DataFrame) -> str:
     return " + ".join(sorted({f"{d} on {v}" for d, v in zip(dtype, device)}))
 
 
+def _sortable(column: pd.Series) -> pd.Series:
+    """A column's values as they sort: numbers by value where the whole column is numeric, else as text."""
+    numeric = pd.to_numeric(column, errors="coerce")
+    return numeric if numeric.notna().sum() == column.notna().sum() else column.astype(str)
+
+
 def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) -> pd.DataFrame:
     """One row per point that both folders ran; ValueError if they share no finished run. `tables`: the two
     folders' tables as the caller read them (else read here)."""
@@ -73,6 +79,8 @@ def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) 
         keys = [c for c in POINT_COLUMNS if c in rows_a.columns]
         # a blank cell (an older table that did not record the column) matches any value, as in `experiments`
         varying = [c for c in keys if rows_a[c].nunique(dropna=True) > 1]  # the others are one value per table
+        if varying:   # the points in the order of their settings, whatever order the runs finished in
+            rows_a = rows_a.sort_values(varying, kind="stable", key=_sortable)
         rows_a = rows_a.assign(point=[", ".join(f"{c}={v}" for c, v in zip(varying, values)) or "all"
                                       for values in rows_a[varying].itertuples(index=False)])
         rows_b = rows_b.loc[rows_a["key"]].assign(point=rows_a["point"].to_numpy())  # same runs, same order

@@ -163,9 +163,7 @@ def build_report(out: Path, data_root: str | Path = "data", reference: Path | No
     A damaged row or file is skipped and listed at the end under "Skipped inputs"."""
     read = Tables(out)   # each table under `out` read once, for every section
     with collecting_skips() as notes:
-        lines = _report_lines(Path(out), data_root, margin, read)
-        if reference is not None:
-            lines += _guarded("against the reference", _reference_section, read, Tables(reference))
+        lines = _report_lines(Path(out), data_root, margin, read, reference)
     lines += wording.skipped_lines(notes)
     lines.append(wording.method(margin))
     path = Path(out) / "REPORT.md"
@@ -222,7 +220,7 @@ def _tables(out: Path, specs: dict[str, SweepSpec], read: Tables
     return tables, tunings
 
 
-def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables) -> list[str]:
+def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables, reference: Path | None) -> list[str]:
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     specs = _specs(out)
@@ -233,7 +231,6 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
                                 (all_rows["started_at"].min(), all_rows["started_at"].max()) if newest else None)
     if newest:
         lines += _guarded("training phases on a GPU", _phases_section, read)
-    factors: dict[str, str] = {}
     absent, has_pos, has_bench, lacking = _lacking(out, specs, tables)
     lines += lacking
     sweeps_of = sittings.sweeps_of_runs(tables)
@@ -241,27 +238,43 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables)
     budgets = pd.concat([t for t in standing if not t.empty and "run_id" in t], ignore_index=True) \
         if any(not t.empty and "run_id" in t for t in standing) else pd.DataFrame()
     shown = {sweep: spec for sweep, spec in specs.items() if sweep not in absent}
+    factors = {sweep: spec.factor for sweep, spec in shown.items() if sweep in tables}
     finished = [sweep for sweep in shown if sweep in tables and not ok_rows(tables[sweep]).empty]
-    built = dict(zip(finished, _sections([(f"the {sweep} sweep's section", sweep_section,
-                                           (shown[sweep], tables[sweep], read, figures, tunings.get(sweep), margin,
-                                            sweeps_of, budgets)) for sweep in finished])))
+    built = _sections([(f"the {sweep} sweep's section", sweep_section, (shown[sweep], tables[sweep], read, figures,
+                                                                        tunings.get(sweep), margin, sweeps_of, budgets))
+                       for sweep in finished]
+                      + _closing_sections(out, all_rows, factors, tables, figures, data_root, has_pos, has_bench,
+                                          (read, reference)))
+    of_sweep = dict(zip(finished, built))
     for sweep, spec in shown.items():
         lines += wording.sweep_heading(sweep, spec.label, spec.description)
         if sweep not in tables:
             lines += wording.missing_table(sweep, SweepPaths.of(out, sweep).rows)
             continue
-        factor = factors[sweep] = spec.factor
         failed = failed_rows(tables[sweep])
-        lines += built.get(sweep, [])
+        lines += of_sweep.get(sweep, [])
         if len(failed):
-            lines += wording.failed_lines(factor, failed.to_dict("records"))
+            lines += wording.failed_lines(factors[sweep], failed.to_dict("records"))
+    return lines + [line for section in built[len(finished):] for line in section]
+
+
+def _closing_sections(out: Path, all_rows: pd.DataFrame, factors: dict[str, str], tables: dict[str, pd.DataFrame],
+                      figures: Path, data_root: str | Path, has_pos: bool, has_bench: bool,
+                      against: tuple[Tables, Path | None]) -> list[Section]:
+    """The sections after the sweeps', in order: the accuracy-against-compute fronts and the look inside the
+    models (where runs finished), the backends' bench results, and the comparison with the reference folder
+    (`against`: this OUT's tables and the reference folder, or None)."""
+    sections: list[Section] = []
     if not ok_rows(all_rows).empty:
-        lines += _guarded("accuracy against compute", _pareto_section, all_rows, factors, figures, out)
+        sections.append(("accuracy against compute", _pareto_section, (all_rows, factors, figures, out)))
         if has_pos:
-            lines += _guarded("inside the model", inside_the_model, out, tables, factors, figures, Path(data_root))
+            sections.append(("inside the model", inside_the_model, (out, tables, factors, figures, Path(data_root))))
     if has_bench:
-        lines += _guarded("attention backends (bench)", _bench_section, out / "bench", figures)
-    return lines
+        sections.append(("attention backends (bench)", _bench_section, (out / "bench", figures)))
+    read, reference = against
+    if reference is not None:
+        sections.append(("against the reference", _reference_section, (read, Tables(reference))))
+    return sections
 
 
 def _reference_section(mine: Tables, theirs: Tables) -> list[str]:
@@ -301,7 +314,7 @@ def setting_means(all_rows: pd.DataFrame, factors: dict[str, str], out: Path | N
         enough = rows.groupby(factor)["seed"].size().min() >= MIN_SEEDS
         correct = (load_correct(rows, factor, SweepPaths.of(out, sweep).preds)[0]
                    if out is not None and enough else None)
-        for value, group in rows.groupby(factor, sort=False):
+        for value, group in rows.groupby(factor, sort=True):   # by value, whatever order the runs finished in
             size = int(group["test_size"].dropna().iloc[0]) if "test_size" in group and group["test_size"].notna().any() else None
             interval = accuracy_interval(group["test_acc"].astype(float), size, correct.get(value) if correct else None)
             epochs = group["epochs"].iloc[0] if "epochs" in group else None

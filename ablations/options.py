@@ -127,10 +127,11 @@ RUN = (
                            "CUDA captured once into a CUDA graph and replayed (the same figures bit for bit, one "
                            "launch instead of one Python call per kernel); elsewhere eager",
            "EVALUATION", choices=["eager", "graphed"], default="eager"),
-    Option("--run-order", "the order runs start in: longest (default: the runs the cost phase expects to take "
-                          "longest first, so the workers stay full to the end) or listed (the sweeps' order: a "
-                          "command stopped half way has finished its first sweeps whole); what a run computes is "
-                          "the same in either", "RUN_ORDER", choices=list(choices.RUN_ORDERS), default="longest"),
+    Option("--run-order", "the order runs start in: listed (default: the sweeps' order; a command stopped half way "
+                          "has finished its first sweeps whole) or longest (the runs the cost phase expects to take "
+                          "longest first, so that no long run starts last while the other workers sit idle); what a "
+                          "run computes is the same in either", "RUN_ORDER", choices=list(choices.RUN_ORDERS),
+           default="listed"),
     Option("--init", "a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from", "INIT", path=True),
     Option("--pretrained", "a timm model name whose pretrained weights timm downloads (network)", "PRETRAINED"),
     OUT,

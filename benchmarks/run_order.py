@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -64,6 +65,8 @@ def main() -> int:
         parser.error(f"--order {bad[0]!r} is not one of {', '.join(RUN_ORDERS)}" if bad
                      else "--epochs and --rounds must be ≥ 1, --jobs auto or ≥ 1")
     device, seeds = resolve_device(args.device), tuple(int(s) for s in args.seeds.split(","))
+    if device.type == "cpu":
+        torch.set_num_threads(1)   # as the command's own process has it (THREADS=1): its cost phase times that
     jobs = None if args.jobs == "auto" else int(args.jobs)
     data = cached_dataset(args.dataset)
     names = default_sweeps() if args.sweeps == "default" else args.sweeps.split(",")

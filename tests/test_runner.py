@@ -150,7 +150,7 @@ def _started_in(out, seeds=(0, 1), **changes):
 
 
 def test_runs_start_longest_expected_first_by_the_cost_phases_training_steps(tmp_path):
-    started, rows = _started_in(tmp_path, cost=CostPlan(rounds=1, infer_batch_size=8))
+    started, rows = _started_in(tmp_path, cost=CostPlan(rounds=1, infer_batch_size=8), run_order="longest")
     step = {}   # each depth's training step as the cost tables recorded it (one round: its median)
     for sweep in "ab":
         cost = read_table(SweepPaths.of(tmp_path, sweep).cost)
@@ -178,8 +178,8 @@ def test_a_runs_expected_time_is_its_epochs_times_its_batches_times_its_measured
 
 
 def test_without_a_cost_phase_runs_start_by_forward_macs_and_compute_what_the_listed_order_computes(tmp_path):
-    longest, rows = _started_in(tmp_path / "longest", cost=CostPlan(rounds=0))
-    listed, rows_listed = _started_in(tmp_path / "listed", cost=CostPlan(rounds=0), run_order="listed")
+    longest, rows = _started_in(tmp_path / "longest", cost=CostPlan(rounds=0), run_order="longest")
+    listed, rows_listed = _started_in(tmp_path / "listed", cost=CostPlan(rounds=0))   # the default: as listed
     depth_seed = [(int(rows.loc[rid, "depth"]), int(rows.loc[rid, "seed"])) for rid in longest]
     assert depth_seed == [(3, 0), (3, 1), (2, 0), (2, 1), (1, 0), (1, 1)]   # MACs grow with depth
     assert [(int(rows_listed.loc[rid, "depth"]), int(rows_listed.loc[rid, "seed"])) for rid in listed] == \

@@ -1,13 +1,15 @@
 """The order a command's runs start in.
 
-`longest` (the default) starts the runs expected to take longest first, so the JOBS slots (or the runs side by
-side on one GPU) stay full until near the end instead of waiting on a few long runs that started last: the
-longest-processing-time-first rule of list scheduling. A run's expected time is its training steps (epochs ×
+`listed` (the default) keeps the sweeps' order, point by point and seed by seed: a command stopped half way has
+then finished its first sweeps whole. `longest` starts the runs expected to take longest first, so the JOBS slots
+(or the runs side by side on one GPU) stay full until near the end instead of waiting on a few long runs that
+started last: the longest-processing-time-first rule of list scheduling (at worst 4/3 of the shortest schedule,
+where an arbitrary order can take twice it; on one given set of runs either can be the faster, so
+`benchmarks/run_order.py` times the two). A run's expected time is its training steps (epochs ×
 batches of its training images) times its training step's median time in the command's cost phase, measured
 on the device the runs train on; where the phase did not measure every run's step (COST_ROUNDS=0, a phase with
 no budget), every run is ranked by its closed-form forward MACs × training images × epochs instead. Ties keep the
-listed order. `listed` keeps the sweeps' order, point by point and seed by seed: a command stopped half way has
-then finished its first sweeps whole.
+listed order.
 
 The order changes when a run starts and what runs beside it, never what it computes: a run's arithmetic does not
 depend on its neighbours (the executors' own guarantee), so its run id, row and predictions are the same in

@@ -3,8 +3,8 @@
 Before training, the sweep's cost phase (`ablations.running.cost`) measures every point's speed side by side;
 each training row carries its config's figures. A command's sweeps share one executor (`run_sweeps`):
 every sweep's cost phase first, then all their runs as one stream, so JOBS workers start once and no
-sweep waits for the slowest run of the one before; the runs expected to take longest start first
-(`ablations.running.order`, RUN_ORDER). Resume: a run whose `run_id` already has an `ok` row
+sweep waits for the slowest run of the one before; they start in the sweeps' order, or with RUN_ORDER=longest
+the longest expected first (`ablations.running.order`). Resume: a run whose `run_id` already has an `ok` row
 in `<out>/ablations/<sweep>.csv` is skipped. Faults: a run that diverges, runs out of memory or raises
 is recorded with its status and the sweep goes on. Writes: only the driver writes, through `ablations.results.store`
 (`store.record`), so an executor that runs tasks elsewhere (Ray) needs no shared filesystem. What one run
@@ -144,8 +144,8 @@ def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Exec
 
     First, with every sweep's lock held: each sweep's preflight, one cost phase over all their points
     (with no training beside it; a model several sweeps share is timed once), and the runs that sweeps
-    on disk already finished. Then all the sweeps' runs as one stream through the executor, the longest
-    expected first (or in sweep order: `RunOptions.run_order`): JOBS workers start once and stay busy to the
+    on disk already finished. Then all the sweeps' runs as one stream through the executor, in sweep order
+    (or the longest expected first: `RunOptions.run_order`): JOBS workers start once and stay busy to the
     end. A run two of these sweeps share (same run_id: the base point of several sweeps) is trained once and
     recorded in each, as a reuse in all but the first. Each sweep's table, and those of the other sweeps under its OUT, is read
     once (`store.Tables`). `recorded`: a list the run ids are appended to as their rows are written, which
@@ -366,8 +366,8 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
 
 
 def _in_order(tasks: list[Task], shares: list[_Share]) -> list[Task]:
-    """The runs in the order they start (`running.order`): longest expected first, from the cost phase's
-    training steps, unless a sweep's options ask for the listed order."""
+    """The runs in the order they start (`running.order`): as listed, unless every sweep's options ask for the
+    longest expected first (from the cost phase's training steps)."""
     if any(share.options.run_order == "listed" for share in shares):
         return tasks
     step_ms = {key: ms for share in shares for key, ms in share.step_ms.items()}

@@ -38,8 +38,9 @@ class RunOptions:
     # how a run evaluates at each epoch's end (training.evaluation.evaluator): the sweeps' "eager", or "graphed"
     # on CUDA (benchmarks/concurrent_runs.py times the two); the same figures either way, not part of a run id
     evaluation: str = "eager"
-    # the order runs start in (running.order): "longest" expected first, or "listed"; not part of a run id
-    run_order: str = "longest"
+    # the order runs start in (running.order): "listed" (the sweeps'), or "longest" expected first; not part of a
+    # run id
+    run_order: str = "listed"
 
     def __post_init__(self) -> None:
         from ablations.training.evaluation import check_evaluation

@@ -33,6 +33,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from concurrent_runs import equal  # noqa: E402  (this folder's: every run's figures bit for bit the first pass's)
+
 from ablations.choices import COST_ROUNDS, RUN_ORDERS, default_sweeps  # noqa: E402
 from ablations.results.schema import read_table  # noqa: E402
 from ablations.results.store import SweepPaths, load_preds, train_step_ms  # noqa: E402
@@ -113,13 +115,6 @@ def outcome(out: Path, names: list[str]) -> tuple[pd.DataFrame, dict[str, np.nda
     rows = pd.concat([pd.read_csv(SweepPaths.of(out, n).rows).assign(sweep_dir=n) for n in names])
     rows = rows.drop_duplicates("run_id").set_index("run_id").sort_index()
     return rows, {rid: load_preds(SweepPaths.of(out, r["sweep_dir"]).preds / f"{rid}.npz")[0] for rid, r in rows.iterrows()}
-
-
-def equal(got, first) -> bool:
-    (table, preds), (table0, preds0) = got, first
-    return bool((table["status"] == "ok").all()) and set(preds) == set(preds0) \
-        and all(np.array_equal(preds[r], preds0[r]) for r in preds) \
-        and all(table[c].equals(table0[c].loc[table.index]) for c in ("train_loss", "test_loss"))
 
 
 def makespan(times: list[float], slots: int) -> float:

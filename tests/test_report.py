@@ -71,6 +71,22 @@ def ten_points_apart(out):
     write_run(out, 3, 0, None, status="diverged", error="loss became nan")
 
 
+def depth_runs_as(out, sweep, prefix, preds=True, **columns):
+    """`ten_points_apart`'s depth runs as another sweep's: the same rows with `columns` assigned (pandas' assign:
+    a callable gets the rows), run ids starting with `prefix`, and (with `preds`) the same predictions."""
+    import shutil
+
+    depth = read_table(SweepPaths.of(out, "depth").rows)
+    rows = depth.assign(sweep=sweep, **columns, run_id=prefix + depth["run_id"].astype(str).str[1:])
+    mine, theirs = SweepPaths.of(out, sweep).preds, SweepPaths.of(out, "depth").preds
+    for rid, new in zip(depth["run_id"], rows["run_id"]) if preds else ():
+        mine.mkdir(parents=True, exist_ok=True)
+        if (theirs / f"{rid}.npz").exists():
+            shutil.copy(theirs / f"{rid}.npz", mine / f"{new}.npz")
+    for row in rows.astype(object).where(rows.notna(), None).to_dict("records"):
+        append_row(SweepPaths.of(out, sweep).rows, row, ABLATION_COLUMNS)
+
+
 def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tmp_path):
     ten_points_apart(tmp_path)
     write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [100, 104, 99, 101, 103]})
@@ -982,16 +998,7 @@ def test_sweep_sections_built_in_forked_processes_give_the_report_of_one_process
 
     real_may_fork = report._may_fork
     ten_points_apart(tmp_path)
-    depth = read_table(SweepPaths.of(tmp_path, "depth").rows)
-    heads = depth.assign(sweep="heads", num_heads=depth["depth"].map({1: 2, 2: 4, 3: 8}), depth=4,
-                         run_id="a" + depth["run_id"].astype(str).str[1:])
-    preds, heads_preds = SweepPaths.of(tmp_path, "depth").preds, SweepPaths.of(tmp_path, "heads").preds
-    heads_preds.mkdir(parents=True, exist_ok=True)
-    for rid, new in zip(depth["run_id"], heads["run_id"]):
-        if (preds / f"{rid}.npz").exists():
-            shutil.copy(preds / f"{rid}.npz", heads_preds / f"{new}.npz")
-    for row in heads.astype(object).where(heads.notna(), None).to_dict("records"):
-        append_row(SweepPaths.of(tmp_path, "heads").rows, row, ABLATION_COLUMNS)
+    depth_runs_as(tmp_path, "heads", "a", num_heads=lambda d: d["depth"].map({1: 2, 2: 4, 3: 8}), depth=4)
     (SweepPaths.of(tmp_path, "depth").preds / "000001000001.npz").write_bytes(b"damaged")   # a skip in each section
     (SweepPaths.of(tmp_path, "heads").preds / "a00001000001.npz").write_bytes(b"damaged")
     builders, real, parent, killed = tmp_path / "builders.txt", report.sweep_section, os.getpid(), tmp_path / "kill"
@@ -1012,10 +1019,8 @@ def test_sweep_sections_built_in_forked_processes_give_the_report_of_one_process
             f.write(f"pareto {os.getpid()}\n")
         return real_pareto(*args)
     monkeypatch.setattr(report, "_pareto_section", pareto)
-    patch = depth.assign(sweep="patch", patch_size=depth["depth"].map({1: 2, 2: 4, 3: 8}), depth=4,
-                         run_id="b" + depth["run_id"].astype(str).str[1:])
-    for row in patch.astype(object).where(patch.notna(), None).to_dict("records"):
-        append_row(SweepPaths.of(tmp_path, "patch").rows, row, ABLATION_COLUMNS)
+    depth_runs_as(tmp_path, "patch", "b", preds=False, patch_size=lambda d: d["depth"].map({1: 2, 2: 4, 3: 8}),
+                  depth=4)
 
     reference = tmp_path.parent / f"{tmp_path.name}-reference"   # a folder to compare with: a copy of these runs
     shutil.copytree(tmp_path / "ablations", reference / "ablations")
@@ -1065,16 +1070,8 @@ def test_the_report_is_the_same_whatever_order_the_runs_finished_in(tmp_path):
 
     ten_points_apart(tmp_path / "a")
     write_cost(tmp_path / "a", {1: [200, 210, 205, 198, 202], 2: [100, 104, 99, 101, 103]})
-    depth = read_table(SweepPaths.of(tmp_path / "a", "depth").rows)   # and a sweep whose settings share GFLOPs
-    heads = depth.assign(sweep="heads", num_heads=depth["depth"].map({1: 2, 2: 4, 3: 8}), depth=4, gmacs=0.04,
-                         gflops=0.08, run_id="a" + depth["run_id"].astype(str).str[1:])
-    SweepPaths.of(tmp_path / "a", "heads").preds.mkdir(parents=True)
-    for rid, new in zip(depth["run_id"], heads["run_id"]):
-        if (SweepPaths.of(tmp_path / "a", "depth").preds / f"{rid}.npz").exists():
-            shutil.copy(SweepPaths.of(tmp_path / "a", "depth").preds / f"{rid}.npz",
-                        SweepPaths.of(tmp_path / "a", "heads").preds / f"{new}.npz")
-    for row in heads.astype(object).where(heads.notna(), None).to_dict("records"):
-        append_row(SweepPaths.of(tmp_path / "a", "heads").rows, row, ABLATION_COLUMNS)
+    depth_runs_as(tmp_path / "a", "heads", "a", num_heads=lambda d: d["depth"].map({1: 2, 2: 4, 3: 8}), depth=4,
+                  gmacs=0.04, gflops=0.08)   # and a sweep whose settings share GFLOPs
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     for sweep in ("depth", "heads"):
         rows = SweepPaths.of(tmp_path / "b", sweep).rows

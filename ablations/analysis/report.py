@@ -244,7 +244,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables,
                                                                         tunings.get(sweep), margin, sweeps_of, budgets))
                        for sweep in finished]
                       + _closing_sections(out, all_rows, factors, tables, figures, data_root, has_pos, has_bench,
-                                          (read, reference)))
+                                          read, reference))
     of_sweep = dict(zip(finished, built))
     for sweep, spec in shown.items():
         lines += wording.sweep_heading(sweep, spec.label, spec.description)
@@ -259,11 +259,11 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables,
 
 
 def _closing_sections(out: Path, all_rows: pd.DataFrame, factors: dict[str, str], tables: dict[str, pd.DataFrame],
-                      figures: Path, data_root: str | Path, has_pos: bool, has_bench: bool,
-                      against: tuple[Tables, Path | None]) -> list[Section]:
+                      figures: Path, data_root: str | Path, has_pos: bool, has_bench: bool, read: Tables,
+                      reference: Path | None) -> list[Section]:
     """The sections after the sweeps', in order: the accuracy-against-compute fronts and the look inside the
-    models (where runs finished), the backends' bench results, and the comparison with the reference folder
-    (`against`: this OUT's tables and the reference folder, or None)."""
+    models (where runs finished), the backends' bench results, and the comparison of this OUT's tables (`read`)
+    with the reference folder (where there is one)."""
     sections: list[Section] = []
     if not ok_rows(all_rows).empty:
         sections.append(("accuracy against compute", _pareto_section, (all_rows, factors, figures, out)))
@@ -271,7 +271,6 @@ def _closing_sections(out: Path, all_rows: pd.DataFrame, factors: dict[str, str]
             sections.append(("inside the model", inside_the_model, (out, tables, factors, figures, Path(data_root))))
     if has_bench:
         sections.append(("attention backends (bench)", _bench_section, (out / "bench", figures)))
-    read, reference = against
     if reference is not None:
         sections.append(("against the reference", _reference_section, (read, Tables(reference))))
     return sections

@@ -27,6 +27,7 @@ import os
 import shutil
 import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -428,23 +429,24 @@ def spreads(phase: pd.DataFrame, by: list[str]) -> dict[tuple, dict[str, Spread]
     return found
 
 
+def _by_model(phase: pd.DataFrame, mode: str) -> Iterator[tuple[str, pd.DataFrame]]:
+    """(model_key, its rows) of one phase's ok, uncontended rounds in `mode`, models in the order they come."""
+    ok = uncontended(phase[(phase["status"] == "ok") & (phase["mode"] == mode)]) if len(phase) else phase
+    keys = ok.apply(lambda r: model_key(ViTConfig.from_row(r)), axis=1) if len(ok) else pd.Series(dtype=str)
+    for key in dict.fromkeys(keys):
+        yield key, ok[keys == key]
+
+
 def train_step_ms(phase: pd.DataFrame) -> dict[str, float]:
     """{model_key: the median over its uncontended rounds of the training step's median time (ms)}."""
-    ok = uncontended(phase[(phase["status"] == "ok") & (phase["mode"] == "train")]) if len(phase) else phase
-    if ok.empty:
-        return {}
-    keys = ok.apply(lambda r: model_key(ViTConfig.from_row(r)), axis=1)
-    return {key: float(group.median()) for key, group in ok["step_ms_median"].astype(float).groupby(keys, sort=False)}
+    return {key: _spread_of(group)["step_ms_median"].median for key, group in _by_model(phase, "train")}
 
 
 def row_figures(phase: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """{model_key: the inference speed columns of a training row}: medians over rounds, the IQR of the
     per-round step times as step_ms_iqr."""
     figures = {}
-    ok = uncontended(phase[(phase["status"] == "ok") & (phase["mode"] == "infer")])
-    keys = ok.apply(lambda r: model_key(ViTConfig.from_row(r)), axis=1) if len(ok) else pd.Series(dtype=str)
-    for key in dict.fromkeys(keys):
-        group = ok[keys == key]
+    for key, group in _by_model(phase, "infer"):
         spread = _spread_of(group)
         step = spread["step_ms_median"]
         figures[key] = {**{f: (None if s.median != s.median else s.median) for f, s in spread.items()},

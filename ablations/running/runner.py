@@ -147,8 +147,8 @@ def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Exec
     on disk already finished. Then all the sweeps' runs as one stream through the executor, in sweep order
     (or the longest expected first: `RunOptions.run_order`): JOBS workers start once and stay busy to the
     end. A run two of these sweeps share (same run_id: the base point of several sweeps) is trained once and
-    recorded in each, as a reuse in all but the first. Each sweep's table, and those of the other sweeps under its OUT, is read
-    once (`store.Tables`). `recorded`: a list the run ids are appended to as their rows are written, which
+    recorded in each, as a reuse in all but the first. Each sweep's table, and those of the other sweeps under
+    its OUT, is read once (`store.Tables`). `recorded`: a list the run ids are appended to as their rows are written, which
     the caller still holds when a signal or an error ends the command. `locked`: the caller holds every
     sweep's lock already (a command that writes more of a sweep than its runs: its design file). `spent`: a
     counter that gets the seconds of the cost phase ("cost phase") and of training ("training", and one
@@ -372,7 +372,7 @@ def _in_order(tasks: list[Task], shares: list[_Share]) -> list[Task]:
         return tasks
     step_ms = {key: ms for share in shares for key, ms in share.step_ms.items()}
     images = {share.sweep: share.train_images or 1 for share in shares}   # unknown (no cost phase): per image
-    return longest_first(tasks, step_ms, lambda task: images.get(task.point.sweep, 1))
+    return longest_first(tasks, step_ms, lambda task: images[task.point.sweep])
 
 
 PHASE_COLUMNS = ["when", "sweeps", "runs", "jobs", "device_name", "wall_s", "images", "util_pct", "util_samples",

@@ -1,13 +1,13 @@
 """Runs side by side in one process: the training of a sweep's runs one after another and JOBS at a time.
 
     python benchmarks/concurrent_runs.py [--sweep depth] [--seeds 0,1] [--epochs 5] [--jobs 1,4,8,16]
-                                         [--evaluation eager[,graphed]] [--capture-warmup 3[,1]] [--rounds 1]
+                                         [--evaluation eager[,graphed]] [--capture-warmup 1[,3]] [--rounds 1]
                                          [--workers threads] [--device auto] [--dataset mnist5k] [--profile N]
 
 Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once per JOBS value, evaluation
 (`RunOptions.evaluation`: each epoch's evaluation eager, or captured into a CUDA graph) and capture warm-up (the
 eager steps a run's training step takes on a side stream before each CUDA-graph capture, undone before the captured
-step: `StaticStep.WARMUP`, 3 by default; threads only, which build their steps in this process) in each of `--rounds`
+step: `StaticStep.WARMUP`, 1 by default; threads only, which build their steps in this process) in each of `--rounds`
 interleaved rounds, each pass into a fresh folder through the sweep runner and the local executor (`--workers`:
 threads or processes), in one process, and prints per combination: the wall time of the training alone
 and the training steps per second of all runs together (median and range over the rounds), the ratio to the
@@ -151,12 +151,27 @@ def outcome(out: Path, sweep: str) -> tuple[pd.DataFrame, dict[str, np.ndarray]]
     return table, {rid: np.load(out / "ablations" / "preds" / sweep / f"{rid}.npz")["pred"] for rid in table.index}
 
 
+def differing(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) -> dict[str, str]:
+    """The runs whose test predictions, training loss or test loss are not bit for bit the first pass's, each
+    with what differs (a run that did not finish, or is missing from either pass, included)."""
+    (table, preds), (table0, preds0) = got, first
+    found = {}
+    for r in sorted(set(preds) | set(preds0)):
+        if r not in preds or r not in preds0:
+            found[r] = "missing from " + ("this pass" if r not in preds else "the first")
+        elif table.status.get(r) != "ok":
+            found[r] = f"status {table.status.get(r)!r}: {str(table.error.get(r, ''))[:120]}"
+        elif not np.array_equal(preds[r], preds0[r]):
+            found[r] = f"{int((preds[r] != preds0[r]).sum())} test predictions"
+        elif unequal := [f"{c} {table.at[r, c]!r} against {table0.at[r, c]!r}" for c in ("train_loss", "test_loss")
+                         if not pd.Series([table.at[r, c]]).equals(pd.Series([table0.at[r, c]]))]:
+            found[r] = ", ".join(unequal)
+    return found
+
+
 def equal(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) -> bool:
     """Every run's test predictions, training loss and test loss bit for bit those of the first pass."""
-    (table, preds), (table0, preds0) = got, first
-    return all(table.status == "ok") and set(preds) == set(preds0) \
-        and all(np.array_equal(preds[r], preds0[r]) for r in preds) \
-        and all(table[c].equals(table0[c].loc[table.index]) for c in ("train_loss", "test_loss"))
+    return not differing(got, first)
 
 
 def gpu_busy(out: Path) -> float:

@@ -79,6 +79,18 @@ def _eager_and_static(model_cfg: ViTConfig, cfg: TrainConfig, capture: bool) -> 
     return [a, b], steps
 
 
+@pytest.mark.parametrize("device, deterministic", [("cpu", False), ("cuda", True)])
+def test_a_cuda_training_step_asks_cudnn_for_its_deterministic_algorithms(device, deterministic, monkeypatch):
+    """Runs side by side on one GPU must each compute what they compute alone: a step built for CUDA turns
+    cuDNN's deterministic algorithms on (process-wide, as every run there wants them); one for the CPU leaves
+    the setting as it was."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
+    model = VisionTransformer(TINY)
+    EagerStep(model, model, adamw(param_groups(model, 0.05), 1e-3), torch.amp.GradScaler("cpu", enabled=False),
+              TrainConfig(batch_size=8), torch.device(device), "fp32")
+    assert torch.backends.cudnn.deterministic is deterministic
+
+
 def _assert_same_weights(a: nn.Module, b: nn.Module) -> None:
     # atol 1e-5, 1 % of one AdamW step. The key third of a qkv bias is left out: softmax ignores it, so its
     # gradients are rounding noise, which Adam normalises to ±lr whatever their size, and a different
@@ -371,10 +383,11 @@ def _captured_once(monkeypatch, warmup: int) -> tuple[list[int], list[torch.Tens
         v.clone() for st in optimizer.state.values() for v in st.values() if torch.is_tensor(v)], fake
 
 
-def test_a_capture_that_succeeds_puts_the_warm_ups_generator_draws_back(monkeypatch):
-    draws, _, fake = _captured_once(monkeypatch, StaticStep.WARMUP)
-    # three warm-up steps, then the captured one: it draws what the first warm-up step drew
-    assert len(draws) == StaticStep.WARMUP + 1 and draws[-1] == draws[0] and len(set(draws[:3])) == 3
+@pytest.mark.parametrize("warmup", sorted({StaticStep.WARMUP, 3}))
+def test_a_capture_that_succeeds_puts_the_warm_ups_generator_draws_back(warmup, monkeypatch):
+    draws, _, fake = _captured_once(monkeypatch, warmup)
+    # the warm-up steps, each drawing anew, then the captured one: it draws what the first warm-up step drew
+    assert len(draws) == warmup + 1 and draws[-1] == draws[0] and len(set(draws[:warmup])) == warmup
     assert fake.current == ["default"]   # graphed and replayed: `_captured_once` asserts it
 
 
@@ -382,11 +395,11 @@ def test_how_many_warm_up_steps_precede_a_capture_leaves_no_trace(monkeypatch):
     """The warm-up before a capture is undone whatever its length: with one eager step or three, the captured
     step draws what the first warm-up step drew, and the weights and optimizer state after it are the same
     bit for bit (so `benchmarks/concurrent_runs.py --capture-warmup` compares the same runs)."""
-    runs = {w: _captured_once(monkeypatch, w) for w in (1, StaticStep.WARMUP)}
+    runs = {w: _captured_once(monkeypatch, w) for w in (1, 3)}
     for w, (draws, _, _) in runs.items():
         assert len(draws) == w + 1 and draws[-1] == draws[0]
-    (_, one, _), (_, default, _) = runs[1], runs[StaticStep.WARMUP]
-    assert len(one) == len(default) and all(torch.equal(a, b) for a, b in zip(one, default))
+    (_, one, _), (_, three, _) = runs[1], runs[3]
+    assert len(one) == len(three) and all(torch.equal(a, b) for a, b in zip(one, three))
 
 
 def test_a_dataset_is_parsed_once_then_read_bit_identical_from_the_cache(tmp_path, monkeypatch):
@@ -514,7 +527,7 @@ def _warm_ups_alike_on_cuda(dtype: str) -> None:
     b = VisionTransformer(a.cfg).to(device)
     b.load_state_dict(a.state_dict())
     steps = []
-    for model, warmup in ((a, StaticStep.WARMUP), (b, 1)):
+    for model, warmup in ((a, 3), (b, 1)):
         model.train()
         step = StaticStep(model, model, adamw(param_groups(model, 0.05), 1e-3),
                           torch.amp.GradScaler("cuda", enabled=False), TrainConfig(batch_size=64), device, dtype)

@@ -128,6 +128,8 @@ class EagerStep:
         self.model, self.compiled, self.optimizer, self.scaler = model, compiled, optimizer, scaler
         self.cfg, self.device, self.dtype = cfg, device, dtype
         self.trainable = [p for p in model.parameters() if p.requires_grad]
+        if device.type == "cuda":   # cuDNN's deterministic algorithms: a run's arithmetic does not depend on what runs beside it
+            torch.backends.cudnn.deterministic = True
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -158,7 +160,7 @@ class StaticStep(EagerStep):
     `torch.cuda.CUDAGraph` and replayed (the last, smaller batch of an epoch gets its own graph, so every
     image is seen); elsewhere the same code runs eagerly, so its logic is tested on any machine."""
 
-    WARMUP = 3  # eager steps on a side stream before a capture (undone before the captured step runs)
+    WARMUP = 1  # eager steps on a side stream before a capture (undone before the captured step runs)
 
     def __init__(self, *args: Any, capture: bool | None = None, measured: bool = True) -> None:
         super().__init__(*args)

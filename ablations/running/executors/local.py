@@ -279,7 +279,7 @@ class LocalExecutor:
             refusal = shared_gpu_refusal(self._gpu_indices(), self.jobs) if self.gpus else ""
             if "PROHIBITED" in refusal:   # one process may hold a context on an EXCLUSIVE_PROCESS GPU: this one
                 raise ValueError(refusal)
-            where = ("each on a CUDA stream of its own, while the GPU has 2 GiB free" if self.gpus else
+            where = ("each on a CUDA stream of its own, a further one only while the GPU keeps 2 GiB free" if self.gpus else
                      f"sharing this process's {self.threads} CPU thread(s)")
             return (f"local: up to {self.jobs} runs at once in this process{chosen} (WORKERS=threads), {where}; "
                     f"a run stopped by a signal resumes from its last checkpoint")

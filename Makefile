@@ -9,10 +9,10 @@ EXTRAS     ?= test
 # INSTALL=0: no venv and no install step; run with an existing Python (PY=python3, default $(PYTHON)),
 # after checking that it can import every module vitbench needs (the missing ones named in one line)
 INSTALL    ?= 1
+comma      := ,
 ifeq ($(filter 0 no false,$(INSTALL)),)
 PY         := $(VENV)/bin/python
 # one stamp per set of extras: `make install EXTRAS=test,ray` on an existing .venv installs what it lacks
-comma      := ,
 STAMP      := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 else
 PY         ?= $(PYTHON)
@@ -82,9 +82,12 @@ $(VENV)/.installed-%: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
 
-# INSTALL=0: the Python at hand must import everything vitbench needs (no network, no pip)
+# INSTALL=0: the Python at hand must import everything the goals need (no network, no pip): the test extra
+# only for the goals that run the suite or the linter (and a bare `make`/`make install`), other extras as named
+TEST_GOALS   := install test lint test-gpu crash-test
+CHECK_EXTRAS  = $(filter-out $(if $(filter $(TEST_GOALS),$(or $(MAKECMDGOALS),install)),,test),$(subst $(comma), ,$(EXTRAS)))
 check-env:
-	$(PY) -m ablations.cli.envcheck $(EXTRAS)
+	$(PY) -m ablations.cli.envcheck $(CHECK_EXTRAS)
 
 # the linter (ruff, configured in pyproject.toml), then the suite on every core (pytest-xdist, one torch
 # thread per worker; TEST_JOBS=0 runs it in one process)

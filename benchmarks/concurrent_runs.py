@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import sys
 import tempfile
 import time
@@ -70,7 +71,12 @@ def main() -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dataset", default="mnist5k")
     parser.add_argument("--profile", type=int, default=0, metavar="N")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="torch's deterministic algorithms (warn only) and cuBLAS's fixed workspace, for every pass")
     args = parser.parse_args()
+    if args.deterministic:   # before CUDA starts: cuBLAS reads its workspace setting once
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
     device = resolve_device(args.device)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     try:   # each mistake in one line before anything trains
@@ -83,7 +89,8 @@ def main() -> int:
     steps = sum(len(seeds) * p.train.epochs * math.ceil(len(data.train_y) / p.train.batch_size) for p in points)
     print(f"{args.sweep}: {len(points)} points × {len(seeds)} seeds, {args.epochs} epochs, {steps:,} steps on "
           f"{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
-          f"WORKERS={args.workers}, {args.rounds} interleaved round(s)", flush=True)
+          f"WORKERS={args.workers}, {args.rounds} interleaved round(s)"
+          f"{', deterministic algorithms' if args.deterministic else ''}", flush=True)
     walls: dict[Combo, list[float]] = {c: [] for c in combos}
     same: dict[Combo, bool] = {}
     busy: dict[Combo, list[float]] = {c: [] for c in combos}
@@ -103,7 +110,11 @@ def main() -> int:
                   f"{steps / walls[combo][-1]:,.0f} steps/s", flush=True)
             got = outcome(out, args.sweep)
             first = first or got
-            same[combo] = same.get(combo, True) and equal(got, first)
+            unlike = differing(got, first)
+            same[combo] = same.get(combo, True) and not unlike
+            if unlike:
+                print(f"  {len(unlike)} of {len(got[1])} runs not bit for bit the first pass's: "
+                      + "; ".join(f"{described(got[0], r)}: {why}" for r, why in list(unlike.items())[:12]), flush=True)
         if args.profile:
             profile(args, points, seeds, Path(tmp) / "profiled", steps)
     return summarise(combos, walls, same, steps, busy)
@@ -169,9 +180,12 @@ def differing(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) 
     return found
 
 
-def equal(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) -> bool:
-    """Every run's test predictions, training loss and test loss bit for bit those of the first pass."""
-    return not differing(got, first)
+def described(rows: pd.DataFrame, run_id: str) -> str:
+    """A run by its sweep and model: `patch p=7 h=4 d=6 seed 1 (3f2a…)`."""
+    if run_id not in rows.index:
+        return run_id
+    r = rows.loc[run_id]
+    return f"{r['sweep']} p={r['patch_size']} h={r['num_heads']} d={r['depth']} seed {r['seed']} ({run_id})"
 
 
 def gpu_busy(out: Path) -> float:

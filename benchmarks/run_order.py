@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from concurrent_runs import differing  # noqa: E402  (this folder's: the runs whose figures are not the first pass's)
+from concurrent_runs import described, differing  # noqa: E402  (this folder's: the runs whose figures are not the first pass's)
 
 from ablations.choices import COST_ROUNDS, RUN_ORDERS, default_sweeps  # noqa: E402
 from ablations.results.schema import read_table  # noqa: E402
@@ -101,11 +101,11 @@ def main() -> int:
             first, times = first or got, times or got[0]["train_time_s"].to_dict()
             unlike = differing(got, first)
             same[order] = same.get(order, True) and not unlike
+            print(f"round {r + 1}, RUN_ORDER={order}: training {spent['training']:.1f} s (cost phase "
+                  f"{spent['cost phase']:.1f} s: reused)", flush=True)
             if unlike:
                 print(f"  {len(unlike)} of {len(got[1])} runs not bit for bit the first pass's: "
                       + "; ".join(f"{described(got[0], r)}: {why}" for r, why in list(unlike.items())[:12]), flush=True)
-            print(f"round {r + 1}, RUN_ORDER={order}: training {spent['training']:.1f} s (cost phase "
-                  f"{spent['cost phase']:.1f} s: reused)", flush=True)
         slots = executor.jobs or 1
         guide = predicted(template, times, slots, orders, sweeps, options, len(data.train_y))
     each = sorted(times.values())
@@ -119,14 +119,6 @@ def outcome(out: Path, names: list[str]) -> tuple[pd.DataFrame, dict[str, np.nda
     rows = pd.concat([pd.read_csv(SweepPaths.of(out, n).rows).assign(sweep_dir=n) for n in names])
     rows = rows.drop_duplicates("run_id").set_index("run_id").sort_index()
     return rows, {rid: load_preds(SweepPaths.of(out, r["sweep_dir"]).preds / f"{rid}.npz")[0] for rid, r in rows.iterrows()}
-
-
-def described(rows: pd.DataFrame, run_id: str) -> str:
-    """A run by its sweep and model: `patch p=7 h=4 d=6 seed 1 (3f2a…)`."""
-    if run_id not in rows.index:
-        return run_id
-    r = rows.loc[run_id]
-    return f"{r['sweep_dir']} p={r['patch_size']} h={r['num_heads']} d={r['depth']} seed {r['seed']} ({run_id})"
 
 
 def makespan(times: list[float], slots: int) -> float:

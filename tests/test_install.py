@@ -24,16 +24,34 @@ def test_install_0_runs_with_the_python_at_hand_and_no_install_step(tmp_path):
     assert done.stdout.count("ablations.cli.envcheck") <= 1   # checked once, not again for the report
 
 
-def test_install_0_names_a_missing_module_in_one_line(tmp_path):
-    # einops made unfindable for the Python that make runs (the check finds modules without importing them)
+def _without(module: str, tmp_path: Path) -> dict[str, str]:
+    """An environment in which the Python that make runs cannot find `module` (the check finds modules without
+    importing them)."""
     (tmp_path / "sitecustomize.py").write_text(
         "import sys\n"
         "class Gone:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'einops':\n"
+        f"        if name == {module!r}:\n"
         "            raise ModuleNotFoundError(name)\n"
         "sys.meta_path.insert(0, Gone())\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    return {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+
+def test_install_0_asks_for_the_test_extra_only_where_a_goal_runs_the_suite_or_the_linter(tmp_path):
+    """A GPU box's Python with the project's requirements but not its test tools (ruff here) runs the sweeps;
+    the goals that lint or test say in one line what they lack."""
+    env = _without("ruff", tmp_path)
+    done = make("ablations", "INSTALL=0", f"PY={sys.executable}", "DRY_RUN=1", f"OUT={tmp_path / 'out'}", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "every module vitbench needs is installed" in done.stdout and "sweep patch:" in done.stdout
+    lint = make("lint", "INSTALL=0", f"PY={sys.executable}", env=env)
+    errors = [line for line in lint.stderr.splitlines() if line.startswith("error:")]
+    assert lint.returncode != 0 and len(errors) == 1 and "cannot import ruff;" in errors[0]
+    assert "pip install -e '.[test]'" in errors[0]
+
+
+def test_install_0_names_a_missing_module_in_one_line(tmp_path):
+    env = _without("einops", tmp_path)
     done = make("ablations", "INSTALL=0", f"PY={sys.executable}", "DRY_RUN=1", f"OUT={tmp_path / 'out'}", env=env)
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]

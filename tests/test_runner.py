@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from helpers import run_sweep
 
 from ablations.results.schema import read_table
@@ -271,3 +272,28 @@ def test_a_sweeps_summaries_over_two_steps_merge_into_one(tmp_path):
     assert (both.planned, both.skipped, both.reused, both.stale_tmp, both.resumable) == (10, 4, 2, 1, 1)
     assert both.statuses == {"ok": 4, "diverged": 1} and first.statuses == {"ok": 3}   # neither side changed
     assert both.run_ids == ["r1", "r2", "r3", "r4"] and both.starved == [40.0] and both.rows == later.rows
+
+
+def test_finished_gpu_runs_of_the_same_experiment_draw_no_note_and_a_lost_one_names_its_precision(
+        tmp_path, monkeypatch, capsys):
+    """On CUDA, DTYPE=auto trains in bf16 and a finished run's row says so (`dtype` bf16, `device` cuda). The
+    check before a later look or a rerun reads such rows as this experiment's: no "another experiment" note
+    for them, one for a row of other epochs; and the row of a run lost on its way names the precision it was
+    to train in, not the driver's CPU's."""
+    from ablations.running import tasks as task_module
+    cuda = torch.device("cuda")   # a device object only: nothing here runs on it
+    monkeypatch.setattr(task_module, "resolve_device", lambda name: cuda)
+    monkeypatch.setattr(runner, "resolve_device", lambda name: cuda)
+    opts = dataclasses.replace(options(tmp_path / "o", seeds=(0, 1, 2)), device="cuda")
+    todo = task_module.make_tasks(depth_points("depth", 1, 2), opts)
+    gpu_rows = [{**task_module.base_row(t, torch.device("cpu")), "device": "cuda", "dtype": "bf16", "status": "ok"}
+                for t in todo[:4]]
+    paths = SweepPaths.of(str(tmp_path / "o"), "depth")
+    runner._warn_other_experiment(paths, todo[4], pd.DataFrame(gpu_rows))
+    assert "another experiment" not in capsys.readouterr().err
+    longer = {**gpu_rows[0], "epochs": FAST.epochs + 1, "status": "ok"}
+    runner._warn_other_experiment(paths, todo[4], pd.DataFrame([*gpu_rows, longer]))
+    err = capsys.readouterr().err
+    assert f"holds 1 run(s) of another experiment (epochs {FAST.epochs + 1} vs {FAST.epochs})" in err
+    lost = task_module.lost_outcome(todo[0], "the worker died").row
+    assert (lost["device"], lost["dtype"], lost["status"], lost["run_id"]) == ("cuda", "bf16", "error", todo[0].run_id)

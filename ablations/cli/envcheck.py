@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
     gone = missing(required(extras))
     if gone:
         print(f"error: {sys.executable} cannot import {', '.join(gone)}; install them into it (pip install -e "
-              f"'.[{','.join(extras) or 'test'}]' needs the network once) or drop INSTALL=0 to build .venv",
+              f"'.{'[' + ','.join(extras) + ']' if extras else ''}' needs the network once) or drop INSTALL=0 to build .venv",
               file=sys.stderr)
         return 2
     print(f"{sys.executable}: every module vitbench needs is installed (INSTALL=0: no install step)")

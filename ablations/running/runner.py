@@ -38,7 +38,7 @@ from ablations.running.cost import run_cost_phases
 from ablations.running.executors.base import Executor, ExecutorOptions
 from ablations.running.executors.local import LocalExecutor
 from ablations.running.order import longest_first
-from ablations.running.tasks import RunOptions, RunResult, Task, base_row, make_tasks
+from ablations.running.tasks import RunOptions, RunResult, Task, identity_columns, make_tasks
 from ablations.running.worker import execute, load_data, peak_or_none
 from ablations.specs import Point
 from ablations.training.data import Dataset
@@ -252,7 +252,7 @@ def _warn_other_experiment(paths: SweepPaths, task: Task, table: pd.DataFrame) -
     ok = ok_rows(table)
     if ok.empty:
         return
-    mine = base_row(task, torch.device("cpu"))
+    mine = identity_columns(task, resolve_device(task.options.device))
     factor = task.point.fields
     others = [r for _, r in ok.iterrows() if not same_experiment(r, mine, factor)]
     if others:

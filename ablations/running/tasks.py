@@ -84,18 +84,25 @@ def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
             for p in points for s in (own.get(p.label, ()) if own else options.seeds)]
 
 
-def base_row(task: Task, device: torch.device) -> dict[str, Any]:
-    """The columns a run has before it trains: environment, config and identity."""
+def identity_columns(task: Task, device: torch.device) -> dict[str, Any]:
+    """The columns that say which run a row is and of which experiment, as it trains on `device` (DTYPE auto
+    resolved there); nothing here touches the device."""
     point, options = task.point, task.options
-    return {**environment(device), **point.model.to_dict(), "tokens": point.model.tokens,
+    return {"device": device.type, **point.model.to_dict(), "tokens": point.model.tokens,
             "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset, "seed": task.seed,
             **point.train.to_dict(), "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
             "init": options.init_id, "experiment_id": task.experiment_id,
             "data_id": options.data_id}
 
 
+def base_row(task: Task, device: torch.device) -> dict[str, Any]:
+    """The columns a run has before it trains: environment, config and identity."""
+    return {**environment(device), **identity_columns(task, device)}
+
+
 def lost_outcome(task: Task, message: str) -> RunResult:
-    """The `error` row for a run whose worker never reported back (killed, node lost)."""
-    row = base_row(task, torch.device("cpu"))
-    row.update(host="", device=task.options.device, device_name="", status="error", error=message[:500])
+    """The `error` row for a run whose worker never reported back (killed, node lost), as of the device it
+    was to train on."""
+    row = {**environment(torch.device("cpu")), **identity_columns(task, resolve_device(task.options.device))}
+    row.update(host="", device_name="", status="error", error=message[:500])
     return RunResult(row)

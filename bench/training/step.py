@@ -128,8 +128,6 @@ class EagerStep:
         self.model, self.compiled, self.optimizer, self.scaler = model, compiled, optimizer, scaler
         self.cfg, self.device, self.dtype = cfg, device, dtype
         self.trainable = [p for p in model.parameters() if p.requires_grad]
-        if device.type == "cuda":   # cuDNN's deterministic algorithms: a run's arithmetic does not depend on what runs beside it
-            torch.backends.cudnn.deterministic = True
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

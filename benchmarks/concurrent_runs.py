@@ -3,6 +3,7 @@
     python benchmarks/concurrent_runs.py [--sweep depth] [--seeds 0,1] [--epochs 5] [--jobs 1,4,8,16]
                                          [--evaluation eager[,graphed]] [--capture-warmup 1[,3]] [--rounds 1]
                                          [--workers threads] [--device auto] [--dataset mnist5k] [--profile N]
+                                         [--deterministic]
 
 Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once per JOBS value, evaluation
 (`RunOptions.evaluation`: each epoch's evaluation eager, or captured into a CUDA graph) and capture warm-up (the
@@ -14,8 +15,13 @@ and the training steps per second of all runs together (median and range over th
 first combination (only where the interquartile ranges over ≥ 3 rounds are apart), the GPU's busy % over the training
 phases (NVML, the whole device; blank without a GPU), and whether every run's test
 predictions, final training loss and test loss equal those of the first pass bit for bit (a run's arithmetic
-must not depend on what trains beside it, nor its figures on how it is evaluated or warmed up before a capture).
+must not depend on what trains beside it, nor its figures on how it is evaluated or warmed up before a capture),
+naming after each pass the runs that are not and what differs.
 One sitting, the machine otherwise idle: say its load.
+
+`--deterministic`: every pass under torch's deterministic algorithms (`torch.use_deterministic_algorithms`, warn
+only) and cuBLAS's fixed workspace (`CUBLAS_WORKSPACE_CONFIG`), set before CUDA starts: whether runs a GPU does
+not reproduce bit for bit do so then, and at what cost.
 
 `--profile N`: afterwards one more pass at JOBS=N under torch.profiler, and what the GPU did in it: the
 kernels' summed time against the time at least one ran (their union) and the wall time, so the mean number
@@ -110,11 +116,7 @@ def main() -> int:
                   f"{steps / walls[combo][-1]:,.0f} steps/s", flush=True)
             got = outcome(out, args.sweep)
             first = first or got
-            unlike = differing(got, first)
-            same[combo] = same.get(combo, True) and not unlike
-            if unlike:
-                print(f"  {len(unlike)} of {len(got[1])} runs not bit for bit the first pass's: "
-                      + "; ".join(f"{described(got[0], r)}: {why}" for r, why in list(unlike.items())[:12]), flush=True)
+            same[combo] = alike(got, first) and same.get(combo, True)
         if args.profile:
             profile(args, points, seeds, Path(tmp) / "profiled", steps)
     return summarise(combos, walls, same, steps, busy)
@@ -178,6 +180,16 @@ def differing(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) 
                          if not pd.Series([table.at[r, c]]).equals(pd.Series([table0.at[r, c]]))]:
             found[r] = ", ".join(unequal)
     return found
+
+
+def alike(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) -> bool:
+    """Whether every run of a pass is bit for bit the first pass's (`differing`); otherwise one line naming
+    the runs that are not (the first 12) and what differs."""
+    unlike = differing(got, first)
+    if unlike:
+        print(f"  {len(unlike)} of {len(got[1])} runs not bit for bit the first pass's: "
+              + "; ".join(f"{described(got[0], r)}: {why}" for r, why in list(unlike.items())[:12]), flush=True)
+    return not unlike
 
 
 def described(rows: pd.DataFrame, run_id: str) -> str:

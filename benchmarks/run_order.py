@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from concurrent_runs import described, differing  # noqa: E402  (this folder's: the runs whose figures are not the first pass's)
+from concurrent_runs import alike  # noqa: E402  (this folder's: every run bit for bit the first pass's, else which not)
 
 from ablations.choices import COST_ROUNDS, RUN_ORDERS, default_sweeps  # noqa: E402
 from ablations.results.schema import read_table  # noqa: E402
@@ -99,13 +99,9 @@ def main() -> int:
             walls[order].append(spent["training"])
             got = outcome(out, names)
             first, times = first or got, times or got[0]["train_time_s"].to_dict()
-            unlike = differing(got, first)
-            same[order] = same.get(order, True) and not unlike
             print(f"round {r + 1}, RUN_ORDER={order}: training {spent['training']:.1f} s (cost phase "
                   f"{spent['cost phase']:.1f} s: reused)", flush=True)
-            if unlike:
-                print(f"  {len(unlike)} of {len(got[1])} runs not bit for bit the first pass's: "
-                      + "; ".join(f"{described(got[0], r)}: {why}" for r, why in list(unlike.items())[:12]), flush=True)
+            same[order] = alike(got, first) and same.get(order, True)
         slots = executor.jobs or 1
         guide = predicted(template, times, slots, orders, sweeps, options, len(data.train_y))
     each = sorted(times.values())

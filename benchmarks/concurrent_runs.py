@@ -159,9 +159,10 @@ def one_pass(args, points, seeds: tuple[int, ...], combo: Combo, out: Path) -> f
 
 
 def outcome(out: Path, sweep: str) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """A pass's table (by run id) and each run's test predictions."""
+    """A pass's table (by run id) and the test predictions of each run that left them (a failed run has none)."""
     table = pd.read_csv(out / "ablations" / f"{sweep}.csv").set_index("run_id").sort_index()
-    return table, {rid: np.load(out / "ablations" / "preds" / sweep / f"{rid}.npz")["pred"] for rid in table.index}
+    files = {rid: out / "ablations" / "preds" / sweep / f"{rid}.npz" for rid in table.index}
+    return table, {rid: np.load(path)["pred"] for rid, path in files.items() if path.exists()}
 
 
 def differing(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) -> dict[str, str]:
@@ -169,11 +170,11 @@ def differing(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) 
     with what differs (a run that did not finish, or is missing from either pass, included)."""
     (table, preds), (table0, preds0) = got, first
     found = {}
-    for r in sorted(set(preds) | set(preds0)):
-        if r not in preds or r not in preds0:
-            found[r] = "missing from " + ("this pass" if r not in preds else "the first")
-        elif table.status.get(r) != "ok":
+    for r in sorted(set(preds) | set(preds0) | set(table.index)):
+        if r in table.index and table.status.get(r) != "ok":
             found[r] = f"status {table.status.get(r)!r}: {str(table.error.get(r, ''))[:120]}"
+        elif r not in preds or r not in preds0:
+            found[r] = "missing from " + ("this pass" if r not in preds else "the first")
         elif not np.array_equal(preds[r], preds0[r]):
             found[r] = f"{int((preds[r] != preds0[r]).sum())} test predictions"
         elif unequal := [f"{c} {table.at[r, c]!r} against {table0.at[r, c]!r}" for c in ("train_loss", "test_loss")
@@ -187,7 +188,7 @@ def alike(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) -> b
     the runs that are not (the first 12) and what differs."""
     unlike = differing(got, first)
     if unlike:
-        print(f"  {len(unlike)} of {len(got[1])} runs not bit for bit the first pass's: "
+        print(f"  {len(unlike)} of {len(got[0])} runs not bit for bit the first pass's: "
               + "; ".join(f"{described(got[0], r)}: {why}" for r, why in list(unlike.items())[:12]), flush=True)
     return not unlike
 

@@ -111,10 +111,12 @@ def main() -> int:
 
 
 def outcome(out: Path, names: list[str]) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """A pass's runs (by run id, each once: a run shared by sweeps is trained once) and their test predictions."""
+    """A pass's runs (by run id, each once: a run shared by sweeps is trained once) and the test predictions of
+    each that left them (a failed run has none)."""
     rows = pd.concat([pd.read_csv(SweepPaths.of(out, n).rows).assign(sweep_dir=n) for n in names])
     rows = rows.drop_duplicates("run_id").set_index("run_id").sort_index()
-    return rows, {rid: load_preds(SweepPaths.of(out, r["sweep_dir"]).preds / f"{rid}.npz")[0] for rid, r in rows.iterrows()}
+    files = {rid: SweepPaths.of(out, r["sweep_dir"]).preds / f"{rid}.npz" for rid, r in rows.iterrows()}
+    return rows, {rid: load_preds(path)[0] for rid, path in files.items() if path.exists()}
 
 
 def makespan(times: list[float], slots: int) -> float:

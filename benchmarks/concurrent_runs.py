@@ -47,7 +47,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ablations.results.store import Tables  # noqa: E402
+from ablations.results.store import SweepPaths, Tables, load_preds  # noqa: E402
 from ablations.running.cost import CostPlan  # noqa: E402
 from ablations.running.executors import ExecutorOptions  # noqa: E402
 from ablations.running.executors.local import LocalExecutor  # noqa: E402
@@ -114,7 +114,7 @@ def main() -> int:
             busy[combo].append(gpu_busy(out))
             print(f"round {r + 1}, JOBS={jobs}, evaluation={how}, capture warm-up={warmup}: {walls[combo][-1]:.1f} s, "
                   f"{steps / walls[combo][-1]:,.0f} steps/s", flush=True)
-            got = outcome(out, args.sweep)
+            got = outcome(out, [args.sweep])
             first = first or got
             same[combo] = alike(got, first) and same.get(combo, True)
         if args.profile:
@@ -158,11 +158,13 @@ def one_pass(args, points, seeds: tuple[int, ...], combo: Combo, out: Path) -> f
     return time.perf_counter() - t0
 
 
-def outcome(out: Path, sweep: str) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """A pass's table (by run id) and the test predictions of each run that left them (a failed run has none)."""
-    table = pd.read_csv(out / "ablations" / f"{sweep}.csv").set_index("run_id").sort_index()
-    files = {rid: out / "ablations" / "preds" / sweep / f"{rid}.npz" for rid in table.index}
-    return table, {rid: np.load(path)["pred"] for rid, path in files.items() if path.exists()}
+def outcome(out: Path, names: list[str]) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """A pass's runs of the sweeps `names` (by run id, each once: a run shared by sweeps is trained once) and the
+    test predictions of each that left them (a failed run has none)."""
+    rows = pd.concat([pd.read_csv(SweepPaths.of(out, n).rows).assign(sweep_dir=n) for n in names])
+    rows = rows.drop_duplicates("run_id").set_index("run_id").sort_index()
+    files = {rid: SweepPaths.of(out, r["sweep_dir"]).preds / f"{rid}.npz" for rid, r in rows.iterrows()}
+    return rows, {rid: load_preds(path)[0] for rid, path in files.items() if path.exists()}
 
 
 def differing(got: tuple[pd.DataFrame, dict], first: tuple[pd.DataFrame, dict]) -> dict[str, str]:

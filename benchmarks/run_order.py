@@ -26,18 +26,17 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from concurrent_runs import alike  # noqa: E402  (this folder's: every run bit for bit the first pass's, else which not)
+from concurrent_runs import alike, outcome  # noqa: E402  (this folder's: a pass's runs; every run bit for bit the first pass's)
 
 from ablations.choices import COST_ROUNDS, RUN_ORDERS, default_sweeps  # noqa: E402
 from ablations.results.schema import read_table  # noqa: E402
-from ablations.results.store import SweepPaths, load_preds, train_step_ms  # noqa: E402
+from ablations.results.store import SweepPaths, train_step_ms  # noqa: E402
 from ablations.running.cost import CostPlan, run_cost_phases  # noqa: E402
 from ablations.running.executors import ExecutorOptions  # noqa: E402
 from ablations.running.executors.local import LocalExecutor  # noqa: E402
@@ -108,15 +107,6 @@ def main() -> int:
     print(f"{len(each)} runs on {slots} slot(s), first pass: {each[0]:.1f}–{each[-1]:.1f} s each, "
           f"{sum(each):.1f} s in all ({sum(each) / slots:.1f} s a slot)")
     return summarise(orders, walls, same, guide, slots)
-
-
-def outcome(out: Path, names: list[str]) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """A pass's runs (by run id, each once: a run shared by sweeps is trained once) and the test predictions of
-    each that left them (a failed run has none)."""
-    rows = pd.concat([pd.read_csv(SweepPaths.of(out, n).rows).assign(sweep_dir=n) for n in names])
-    rows = rows.drop_duplicates("run_id").set_index("run_id").sort_index()
-    files = {rid: SweepPaths.of(out, r["sweep_dir"]).preds / f"{rid}.npz" for rid, r in rows.iterrows()}
-    return rows, {rid: load_preds(path)[0] for rid, path in files.items() if path.exists()}
 
 
 def makespan(times: list[float], slots: int) -> float:

@@ -291,7 +291,7 @@ def test_finished_gpu_runs_of_the_same_experiment_draw_no_note_and_a_lost_one_na
     paths = SweepPaths.of(str(tmp_path / "o"), "depth")
     runner._warn_other_experiment(paths, todo[4], pd.DataFrame(gpu_rows))
     assert "another experiment" not in capsys.readouterr().err
-    longer = {**gpu_rows[0], "epochs": FAST.epochs + 1, "status": "ok"}
+    longer = {**gpu_rows[0], "epochs": FAST.epochs + 1}
     runner._warn_other_experiment(paths, todo[4], pd.DataFrame([*gpu_rows, longer]))
     err = capsys.readouterr().err
     assert f"holds 1 run(s) of another experiment (epochs {FAST.epochs + 1} vs {FAST.epochs})" in err

@@ -33,6 +33,7 @@ DEVICE    ?=
 DTYPE     ?=
 COMPILE   ?=
 GRAPHS    ?=
+CUDNN_ATTENTION ?=
 EVALUATION ?=
 RUN_ORDER ?=
 INIT      ?=
@@ -63,7 +64,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)
   $(call opt,--img-size,$(IMG_SIZE)) \
   $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) $(call opt,--cost-rounds,$(COST_ROUNDS)) $(call opt,--cost-budget,$(COST_BUDGET)) \
   $(call opt,--device,$(DEVICE)) $(call opt,--dtype,$(DTYPE)) $(call opt,--compile,$(COMPILE)) \
-  $(call opt,--graphs,$(GRAPHS)) $(call opt,--evaluation,$(EVALUATION)) $(call opt,--run-order,$(RUN_ORDER)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) \
+  $(call opt,--graphs,$(GRAPHS)) $(call opt,--cudnn-attention,$(CUDNN_ATTENTION)) $(call opt,--evaluation,$(EVALUATION)) $(call opt,--run-order,$(RUN_ORDER)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) \
   $(call qopt,--out,$(OUT)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) $(call switch,--dry-run,$(DRY_RUN)) $(call switch,--large,$(LARGE)) \
   $(INTO_REF) $(call switch,--tensorboard,$(TENSORBOARD)) $(call opt,--executor,$(EXECUTOR)) $(call opt,--jobs,$(JOBS)) $(call opt,--threads,$(THREADS)) \
   $(call opt,--mps,$(MPS)) $(call opt,--workers,$(WORKERS)) $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) \
@@ -170,7 +171,7 @@ compare: $(STAMP)
 # the speed of every point trained under OUT, measured in one interleaved cost phase (COST_ROUNDS, COST_BUDGET)
 cost: $(STAMP)
 	$(PY) -m ablations cost --out '$(OUT)' $(call opt,--device,$(DEVICE)) $(call opt,--cost-rounds,$(COST_ROUNDS)) \
-	  $(call opt,--cost-budget,$(COST_BUDGET)) $(call opt,--graphs,$(GRAPHS)) $(INTO_REF)
+	  $(call opt,--cost-budget,$(COST_BUDGET)) $(call opt,--graphs,$(GRAPHS)) $(call opt,--cudnn-attention,$(CUDNN_ATTENTION)) $(INTO_REF)
 
 # an OUT's older sweep tables rewritten in the current format, in place (no retraining, run ids kept)
 migrate: $(STAMP)

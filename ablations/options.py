@@ -16,7 +16,7 @@ from typing import Any
 
 from ablations import choices
 from ablations.choices import AUTO_CHECKPOINT_S, COST_ROUNDS, LARGE_RUNS, LOOKS, AutoSeeds, parse_seeds
-from bench.choices import integer
+from bench.choices import CUDNN_ATTENTION, integer
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,12 @@ RUN = (
     Option("--graphs", "on CUDA, capture each training step into a CUDA graph and replay it (default 1; 0: eager). "
                        "fp16, COMPILE=1 or an optimizer without a fused kernel fall back to eager, saying why",
            "GRAPHS", type=int, choices=[0, 1], default=1),
+    Option("--cudnn-attention", "on CUDA, whether the sdpa attention may run cuDNN's kernel: auto (default: torch's "
+                                "order, which tries cuDNN's first on Hopper and Blackwell GPUs; cuDNN plans each "
+                                "attention shape once in every thread that meets it) or off (flash, memory-efficient "
+                                "or math attention, which plan nothing). A run's figures differ in their last bits, "
+                                "not its run id; benchmarks/attention_kernels.py times the two",
+           "CUDNN_ATTENTION", choices=list(CUDNN_ATTENTION), default="auto"),
     Option("--evaluation", "how a run evaluates its test set at each epoch's end: eager (default), or graphed: on "
                            "CUDA captured once into a CUDA graph and replayed (the same figures bit for bit, one "
                            "launch instead of one Python call per kernel); elsewhere eager",
@@ -150,7 +156,8 @@ RUN = (
 )
 
 
-COST_FLAGS = ("--out", "--device", "--cost-rounds", "--cost-budget", "--graphs", "--into-reference")  # of `cost`
+COST_FLAGS = ("--out", "--device", "--cost-rounds", "--cost-budget", "--graphs", "--cudnn-attention",
+              "--into-reference")  # of `cost`
 
 
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:

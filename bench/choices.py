@@ -21,6 +21,8 @@ except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
 PRESETS = tuple(tomllib.loads((Path(__file__).resolve().parents[1] / "vit" / "presets.toml").read_text()))
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # name -> torch dtype attribute
 MODES = ("infer", "train")
+# whether F.scaled_dot_product_attention may run cuDNN's attention kernel on CUDA (`bench.env.set_cudnn_attention`)
+CUDNN_ATTENTION = ("auto", "off")
 
 
 def integer(minimum: int, message: str, auto: bool = False) -> Callable[[str], int | None]:

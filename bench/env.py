@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import hashlib
@@ -66,6 +67,33 @@ def resolve_device(name: str = "auto") -> torch.device:
     elif device.type != "cpu":
         raise ValueError(f"device {name!r} is not supported: use auto, cpu, cuda or cuda:N")
     return device
+
+
+def set_cudnn_attention(setting: str) -> None:
+    """Whether `F.scaled_dot_product_attention` (the `sdpa` attention) may pick cuDNN's kernel in this process:
+    `auto`, torch's own order (cuDNN's first on Hopper and Blackwell GPUs with a recent cuDNN, which plans each
+    attention shape once per thread before its first call); `off`, never: flash, memory-efficient or math
+    attention, which plan nothing. torch keeps one flag for the process; the CPU's kernels do not read it."""
+    from bench.choices import CUDNN_ATTENTION
+
+    if setting not in CUDNN_ATTENTION:
+        raise ValueError(f"cudnn attention {setting!r} is unknown; choose one of {', '.join(CUDNN_ATTENTION)}")
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(setting == "auto")
+
+
+@contextlib.contextmanager
+def cudnn_attention(setting: str):
+    """`set_cudnn_attention(setting)` for the block, torch's flag as it was afterwards (whatever the block raised)."""
+    import torch
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    set_cudnn_attention(setting)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
 
 
 def environment(device: torch.device) -> dict[str, str]:

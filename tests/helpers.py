@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +19,15 @@ from ablations.running.tasks import RunOptions, RunResult, Task
 from ablations.running.worker import execute
 from ablations.specs import Point
 from ablations.training.data import Dataset
+
+
+def benchmark_module(name: str) -> types.ModuleType:
+    """`benchmarks/<name>.py` loaded as a module (the folder is no package): its functions, for a test."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_sweep(sweep: str, points: list[Point], options: RunOptions, executor: Executor | None = None,

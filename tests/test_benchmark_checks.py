@@ -2,22 +2,19 @@
 pass: each run's test predictions, training loss and test loss bit for bit the first pass's, and what differs where
 they are not — the line that decides `same_as_first`."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import benchmark_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def concurrent_runs():
-    spec = importlib.util.spec_from_file_location("concurrent_runs", ROOT / "benchmarks" / "concurrent_runs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("concurrent_runs")
 
 
 def _pass(losses: dict[str, tuple[float, float]], preds: dict[str, list[int]], status: dict[str, str] | None = None):

@@ -15,6 +15,7 @@ from ablations.results.schema import read_table, uncontended
 from ablations.results.store import model_key, row_figures
 from ablations.running.cost import CostPlan
 from ablations.specs import Point
+from bench.env import run_id
 from bench.rounds import Spread, interleaved, ratio_or_noise
 from bench.timing import TimingConfig
 from bench.training.recipe import TrainConfig
@@ -176,6 +177,31 @@ def test_cost_items_are_timed_for_their_device_unless_the_plan_says_how():
         assert len(items) == 4 and all(item.mcfg.timing == timing for item in items)
         assert all(item.mcfg.timing == PLAN.timing for item in _items(points(), PLAN, device))
     assert CUDA_TIMING.min_time_s < CPU_TIMING.min_time_s and CUDA_TIMING.min_repeats > CPU_TIMING.min_repeats
+
+
+def test_a_cuda_phase_with_cudnn_attention_off_is_another_sitting_and_one_left_on_keeps_its_id(monkeypatch):
+    from ablations.running import cost
+
+    monkeypatch.setattr(cost, "environment", lambda device: {"device_name": "NVIDIA H200", "torch_version": "2.11"})
+    items, cuda = cost._items(points(), CostPlan(), torch.device("cuda")), torch.device("cuda")
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        on = cost.phase_id(["a"], items, CostPlan(), cuda)
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        off = cost.phase_id(["a"], items, CostPlan(), cuda)
+        cpu = cost.phase_id(["a"], cost._items(points(), CostPlan(), torch.device("cpu")), CostPlan(), torch.device("cpu"))
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        assert cpu == cost.phase_id(["a"], cost._items(points(), CostPlan(), torch.device("cpu")), CostPlan(),
+                                    torch.device("cpu"))   # the CPU's kernels do not read the flag
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+    # the id a CUDA phase had before the setting existed: the same fields, nothing added while cuDNN's kernel is on
+    env = {"device_name": "NVIDIA H200", "torch": "2.11"}
+    assert on == run_id({"sweep": "a", "items": [(i.cfg.identity(), dataclasses.asdict(i.mcfg)) for i in items],
+                         "train": [i.train.identity() for i in items if i.mode == "train"], "graphs": True,
+                         "rounds": CostPlan().rounds, **env})
+    assert off != on
 
 
 @pytest.mark.parametrize("kwargs,message", [({"rounds": -1}, "cost rounds"), ({"rounds": 1.5}, "cost rounds"),

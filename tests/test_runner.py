@@ -297,3 +297,35 @@ def test_finished_gpu_runs_of_the_same_experiment_draw_no_note_and_a_lost_one_na
     assert f"holds 1 run(s) of another experiment (epochs {FAST.epochs + 1} vs {FAST.epochs})" in err
     lost = task_module.lost_outcome(todo[0], "the worker died").row
     assert (lost["device"], lost["dtype"], lost["status"], lost["run_id"]) == ("cuda", "bf16", "error", todo[0].run_id)
+
+
+def test_cudnn_attention_off_holds_while_runs_train_here_or_in_a_worker_process_and_changes_nothing_on_a_cpu(
+        tmp_path, monkeypatch):
+    from ablations.running import worker
+
+    seen = []
+
+    def watching(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return real_train(*args, **kwargs)
+    real_train = worker.train
+    monkeypatch.setattr(worker, "train", watching)
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        off = dataclasses.replace(options(tmp_path / "off", seeds=(0,)), cudnn_attention="off")
+        run_sweep("a", depth_points("a", 1), off)
+        assert seen == [False] and torch.backends.cuda.cudnn_sdp_enabled()   # the command's flag, then torch's again
+        run_sweep("a", depth_points("a", 1), options(tmp_path / "auto", seeds=(0,)))
+        assert seen == [False, True]
+        task = Task(depth_points("a", 1)[0], 0, "w0", off)   # a worker process: its flag as torch starts it
+        execute(task, load_dataset("digits"))
+        assert seen == [False, True, False]
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+    preds = [load_preds(next((tmp_path / way / "ablations" / "preds").glob("**/*.npz"))) for way in ("off", "auto")]
+    np.testing.assert_array_equal(preds[0][0], preds[1][0])   # the CPU's attention does not read the flag
+    with pytest.raises(ValueError, match="cudnn_attention='sometimes' is unknown; choose one of"):
+        RunOptions(cudnn_attention="sometimes")
+    with pytest.raises(ValueError, match="one command's sweeps share one cudnn_attention, got \\['auto', 'off'\\]"):
+        run_sweeps([("b", depth_points("b", 1), off), ("c", depth_points("c", 1), options(tmp_path / "c"))])

@@ -13,7 +13,7 @@ from ablations.choices import say
 from ablations.cli.commands import check_device, check_out
 from ablations.results.store import SweepError, SweepPaths
 from ablations.running.cost import CostPlan
-from bench.env import resolve_device
+from bench.env import cudnn_attention, resolve_device
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
@@ -26,7 +26,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
         plan = CostPlan.standalone(args.cost_rounds, args.cost_budget)
         t0 = time.perf_counter()
-        done = measure_out(out, plan, device, graphs=bool(args.graphs))
+        with cudnn_attention(args.cudnn_attention):
+            done = measure_out(out, plan, device, graphs=bool(args.graphs))
     except (ValueError, SweepError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

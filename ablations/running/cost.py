@@ -176,10 +176,13 @@ def item_key(item: _Item) -> str:
 def phase_id(sweeps: list[str], items: list[_Item], plan: CostPlan, device: torch.device, graphs: bool = True) -> str:
     env = environment(device)
     # the CPU's thread count times another step; phases timed before it was recorded keep their ids
-    threads = {"threads": torch.get_num_threads()} if device.type == "cpu" else {}
+    extra = {"threads": torch.get_num_threads()} if device.type == "cpu" else {}
+    # so does cuDNN's attention kernel switched off on CUDA (`bench.env.set_cudnn_attention`); left on, ids stay
+    if device.type == "cuda" and not torch.backends.cuda.cudnn_sdp_enabled():
+        extra["cudnn_attention"] = "off"
     return run_id({"sweep": "+".join(sweeps), "items": [(i.cfg.identity(), dataclasses.asdict(i.mcfg)) for i in items],
                    "train": [i.train.identity() for i in items if i.mode == "train"], "graphs": graphs,
-                   "rounds": plan.rounds, "device_name": env["device_name"], "torch": env["torch_version"], **threads})
+                   "rounds": plan.rounds, "device_name": env["device_name"], "torch": env["torch_version"], **extra})
 
 
 class Steps:

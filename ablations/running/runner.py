@@ -42,7 +42,7 @@ from ablations.running.tasks import RunOptions, RunResult, Task, identity_column
 from ablations.running.worker import execute, load_data, peak_or_none
 from ablations.specs import Point
 from ablations.training.data import Dataset
-from bench.env import resolve_device
+from bench.env import cudnn_attention, resolve_device
 from bench.flops import param_count
 from bench.mfu import Peak
 from vit import VisionTransformer
@@ -157,8 +157,11 @@ def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Exec
     names = [name for name, _, _ in sweeps]
     if len(set(names)) != len(names):
         raise ValueError(f"sweeps {names}: each sweep may appear once in one command")
+    kernels = {options.cudnn_attention for _, _, options in sweeps}
+    if len(kernels) > 1:   # one flag for the process: its runs and its cost phase
+        raise ValueError(f"sweeps {names}: one command's sweeps share one cudnn_attention, got {sorted(kernels)}")
     executor = executor or LocalExecutor(ExecutorOptions(jobs=1))
-    with contextlib.ExitStack() as locks:
+    with contextlib.ExitStack() as locks, cudnn_attention(kernels.pop() if kernels else "auto"):
         for name, _, options in sweeps if not locked else ():
             locks.enter_context(store.sweep_lock(SweepPaths.of(options.out, name), name))
         tables = {out: store.Tables(out) for out in {Path(options.out) for _, _, options in sweeps}}

@@ -13,6 +13,7 @@ from ablations.choices import RUN_ORDERS
 from ablations.results.identity import experiment_id, task_key
 from ablations.running.cost import CostPlan
 from ablations.specs import Point
+from bench.choices import CUDNN_ATTENTION
 from bench.env import environment, resolve_device, run_id
 from bench.mfu import Peak
 
@@ -41,11 +42,17 @@ class RunOptions:
     # the order runs start in (running.order): "listed" (the sweeps'), or "longest" expected first; not part of a
     # run id
     run_order: str = "listed"
+    # on CUDA, whether the sdpa attention may run cuDNN's kernel (bench.env.set_cudnn_attention): "auto" (torch's
+    # order) or "off"; its figures differ in their last bits, not part of a run id
+    cudnn_attention: str = "auto"
 
     def __post_init__(self) -> None:
         from ablations.training.evaluation import check_evaluation
 
         check_evaluation(self.evaluation)
+        if self.cudnn_attention not in CUDNN_ATTENTION:
+            raise ValueError(f"cudnn_attention={self.cudnn_attention!r} is unknown; choose one of "
+                             f"{list(CUDNN_ATTENTION)}")
         if self.run_order not in RUN_ORDERS:
             raise ValueError(f"run_order={self.run_order!r} is unknown; choose one of {list(RUN_ORDERS)}")
 

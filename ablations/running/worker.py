@@ -20,7 +20,7 @@ from ablations.running.tasks import RunOptions, RunResult, Task, base_row
 from ablations.training.checkpoints import Checkpointing
 from ablations.training.data import Dataset, augmentation, cached_dataset
 from ablations.training.train import Diverged, Stopped, train
-from bench.env import resolve_device
+from bench.env import resolve_device, set_cudnn_attention
 from bench.failures import classify_failure
 from bench.flops import closed_form_size
 from bench.mfu import Peak, matmul_peak, mfu
@@ -50,6 +50,7 @@ def execute(task: Task, data: Dataset) -> RunResult:
     """Train one run on `data`; never raises for a failure of the run itself."""
     point, options = task.point, task.options
     device = resolve_device(options.device)
+    set_cudnn_attention(options.cudnn_attention)   # a worker process's own flag (threads share the driver's)
     row = {**base_row(task, device), "torch_threads": torch.get_num_threads(),
            "util_cores": thread_cores() if device.type == "cpu" else None, **augmentation(data, point.train),
            "norm_mean": " ".join(f"{m:.6g}" for m in data.mean), "norm_std": " ".join(f"{s:.6g}" for s in data.std),

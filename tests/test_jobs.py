@@ -77,6 +77,46 @@ def test_runs_side_by_side_in_one_process_write_the_rows_of_one_job(tmp_path):
     assert three["train_util_pct"].isna().all() and one["train_util_pct"].notna().all()
 
 
+def test_runs_in_one_process_take_turns_on_threads_kept_from_one_run_to_the_next_until_the_executor_closes(tmp_path):
+    """WORKERS=threads keeps its threads (torch keeps some state per thread: cuDNN's attention plans): runs two at a
+    time train on two threads, the executor's next stream of runs (a later look of SEEDS=auto) on the same two, and
+    `close` ends them; a pool of its own ends them when its runs are done, an executor let go unclosed at once."""
+    import gc
+    import threading
+
+    from ablations.running.executors.threads import ThreadPool
+
+    def fn(task, data):
+        time.sleep(0.02)
+        row = {"run_id": task.run_id, "status": "ok", "thread": threading.get_ident(), "grad": torch.is_grad_enabled()}
+        torch.set_grad_enabled(False)   # left so: the thread's next run starts with autograd on all the same
+        return RunResult(row)
+
+    def alive(idents):
+        return [t for t in threading.enumerate() if t.ident in idents]
+
+    point = Point("s", "depth", 1, TINY, TrainConfig(epochs=1))
+    tasks = make_tasks([point], RunOptions(dataset="digits", out=str(tmp_path), seeds=tuple(range(6))))
+    executor = LocalExecutor(ExecutorOptions(jobs=2, device="cpu", workers="threads"))
+    rows = [outcome.row for _, outcome in executor.run(tasks[:4], fn, lambda options: None)]
+    first = {row["thread"] for row in rows}
+    rows += [outcome.row for _, outcome in executor.run(tasks[4:], fn, lambda options: None)]
+    later = {row["thread"] for row in rows[4:]}
+    assert len(first) == 2 and later <= first and threading.get_ident() not in first
+    assert all(row["grad"] for row in rows)
+    assert len(alive(first)) == 2
+    executor.close()
+    assert not alive(first)
+    own = {outcome.row["thread"] for _, outcome in ThreadPool(3, torch.device("cpu"), fn, lambda o: None).run(tasks)}
+    assert len(own) == 3 and not alive(own)
+    unclosed = LocalExecutor(ExecutorOptions(jobs=2, device="cpu", workers="threads"))
+    kept = {outcome.row["thread"] for _, outcome in unclosed.run(tasks[:2], fn, lambda options: None)}
+    assert alive(kept)
+    del unclosed
+    gc.collect()
+    assert not alive(kept)
+
+
 def test_a_stop_ends_every_run_in_flight_in_the_process_and_joins_its_threads(tmp_path):
     """Closing the stream of outcomes (what the runner does on Ctrl-C, SIGTERM or a full disk) stops every run
     still in flight at its next epoch (`Stopped`: nothing recorded) and joins every thread before it returns."""

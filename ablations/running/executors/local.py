@@ -36,6 +36,7 @@ import os
 import signal
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -254,6 +255,7 @@ class LocalExecutor:
                      and not self.in_process else None)
         self.shared = bool(self.gpus) and self.jobs > max(1, self.gpus if self.spread else 1)  # runs share a GPU
         self.mps = Mps(self.options.mps) if self.shared and not self.in_process else None
+        self._pool: ThreadPool | None = None   # WORKERS=threads: made at the first run, kept to `close`
 
     def start(self) -> str:
         return self._where() + self._crowded()
@@ -309,10 +311,17 @@ class LocalExecutor:
     def close(self) -> None:
         if self.mps is not None:
             self.mps.close()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, RunResult]]:
-        if self.in_process:
-            yield from ThreadPool(self.jobs, resolve_device(self.options.device), fn, load, self.threads).run(tasks)
+        if self.in_process:   # one pool for the executor's life: its threads keep what torch keeps per thread
+            if self._pool is None:
+                self._pool = ThreadPool(self.jobs, resolve_device(self.options.device), fn, load, self.threads, keep=True)
+                weakref.finalize(self, self._pool.close)   # an executor let go unclosed ends its threads too
+            self._pool.fn, self._pool.load = fn, load
+            yield from self._pool.run(tasks)
             return
         if self.jobs == 1:  # with JOBS > 1 even a lone run goes to a worker: the same threads as its siblings
             before = torch.get_num_threads()

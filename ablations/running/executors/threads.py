@@ -1,10 +1,12 @@
 """Several runs at once in this process: the local executor's way on one GPU (WORKERS=auto there, or threads).
 
-Each run trains on a thread of its own, on a CUDA stream of its own (its graph replays, copies and
-evaluation are queued there), so the GPU runs the kernels of several runs side by side, as under MPS, with
-one interpreter, one CUDA context and one import of everything: the dataset's device copy is made once and
-read by every run (`training.train.on_device`), and the one-time costs (the first optimizer's lazy imports,
-kernel loading) are paid once. A run's arithmetic is what it is alone: the same kernels in the same order on
+Each run trains on one of the pool's threads, each thread with a CUDA stream of its own (a run's graph
+replays, copies and evaluation are queued there), so the GPU runs the kernels of several runs side by side, as
+under MPS, with one interpreter, one CUDA context and one import of everything. A thread trains run after run
+(what torch keeps per thread, such as cuDNN's attention plans, is built once per thread, not once per run), and
+the executor keeps its threads from one batch of runs to the next until it closes. The dataset's device copy
+is made once and read by every run (`training.train.on_device`), and the one-time costs (the first optimizer's
+lazy imports, kernel loading) are paid once. A run's arithmetic is what it is alone: the same kernels in the same order on
 its own stream; its initial weights are drawn under a lock (`running.worker.BUILD_LOCK`, the global
 generator), its CUDA graphs captured one at a time (`bench.training.step.CAPTURE_LOCK`), and a run whose model draws
 from the device's one random generator (dropout) or whose step torch.compile compiles trains with no other run
@@ -49,14 +51,30 @@ def needs_the_process(task: Task) -> bool:
     return dropout_of(task) > 0 or bool(task.point.train.compile)
 
 
-class ThreadPool:
-    """Runs `fn(task, data)` for tasks on up to `size` threads of this process (see the module docstring)."""
+@dataclasses.dataclass
+class _Slot:
+    """One worker thread of the pool, its inbox and, on CUDA, its stream: every run it trains queues its work on
+    that stream."""
+    inbox: queue.Queue
+    stream: object | None
+    thread: threading.Thread | None = None
 
-    def __init__(self, size: int, device: torch.device, fn: RunFn, load: Loader, threads: int = 1) -> None:
+
+class ThreadPool:
+    """Runs `fn(task, data)` for tasks on up to `size` threads of this process (see the module docstring). The
+    threads are started as runs need them and each trains run after run, so what torch keeps per thread (cuDNN's
+    attention plans, one per shape; a cuBLAS handle) is built once per thread, not once per run. They end when a
+    `run` ends, or with `keep` only at `close` (an executor's pool, kept from one `run` to the next); a stop ends
+    them at once."""
+
+    def __init__(self, size: int, device: torch.device, fn: RunFn, load: Loader, threads: int = 1,
+                 keep: bool = False) -> None:
         if size < 1:
             raise ValueError(f"size must be ≥ 1, got {size!r}")
-        self.size, self.device, self.fn, self.load, self.threads = size, device, fn, load, threads
+        self.size, self.device, self.fn, self.load, self.threads, self.keep = size, device, fn, load, threads, keep
         self._load_lock = threading.Lock()
+        self._slots: list[_Slot] = []
+        self._streams: list | None = None
 
     def _capacity(self, running: int) -> int:
         """Runs allowed in flight now: at least one, more while the device keeps HEADROOM_BYTES free."""
@@ -68,7 +86,7 @@ class ThreadPool:
                 return running
         return self.size
 
-    def _alone(self, live: dict[str, threading.Thread]) -> bool:
+    def _alone(self, live: dict[str, _Slot]) -> bool:
         """Whether a run in flight must have the process to itself (`needs_the_process`)."""
         return any(needs_the_process(self._tasks[rid]) for rid in live)
 
@@ -76,10 +94,17 @@ class ThreadPool:
         with self._load_lock:  # one load of a dataset, however many runs start at once
             return self.load(task.options)
 
-    def _one(self, task: Task, stream, stop: threading.Event, occupancy: Occupancy, done: queue.Queue) -> None:
+    def _serve(self, slot: _Slot) -> None:
+        """A worker thread: the runs its inbox hands it, one after another, until it hands it None."""
+        while (job := slot.inbox.get()) is not None:
+            self._one(job[0], slot, *job[1:])
+
+    def _one(self, task: Task, slot: _Slot, stop: threading.Event, occupancy: Occupancy, done: queue.Queue) -> None:
         quiet = dataclasses.replace(task, options=dataclasses.replace(task.options, progress=False))
+        stream = slot.stream
         try:
-            with beside_others(stop, occupancy), \
+            # autograd on, as in a thread of its own, whatever a run before it on this thread left
+            with torch.enable_grad(), beside_others(stop, occupancy), \
                     (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
                 outcome = self.fn(quiet, self._data(task))
                 if stream is not None:
@@ -89,51 +114,74 @@ class ThreadPool:
             done.put((task, None, None))
         except BaseException as err:  # noqa: BLE001 - handed to the driver, which decides
             done.put((task, None, err))
-        finally:
-            if stream is not None:   # the slot's stream, for the run that takes the slot next
-                self._streams.put(stream)
+
+    def _idle_slot(self, busy: list[_Slot]) -> _Slot | None:
+        """A worker thread with no run in hand: one kept from an earlier run, else a new one while fewer than
+        `size` (on CUDA, than the streams drawn) are there; None when every one is busy."""
+        idle = [slot for slot in self._slots if all(slot is not b for b in busy)]
+        if idle:
+            return idle[0]
+        if self.device.type == "cuda" and self._streams is None:
+            # one stream per thread, drawn together: `torch.cuda.Stream()` hands out a pool of STREAMS_IN_POOL in
+            # turn, so streams drawn one by one as threads start could repeat one still in use
+            self._streams = [torch.cuda.Stream(self.device) for _ in range(min(self.size, STREAMS_IN_POOL))]
+        limit = len(self._streams) if self._streams is not None else self.size
+        if len(self._slots) >= limit:
+            return None
+        slot = _Slot(queue.Queue(), self._streams[len(self._slots)] if self._streams is not None else None)
+        slot.thread = threading.Thread(target=self._serve, args=(slot,), name=f"vitbench-run-{len(self._slots)}",
+                                       daemon=True)
+        self._slots.append(slot)
+        slot.thread.start()
+        return slot
+
+    def close(self) -> None:
+        """End every worker thread (each finishes the run in its hands first) and wait for it."""
+        for slot in self._slots:
+            slot.inbox.put(None)
+        for slot in self._slots:
+            if slot.thread is not None:
+                slot.thread.join()
+        self._slots = []
 
     def run(self, tasks: list[Task]) -> Iterator[tuple[Task, RunResult]]:
+        """Each task's outcome as it finishes. Ended early (the caller closes the stream of outcomes: a signal, a
+        full disk), it stops the runs in flight at their next epoch and ends every thread before it returns."""
         self._tasks = {t.run_id: t for t in tasks}
-        # one stream per slot, drawn together before any run starts: `torch.cuda.Stream()` hands out a pool of
-        # STREAMS_IN_POOL in turn, so streams drawn one by one as runs start could repeat one still in use
-        self._streams: queue.Queue | None = None
-        if self.device.type == "cuda":
-            self._streams = queue.Queue()
-            for _ in range(min(self.size, STREAMS_IN_POOL)):
-                self._streams.put(torch.cuda.Stream(self.device))
         waiting = collections.deque(tasks)
         stop, occupancy, done = threading.Event(), Occupancy(), queue.Queue()
-        live: dict[str, threading.Thread] = {}
+        live: dict[str, _Slot] = {}
         before = torch.get_num_threads()
         if self.device.type == "cpu":
             torch.set_num_threads(self.threads)
+        finished = False
         try:
             while waiting or live:
-                while waiting and len(live) < self._capacity(len(live)) and not self._alone(live) \
-                        and (self._streams is None or not self._streams.empty()):
+                while waiting and len(live) < self._capacity(len(live)) and not self._alone(live):
                     if live and needs_the_process(waiting[0]):
                         break
+                    slot = self._idle_slot(list(live.values()))
+                    if slot is None:
+                        break
                     task = waiting.popleft()
-                    stream = self._streams.get_nowait() if self._streams is not None else None
-                    thread = threading.Thread(target=self._one, args=(task, stream, stop, occupancy, done),
-                                              name=f"vitbench-run-{task.run_id}", daemon=True)
-                    live[task.run_id] = thread
-                    thread.start()
+                    live[task.run_id] = slot
+                    slot.inbox.put((task, stop, occupancy, done))
                 try:
                     task, outcome, err = done.get(timeout=POLL_S)
                 except queue.Empty:
                     continue
-                live.pop(task.run_id).join()
+                live.pop(task.run_id)
                 if err is not None:
                     if isinstance(err, OSError):  # a full results disk: the command stops
                         raise err
                     outcome = lost_outcome(task, f"the run failed: {type(err).__name__}: {err}")
                 if outcome is not None:
                     yield task, outcome
+            finished = True
         finally:
-            stop.set()
-            for thread in live.values():
-                thread.join()
+            if not finished:
+                stop.set()
+            if not finished or not self.keep:
+                self.close()
             if self.device.type == "cpu":
                 torch.set_num_threads(before)

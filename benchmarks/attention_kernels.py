@@ -8,7 +8,8 @@ Blackwell GPUs with a recent cuDNN, torch tries cuDNN's first. cuDNN builds an e
 (batch, heads, tokens, head width, strides) the first time a thread calls it, and torch keeps the plans per
 thread: vitbench trains its runs in threads of one process, so every worker thread builds the plans of each shape
 it meets (the training batch, an epoch's last smaller batch, the evaluation batch), and the cost phase's thread
-builds its own. Flash and memory-efficient attention are compiled into torch and build nothing.
+builds its own. Flash and memory-efficient attention are compiled into torch and build nothing. (cuDNN's plans for
+the conv stem's convolutions are kept per thread too, whatever the attention: both settings' first calls carry them.)
 
 For every distinct model of the sweeps (`--sweeps`, by default those `make ablations` runs) at the dataset's image
 size, this times each step the first time a thread runs it and then its steady time (median of `--repeats`): a

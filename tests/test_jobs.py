@@ -78,7 +78,7 @@ def test_runs_side_by_side_in_one_process_write_the_rows_of_one_job(tmp_path):
 
 
 def test_runs_in_one_process_take_turns_on_threads_kept_from_one_run_to_the_next_until_the_executor_closes(tmp_path):
-    """WORKERS=threads keeps its threads (torch keeps some state per thread: cuDNN's attention plans): runs two at a
+    """WORKERS=threads keeps its threads (torch keeps some state per thread: cuDNN's plans): runs two at a
     time train on two threads, the executor's next stream of runs (a later look of SEEDS=auto) on the same two, and
     `close` ends them; a pool of its own ends them when its runs are done, an executor let go unclosed at once."""
     import gc

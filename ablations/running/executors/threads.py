@@ -2,15 +2,15 @@
 
 Each run trains on one of the pool's threads, each thread with a CUDA stream of its own (a run's graph
 replays, copies and evaluation are queued there), so the GPU runs the kernels of several runs side by side, as
-under MPS, with one interpreter, one CUDA context and one import of everything. A thread trains run after run
-(what torch keeps per thread, such as cuDNN's attention plans, is built once per thread, not once per run), and
-the executor keeps its threads from one batch of runs to the next until it closes. The dataset's device copy
-is made once and read by every run (`training.train.on_device`), and the one-time costs (the first optimizer's
-lazy imports, kernel loading) are paid once. A run's arithmetic is what it is alone: the same kernels in the same order on
-its own stream; its initial weights are drawn under a lock (`running.worker.BUILD_LOCK`, the global
-generator), its CUDA graphs captured one at a time (`bench.training.step.CAPTURE_LOCK`), and a run whose model draws
-from the device's one random generator (dropout) or whose step torch.compile compiles trains with no other run
-beside it.
+under MPS, with one interpreter, one CUDA context and one import of everything. A thread trains run after run,
+so what torch keeps per thread (cuDNN's plans for attention and convolutions) is built once per thread, not once
+per run, and the executor keeps its threads from one batch of runs to the next until it closes. The dataset's
+device copy is made once and read by every run (`training.train.on_device`), and the one-time costs (the first
+optimizer's lazy imports, kernel loading) are paid once. A run's arithmetic is what it is alone: the same kernels
+in the same order on its own stream; its initial weights are drawn under a lock (`running.worker.BUILD_LOCK`, the
+global generator), its CUDA graphs captured one at a time (`bench.training.step.CAPTURE_LOCK`), and a run whose
+model draws from the device's one random generator (dropout) or whose step torch.compile compiles trains with no
+other run beside it.
 On the CPU the same code runs (tests use it); there the runs share the process's torch threads.
 
 How many at once: `size` at most, and on CUDA a new run starts only while the device has `HEADROOM_BYTES`
@@ -63,7 +63,7 @@ class _Slot:
 class ThreadPool:
     """Runs `fn(task, data)` for tasks on up to `size` threads of this process (see the module docstring). The
     threads are started as runs need them and each trains run after run, so what torch keeps per thread (cuDNN's
-    attention plans, one per shape; a cuBLAS handle) is built once per thread, not once per run. They end when a
+    plans for attention and convolutions, one per shape) is built once per thread, not once per run. They end when a
     `run` ends, or with `keep` only at `close` (an executor's pool, kept from one `run` to the next); a stop ends
     them at once."""
 

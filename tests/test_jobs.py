@@ -109,6 +109,12 @@ def test_runs_in_one_process_take_turns_on_threads_kept_from_one_run_to_the_next
     assert not alive(first)
     own = {outcome.row["thread"] for _, outcome in ThreadPool(3, torch.device("cpu"), fn, lambda o: None).run(tasks)}
     assert len(own) == 3 and not alive(own)
+    both = LocalExecutor(ExecutorOptions(jobs=2, device="cpu", workers="threads"))   # two streams read in turn
+    one, two = both.run(tasks[:3], fn, lambda options: None), both.run(tasks[3:], fn, lambda options: None)
+    got = [next(one), next(two)]
+    got += [*one, *two]
+    assert sorted(task.run_id for task, _ in got) == sorted(task.run_id for task in tasks)
+    both.close()
     unclosed = LocalExecutor(ExecutorOptions(jobs=2, device="cpu", workers="threads"))
     kept = {outcome.row["thread"] for _, outcome in unclosed.run(tasks[:2], fn, lambda options: None)}
     assert alive(kept)

@@ -317,11 +317,14 @@ class LocalExecutor:
 
     def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, RunResult]]:
         if self.in_process:   # one pool for the executor's life: its threads keep what torch keeps per thread
+            device = resolve_device(self.options.device)
             if self._pool is None:
-                self._pool = ThreadPool(self.jobs, resolve_device(self.options.device), fn, load, self.threads, keep=True)
+                self._pool = ThreadPool(self.jobs, device, fn, load, self.threads, keep=True)
                 weakref.finalize(self, self._pool.close)   # an executor let go unclosed ends its threads too
-            self._pool.fn, self._pool.load = fn, load
-            yield from self._pool.run(tasks)
+            # a second stream of runs while the first is still read gets threads of its own, ended with it
+            pool = ThreadPool(self.jobs, device, fn, load, self.threads) if self._pool.busy else self._pool
+            pool.fn, pool.load = fn, load
+            yield from pool.run(tasks)
             return
         if self.jobs == 1:  # with JOBS > 1 even a lone run goes to a worker: the same threads as its siblings
             before = torch.get_num_threads()

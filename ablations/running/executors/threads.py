@@ -75,6 +75,7 @@ class ThreadPool:
         self._load_lock = threading.Lock()
         self._slots: list[_Slot] = []
         self._streams: list | None = None
+        self.busy = False   # a `run` is under way (its stream of outcomes not yet read to the end or closed)
 
     def _capacity(self, running: int) -> int:
         """Runs allowed in flight now: at least one, more while the device keeps HEADROOM_BYTES free."""
@@ -154,7 +155,7 @@ class ThreadPool:
         before = torch.get_num_threads()
         if self.device.type == "cpu":
             torch.set_num_threads(self.threads)
-        finished = False
+        finished, self.busy = False, True
         try:
             while waiting or live:
                 while waiting and len(live) < self._capacity(len(live)) and not self._alone(live):
@@ -179,6 +180,7 @@ class ThreadPool:
                     yield task, outcome
             finished = True
         finally:
+            self.busy = False
             if not finished:
                 stop.set()
             if not finished or not self.keep:

@@ -82,7 +82,8 @@ def in_fresh_process(setting: str, args: argparse.Namespace) -> dict:
     """`measure(setting)` in a new interpreter: no plan, kernel or allocator block of an earlier setting is there."""
     argv = [sys.executable, __file__, "--child", setting, "--device", args.device, "--dataset", args.dataset,
             "--repeats", str(args.repeats), "--sweeps", args.sweeps]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))   # and what the caller's has
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
     if done.returncode != 0:
         raise SystemExit(f"{setting}: the measuring process failed ({done.returncode}):\n{done.stderr[-1500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

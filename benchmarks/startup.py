@@ -51,8 +51,9 @@ def timed(way: str, argv: list[str]) -> float:
     """Seconds from start to exit of `python -m ablations ARGV` run the given way; raises where it fails."""
     prefix = ["-m", "ablations"] if way == "now" else ["-c", PLAIN]
     start = time.perf_counter()
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))   # and what the caller's has
     done = subprocess.run([sys.executable, *prefix, *argv], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": path})
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{way}: python -m ablations {' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-800:]}")

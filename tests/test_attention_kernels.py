@@ -46,3 +46,19 @@ def test_an_unknown_setting_is_refused_in_one_line_before_anything_runs():
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "attention_kernels.py"), "--kernels", "auto,fast",
                            "--device", "cpu"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--kernels: 'fast' is not one of auto, no-cudnn" in done.stderr.splitlines()[-1]
+
+
+def test_a_settings_process_finds_the_project_and_whatever_the_callers_python_path_holds(attention_kernels, monkeypatch):
+    """On a machine whose missing packages come from a folder on PYTHONPATH (the GPU lease's wheels), the measuring
+    process must still import them."""
+    seen = {}
+
+    def run(argv, **kwargs):
+        seen.update(argv=argv, env=kwargs["env"])
+        return subprocess.CompletedProcess(argv, 0, stdout='{"setting": "auto"}\n', stderr="")
+    monkeypatch.setenv("PYTHONPATH", "/tmp/site")
+    monkeypatch.setattr(attention_kernels.subprocess, "run", run)
+    args = argparse.Namespace(device="cuda", dataset="mnist5k", repeats=20, sweeps="")
+    assert attention_kernels.in_fresh_process("auto", args) == {"setting": "auto"}
+    assert seen["env"]["PYTHONPATH"].split(":") == [str(ROOT), "/tmp/site"]
+    assert seen["argv"][seen["argv"].index("--child") + 1] == "auto"

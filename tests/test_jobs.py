@@ -123,6 +123,55 @@ def test_runs_in_one_process_take_turns_on_threads_kept_from_one_run_to_the_next
     assert not alive(kept)
 
 
+def test_on_a_gpu_each_kept_thread_queues_every_run_it_trains_on_one_stream_of_its_own(tmp_path, monkeypatch):
+    """The pool's streams are drawn together when its first thread starts (torch hands out a pool of streams in
+    turn: drawn one by one they could repeat one in use), one per thread, and a thread's runs all queue on its
+    stream, in this stream of runs and the next."""
+    import contextlib
+    import threading
+
+    from ablations.running.executors.threads import ThreadPool
+
+    drawn, current = [], threading.local()
+
+    class Stream:
+        def __init__(self, device=None, priority=0):
+            drawn.append(self)
+
+        def synchronize(self):
+            pass
+
+    @contextlib.contextmanager
+    def on(stream):
+        assert isinstance(stream, Stream), "a run queued on a stream the pool did not draw"
+        before, current.stream = getattr(current, "stream", None), stream
+        try:
+            yield
+        finally:
+            current.stream = before
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", on)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (80 * 2**30, 80 * 2**30))
+
+    def fn(task, data):
+        time.sleep(0.02)
+        return RunResult({"run_id": task.run_id, "status": "ok", "thread": threading.get_ident(),
+                          "stream": id(current.stream), "drawn": len(drawn)})
+
+    point = Point("s", "depth", 1, TINY, TrainConfig(epochs=1))
+    tasks = make_tasks([point], RunOptions(dataset="digits", out=str(tmp_path), seeds=tuple(range(9)), device="cpu"))
+    pool = ThreadPool(3, torch.device("cuda"), fn, lambda options: None, keep=True)
+    rows = [outcome.row for _, outcome in pool.run(tasks[:6])] + [outcome.row for _, outcome in pool.run(tasks[6:])]
+    pool.close()
+    assert len(drawn) == 3 and {row["drawn"] for row in rows} == {3}   # all three before the first run
+    by_thread = {}
+    for row in rows:
+        by_thread.setdefault(row["thread"], set()).add(row["stream"])
+    assert len(by_thread) == 3 and all(len(streams) == 1 for streams in by_thread.values())
+    assert len({next(iter(streams)) for streams in by_thread.values()}) == 3 == len({id(s) for s in drawn})
+
+
 def test_a_stop_ends_every_run_in_flight_in_the_process_and_joins_its_threads(tmp_path):
     """Closing the stream of outcomes (what the runner does on Ctrl-C, SIGTERM or a full disk) stops every run
     still in flight at its next epoch (`Stopped`: nothing recorded) and joins every thread before it returns."""

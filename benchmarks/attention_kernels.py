@@ -116,6 +116,7 @@ def measure(setting: str, args: argparse.Namespace) -> dict:
     device = resolve_device(args.device)
     if setting == "no-cudnn":
         torch.backends.cuda.enable_cudnn_sdp(False)
+    from ablations.running.cost import CostPlan
     from ablations.training.data import cached_dataset
 
     data = cached_dataset(args.dataset)
@@ -130,7 +131,7 @@ def measure(setting: str, args: argparse.Namespace) -> dict:
         dtype = train.resolved_dtype(device)
         last = len(data.train_y) % train.batch_size
         sizes = {"train": train.batch_size, "train last": last or None, "evaluate": train.eval_batch_size,
-                 "infer": 256}
+                 "infer": CostPlan().infer_batch_size}
         steps = {name: _step(model, name, b, cfg, device, dtype, autocast) for name, b in sizes.items() if b}
         built.append((label, model, steps))
     first = _in_thread(lambda: _first_calls(built, device))

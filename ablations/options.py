@@ -126,8 +126,8 @@ RUN = (
     Option("--cudnn-attention", "on CUDA, whether the sdpa attention may run cuDNN's kernel: auto (default: torch's "
                                 "order, which tries cuDNN's first on Hopper and Blackwell GPUs; cuDNN plans each "
                                 "attention shape once in every thread that meets it) or off (flash, memory-efficient "
-                                "or math attention, which plan nothing). A run's figures differ in their last bits, "
-                                "not its run id; benchmarks/attention_kernels.py times the two",
+                                "or math attention, which plan nothing). A run's figures may differ in their last "
+                                "bits, not its run id; benchmarks/attention_kernels.py times the two",
            "CUDNN_ATTENTION", choices=list(CUDNN_ATTENTION), default="auto"),
     Option("--evaluation", "how a run evaluates its test set at each epoch's end: eager (default), or graphed: on "
                            "CUDA captured once into a CUDA graph and replayed (the same figures bit for bit, one "

@@ -43,7 +43,7 @@ class RunOptions:
     # run id
     run_order: str = "listed"
     # on CUDA, whether the sdpa attention may run cuDNN's kernel (bench.env.set_cudnn_attention): "auto" (torch's
-    # order) or "off"; its figures differ in their last bits, not part of a run id
+    # order) or "off"; its figures may differ in their last bits, not part of a run id
     cudnn_attention: str = "auto"
 
     def __post_init__(self) -> None:

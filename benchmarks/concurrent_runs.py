@@ -1,7 +1,8 @@
 """Runs side by side in one process: the training of a sweep's runs one after another and JOBS at a time.
 
     python benchmarks/concurrent_runs.py [--sweep depth] [--seeds 0,1] [--epochs 5] [--jobs 1,4,8,16]
-                                         [--evaluation eager[,graphed]] [--capture-warmup 1[,3]] [--rounds 1]
+                                         [--evaluation eager[,graphed]] [--capture-warmup 1[,3]]
+                                         [--thread-reuse kept[,fresh]] [--rounds 1]
                                          [--workers threads] [--device auto] [--dataset mnist5k] [--profile N]
                                          [--deterministic]
 
@@ -22,6 +23,10 @@ One sitting, the machine otherwise idle: say its load.
 `--deterministic`: every pass under torch's deterministic algorithms (`torch.use_deterministic_algorithms`, warn
 only) and cuBLAS's fixed workspace (`CUBLAS_WORKSPACE_CONFIG`), set before CUDA starts: whether runs a GPU does
 not reproduce bit for bit do so then, and at what cost.
+
+`--thread-reuse kept,fresh`: the runs on threads kept from run to run (`ThreadPool.KEEP_THREADS`, the default) or on
+a new thread for every run (threads only): torch keeps cuDNN's plans per thread, so a new thread plans each shape
+again. Use more runs than JOBS (`--seeds 0,1,2,3` with `--jobs 8`), or every thread trains one run either way.
 
 `--profile N`: afterwards one more pass at JOBS=N under torch.profiler, and what the GPU did in it: the
 kernels' summed time against the time at least one ran (their union) and the wall time, so the mean number
@@ -51,6 +56,7 @@ from ablations.results.store import SweepPaths, Tables, load_preds  # noqa: E402
 from ablations.running.cost import CostPlan  # noqa: E402
 from ablations.running.executors import ExecutorOptions  # noqa: E402
 from ablations.running.executors.local import LocalExecutor  # noqa: E402
+from ablations.running.executors.threads import ThreadPool  # noqa: E402
 from ablations.running.runner import run_sweeps  # noqa: E402
 from ablations.running.tasks import RunOptions  # noqa: E402
 from ablations.specs import find_spec, load_spec  # noqa: E402
@@ -60,7 +66,7 @@ from bench.env import resolve_device  # noqa: E402
 from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
 from bench.training.step import StaticStep  # noqa: E402
 
-Combo = tuple[int, str, int]   # (JOBS, evaluation, capture warm-up steps)
+Combo = tuple[int, str, int, str]   # (JOBS, evaluation, capture warm-up steps, thread reuse)
 
 
 def main() -> int:
@@ -72,6 +78,7 @@ def main() -> int:
     parser.add_argument("--evaluation", default="eager", help="comma-separated: eager, graphed")
     parser.add_argument("--capture-warmup", default=str(StaticStep.WARMUP),
                         help="comma-separated eager steps before each capture of a training step, each ≥ 1")
+    parser.add_argument("--thread-reuse", default="kept", help="comma-separated: kept, fresh (a new thread per run)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workers", default="threads", choices=("threads", "processes"))
     parser.add_argument("--device", default="auto")
@@ -108,11 +115,12 @@ def main() -> int:
                      warm)], LocalExecutor(ExecutorOptions(jobs=1, device=args.device)))
         first = None
         for r, combo in interleaved(combos, args.rounds):
-            jobs, how, warmup = combo
-            out = Path(tmp) / f"r{r}-jobs{jobs}-{how}-warmup{warmup}"
+            jobs, how, warmup, reuse = combo
+            out = Path(tmp) / f"r{r}-jobs{jobs}-{how}-warmup{warmup}-{reuse}"
             walls[combo].append(one_pass(args, points, seeds, combo, out))
             busy[combo].append(gpu_busy(out))
-            print(f"round {r + 1}, JOBS={jobs}, evaluation={how}, capture warm-up={warmup}: {walls[combo][-1]:.1f} s, "
+            print(f"round {r + 1}, JOBS={jobs}, evaluation={how}, capture warm-up={warmup}, threads {reuse}: "
+                  f"{walls[combo][-1]:.1f} s, "
                   f"{steps / walls[combo][-1]:,.0f} steps/s", flush=True)
             got = outcome(out, [args.sweep])
             first = first or got
@@ -137,24 +145,30 @@ def _combos(args) -> list[Combo]:
     if args.workers != "threads" and warmups != [StaticStep.WARMUP]:
         raise ValueError(f"--capture-warmup needs --workers threads: worker processes build their steps with "
                          f"the default ({StaticStep.WARMUP})")
-    return [(int(j), how, w) for j in args.jobs.split(",") for how in evaluations for w in warmups]
+    reuses = args.thread_reuse.split(",")
+    if wrong := [k for k in reuses if k not in ("kept", "fresh")]:
+        raise ValueError(f"--thread-reuse: {wrong[0]!r} is not kept or fresh")
+    if args.workers != "threads" and reuses != ["kept"]:
+        raise ValueError("--thread-reuse needs --workers threads: worker processes are not the pool's threads")
+    return [(int(j), how, w, k) for j in args.jobs.split(",") for how in evaluations for w in warmups for k in reuses]
 
 
 def one_pass(args, points, seeds: tuple[int, ...], combo: Combo, out: Path) -> float:
     """Wall seconds of the training of every run as `combo` says (JOBS at a time, evaluating as it says, each
     capture after its warm-up steps), into `out`."""
-    jobs, how, warmup = combo
+    jobs, how, warmup, reuse = combo
     options = RunOptions(dataset=args.dataset, seeds=seeds, device=args.device, out=str(out), cost=CostPlan(rounds=0),
                          progress=False, checkpoint_every=0, evaluation=how)
     executor = LocalExecutor(ExecutorOptions(jobs=jobs, device=args.device, workers=args.workers))
     print(executor.start(), flush=True)
     default, StaticStep.WARMUP = StaticStep.WARMUP, warmup   # read by every capture this process makes
+    ThreadPool.KEEP_THREADS = reuse == "kept"
     t0 = time.perf_counter()
     try:
         run_sweeps([(args.sweep, points, options)], executor)
     finally:
         executor.close()
-        StaticStep.WARMUP = default
+        StaticStep.WARMUP, ThreadPool.KEEP_THREADS = default, True
     return time.perf_counter() - t0
 
 
@@ -211,16 +225,19 @@ def gpu_busy(out: Path) -> float:
 
 
 def summarise(combos: list[Combo], walls: dict, same: dict, steps: int, busy: dict) -> int:
-    """Per (JOBS, evaluation, capture warm-up): median wall time and steps/s with their range over rounds, the ratio to the first
-    (a ratio only where the interquartile ranges are apart), the GPU's median busy % over the training phases
-    (blank without one), and whether its runs equal the first pass's; 1 where any does not."""
+    """Per (JOBS, evaluation, capture warm-up, thread reuse): median wall time and steps/s with their range over
+    rounds, the ratio to the first (a ratio only where the interquartile ranges are apart), the GPU's median busy %
+    over the training phases (blank without one), and whether its runs equal the first pass's; 1 where any does
+    not."""
     base = Spread.of([steps / w for w in walls[combos[0]]])
     rows = []
     for combo in combos:
         rate = Spread.of([steps / w for w in walls[combo]])
-        rows.append({"jobs": combo[0], "evaluation": combo[1], "warmup": combo[2], "wall_s": float(np.median(walls[combo])),
+        rows.append({"jobs": combo[0], "evaluation": combo[1], "warmup": combo[2], "threads": combo[3],
+                     "wall_s": float(np.median(walls[combo])),
                      "steps_per_s": rate.median, "range": f"{steps / max(walls[combo]):,.0f}–{steps / min(walls[combo]):,.0f}",
-                     f"vs JOBS={combos[0][0]} {combos[0][1]} warm-up {combos[0][2]}": "(reference)" if combo == combos[0]
+                     f"vs JOBS={combos[0][0]} {combos[0][1]} warm-up {combos[0][2]} {combos[0][3]}": "(reference)"
+                     if combo == combos[0]
                      else ratio_or_noise(rate, base),
                      "gpu_busy_%": f"{np.median(measured):.0f}" if (measured := [b for b in busy[combo] if b == b])
                      else "—",

@@ -123,6 +123,29 @@ def test_runs_in_one_process_take_turns_on_threads_kept_from_one_run_to_the_next
     assert not alive(kept)
 
 
+def test_the_benchmarks_fresh_arm_gives_every_run_a_thread_that_trained_nothing_before(tmp_path, monkeypatch):
+    """`ThreadPool.KEEP_THREADS = False` (benchmarks/concurrent_runs.py --thread-reuse fresh): a new thread for each
+    run, so no run finds what a run before it left in its thread; kept, the later runs do."""
+    import threading
+
+    from ablations.running.executors.threads import ThreadPool
+
+    marker = threading.local()
+
+    def fn(task, data):
+        before, marker.trained = getattr(marker, "trained", False), True
+        return RunResult({"run_id": task.run_id, "status": "ok", "before": before})
+
+    point = Point("s", "depth", 1, TINY, TrainConfig(epochs=1))
+    tasks = make_tasks([point], RunOptions(dataset="digits", out=str(tmp_path), seeds=tuple(range(6))))
+    found = {}
+    for keep in (False, True):
+        monkeypatch.setattr(ThreadPool, "KEEP_THREADS", keep)
+        found[keep] = [o.row["before"] for _, o in ThreadPool(2, torch.device("cpu"), fn, lambda o: None).run(tasks)]
+    assert len(found[False]) == 6 and not any(found[False])
+    assert sum(found[True]) == 4   # two threads: each one's first run found nothing, the other four something
+
+
 def test_on_a_gpu_each_kept_thread_queues_every_run_it_trains_on_one_stream_of_its_own(tmp_path, monkeypatch):
     """The pool's streams are drawn together when its first thread starts (torch hands out a pool of streams in
     turn: drawn one by one they could repeat one in use), one per thread, and a thread's runs all queue on its

@@ -67,6 +67,10 @@ class ThreadPool:
     `run` ends, or with `keep` only at `close` (an executor's pool, kept from one `run` to the next); a stop ends
     them at once."""
 
+    # False: a new thread for every run (its slot's stream kept), the other arm of benchmarks/concurrent_runs.py's
+    # --thread-reuse; read as each run starts
+    KEEP_THREADS = True
+
     def __init__(self, size: int, device: torch.device, fn: RunFn, load: Loader, threads: int = 1,
                  keep: bool = False) -> None:
         if size < 1:
@@ -120,6 +124,8 @@ class ThreadPool:
         """A worker thread with no run in hand: one kept from an earlier run, else a new one while fewer than
         `size` (on CUDA, than the streams drawn) are there; None when every one is busy."""
         idle = [slot for slot in self._slots if all(slot is not b for b in busy)]
+        if idle and not self.KEEP_THREADS:
+            self._renew(idle[0])
         if idle:
             return idle[0]
         if self.device.type == "cuda" and self._streams is None:
@@ -130,11 +136,21 @@ class ThreadPool:
         if len(self._slots) >= limit:
             return None
         slot = _Slot(queue.Queue(), self._streams[len(self._slots)] if self._streams is not None else None)
-        slot.thread = threading.Thread(target=self._serve, args=(slot,), name=f"vitbench-run-{len(self._slots)}",
-                                       daemon=True)
         self._slots.append(slot)
-        slot.thread.start()
+        self._start(slot)
         return slot
+
+    def _start(self, slot: _Slot) -> None:
+        slot.thread = threading.Thread(target=self._serve, args=(slot,), daemon=True,
+                                       name=f"vitbench-run-{self._slots.index(slot)}")
+        slot.thread.start()
+
+    def _renew(self, slot: _Slot) -> None:
+        """End an idle slot's thread and start a new one in its place (the same stream)."""
+        slot.inbox.put(None)
+        if slot.thread is not None:
+            slot.thread.join()
+        self._start(slot)
 
     def close(self) -> None:
         """End every worker thread (each finishes the run in its hands first) and wait for it."""

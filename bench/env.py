@@ -74,13 +74,18 @@ def set_cudnn_attention(setting: str) -> None:
     `auto`, torch's own order (cuDNN's first on Hopper and Blackwell GPUs with a recent cuDNN, which plans each
     attention shape once per thread before its first call); `off`, never: flash, memory-efficient or math
     attention, which plan nothing. torch keeps one flag for the process; the CPU's kernels do not read it."""
-    from bench.choices import CUDNN_ATTENTION
-
-    if setting not in CUDNN_ATTENTION:
-        raise ValueError(f"cudnn attention {setting!r} is unknown; choose one of {', '.join(CUDNN_ATTENTION)}")
+    check_cudnn_attention(setting)
     import torch
 
     torch.backends.cuda.enable_cudnn_sdp(setting == "auto")
+
+
+def check_cudnn_attention(setting: str) -> None:
+    """ValueError naming `setting` unless it is one of CUDNN_ATTENTION."""
+    from bench.choices import CUDNN_ATTENTION
+
+    if setting not in CUDNN_ATTENTION:
+        raise ValueError(f"cudnn_attention={setting!r} is unknown; choose one of {list(CUDNN_ATTENTION)}")
 
 
 @contextlib.contextmanager

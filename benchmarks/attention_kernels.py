@@ -191,20 +191,12 @@ def _first_calls(built, device) -> dict[tuple[str, str], float]:
 
 
 def _steady(built, device, repeats: int) -> dict[tuple[str, str], float]:
-    """{(model, step): the median seconds of one call over `repeats` synchronised calls}."""
-    times = {}
-    for label, _, steps in built:
-        for name, step in steps.items():
-            step()
-            calls = []
-            for _ in range(repeats):
-                _sync(device)
-                start = time.perf_counter()
-                step()
-                _sync(device)
-                calls.append(time.perf_counter() - start)
-            times[label, name] = statistics.median(calls)
-    return times
+    """{(model, step): the median seconds of one call over `repeats` calls, each timed alone (`bench.timing`)}."""
+    from bench.timing import TimingConfig, time_steps
+
+    alone = TimingConfig(warmup=1, min_repeats=repeats, min_time_s=0.0, block=1, latency_steps=0)
+    return {(label, name): time_steps(step, device, alone).median_ms / 1e3
+            for label, _, steps in built for name, step in steps.items()}
 
 
 def _picked(built) -> dict[str, str]:

@@ -13,8 +13,7 @@ from ablations.choices import RUN_ORDERS
 from ablations.results.identity import experiment_id, task_key
 from ablations.running.cost import CostPlan
 from ablations.specs import Point
-from bench.choices import CUDNN_ATTENTION
-from bench.env import environment, resolve_device, run_id
+from bench.env import check_cudnn_attention, environment, resolve_device, run_id
 from bench.mfu import Peak
 
 
@@ -50,9 +49,7 @@ class RunOptions:
         from ablations.training.evaluation import check_evaluation
 
         check_evaluation(self.evaluation)
-        if self.cudnn_attention not in CUDNN_ATTENTION:
-            raise ValueError(f"cudnn_attention={self.cudnn_attention!r} is unknown; choose one of "
-                             f"{list(CUDNN_ATTENTION)}")
+        check_cudnn_attention(self.cudnn_attention)
         if self.run_order not in RUN_ORDERS:
             raise ValueError(f"run_order={self.run_order!r} is unknown; choose one of {list(RUN_ORDERS)}")
 

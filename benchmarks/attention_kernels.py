@@ -43,6 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from startup import child_env  # noqa: E402  (this folder's: the project and the caller's PYTHONPATH)
+
 from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
 
 KERNELS = ("auto", "no-cudnn")
@@ -82,8 +84,7 @@ def in_fresh_process(setting: str, args: argparse.Namespace) -> dict:
     """`measure(setting)` in a new interpreter: no plan, kernel or allocator block of an earlier setting is there."""
     argv = [sys.executable, __file__, "--child", setting, "--device", args.device, "--dataset", args.dataset,
             "--repeats", str(args.repeats), "--sweeps", args.sweeps]
-    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))   # and what the caller's has
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=child_env())
     if done.returncode != 0:
         raise SystemExit(f"{setting}: the measuring process failed ({done.returncode}):\n{done.stderr[-1500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -110,12 +111,11 @@ def measure(setting: str, args: argparse.Namespace) -> dict:
     second new thread, then the steady times and the kernels torch picks."""
     import torch
 
-    from bench.env import resolve_device
+    from bench.env import resolve_device, set_cudnn_attention
     from bench.training.precision import autocast
 
     device = resolve_device(args.device)
-    if setting == "no-cudnn":
-        torch.backends.cuda.enable_cudnn_sdp(False)
+    set_cudnn_attention("off" if setting == "no-cudnn" else "auto")   # the switch CUDNN_ATTENTION sets
     from ablations.running.cost import CostPlan
     from ablations.training.data import cached_dataset
 

@@ -47,13 +47,17 @@ def commands(out: Path) -> dict[str, list[str]]:
             "report": ["report", "--out", str(out / "base")]}
 
 
+def child_env() -> dict[str, str]:
+    """This process's environment for a Python it starts: the project first on PYTHONPATH, then whatever the
+    caller's PYTHONPATH holds (on the GPU lease, the folder the missing packages' wheels are installed in)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+
+
 def timed(way: str, argv: list[str]) -> float:
     """Seconds from start to exit of `python -m ablations ARGV` run the given way; raises where it fails."""
     prefix = ["-m", "ablations"] if way == "now" else ["-c", PLAIN]
     start = time.perf_counter()
-    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))   # and what the caller's has
-    done = subprocess.run([sys.executable, *prefix, *argv], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": path})
+    done = subprocess.run([sys.executable, *prefix, *argv], cwd=ROOT, capture_output=True, text=True, env=child_env())
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{way}: python -m ablations {' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-800:]}")

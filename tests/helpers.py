@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +23,12 @@ from ablations.training.data import Dataset
 
 
 def benchmark_module(name: str) -> types.ModuleType:
-    """`benchmarks/<name>.py` loaded as a module (the folder is no package): its functions, for a test."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    """`benchmarks/<name>.py` loaded as a module (the folder is no package): its functions, for a test. The folder
+    goes on sys.path, as for the script run itself, so the siblings it imports are found."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    path = folder / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

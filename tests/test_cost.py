@@ -15,7 +15,7 @@ from ablations.results.schema import read_table, uncontended
 from ablations.results.store import model_key, row_figures
 from ablations.running.cost import CostPlan
 from ablations.specs import Point
-from bench.env import run_id
+from bench.env import cudnn_attention, run_id
 from bench.rounds import Spread, interleaved, ratio_or_noise
 from bench.timing import TimingConfig
 from bench.training.recipe import TrainConfig
@@ -184,9 +184,7 @@ def test_a_cuda_phase_with_cudnn_attention_off_is_another_sitting_and_one_left_o
 
     monkeypatch.setattr(cost, "environment", lambda device: {"device_name": "NVIDIA H200", "torch_version": "2.11"})
     items, cuda = cost._items(points(), CostPlan(), torch.device("cuda")), torch.device("cuda")
-    before = torch.backends.cuda.cudnn_sdp_enabled()
-    try:
-        torch.backends.cuda.enable_cudnn_sdp(True)
+    with cudnn_attention("auto"):   # torch's flag as it was afterwards
         on = cost.phase_id(["a"], items, CostPlan(), cuda)
         torch.backends.cuda.enable_cudnn_sdp(False)
         off = cost.phase_id(["a"], items, CostPlan(), cuda)
@@ -194,8 +192,6 @@ def test_a_cuda_phase_with_cudnn_attention_off_is_another_sitting_and_one_left_o
         torch.backends.cuda.enable_cudnn_sdp(True)
         assert cpu == cost.phase_id(["a"], cost._items(points(), CostPlan(), torch.device("cpu")), CostPlan(),
                                     torch.device("cpu"))   # the CPU's kernels do not read the flag
-    finally:
-        torch.backends.cuda.enable_cudnn_sdp(before)
     # the id a CUDA phase had before the setting existed: the same fields, nothing added while cuDNN's kernel is on
     env = {"device_name": "NVIDIA H200", "torch": "2.11"}
     assert on == run_id({"sweep": "a", "items": [(i.cfg.identity(), dataclasses.asdict(i.mcfg)) for i in items],

@@ -20,6 +20,7 @@ from ablations.running.tasks import RunOptions, Task
 from ablations.running.worker import execute
 from ablations.specs import Point
 from ablations.training.data import load_dataset
+from bench.env import cudnn_attention
 from bench.flops import closed_form_macs
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
@@ -310,9 +311,7 @@ def test_cudnn_attention_off_holds_while_runs_train_here_or_in_a_worker_process_
         return real_train(*args, **kwargs)
     real_train = worker.train
     monkeypatch.setattr(worker, "train", watching)
-    before = torch.backends.cuda.cudnn_sdp_enabled()
-    try:
-        torch.backends.cuda.enable_cudnn_sdp(True)
+    with cudnn_attention("auto"):   # torch's flag as it was afterwards
         off = dataclasses.replace(options(tmp_path / "off", seeds=(0,)), cudnn_attention="off")
         run_sweep("a", depth_points("a", 1), off)
         assert seen == [False] and torch.backends.cuda.cudnn_sdp_enabled()   # the command's flag, then torch's again
@@ -321,8 +320,6 @@ def test_cudnn_attention_off_holds_while_runs_train_here_or_in_a_worker_process_
         task = Task(depth_points("a", 1)[0], 0, "w0", off)   # a worker process: its flag as torch starts it
         execute(task, load_dataset("digits"))
         assert seen == [False, True, False]
-    finally:
-        torch.backends.cuda.enable_cudnn_sdp(before)
     preds = [load_preds(next((tmp_path / way / "ablations" / "preds").glob("**/*.npz"))) for way in ("off", "auto")]
     np.testing.assert_array_equal(preds[0][0], preds[1][0])   # the CPU's attention does not read the flag
     with pytest.raises(ValueError, match="cudnn_attention='sometimes' is unknown; choose one of"):

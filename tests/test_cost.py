@@ -2,7 +2,6 @@
 inside the noise, and a cost phase that is reused when complete and measured again whole when not."""
 
 import dataclasses
-import time
 
 import numpy as np
 import pandas as pd
@@ -52,6 +51,23 @@ def test_throughput_ratio_is_printed_only_where_the_iqrs_do_not_overlap():
     assert ratio_or_noise(slow, fast) == f"×{101 / 202:.2f}"
     assert ratio_or_noise(noisy, fast) == "same within noise (IQRs overlap)"
     assert ratio_or_noise(fast, Spread.of([])) == "not measured"
+
+
+@pytest.fixture
+def phase_clock(monkeypatch):
+    """The cost phase's budget clock, moved by the test alone: each timed step takes `step_s` seconds of it and
+    `advance(s)` adds more, whatever the machine's load. Returns the clock as a dict (`now`, `step_s`)."""
+    from ablations.running import cost
+
+    clock = {"now": 1000.0, "step_s": 0.0}
+    monkeypatch.setattr(cost._Clock, "now", staticmethod(lambda: clock["now"]))
+    real = cost._measure_item
+
+    def timed(*args, **kwargs):
+        clock["now"] += clock["step_s"]
+        return real(*args, **kwargs)
+    monkeypatch.setattr(cost, "_measure_item", timed)
+    return clock
 
 
 def points():
@@ -305,29 +321,23 @@ def test_the_budget_is_a_share_of_the_expected_training_within_a_floor_and_a_cap
     assert CostPlan(budget_s=12.5).budget(1e6) == 12.5
 
 
-def test_a_small_budget_plans_fewer_rounds_and_the_rows_say_how_many(tmp_path, capsys):
-    import dataclasses
-    import time
-
+def test_a_small_budget_plans_fewer_rounds_and_the_rows_say_how_many(tmp_path, capsys, phase_clock):
+    """Rounds of 4 steps at 0.01 s each (the phase's clock) in a 0.5 s budget: the first takes 0.04 s, so 12 fit
+    (1 + 0.46 // 0.04), not the 20 asked for, and every row says 12."""
     plan = dataclasses.replace(PLAN, rounds=20, timing=None, budget_s=0.5)
-    t0 = time.perf_counter()
+    phase_clock["step_s"] = 0.01
     rows = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv")
-    took = time.perf_counter() - t0
-    assert took < 20                                           # not the 20 rounds asked for
     err = capsys.readouterr().err
-    if rows.empty:   # the machine was slow enough that fewer than 3 rounds fit: no phase, said with how to measure
-        assert "no cost phase" in err and "make cost OUT=" in err and "cost c: none kept" in err
-        return
     taken = int(rows["rounds"].iloc[0])
-    assert 3 <= taken < 20 and len(rows) == taken * 4 and (rows["rounds"] == taken).all()
+    assert taken == 12 and len(rows) == taken * 4 and (rows["rounds"] == taken).all()
+    assert sorted(set(rows["round"])) == list(range(12))
     assert f"cost c: {taken} round(s) of 4 timed steps in " in err and "(budget 0.5 s)" in err
     again = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv")
     assert again["run_id"].tolist() == rows["run_id"].tolist()   # complete as it stands: a rerun reuses it
 
 
 def test_a_machine_busy_in_every_round_stops_the_phase_within_its_budget(tmp_path, monkeypatch, capsys):
-    import time
-
+    from ablations.running import cost as cost_module
     from bench import contention
 
     # every timed region sees other processes take the whole machine (a faked /proc/stat, the meter's input)
@@ -338,11 +348,14 @@ def test_a_machine_busy_in_every_round_stops_the_phase_within_its_budget(tmp_pat
         return clock["busy"]
     monkeypatch.setattr(contention, "_cpu_busy_s", busy_cpus)
     plan = dataclasses.replace(PLAN, rounds=50, budget_s=60.0)
-    t0 = time.perf_counter()
+    measured = []
+    real = cost_module._measure_item
+    monkeypatch.setattr(cost_module, "_measure_item", lambda item, *a: measured.append(item) or real(item, *a))
+    waits = []
+    monkeypatch.setattr(cost_module._Clock, "wait_for_quiet", lambda self, device: waits.append(device))
     rows = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv")
-    took = time.perf_counter() - t0
-    # busy from the first timed steps: abandoned at once, far inside its budget, nothing kept of it
-    assert rows.empty and took < 15.0
+    # busy from the first timed steps: abandoned at once (its first 3 steps, no wait for quiet), nothing kept of it
+    assert rows.empty and len(measured) == 3 and not waits
     assert not (tmp_path / "c-cost.csv").exists() or read_table(tmp_path / "c-cost.csv").empty
     err = capsys.readouterr().err
     assert "the machine was busy: 3 of 3 first timed steps" in err and "stopped there and keeps nothing" in err
@@ -480,37 +493,34 @@ def test_make_cost_and_migrate_set_a_torn_last_line_aside_and_refuse_a_broken_ta
     assert main(["migrate", "--out", str(out)]) == 2
 
 
-def test_a_budget_that_fits_fewer_than_three_rounds_is_no_phase_said_in_one_line():
+def test_a_budget_that_fits_fewer_than_three_rounds_is_no_phase_said_in_one_line(phase_clock):
     """Fewer than MIN_ROUNDS rounds compare nothing: a budget that fits fewer keeps no phase and says why, rather
     than one round that leaves every cell 'not compared'."""
-    import time
-
     from ablations.running.cost import _Clock
 
     clock = _Clock(CostPlan(rounds=5, budget_s=10.0), None, [], torch.device("cpu"))
-    clock.start = time.perf_counter() - 18.0      # the first round took 18 s
+    clock.start = phase_clock["now"] - 18.0      # the first round took 18 s
     assert clock.plan_rounds([], items=4) == 1
     assert clock.stopped.startswith("its first round took 18.0 s, so its 10 s budget (COST_BUDGET) fits 1 of the 3 rounds")
     slow = _Clock(CostPlan(rounds=5, budget_s=10.0), None, [], torch.device("cpu"))
-    slow.start = time.perf_counter() - 4.0
+    slow.start = phase_clock["now"] - 4.0
     assert slow.plan_rounds([], items=4) == 2 and "no cost phase" in slow.stopped
     quick = _Clock(CostPlan(rounds=5, budget_s=10.0), None, [], torch.device("cpu"))
-    quick.start = time.perf_counter() - 3.0
+    quick.start = phase_clock["now"] - 3.0
     assert quick.plan_rounds([], items=4) == 3 and quick.stopped.startswith("its 10 s budget")
 
 
-def test_an_auto_budget_short_of_three_rounds_is_raised_to_them_only_where_they_are_a_small_share_of_the_training():
+def test_an_auto_budget_short_of_three_rounds_is_raised_to_them_only_where_they_are_a_small_share_of_the_training(
+        phase_clock):
     """A GPU's main job: rounds of ~1.8 s against ~45 s of training, whose 10 % (4.5 s) fits two. Three rounds are
     12 % of the training: the auto budget is raised to them, and the line says so. Where three rounds would be more
     than RAISED_SHARE_MAX of the training, or the budget was given, there is no phase."""
-    import time
-
     from ablations.running.cost import RAISED_SHARE_MAX, _Clock
 
     def clock(expected, budget=None):
         c = _Clock(CostPlan(rounds=5, budget_s=budget), (1000, 3), [], torch.device("cpu"))
         c.expected_training_s = lambda first_round: expected
-        c.start = time.perf_counter() - 1.8          # the first (warmed) round took 1.8 s
+        c.start = phase_clock["now"] - 1.8          # the first (warmed) round took 1.8 s
         return c
 
     raised = clock(45.0)
@@ -524,21 +534,20 @@ def test_an_auto_budget_short_of_three_rounds_is_raised_to_them_only_where_they_
 
 
 def test_kept_steps_are_set_up_outside_the_budget_and_a_phase_short_of_three_rounds_keeps_nothing(tmp_path, monkeypatch,
-                                                                                                   capsys):
+                                                                                                   capsys, phase_clock):
     """Steps kept across rounds (CUDA's captured graphs; here asked for on the CPU) are built and warmed up before
-    the clock starts: a set-up longer than the whole budget still leaves the rounds it plans. A budget too short
-    for three rounds writes no row and says so in one line."""
-    import time
-
+    the clock starts: a set-up of 50 s against a 1.5 s budget still leaves the 3 rounds of 0.4 s it plans
+    (1 + 1.1 // 0.4). A budget too short for three rounds writes no row and says so in one line."""
     from ablations.running import cost
 
     real = cost._Sitting.set_up
 
     def slow(self, item_id, item):
         real(self, item_id, item)
-        time.sleep(0.5)
+        phase_clock["now"] += 50.0
 
     monkeypatch.setattr(cost._Sitting, "set_up", slow)
+    phase_clock["step_s"] = 0.1
     points = [Point("c", "depth", d, TINY.replace(depth=d), TrainConfig(epochs=1, batch_size=16)) for d in (1, 2)]
     phase = run_cost_phase("c", points, CostPlan(rounds=3, budget_s=1.5, keep_steps=True), torch.device("cpu"),
                            tmp_path / "c-cost.csv")
@@ -617,24 +626,27 @@ def test_a_later_call_with_some_sweeps_done_reuses_the_first_sitting_and_its_row
 
 
 def test_a_fresh_processs_one_off_costs_land_in_no_round_so_a_short_budget_still_fits_its_rounds(tmp_path, capsys,
-                                                                                                    monkeypatch):
+                                                                                                    monkeypatch,
+                                                                                                    phase_clock):
     """What a process pays once whatever it measures (the matmul peak the MFU is taken against, the first
     optimizer, which loads torch's compiler modules) is paid before the phase's clock: made slow here (3 s
-    each; about 1.5 s each in a fresh process on a 2-core machine), they would fill the first round and leave a
-    4 s budget room for 1 of the 3 rounds a comparison needs. Without them a round of this small model takes
-    well under a second, so 3 fit even on a busy machine."""
+    each on the phase's clock; about 1.5 s each in a fresh process on a 2-core machine), they would fill the
+    first round and leave a 4 s budget room for 1 of the 3 rounds a comparison needs. Without them a round
+    of 0.1 s steps fits 3."""
     from ablations.__main__ import main
     from bench import mfu
 
     real_idle, real_adamw, first = mfu._measure_idle, torch.optim.AdamW, []
+    phase_clock["step_s"] = 0.1
 
     def slow_peak(*args):
-        time.sleep(3.0)
+        phase_clock["now"] += 3.0
         return real_idle(*args)
 
     def slow_first_optimizer(*args, **kwargs):
         if not first:
-            first.append(time.sleep(3.0))
+            phase_clock["now"] += 3.0
+            first.append(True)
         return real_adamw(*args, **kwargs)
 
     monkeypatch.setattr(mfu, "_measure_idle", slow_peak)

@@ -414,6 +414,31 @@ def test_identical_runs_are_identical_and_a_setting_with_no_spread_is_not_known_
     assert c.se > 0 and c.p_equiv > 0 and 0 < c.p < 1
 
 
+def test_three_runs_with_equal_or_nearly_equal_differences_get_a_floored_standard_error_not_a_p_of_1e_minus_32():
+    """Three seeds whose paired differences are exactly +0.3 points each (3 of 1,000 answers lost, on other images
+    each seed): the spread is 0 from the integer counts (in floating point it was 2.8e-37, which skipped the
+    floor and gave s.e. 3e-19 and p = 1e-32). Counts within one answer of each other get the same floor: no
+    standard error below it, ever. The floor, computed here independently: the coin flips' variance of one run
+    (each image's variance between seeds, averaged, over n) times the 2.5 % quantile of χ²₂ / 2."""
+    rng = np.random.default_rng(0)
+    a = (rng.random((3, 1000)) < 0.97).astype(float)
+
+    def losing(counts):
+        b = a.copy()
+        for s, k in enumerate(counts):
+            b[s, rng.choice(np.flatnonzero(a[s] == 1), k, replace=False)] = 0
+        return b
+
+    for lost in (losing((3, 3, 3)), losing((3, 3, 4))):     # exactly equal, then within one answer
+        d = a - lost
+        floor = d.var(0, ddof=1).mean() / 1000 * sps.chi2.ppf(0.025, 2) / 2
+        [c] = compare_settings({"a": a, "b": lost}, seeds={"a": [0, 1, 2], "b": [0, 1, 2]})
+        assert c.paired and c.se >= math.sqrt(floor / 3) * (1 - 1e-12)
+        assert c.p > 1e-3 and c.p_equiv > 1e-3 and c.high - c.low > 0.001   # not 1e-32, not ±0
+    spread = contrast([np.vstack([d[0]] * 3)], [1.0])    # three identical runs: Laplace's q / n, never 0
+    assert spread.se > 0
+
+
 @pytest.mark.parametrize("seeds", [12, 20])
 def test_per_pair_false_positives_stay_within_alpha_at_many_seeds_where_settings_differ_image_by_image(seeds):
     """A/A where each setting finds its own images easier or harder (a true test-image term, equal means over

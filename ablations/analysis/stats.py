@@ -44,6 +44,7 @@ an image term that is a small difference of two large estimates gets the few deg
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
@@ -59,6 +60,7 @@ MARGIN = 0.005      # default equivalence margin δ: ±0.5 points
 MIN_SEEDS = 2       # a test needs the spread between seeds
 MIN_WIN_SEEDS = 5   # P(a beats b) is given from this many runs a side
 CHANCE_SDS = 3.0    # a setting is "at chance" within this many binomial s.d. of 1 / classes
+FLOOR_QUANTILE = ALPHA / 2   # a run variance is floored where coin flips alone would give less this rarely
 
 
 @dataclass(frozen=True)
@@ -155,16 +157,37 @@ def contrast(correct: Sequence[np.ndarray], weights: Sequence[float], what: str 
 
 
 def _run_variance(a: np.ndarray) -> float:
-    """The variance of one run's accuracy between seeds. Where every seed scored exactly the same, the
-    spread measured is 0 but not known to be 0: then the variance one run's accuracy would have if its n
-    answers were independent draws at the cells' rate, with one imagined extra answer each way
-    (Laplace), q / n: a setting at 100 % on every seed gets a small interval, never ±0."""
-    spread = float(a.mean(1).var(ddof=1))
-    if spread > 0:
-        return spread
+    """The variance of one run's accuracy between seeds, from the runs' counts of right answers as integers (equal
+    counts give exactly 0, never floating residue), and never below a floor. The floor is what the spread of s
+    runs falls below in only FLOOR_QUANTILE of draws when runs differ by coin flips alone (each image's variance
+    between seeds, averaged over the n images, over n; scaled by that quantile of χ²_{s−1}/(s−1)): a spread
+    under it is a few seeds' luck or the counts' granularity (three runs with exactly the same count), not
+    evidence of a standard error near 0, and a spread above it is kept as measured (the t-test's own degrees of
+    freedom carry its uncertainty). Where no image varies between seeds either (every seed answered alike on
+    every image), the floor is the variance of one run's accuracy over n independent answers at the cells'
+    rate with one imagined extra answer each way (Laplace), q / n: a setting at 100 % on every seed gets a
+    small interval, never ±0."""
+    seeds, n = a.shape
+    counts = a.sum(1)
+    whole = np.rint(counts)
+    if np.array_equal(whole, counts):   # 0/1 answers or their differences: exact integer arithmetic
+        c = [int(x) for x in whole]
+        spread = (seeds * sum(x * x for x in c) - sum(c) ** 2) / (seeds * (seeds - 1)) / (n * n)
+    else:
+        spread = float(a.mean(1).var(ddof=1))
+    flips = float(a.var(0, ddof=1).mean()) / n
+    if flips > 0:
+        return max(spread, flips * _chi2_floor(seeds - 1))
     cells = a.size
     q = (float((a * a).sum()) + 1) / (cells + 2) - (float(a.sum()) / (cells + 2)) ** 2
-    return q / a.shape[1]
+    return max(spread, q / n)
+
+
+@functools.lru_cache(maxsize=64)
+def _chi2_floor(df: int) -> float:
+    """The FLOOR_QUANTILE quantile of χ²_df / df: the share of its true variance below which a sample variance on
+    df degrees of freedom falls in only that share of draws."""
+    return float(sps.chi2.ppf(FLOOR_QUANTILE, df)) / df
 
 
 def accuracy_interval(accs: Sequence[float], test_size: int | None = None, correct: np.ndarray | None = None,

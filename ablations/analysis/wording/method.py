@@ -9,6 +9,7 @@ from ablations.analysis.findings import (
 )
 from ablations.analysis.stats import (
     CHANCE_SDS,
+    FLOOR_QUANTILE,
     MARGIN,
     MIN_WIN_SEEDS,
     POWER,
@@ -51,9 +52,12 @@ def _method_tests(margin: float) -> str:
   the per-seed differences d_si = y_a,si − y_b,si, with the same variance applied to d (its spread between
   seeds, plus its test-image term), so what a seed does to both cancels (marked ⁼). Where the runs of a
   pair predicted the same class for every image, seed by seed, the pair is **identical**: an observation,
-  not a test. Where every seed of a setting scored exactly the same, the spread between seeds is not
-  taken as 0 but as the variance of one run's accuracy over n independent answers at the observed rate
-  with one imagined answer each way (Laplace), so no interval is ±0. `make calibrate` checks the test on the
+  not a test. The spread between seeds is computed from the runs' counts of right answers (equal counts
+  give exactly 0) and never taken below a floor: what coin flips alone (each image's variance between
+  seeds, averaged over the images) would give less than in only {100 * FLOOR_QUANTILE:g} % of draws of that many
+  seeds, so three runs with the same count do not give a standard error near 0; where no image varies
+  between seeds, the variance of one run's accuracy over n independent answers at the observed rate with
+  one imagined answer each way (Laplace), so no interval is ±0. `make calibrate` checks the test on the
   saved predictions of the committed runs (false-positive rate at α, power at planted differences).
 - **Verdicts, three ways.** For each pair: **better** where the difference excludes 0 after Holm's
   adjustment; **equivalent** where two one-sided tests (TOST) reject a difference beyond ±δ, δ =

@@ -239,8 +239,9 @@ PAIR_OUTCOMES = (Outcome.BETTER, Outcome.WORSE, Outcome.EQUIVALENT, Outcome.INCO
 class Comparison:
     """Setting a against b: diff = acc(a) − acc(b) (fractions), its 95 % interval, standard error, degrees of
     freedom and two-sided p; p_holm after Holm's adjustment over the sweep's pairs; p_equiv, the TOST p
-    against ±margin (Holm-adjusted likewise: p_equiv_holm); win, the probability that a fresh seed of a
-    beats one of b (ties count half; nan where the runs' accuracies are not given)."""
+    against ±margin (Holm-adjusted likewise: p_equiv_holm); win, the probability that a run of a on a fresh
+    seed beats b's (on the same seed where the pair is paired; ties count half; nan below MIN_WIN_SEEDS runs
+    and for identical pairs)."""
     a: Hashable
     b: Hashable
     diff: float
@@ -255,7 +256,7 @@ class Comparison:
     p_equiv_holm: float = 1.0
     win: float = math.nan
     parts: Components | None = None
-    win_low: float = math.nan   # win's 95 % interval (`win_interval`); nan with win
+    win_low: float = math.nan   # win's 95 % interval (`win_interval`, or `sign_interval` paired); nan with win
     win_high: float = math.nan
     paired: bool = False      # compared seed by seed (the two settings' runs share their seeds)
     identical: bool = False   # every seed's run predicted the same class as its twin on every test image
@@ -306,8 +307,10 @@ def win_interval(win: float, m: int, n: int, level: float = 0.95) -> tuple[float
 
     from scipy.optimize import brentq
 
-    low = 0.0 if win <= 0 or gap(0.0) <= 0 else brentq(gap, 0.0, win)
-    high = 1.0 if win >= 1 or gap(1.0) <= 0 else brentq(gap, win, 1.0)
+    # at win = 0 or 1 the variance vanishes there, so θ = win is a root of its own: search beside it
+    inner = 1e-9
+    low = 0.0 if win <= 0 or gap(0.0) <= 0 else brentq(gap, 0.0, win - inner if win >= 1 else win)
+    high = 1.0 if win >= 1 or gap(1.0) <= 0 else brentq(gap, win + inner if win <= 0 else win, 1.0)
     return float(low), float(high)
 
 
@@ -338,23 +341,47 @@ def compare_settings(correct: Mapping[Hashable, np.ndarray], margin: float = MAR
     found = []
     for a, b in itertools.combinations(arrays, 2):
         order = _shared_seeds(seeds, a, b)
-        # withheld below MIN_WIN_SEEDS runs a side: from 3 against 3 it takes one of 10 values and reads as certainty
-        win = (probability_of_improvement(arrays[a].mean(1), arrays[b].mean(1))
-               if min(len(arrays[a]), len(arrays[b])) >= MIN_WIN_SEEDS else math.nan)
         if order is None:
-            found.append(_compared(a, b, contrast([arrays[a], arrays[b]], [1.0, -1.0]), margin, win))
+            found.append(_with_win(_compared(a, b, contrast([arrays[a], arrays[b]], [1.0, -1.0]), margin, math.nan),
+                                   arrays[a].mean(1), arrays[b].mean(1)))
             continue
         ia, ib = order
         if preds is not None and a in preds and b in preds and np.array_equal(preds[a][ia], preds[b][ib]):
-            found.append(_identical(a, b, margin, win))
+            found.append(_identical(a, b, margin))
             continue
-        est = contrast([arrays[a][ia] - arrays[b][ib]], [1.0], "paired runs")
-        found.append(dataclasses.replace(_compared(a, b, est, margin, win), paired=True))
-    found = [c if c.win != c.win else
-             dataclasses.replace(c, **dict(zip(("win_low", "win_high"),
-                                               win_interval(c.win, len(arrays[c.a]), len(arrays[c.b])))))
-             for c in found]
+        d = arrays[a][ia] - arrays[b][ib]
+        est = contrast([d], [1.0], "paired runs")
+        found.append(_with_win(dataclasses.replace(_compared(a, b, est, margin, math.nan), paired=True), d.sum(1)))
     return _adjusted(found)
+
+
+def _with_win(c: Comparison, a: np.ndarray, b: np.ndarray | None = None) -> Comparison:
+    """c with P(a beats b) and its 95 % interval, withheld (nan) below MIN_WIN_SEEDS runs a side (from 3 against
+    3 it takes one of a handful of values and reads as certainty). Unpaired (a, b: each setting's run
+    accuracies): the Mann–Whitney share over every pair of runs with Newcombe's interval. Paired (a: each
+    seed's difference a − b, as in the verdicts): the share of seeds whose run of a scored above its twin of b,
+    ties half, with the Clopper–Pearson interval over the seeds."""
+    if b is None:
+        if len(a) < MIN_WIN_SEEDS:
+            return c
+        win = float((np.sum(a > 0) + 0.5 * np.sum(a == 0)) / len(a))
+        low, high = sign_interval(win, len(a))
+    else:
+        if min(len(a), len(b)) < MIN_WIN_SEEDS:
+            return c
+        win = probability_of_improvement(a, b)
+        low, high = win_interval(win, len(a), len(b))
+    return dataclasses.replace(c, win=win, win_low=low, win_high=high)
+
+
+def sign_interval(win: float, seeds: int, level: float = 0.95) -> tuple[float, float]:
+    """The Clopper–Pearson interval of a share of `seeds` paired seeds won (ties counting half, so the count
+    may be a half): the beta quantiles of the exact binomial interval, which cover at least `level` at every
+    true share and never have width 0."""
+    x, tail = win * seeds, (1 - level) / 2
+    low = 0.0 if x <= 0 else float(sps.beta.ppf(tail, x, seeds - x + 1))
+    high = 1.0 if x >= seeds else float(sps.beta.ppf(1 - tail, x + 1, seeds - x))
+    return low, high
 
 
 def _shared_seeds(seeds: Mapping[Hashable, Sequence[int]] | None, a: Hashable, b: Hashable):
@@ -367,10 +394,11 @@ def _shared_seeds(seeds: Mapping[Hashable, Sequence[int]] | None, a: Hashable, b
     return np.argsort(sa, kind="stable"), np.argsort(sb, kind="stable")
 
 
-def _identical(a: Hashable, b: Hashable, margin: float, win: float) -> Comparison:
-    """Two settings whose runs predicted the same class on every image, seed by seed: no difference to test.
-    Its p-values (1 against 0, 0 against ±margin) take part in Holm's adjustment as the exact answers."""
-    return Comparison(a, b, 0.0, 0.0, 0.0, 0.0, 1.0, math.nan, math.inf, margin, 0.0, math.nan, win,
+def _identical(a: Hashable, b: Hashable, margin: float) -> Comparison:
+    """Two settings whose runs predicted the same class on every image, seed by seed: no difference to test,
+    and no chance of one beating the other (win nan). Its p-values (1 against 0, 0 against ±margin) take part
+    in Holm's adjustment as the exact answers."""
+    return Comparison(a, b, 0.0, 0.0, 0.0, 0.0, 1.0, math.nan, math.inf, margin, 0.0, math.nan, math.nan,
                       Components(0.0, 0.0, 0.0), paired=True, identical=True)
 
 

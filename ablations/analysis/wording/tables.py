@@ -145,10 +145,15 @@ def _pair_notes(f: SweepFindings, labelled: bool) -> list[str]:
                      f"{f'{f.test_size:,} ' if f.test_size else ''}images alone keep the pair's interval both across "
                      "0 and past the margin. A guide for the next run, not a promise: the difference itself will "
                      "move.")
-    if any(c.win == c.win for c in f.comparisons):
-        notes.append("P(a beats b): the share of pairs of runs (one of a, one of b) where a's scored higher, ties "
-                     "counting half (Mann–Whitney), with its 95 % score interval (Newcombe 2006, a t quantile on "
-                     "the runs' degrees of freedom); an interval that holds 0.5 says a fresh seed could go either way.")
+    if any(c.win == c.win and c.paired for c in f.comparisons):
+        notes.append("P(a beats b), paired by seed (⁼): the share of seeds whose run of a scored above its twin of b, "
+                     "ties counting half, with its exact (Clopper–Pearson) 95 % interval over the seeds; an interval "
+                     "that holds 0.5 says a fresh seed could go either way.")
+    if any(c.win == c.win and not c.paired for c in f.comparisons):
+        notes.append("P(a beats b), unpaired: the share of pairs of runs (one of a, one of b) where a's scored "
+                     "higher, ties counting half (Mann–Whitney), with its 95 % score interval (Newcombe 2006, a t "
+                     "quantile on the runs' degrees of freedom); an interval that holds 0.5 says a fresh seed could "
+                     "go either way.")
     if any(c.win != c.win for c in f.comparisons if not c.identical):
         notes.append(f"P(a beats b) is given from {MIN_WIN_SEEDS} seeds a setting (—): from fewer it takes a "
                      f"handful of values and reads as certainty.")

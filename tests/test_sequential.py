@@ -269,3 +269,59 @@ def test_futility_stops_pairs_no_seeds_can_decide_early_and_costs_no_power_at_on
             found[cover] = sum(result.final.decided.get(1, Decision(0, "", 0, 1)).outcome == "different"
                                for result in (run_design(sweep(rng, 2, winner_by=0.01)) for _ in range(60)))
     assert found[sequential.FUTILITY_COVER] >= found[0.0] - 2 and found[sequential.FUTILITY_COVER] >= 57, found
+
+
+def _with_twin(rng, names=("loop", "bmm", "einops", "sdpa")):
+    """A sweep whose second and third settings are twins (the same answers and predicted classes on every image
+    of every seed, as two attention backends that compute the same thing), the settings close enough that the
+    design runs several looks, the twins ahead by 0.2 points. replay's input, in the order `names` lists them."""
+    draw = sweep(rng, settings=3, n=600, winner_by=0.002)
+    answers = {names[0]: draw[1], names[1]: draw[0], names[2]: draw[0], names[3]: draw[2]}
+    return {k: (list(range(LOOKS[-1])), answers[k], np.where(answers[k] == 1, 3, 5 + (k == names[0])))
+            for k in names}
+
+
+def test_identical_settings_train_together_and_stay_identical_to_the_end():
+    """Two settings that predict the same on every image tie for the lead: each look trains both or neither, so
+    they keep the same seeds and the last look still pairs them as identical (the reference's attn sweep froze
+    einops at 12 seeds while bmm went on to 18, then compared them unpaired as 'equivalent')."""
+    rng = np.random.default_rng(8)
+    led = 0
+    for _ in range(5):
+        design = replay(_with_twin(rng))
+        for lk in design.looks:
+            assert ("bmm" in lk.open) == ("einops" in lk.open) and frozenset(("bmm", "einops")) in lk.twins
+        assert design.have["bmm"] == design.have["einops"]
+        final = design.final
+        if final.leader in ("bmm", "einops"):
+            led += 1
+            other = "einops" if final.leader == "bmm" else "bmm"
+            assert final.decided[other].outcome == "identical" and other in final.tied
+        pair = next(c for c in final.comparisons if {c.a, c.b} == {"bmm", "einops"})
+        assert pair.identical and pair.paired and len(design.looks) > 1
+    assert led >= 3
+
+
+def test_an_identical_verdict_once_seen_is_kept_while_its_leader_leads():
+    """A setting seen identical to the leader stays decided identical at later looks even where a later look's
+    pairing no longer shows it (twins given from before)."""
+    c = {"a": np.ones((5, 10)), "b": np.ones((5, 10)), "c": np.zeros((5, 10))}
+    before = {"b": Decision("a", "identical", 0, 0.0, 1e-8)}
+    seen = look(c, {"a": range(5), "b": [0, 1, 2, 5, 6], "c": range(5)}, 1, earlier=before,
+                twins=(frozenset(("a", "b")),))
+    assert seen.decided["b"] is before["b"] and frozenset(("a", "b")) in seen.twins
+
+
+def test_a_tie_for_the_lead_goes_by_name_whatever_order_the_settings_are_listed_in():
+    """Equal means exactly (identical twins, or two settings with the same count of right answers): the leader is
+    the first name in sorted order, the same decisions follow in any listing order, and the look says who tied."""
+    rng = np.random.default_rng(9)
+    forward = _with_twin(rng)
+    backward = dict(reversed(list(forward.items())))
+    a, b = replay(forward), replay(backward)
+    assert [lk.leader for lk in a.looks] == [lk.leader for lk in b.looks]
+    assert [lk.decided for lk in a.looks] == [lk.decided for lk in b.looks] and a.have == b.have
+    tie = {"x": np.eye(4)[[0, 1, 2]], "w": np.eye(4)[[1, 2, 3]], "v": np.zeros((3, 4))}   # x and w: 3 of 12 right
+    for order in (("x", "w", "v"), ("w", "v", "x")):
+        seen = look({k: tie[k] for k in order}, {k: [0, 1, 2] for k in order}, 0)
+        assert seen.leader == "w" and seen.tied == ("x",)

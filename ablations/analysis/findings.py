@@ -242,7 +242,6 @@ def design_verdict(design: Design, means: dict[Hashable, float]) -> Verdict:
     inconclusive when it never did."""
     last = design.final
     assert last is not None
-    by_pair = {frozenset((c.a, c.b)): c for c in last.comparisons}
     found: dict[Outcome, list] = {Outcome.BETTER: [], Outcome.EQUIVALENT: [], Outcome.INCONCLUSIVE: [],
                                   Outcome.IDENTICAL: []}
     others = [k for k in means if k != last.leader and k in design.have] if last.comparisons else []
@@ -253,8 +252,7 @@ def design_verdict(design: Design, means: dict[Hashable, float]) -> Verdict:
         elif decision.outcome == Outcome.DIFFERENT:
             found[Outcome.BETTER].append(other)
         else:
-            found[Outcome.IDENTICAL if by_pair[frozenset((last.leader, other))].identical
-                  else Outcome.EQUIVALENT].append(other)
+            found[decision.outcome].append(other)
     tested = [c for c in last.comparisons if not c.identical]
     se = float(np.median([c.se for c in tested])) if tested else math.nan
     df = float(np.median([c.df for c in tested])) if tested else math.inf
@@ -262,7 +260,7 @@ def design_verdict(design: Design, means: dict[Hashable, float]) -> Verdict:
     beats, equivalent, inconclusive, identical = (tuple(v) for v in found.values())
     return Verdict(last.leader, bool(last.comparisons) and not (equivalent or inconclusive or identical), beats,
                    equivalent, inconclusive, detectable_difference(se, len(last.comparisons), df, last.level), margin,
-                   identical)
+                   identical, last.tied)
 
 
 LUCKY_PERMUTATIONS = 1000   # draws of the flag's permutation test (seeded: the same answer on every call)

@@ -41,6 +41,8 @@ from ablations.analysis.stats import (
     Outcome,
     at_chance,
     compare_settings,
+    exact_mean,
+    leading,
     seed_terms,
     stays_open,
 )
@@ -116,8 +118,9 @@ FUTILITY_COVER = 0.8   # the interval of a pair's difference whose every value m
 @dataclass(frozen=True)
 class Decision:
     """A setting decided against the leader of a look: 'different' (the leader is better), 'equivalent'
-    (within ±margin, or identical predictions) or 'futile' (no difference its data still allow would be
-    decided by the last look: it trains no more seeds and stays undecided), with the look it was taken at, the
+    (within ±margin), 'identical' (the same predictions, seed by seed: no test) or 'futile' (no difference its
+    data still allow would be decided by the last look: it trains no more seeds and stays undecided), with the
+    look it was taken at, the
     p that crossed (0 for identical predictions; for futile, the pair's two-sided p) and the level it crossed
     (`why`: a futile stop's reason)."""
     leader: Hashable
@@ -143,10 +146,14 @@ class Look:
     open: tuple[Hashable, ...] = ()       # settings (leader included) that train the next look's seeds
     at_chance: bool = False               # the leader is within noise of guessing: no seeds would help
     outcomes: dict[frozenset, tuple[Outcome, float, float]] = field(default_factory=dict)  # pair -> (outcome, p, level)
+    tied: tuple[Hashable, ...] = ()       # settings whose mean equals the leader's exactly (ties go by name)
+    twins: tuple[frozenset, ...] = ()     # groups of settings seen identical at this look or before
 
     @property
     def done(self) -> bool:
-        return self.open == (self.leader,) or not self.open
+        """Nothing left to train for: no open setting but the leader is undecided against it (the leader's
+        identical twins train beside it, decided)."""
+        return not any(k != self.leader and k not in self.decided for k in self.open)
 
 
 def step_down(p: Mapping[frozenset, float], index: int, looks: Sequence[int], alpha: float,
@@ -189,7 +196,8 @@ def undecidable(c: Comparison, seeds: int, last: int, level: float, cover: float
 def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequence[int]], index: int,
          looks: Sequence[int] = LOOKS, margin: float = MARGIN, alpha: float = ALPHA,
          preds: Mapping[Hashable, np.ndarray] | None = None,
-         earlier: Mapping[Hashable, Decision] | None = None, chance: float | None = None) -> Look:
+         earlier: Mapping[Hashable, Decision] | None = None, chance: float | None = None,
+         twins: Iterable[frozenset] = ()) -> Look:
     """Look `index` (0-based) of the design at the runs so far: correct[setting] (runs, n) 0/1, seeds[setting]
     the seed of each row. The sweep's pairs are tested by `step_down` (differences and, apart, equivalence
     within ±margin by two one-sided tests); a setting whose pair with the leader is rejected is decided. Before
@@ -199,12 +207,16 @@ def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequen
     (a decision is final while its leader leads); a setting decided against a leader that no longer leads is
     tested again against the new one, and trains on if that is open. `chance`: 1 / classes; a leader within
     noise of it (`stats.at_chance`) stops the design: nothing has learned the task, and more seeds of the same
-    budget will not change that."""
+    budget will not change that. The leader is the setting with the highest mean, a tie going to the first
+    name in sorted order (`stats.leading`). Settings identical seed by seed (here, or at an earlier look:
+    `twins`) move together: all train the next look's seeds or none do, so they stay paired; a setting once
+    seen identical to the leader stays decided identical while that leader leads."""
     looks = check_looks(looks)
     level = nominal_levels(looks, alpha)[index]
     found = compare_settings(correct, margin=margin, seeds=seeds, preds=preds)
-    means = {k: float(np.asarray(v).mean()) for k, v in correct.items()}
-    leader = max(means, key=lambda k: means[k])
+    means = {k: exact_mean(v) for k, v in correct.items()}
+    leader, tied = leading(means)
+    groups = _twin_groups([frozenset((c.a, c.b)) for c in found if c.identical], twins, correct)
     standing = {k: d for k, d in (earlier or {}).items() if d.leader == leader}
     pair = lambda c: frozenset((c.a, c.b))  # noqa: E731
     prior = {o: [frozenset((leader, k)) for k, d in standing.items() if d.outcome == o]
@@ -216,32 +228,64 @@ def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequen
     outcomes: dict[frozenset, tuple[Outcome, float, float]] = {}
     for c in found:
         if c.identical:
-            outcomes[pair(c)] = (Outcome.EQUIVALENT, 0.0, level)
+            outcomes[pair(c)] = (Outcome.IDENTICAL, 0.0, level)
         elif pair(c) in equivalent:
             outcomes[pair(c)] = (Outcome.EQUIVALENT, c.p_equiv, equivalent[pair(c)])
         elif pair(c) in different:
             outcomes[pair(c)] = (Outcome.DIFFERENT, c.p, different[pair(c)])
     last = index == len(looks) - 1
+    decided = _decide(found, leader, standing, outcomes, groups, index, None if last else looks, alpha, level)
+    training = {k for k in correct if k == leader or k not in decided}
+    training |= {k for group in groups if group & training for k in group}   # twins: all of a group or none
+    still = tuple(k for k in correct if k in training)
+    guessing = chance is not None and at_chance(float(means[leader]), chance, np.asarray(correct[leader]).shape[1])
+    return Look(index, looks[index], level, found, leader, decided, () if last or guessing else still, guessing,
+                outcomes, tied, tuple(groups))
+
+
+def _decide(found: list[Comparison], leader: Hashable, standing: Mapping[Hashable, Decision],
+            outcomes: Mapping[frozenset, tuple[Outcome, float, float]], groups: list[frozenset], index: int,
+            looks: Sequence[int] | None, alpha: float, level: float) -> dict[Hashable, Decision]:
+    """Each setting decided against the leader at look `index`: its twins identical (kept as first seen), a
+    decision standing from an earlier look kept, a crossing at this look taken, else (`looks` given: not the
+    last look) a futile stop where no number of seeds up to the cap could decide it."""
     decided: dict[Hashable, Decision] = {}
+    for group in groups:   # the leader's twins, seen now or before: identical, whatever this look's pairing
+        if leader in group:
+            for other in sorted(group - {leader}, key=str):
+                kept = standing.get(other)
+                decided[other] = (kept if kept is not None and kept.outcome == Outcome.IDENTICAL
+                                  else Decision(leader, Outcome.IDENTICAL, index, 0.0, level))
     for c in found:
-        if leader not in (c.a, c.b):
+        if leader not in (c.a, c.b) or (c.b if c.a == leader else c.a) in decided:
             continue
-        other = c.b if c.a == leader else c.a
+        other, key = (c.b if c.a == leader else c.a), frozenset((c.a, c.b))
         if other in standing and standing[other].outcome != Outcome.FUTILE:
             decided[other] = standing[other]
-        elif pair(c) in outcomes:      # a futile stop binds nothing: a later crossing decides the pair
-            outcome, p, crossed = outcomes[pair(c)]
+        elif key in outcomes:      # a futile stop binds nothing: a later crossing decides the pair
+            outcome, p, crossed = outcomes[key]
             decided[other] = Decision(leader, outcome, index, p, crossed)
         elif other in standing:
             decided[other] = standing[other]
-        elif not last:
+        elif looks is not None:
             why = undecidable(c, looks[index], looks[-1], nominal_levels(looks, alpha)[-1])
             if why:
                 decided[other] = Decision(leader, Outcome.FUTILE, index, c.p, math.nan, why)
-    still = tuple(k for k in correct if k == leader or k not in decided)
-    guessing = chance is not None and at_chance(means[leader], chance, np.asarray(correct[leader]).shape[1])
-    return Look(index, looks[index], level, found, leader, decided, () if last or guessing else still, guessing,
-                outcomes)
+    return decided
+
+
+def _twin_groups(pairs: Iterable[frozenset], earlier: Iterable[frozenset], settings: Iterable[Hashable]
+                 ) -> list[frozenset]:
+    """The groups of settings linked by identical pairs (this look's and earlier groups), each of two or more,
+    in a fixed order (by their members' names)."""
+    group_of = {k: {k} for k in settings}
+    for link in [*pairs, *earlier]:
+        members = [k for k in link if k in group_of]
+        merged = set().union(*(group_of[k] for k in members)) if members else set()
+        for k in merged:
+            group_of[k] = merged
+    found = {frozenset(g) for g in group_of.values() if len(g) > 1}
+    return sorted(found, key=lambda g: sorted(map(str, g)))
 
 
 @dataclass
@@ -283,6 +327,7 @@ def replay(runs: Mapping[Hashable, tuple[Sequence[int], np.ndarray, np.ndarray |
         return Design([], have, {}, looks)
     history: list[Look] = []
     decided: dict[Hashable, Decision] = {}
+    twins: tuple[frozenset, ...] = ()
     for index in range(len(looks)):
         rows = {}
         need: dict[Hashable, list[int]] = {}
@@ -300,9 +345,9 @@ def replay(runs: Mapping[Hashable, tuple[Sequence[int], np.ndarray, np.ndarray |
                       {k: order[:have[k]] for k in runs}, index, looks, margin, alpha,
                       preds=None if any(p is None for _, _, p in runs.values())
                       else {k: pick(k, p) for k, (_, _, p) in runs.items()},
-                      earlier=decided, chance=chance)
+                      earlier=decided, chance=chance, twins=twins)
         history.append(result)
-        decided = result.decided
+        decided, twins = result.decided, result.twins
         if result.done:
             break
         for k in result.open:

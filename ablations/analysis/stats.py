@@ -50,6 +50,7 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from fractions import Fraction
 
 import numpy as np
 from scipy import stats as sps
@@ -560,6 +561,7 @@ class Verdict:
     detectable: float                     # smallest detectable difference (fraction), from the median s.e.
     margin: float = MARGIN
     identical: tuple[Hashable, ...] = ()  # settings whose runs predicted exactly what the best's did
+    tied: tuple[Hashable, ...] = ()       # settings whose mean equals the best's exactly (the best is first by name)
 
     @property
     def tied_with(self) -> tuple[Hashable, ...]:
@@ -567,8 +569,23 @@ class Verdict:
         return self.identical + self.equivalent + self.inconclusive
 
 
+def leading(means: Mapping[Hashable, float | Fraction]) -> tuple[Hashable, tuple[Hashable, ...]]:
+    """The setting with the highest mean and the others tied with it (the same mean exactly). A tie is broken by
+    the settings' names as text, in sorted order: a stated rule that does not depend on the order the settings
+    are listed in."""
+    top = max(means.values())
+    tied = sorted((k for k, v in means.items() if v == top), key=str)
+    return tied[0], tuple(tied[1:])
+
+
+def exact_mean(correct: np.ndarray) -> Fraction:
+    """A (runs, n) 0/1 array's mean accuracy as an exact fraction: equal means compare equal, whatever the runs."""
+    a = np.asarray(correct)
+    return Fraction(int(np.rint(a.sum())), max(a.size, 1))
+
+
 def verdict(means: Mapping[Hashable, float], comparisons: Sequence[Comparison], alpha: float = ALPHA) -> Verdict:
-    best = max(means, key=lambda k: means[k])
+    best, tied = leading(means)
     found: dict[Outcome, list] = {Outcome.BETTER: [], Outcome.EQUIVALENT: [], Outcome.INCONCLUSIVE: [],
                                   Outcome.IDENTICAL: []}
     for c in comparisons:
@@ -584,4 +601,4 @@ def verdict(means: Mapping[Hashable, float], comparisons: Sequence[Comparison], 
     df = float(np.median([c.df for c in tested])) if tested else math.inf
     margin = comparisons[0].margin if comparisons else MARGIN
     return Verdict(best, bool(comparisons) and not (equivalent or inconclusive or identical), beats, equivalent,
-                   inconclusive, detectable_difference(se, len(comparisons), df, alpha), margin, identical)
+                   inconclusive, detectable_difference(se, len(comparisons), df, alpha), margin, identical, tied)

@@ -43,6 +43,8 @@ def pair_outcome(f: SweepFindings, c: Comparison) -> tuple[str, str]:
             return Outcome.INCONCLUSIVE, ""
         if d.outcome == Outcome.FUTILE:
             return Outcome.INCONCLUSIVE, f" (stopped at look {d.look + 1}: {futile_reason(d, f)})"
+        if d.outcome == Outcome.IDENTICAL:
+            return Outcome.IDENTICAL, ""
         if d.outcome == Outcome.EQUIVALENT:
             return Outcome.EQUIVALENT, f" (look {d.look + 1})"
         return (Outcome.BETTER if c.a == last.leader else Outcome.WORSE), f" (look {d.look + 1})"
@@ -70,9 +72,8 @@ def design_sentence(f: SweepFindings) -> str:
     d, last = f.design, f.design.final
     levels = nominal_levels(d.schedule, ALPHA)
     seeds = ", ".join(f"{f.factor}={k} {n}" for k, n in d.have.items())
-    same = {frozenset((c.a, c.b)) for c in last.comparisons if c.identical}
     crossed = [f"{f.factor}={k} identical to {f.factor}={x.leader} at look {x.look + 1} (the same predictions)"
-               if frozenset((k, x.leader)) in same else
+               if x.outcome == Outcome.IDENTICAL else
                f"{f.factor}={k} {'worse than' if x.outcome == Outcome.DIFFERENT else 'equivalent to'} {f.factor}={x.leader} "
                f"at look {x.look + 1} (p{' (TOST)' if x.outcome == Outcome.EQUIVALENT else ''} = {x.p:.3g} < "
                f"{x.level:.3g})" for k, x in last.decided.items() if x.outcome != Outcome.FUTILE]
@@ -273,7 +274,10 @@ def _verdict_text(f: SweepFindings) -> str:
         names = ", ".join(f"{factor}={o}" for o in (v.best, *v.identical, *v.equivalent))
         head = (f"**Equivalent within {within}: {names}.**" if v.equivalent else f"**Identical: {names}.**")
         tail = f" ({budget}.)"
-    return (f"{head} The highest mean, {factor}={v.best} ({pct(best.acc.mean)} %), is " + "; ".join(parts)
+    lead = (f"The highest mean, {factor}={v.best} ({pct(best.acc.mean)} %), is " if not v.tied else
+            f"{' and '.join(f'{factor}={o}' for o in (v.best, *v.tied))} tie for the highest mean "
+            f"({pct(best.acc.mean)} %); {factor}={v.best}, first by name, is ")
+    return (f"{head} {lead}" + "; ".join(parts)
             + (" (p unadjusted, decided by Holm's step-down over the pairs at each look's levels; equivalence "
                if f.design is not None else " (Holm-adjusted over the pairs; equivalence ")
             + f"by two one-sided tests against {within}).{tail}")

@@ -1085,3 +1085,25 @@ def test_the_report_is_the_same_whatever_order_the_runs_finished_in(tmp_path):
     assert texts[0] == texts[1]
     figures = [{p.name: p.read_bytes() for p in sorted((tmp_path / side / "figures").iterdir())} for side in "ab"]
     assert figures[0] == figures[1] and {"depth.png", "heads.png", "pareto.png"} <= set(figures[0])
+
+
+def test_two_seeds_far_apart_say_no_difference_could_be_detected_and_no_interval_leaves_what_accuracy_can_be(tmp_path):
+    """Two seeds whose differences go 22 points one way and 20 the other: a t on one degree of freedom gives a detectable difference
+    of hundreds of points and intervals past ±100. The verdict says no difference could be detected at these
+    seeds (not '177.6 points'), and every pair interval stays within ±100 points."""
+    from ablations.analysis.findings import analyse
+    from ablations.analysis.wording import comparisons_markdown, verdict_sentence
+
+    for seed, right, other in ((0, 500, 720), (1, 500, 300)):   # depth 2 22 points above on seed 0, 20 below on 1
+        write_run(tmp_path, 1, seed, mask(range(1000 - right)))
+        write_run(tmp_path, 2, seed, mask(range(1000 - other)))
+    f = analyse(read_table(SweepPaths.of(tmp_path, "depth").rows), "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds,
+                None)
+    assert f.verdict is not None and f.verdict.detectable >= 1
+    text = verdict_sentence(f)
+    assert "no difference here could be detected, however large" in text and "could not be detected" not in text
+    for c in f.comparisons:
+        assert -1 <= c.low <= c.diff <= c.high <= 1
+    rows = [line for line in comparisons_markdown(f).splitlines() if line.startswith("| 1 | 2 |")]
+    low, high = (float(x) for x in rows[0].split("[", 1)[1].split("]", 1)[0].split(", "))
+    assert -100 <= low and high <= 100

@@ -325,3 +325,40 @@ def test_a_tie_for_the_lead_goes_by_name_whatever_order_the_settings_are_listed_
     for order in (("x", "w", "v"), ("w", "v", "x")):
         seen = look({k: tie[k] for k in order}, {k: [0, 1, 2] for k in order}, 0)
         assert seen.leader == "w" and seen.tied == ("x",)
+
+
+def test_what_would_decide_a_pair_is_the_design_rule_over_the_interval_of_its_difference():
+    """seeds_to_decide, against a brute-force scan of the condition it solves: at the last look's level for one pair
+    (the level the futility stop uses), over a fine grid of differences in the pair's 80 % interval, each needs
+    the least s whose half-width z·√(seed/s + image) is below max(|d|, margin − |d|); the fewest and the most of
+    those are the range said. A pair is stopped as futile exactly where the fewest is beyond the cap, and 'not
+    decidable on this test set' exactly where no s decides any difference in the interval."""
+    import dataclasses
+    import math
+
+    from ablations.analysis.sequential import seeds_to_decide, undecidable
+    from ablations.analysis.stats import Comparison, Components
+
+    level = nominal_levels(LOOKS)[-1]
+    z = sps.norm.isf(level / 2)
+    for diff, parts, seeds in [(0.003, Components(2e-6, 1e-6, 1e-7), 3), (-0.001, Components(4e-6, 2e-6, 4e-7), 8),
+                               (0.0005, Components(1e-5, 5e-6, 3e-6), 12), (0.004, Components(1e-6, 1e-6, 0.0), 5)]:
+        se = math.sqrt(parts.seed + parts.seed_image + parts.image)
+        c = Comparison("a", "b", diff, diff - 2 * se, diff + 2 * se, se, 0.5, 0.5, df=2 * seeds - 2, margin=0.005,
+                       parts=parts)
+        need = seeds_to_decide(c, seeds, level)
+        low, high = c.interval(0.8)
+        per_seed = (parts.seed + parts.seed_image) * seeds
+        s = np.arange(1, 20_001)
+        half = z * np.sqrt(per_seed / s + parts.image)
+        scanned = []
+        for d in np.linspace(low, high, 2001):
+            hits = np.flatnonzero(half < max(abs(d), 0.005 - abs(d)))
+            scanned.append(float(s[hits[0]]) if hits.size else math.inf)
+        assert need.fewest == min(scanned) and need.every == pytest.approx(max(scanned), rel=0.01), (diff, need)
+        futile = undecidable(c, seeds, LOOKS[-1], level)
+        assert bool(futile) == (need.fewest > LOOKS[-1])
+        assert (futile == "test set") == need.test_set
+    images = Comparison("a", "b", 0.002, 0, 0, 0.0032, 0.5, 0.5, df=30, margin=0.005, parts=Components(1e-7, 1e-7, 1e-5))
+    assert seeds_to_decide(images, 12, level).test_set     # the images alone: ±0.65 points at any seeds
+    assert seeds_to_decide(dataclasses.replace(images, identical=True), 12, level) is None

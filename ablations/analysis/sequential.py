@@ -44,7 +44,6 @@ from ablations.analysis.stats import (
     exact_mean,
     leading,
     seed_terms,
-    stays_open,
 )
 from ablations.choices import LOOKS, check_looks
 from ablations.results.store import SweepPaths, load_preds
@@ -177,20 +176,52 @@ def step_down(p: Mapping[frozenset, float], index: int, looks: Sequence[int], al
     return rejected
 
 
-def undecidable(c: Comparison, seeds: int, last: int, level: float, cover: float = FUTILITY_COVER) -> str:
-    """Why more seeds cannot decide a pair ("" when they can): for every difference inside its `cover` interval,
-    the pair at `last` seeds a setting (its seed terms shrunk as 1/s, the test images' term as it is) would
-    be neither different nor equivalent within ±margin at the two-sided `level` — the most lenient level the last
-    look can give it, so no pair is stopped that a later look could still decide at its own."""
+@dataclass(frozen=True)
+class SeedsToDecide:
+    """The seeds a setting at which an undecided pair would be decided at a given two-sided level, over the
+    differences its data still allow (its FUTILITY_COVER interval): `fewest` for the most favourable of them,
+    `every` for all of them (inf: some difference in the interval is never decided on this test set, its
+    images alone keeping it within reach of the margin; `fewest` inf: none ever is)."""
+    fewest: float
+    every: float
+
+    @property
+    def test_set(self) -> bool:
+        """No number of seeds decides any difference in the interval: the test images' term alone keeps it open."""
+        return math.isinf(self.fewest)
+
+
+def seeds_to_decide(c: Comparison, seeds: int, level: float, cover: float = FUTILITY_COVER) -> SeedsToDecide | None:
+    """The design's own rule for what would decide a pair (None for an identical pair or one without variance
+    parts): its seed terms (measured at `seeds` a setting) shrink as 1/s, the test images' term stays, and at s
+    seeds a difference d is decided when the half-width h(s) = z·√(seed/s + image) of its interval at the
+    two-sided `level` falls below max(|d|, margin − |d|) (outside it: different; wholly inside ±margin:
+    equivalent). Over the `cover` interval of d that bound is largest at an end and smallest nearest margin/2."""
     if c.parts is None or c.identical or seeds < 1:
-        return ""
-    q = float(sps.norm.isf(level / 2))
+        return None
+    q2 = float(sps.norm.isf(level / 2)) ** 2
     low, high = c.interval(cover)
     big = max(abs(low), abs(high))
     small = 0.0 if low <= 0 <= high else min(abs(low), abs(high))
-    if not stays_open(small, big, q * math.sqrt(seed_terms(c, seeds) / last + c.parts.image), c.margin):
+    easiest = max(big, c.margin - small)
+    hardest = max(min(max(c.margin / 2, small), big), c.margin - min(max(c.margin / 2, small), big))
+    seeded, image = seed_terms(c, seeds), c.parts.image
+
+    def needed(bound: float) -> float:
+        room = bound * bound - q2 * image
+        return math.inf if room <= 0 else max(1.0, math.floor(q2 * seeded / room) + 1.0)
+
+    return SeedsToDecide(needed(easiest), needed(hardest))
+
+
+def undecidable(c: Comparison, seeds: int, last: int, level: float, cover: float = FUTILITY_COVER) -> str:
+    """Why more seeds cannot decide a pair ("" when they can): no difference inside its `cover` interval would be
+    decided at `last` seeds a setting (`seeds_to_decide` at the two-sided `level`, the most lenient level the last
+    look can give it, so no pair is stopped that a later look could still decide at its own)."""
+    need = seeds_to_decide(c, seeds, level, cover)
+    if need is None or need.fewest <= last:
         return ""
-    return "test set" if stays_open(small, big, q * math.sqrt(c.parts.image), c.margin) else "cap"
+    return "test set" if need.test_set else "cap"
 
 
 def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequence[int]], index: int,

@@ -263,8 +263,10 @@ class Comparison:
     identical: bool = False   # every seed's run predicted the same class as its twin on every test image
 
     def interval(self, confidence: float = 0.95) -> tuple[float, float]:
-        """diff's t-interval at `confidence` (`low`, `high` are the 95 % one), from its s.e. and df."""
-        return Estimate(self.diff, self.se, self.df, self.parts).interval(confidence)
+        """diff's t-interval at `confidence` (`low`, `high` are the 95 % one), from its s.e. and df, never past
+        what a difference of two accuracies can be (±1)."""
+        low, high = Estimate(self.diff, self.se, self.df, self.parts).interval(confidence)
+        return max(-1.0, low), min(1.0, high)
 
     def outcome(self, alpha: float = ALPHA) -> Outcome:
         """IDENTICAL (the same predictions, not a statistical verdict), BETTER (a above b), WORSE, EQUIVALENT
@@ -317,6 +319,7 @@ def win_interval(win: float, m: int, n: int, level: float = 0.95) -> tuple[float
 
 def _compared(label_a, label_b, est: Estimate, margin: float, win: float) -> Comparison:
     low, high = est.interval()
+    low, high = max(-1.0, low), min(1.0, high)   # a difference of two accuracies
     return Comparison(label_a, label_b, est.value, low, high, est.se, est.p(), math.nan, est.df, margin,
                       est.p_equivalent(margin), math.nan, win, est.parts)
 
@@ -519,36 +522,11 @@ def seeds_needed(seed_var: float, image_var: float, delta: float, comparisons: i
     return None
 
 
-def seeds_to_decide(c: Comparison, seeds: int, comparisons: int, alpha: float = ALPHA,
-                    most: int = 1_000) -> int | None:
-    """Seeds per setting at which an undecided pair would be decided at its current difference and variances: the
-    difference outside its interval (different), or the whole interval inside ±margin (equivalent), at the
-    strictest Holm level α/m (`comparisons` = m) with the normal quantile. The seed terms of the pair's variance
-    (`c.parts`, measured at `seeds` a setting) shrink as 1/s; the test images' term stays. None where even
-    infinitely many seeds leave it undecided on this test set; `most` + 1 where it takes more than `most`."""
-    if c.parts is None or seeds < 1:
-        return None
-    q = float(sps.norm.ppf(1 - alpha / (2 * comparisons)))
-    seeded, image, diff = seed_terms(c, seeds), c.parts.image, abs(c.diff)
-    if stays_open(diff, diff, q * math.sqrt(image), c.margin):
-        return None
-    for s in range(seeds + 1, most + 1):
-        if not stays_open(diff, diff, q * math.sqrt(seeded / s + image), c.margin):
-            return s
-    return most + 1
-
-
 def seed_terms(c: Comparison, seeds: int) -> float:
     """The seed terms of a pair's variance (`c.parts`, measured at `seeds` a setting) as they would be at one seed:
     divided by s, they are the terms at s seeds."""
     assert c.parts is not None
     return (c.parts.seed + c.parts.seed_image) * seeds
-
-
-def stays_open(small: float, big: float, half: float, margin: float) -> bool:
-    """Whether a pair whose |difference| is anywhere in [small, big] stays undecided with an interval of half-width
-    `half`: never outside the interval (not different), never wholly inside ±margin (not equivalent)."""
-    return big <= half and small + half >= margin
 
 
 @dataclass(frozen=True)

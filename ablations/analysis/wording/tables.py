@@ -11,7 +11,7 @@ from ablations.analysis.findings import (
     SweepFindings,
     pair_interval,
 )
-from ablations.analysis.sequential import nominal_levels
+from ablations.analysis.sequential import FUTILITY_COVER, nominal_levels
 from ablations.analysis.stats import (
     ALPHA,
     CHANCE_SDS,
@@ -21,6 +21,7 @@ from ablations.analysis.stats import (
 from ablations.analysis.wording.verdicts import (
     OUTCOME_WORDS,
     cost_source,
+    decide_level,
     interval_text,
     margin_text,
     pair_outcome,
@@ -139,12 +140,14 @@ def _pair_notes(f: SweepFindings, labelled: bool) -> list[str]:
         notes.append("identical: seed by seed, the two settings' runs predicted the same class for every test "
                      "image; an observation, not a test.")
     if labelled:
-        notes.append("An inconclusive pair says what would decide it at its current difference and variances: about "
-                     "how many seeds a setting (the seed terms shrink with more seeds, the test images' term does "
-                     "not; the strictest Holm level, α/m), or that no number of seeds can on this test set: its "
-                     f"{f'{f.test_size:,} ' if f.test_size else ''}images alone keep the pair's interval both across "
-                     "0 and past the margin. A guide for the next run, not a promise: the difference itself will "
-                     "move.")
+        level, cap = decide_level(f)
+        notes.append("An inconclusive pair says how many seeds a setting would decide it by the design's own rule: "
+                     f"at the {cap}-seed cap's level for one pair ({level:.2g}), with the seed terms shrinking as more "
+                     "seeds are added and the test images' term staying, over the differences its data still allow "
+                     f"(the {FUTILITY_COVER:.0%} interval of its difference): the fewest for the most favourable of "
+                     "them, the most for every one; or that no number of seeds decides it on this test set (its "
+                     f"{f'{f.test_size:,} ' if f.test_size else ''}images alone keep the interval both across 0 and "
+                     "past the margin). A guide for the next run, not a promise: the difference itself will move.")
     if any(c.win == c.win and c.paired for c in f.comparisons):
         notes.append("P(a beats b), paired by seed (⁼): the share of seeds whose run of a scored above its twin of b, "
                      "ties counting half, with its exact (Clopper–Pearson) 95 % interval over the seeds; an interval "

@@ -13,14 +13,13 @@ from ablations.analysis.findings import (
     DesignNote,
     SweepFindings,
 )
-from ablations.analysis.sequential import Decision, Design, nominal_levels
+from ablations.analysis.sequential import Decision, Design, nominal_levels, seeds_to_decide
 from ablations.analysis.stats import (
     ALPHA,
     POWER,
     Comparison,
     Interval,
     Outcome,
-    seeds_to_decide,
 )
 from ablations.choices import LOOKS, say
 from bench.contention import CONTENDED_PCT
@@ -267,9 +266,11 @@ def _verdict_text(f: SweepFindings) -> str:
             f"TOST p = {pair(o).p_equiv if sequential else pair(o).p_equiv_holm:.3g})" for o in v.inconclusive))
     if v.inconclusive:
         head = f"**Inconclusive: no single best {factor} at this budget.**"
-        tail = (f" Differences smaller than about {100 * v.detectable:.1f} points could not be detected "
-                f"({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget})."
-                if f.design is None else f" ({budget}.)")
+        tail = (f" ({budget}.)" if f.design is not None else
+                f" Differences smaller than about {100 * v.detectable:.1f} points could not be detected "
+                f"({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget})." if v.detectable < 1 else
+                f" With {_seeds_text(f)} no difference here could be detected, however large: the spread of so few "
+                f"seeds is known too poorly ({budget}).")
     else:
         names = ", ".join(f"{factor}={o}" for o in (v.best, *v.identical, *v.equivalent))
         head = (f"**Equivalent within {within}: {names}.**" if v.equivalent else f"**Identical: {names}.**")
@@ -317,15 +318,31 @@ OUTCOME_MARKERS = {Outcome.WORSE: {"marker": "v", "ms": 8, "color": "C3"},   # a
 SEEDS_SHOWN = 200   # an undecided pair that needs more seeds than this is said to need "over 200"
 
 
+def decide_level(f: SweepFindings) -> tuple[float, int]:
+    """The level the design's rule for what would decide a pair uses, and the cap: the last look's two-sided
+    level for one pair (its most lenient, as its futility stop uses) of the sweep's design, or of SEEDS=auto's
+    default looks for a sweep at fixed seeds."""
+    schedule = f.design.schedule if f.design is not None else LOOKS
+    return nominal_levels(schedule, ALPHA)[-1], schedule[-1]
+
+
 def undecided_reason(f: SweepFindings, c: Comparison) -> str:
-    """What would decide an inconclusive pair: ' (needs ~N seeds)', ' (needs over SEEDS_SHOWN seeds)' or ' (not
-    decidable on this test set)' at its current difference and variances (`stats.seeds_to_decide`)."""
+    """What would decide an inconclusive pair by the design's own rule (`sequential.seeds_to_decide` at
+    `decide_level`, over the 80 % interval of its difference): ' (N–M seeds a setting would decide it)', ' (over
+    SEEDS_SHOWN seeds …)' or ' (no number of seeds decides it on this test set)'."""
     seeds = {s.value: len(s.seeds) for s in f.settings}
     now = min(seeds.get(c.a, 0), seeds.get(c.b, 0))
-    need = seeds_to_decide(c, now, len(f.comparisons or []), most=SEEDS_SHOWN)
+    level, _ = decide_level(f)
+    need = seeds_to_decide(c, now, level)
     if need is None:
-        return " (not decidable on this test set)" if c.parts is not None else ""
-    return f" (needs over {SEEDS_SHOWN} seeds)" if need > SEEDS_SHOWN else f" (needs ~{need} seeds)"
+        return ""
+    if need.test_set:
+        return " (no number of seeds decides it on this test set)"
+    if need.fewest > SEEDS_SHOWN:
+        return f" (over {SEEDS_SHOWN} seeds a setting would decide it)"
+    top = f"over {SEEDS_SHOWN}" if need.every > SEEDS_SHOWN else f"{need.every:.0f}"
+    span = f"{need.fewest:.0f}" if top == f"{need.fewest:.0f}" else f"{need.fewest:.0f}–{top}"
+    return f" ({span} seeds a setting would decide it)"
 
 
 UNCONVERGED_HEADS = (("**Best of the settings in the design: ", "**Not converged — best at this budget of the settings "

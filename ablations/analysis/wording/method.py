@@ -92,8 +92,9 @@ def _method_checks() -> str:
   same in every process. At each look the sweep's pairs are tested by Holm's step-down with group-sequential
   levels (Maurer & Bretz): with r pairs still standing, the smallest p is tested at the level of a design
   that spends α / r over the looks; a rejection frees its share for the rest, at that look and later ones.
-  Differences and equivalence within the margin (two one-sided tests) are tested apart. Across looks and
-  pairs the chance of any false "better" is at most α. A setting decided against the leader trains no more
+  Differences and equivalence within the margin (two one-sided tests) are tested apart, each by its own
+  step-down at α: across looks and pairs the chance of any false "better" is at most α, and the chance of
+  any false "equivalent" is at most α (the two are not controlled jointly; together at most 2α). A setting decided against the leader trains no more
   seeds; so does one stopped as futile: for every difference inside its 80 % interval, its pair would stay
   undecided at the cap even at the last look's most lenient level (the seed terms shrink with seeds, the test
   images' term does not) — a stop that only ever removes decisions, so it keeps the error rates. The report

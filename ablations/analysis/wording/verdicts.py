@@ -85,7 +85,8 @@ def design_sentence(f: SweepFindings) -> str:
     return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.schedule))} seeds per setting (the last is the "
             f"cap), each at its nominal level ({' / '.join(f'{x:.2g}' for x in levels)} for one pair: O'Brien–Fleming "
             f"spending of α = {ALPHA} over the looks; with r pairs still standing the smallest p is tested at the "
-            f"level of α / r spent the same way, so the chance of any false decision at any look is at most α); a "
+            f"level of α / r spent the same way, so the chance of any false 'better' at any look is at most α, and of any "
+            f"false 'equivalent' at most α, each by its own step-down); a "
             f"setting decided against the leader, or that no number of seeds up to the cap could decide, trains no "
             f"more seeds. Stopped at look {last.index + 1} ({stop}); seeds: {seeds}. "
             + ("Decided: " + "; ".join(crossed) + "." if crossed else "Nothing was decided.")

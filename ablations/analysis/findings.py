@@ -59,8 +59,6 @@ class Setting:
     reused_from: tuple[str, ...] = ()                          # sweeps its runs were copied from
     runs: dict[str, Spread] = field(default_factory=dict)      # train_util_pct, train_mfu of the runs, over seeds
     at_chance: bool = False                                    # accuracy within noise of guessing
-    lucky: tuple[float, float] | None = None                   # (runs' s.d., coin flips' s.d.) where the runs agree
-                                                               # more closely than coin flips alone allow
     starved: int = 0                                           # runs that got too little CPU while they trained
 
 
@@ -134,8 +132,6 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     findings = SweepFindings(factor, settings, test_size, _cost_source(cost_phase, ok), None, None, margin=margin)
     if correct is not None:
         findings.test_size = next(iter(correct.values())).shape[1]
-        for s in settings:
-            s.lucky = lucky_draw(correct[s.value]) if s.value in correct else None
         findings.setting_parts = _mean_parts([contrast([correct[v]], [1.0]).parts for v in order])
     _mark_chance(findings, ok)
     if len(settings) < 2:
@@ -261,43 +257,6 @@ def design_verdict(design: Design, means: dict[Hashable, float]) -> Verdict:
     return Verdict(last.leader, bool(last.comparisons) and not (equivalent or inconclusive or identical), beats,
                    equivalent, inconclusive, detectable_difference(se, len(last.comparisons), df, last.level), margin,
                    identical, last.tied)
-
-
-LUCKY_PERMUTATIONS = 1000   # draws of the flag's permutation test (seeded: the same answer on every call)
-REAL_DISPERSION = 0.55   # runs' variance over coin flips': 0.70 on the reference's 48 seeds, less its s.e. 0.70 * sqrt(2 / 47)
-
-
-def lucky_draw(correct: np.ndarray, level: float = 0.05, dispersion: float = REAL_DISPERSION
-               ) -> tuple[float, float] | None:
-    """(the runs' s.d. of accuracy, the s.d. coin flips alone give one run) where, from 3 seeds on, the runs
-    agree more closely than coin flips would let them: the seed × image coin flips set a floor on how far runs
-    of one setting differ, and a spread under it is a draw whose interval is likely too narrow. The test is
-    exact given each image's count of right answers over the runs: under coin flips alone (each image right or
-    wrong in each run independently) every way of placing an image's right answers among the runs is equally
-    likely, so the runs' spread is compared with its spread over LUCKY_PERMUTATIONS such placements, scaled by
-    `dispersion` (the variance share of coin flips that real runs of one setting show, REAL_DISPERSION; 1: the
-    exact test of coin flips alone); the flag fires where at most `level` of them spread as little (counting
-    ties against the flag)."""
-    runs = len(correct)
-    if runs < 3:
-        return None
-    n = correct.shape[1]
-    coin = float(correct.var(0, ddof=1).mean()) / n
-    right = correct.sum(0)
-    border = (right > 0) & (right < runs)   # images every run got right, or none did, place no answer
-    if coin <= 0 or not border.any():
-        return None
-    seen = float(correct.sum(1).var(ddof=1))
-    rng = np.random.default_rng(0)
-    keys = rng.random((LUCKY_PERMUTATIONS, runs, int(border.sum())))
-    # an image's right answers go to the runs holding its `right` smallest keys
-    at = np.broadcast_to(right[border].astype(int) - 1, (LUCKY_PERMUTATIONS, 1, keys.shape[2]))
-    cut = np.take_along_axis(np.sort(keys, 1), at, 1)
-    placed = (keys <= cut).sum(2) + correct[:, ~border].sum(1)    # each placement's runs' totals
-    spread = placed.var(1, ddof=1)
-    if (np.sum(dispersion * spread <= seen + 1e-9) + 1) / (LUCKY_PERMUTATIONS + 1) <= level:
-        return math.sqrt(seen) / n, math.sqrt(coin)
-    return None
 
 
 def _mean_parts(parts: list[Components]) -> Components | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from ablations.analysis.budget import FAR_BELOW, FAR_FROM_FIT, STILL_LEARNING
 from ablations.analysis.findings import (
     POWER_DELTA,
-    REAL_DISPERSION,
 )
 from ablations.analysis.stats import (
     CHANCE_SDS,
@@ -92,27 +91,21 @@ def _method_checks() -> str:
   same in every process. At each look the sweep's pairs are tested by Holm's step-down with group-sequential
   levels (Maurer & Bretz): with r pairs still standing, the smallest p is tested at the level of a design
   that spends α / r over the looks; a rejection frees its share for the rest, at that look and later ones.
-  Differences and equivalence within the margin (two one-sided tests) are tested apart, each by its own
-  step-down at α: across looks and pairs the chance of any false "better" is at most α, and the chance of
-  any false "equivalent" is at most α (the two are not controlled jointly; together at most 2α). A setting decided against the leader trains no more
-  seeds; so does one stopped as futile: for every difference inside its 80 % interval, its pair would stay
-  undecided at the cap even at the last look's most lenient level (the seed terms shrink with seeds, the test
-  images' term does not) — a stop that only ever removes decisions, so it keeps the error rates. The report
-  says why each futile pair stopped: the test set's images alone keep it within reach of the margin, or it
-  would need more seeds than the cap. The intervals beside a sequential verdict are repeated confidence
-  intervals (Jennison & Turnbull) at the level of the look the design stopped at, which hold at 95 % whatever
-  look it stopped at. A setting with a failed run is left out of the design, and its headline says so.
+  Differences and equivalence within the margin (two one-sided tests) are tested apart, each by its own step-
+  down at α: across looks and pairs the chance of any false "better" is at most α, and the chance of any false
+  "equivalent" is at most α (the two are not controlled jointly; together at most 2α). A setting decided against
+  the leader trains no more seeds; so does one stopped as futile: for every difference inside its 80 % interval,
+  its pair would stay undecided at the cap even at the last look's most lenient level (the seed terms shrink
+  with seeds, the test images' term does not) — a stop that only ever removes decisions, so it keeps the error
+  rates. The report says why each futile pair stopped: the test set's images alone keep it within reach of the
+  margin, or it would need more seeds than the cap. The intervals beside a sequential verdict are repeated
+  confidence intervals (Jennison & Turnbull) at the level of the look the design stopped at, which hold at 95 %
+  whatever look it stopped at. A setting with a failed run is left out of the design, and its headline says so.
 - **The reference comparison** pairs each point (model, recipe, data and seed) trained both here and in the
   reference and gives the difference with an interval over the common seeds and the test images,
   simultaneous over the points compared (Bonferroni); it states the intervals' median half-width (what
   difference it could have seen) and calls a point equivalent only where its whole interval lies within the
   margin.
-- **Lucky draws (◊).** Runs of one setting differ by coin flips: images that a run gets right or wrong by
-  chance. A setting whose runs agree more closely than runs of one setting do is marked ◊ (its interval is likely
-  too narrow): a test given each image's count of right answers, comparing the runs' spread with its spread over
-  1,000 random placements of those answers among the runs (at most 5 % of them as tight), each scaled by
-  {REAL_DISPERSION:g}: trained runs spread less than independent coin flips (0.70 of their variance on the
-  reference's 48 same-setting seeds), and the flag takes one standard error below that.
 - **Budget.** A sweep's runs are labelled **not converged**, in the verdict's headline, the figure and a line
   saying why, where the last epoch raised test accuracy by more than {100 * STILL_LEARNING:g} point (mean over
   runs), where the last training loss is above {FAR_FROM_FIT:.0%} of the loss of guessing (ln classes; a cosine

@@ -50,7 +50,7 @@ def table_markdown(f: SweepFindings) -> str:
     for s in f.settings:
         mem = " / ".join(_spread_text(d.get("peak_mem_mb"), ".1f") for d in (s.infer, s.train))
         accuracy.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''}"
-                        f"{' ◊' if s.lucky else ''} | {s.params:,} | {s.gmacs:.4f} |")
+                        f" | {s.params:,} | {s.gmacs:.4f} |")
         speed.append(f"| {s.value} | {_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
                      f"{_spread_text(s.train.get('throughput_img_s'), ',.0f')} | {mem} | "
                      f"{_spread_text(s.infer.get('mfu'), '.2g')} | {_spread_text(s.infer.get('util_pct'), '.0f')} |")
@@ -62,12 +62,6 @@ def table_markdown(f: SweepFindings) -> str:
         lines.append(f"‡ within noise of chance ({100 * (f.chance or 0):.1f} % for guessing): the model has not "
                      f"learned the task at this budget (binomial rule over the test images: under chance + "
                      f"{CHANCE_SDS:g} s.d.).")
-    lucky = [s for s in f.settings if s.lucky]
-    if lucky:
-        lines.append("◊ possibly a lucky draw: its runs agree more closely than runs of one setting agree 95 % of "
-                     "the time (coin flips on borderline images, at the spread real runs show; " + "; ".join(
-                         f"{s.value}: s.d. {100 * s.lucky[0]:.2f} against {100 * s.lucky[1]:.2f} points"
-                         for s in lucky) + "), so its interval is likely too narrow; more seeds would show.")
     lines += ["", *speed, "", f"Speed: {cost_source(f.cost)}, median [Q1, Q3] (busy %: on CUDA, GPU utilisation from "
                               f"NVML's samples wholly inside the timed steps, — where they were timed for less than two "
                               f"sample periods; on the CPU, process CPU time ÷ wall time ÷ cores).", "", *runs, "",

@@ -341,8 +341,12 @@ def undecided_reason(f: SweepFindings, c: Comparison) -> str:
         return " (no number of seeds decides it on this test set)"
     if need.fewest > SEEDS_SHOWN:
         return f" (over {SEEDS_SHOWN} seeds a setting would decide it)"
-    top = f"over {SEEDS_SHOWN}" if need.every > SEEDS_SHOWN else f"{need.every:.0f}"
-    span = f"{need.fewest:.0f}" if top == f"{need.fewest:.0f}" else f"{need.fewest:.0f}–{top}"
+    if math.isinf(need.every):
+        return (f" ({need.fewest:.0f} seeds a setting at the least; some differences its data allow no number of "
+                f"seeds decides on this test set)")
+    if need.every > SEEDS_SHOWN:
+        return f" ({need.fewest:.0f} to over {SEEDS_SHOWN} seeds a setting would decide it)"
+    span = f"{need.fewest:.0f}" if need.every == need.fewest else f"{need.fewest:.0f}–{need.every:.0f}"
     return f" ({span} seeds a setting would decide it)"
 
 

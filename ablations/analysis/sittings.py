@@ -4,11 +4,13 @@ A verdict pools each setting's runs as draws of one experiment. Runs of one run 
 sittings: another commit of vitbench, another host or CPU, another thread count or precision (a sweep resumed
 later, or runs shared with other sweeps through their run ids). Where that changed what a run computes, or
 where the runs of a sitting are otherwise unlike the others, the pooled mean carries it. A sitting here is
-one combination of the row columns in SITTING_COLUMNS. With the settings' own differences taken out (a
-two-way additive model of each run's test accuracy: setting + sitting, least squares), an F test of that
-model against the settings' alone (statsmodels' `compare_f_test`, the sittings' columns counted by the
-design's rank) asks whether the sittings still differ. Where every setting was trained in a sitting
-of its own, no test can tell the settings' differences from the sittings', and that is said instead."""
+one combination of the row columns in SITTING_COLUMNS. A sweep's settings share their seeds, and a seed lifts
+or lowers every setting's run of it alike, so the seed is the unit of the test, not the run. Where the sittings
+split the sweep by seed (a sweep extended later with more seeds), each seed's mean distance from its settings'
+means is compared between sittings (one-way ANOVA); where some seed's runs sit in two sittings, an F test of
+setting + seed + sitting against setting + seed (least squares; statsmodels' `compare_f_test`, the sittings'
+columns counted by the design's rank). Where every setting was trained in a sitting of its own, no test can
+tell the settings' differences from the sittings', and that is said instead."""
 
 from __future__ import annotations
 
@@ -57,23 +59,51 @@ def check_sittings(ok: pd.DataFrame, factor: str) -> SittingCheck | None:
     known = {c: cells.loc[cells[c] != "", c].nunique() for c in columns}   # a blank: rows from before the column
     varied = {WORDS[c]: int(n) for c, n in known.items() if n > 1}
     data = pd.DataFrame({"acc": 100 * pd.to_numeric(ok["test_acc"], errors="coerce"),
-                         "setting": ok[factor].astype(str), "sitting": sitting}).dropna()
+                         "setting": ok[factor].astype(str), "sitting": sitting,
+                         "seed": ok["seed"].astype(str) if "seed" in ok else ok.index.astype(str)}).dropna()
     spanning = (data.groupby("setting")["sitting"].nunique() > 1).any()
     if not spanning:
         return SittingCheck(int(sitting.nunique()), varied, None, None, len(data))
+    test = _within_seeds(data) if (data.groupby("seed")["sitting"].nunique() > 1).any() else _between_seeds(data)
+    if test is None:
+        return SittingCheck(int(sitting.nunique()), varied, None, None, len(data))
+    return SittingCheck(int(sitting.nunique()), varied, test[0], test[1], len(data))
+
+
+def _within_seeds(data: pd.DataFrame) -> tuple[float, float] | None:
+    """Sittings that differ within a seed (settings of one seed trained at different times): the F test of the
+    sitting with each setting's and each seed's effect taken out (a seed lifts or lowers every setting's run of
+    it alike), from the runs of seeds held in two sittings or more."""
     import warnings
 
     import statsmodels.formula.api as smf
 
     one = data["setting"].nunique() == 1
+    blocks = "C(seed)" if one else "C(setting) + C(seed)"
     with warnings.catch_warnings():   # a sitting that holds one setting alone leaves the design rank-deficient: the
         warnings.simplefilter("ignore")   # nested test below counts the sittings' columns by the matrix's rank
-        full = smf.ols("acc ~ C(sitting)" if one else "acc ~ C(setting) + C(sitting)", data).fit()
-        reduced = smf.ols("acc ~ 1" if one else "acc ~ C(setting)", data).fit()
+        full = smf.ols(f"acc ~ {blocks} + C(sitting)", data).fit()
+        reduced = smf.ols(f"acc ~ {blocks}", data).fit()
         if full.df_resid < 1 or full.df_model <= reduced.df_model:
-            return SittingCheck(int(sitting.nunique()), varied, None, None, len(data))
+            return None
         f, p, _ = full.compare_f_test(reduced)
-    return SittingCheck(int(sitting.nunique()), varied, float(f), float(p), len(data))
+    return float(f), float(p)
+
+
+def _between_seeds(data: pd.DataFrame) -> tuple[float, float] | None:
+    """Sittings that split a sweep by seed (a sweep extended later with more seeds): the seed is the unit, since
+    the settings' runs of one seed share its draw. Each seed's mean distance of its runs from their settings'
+    means, compared between sittings by one-way ANOVA (F test); None with fewer than two seeds in some sitting."""
+    from scipy import stats as sps
+
+    residual = data["acc"] - data.groupby("setting")["acc"].transform("mean")
+    per_seed = pd.DataFrame({"r": residual, "seed": data["seed"], "sitting": data["sitting"]}).groupby("seed").agg(
+        r=("r", "mean"), sitting=("sitting", "first"))
+    groups = [g["r"].to_numpy() for _, g in per_seed.groupby("sitting")]
+    if len(groups) < 2 or min(len(g) for g in groups) < 2:
+        return None
+    f, p = sps.f_oneway(*groups)
+    return (float(f), float(p)) if p == p else None
 
 
 def sweeps_of_runs(tables: dict[str, pd.DataFrame]) -> dict[str, set[str]]:

@@ -100,9 +100,11 @@ def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Pa
     history = read.history(sweep) if paths.history.exists() else None
     classes = int(pd.to_numeric(ok["num_classes"], errors="coerce").max()) if "num_classes" in ok and \
         pd.to_numeric(ok["num_classes"], errors="coerce").notna().any() else None
-    convergence = still_learning(history if history is not None else pd.DataFrame(), ok["run_id"].astype(str), classes,
-                                 below_longer_budget(ok, budgets if budgets is not None else pd.DataFrame(), factor))
-    learning = wording.not_converged(convergence) if convergence else ""
+    convergence = still_learning(history if history is not None else pd.DataFrame(), ok, factor, classes,
+                                 below_longer_budget(ok, budgets if budgets is not None else pd.DataFrame(), factor,
+                                                     margin))
+    said = wording.not_converged(convergence, factor)
+    learning = said if not convergence.converged else ""
     shown = findings.setting_rows(f)
     if len(f.settings) == 1 and isinstance(factor, str):   # one setting: its runs' spread, not six one-point panels
         one = f.settings[0]
@@ -114,7 +116,7 @@ def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Pa
     lines = [wording.runs_line(seeds, sorted(ok["dataset"].astype(str).unique()), f.test_size, devices), "",
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
              wording.unconverged_headline(wording.verdict_sentence(f)) if learning else wording.verdict_sentence(f), "",
-             *([learning, ""] if learning else []), *([wording.design_note(design_note), ""] if design_note else []),
+             *([said, ""] if said else []), *([wording.design_note(design_note), ""] if design_note else []),
              *([sitting, ""] if (sitting := wording.sittings_line(sittings.check_sittings(ok, factor), factor)) else []),
              *([shared, ""] if (shared := wording.shared_line(factor, sittings.shared_settings(sweep, factor, f.verdict, ok,
                                                                                 sweeps_of or {}))) else []),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ablations.analysis.budget import FAR_BELOW, FAR_FROM_FIT, STILL_LEARNING
+from ablations.analysis.budget import FAR_FROM_FIT, STILL_LEARNING
 from ablations.analysis.findings import (
     POWER_DELTA,
 )
@@ -106,18 +106,21 @@ def _method_checks() -> str:
   simultaneous over the points compared (Bonferroni); it states the intervals' median half-width (what
   difference it could have seen) and calls a point equivalent only where its whole interval lies within the
   margin.
-- **Budget.** A sweep's runs are labelled **not converged**, in the verdict's headline, the figure and a line
-  saying why, where the last epoch raised test accuracy by more than {100 * STILL_LEARNING:g} point (mean over
-  runs), where the last training loss is above {FAR_FROM_FIT:.0%} of the loss of guessing (ln classes; a cosine
-  schedule flattens the last epoch), or where the same model, recipe and data trained for more epochs in the
-  same OUT reaches more than {100 * FAR_BELOW:g} point more (one-sided Welch test at 5 %, two runs or more on each
-  side): the verdict is then this budget's.
+- **Budget.** Each setting is judged on its own runs. A sweep is labelled **not converged**, in the verdict's
+  headline, the figure and a line naming the settings and why, where a setting's last epoch raised its test
+  accuracy by more than {100 * STILL_LEARNING:g} point (mean over its runs), where its last training loss is more
+  than {FAR_FROM_FIT:.0%} of the way from the least loss the recipe allows (label smoothing's floor, the entropy of
+  the smoothed target) to the loss of guessing (ln classes; a cosine schedule flattens the last epoch), or where
+  the same model, recipe and data trained for more epochs in the same OUT reaches more than the equivalence
+  margin more (one-sided Welch test at 5 %, two runs or more on each side): the verdict is then this budget's.
+  Runs without per-epoch history are said not checked.
 - **Sittings.** A sweep's runs can come from several sittings (another commit, host, processor, thread
-  count or precision: a sweep resumed later, or runs shared with other sweeps by run id). With the
-  settings' own differences taken out (least squares, accuracy ~ setting + sitting), an F test asks whether
-  the sittings still differ; at p < 0.05 the section says so in bold, since its verdicts pool runs that are
-  then not interchangeable. Where each setting was trained in a sitting of its own, the two cannot be told
-  apart, and the section says that instead.
+  count or precision: a sweep resumed later, or runs shared with other sweeps by run id). A sweep's settings
+  share their seeds, and a seed lifts or lowers every setting's run of it alike, so the seed is the unit:
+  where the sittings split the sweep by seed, each seed's mean distance from its settings' means is compared
+  between sittings (one-way ANOVA); where a seed's runs sit in two sittings, an F test of accuracy ~ setting +
+  seed + sitting against setting + seed. At p < 0.05 the section says so in bold, since its verdicts pool runs
+  that are then not interchangeable. Where every setting sits alone, no test can tell the two apart.
 """
 
 

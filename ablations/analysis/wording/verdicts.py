@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
-from ablations.analysis.budget import Convergence, Shortfall
+from ablations.analysis.budget import Convergence, Shortfall, Unsettled
 from ablations.analysis.findings import (
     POWER_DELTA,
     CostSource,
@@ -382,23 +382,30 @@ def shortfall(below: Shortfall) -> str:
     """A setting below the same model trained longer, as a reason fragment."""
     return (f"{below.factor}={below.value} reaches {100 * below.acc:.1f} % after {below.epochs:g} "
             f"epoch{'s' * (below.epochs != 1)} ({below.runs} runs) where the same model reaches "
-            f"{100 * below.longer_acc:.1f} % after {below.longer_epochs:g} epochs ({below.longer_runs} runs)")
+            f"{100 * below.longer_acc:.1f} % after {below.longer_epochs:g} epochs ({below.longer_runs} runs), more "
+            f"than the {margin_text(below.margin)} margin below it")
 
 
-def not_converged(c: Convergence) -> str:
-    """The warning that a sweep's runs had not converged, with every reason that holds."""
+def _unsettled(u: Unsettled, factor: str, epochs: int) -> str:
     why = []
-    if c.gain is not None:
-        why.append(f"test accuracy rose {100 * c.gain:.1f} points over the last of {c.epochs} epoch(s) (mean over runs)")
-    if c.loss is not None and c.classes:
-        guess = math.log(c.classes)
-        why.append(f"the training loss ended at {c.loss:.2f} (mean over runs), {c.loss / guess:.0%} of the {guess:.2f} "
-                   f"of guessing among {c.classes} classes, far from fitting the training set")
-    if c.below:
-        why.append("; ".join(map(shortfall, c.below)))
-    return (f"**Not converged**: {'; '.join(why)}, so these runs were still learning: the accuracies below are "
-            f"those of a short budget, not the settings' converged accuracies, and their order can change with "
-            f"more epochs (EPOCHS).")
+    if u.gain is not None:
+        why.append(f"its test accuracy rose {100 * u.gain:.1f} points over the last of {epochs} epochs (mean over runs)")
+    if u.loss is not None and u.classes:
+        guess = math.log(u.classes)
+        floor = (f", against the {u.floor:.2f} label smoothing allows" if u.floor else "")
+        why.append(f"its training loss ended at {u.loss:.2f} (mean over runs){floor}, far from fitting the training "
+                   f"set (guessing among {u.classes} classes: {guess:.2f})")
+    return f"{factor}={u.value}: " + " and ".join(why)
+
+
+def not_converged(c: Convergence, factor: str) -> str:
+    """The warning that some settings' runs had not converged, each named with every reason that holds; '' where
+    all had; where no per-epoch history was there to judge by, one line that says so."""
+    if c.converged:
+        return "" if c.checked else "Convergence not checked: these runs have no per-epoch history."
+    why = [_unsettled(u, factor, c.epochs) for u in c.settings] + [shortfall(b) for b in c.below]
+    return (f"**Not converged**: {'; '.join(why)}. Those runs were still learning: their accuracies are a short "
+            f"budget's, not the settings' converged ones, and the order can change with more epochs (EPOCHS).")
 
 
 def unconverged_headline(verdict: str) -> str:

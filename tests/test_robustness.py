@@ -550,3 +550,24 @@ def test_the_makefile_passes_paths_with_spaces_as_one_argument(tmp_path):
     compare = user_make("-n", "-o", ".venv/.installed-test", "compare", "A=x y", "B=z w").stdout
     line = next(line for line in compare.splitlines() if "ablations compare" in line)
     assert shlex.split(line)[-2:] == ["x y", "z w"]
+
+
+def test_a_sweep_from_a_spec_elsewhere_killed_after_its_first_run_keeps_its_section_in_the_report(tmp_path):
+    """A spec outside ablations/sweeps/ is copied beside its table before the first run: a SIGKILL after that run
+    (or a report read while the sweep runs) still finds the sweep, which gets its section instead of 'Skipped
+    inputs'. The copy's name may have a space in it: the report's figure link is quoted so that it renders."""
+    import sys
+
+    from conftest import kill_after_first_row, write_spec
+
+    from ablations.analysis.report import build_report
+
+    spec = write_spec(tmp_path / "my sweep.toml", "depth", "[1, 2]", "embed_dim = 16\nnum_heads = 2")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--seeds", "0,1",
+           "--cost-budget", "0", "--jobs", "1", "--out", str(out)]
+    rows = kill_after_first_row(cmd, dict(os.environ, CUDA_VISIBLE_DEVICES=""), out / "ablations" / "my sweep.csv")
+    assert len(rows) >= 1 and (out / "ablations" / "my sweep.toml").read_text() == spec.read_text()
+    text = build_report(out, reference=None).read_text()
+    assert "## my sweep" in text and "no spec for the my sweep sweep" not in text
+    assert "(figures/my%20sweep.png)" in text and "(figures/my sweep.png)" not in text

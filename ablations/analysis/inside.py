@@ -36,7 +36,7 @@ def inside_the_model(out: Path, tables: dict[str, pd.DataFrame], factors: dict[s
         encodings = {name: model.pos_embed.weight[0].detach() for name, model in models.items()}
         grid = next(iter(models.values())).cfg.grid_size
         sim = figs.position_similarity(encodings, grid, figures / "position-similarity.png")
-        lines += [f"![position similarity](figures/{sim.name})", ""]
+        lines += [wording.figure_link("position similarity", sim.name), ""]
     if "learned" in models:
         row = ok[ok["pos"] == "learned"].iloc[0]
         # torch loads only here, where a figure draws a trained model

@@ -130,10 +130,10 @@ def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Pa
         lines += _grid_lines(spec, f, ok, paths, figures, devices, margin)
     if f.comparisons:
         lines += [wording.pairs_heading(f, bool(spec.margin)), "", wording.comparisons_markdown(f), ""]
-    lines += [f"![{sweep}](figures/{fig.name})", "", wording.figure_caption(f, spec.label, devices, shown), ""]
+    lines += [wording.figure_link(f"{sweep}", fig.name), "", wording.figure_caption(f, spec.label, devices, shown), ""]
     if history is not None:
         curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order, sweep=sweep)
-        lines += [f"![{sweep} learning curves](figures/{curves.name})", ""]
+        lines += [wording.figure_link(f"{sweep} learning curves", curves.name), ""]
     return lines
 
 
@@ -164,7 +164,7 @@ def _grid_lines(spec: SweepSpec, f: findings.SweepFindings, ok: pd.DataFrame, pa
     fig = figs.grid_heatmaps(pd.DataFrame(cells), a, b, figures / f"{spec.name}-grid.png",
                              f"{spec.label} on {devices}: each cell's mean over seeds", throughput_from=source)
     it = designs.interaction(spec, ok, paths.preds, margin)
-    return [f"![{spec.name} grid](figures/{fig.name})", "",
+    return [wording.figure_link(f"{spec.name} grid", fig.name), "",
             wording.grid_caption(source), "",
             *wording.interaction_lines(it)]
 

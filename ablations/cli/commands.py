@@ -364,6 +364,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         for spec in specs:
+            keep_spec(SweepPaths.of(args.out, spec.name), spec.path)
             if spec.name not in auto and seed_design.forget_design(SweepPaths.of(args.out, spec.name)):
                 print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report analyses "
                       f"it at fixed seeds", file=sys.stderr)
@@ -373,8 +374,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             results, status = adaptive.run_adaptive(args, specs, sweep_points, options, auto, _run_all, executor)
         else:
             results, status = _run_all(args, sweep_points, options, locked=True, started=executor)
-        for spec in specs:
-            keep_spec(SweepPaths.of(args.out, spec.name), spec.path)
     if results is None:
         return status
     out = Path(args.out)

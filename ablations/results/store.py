@@ -267,9 +267,11 @@ def history_of(paths: SweepPaths, run_id: str, table: pd.DataFrame | None = None
 
 
 def keep_spec(paths: SweepPaths, source: Path) -> None:
-    """The spec that wrote a table goes beside it (once there is one), shipped or not: the report and `make
-    cost` read the sweep as it ran, whatever ablations/sweeps/ says later."""
-    if paths.rows.exists() and source.resolve() != paths.spec.resolve():
+    """The spec that writes a table goes beside it before its first run, shipped or not: the report and `make
+    cost` read the sweep as it ran, whatever ablations/sweeps/ says later, and a command killed mid-sweep (or a
+    report read while it runs) still finds it. A spec beside no table is never read."""
+    if source.resolve() != paths.spec.resolve():
+        paths.spec.parent.mkdir(parents=True, exist_ok=True)
         try:
             write_atomic(paths.spec, source.read_bytes())
         except OSError as err:

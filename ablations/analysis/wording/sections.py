@@ -172,7 +172,7 @@ def tuning_lines(t: Tuning, factor: str, figure_name: str) -> list[str]:
                          f"validation accuracy, {why}: another split or another seed could pick the other.")
     if any(c.at_edge for c in t.choices) or any(close_pick(c, image) for c in t.choices):
         lines.append("")
-    return lines + [f"![tuning](figures/{figure_name})", ""]
+    return lines + [figure_link("tuning", figure_name), ""]
 
 
 def interaction_lines(it: Interaction) -> list[str]:
@@ -205,6 +205,14 @@ def interaction_lines(it: Interaction) -> list[str]:
                 f"but not every one is shown within {within} either: this does not show that each factor's effect "
                 f"is the same at every level of the other.")
     return [head, "", *table, "", f"_{what.format(a='a', b='b')}._", ""]
+
+
+def figure_link(alt: str, name: str) -> str:
+    """A figure under figures/ as Markdown, its file name quoted for a URL (a space or '#' in a sweep's name
+    would otherwise break the link)."""
+    from urllib.parse import quote
+
+    return f"![{alt}](figures/{quote(name)})"
 
 
 def held_fixed(fixed: list[tuple[str, Any, bool]]) -> str:
@@ -269,7 +277,7 @@ def bench_lines(suite: Path, steps: pd.DataFrame | None, tokens_csv: Path, bench
             rate, mem = by_t["throughput_img_s"].median(), by_t["peak_mem_mb"].median()
             lines.append(f"| {attn} | " + " | ".join(f"{rate.get(t, float('nan')):.2f}" for t in tokens) + " | "
                          + " | ".join(f"{mem.get(t, float('nan')):.1f}" for t in tokens) + " |")
-        lines += ["", f"![backends](figures/{figure})", ""]
+        lines += ["", figure_link("backends", figure), ""]
     else:
         lines += [f"_Missing: `{tokens_csv}`; `make bench-tokens` (`vitbench bench run --tokens 65,197,785 --batch-size 8 "
                   f"--name backends`) produces it._", ""]
@@ -349,6 +357,6 @@ def attention_skipped(dataset: str, err: Exception) -> list[str]:
 
 def attention_lines(figure: str, reader: str, run: str) -> list[str]:
     """The attention maps and their caption: what the classifier reads (`reader`) attends to, in run `run`."""
-    return [f"![attention maps](figures/{figure})", "",
+    return [figure_link("attention maps", figure), "",
             f"_What the classifier reads ({reader}) attends to over the patches of four test images, per layer (mean "
             f"over heads) and rolled out over the layers (Abnar & Zuidema 2020), on one colour scale; run {run}._", ""]

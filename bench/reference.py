@@ -28,16 +28,17 @@ def _links_inside(folder: Path):
                 yield place
 
 
-def refusal(out: str | Path, into_reference: bool) -> str | None:
+def refusal(out: str | Path, into_reference: bool, written: tuple[str, ...] = WRITTEN) -> str | None:
     """The one-line error for writing under a reference folder without `--into-reference`, else None: `out`
     itself, any folder above it, a folder the commands write into under it (`WRITTEN`) that leads into
     one, a link at any depth below those (a sweep's weights/ or preds/<sweep>/, a table) that does, or a
     link right under `out` (its REPORT.md) that does (symlinks resolved). A reference folder beside those
-    (results/reference under OUT=results) is not written into."""
+    (results/reference under OUT=results) is not written into. `written`: the folders the command writes
+    under OUT (`known` adds its data/)."""
     if into_reference:
         return None
     folder = Path(out).expanduser()
-    inside = [folder / name for name in WRITTEN if (folder / name).is_dir()]
+    inside = [folder / name for name in written if (folder / name).is_dir()]
     linked = (link for place in inside if not place.is_symlink() for link in _links_inside(place))
     # a link right under OUT (its REPORT.md, say) that leads into one is written through as well
     top = (place for place in (folder.iterdir() if folder.is_dir() else ()) if place.is_symlink())

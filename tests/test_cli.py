@@ -306,6 +306,33 @@ def test_known_stops_at_a_stop_signal_with_its_status_and_trains_no_further_task
     assert f"known: stopped by {signal} during backends" in err
 
 
+def test_known_refuses_an_out_it_cannot_write_or_whose_data_leads_into_the_reference_in_one_line(tmp_path, capsys):
+    """--out a file: one line naming what could not be written, exit 2 (a traceback and exit 1 read as a failed
+    suite). OUT/data/quadrants a link into the committed reference: refused before a single image is written,
+    as every other command refuses such an OUT."""
+    from ablations.cli import known
+    from bench.reference import REFERENCE_MARK
+
+    def never(argv):
+        raise AssertionError("no sweep runs")
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    assert known.cmd_known(known_args("--out", str(blocker)), never) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: OUT={blocker}: cannot write ") and "Traceback" not in err
+    reference = tmp_path / "reference"
+    (reference / "quadrants").mkdir(parents=True)
+    (reference / REFERENCE_MARK).write_text("")
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "quadrants").symlink_to(reference / "quadrants")
+    assert known.cmd_known(known_args("--out", str(out)), never) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "data/quadrants/ leads into" in err and "--into-reference" in err
+    assert list((reference / "quadrants").iterdir()) == []
+
+
 def test_known_judges_the_newest_experiment_of_a_tasks_table(tmp_path, capsys):
     """A second `known` into the same OUT with other epochs is another experiment: its check sees its own runs
     only (identical backends stay identical), not the mean of the two budgets."""

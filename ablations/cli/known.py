@@ -161,10 +161,10 @@ def cmd_known(args: argparse.Namespace, run_command: Callable[[list[str]], int])
     if args.epochs < 1:
         print(f"error: --epochs must be a positive integer, got {args.epochs}", file=sys.stderr)
         return 2
-    from bench.reference import refusal
+    from bench.reference import WRITTEN, refusal
 
     out = Path(args.out)
-    message = refusal(str(out), False)
+    message = refusal(str(out), False, (*WRITTEN, "data"))   # its images go under data/ too
     if message:
         print(f"error: {message}", file=sys.stderr)
         return 2
@@ -173,10 +173,17 @@ def cmd_known(args: argparse.Namespace, run_command: Callable[[list[str]], int])
 
     t0 = time.perf_counter()
     tasks = [t for t in TASKS if not args.only or t.name in args.only]
-    data = {name: write_quadrants(out / "data" / name, shuffled=name == "shuffled") for name in {t.data for t in tasks}}
+    try:   # everything a task needs written before the first sweep: an OUT that cannot take it is one line
+        data = {name: write_quadrants(out / "data" / name, shuffled=name == "shuffled")
+                for name in sorted({t.data for t in tasks})}
+        specs = {task.name: write_spec(out / "specs", task, args.epochs) for task in tasks}
+    except OSError as err:
+        print(f"error: OUT={out}: cannot write {err.filename or out} ({err.strerror or err}); choose another OUT "
+              f"(--out) or fix its permissions", file=sys.stderr)
+        return 2
     results = []
     for task in tasks:
-        spec = write_spec(out / "specs", task, args.epochs)
+        spec = specs[task.name]
         argv = ["sweep", str(spec), "--dataset", "imagefolder", "--data-root", str(data[task.data]),
                 "--img-size", str(SIDE), "--seeds", args.seeds, "--cost-rounds", "0", "--out", str(out),
                 "--jobs", "auto" if args.jobs is None else str(args.jobs),

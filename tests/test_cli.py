@@ -469,6 +469,28 @@ def test_a_sweeps_summary_says_where_its_time_went_and_the_parts_add_up_to_its_w
     assert set(parts) <= {"start", "the rest"} and "the rest" in parts, parts
 
 
+def test_another_adaptive_design_on_runs_already_read_under_one_is_refused_in_one_line(tmp_path, capsys):
+    """SEEDS=auto:3,5 trains and reads its looks; SEEDS=auto:3 on the same OUT would drop runs and read the rest at
+    the shorter design's more lenient levels: refused in one line (exit 2) before anything is trained or
+    rewritten; the same design again is taken (nothing new)."""
+    spec = write_spec(tmp_path / "s.toml", "depth", "[1, 2]", "embed_dim = 16\nnum_heads = 2\nmlp_ratio = 1.0",
+                      "epochs = 1\nbatch_size = 128")
+    out = tmp_path / "out"
+    common = [str(spec), "--dataset", "digits", "--cost-rounds", "0", "--out", str(out)]
+    assert ablations_main(["sweep", *common, "--seeds", "auto:3,5"]) == 0
+    design = (out / "ablations" / "s-design.json").read_text()
+    rows = read_table(out / "ablations" / "s.csv")
+    capsys.readouterr()
+    assert ablations_main(["sweep", *common, "--seeds", "auto:3"]) == 2
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(said) == 1 and "was trained under SEEDS=auto with looks at 3/5 seeds" in said[0]
+    assert "Rerun with SEEDS=auto:3,5" in said[0]
+    assert (out / "ablations" / "s-design.json").read_text() == design
+    assert len(read_table(out / "ablations" / "s.csv")) == len(rows)
+    assert ablations_main(["sweep", *common, "--seeds", "auto:3,5"]) == 0
+
+
 def test_seeds_auto_is_refused_by_train_in_one_line(tmp_path, capsys):
     code, _, err = run_cli(ablations_main, ["train", "--seeds", "auto", "--out", str(tmp_path)], capsys)
     assert code == 2 and err.count("\n") == 1, err

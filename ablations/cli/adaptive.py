@@ -86,6 +86,32 @@ def dry_run_line(auto: AutoSeeds, points: int, spec: SweepSpec) -> str:
             f"the list shows each point at the most seeds it may train")
 
 
+def _another_design(paths: SweepPaths, name: str, design: dict[str, Any]) -> str:
+    """The one-line refusal of a design other than the one a sweep's runs of this experiment were decided under
+    ('' where there is none, or no run of the experiment has finished): a design is fixed once its looks have
+    been read, and other looks, α or margin on the same runs would re-read them at other levels (a shorter
+    schedule drops runs and reads the rest at its more lenient levels)."""
+    try:
+        before = seed_design.read_design(paths)
+    except ValueError:
+        return ""   # unreadable: written again, as before
+    keys = ("looks", "alpha", "margin", "seeds")
+    if before is None or before.get("experiment") != design.get("experiment") \
+            or all(before.get(k) == design.get(k) for k in keys):
+        return ""
+    read = Tables(paths.out)
+    rows = read.finished(name) if paths.rows.exists() else None
+    mine = design.get("experiment")
+    if rows is None or rows.empty or (mine and "experiment_id" in rows and not (rows["experiment_id"].astype(str) == mine).any()):
+        return ""
+    looks = "/".join(map(str, before["looks"]))
+    again = ",".join(map(str, before["looks"]))
+    return (f"sweep {name} was trained under SEEDS=auto with looks at {looks} seeds (α = {before['alpha']}, margin "
+            f"{100 * float(before['margin']):g} points; {paths.design}), and its looks were read under that design: "
+            f"another on the same runs would read them again at other levels. Rerun with SEEDS=auto:{again}, or "
+            f"train the other design into another OUT")
+
+
 def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points: list[tuple[str, list[Point]]],
                  options: dict[str, RunOptions], auto: dict[str, AutoSeeds], run_all: Callable[..., tuple],
                  executor: Executor | None = None) -> tuple[list[SweepSummary] | None, int]:
@@ -101,6 +127,11 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
     design_files = {spec.name: seed_design.new_design(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
                                                    experiment_of(points_of[spec.name], options[spec.name]))
                     for spec in specs if spec.name in auto}
+    for name in design_files:
+        refused = _another_design(SweepPaths.of(args.out, name), name, design_files[name])
+        if refused:
+            print(f"error: {refused}", file=sys.stderr)
+            return None, 2
     for name in design_files:
         seed_design.write_design(SweepPaths.of(args.out, name), design_files[name])
     merged: dict[str, SweepSummary] = {}

@@ -71,9 +71,9 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)
   $(call opt,--gpus-per-task,$(GPUS_PER_TASK))
 INTO_REF = $(call switch,--into-reference,$(INTO_REFERENCE))
 
-.PHONY: install check-env test lint test-gpu crash-test calibrate known predict migrate cost ablations train bench bench-tokens bench-speed bench-step compare report clean
+.PHONY: help install check-env test lint test-gpu crash-test calibrate known predict migrate cost ablations train bench bench-tokens bench-speed bench-step compare report clean
 
-install: $(STAMP)
+install: $(STAMP)  ## the .venv with the project and its test extras (every target installs on first use)
 
 $(VENV)/.installed-%: pyproject.toml
 	$(PYTHON) -m venv $(if $(strip $(TORCH_SPEC)),,--system-site-packages) $(VENV)
@@ -93,15 +93,15 @@ check-env:
 # the linter (ruff, configured in pyproject.toml), then the suite on every core (pytest-xdist, one torch
 # thread per worker; TEST_JOBS=0 runs it in one process)
 TEST_JOBS ?= auto
-test: $(STAMP)
+test: $(STAMP)  ## the linter, then the test suite on every core (TEST_JOBS=0: one process)
 	$(PY) -m ruff check --quiet .
 	$(PY) -m pytest $(if $(filter 0,$(TEST_JOBS)),-p no:xdist,-n $(TEST_JOBS)) $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(STAMP)  ## the linter alone (ruff)
 	$(PY) -m ruff check .
 
 # the CUDA-only tests (graphed step = eager step, bf16/fp16, NVML, CUDA memory, compile); skipped without CUDA
-test-gpu: $(STAMP)
+test-gpu: $(STAMP)  ## the CUDA-only tests (skipped without CUDA)
 	$(PY) -m pytest -m gpu -v $(PYTEST_ARGS)
 
 # SIGKILLs at KILLS random instants (half inside a save step), a torn line, garbage lines and a full
@@ -109,24 +109,24 @@ test-gpu: $(STAMP)
 # driver SIGKILLs and SIGTERMs (JOBS_KILLS of them); every run must equal an uninterrupted run's
 KILLS ?= 24
 JOBS_KILLS ?= $(KILLS)
-crash-test: $(STAMP)
+crash-test: $(STAMP)  ## SIGKILLs, torn tables and a full disk against a small sweep; every run must survive
 	$(PY) tests/crash.py --kills $(KILLS) --jobs-kills $(JOBS_KILLS)
 
 # the sweeps marked `default = true` in ablations/sweeps/*.toml (patch, heads, depth), then the report
-ablations: $(STAMP)
+ablations: $(STAMP)  ## the default sweeps (patch, heads, depth), then the report
 	$(PY) -m ablations sweep default $(RUN_ARGS) $(ARGS)
 	$(if $(filter 1 yes true,$(DRY_RUN)),,$(REPORT))
 
 # one target per ablations/sweeps/<name>.toml: a new sweep is a new TOML file and nothing else
 SWEEP_NAMES := $(basename $(notdir $(wildcard ablations/sweeps/*.toml)))
 .PHONY: $(addprefix ablate-,$(SWEEP_NAMES))
-$(addprefix ablate-,$(SWEEP_NAMES)): ablate-%: $(STAMP)
+$(addprefix ablate-,$(SWEEP_NAMES)): ablate-%: $(STAMP)  ## one sweep per ablations/sweeps/<name>.toml
 	$(PY) -m ablations sweep $* $(RUN_ARGS) $(ARGS)
 
-train: $(STAMP)
+train: $(STAMP)  ## one config (PRESET), once per seed
 	$(PY) -m ablations train $(call opt,--preset,$(PRESET)) $(RUN_ARGS) $(ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP)  ## pytest-benchmark of the attention backends (JSON and CSV under OUT/bench)
 	$(PY) -m bench convert-json --check '$(OUT)/bench/pytest-benchmark.json' '$(OUT)/bench/pytest-benchmark.csv' $(INTO_REF)
 	mkdir -p '$(OUT)/bench'
 	$(PY) -m pytest benchmarks/test_bench_backends.py -p no:cacheprovider --benchmark-enable \
@@ -134,14 +134,14 @@ bench: $(STAMP)
 	$(PY) -m bench convert-json '$(OUT)/bench/pytest-benchmark.json' '$(OUT)/bench/pytest-benchmark.csv' $(INTO_REF)
 
 # throughput and memory of the four backends against sequence length: $(OUT)/bench/backends.csv
-bench-tokens: $(STAMP)
+bench-tokens: $(STAMP)  ## the four backends' throughput and memory at 65, 197 and 785 tokens
 	$(PY) -m bench run --tokens 65,197,785 --batch-size 8 --name backends --out '$(OUT)' $(INTO_REF) $(ARGS)
 
-bench-speed: $(STAMP)
+bench-speed: $(STAMP)  ## the four backends against timm's ViT-S/16, side by side
 	$(PY) -m bench.vs_timm --out '$(OUT)' $(INTO_REF) $(ARGS)
 
 # the training step alone, eager against static buffers (a CUDA graph on CUDA), interleaved rounds
-bench-step: $(STAMP)
+bench-step: $(STAMP)  ## the training step alone, eager against static buffers (a CUDA graph on CUDA)
 	$(PY) -m ablations stepbench $(call opt,--device,$(DEVICE)) $(ARGS)
 
 # the report's test against known answers: A/A trials (false-positive rate against α, p-value distribution)
@@ -150,38 +150,42 @@ bench-step: $(STAMP)
 FROM ?= results/reference
 TRAIN ?=
 CALIBRATE_ARGS ?=
-calibrate: $(STAMP)
+calibrate: $(STAMP)  ## the report's test against known answers on saved runs: error rates and power
 	$(PY) -m ablations calibrate $(if $(filter 1 yes true,$(TRAIN)),--train,--from '$(FROM)') --out '$(OUT)' $(INTO_REF) $(CALIBRATE_ARGS)
 
 # the harness on synthetic tasks whose answers are known (positions needed, identical backends, shuffled
 # labels, a planted difference): runs through `sweep`, checks the report's analysis; exits 1 on a miss
-known: $(STAMP)
+known: $(STAMP)  ## four synthetic tasks whose answers are known, through the sweep command
 	$(PY) -m ablations known --out '$(OUT)/known' $(call opt,--seeds,$(SEEDS)) $(call opt,--jobs,$(JOBS)) $(ARGS)
 
 # a trained run on your images: make predict IMAGES="digit.png x.jpg" RUN=3f2a9c (top-5 and attention figure)
 IMAGES ?=
 RUN    ?=
-predict: $(STAMP)
+predict: $(STAMP)  ## a trained run on your images (IMAGES, RUN): top-5 and where it looks
 	$(PY) -m ablations predict $(IMAGES) $(call opt,--run,$(RUN)) --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT)) $(ARGS)
 
 # two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0) point by point: make compare A=out1 B=out2
-compare: $(STAMP)
+compare: $(STAMP)  ## two OUT folders of the same sweeps, point by point (A, B)
 	$(PY) -m ablations compare '$(A)' '$(B)' $(ARGS)
 
 # the speed of every point trained under OUT, measured in one interleaved cost phase (COST_ROUNDS, COST_BUDGET)
-cost: $(STAMP)
+cost: $(STAMP)  ## the speed of every point trained under OUT, measured side by side
 	$(PY) -m ablations cost --out '$(OUT)' $(call opt,--device,$(DEVICE)) $(call opt,--cost-rounds,$(COST_ROUNDS)) \
 	  $(call opt,--cost-budget,$(COST_BUDGET)) $(call opt,--graphs,$(GRAPHS)) $(call opt,--cudnn-attention,$(CUDNN_ATTENTION)) $(INTO_REF)
 
 # an OUT's older sweep tables rewritten in the current format, in place (no retraining, run ids kept)
-migrate: $(STAMP)
+migrate: $(STAMP)  ## an OUT's older tables rewritten in the current format, in place
 	$(PY) -m ablations migrate --out '$(OUT)' $(INTO_REF)
 
 # MARGIN: the report's equivalence margin in accuracy points, for sweeps whose spec sets none (default 0.5)
 MARGIN ?=
 REPORT = $(PY) -m ablations report --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT)) $(call opt,--margin,$(MARGIN)) $(INTO_REF)
-report: $(STAMP)
+report: $(STAMP)  ## figures, REPORT.md and verdicts.csv under OUT from its tables; never trains
 	$(REPORT)
 
-clean:
+help:  ## this list: every target and what it does
+	@awk -F':.*## ' '/^[^#\t ][^=]*:.*## / {name = ($$1 ~ /addprefix/) ? "ablate-<name>" : $$1; \
+	  printf "  make %-16s %s\n", name, $$2}' $(firstword $(MAKEFILE_LIST))
+
+clean:  ## remove .venv and caches
 	rm -rf $(VENV) *.egg-info .pytest_cache .benchmarks

@@ -172,7 +172,7 @@ def test_the_report_draws_a_grid_and_states_its_interaction_only_when_there_is_o
     figures = tmp_path / "out" / "figures"
     figures.mkdir()
     lines = "\n".join(section.sweep_section(spec, rows, Tables(tmp_path / "out"), figures,
-                                             margin=margin))
+                                             margin=margin).lines)
     assert (figures / "grid-grid.png").exists() and "![grid grid](figures/grid-grid.png)" in lines
     assert "Training throughput: the runs' whole-run training throughput on cpu (test CPU)._" in lines   # where measured
     if claimed == "detected":

@@ -1089,3 +1089,23 @@ def test_two_seeds_far_apart_say_no_difference_could_be_detected_and_no_interval
     rows = [line for line in comparisons_markdown(f).splitlines() if line.startswith("| 1 | 2 |")]
     low, high = (float(x) for x in rows[0].split("[", 1)[1].split("]", 1)[0].split(", "))
     assert -100 <= low and high <= 100
+
+
+def test_the_report_opens_with_a_findings_table_and_writes_every_pair_to_verdicts_csv(tmp_path):
+    """A reader who stops at the first screen has the answer: a findings row per sweep within the first 40 lines
+    (differences first, with their interval); every pair's outcome, difference, interval and p in verdicts.csv,
+    the same figures as the pair table, loaded by pandas with the documented columns."""
+    from ablations.results.schema import VERDICTS_COLUMNS
+
+    ten_points_apart(tmp_path)
+    text = build_report(tmp_path).read_text()
+    head = text.splitlines()[:40]
+    row = next(line for line in head if line.startswith("| depth | "))
+    assert "## Findings" in head and "depth=1 is worse than depth=2 by 10." in row and "(fixed)" in row
+    verdicts = pd.read_csv(tmp_path / "verdicts.csv")
+    assert list(verdicts.columns) == list(VERDICTS_COLUMNS) and len(verdicts) == 1
+    pair = verdicts.iloc[0]
+    assert (pair["sweep"], pair["a"], pair["b"], pair["outcome"]) == ("depth", 1, 2, "worse")
+    shown = next(line for line in text.splitlines() if line.startswith("| 1 | 2 | "))
+    assert f"{pair['diff_points']:+.2f} [{pair['low_points']:+.2f}, {pair['high_points']:+.2f}]" in shown
+    assert f"{pair['p_differ']:.3g}" in shown

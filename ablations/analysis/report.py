@@ -23,7 +23,7 @@ from ablations.analysis import designs, sittings, wording
 from ablations.analysis import figures as figs
 from ablations.analysis.inside import inside_the_model
 from ablations.analysis.predictions import load_correct
-from ablations.analysis.section import sweep_section
+from ablations.analysis.section import SweepPage, sweep_section
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, accuracy_interval
 from ablations.results import seed_design
 from ablations.results.experiments import differences
@@ -245,17 +245,28 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables,
                        for sweep in finished]
                       + _closing_sections(out, all_rows, factors, tables, figures, data_root, has_pos, has_bench,
                                           read, reference))
-    of_sweep = dict(zip(finished, built))
+    pages = {sweep: page if isinstance(page, SweepPage) else SweepPage(page) for sweep, page in zip(finished, built)}
+    lines += wording.findings_table([p.answer for p in pages.values() if p.answer is not None])
     for sweep, spec in shown.items():
         lines += wording.sweep_heading(sweep, spec.label, spec.description)
         if sweep not in tables:
             lines += wording.missing_table(sweep, SweepPaths.of(out, sweep).rows)
             continue
         failed = failed_rows(tables[sweep])
-        lines += of_sweep.get(sweep, [])
+        lines += pages[sweep].lines if sweep in pages else []
         if len(failed):
             lines += wording.failed_lines(factors[sweep], failed.to_dict("records"))
+    _write_verdicts(out, [row for page in pages.values() for row in page.pairs])
     return lines + [line for section in built[len(finished):] for line in section]
+
+
+def _write_verdicts(out: Path, rows: list[dict]) -> None:
+    """Every pair of every sweep as the report decides it, in verdicts.csv beside REPORT.md (none: no file)."""
+    path = out / "verdicts.csv"
+    if not rows:
+        path.unlink(missing_ok=True)
+        return
+    pd.DataFrame(rows, columns=list(wording.PAIR_COLUMNS)).to_csv(path, index=False, float_format="%.6g")
 
 
 def _closing_sections(out: Path, all_rows: pd.DataFrame, factors: dict[str, str], tables: dict[str, pd.DataFrame],

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ablations.analysis import designs, findings, sittings, wording
 from ablations.analysis import figures as figs
+from ablations.analysis.answers import Answer, answer
 from ablations.analysis.budget import (
     below_longer_budget,
     still_learning,
@@ -82,11 +83,17 @@ def _is_default(value, default) -> bool:
     except (TypeError, ValueError):
         return str(value) == str(default)
 
+@dataclasses.dataclass
+class SweepPage:
+    """A sweep's section: its lines, its answer for the report's findings table and its pairs for verdicts.csv."""
+    lines: list[str]
+    answer: Answer | None = None
+    pairs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Path,
                   tuning: designs.Tuning | None = None, margin: float = MARGIN,
-                  sweeps_of: dict[str, set[str]] | None = None, budgets: pd.DataFrame | None = None) -> list[str]:
+                  sweeps_of: dict[str, set[str]] | None = None, budgets: pd.DataFrame | None = None) -> SweepPage:
     """`read`: the OUT's record; `budgets`: every standing row under it, for runs of the same models trained
     for more epochs."""
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
@@ -134,7 +141,7 @@ def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Pa
     if history is not None:
         curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order, sweep=sweep)
         lines += [wording.figure_link(f"{sweep} learning curves", curves.name), ""]
-    return lines
+    return SweepPage(lines, answer(f, sweep, spec.description or spec.label), wording.pair_rows(f, sweep))
 
 
 def _tuning_lines(spec: SweepSpec, tuning: designs.Tuning, figures: Path) -> list[str]:

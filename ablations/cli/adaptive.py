@@ -91,15 +91,15 @@ def _another_design(paths: SweepPaths, name: str, design: dict[str, Any]) -> str
     ('' where there is none, or no run of the experiment has finished): a design is fixed once its looks have
     been read, and other looks, α or margin on the same runs would re-read them at other levels (a shorter
     schedule drops runs and reads the rest at its more lenient levels)."""
+    read = Tables(paths.out)
     try:
-        before = seed_design.read_design(paths)
+        before = read.design(name)
     except ValueError:
         return ""   # unreadable: written again, as before
     keys = ("looks", "alpha", "margin", "seeds")
     if before is None or before.get("experiment") != design.get("experiment") \
             or all(before.get(k) == design.get(k) for k in keys):
         return ""
-    read = Tables(paths.out)
     rows = read.finished(name) if paths.rows.exists() else None
     mine = design.get("experiment")
     if rows is None or rows.empty or (mine and "experiment_id" in rows and not (rows["experiment_id"].astype(str) == mine).any()):

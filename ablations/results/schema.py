@@ -107,10 +107,36 @@ HISTORY_TABLE = [
     Column("elapsed_s", "s", "training wall time up to the end of the epoch, evaluation excluded"),
 ]
 
+VERDICTS_TABLE = [
+    Column("sweep", "", "the sweep", "text", required=True),
+    Column("factor", "", "what the sweep varies (several factors: their names joined by ' × ')", "text"),
+    Column("a", "", "one setting of the pair (the factor's value)", "text", required=True),
+    Column("b", "", "the other setting", "text", required=True),
+    Column("outcome", "", "the report's verdict on a against b: better (a above b), worse, equivalent (within ±margin), "
+           "identical (the same predictions, seed by seed: no test) or inconclusive", "text",
+           choices=("better", "worse", "equivalent", "identical", "inconclusive")),
+    Column("diff_points", "points", "a's mean test accuracy minus b's (paired: the mean of the per-seed differences)"),
+    Column("low_points", "points", "the lower end of the difference's interval (see `interval`)"),
+    Column("high_points", "points", "the upper end of the difference's interval"),
+    Column("interval", "", "what the interval is: the pair's own 95 % one (fixed seeds), or under SEEDS=auto the "
+           "repeated interval at the level of the look the design stopped at (95 % over the looks)", "text"),
+    Column("p_differ", "", "the two-sided p of a difference: Holm-adjusted over the sweep's pairs at fixed seeds, the "
+           "last look's unadjusted p under SEEDS=auto; blank for identical pairs"),
+    Column("p_equivalent", "", "the p of two one-sided tests against ±margin, adjusted as `p_differ`"),
+    Column("level", "", "SEEDS=auto, a pair with the leader decided by the design: the nominal level its p crossed "
+           "(blank otherwise; at fixed seeds a Holm-adjusted p is compared with α = 0.05)"),
+    Column("look", "", "SEEDS=auto: the look (from 1) at which the design decided the pair (blank otherwise)", "int"),
+    Column("seeds_a", "", "seeds of a's runs analysed", "int"),
+    Column("seeds_b", "", "seeds of b's runs analysed", "int"),
+    Column("paired", "", "whether a and b were compared seed by seed (trained under the same seeds)", "bool"),
+    Column("margin_points", "points", "the equivalence margin the pair was tested against"),
+]
+
 SCHEMA = by_name(ABLATION_TABLE, COST_TABLE, HISTORY_TABLE)  # how a reader judges each cell of these tables
 ABLATION_COLUMNS = names(ABLATION_TABLE)
 COST_COLUMNS = names(COST_TABLE)
 HISTORY_COLUMNS = names(HISTORY_TABLE)
+VERDICTS_COLUMNS = names(VERDICTS_TABLE)
 
 # what differs between two runs of one config: when, where and how fast (not what was computed)
 MEASURED = with_role(ABLATION_TABLE, "measured")
@@ -121,6 +147,8 @@ TABLES = [
     ("`$(OUT)/ablations/<sweep>-cost.csv`", "one row per point, mode and round of the sweep's cost phase",
      COST_TABLE),
     ("`$(OUT)/ablations/<sweep>-history.csv`", "one row per epoch of each run", HISTORY_TABLE),
+    ("`$(OUT)/verdicts.csv`", "one row per pair of settings of every sweep, as REPORT.md decides it (`make report`)",
+     VERDICTS_TABLE),
 ]
 
 
@@ -133,7 +161,7 @@ def columns_markdown() -> str:
              "blank cells are missing values.", ""]
     defined: dict[str, Column] = {}
     for path, what, table in TABLES:
-        lines += [f"## {path}", "", f"{what.capitalize()}: {', '.join(f'`{c.name}`' for c in table)}.", ""]
+        lines += [f"## {path}", "", f"{what[:1].upper() + what[1:]}: {', '.join(f'`{c.name}`' for c in table)}.", ""]
         for c in table:
             defined.setdefault(c.name, c)
     lines += ["## Definitions", "", "| column | unit | meaning |", "|---|---|---|"]

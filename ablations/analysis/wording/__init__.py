@@ -4,11 +4,12 @@
   test or has not converged (`findings`, `budget`), and the SEEDS=auto driver's per-look line;
 - `tables`: a sweep's settings, latency, pairs and interval-parts tables, its figure's caption;
 - `method`: the Method section;
+- `summary`: the findings table the report opens with, a row per sweep (`answers` holds its figures);
 - `sections`: the rest of a section (runs, shared runs, device sharing, what was held fixed, sittings, tuning and
   grid interaction from `designs`, GPU phases) and the report's other parts (the reference comparison, the Pareto
   fronts, what a partial OUT lacks, the attention backends' bench section).
 
-Callers use `wording.<name>`: every public name of the four is here."""
+Callers use `wording.<name>`: every public name of the five is here."""
 
 from __future__ import annotations
 
@@ -48,10 +49,13 @@ from ablations.analysis.wording.sections import (
     throughput_source,
     tuning_lines,
 )
+from ablations.analysis.wording.summary import findings_table
 from ablations.analysis.wording.tables import (
+    PAIR_COLUMNS,
     comparisons_markdown,
     components_markdown,
     figure_caption,
+    pair_rows,
     pairs_heading,
     table_markdown,
 )
@@ -83,6 +87,7 @@ from ablations.analysis.wording.verdicts import (
 )
 
 __all__ = [
+    "PAIR_COLUMNS", "findings_table", "pair_rows",
     "OUTCOME_MARKERS", "OUTCOME_WORDS", "SEEDS_SHOWN", "UNCONVERGED_HEADS", "attention_lines",
     "attention_skipped", "auto_sentence", "bench_lines", "chance_sentence", "comparisons_markdown",
     "components_markdown", "cost_sentence", "cost_source", "design_note", "design_progress",

@@ -84,7 +84,26 @@ def _method_tests(margin: float) -> str:
 
 
 def _method_checks() -> str:
-    return f"""- **The sequential design (SEEDS=auto).** A sweep trained under it looks at its runs after
+    return f"""- **Pair tables.** Each pair: a − b in points with its interval (⁼: paired by seed, the mean of the
+  per-seed differences); the p of a difference and the p of two one-sided tests against ±margin; P(a beats b);
+  the verdict. At fixed seeds the interval is the pair's own 95 % one and the p-values are Holm-adjusted over
+  the sweep's pairs, so an interval that excludes 0 beside "inconclusive" is a difference that does not survive
+  that adjustment. Under SEEDS=auto the p-values are the last look's, unadjusted, each setting at the seeds it
+  ended with; a pair with the leader carries the design's verdict with the look it was taken at and the level its
+  p crossed there, any other pair the last look's step-down; the intervals are repeated confidence intervals
+  (Jennison & Turnbull) at the level of the look the design stopped at, which hold at 95 % whatever look it
+  stopped at. An inconclusive pair says how many seeds a setting would decide it by the design's own rule: at
+  the cap's level for one pair, with the seed terms shrinking as seeds are added and the test images' term
+  staying, over the differences its data still allow (the 80 % interval of its difference): the fewest for the
+  most favourable of them, the most for every one; or that no number of seeds decides it on this test set (its
+  images alone keep the interval both across 0 and past the margin) — a guide for the next run, not a promise.
+  P(a beats b) on a fresh seed, from {MIN_WIN_SEEDS} seeds a setting (from fewer it takes a handful of values and
+  reads as certainty): paired by seed, the share of seeds whose run of a scored above its twin of b, ties
+  counting half, with its exact (Clopper–Pearson) 95 % interval over the seeds; unpaired, the share of pairs of
+  runs where a's scored higher (Mann–Whitney), with Newcombe's (2006) score interval on a t quantile. An
+  interval that holds 0.5 says a fresh seed could go either way. Identical: seed by seed, the two settings' runs
+  predicted the same class for every test image; an observation, not a test.
+- **The sequential design (SEEDS=auto).** A sweep trained under it looks at its runs after
   {"/".join(str(k) for k in LOOKS)} seeds per setting (or the looks its design file names; the last look is
   the cap). α is spent over the looks by O'Brien–Fleming's function (Lan & DeMets); the nominal levels come
   from the joint normal law of the look statistics by an exact recursion (Armitage, McPherson & Rowe), the

@@ -11,7 +11,7 @@ from ablations.analysis.findings import (
     SweepFindings,
     pair_interval,
 )
-from ablations.analysis.sequential import FUTILITY_COVER, nominal_levels
+from ablations.analysis.sequential import nominal_levels
 from ablations.analysis.stats import (
     ALPHA,
     CHANCE_SDS,
@@ -21,12 +21,12 @@ from ablations.analysis.stats import (
 from ablations.analysis.wording.verdicts import (
     OUTCOME_WORDS,
     cost_source,
-    decide_level,
     interval_text,
     margin_text,
     pair_outcome,
     undecided_reason,
 )
+from ablations.results.schema import VERDICTS_COLUMNS
 from bench.rounds import Spread
 
 
@@ -124,52 +124,16 @@ def comparisons_markdown(f: SweepFindings) -> str:
 
 
 def _pair_notes(f: SweepFindings, labelled: bool) -> list[str]:
-    """The notes beneath a sweep's pair table (`labelled`: an inconclusive pair said what would decide it)."""
-    last = f.design.final if f.design is not None else None
-    notes = []
+    """The one line beneath a sweep's pair table: its marks, and where the columns are explained (Method)."""
+    marks = []
     if any(c.paired and not c.identical for c in f.comparisons):
-        notes.append("⁼ paired by seed: both settings trained under the same seeds, so the difference is the mean "
-                     "of the per-seed differences on the same images, and what a seed does to both cancels.")
-    if any(c.identical for c in f.comparisons):
-        notes.append("identical: seed by seed, the two settings' runs predicted the same class for every test "
-                     "image; an observation, not a test.")
-    if labelled:
-        level, cap = decide_level(f)
-        notes.append("An inconclusive pair says how many seeds a setting would decide it by the design's own rule: "
-                     f"at the {cap}-seed cap's level for one pair ({level:.2g}), with the seed terms shrinking as more "
-                     "seeds are added and the test images' term staying, over the differences its data still allow "
-                     f"(the {FUTILITY_COVER:.0%} interval of its difference): the fewest for the most favourable of "
-                     "them, the most for every one; or that no number of seeds decides it on this test set (its "
-                     f"{f'{f.test_size:,} ' if f.test_size else ''}images alone keep the interval both across 0 and "
-                     "past the margin). A guide for the next run, not a promise: the difference itself will move.")
-    if any(c.win == c.win and c.paired for c in f.comparisons):
-        notes.append("P(a beats b), paired by seed (⁼): the share of seeds whose run of a scored above its twin of b, "
-                     "ties counting half, with its exact (Clopper–Pearson) 95 % interval over the seeds; an interval "
-                     "that holds 0.5 says a fresh seed could go either way.")
-    if any(c.win == c.win and not c.paired for c in f.comparisons):
-        notes.append("P(a beats b), unpaired: the share of pairs of runs (one of a, one of b) where a's scored "
-                     "higher, ties counting half (Mann–Whitney), with its 95 % score interval (Newcombe 2006, a t "
-                     "quantile on the runs' degrees of freedom); an interval that holds 0.5 says a fresh seed could "
-                     "go either way.")
+        marks.append("⁼ paired by seed")
     if any(c.win != c.win for c in f.comparisons if not c.identical):
-        notes.append(f"P(a beats b) is given from {MIN_WIN_SEEDS} seeds a setting (—): from fewer it takes a "
-                     f"handful of values and reads as certainty.")
-    if last is not None:
-        repeated = 1 - nominal_levels(f.design.schedule, ALPHA)[last.index]
-        notes.append(f"Adaptive seeds: p-values are those of the last look, unadjusted (each setting at the seeds it "
-                     f"ended with); a pair with the leader carries the design's verdict and the look it was taken at "
-                     f"(that look's p crossed the level the step-down gave it, see above), any other pair the last "
-                     f"look's step-down. Its intervals are repeated confidence intervals (Jennison & Turnbull): at "
-                     f"the level of the look the design stopped at ({1 - repeated:.2g}), so they hold at 95 % whatever "
-                     f"look the design stopped at; a pair stopped as futile says why.")
-        notes.append("Intervals are each pair's own (not adjusted for the sweep's other pairs); the verdict is "
-                     "Holm's step-down over them, so an interval that excludes 0 beside \"inconclusive\" is a "
-                     "difference that does not survive the adjustment for the other pairs.")
-    else:
-        notes.append("Intervals are each pair's own (unadjusted, 95 %); the verdict uses the Holm-adjusted p, so "
-                     "an interval that excludes 0 beside \"inconclusive\" is a difference that does not survive "
-                     "the adjustment for the sweep's other pairs.")
-    return notes
+        marks.append(f"— P(a beats b) is given from {MIN_WIN_SEEDS} seeds a setting")
+    kind = ("repeated intervals at the level of the look the design stopped at; p of the last look, unadjusted; a "
+            "decided pair with the look and the level its p crossed" if f.design is not None and f.design.final
+            is not None else "each pair's own 95 % interval; Holm-adjusted p")
+    return [f"{'; '.join(marks) + '. ' if marks else ''}Columns: {kind} (Method, 'Pair tables', says each)."]
 
 
 def components_markdown(f: SweepFindings) -> str:
@@ -225,3 +189,34 @@ def figure_caption(f: SweepFindings, label: str, devices: str, shown: list[dict[
                   else f"not measured here: {cost_source(f.cost)}.")
                + f" Training wall time: median with the interquartile range over seeds.{copied}_")
     return caption
+
+
+PAIR_COLUMNS = tuple(VERDICTS_COLUMNS)
+
+
+def pair_rows(f: SweepFindings, sweep: str) -> list[dict[str, Any]]:
+    """Every pair of a sweep as the report decides it, one row each (VERDICTS_TABLE's columns, docs/columns.md)."""
+    if not f.comparisons:
+        return []
+    seeds = {s.value: len(s.seeds) for s in f.settings}
+    last = f.design.final if f.design is not None else None
+    kind = "95 % repeated" if last is not None else "95 %"
+    if last is not None:
+        kind = f"{1 - nominal_levels(f.design.schedule, ALPHA)[last.index]:.3f} repeated (95 % over the looks)"
+    rows = []
+    for c in f.comparisons:
+        outcome, _ = pair_outcome(f, c)
+        low, high = pair_interval(f, c)
+        decision, look, level = None, None, None
+        if last is not None and last.leader in (c.a, c.b):
+            decision = last.decided.get(c.b if c.a == last.leader else c.a)
+            if decision is not None and decision.outcome != Outcome.FUTILE:
+                look, level = decision.look + 1, decision.level
+        p, p_equiv = (c.p, c.p_equiv) if last is not None else (c.p_holm, c.p_equiv_holm)
+        rows.append({"sweep": sweep, "factor": f.factor, "a": c.a, "b": c.b, "outcome": str(outcome),
+                     "diff_points": 100 * c.diff, "low_points": 100 * low, "high_points": 100 * high,
+                     "interval": "none (same predictions)" if c.identical else kind,
+                     "p_differ": None if c.identical else p, "p_equivalent": None if c.identical else p_equiv,
+                     "level": level, "look": look, "seeds_a": seeds.get(c.a), "seeds_b": seeds.get(c.b),
+                     "paired": bool(c.paired), "margin_points": 100 * c.margin})
+    return rows

@@ -44,9 +44,10 @@ def pair_outcome(f: SweepFindings, c: Comparison) -> tuple[str, str]:
             return Outcome.INCONCLUSIVE, f" (stopped at look {d.look + 1}: {futile_reason(d, f)})"
         if d.outcome == Outcome.IDENTICAL:
             return Outcome.IDENTICAL, ""
+        crossed = f" (look {d.look + 1}: p {d.p:.2g} < {d.level:.2g})"
         if d.outcome == Outcome.EQUIVALENT:
-            return Outcome.EQUIVALENT, f" (look {d.look + 1})"
-        return (Outcome.BETTER if c.a == last.leader else Outcome.WORSE), f" (look {d.look + 1})"
+            return Outcome.EQUIVALENT, crossed
+        return (Outcome.BETTER if c.a == last.leader else Outcome.WORSE), crossed
     outcome = last.outcomes.get(frozenset((c.a, c.b)), (Outcome.INCONCLUSIVE,))[0]
     if outcome == Outcome.DIFFERENT:
         return (Outcome.BETTER if c.diff > 0 else Outcome.WORSE), ""
@@ -64,32 +65,25 @@ def futile_reason(d: Decision, f: SweepFindings) -> str:
 
 
 def design_sentence(f: SweepFindings) -> str:
-    """How a SEEDS=auto sweep ran: its looks and their levels, where it stopped, the seeds each setting got,
-    and what each decision crossed."""
+    """Where a SEEDS=auto sweep stopped and why, with the seeds each setting got (the design itself: Method; each
+    decision's look, p and level: the pair table)."""
     if f.design is None or f.design.final is None:
         return ""
     d, last = f.design, f.design.final
-    levels = nominal_levels(d.schedule, ALPHA)
-    seeds = ", ".join(f"{f.factor}={k} {n}" for k, n in d.have.items())
-    crossed = [f"{f.factor}={k} identical to {f.factor}={x.leader} at look {x.look + 1} (the same predictions)"
-               if x.outcome == Outcome.IDENTICAL else
-               f"{f.factor}={k} {'worse than' if x.outcome == Outcome.DIFFERENT else 'equivalent to'} {f.factor}={x.leader} "
-               f"at look {x.look + 1} (p{' (TOST)' if x.outcome == Outcome.EQUIVALENT else ''} = {x.p:.3g} < "
-               f"{x.level:.3g})" for k, x in last.decided.items() if x.outcome != Outcome.FUTILE]
+    counts = sorted(set(d.have.values()))
+    seeds = (f"{counts[0]} seeds each" if len(counts) == 1 else
+             "seeds: " + ", ".join(f"{f.factor}={k} {n}" for k, n in d.have.items()))
+    open_ = [k for k in d.have if k != last.leader and k not in last.decided]
+    why = ("the leader is within noise of chance" if last.at_chance else
+           "every other setting decided against the leader" if not open_ and not any(
+               x.outcome == Outcome.FUTILE for x in last.decided.values()) else
+           "the rest stopped as futile" if not open_ else "the cap")
     futile = [f"{f.factor}={k} at look {x.look + 1} ({futile_reason(x, f)})"
               for k, x in last.decided.items() if x.outcome == Outcome.FUTILE]
     left = (f" Left out of the design: {', '.join(f'{f.factor}={k}' for k in f.left_out)} (a run diverged; see the "
             f"table)." if f.left_out else "")
-    stop = ("every other setting was decided against the leader" if last.done and last.index < len(d.schedule) - 1
-            else "its last look")
-    return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.schedule))} seeds per setting (the last is the "
-            f"cap), each at its nominal level ({' / '.join(f'{x:.2g}' for x in levels)} for one pair: O'Brien–Fleming "
-            f"spending of α = {ALPHA} over the looks; with r pairs still standing the smallest p is tested at the "
-            f"level of α / r spent the same way, so the chance of any false 'better' at any look is at most α, and of any "
-            f"false 'equivalent' at most α, each by its own step-down); a "
-            f"setting decided against the leader, or that no number of seeds up to the cap could decide, trains no "
-            f"more seeds. Stopped at look {last.index + 1} ({stop}); seeds: {seeds}. "
-            + ("Decided: " + "; ".join(crossed) + "." if crossed else "Nothing was decided.")
+    return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.schedule))} seeds a setting; stopped at look "
+            f"{last.index + 1} of {len(d.schedule)} ({seeds}): {why}."
             + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left)
 
 

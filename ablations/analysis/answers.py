@@ -1,0 +1,98 @@
+"""What a sweep found, as the figures of its one-line answer (`Answer`): the differences the verdict names, the
+settings equivalent to the best, the cheapest of those and what it saves, the seeds it took and why it
+stopped, and what stays open. `wording.summary` says them."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from ablations.analysis.findings import SweepFindings, pair_interval
+from ablations.analysis.stats import Comparison
+
+
+@dataclass(frozen=True)
+class Difference:
+    """`other` is worse than `best` by `diff` (fraction) with its interval, decided at `look` (None: fixed seeds)."""
+    other: Hashable
+    diff: float
+    low: float
+    high: float
+    look: int | None = None
+
+
+@dataclass
+class Answer:
+    """One sweep's answer in figures. `seeds`: (fewest, most) a setting; `stop`: why it stopped ("" at fixed
+    seeds); `cheapest`: the setting of fewest GMACs among those not shown worse than the best, with its GMACs
+    ratio to the best and training-step throughput ratio (None: not measured side by side)."""
+    sweep: str
+    factor: str
+    question: str
+    best: Hashable | None
+    tied: tuple = ()
+    worse: list[Difference] = field(default_factory=list)
+    equivalent: tuple = ()
+    identical: tuple = ()
+    open: list[Difference] = field(default_factory=list)   # best − other, undecided
+    best_error: float | None = None
+    margin: float = 0.005
+    cheapest: Hashable | None = None
+    gmacs_ratio: float | None = None
+    train_ratio: str | None = None
+    seeds: tuple[int, int] = (0, 0)
+    look: tuple[int, int] | None = None    # (the look it stopped at, of how many), 1-based
+    stop: str = ""
+    no_verdict: str = ""
+
+
+def _signed(c: Comparison, f: SweepFindings, best: Hashable) -> tuple[float, float, float]:
+    """The pair's difference best − other, with its shown interval."""
+    low, high = pair_interval(f, c)
+    return (c.diff, low, high) if c.a == best else (-c.diff, -high, -low)
+
+
+def answer(f: SweepFindings, sweep: str, question: str) -> Answer:
+    """The figures of a sweep's one-line answer."""
+    counts = [len(s.seeds) for s in f.settings]
+    found = Answer(sweep, f.factor, question, None, seeds=(min(counts, default=0), max(counts, default=0)),
+                   margin=f.margin)
+    v = f.verdict
+    if v is None or not f.comparisons:
+        found.no_verdict = f.no_test.kind if f.no_test is not None else "no test"
+        return found
+    by_pair = {frozenset((c.a, c.b)): c for c in f.comparisons}
+    decided = f.design.final.decided if f.design is not None and f.design.final is not None else {}
+    best = next(s for s in f.settings if s.value == v.best)
+    found.best, found.tied, found.equivalent, found.identical = v.best, v.tied, v.equivalent, v.identical
+    found.best_error = 1 - best.acc.mean
+    for other in v.beats:
+        diff, low, high = _signed(by_pair[frozenset((v.best, other))], f, v.best)
+        found.worse.append(Difference(other, diff, low, high, decided[other].look + 1 if other in decided else None))
+    found.worse.sort(key=lambda d: -d.diff)
+    found.open = [Difference(o, *_signed(by_pair[frozenset((v.best, o))], f, v.best)) for o in v.inconclusive]
+    _cheapest(found, f)
+    if f.design is not None and f.design.final is not None:
+        last = f.design.final
+        found.look = (last.index + 1, len(f.design.schedule))
+        found.stop = ("every pair with the leader decided" if last.done and not v.inconclusive else
+                      "the leader is at chance" if last.at_chance else
+                      "the cap" if last.index == len(f.design.schedule) - 1 else "the rest stopped as futile")
+    return found
+
+
+def _cheapest(found: Answer, f: SweepFindings) -> None:
+    """The setting of fewest GMACs not shown worse than the best (the best, its equivalents and identical twins),
+    and what it saves against the best."""
+    from bench.rounds import ratio_or_noise
+
+    pool = [s for s in f.settings if s.value in (found.best, *found.equivalent, *found.identical)]
+    if len(pool) < 2:
+        return
+    best = next(s for s in f.settings if s.value == found.best)
+    cheap = min(pool, key=lambda s: (s.gmacs, str(s.value)))
+    if cheap.value == found.best or not best.gmacs or cheap.gmacs >= best.gmacs:
+        return
+    found.cheapest, found.gmacs_ratio = cheap.value, best.gmacs / cheap.gmacs
+    a, b = cheap.train.get("throughput_img_s"), best.train.get("throughput_img_s")
+    found.train_ratio = ratio_or_noise(a, b) if a is not None and b is not None else None

@@ -1,0 +1,33 @@
+"""The README and docs/: a README a reader takes in at once, and no link or file named in them that is missing."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TOP = ("ablations/", "bench/", "vit/", "docs/", "results/reference/", "benchmarks/", "tests/", ".ci/")
+
+
+def test_the_readme_fits_in_200_lines_and_opens_with_what_vitbench_answers():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[:3] == ["## What it answers", "## Quick start", "## Measure a model"]
+
+
+def test_every_link_and_every_repository_path_the_docs_name_exists():
+    """Markdown links resolve from the page that holds them; a path in backticks under one of the repository's
+    folders (a sweep's TOML, a benchmark script) exists in the checkout, wildcards and placeholders aside."""
+    missing = []
+    for page in PAGES:
+        text = page.read_text()
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            if not (page.parent / target).exists():
+                missing.append(f"{page.relative_to(ROOT)}: link {target}")
+        for path in re.findall(r"`([A-Za-z0-9_./-]+)`", text):
+            if path.startswith(TOP) and not any(c in path for c in "<*$") and "/" in path.rstrip("/"):
+                if not (ROOT / path).exists() and not (ROOT / path.rstrip("/")).exists():
+                    missing.append(f"{page.relative_to(ROOT)}: path {path}")
+    assert not missing, "\n".join(missing)

@@ -91,7 +91,7 @@ def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tm
     ten_points_apart(tmp_path)
     write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [100, 104, 99, 101, 103]})
     text = build_report(tmp_path).read_text()
-    assert "**Best: depth=2** at 94.50 [" in text and "better than every other setting" in text
+    assert "**depth=2 is best (94.50 %); depth=1 is worse than depth=2 by 10.50 points [" in text
     runs = np.stack([mask(range(50 + 5 * seed)) for seed in range(3)]).astype(float)
     est = contrast([runs], [1.0])                     # seeds and test images (tests/test_stats.py checks it)
     low, high = (100 * x for x in est.interval())
@@ -119,8 +119,8 @@ def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
         write_run(tmp_path, 1, seed, mask(range(20)))
         write_run(tmp_path, 2, seed, mask(range(23)))
     text = build_report(tmp_path).read_text()
-    assert "**Inconclusive: no single best depth at this budget.**" in text and "Best:" not in text
-    assert "inconclusive against depth=2 (+0.30 points" in text
+    assert "**depth=1 has the highest mean (98.00 %); depth=2 against depth=1: undecided.**" in text
+    assert " is best" not in text
     assert "Differences smaller than about" in text and "could not be detected" in text
     assert "SEEDS=auto would train at most 42 more run(s) here: depth=1 and the 1 setting(s) still open" in text
     # the 0.30 points are 3 images that every seed gets wrong: the test images keep part of the differences its
@@ -151,11 +151,11 @@ def test_report_calls_settings_equivalent_only_where_two_one_sided_tests_show_it
         write_run(tmp_path, 1, seed, mask(range(20 + seed)))
         write_run(tmp_path, 2, seed, mask(range(20 + seed + seed % 2)))
     text = build_report(tmp_path).read_text()
-    assert "**Equivalent within ±0.5 points: depth=1, depth=2.**" in text and "Best:" not in text
-    assert "equivalent within ±0.5 points to depth=2 (TOST p = " in text and "| equivalent |" in text
+    assert "; depth=2 is equivalent to depth=1 within ±0.5 points, " in text and " is best" not in text
+    assert "| equivalent |" in text
     narrow = build_report(tmp_path, margin=0.0005)   # ±0.05 points, the difference itself: not shown equivalent
     narrow = narrow.read_text()
-    assert "**Inconclusive: no single best depth at this budget.**" in narrow and "Equivalent within" not in narrow
+    assert "depth=2 against depth=1: undecided.**" in narrow and "equivalent to" not in narrow
     assert "equivalence margin 0.05 points" in narrow
 
 
@@ -191,7 +191,7 @@ def test_a_setting_at_chance_is_compared_like_any_other_and_named_as_not_learnin
         write_run(tmp_path, 4, seed, mask(range(895 - 5 * seed)))
     text = build_report(tmp_path).read_text()
     section = text.split("## depth", 1)[1].split("\n## ", 1)[0]
-    assert "**Best: depth=2** at 94.50 [" in section and "No verdict" not in section
+    assert "**depth=2 is best (94.50 %)" in section and "No verdict" not in section
     assert "depth=4 (11.00 %) does not learn this task at this budget" in section
     assert "may learn with more epochs" in section
     assert "| 2 | 4 | +83.50 [" in section and section.split("| 2 | 4 | ")[1].split("|")[-2].strip() == "a better"
@@ -279,7 +279,7 @@ def test_reused_runs_are_marked_and_their_wall_time_not_compared(tmp_path):
     text = build_report(tmp_path).read_text()
     assert "wall time of a training run not compared (one side was trained in another sweep" in text
     assert "| 11.0 [10.5, 11.5] † |" in text and "† copied from the heads sweep's identical runs" in text
-    assert "**Best: depth=2**" in text  # the accuracy verdict is unaffected: the same run_id is the same result
+    assert "**depth=2 is best" in text  # the accuracy verdict is unaffected: the same run_id is the same result
 
 
 def sweep_figure_drawn(settings: list[dict], path, label: str):
@@ -557,7 +557,7 @@ def test_an_ok_row_with_a_blank_test_accuracy_keeps_its_sweep_section_and_the_pa
     rows.to_csv(SweepPaths.of(tmp_path, "depth").rows, index=False)
     text = build_report(tmp_path).read_text()
     assert "could not be built" not in text
-    assert "**Best: depth=2** at 94.50 [" in text and "Pareto front" in text
+    assert "**depth=2 is best (94.50 %)" in text and "Pareto front" in text
 
 
 def test_a_sweep_with_one_setting_makes_no_cost_comparison_with_itself(tmp_path):
@@ -611,9 +611,11 @@ def test_a_verdict_over_a_design_that_left_a_setting_out_says_so_in_its_headline
                       [], Verdict(best=1, winner=False, beats=(), equivalent=(), inconclusive=(), detectable=0.01,
                                   identical=(2,)))
     plain = verdict_sentence(f)
-    assert plain.startswith("**Identical: depth=1, depth=2.**") and "Left out" not in plain
+    assert plain.startswith("**depth=1 has the highest mean (97.50 %); depth=2 is identical to depth=1 (the same "
+                            "predictions).**") and "Left out" not in plain
     text = verdict_sentence(dataclasses.replace(f, left_out=(6,)))
-    assert text.startswith("Of the settings in the design: **Identical: depth=1, depth=2.**")
+    assert text.startswith("Of the settings in the design: **depth=1 has the highest mean (97.50 %); depth=2 is "
+                           "identical to depth=1")
     assert ("Left out of the design and of this verdict: depth=6 (a run diverged; its 2 finished run(s) average "
             "97.90 %, above depth=1's 97.50 %: no claim is made about it).") in text
 
@@ -650,7 +652,7 @@ def test_a_design_file_of_another_experiment_is_not_applied_to_the_tables_runs(t
     seed_design.write_design(paths, seed_design.new_design(0.005, ALPHA, 10, (3, 5), experiment=auto))
     text = build_report(tmp_path).read_text()
     assert "The SEEDS=auto design beside this table (depth-design.json) is another experiment's" in text
-    assert "Adaptive seeds (SEEDS=auto)" not in text and "**Best: depth=2**" in text
+    assert "Adaptive seeds (SEEDS=auto)" not in text and "**depth=2 is best" in text
     seed_design.write_design(paths, seed_design.new_design(0.005, ALPHA, 10, (3, 5), experiment=quick))
     text = build_report(tmp_path).read_text()
     assert "is another experiment's" not in text and "Adaptive seeds (SEEDS=auto)" in text
@@ -700,8 +702,7 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     assert "**Not converged**: depth=1: its training loss ended at 1.90" in section[:2500]
     # the verdict's own headline says it, not only a paragraph beside it
     headline = next(line for line in section.splitlines() if line.startswith("**") and "Not converged**:" not in line)
-    assert headline.startswith(("**Not converged — best at this budget: depth=", "**Not converged — inconclusive at this "
-                                "budget: ", "**No verdict (not converged)**")), headline
+    assert headline.startswith(("**Not converged; at this budget: depth=", "**No verdict (not converged)**")), headline
 
 
 def test_convergence_is_judged_per_setting_against_what_the_recipe_can_reach(tmp_path):
@@ -775,7 +776,7 @@ def test_runs_far_below_the_same_model_trained_longer_are_labelled_not_converged
     section = text[text.index("## depth"):]
     assert f"**Not converged**: {said}" in section[:3000]
     headline = next(line for line in section.splitlines() if line.startswith("**") and "Not converged**:" not in line)
-    assert headline.startswith("**Not converged — best at this budget: depth=2"), headline
+    assert headline.startswith("**Not converged; at this budget: depth=2 is best"), headline
 
     margin = tmp_path / "margin"   # 1.5 points below: beyond the ±0.5 margin, within the old 1-point rule's noise
     _longer_runs(margin, 2, (0.96, 0.9605, 0.9595))
@@ -811,7 +812,7 @@ def test_the_report_of_sweeps_without_a_model_figure_runs_without_torch(tmp_path
     done = subprocess.run([sys.executable, "-c", blocker, str(tmp_path)], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "**Best: depth=2**" in (tmp_path / "REPORT.md").read_text()
+    assert "**depth=2 is best" in (tmp_path / "REPORT.md").read_text()
 
 
 def test_the_accuracy_panel_draws_the_verdicts_paired_differences_and_its_decisions(tmp_path):

@@ -30,10 +30,12 @@ class Answer:
     factor: str
     question: str
     best: Hashable | None
+    winner: bool = False                   # better than every other setting
     tied: tuple = ()
     worse: list[Difference] = field(default_factory=list)
     equivalent: tuple = ()
     identical: tuple = ()
+    twins: list[tuple] = field(default_factory=list)     # other pairs with the same predictions, seed by seed
     open: list[Difference] = field(default_factory=list)   # best − other, undecided
     best_error: float | None = None
     margin: float = 0.005
@@ -58,13 +60,15 @@ def answer(f: SweepFindings, sweep: str, question: str) -> Answer:
     found = Answer(sweep, f.factor, question, None, seeds=(min(counts, default=0), max(counts, default=0)),
                    margin=f.margin)
     v = f.verdict
-    if v is None or not f.comparisons:
+    if v is None:
         found.no_verdict = f.no_test.kind if f.no_test is not None else "no test"
         return found
-    by_pair = {frozenset((c.a, c.b)): c for c in f.comparisons}
+    by_pair = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
     decided = f.design.final.decided if f.design is not None and f.design.final is not None else {}
     best = next(s for s in f.settings if s.value == v.best)
     found.best, found.tied, found.equivalent, found.identical = v.best, v.tied, v.equivalent, v.identical
+    found.winner = v.winner
+    found.twins = [(c.a, c.b) for c in f.comparisons or [] if c.identical and v.best not in (c.a, c.b)]
     found.best_error = 1 - best.acc.mean
     for other in v.beats:
         diff, low, high = _signed(by_pair[frozenset((v.best, other))], f, v.best)

@@ -331,7 +331,8 @@ def setting_means(all_rows: pd.DataFrame, factors: dict[str, str], out: Path | N
             found.append({"sweep": sweep, "value": value, "gflops": float(group["gflops"].iloc[0]),
                           "seeds": len(group), "acc_mean": interval.mean, "acc_low": interval.low,
                           "acc_high": interval.high, "dataset": str(group["dataset"].iloc[0]),
-                          "budget": f"{int(epochs)} epochs" if pd.notna(epochs) else "epochs not recorded"})
+                          "budget": (f"{int(epochs)} epoch{'s' * (int(epochs) != 1)}" if pd.notna(epochs)
+                                     else "epochs not recorded")})
     return pd.DataFrame(found)
 
 

@@ -63,7 +63,7 @@ from ablations.analysis.wording.verdicts import (
     OUTCOME_MARKERS,
     OUTCOME_WORDS,
     SEEDS_SHOWN,
-    UNCONVERGED_HEADS,
+    answer_text,
     auto_sentence,
     chance_sentence,
     cost_sentence,
@@ -87,8 +87,8 @@ from ablations.analysis.wording.verdicts import (
 )
 
 __all__ = [
-    "PAIR_COLUMNS", "findings_table", "pair_rows",
-    "OUTCOME_MARKERS", "OUTCOME_WORDS", "SEEDS_SHOWN", "UNCONVERGED_HEADS", "attention_lines",
+    "PAIR_COLUMNS", "answer_text", "findings_table", "pair_rows",
+    "OUTCOME_MARKERS", "OUTCOME_WORDS", "SEEDS_SHOWN", "attention_lines",
     "attention_skipped", "auto_sentence", "bench_lines", "chance_sentence", "comparisons_markdown",
     "components_markdown", "cost_sentence", "cost_source", "design_note", "design_progress",
     "design_sentence", "either", "failed_lines", "figure_caption", "futile_reason", "grid_caption",

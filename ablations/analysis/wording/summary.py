@@ -4,50 +4,7 @@ words, differences first (`answers.Answer` holds the figures)."""
 from __future__ import annotations
 
 from ablations.analysis.answers import Answer
-from ablations.analysis.wording.verdicts import margin_text
-
-
-def _names(values: list, factor: str) -> str:
-    """'a', 'a and b', 'a, b and c', each as factor=value."""
-    said = [f"{factor}={v}" for v in values]
-    return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1]
-
-
-def _points(x: float) -> str:
-    return f"{100 * x:.2f}"
-
-
-def margin_against_error(margin: float, error: float | None) -> str:
-    """The equivalence margin in points and as a share of the best setting's error rate: on an easy task ±0.5
-    points is a large part of what errs."""
-    if not error or error <= 0:
-        return margin_text(margin)
-    return f"{margin_text(margin)}, {margin / error:.0%} of the best setting's {100 * error:.1f} % error"
-
-
-def answer_text(a: Answer) -> str:
-    """The sweep's answer in one sentence a paper could quote: the settings worse than the best and by how much,
-    those equivalent or identical to it, what stays open."""
-    if a.no_verdict:
-        return {"one setting": "one setting: nothing to compare", "one seed": "one seed a setting: no test",
-                "at chance": "no setting learned the task at this budget"}.get(a.no_verdict, "no test")
-    f, best = a.factor, a.best
-    parts = [f"{f}={d.other} is worse than {f}={best} by {_points(d.diff)} points [{_points(d.low)}, "
-             f"{_points(d.high)}]" for d in a.worse]
-    if a.identical:
-        parts.append(f"{_names(list(a.identical), f)} {'is' if len(a.identical) == 1 else 'are'} identical to "
-                     f"{f}={best} (the same predictions)")
-    if a.equivalent:
-        parts.append(f"{_names(list(a.equivalent), f)} {'is' if len(a.equivalent) == 1 else 'are'} equivalent to "
-                     f"{f}={best} within {margin_against_error(a.margin, a.best_error)}")
-    if not a.worse and not a.equivalent and not a.identical and not a.open:
-        parts.append(f"{f}={best} is best")
-    if a.open:
-        parts.append(f"{_names([d.other for d in a.open], f)} against {f}={best}: undecided")
-    head = f"{f}={best} has the highest mean ({100 * (1 - (a.best_error or 0)):.2f} %)"
-    if a.tied:
-        head = f"{_names([best, *a.tied], f)} tie for the highest mean ({100 * (1 - (a.best_error or 0)):.2f} %)"
-    return head + "; " + "; ".join(parts) + "."
+from ablations.analysis.wording.verdicts import answer_text, margin_text
 
 
 def cheapest_text(a: Answer) -> str:

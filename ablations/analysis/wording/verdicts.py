@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
+from ablations.analysis.answers import Answer, answer
 from ablations.analysis.budget import Convergence, Shortfall, Unsettled
 from ablations.analysis.findings import (
     POWER_DELTA,
@@ -87,6 +88,51 @@ def design_sentence(f: SweepFindings) -> str:
             + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left)
 
 
+def _names(values: list, factor: str) -> str:
+    """'a', 'a and b', 'a, b and c', each as factor=value."""
+    said = [f"{factor}={v}" for v in values]
+    return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1]
+
+
+def _points(x: float) -> str:
+    return f"{100 * x:.2f}"
+
+
+def margin_against_error(margin: float, error: float | None) -> str:
+    """The equivalence margin in points and as a share of the best setting's error rate: on an easy task ±0.5
+    points is a large part of what errs."""
+    if not error or error <= 0:
+        return margin_text(margin)
+    return f"{margin_text(margin)}, {margin / error:.0%} of the best setting's {100 * error:.1f} % error"
+
+
+def answer_text(a: Answer) -> str:
+    """The sweep's answer in one sentence a paper could quote: the settings worse than the best and by how much,
+    those equivalent or identical to it, what stays open."""
+    if a.no_verdict:
+        return {"one setting": "one setting: nothing to compare", "one seed": "one seed a setting: no test",
+                "at chance": "no setting learned the task at this budget"}.get(a.no_verdict, "no test")
+    f, best = a.factor, a.best
+    parts = [f"{f}={d.other} is worse than {f}={best} by {_points(d.diff)} points [{_points(d.low)}, "
+             f"{_points(d.high)}]" for d in a.worse]
+    if a.identical:
+        parts.append(f"{_names(list(a.identical), f)} {'is' if len(a.identical) == 1 else 'are'} identical to "
+                     f"{f}={best} (the same predictions)")
+    if a.equivalent:
+        parts.append(f"{_names(list(a.equivalent), f)} {'is' if len(a.equivalent) == 1 else 'are'} equivalent to "
+                     f"{f}={best} within {margin_against_error(a.margin, a.best_error)}")
+    if a.open:
+        parts.append(f"{_names([d.other for d in a.open], f)} against {f}={best}: undecided")
+    parts += [f"{f}={x} and {f}={y} are identical to each other (the same predictions)" for x, y in a.twins]
+    acc = f"{100 * (1 - (a.best_error or 0)):.2f} %"
+    head = f"{f}={best} has the highest mean ({acc})"
+    if a.tied:
+        head = f"{_names([best, *a.tied], f)} tie for the highest mean ({acc})"
+    elif a.winner:
+        head = f"{f}={best} is best ({acc})"
+    return head + ("; " + "; ".join(parts) if parts else "") + "."
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.2f}"
 
@@ -145,22 +191,35 @@ def design_note(note: DesignNote) -> str:
 
 
 def verdict_sentence(f: SweepFindings) -> str:
+    """A sweep's verdict: its answer in bold (`answer_text`, the findings table's words), then what else bounds it:
+    at fixed seeds the smallest difference it could detect and the seeds a 0.5-point difference would take, under
+    SEEDS=auto where its design stopped; settings at chance; settings left out of the design."""
     if f.verdict is None:
         return f"**No verdict**: {no_test(f)}. Intervals only; no setting is named best."
-    seeds = design_sentence(f) if f.design is not None else " ".join(t for t in (power_sentence(f), auto_sentence(f)) if t)
-    return " ".join(t for t in (_restricted(_verdict_text(f), f), chance_sentence(f), seeds) if t)
+    said = f"**{answer_text(answer(f, '', ''))}**"
+    if f.left_out:
+        said = "Of the settings in the design: " + said + _left_out(f)
+    seeds = design_sentence(f) if f.design is not None else " ".join(
+        t for t in (_detectable(f), power_sentence(f), auto_sentence(f)) if t)
+    return " ".join(t for t in (said, chance_sentence(f), seeds) if t)
 
 
-def _restricted(text: str, f: SweepFindings) -> str:
-    """The verdict of a SEEDS=auto sweep that left settings out of its design (a run diverged) is a verdict
-    over the others: its headline says so, and a left-out setting whose finished runs average above the
-    leader is named, with no claim made about it either way."""
-    if not f.left_out or f.verdict is None:
-        return text
-    text = text.replace("**Best: ", "**Best of the settings in the design: ", 1).replace(
-        "better than every other setting", "better than every other setting in the design", 1)
-    if not text.startswith("**Best of"):
-        text = "Of the settings in the design: " + text
+def _detectable(f: SweepFindings) -> str:
+    """At fixed seeds with a pair left open: the smallest difference the sweep could have detected."""
+    v, m = f.verdict, len(f.comparisons or [])
+    if v is None or not v.inconclusive:
+        return ""
+    budget = f"{_seeds_text(f)} × {f.test_size:,} test images" if f.test_size else _seeds_text(f)
+    if v.detectable >= 1:
+        return (f"With {_seeds_text(f)} no difference here could be detected, however large: the spread of so few "
+                f"seeds is known too poorly ({budget}).")
+    return (f"Differences smaller than about {100 * v.detectable:.1f} points could not be detected ({POWER:.0%} "
+            f"power, α = {ALPHA} with Holm over {m} pair(s); {budget}).")
+
+
+def _left_out(f: SweepFindings) -> str:
+    """The settings a SEEDS=auto design left out (a run diverged), each with its finished runs' mean, a mean above the
+    leader's named with no claim made about it either way."""
     best = next((s for s in f.settings if s.value == f.verdict.best), None)
     notes = []
     for k in f.left_out:
@@ -170,7 +229,7 @@ def _restricted(text: str, f: SweepFindings) -> str:
                 + (f", above {f.factor}={f.verdict.best}'s {pct(best.acc.mean)} %: no claim is made about it"
                    if above else "") if s is not None and s.seeds else "")
         notes.append(f"{f.factor}={k} (a run diverged{runs})")
-    return text + f" Left out of the design and of this verdict: {'; '.join(notes)}."
+    return f" Left out of the design and of this verdict: {'; '.join(notes)}."
 
 
 def auto_sentence(f: SweepFindings) -> str:
@@ -222,61 +281,6 @@ def power_sentence(f: SweepFindings) -> str:
 
 def margin_text(margin: float) -> str:
     return f"±{100 * margin:g} points"
-
-
-def _verdict_text(f: SweepFindings) -> str:
-    factor = f.factor
-    assert f.verdict is not None
-    v, m = f.verdict, len(f.comparisons or [])
-    best = next(s for s in f.settings if s.value == v.best)
-    by_pair = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
-    pair = lambda other: by_pair[frozenset((v.best, other))]  # noqa: E731
-    signed = lambda other: (pair(other).diff if pair(other).a == v.best else -pair(other).diff)  # noqa: E731
-    budget = (f"{_seeds_text(f)} × {f.test_size:,} test images" if f.test_size else _seeds_text(f))
-    within = margin_text(v.margin)
-    decided = f.design.final.decided if f.design is not None and f.design.final is not None else {}
-    p_of = lambda other: decided[other].p if other in decided else pair(other).p_holm  # noqa: E731
-    how = (" by the sequential design (each at the level the step-down gave it at the look it was decided at)" if decided
-           else " after Holm's adjustment")
-    if v.winner:
-        largest = max(v.beats, key=p_of)
-        crossed = (f"largest p = {p_of(largest):.3g}, under its level {decided[largest].level:.3g}"
-                   if largest in decided else f"largest adjusted p = {p_of(largest):.3g}")
-        return (f"**Best: {factor}={v.best}** at {interval_text(best.acc)} % test accuracy: better than every "
-                f"other setting{how} over {m} pair(s) ({crossed}; {budget}).")
-    parts = []
-    if v.beats:
-        parts.append("better than " + ", ".join(f"{factor}={o} (by {100 * signed(o):.2f} points, p = "
-                                                 f"{p_of(o):.3g})" for o in v.beats))
-    if v.identical:
-        parts.append("identical to " + ", ".join(f"{factor}={o}" for o in v.identical)
-                     + " (the same predicted class on every test image, seed by seed)")
-    if v.equivalent:
-        parts.append(f"equivalent within {within} to " + ", ".join(
-            f"{factor}={o} (TOST p = {p_of(o) if o in decided else pair(o).p_equiv_holm:.3g})" for o in v.equivalent))
-    if v.inconclusive:
-        sequential = f.design is not None   # the step-down tests raw p at its levels; otherwise Holm-adjusted p
-        parts.append("inconclusive against " + ", ".join(
-            f"{factor}={o} ({100 * signed(o):+.2f} points, p = {pair(o).p if sequential else pair(o).p_holm:.3g}, "
-            f"TOST p = {pair(o).p_equiv if sequential else pair(o).p_equiv_holm:.3g})" for o in v.inconclusive))
-    if v.inconclusive:
-        head = f"**Inconclusive: no single best {factor} at this budget.**"
-        tail = (f" ({budget}.)" if f.design is not None else
-                f" Differences smaller than about {100 * v.detectable:.1f} points could not be detected "
-                f"({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget})." if v.detectable < 1 else
-                f" With {_seeds_text(f)} no difference here could be detected, however large: the spread of so few "
-                f"seeds is known too poorly ({budget}).")
-    else:
-        names = ", ".join(f"{factor}={o}" for o in (v.best, *v.identical, *v.equivalent))
-        head = (f"**Equivalent within {within}: {names}.**" if v.equivalent else f"**Identical: {names}.**")
-        tail = f" ({budget}.)"
-    lead = (f"The highest mean, {factor}={v.best} ({pct(best.acc.mean)} %), is " if not v.tied else
-            f"{' and '.join(f'{factor}={o}' for o in (v.best, *v.tied))} tie for the highest mean "
-            f"({pct(best.acc.mean)} %); {factor}={v.best}, first by name, is ")
-    return (f"{head} {lead}" + "; ".join(parts)
-            + (" (p unadjusted, decided by Holm's step-down over the pairs at each look's levels; equivalence "
-               if f.design is not None else " (Holm-adjusted over the pairs; equivalence ")
-            + f"by two one-sided tests against {within}).{tail}")
 
 
 def _seeds_text(f: SweepFindings) -> str:
@@ -344,15 +348,6 @@ def undecided_reason(f: SweepFindings, c: Comparison) -> str:
     return f" ({span} seeds a setting would decide it)"
 
 
-UNCONVERGED_HEADS = (("**Best of the settings in the design: ", "**Not converged — best at this budget of the settings "
-                                                               "in the design: "),
-                     ("**Best: ", "**Not converged — best at this budget: "),
-                     ("**Inconclusive: ", "**Not converged — inconclusive at this budget: "),
-                     ("**Equivalent within ", "**Not converged — equivalent at this budget within "),
-                     ("**Identical: ", "**Not converged — identical at this budget: "),
-                     ("**No verdict**", "**No verdict (not converged)**"))
-
-
 def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = ()) -> str:
     """One line for the SEEDS=auto driver: where a sweep's design stands after its latest look."""
     if left_out:
@@ -403,8 +398,9 @@ def not_converged(c: Convergence, factor: str) -> str:
 
 
 def unconverged_headline(verdict: str) -> str:
-    """A verdict's bold headline saying that its runs had not converged: its answer is this budget's."""
-    for head, said in UNCONVERGED_HEADS:
-        if verdict.startswith(head):
-            return said + verdict[len(head):]
-    return "**Not converged.** " + verdict
+    """A verdict whose bold answer says that its runs had not converged: the answer is this budget's."""
+    if verdict.startswith("**No verdict**"):
+        return verdict.replace("**No verdict**", "**No verdict (not converged)**", 1)
+    return verdict.replace("**", "**Not converged; at this budget: ", 1)
+
+

@@ -9,6 +9,8 @@ datasets are named here, their one list; `ablations.training.data.loader(name)` 
 
 from __future__ import annotations
 
+import math
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
@@ -49,6 +51,8 @@ MAX_LOOK = 100            # SEEDS=auto: the most seeds a setting may reach (more
 DEFAULT_SEEDS = (0, 1, 2)  # a sweep's seeds when neither SEEDS nor its spec names any
 RUN_ORDERS = ("listed", "longest")   # the orders a command's runs may start in (`ablations.running.order`)
 LOOKS = (3, 5, 8, 12, 18, 24)  # SEEDS=auto: seeds per setting at each look of the sequential design (the last: the cap)
+SPENDING = "hsd:-3"   # SEEDS=auto: how a new design spends α over its looks (`analysis.sequential.spent`)
+OBRIEN_FLEMING = "obf"  # the spending of designs whose file names none (written before it was chosen)
 
 SPEC_DIR = Path(__file__).resolve().parent / "sweeps"
 
@@ -148,3 +152,17 @@ def available_sweeps(spec_dir: Path = SPEC_DIR) -> list[str]:
 
 def default_sweeps(spec_dir: Path = SPEC_DIR) -> list[str]:
     return [name for name in available_sweeps(spec_dir) if _is_default(spec_dir / f"{name}.toml")]
+
+
+def check_spending(spending: str) -> float:
+    """γ of an "hsd:γ" spending (0.0 for "obf"); ValueError naming the value otherwise."""
+    if spending == OBRIEN_FLEMING:
+        return 0.0
+    try:
+        kind, value = str(spending).split(":", 1)
+        gamma = float(value)
+    except ValueError:
+        kind, gamma = "", math.nan
+    if kind != "hsd" or not math.isfinite(gamma) or not -20 <= gamma <= 5:
+        raise ValueError(f"the spending function must be 'obf' or 'hsd:γ' with γ between -20 and 5, got {spending!r}")
+    return gamma

@@ -12,12 +12,22 @@ from ablations.analysis.sequential import LOOKS, Decision, check_looks, look, no
 from ablations.analysis.stats import ALPHA
 
 
-def test_the_nominal_levels_spend_alpha_as_obrien_fleming_and_one_look_is_alpha():
-    levels = nominal_levels((3, 5, 8, 12))
-    assert levels == pytest.approx((0.00008, 0.0024, 0.0153, 0.0436), rel=0.08, abs=2e-5)
-    assert nominal_levels((12,)) == pytest.approx((ALPHA,), rel=1e-6)
-    assert spent(1.0) == pytest.approx(ALPHA) and spent(0.25) < spent(0.5) < ALPHA
-    levels = nominal_levels(LOOKS)
+@pytest.mark.parametrize("spending", ["obf", "hsd:-3"])
+def test_the_nominal_levels_spend_alpha_as_their_function_says_and_one_look_is_alpha(spending):
+    """O'Brien–Fleming's levels against the published ones (Jennison & Turnbull's table for 4 equally informative
+    looks at these fractions); Hwang–Shih–DeCani's spend α(1 − e^{−γt}) / (1 − e^{−γ}) by t, computed by hand;
+    either way one look is α and the chance of crossing at some look under the null, simulated, is α."""
+    import math
+
+    if spending == "obf":
+        assert nominal_levels((3, 5, 8, 12), spending="obf") == pytest.approx((0.00008, 0.0024, 0.0153, 0.0436),
+                                                                               rel=0.08, abs=2e-5)
+    else:
+        assert spent(0.25, spending=spending) == pytest.approx(ALPHA * (1 - math.exp(0.75)) / (1 - math.exp(3)))
+    assert nominal_levels((12,), spending=spending) == pytest.approx((ALPHA,), rel=1e-6)
+    assert spent(1.0, spending=spending) == pytest.approx(ALPHA)
+    assert spent(0.25, spending=spending) < spent(0.5, spending=spending) < ALPHA
+    levels = nominal_levels(LOOKS, spending=spending)
     # the chance of crossing at some look under the null, by simulation of the looks' joint law
     rng = np.random.default_rng(0)
     t = np.array(LOOKS) / LOOKS[-1]
@@ -362,3 +372,43 @@ def test_what_would_decide_a_pair_is_the_design_rule_over_the_interval_of_its_di
     images = Comparison("a", "b", 0.002, 0, 0, 0.0032, 0.5, 0.5, df=30, margin=0.005, parts=Components(1e-7, 1e-7, 1e-5))
     assert seeds_to_decide(images, 12, level).test_set     # the images alone: ±0.65 points at any seeds
     assert seeds_to_decide(dataclasses.replace(images, identical=True), 12, level) is None
+
+
+def test_a_five_point_winner_is_decided_by_the_second_look_with_fewer_runs_than_obrien_fleming():
+    """The default spending (Hwang–Shih–DeCani, γ = −3) against O'Brien–Fleming's on the same simulated sweeps of 4
+    settings: a 5-point winner decided against every other setting by the second look in nearly every sweep
+    (O'Brien–Fleming's 3e-8 and 2e-5 wait for the third), and a 1-point winner found as often with fewer runs."""
+    rng = np.random.default_rng(11)
+    draws = [(sweep(rng, winner_by=0.05), sweep(rng, winner_by=0.01)) for _ in range(40)]
+    early, runs = {}, {}
+    for spending in ("hsd:-3", "obf"):
+        early[spending] = runs[spending] = 0
+        for five, one in draws:
+            result = run_design(five, spending=spending)
+            decided = {k: v.outcome for k, v in result.final.decided.items()}
+            early[spending] += len(result.looks) <= 2 and all(decided.get(k) == "different" for k in (1, 2, 3))
+            found = run_design(one, spending=spending)
+            assert found.final.leader == 0 and all(v.outcome == "different" for v in found.final.decided.values())
+            runs[spending] += found.runs
+    assert early["hsd:-3"] >= 38 and early["obf"] == 0, early
+    assert runs["hsd:-3"] < runs["obf"], runs
+
+
+def test_a_design_file_without_a_spending_function_is_replayed_as_obrien_flemings():
+    """Design files written before the spending was chosen name none: their looks were read under O'Brien–Fleming's
+    levels and are replayed with them; a new design names its own; an unknown one is refused naming it."""
+    from ablations.analysis.sequential import replay_design
+    from ablations.choices import SPENDING
+    from ablations.results.seed_design import new_design
+
+    rng = np.random.default_rng(12)
+    draw = sweep(rng, settings=3, winner_by=0.01)
+    runs = {k: (list(range(24)), v[:24], None) for k, v in draw.items()}
+    design = new_design(0.005, ALPHA, 10)
+    assert design["spending"] == SPENDING
+    old = {k: v for k, v in design.items() if k != "spending"}
+    assert replay_design(runs, old).spending == "obf"
+    assert [lk.level for lk in replay_design(runs, old).looks] == list(nominal_levels(LOOKS, spending="obf"))[
+        :len(replay_design(runs, old).looks)]
+    with pytest.raises(ValueError, match="the spending function must be 'obf' or 'hsd:γ'"):
+        nominal_levels(LOOKS, spending="pocock")

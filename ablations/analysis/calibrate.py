@@ -235,7 +235,7 @@ def summary_table(trials: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
 
 # --- the sequential design on real same-setting seeds -----------------------------------------------
 
-DESIGN_CASES = (("A/A", 0.0), ("0.5 point", 0.005), ("1 point", 0.01))
+DESIGN_CASES = (("A/A", 0.0), ("0.5 point", 0.005), ("1 point", 0.01), ("5 points", 0.05))
 
 
 def calibrate_design(same: np.ndarray, trials: int, looks: tuple[int, ...] = LOOKS, seed: int = 0) -> pd.DataFrame:
@@ -280,12 +280,68 @@ def design_lines(trials: pd.DataFrame, looks: tuple[int, ...] = LOOKS) -> list[s
     eq = Rate.of(int(half["equivalent"].sum()), len(half))
     power = Rate.of(int(one["found"].sum()), len(one))
     share = one["runs"].mean() / one["fixed_runs"].iloc[0]
+    five = by.get("5 points")
+    early = (Rate.of(int((five["found"] & (five["stopped_at"] <= 2)).sum()), len(five)) if five is not None else None)
     return [f"sequential design (SEEDS=auto, looks {'/'.join(map(str, looks))}) on real same-setting seeds, {k} "
             f"settings × {looks[-1]} seeds drawn per trial, {len(aa)} trials per case:",
             f"  A/A: any setting decided different {fp.text()}",
             f"  0.5 point planted: the planted setting called equivalent within ±0.5 points {eq.text()}",
             f"  1 point planted: the winner found {power.text()}, with {share:.2f} × the runs of {looks[-1]} fixed seeds "
-            f"(stopped at look {', '.join(f'{n}: {c}' for n, c in one['stopped_at'].value_counts().sort_index().items())})"]
+            f"(stopped at look {', '.join(f'{n}: {c}' for n, c in one['stopped_at'].value_counts().sort_index().items())})",
+            *([f"  5 points planted: the winner found and every pair decided by the second look {early.text()}"]
+              if early is not None else []),
+            f"  A/A: {aa['runs'].mean() / aa['fixed_runs'].iloc[0]:.2f} × the runs of {looks[-1]} fixed seeds"]
+
+
+def win_coverage(same: np.ndarray, trials: int, runs: tuple[int, ...] = (5, 12), seed: int = 0) -> list[str]:
+    """P(a beats b)'s 95 % interval on real runs of one setting split at random into a and b (the truth is 1/2):
+    how often it covers 1/2, with its exact interval, at each number of runs a side."""
+    from ablations.analysis.stats import probability_of_improvement, win_interval
+
+    acc = same.mean(1)
+    rng = np.random.default_rng([seed, trials])
+    lines = []
+    for k in runs:
+        if 2 * k > len(acc):
+            continue
+        covered = 0
+        for _ in range(trials):
+            draw = rng.permutation(acc)[:2 * k]
+            low, high = win_interval(probability_of_improvement(draw[:k], draw[k:]), k, k)
+            covered += low <= 0.5 <= high
+        lines.append(f"  P(a beats b), {k} against {k} runs of one setting: its 95 % interval covers 1/2 in "
+                     f"{Rate.of(covered, trials).text()}")
+    return lines
+
+
+def sittings_alarms(out: Path, trials: int, seed: int = 0) -> list[str]:
+    """The sittings check on real runs relabelled as a behaviour-unchanged resume: in each of the OUT's sweeps
+    whose settings share 12 seeds or more, half of those seeds drawn at random marked as a later commit. The
+    runs are the same, so any alarm is false."""
+    from ablations.analysis.sittings import check_sittings
+
+    read = Tables(out)
+    rng = np.random.default_rng([seed, trials])
+    alarms = tested = 0
+    for sweep in read.names():
+        rows = read.ok(sweep)
+        factor = next((c for c in ("attn", "depth", "num_heads", "pos", "pool", "norm", "stem", "patch_size")
+                       if c in rows and rows[c].nunique() > 1), None)
+        if factor is None or "seed" not in rows:
+            continue
+        shared = sorted(set.intersection(*(set(g["seed"]) for _, g in rows.groupby(factor))))
+        if len(shared) < 12:
+            continue
+        rows = rows[rows["seed"].isin(shared)]
+        for _ in range(trials):
+            later = set(rng.choice(shared, len(shared) // 2, replace=False).tolist())
+            check = check_sittings(rows.assign(git_sha=np.where(rows["seed"].isin(later), "later", "first")), factor)
+            alarms += bool(check is not None and check.differ)
+            tested += 1
+    if not tested:
+        return ["  sittings check: no sweep with 12 shared seeds to relabel"]
+    return [f"  sittings check, half of the shared seeds of each sweep relabelled as a later commit (the same runs): "
+            f"false alarms {Rate.of(alarms, tested).text()}"]
 
 
 # --- by training -----------------------------------------------------------------------------------
@@ -399,6 +455,8 @@ def _saved_main(args, folder: Path) -> int:
         print(f"sequential design: not calibrated here (it needs 2 × {LOOKS[-1]} runs of one setting; the largest "
               f"setting has {0 if pool.same is None else len(pool.same)}: the reference's `seeds` sweep has 48)")
         return 0 if within else 1
+    print("\n".join(["checks on real runs:", *win_coverage(pool.same, args.trials),
+                     *sittings_alarms(Path(args.source), max(20, args.trials // 10))]))
     t0 = time.perf_counter()
     design = calibrate_design(pool.same, args.design_trials)
     design.to_csv(folder / "sequential.csv", index=False)

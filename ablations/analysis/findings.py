@@ -16,9 +16,8 @@ import pandas as pd
 from scipy import stats as sps
 
 from ablations.analysis.predictions import load_runs
-from ablations.analysis.sequential import Design, gather, nominal_levels, replay_design
+from ablations.analysis.sequential import Design, gather, replay_design
 from ablations.analysis.stats import (
-    ALPHA,
     MARGIN,
     MIN_SEEDS,
     Comparison,
@@ -371,4 +370,4 @@ def pair_interval(f: SweepFindings, c: Comparison) -> tuple[float, float]:
     confidence interval at the level of the look the design stopped at."""
     if f.design is None or f.design.final is None:
         return c.low, c.high
-    return c.interval(1 - nominal_levels(f.design.schedule, ALPHA)[f.design.final.index])
+    return c.interval(1 - f.design.levels()[f.design.final.index])

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ablations.results.store import ok_rows
@@ -90,10 +91,15 @@ def _within_seeds(data: pd.DataFrame) -> tuple[float, float] | None:
     return float(f), float(p)
 
 
+PERMUTATIONS = 2000   # draws of the between-seeds test's null (seeded: the same answer on every call)
+
+
 def _between_seeds(data: pd.DataFrame) -> tuple[float, float] | None:
     """Sittings that split a sweep by seed (a sweep extended later with more seeds): the seed is the unit, since
     the settings' runs of one seed share its draw. Each seed's mean distance of its runs from their settings'
-    means, compared between sittings by one-way ANOVA (F test); None with fewer than two seeds in some sitting."""
+    means, compared between sittings by the one-way ANOVA F, its p from PERMUTATIONS random reassignments of the
+    sittings to the seeds (exact where the seeds are exchangeable, whatever their spread's shape); None with
+    fewer than two seeds in some sitting."""
     from scipy import stats as sps
 
     residual = data["acc"] - data.groupby("setting")["acc"].transform("mean")
@@ -102,8 +108,18 @@ def _between_seeds(data: pd.DataFrame) -> tuple[float, float] | None:
     groups = [g["r"].to_numpy() for _, g in per_seed.groupby("sitting")]
     if len(groups) < 2 or min(len(g) for g in groups) < 2:
         return None
-    f, p = sps.f_oneway(*groups)
-    return (float(f), float(p)) if p == p else None
+    f = float(sps.f_oneway(*groups).statistic)
+    if f != f:
+        return None
+    values, labels = per_seed["r"].to_numpy(float), per_seed["sitting"].to_numpy()
+    rng = np.random.default_rng(0)
+    # F grows with the between-sittings sum of squares Σ_k S_k² / n_k (the total is fixed under permutation)
+    shuffled = np.stack([rng.permutation(labels) for _ in range(PERMUTATIONS)])
+    between = lambda lab: sum((np.where(lab == k, values, 0.0).sum(-1) ** 2) / np.sum(labels == k)  # noqa: E731
+                              for k in np.unique(labels))
+    seen, null = between(labels), between(shuffled)
+    exceed = int(np.sum(null >= seen * (1 - 1e-12)))
+    return f, (exceed + 1) / (PERMUTATIONS + 1)
 
 
 def sweeps_of_runs(tables: dict[str, pd.DataFrame]) -> dict[str, set[str]]:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ablations.analysis.designs import select, with_settings
 from ablations.analysis.sequential import Design, gather, replay_design
-from ablations.choices import AutoSeeds
+from ablations.choices import OBRIEN_FLEMING, AutoSeeds
 from ablations.results import seed_design
 from ablations.results.identity import experiment_id
 from ablations.results.seed_design import first_look_seeds
@@ -96,20 +96,25 @@ def _another_design(paths: SweepPaths, name: str, design: dict[str, Any]) -> str
         before = read.design(name)
     except ValueError:
         return ""   # unreadable: written again, as before
-    keys = ("looks", "alpha", "margin", "seeds")
-    if before is None or before.get("experiment") != design.get("experiment") \
-            or all(before.get(k) == design.get(k) for k in keys):
+    keys = ("looks", "alpha", "margin", "seeds", "spending")
+    was = {**before, "spending": before.get("spending", OBRIEN_FLEMING)} if before is not None else None
+    if was is None or was.get("experiment") != design.get("experiment") \
+            or all(was.get(k) == design.get(k) for k in keys):
         return ""
     rows = read.finished(name) if paths.rows.exists() else None
     mine = design.get("experiment")
     if rows is None or rows.empty or (mine and "experiment_id" in rows and not (rows["experiment_id"].astype(str) == mine).any()):
         return ""
-    looks = "/".join(map(str, before["looks"]))
-    again = ",".join(map(str, before["looks"]))
-    return (f"sweep {name} was trained under SEEDS=auto with looks at {looks} seeds (α = {before['alpha']}, margin "
-            f"{100 * float(before['margin']):g} points; {paths.design}), and its looks were read under that design: "
-            f"another on the same runs would read them again at other levels. Rerun with SEEDS=auto:{again}, or "
-            f"train the other design into another OUT")
+    looks = "/".join(map(str, was["looks"]))
+    again = ",".join(map(str, was["looks"]))
+    spending = "" if was["spending"] == design.get("spending") else f", spending {was['spending']}"
+    rerun = (f"Rerun with SEEDS=auto:{again}" if not spending else
+             f"Remove {paths.design.name} to read them again under this version's design (a new sitting of the same "
+             f"runs)")
+    return (f"sweep {name} was trained under SEEDS=auto with looks at {looks} seeds (α = {was['alpha']}, margin "
+            f"{100 * float(was['margin']):g} points{spending}; {paths.design}), and its looks were read under that "
+            f"design: another on the same runs would read them again at other levels. {rerun}, or train the other "
+            f"design into another OUT")
 
 
 def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points: list[tuple[str, list[Point]]],

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from ablations.choices import LOOKS, check_looks
+from ablations.choices import LOOKS, OBRIEN_FLEMING, SPENDING, check_looks, check_spending
 from bench.io.atomic import write_atomic
 
 PLAN_VERSION = 1
@@ -23,11 +23,12 @@ class SweepPaths(Protocol):
 
 def new_design(margin: float, alpha: float, classes: int | None = None, looks: Sequence[int] = LOOKS,
              experiment: str = "") -> dict[str, Any]:
-    """The design of a sweep trained with SEEDS=auto: its looks, α, the equivalence margin, the seeds drawn
-    from, in order, chance (1 / classes: a leader at chance stops it) and the experiment it is the design of
-    (its runs' `experiment_id`: the design is never applied to another experiment's runs in the table)."""
+    """The design of a sweep trained with SEEDS=auto: its looks, α, the equivalence margin, how α is spent over
+    the looks (SPENDING; a file without it was written under O'Brien–Fleming's), the seeds drawn from, in
+    order, chance (1 / classes: a leader at chance stops it) and the experiment it is the design of (its runs'
+    `experiment_id`: the design is never applied to another experiment's runs in the table)."""
     looks = check_looks(looks)
-    return {"version": PLAN_VERSION, "looks": list(looks), "alpha": alpha, "margin": margin,
+    return {"version": PLAN_VERSION, "looks": list(looks), "alpha": alpha, "margin": margin, "spending": SPENDING,
             "seeds": list(range(looks[-1])), "chance": 1.0 / classes if classes else None,
             **({"experiment": experiment} if experiment else {})}
 
@@ -47,6 +48,7 @@ def read_design(paths: SweepPaths) -> dict[str, Any] | None:
     try:
         design = json.loads(path.read_text())
         check_looks(design["looks"])
+        check_spending(design.get("spending", OBRIEN_FLEMING))
         if len(design["seeds"]) < design["looks"][-1] or not 0 < float(design["alpha"]) < 1 or not 0 < float(design["margin"]):
             raise ValueError("seeds, alpha or margin out of range")
     except (OSError, ValueError, KeyError, TypeError) as err:

@@ -105,7 +105,8 @@ def _method_checks() -> str:
   predicted the same class for every test image; an observation, not a test.
 - **The sequential design (SEEDS=auto).** A sweep trained under it looks at its runs after
   {"/".join(str(k) for k in LOOKS)} seeds per setting (or the looks its design file names; the last look is
-  the cap). α is spent over the looks by O'Brien–Fleming's function (Lan & DeMets); the nominal levels come
+  the cap). α is spent over the looks by Hwang, Shih & DeCani's function with γ = −3 (a design file written
+  before it was chosen says O'Brien–Fleming's, and is replayed with it); the nominal levels come
   from the joint normal law of the look statistics by an exact recursion (Armitage, McPherson & Rowe), the
   same in every process. At each look the sweep's pairs are tested by Holm's step-down with group-sequential
   levels (Maurer & Bretz): with r pairs still standing, the smallest p is tested at the level of a design

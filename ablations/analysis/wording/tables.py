@@ -11,9 +11,7 @@ from ablations.analysis.findings import (
     SweepFindings,
     pair_interval,
 )
-from ablations.analysis.sequential import nominal_levels
 from ablations.analysis.stats import (
-    ALPHA,
     CHANCE_SDS,
     MIN_WIN_SEEDS,
     Outcome,
@@ -202,7 +200,7 @@ def pair_rows(f: SweepFindings, sweep: str) -> list[dict[str, Any]]:
     last = f.design.final if f.design is not None else None
     kind = "95 % repeated" if last is not None else "95 %"
     if last is not None:
-        kind = f"{1 - nominal_levels(f.design.schedule, ALPHA)[last.index]:.3f} repeated (95 % over the looks)"
+        kind = f"{1 - f.design.levels()[last.index]:.3f} repeated (95 % over the looks)"
     rows = []
     for c in f.comparisons:
         outcome, _ = pair_outcome(f, c)

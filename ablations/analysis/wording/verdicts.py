@@ -22,7 +22,7 @@ from ablations.analysis.stats import (
     Interval,
     Outcome,
 )
-from ablations.choices import LOOKS, say
+from ablations.choices import LOOKS, SPENDING, say
 from bench.contention import CONTENDED_PCT
 from bench.rounds import MIN_ROUNDS, ratio_or_noise
 
@@ -83,7 +83,8 @@ def design_sentence(f: SweepFindings) -> str:
               for k, x in last.decided.items() if x.outcome == Outcome.FUTILE]
     left = (f" Left out of the design: {', '.join(f'{f.factor}={k}' for k in f.left_out)} (a run diverged; see the "
             f"table)." if f.left_out else "")
-    return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.schedule))} seeds a setting; stopped at look "
+    spending = "" if d.spending == SPENDING else f" ({d.spending} spending, as its design file says)"
+    return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.schedule))} seeds a setting{spending}; stopped at look "
             f"{last.index + 1} of {len(d.schedule)} ({seeds}): {why}."
             + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left)
 
@@ -321,8 +322,9 @@ def decide_level(f: SweepFindings) -> tuple[float, int]:
     """The level the design's rule for what would decide a pair uses, and the cap: the last look's two-sided
     level for one pair (its most lenient, as its futility stop uses) of the sweep's design, or of SEEDS=auto's
     default looks for a sweep at fixed seeds."""
-    schedule = f.design.schedule if f.design is not None else LOOKS
-    return nominal_levels(schedule, ALPHA)[-1], schedule[-1]
+    if f.design is not None:
+        return f.design.levels()[-1], f.design.schedule[-1]
+    return nominal_levels(LOOKS, ALPHA)[-1], LOOKS[-1]
 
 
 def undecided_reason(f: SweepFindings, c: Comparison) -> str:

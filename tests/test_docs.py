@@ -31,3 +31,28 @@ def test_every_link_and_every_repository_path_the_docs_name_exists():
                 if not (ROOT / path).exists() and not (ROOT / path.rstrip("/")).exists():
                     missing.append(f"{page.relative_to(ROOT)}: path {path}")
     assert not missing, "\n".join(missing)
+
+
+def test_the_committed_reference_report_opens_with_its_findings_and_reads_in_minutes():
+    """The reference REPORT.md: its findings table within the first 40 lines, 550 lines at most, no sentence of a
+    verdict over 60 words; every pair in verdicts.csv and every setting in settings.csv beside it."""
+    import pandas as pd
+
+    reference = ROOT / "results" / "reference"
+    lines = (reference / "REPORT.md").read_text().splitlines()
+    assert len(lines) <= 550 and "## Findings" in lines[:40]
+    body = "\n".join(lines[:lines.index("## Method")])
+    verdicts = [line for line in body.splitlines() if line.startswith("**")]
+    words = [len(s.split()) for line in verdicts for s in re.split(r"(?<=[.!?])\*{0,2}\s+", line)]
+    assert verdicts and max(words) <= 60
+    pairs, settings = pd.read_csv(reference / "verdicts.csv"), pd.read_csv(reference / "settings.csv")
+    blocks, block = [], []
+    for line in body.splitlines() + [""]:
+        if line.startswith("|"):
+            block.append(line)
+        elif block:
+            blocks.append(block)
+            block = []
+    pair_rows = sum(len(b) - 2 for b in blocks if " a | " in b[0] and " b | " in b[0])
+    setting_rows = sum(len(b) - 2 for b in blocks if "| test acc % [95 % interval] |" in b[0])
+    assert pair_rows == len(pairs) and setting_rows == len(settings)

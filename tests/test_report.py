@@ -15,7 +15,7 @@ from conftest import run_cli
 from ablations.analysis.findings import analyse
 from ablations.analysis.report import build_report
 from ablations.analysis.stats import contrast
-from ablations.analysis.wording import table_markdown
+from ablations.analysis.wording import setting_rows_csv, table_markdown
 from ablations.results.schema import ABLATION_COLUMNS, COST_COLUMNS, read_table
 from ablations.results.store import SweepPaths, newest_complete_phase, save_preds
 from bench.io.csvio import append_row
@@ -91,17 +91,17 @@ def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tm
     ten_points_apart(tmp_path)
     write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [100, 104, 99, 101, 103]})
     text = build_report(tmp_path).read_text()
-    assert "**depth=2 is best (94.50 %); depth=1 is worse than depth=2 by 10.50 points [" in text
+    assert "**depth=2 is best, 94.50 %. depth=1 is worse by 10.50 points [" in text
     runs = np.stack([mask(range(50 + 5 * seed)) for seed in range(3)]).astype(float)
     est = contrast([runs], [1.0])                     # seeds and test images (tests/test_stats.py checks it)
     low, high = (100 * x for x in est.interval())
     assert f"| 2 | 3 | 94.50 [{low:.2f}, {high:.2f}] |" in text
     assert "Seeds 0, 1, 2; digits, 1,000 test images; device cpu (test cpu)." in text
-    assert "Accuracy intervals: t over 3 seeds and 1,000 test images." in text
+    assert "Intervals: t over 3 seeds and 1,000 test images." in text
     # IQRs apart: the ratio is printed, and GMACs always (they are exact)
     assert "GMACs ×2.00; inference img/s ×0.50" in text
     assert "depth=3 seed 0: **diverged** loss became nan" in text and "\n| 3 |" not in text
-    held = next(line for line in text.splitlines() if line.startswith("Held fixed:"))
+    held = next(line for line in text.splitlines() if "Held fixed:" in line).split("Held fixed:", 1)[1]
     assert "dataset=digits" in held and "depth=" not in held
     # what this OUT lacks: one line, not a section per absent sweep, figure or benchmark
     lacking = [line for line in text.splitlines() if line.startswith("Not in this folder: ")]
@@ -119,15 +119,14 @@ def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
         write_run(tmp_path, 1, seed, mask(range(20)))
         write_run(tmp_path, 2, seed, mask(range(23)))
     text = build_report(tmp_path).read_text()
-    assert "**depth=1 has the highest mean (98.00 %); depth=2 against depth=1: undecided.**" in text
+    assert "**depth=1 has the highest mean, 98.00 %. depth=2 is undecided against it.**" in text
     assert " is best" not in text
     assert "Differences smaller than about" in text and "could not be detected" in text
     assert "SEEDS=auto would train at most 42 more run(s) here: depth=1 and the 1 setting(s) still open" in text
     # the 0.30 points are 3 images that every seed gets wrong: the test images keep part of the differences its
     # data allow undecided at any number of seeds
     assert "| 1 | 2 | +0.30 [" in text and "seeds decides on this test set) |" in text
-    assert "| variance of | s.e. (points) | seed | seed × test image | test image |" in text
-    assert "| — | — | — |" in text and "The shares (—) are given from 8 seeds a setting: with 3" in text
+    assert "Noise: a setting's mean ±" in text and "(its shares from 8 seeds a setting: with 3, the seed share" in text
 
 
 def test_the_power_sentence_gives_the_seeds_needed_over_the_interval_of_the_seed_spread(tmp_path):
@@ -151,12 +150,12 @@ def test_report_calls_settings_equivalent_only_where_two_one_sided_tests_show_it
         write_run(tmp_path, 1, seed, mask(range(20 + seed)))
         write_run(tmp_path, 2, seed, mask(range(20 + seed + seed % 2)))
     text = build_report(tmp_path).read_text()
-    assert "; depth=2 is equivalent to depth=1 within ±0.5 points, " in text and " is best" not in text
+    assert " depth=2 is equivalent to it within ±0.5 points (" in text and " is best" not in text
     assert "| equivalent |" in text
     narrow = build_report(tmp_path, margin=0.0005)   # ±0.05 points, the difference itself: not shown equivalent
     narrow = narrow.read_text()
-    assert "depth=2 against depth=1: undecided.**" in narrow and "equivalent to" not in narrow
-    assert "equivalence margin 0.05 points" in narrow
+    assert "depth=2 is undecided against it.**" in narrow and "equivalent to" not in narrow
+    assert "within ±0.05 points" in narrow
 
 
 def test_cost_ratio_is_suppressed_when_the_iqrs_overlap(tmp_path):
@@ -191,7 +190,7 @@ def test_a_setting_at_chance_is_compared_like_any_other_and_named_as_not_learnin
         write_run(tmp_path, 4, seed, mask(range(895 - 5 * seed)))
     text = build_report(tmp_path).read_text()
     section = text.split("## depth", 1)[1].split("\n## ", 1)[0]
-    assert "**depth=2 is best (94.50 %)" in section and "No verdict" not in section
+    assert "**depth=2 is best, 94.50 %." in section and "No verdict" not in section
     assert "depth=4 (11.00 %) does not learn this task at this budget" in section
     assert "may learn with more epochs" in section
     assert "| 2 | 4 | +83.50 [" in section and section.split("| 2 | 4 | ")[1].split("|")[-2].strip() == "a better"
@@ -205,7 +204,7 @@ def test_a_sweep_whose_best_setting_is_at_chance_gets_no_verdict(tmp_path):
             write_run(tmp_path, depth, seed, mask(range(880 + 7 * seed + depth)))
     section = build_report(tmp_path).read_text().split("## depth", 1)[1].split("\n## ", 1)[0]
     assert "**No verdict**: even the best setting, depth=1 (" in section and "is within noise of chance" in section
-    assert "Pairwise comparisons" not in section and "Best:" not in section
+    assert "| depth a |" not in section and " is best" not in section
 
 
 def test_two_seeds_far_apart_and_far_above_chance_are_not_called_chance(tmp_path):
@@ -213,7 +212,7 @@ def test_two_seeds_far_apart_and_far_above_chance_are_not_called_chance(tmp_path
         write_run(tmp_path, 1, seed, mask(range(right, N_TEST)))
         write_run(tmp_path, 2, seed, mask(range(right + 20, N_TEST)))
     section = build_report(tmp_path).read_text().split("## depth", 1)[1].split("\n## ", 1)[0]
-    assert "‡" not in section and "No verdict" not in section and "Pairwise comparisons" in section
+    assert "‡" not in section and "No verdict" not in section and "| depth a |" in section
 
 
 def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(tmp_path):
@@ -228,8 +227,9 @@ def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(
     f = analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, phase)
     ok = rows[rows["status"] == "ok"]
     table = table_markdown(f)
-    assert "| depth | train run s [IQR] | MFU train runs | busy % train runs |" in table
+    assert "| depth | seeds | test acc % [95 % interval] | GMACs | infer img/s | train img/s |" in table
     assert all(line.count("|") <= 7 for line in table.splitlines())   # six columns at most: viewers render them
+    every = {r["setting"]: r for r in setting_rows_csv(f, "depth")}   # settings.csv: every figure of each setting
     for s in f.settings:
         runs = ok[ok["depth"] == s.value]
         assert s.acc.mean == pytest.approx(ok.loc[ok["depth"] == s.value, "test_acc"].mean())
@@ -237,9 +237,12 @@ def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(
         util, mfu = runs["train_util_pct"].astype(float), runs["train_mfu"].astype(float)
         assert s.runs["train_util_pct"].median == pytest.approx(util.median())
         assert s.runs["train_mfu"].median == pytest.approx(mfu.median())
-        line = [line for line in table.splitlines() if line.startswith(f"| {s.value} |")][-1]   # the runs' table
-        assert line.endswith(f"| {mfu.median():.3f} [{mfu.quantile(0.25):.3f}, {mfu.quantile(0.75):.3f}] | "
-                             f"{util.median():.0f} [{util.quantile(0.25):.0f}, {util.quantile(0.75):.0f}] |")
+        row = every[s.value]
+        assert (row["run_mfu"], row["run_mfu_q1"], row["run_mfu_q3"]) == pytest.approx(
+            (mfu.median(), mfu.quantile(0.25), mfu.quantile(0.75)))
+        assert (row["run_busy_pct"], row["run_busy_pct_q1"], row["run_busy_pct_q3"]) == pytest.approx(
+            (util.median(), util.quantile(0.25), util.quantile(0.75)))
+        assert row["infer_img_s"] == 1 and row["acc_pct"] == pytest.approx(100 * s.acc.mean)
     assert f.test_size == N_TEST and len(f.comparisons) == 1
 
 
@@ -278,7 +281,10 @@ def test_reused_runs_are_marked_and_their_wall_time_not_compared(tmp_path):
         append_row(SweepPaths.of(tmp_path, "depth").rows, {k: v for k, v in r.items() if v == v}, ABLATION_COLUMNS)
     text = build_report(tmp_path).read_text()
     assert "wall time of a training run not compared (one side was trained in another sweep" in text
-    assert "| 11.0 [10.5, 11.5] † |" in text and "† copied from the heads sweep's identical runs" in text
+    assert "| — † |" in text and "† runs copied from the heads sweep (same run id" in text
+    every = pd.read_csv(tmp_path / "settings.csv")
+    assert (every.loc[every["setting"] == 2, ["run_s", "run_s_q1", "run_s_q3"]].iloc[0].tolist()
+            == pytest.approx([11.0, 10.5, 11.5])) and every.loc[every["setting"] == 2, "reused_from"].iloc[0] == "heads"
     assert "**depth=2 is best" in text  # the accuracy verdict is unaffected: the same run_id is the same result
 
 
@@ -487,10 +493,11 @@ def test_variance_shares_are_given_from_eight_seeds_and_add_up(tmp_path):
         write_run(tmp_path, 1, seed, mask(range(20 + 3 * (seed % 3))))
         write_run(tmp_path, 2, seed, mask(range(25 + 2 * (seed % 4))))
     text = build_report(tmp_path).read_text()
-    row = next(line for line in text.splitlines() if line.startswith("| one setting's mean"))
-    shares = [int(x) for x in re.findall(r"\| (\d+) %", row)]
+    row = next(line for line in text.splitlines() if "Noise: a setting's mean" in line)
+    shares = [int(x) for x in re.findall(r"a setting's mean ±[\d.]+ points s\.e\. \(seed (\d+) %, coin flips (\d+) %, "
+                                         r"test images (\d+) %\)", row)[0]]
     assert len(shares) == 3 and 99 <= sum(shares) <= 101, row
-    assert "The shares (—)" not in text
+    assert "its shares from" not in text
 
 
 @pytest.mark.parametrize("link", ["ablations/weights", "ablations/preds/depth", "ablations/depth.csv"])
@@ -557,7 +564,7 @@ def test_an_ok_row_with_a_blank_test_accuracy_keeps_its_sweep_section_and_the_pa
     rows.to_csv(SweepPaths.of(tmp_path, "depth").rows, index=False)
     text = build_report(tmp_path).read_text()
     assert "could not be built" not in text
-    assert "**depth=2 is best (94.50 %)" in text and "Pareto front" in text
+    assert "**depth=2 is best, 94.50 %." in text and "Pareto front" in text
 
 
 def test_a_sweep_with_one_setting_makes_no_cost_comparison_with_itself(tmp_path):
@@ -611,11 +618,11 @@ def test_a_verdict_over_a_design_that_left_a_setting_out_says_so_in_its_headline
                       [], Verdict(best=1, winner=False, beats=(), equivalent=(), inconclusive=(), detectable=0.01,
                                   identical=(2,)))
     plain = verdict_sentence(f)
-    assert plain.startswith("**depth=1 has the highest mean (97.50 %); depth=2 is identical to depth=1 (the same "
+    assert plain.startswith("**depth=1 has the highest mean, 97.50 %. depth=2 is identical to it (the same "
                             "predictions).**") and "Left out" not in plain
     text = verdict_sentence(dataclasses.replace(f, left_out=(6,)))
-    assert text.startswith("Of the settings in the design: **depth=1 has the highest mean (97.50 %); depth=2 is "
-                           "identical to depth=1")
+    assert text.startswith("Of the settings in the design: **depth=1 has the highest mean, 97.50 %. depth=2 is "
+                           "identical to it")
     assert ("Left out of the design and of this verdict: depth=6 (a run diverged; its 2 finished run(s) average "
             "97.90 %, above depth=1's 97.50 %: no claim is made about it).") in text
 
@@ -837,7 +844,8 @@ def test_the_accuracy_panel_draws_the_verdicts_paired_differences_and_its_decisi
     assert len(worse) == 1 and worse[0].get_ydata()[0] == pytest.approx(100 * want)
     assert panel.get_ylim()[0] < 100 * want < 0 < panel.get_ylim()[1]   # not from zero: a difference, 0 in view
     text = build_report(tmp_path).read_text()
-    assert "Accuracy: each setting's difference from the best (depth=2) with the 95 % interval" in text
+    assert "each setting's difference from depth=2, marked by its verdict" in text
+    assert "Accuracy: each setting's difference from the best with its pair's interval" in text   # Method
 
 
 def test_a_sweep_of_one_setting_draws_how_its_runs_spread_not_six_one_point_panels(tmp_path, monkeypatch):
@@ -856,7 +864,7 @@ def test_a_sweep_of_one_setting_draws_how_its_runs_spread_not_six_one_point_pane
     assert fig.axes[0].get_title().startswith("depth: depth=2 over 4 seeds on cpu (test cpu)")
     ticks = [line for line in fig.axes[0].get_lines() if line.get_marker() == "|"]
     assert sorted(ticks[0].get_xdata()) == pytest.approx([93.5, 94.0, 94.5, 95.0])   # every run drawn
-    assert "the test accuracy of each run (one per seed), their mean and its 95 % interval" in text
+    assert "each run's test accuracy (one per seed), their mean and its interval" in text
 
 
 def test_settings_that_share_a_models_gflops_are_drawn_side_by_side_around_it_not_in_one_blob(tmp_path, monkeypatch):
@@ -1102,7 +1110,8 @@ def test_the_report_opens_with_a_findings_table_and_writes_every_pair_to_verdict
     text = build_report(tmp_path).read_text()
     head = text.splitlines()[:40]
     row = next(line for line in head if line.startswith("| depth | "))
-    assert "## Findings" in head and "depth=1 is worse than depth=2 by 10." in row and "(fixed)" in row
+    assert "## Findings" in head and "depth=2 is best, 94.50 %. depth=1 is worse by 10.50 points" in row
+    assert "(fixed)" in row
     verdicts = pd.read_csv(tmp_path / "verdicts.csv")
     assert list(verdicts.columns) == list(VERDICTS_COLUMNS) and len(verdicts) == 1
     pair = verdicts.iloc[0]

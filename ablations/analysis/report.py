@@ -248,7 +248,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables,
     pages = {sweep: page if isinstance(page, SweepPage) else SweepPage(page) for sweep, page in zip(finished, built)}
     lines += wording.findings_table([p.answer for p in pages.values() if p.answer is not None])
     for sweep, spec in shown.items():
-        lines += wording.sweep_heading(sweep, spec.label, spec.description)
+        lines += wording.sweep_heading(sweep, spec.label)
         if sweep not in tables:
             lines += wording.missing_table(sweep, SweepPaths.of(out, sweep).rows)
             continue
@@ -256,17 +256,19 @@ def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables,
         lines += pages[sweep].lines if sweep in pages else []
         if len(failed):
             lines += wording.failed_lines(factors[sweep], failed.to_dict("records"))
-    _write_verdicts(out, [row for page in pages.values() for row in page.pairs])
+    _write_csv(out / "verdicts.csv", [row for page in pages.values() for row in page.pairs], wording.PAIR_COLUMNS)
+    _write_csv(out / "settings.csv", [row for page in pages.values() for row in page.settings],
+               wording.SETTING_COLUMNS)
     return lines + [line for section in built[len(finished):] for line in section]
 
 
-def _write_verdicts(out: Path, rows: list[dict]) -> None:
-    """Every pair of every sweep as the report decides it, in verdicts.csv beside REPORT.md (none: no file)."""
-    path = out / "verdicts.csv"
+def _write_csv(path: Path, rows: list[dict], columns) -> None:
+    """The report's machine-readable answers beside REPORT.md (verdicts.csv: every pair; settings.csv: every
+    setting), in the columns docs/columns.md defines; none: no file."""
     if not rows:
         path.unlink(missing_ok=True)
         return
-    pd.DataFrame(rows, columns=list(wording.PAIR_COLUMNS)).to_csv(path, index=False, float_format="%.6g")
+    pd.DataFrame(rows, columns=list(columns)).to_csv(path, index=False, float_format="%.6g")
 
 
 def _closing_sections(out: Path, all_rows: pd.DataFrame, factors: dict[str, str], tables: dict[str, pd.DataFrame],

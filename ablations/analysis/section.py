@@ -85,10 +85,12 @@ def _is_default(value, default) -> bool:
 
 @dataclasses.dataclass
 class SweepPage:
-    """A sweep's section: its lines, its answer for the report's findings table and its pairs for verdicts.csv."""
+    """A sweep's section: its lines, its answer for the report's findings table, its pairs for verdicts.csv and its
+    settings for settings.csv."""
     lines: list[str]
     answer: Answer | None = None
     pairs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    settings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Path,
@@ -120,28 +122,29 @@ def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Pa
                          + (" (not converged)" if learning else ""))
     else:
         figs.sweep_figure(shown, fig, spec.label, device=devices, note="not converged" if learning else "")
-    lines = [wording.runs_line(seeds, sorted(ok["dataset"].astype(str).unique()), f.test_size, devices), "",
+    described = f"_{spec.description}._ " if spec.description else ""
+    sitting = wording.sittings_line(sittings.check_sittings(ok, factor), factor)
+    shared = wording.shared_line(factor, sittings.shared_settings(sweep, factor, f.verdict, ok, sweeps_of or {}))
+    context = " ".join(t for t in (wording.cost_sentence(f) if len(f.settings) > 1 else "", shared,
+                                   *wording.sharing_note(ok, phase is not None), wording.held_fixed(_held_fixed(rows, spec)))
+                       if t)
+    lines = [described + wording.runs_line(seeds, sorted(ok["dataset"].astype(str).unique()), f.test_size, devices), "",
              *(_tuning_lines(spec, tuning, figures) if tuning else []),
              wording.unconverged_headline(wording.verdict_sentence(f)) if learning else wording.verdict_sentence(f), "",
              *([said, ""] if said else []), *([wording.design_note(design_note), ""] if design_note else []),
-             *([sitting, ""] if (sitting := wording.sittings_line(sittings.check_sittings(ok, factor), factor)) else []),
-             *([shared, ""] if (shared := wording.shared_line(factor, sittings.shared_settings(sweep, factor, f.verdict, ok,
-                                                                                sweeps_of or {}))) else []),
-             *([wording.cost_sentence(f), ""] if len(f.settings) > 1 else []),
-             *wording.sharing_note(ok, phase is not None), wording.held_fixed(_held_fixed(rows, spec)),
-             "", wording.table_markdown(f), ""]
-    components = wording.components_markdown(f)
-    if components:
-        lines += [components, ""]
+             *([sitting, ""] if sitting else []), context, "",
+             wording.table_markdown(f) + (f" {noise}" if (noise := wording.components_markdown(f)) else ""), ""]
     if spec.design == "grid" and len(spec.factors) == 2:
         lines += _grid_lines(spec, f, ok, paths, figures, devices, margin)
     if f.comparisons:
-        lines += [wording.pairs_heading(f, bool(spec.margin)), "", wording.comparisons_markdown(f), ""]
-    lines += [wording.figure_link(f"{sweep}", fig.name), "", wording.figure_caption(f, spec.label, devices, shown), ""]
+        lines += [wording.comparisons_markdown(f), ""]
+    links = [wording.figure_link(f"{sweep}", fig.name)]
     if history is not None:
         curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order, sweep=sweep)
-        lines += [wording.figure_link(f"{sweep} learning curves", curves.name), ""]
-    return SweepPage(lines, answer(f, sweep, spec.description or spec.label), wording.pair_rows(f, sweep))
+        links.append(wording.figure_link(f"{sweep} learning curves", curves.name))
+    lines += [" ".join(links), "", wording.figure_caption(f, spec.label, devices, shown), ""]
+    return SweepPage(lines, answer(f, sweep, spec.description or spec.label), wording.pair_rows(f, sweep),
+                     wording.setting_rows_csv(f, sweep))
 
 
 def _tuning_lines(spec: SweepSpec, tuning: designs.Tuning, figures: Path) -> list[str]:

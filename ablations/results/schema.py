@@ -132,11 +132,46 @@ VERDICTS_TABLE = [
     Column("margin_points", "points", "the equivalence margin the pair was tested against"),
 ]
 
+def _spread_columns(name: str, unit: str, meaning: str) -> list[Column]:
+    """A figure as the report gives it: its median and quartiles."""
+    return [Column(name, unit, meaning), Column(f"{name}_q1", unit, f"first quartile of `{name}`"),
+            Column(f"{name}_q3", unit, f"third quartile of `{name}`")]
+
+
+SETTINGS_TABLE = [
+    Column("sweep", "", "the sweep", "text", required=True),
+    Column("factor", "", "what the sweep varies", "text"),
+    Column("setting", "", "the factor's value (several factors: their values joined by ' × ')", "text", required=True),
+    Column("seeds", "", "runs analysed (one per seed)", "int"),
+    Column("acc_pct", "%", "mean test accuracy over the runs"),
+    Column("acc_low_pct", "%", "lower end of its 95 % interval (see `acc_interval`)"),
+    Column("acc_high_pct", "%", "upper end of its 95 % interval"),
+    Column("acc_interval", "", "what the interval covers (seeds and test images, seeds alone, or binomial)", "text"),
+    Column("at_chance", "", "the mean is within noise of guessing (1/classes + 3 binomial s.d.)", "bool"),
+    Column("params", "", "trainable parameters", "int"),
+    Column("gmacs", "GMAC", "multiply-adds of one forward pass of one image"),
+    *_spread_columns("infer_img_s", "img/s", "inference throughput in the cost phase (median over its rounds)"),
+    *_spread_columns("train_img_s", "img/s", "training-step throughput in the cost phase"),
+    Column("infer_peak_mb", "MB", "peak device memory of the inference step"),
+    Column("train_peak_mb", "MB", "peak device memory of the training step"),
+    *_spread_columns("infer_mfu", "", "model FLOP utilisation of the inference step"),
+    *_spread_columns("infer_busy_pct", "%", "device busy share while the inference step was timed"),
+    *[Column(f"{mode}_step_ms_p{q}", "ms", f"the {mode} step's p{q} latency in a round, median over the rounds")
+      for mode in ("infer", "train") for q in (50, 90, 99)],
+    Column("infer_j_per_img", "J", "energy per image of the inference step (blank where not readable)"),
+    Column("train_j_per_img", "J", "energy per image of the training step"),
+    *_spread_columns("run_s", "s", "a training run's wall time, over seeds (as the runs trained, not interleaved)"),
+    *_spread_columns("run_mfu", "", "the training runs' own model FLOP utilisation, over seeds"),
+    *_spread_columns("run_busy_pct", "%", "the training runs' own busy share, over seeds"),
+    Column("reused_from", "", "sweeps whose identical runs (same run id) these are copied from", "text"),
+]
+
 SCHEMA = by_name(ABLATION_TABLE, COST_TABLE, HISTORY_TABLE)  # how a reader judges each cell of these tables
 ABLATION_COLUMNS = names(ABLATION_TABLE)
 COST_COLUMNS = names(COST_TABLE)
 HISTORY_COLUMNS = names(HISTORY_TABLE)
 VERDICTS_COLUMNS = names(VERDICTS_TABLE)
+SETTINGS_COLUMNS = names(SETTINGS_TABLE)
 
 # what differs between two runs of one config: when, where and how fast (not what was computed)
 MEASURED = with_role(ABLATION_TABLE, "measured")
@@ -149,6 +184,8 @@ TABLES = [
     ("`$(OUT)/ablations/<sweep>-history.csv`", "one row per epoch of each run", HISTORY_TABLE),
     ("`$(OUT)/verdicts.csv`", "one row per pair of settings of every sweep, as REPORT.md decides it (`make report`)",
      VERDICTS_TABLE),
+    ("`$(OUT)/settings.csv`", "one row per setting of every sweep, every figure REPORT.md gives it (`make report`)",
+     SETTINGS_TABLE),
 ]
 
 

@@ -52,11 +52,13 @@ from ablations.analysis.wording.sections import (
 from ablations.analysis.wording.summary import findings_table
 from ablations.analysis.wording.tables import (
     PAIR_COLUMNS,
+    SETTING_COLUMNS,
     comparisons_markdown,
     components_markdown,
     figure_caption,
     pair_rows,
     pairs_heading,
+    setting_rows_csv,
     table_markdown,
 )
 from ablations.analysis.wording.verdicts import (
@@ -87,7 +89,7 @@ from ablations.analysis.wording.verdicts import (
 )
 
 __all__ = [
-    "PAIR_COLUMNS", "answer_text", "findings_table", "pair_rows",
+    "PAIR_COLUMNS", "SETTING_COLUMNS", "answer_text", "setting_rows_csv", "findings_table", "pair_rows",
     "OUTCOME_MARKERS", "OUTCOME_WORDS", "SEEDS_SHOWN", "attention_lines",
     "attention_skipped", "auto_sentence", "bench_lines", "chance_sentence", "comparisons_markdown",
     "components_markdown", "cost_sentence", "cost_source", "design_note", "design_progress",

@@ -305,9 +305,9 @@ def report_head(newest: dict[str, Any] | None, datasets: list[str], span: tuple[
                     f"- data: {', '.join(datasets)}; runs from {span[0]} to {span[1]}", ""]
 
 
-def sweep_heading(sweep: str, label: str, description: str) -> list[str]:
-    """A sweep section's heading and its spec's description."""
-    return [f"## {sweep}: {label}", *(["", f"_{description}_"] if description else []), ""]
+def sweep_heading(sweep: str, label: str) -> list[str]:
+    """A sweep section's heading (its spec's description opens the section's first line)."""
+    return [f"## {sweep}: {label}", ""]
 
 
 def missing_table(sweep: str, path: Path) -> list[str]:

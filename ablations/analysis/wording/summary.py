@@ -4,14 +4,14 @@ words, differences first (`answers.Answer` holds the figures)."""
 from __future__ import annotations
 
 from ablations.analysis.answers import Answer
-from ablations.analysis.wording.verdicts import answer_text, margin_text
+from ablations.analysis.wording.verdicts import answer_text, margin_text, setting_name
 
 
 def cheapest_text(a: Answer) -> str:
     if a.cheapest is None:
         return "—"
     train = f", training img/s {a.train_ratio}" if a.train_ratio else ", training speed not compared"
-    return f"{a.factor}={a.cheapest}: GMACs ÷{a.gmacs_ratio:.2f}{train}"
+    return f"{setting_name(a.cheapest, a.factor)}: GMACs ÷{a.gmacs_ratio:.2f}{train}"
 
 
 def seeds_text(a: Answer) -> str:
@@ -26,8 +26,8 @@ def open_text(a: Answer) -> str:
     """Each open pair with its difference and interval and why it is open, in words a student follows."""
     if not a.open:
         return "—"
-    said = [f"{a.factor}={a.best} − {d.other}: {100 * d.diff:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}], neither "
-            f"clear of 0 nor inside {margin_text(a.margin)}" for d in a.open]
+    said = [f"{a.best} − {d.other}: {100 * d.diff:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}], neither clear of 0 "
+            f"nor inside {margin_text(a.margin)}" for d in a.open]
     return "; ".join(said)
 
 

@@ -24,7 +24,7 @@ from ablations.analysis.wording.verdicts import (
     pair_outcome,
     undecided_reason,
 )
-from ablations.results.schema import VERDICTS_COLUMNS
+from ablations.results.schema import SETTINGS_COLUMNS, VERDICTS_COLUMNS
 from bench.rounds import Spread
 
 
@@ -37,55 +37,61 @@ def _spread_text(s: Spread | None, fmt: str) -> str:
 
 
 def table_markdown(f: SweepFindings) -> str:
-    """Three tables a Markdown viewer renders (at most six columns each): accuracy and size; the cost
-    phase's speed, memory and MFU; the training runs' own wall time, MFU and busy share."""
-    kinds = sorted({s.acc.kind for s in f.settings})
+    """The settings' table (six columns, which every Markdown viewer renders): seeds, accuracy with its interval,
+    GMACs, and the cost phase's inference and training-step throughput; a line beneath on where the figures
+    come from. Every other figure of each setting (quartiles, memory, latency, MFU, utilisation, the runs' own
+    wall times) is in settings.csv (`setting_rows_csv`)."""
     name = f.factor
-    accuracy = [f"| {name} | seeds | test acc % [95 % interval] | params | GMACs |", "|---|---|---|---|---|"]
-    speed = [f"| {name} | infer img/s [IQR] | train img/s [IQR] | peak MB infer / train | MFU infer | busy % infer |",
+    lines = [f"| {name} | seeds | test acc % [95 % interval] | GMACs | infer img/s | train img/s |",
              "|---|---|---|---|---|---|"]
-    runs = [f"| {name} | train run s [IQR] | MFU train runs | busy % train runs |", "|---|---|---|---|"]
     for s in f.settings:
-        mem = " / ".join(_spread_text(d.get("peak_mem_mb"), ".1f") for d in (s.infer, s.train))
-        accuracy.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''}"
-                        f" | {s.params:,} | {s.gmacs:.4f} |")
-        speed.append(f"| {s.value} | {_spread_text(s.infer.get('throughput_img_s'), ',.0f')} | "
-                     f"{_spread_text(s.train.get('throughput_img_s'), ',.0f')} | {mem} | "
-                     f"{_spread_text(s.infer.get('mfu'), '.2g')} | {_spread_text(s.infer.get('util_pct'), '.0f')} |")
-        runs.append(f"| {s.value} | {_spread_text(s.train_s, '.1f')}{' †' if s.reused_from else ''} | "
-                    f"{_spread_text(s.runs.get('train_mfu'), '.2g')} | "
-                    f"{_spread_text(s.runs.get('train_util_pct'), '.0f')} |")
-    lines = [*accuracy, "", f"Accuracy intervals: {'; '.join(kinds)}."]
+        lines.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''} | "
+                     f"{s.gmacs:.4f} | {_median(s.infer.get('throughput_img_s'))} | "
+                     f"{_median(s.train.get('throughput_img_s'))}{' †' if s.reused_from else ''} |")
+    kinds = sorted({s.acc.kind for s in f.settings})
+    notes = [f"Intervals: {'; '.join(kinds)}. Speed: {cost_source(f.cost)}, medians; the quartiles, memory, latency, "
+             f"MFU, utilisation and the runs' own wall times of every setting are in settings.csv."]
     if any(s.at_chance for s in f.settings):
-        lines.append(f"‡ within noise of chance ({100 * (f.chance or 0):.1f} % for guessing): the model has not "
-                     f"learned the task at this budget (binomial rule over the test images: under chance + "
-                     f"{CHANCE_SDS:g} s.d.).")
-    lines += ["", *speed, "", f"Speed: {cost_source(f.cost)}, median [Q1, Q3] (busy %: on CUDA, GPU utilisation from "
-                              f"NVML's samples wholly inside the timed steps, — where they were timed for less than two "
-                              f"sample periods; on the CPU, process CPU time ÷ wall time ÷ cores).", "", *runs, "",
-              "The training runs as they trained, over seeds, not interleaved."]
+        notes.append(f"‡ within noise of chance ({100 * (f.chance or 0):.1f} % for guessing): not learned at this "
+                     f"budget (under chance + {CHANCE_SDS:g} binomial s.d. over the test images).")
     reused = sorted({sweep for s in f.settings for sweep in s.reused_from})
     if reused:
-        lines.append(f"† copied from the {', '.join(reused)} sweep's identical runs (same run_id, so the same "
-                     f"result): trained at another time, so their wall time is not side by side with the others'.")
-    return "\n".join(lines + _latency_table(f))
+        notes.append(f"† runs copied from the {', '.join(reused)} sweep (same run id, so the same result; trained at "
+                     f"another time).")
+    return "\n".join(lines + ["", " ".join(notes)])
 
 
-def _latency_table(f: SweepFindings) -> list[str]:
-    """Step-latency percentiles and energy per image from the cost phase, where it recorded them."""
-    if all(_or_dash_spread(d.get("step_ms_p99"), "g") == "—" for s in f.settings for d in (s.infer, s.train)):
-        return []
+def _median(s: Spread | None) -> str:
+    return "—" if s is None or s.median != s.median else f"{s.median:,.0f}"
 
-    def cell(d: dict, fmt: str = ".2f") -> str:
-        return " / ".join(_or_dash_spread(d.get(f"step_ms_p{q}"), fmt) for q in (50, 90, 99))
-    lines = ["", f"| {f.factor} | infer step ms p50 / p90 / p99 | train step ms p50 / p90 / p99 | J per image infer / "
-                 f"train |", "|---|---|---|---|"]
+
+def setting_rows_csv(f: SweepFindings, sweep: str) -> list[dict[str, Any]]:
+    """One row per setting with every figure the report has of it (SETTINGS_TABLE's columns, docs/columns.md)."""
+    def spread(prefix: str, s: Spread | None) -> dict[str, Any]:
+        ok = s is not None and s.median == s.median
+        return {prefix: s.median if ok else None, f"{prefix}_q1": s.q1 if ok else None,
+                f"{prefix}_q3": s.q3 if ok else None}
+
+    def median(s: Spread | None) -> float | None:
+        return s.median if s is not None and s.median == s.median else None
+
+    rows = []
     for s in f.settings:
-        energy = " / ".join(_or_dash_spread(d.get("energy_j_per_img"), ".3g") for d in (s.infer, s.train))
-        lines.append(f"| {s.value} | {cell(s.infer)} | {cell(s.train)} | {energy} |")
-    return lines + ["", "Latency: each percentile of one round's step times, median over the cost phase's rounds; "
-                        "energy from the device's counter between two of its ticks at least 1 s apart inside the timed "
-                        "steps (— where it has no readable counter or its steps ran for less than such a window)."]
+        row = {"sweep": sweep, "factor": f.factor, "setting": s.value, "seeds": len(s.seeds),
+               "acc_pct": 100 * s.acc.mean, "acc_low_pct": 100 * s.acc.low, "acc_high_pct": 100 * s.acc.high,
+               "acc_interval": s.acc.kind, "at_chance": bool(s.at_chance), "params": s.params, "gmacs": s.gmacs,
+               **spread("infer_img_s", s.infer.get("throughput_img_s")),
+               **spread("train_img_s", s.train.get("throughput_img_s")),
+               "infer_peak_mb": median(s.infer.get("peak_mem_mb")), "train_peak_mb": median(s.train.get("peak_mem_mb")),
+               **spread("infer_mfu", s.infer.get("mfu")), **spread("infer_busy_pct", s.infer.get("util_pct")),
+               **{f"{mode}_step_ms_p{q}": median(getattr(s, mode).get(f"step_ms_p{q}"))
+                  for mode in ("infer", "train") for q in (50, 90, 99)},
+               "infer_j_per_img": median(s.infer.get("energy_j_per_img")),
+               "train_j_per_img": median(s.train.get("energy_j_per_img")),
+               **spread("run_s", s.train_s), **spread("run_mfu", s.runs.get("train_mfu")),
+               **spread("run_busy_pct", s.runs.get("train_util_pct")), "reused_from": " ".join(s.reused_from)}
+        rows.append({k: row.get(k) for k in SETTINGS_COLUMNS})
+    return rows
 
 
 def _or_dash_spread(s: Spread | None, fmt: str) -> str:
@@ -135,29 +141,23 @@ def _pair_notes(f: SweepFindings, labelled: bool) -> list[str]:
 
 
 def components_markdown(f: SweepFindings) -> str:
-    """Where the noise of the sweep's means comes from: each source's share of the variance of one
-    setting's mean and of a difference of two, so a reader sees which budget buys precision. The shares
-    are given from MIN_SHARE_SEEDS seeds a setting; below, only the total."""
-    rows = [("one setting's mean (mean over settings)", f.setting_parts),
-            ("a difference of two settings (mean over pairs)", f.pair_parts)]
+    """Where the noise of the sweep's means comes from, in one line: the standard error of one setting's mean and of
+    a difference of two, each with its sources' shares (seed, coin flips: seed × test image, test images) from
+    MIN_SHARE_SEEDS seeds a setting (from fewer the seed share is mostly noise: the totals alone)."""
+    rows = [("a setting's mean", f.setting_parts), ("a difference of two", f.pair_parts)]
     rows = [(label, p) for label, p in rows if p is not None and p.total > 0]
     if not rows:
         return ""
     fewest = min((len(s.seeds) for s in f.settings), default=0)
-    lines = ["| variance of | s.e. (points) | seed | seed × test image | test image |", "|---|---|---|---|---|"]
+    names = ("seed", "coin flips", "test images")
+    said = []
     for label, p in rows:
-        shares = (" | ".join(f"{100 * x:.0f} %" for x in p.shares()) if fewest >= MIN_SHARE_SEEDS
-                  else " | ".join("—" for _ in p.shares()))
-        lines.append(f"| {label} | {100 * math.sqrt(p.total):.2f} | {shares} |")
-    notes = ["Where the noise comes from, at this sweep's seeds and test images: a seed shifts a run on every "
-             "image (more seeds shrink it); which borderline images a run gets right is a coin flip per seed and "
-             "image (more seeds or more test images shrink it); which images the test set holds (more test "
-             "images shrink it)."]
-    if fewest < MIN_SHARE_SEEDS:
-        notes.append(f"The shares (—) are given from {MIN_SHARE_SEEDS} seeds a setting: with {fewest}, the seed "
-                     f"share is estimated from {fewest - 1} degree(s) of freedom a setting and often comes out 0 "
-                     f"when it is not.")
-    return "\n".join(lines + [""] + [f"_{n}_" for n in notes])
+        shares = ", ".join(f"{name} {100 * x:.0f} %" for name, x in zip(names, p.shares()))
+        said.append(f"{label} ±{100 * math.sqrt(p.total):.2f} points s.e."
+                    + (f" ({shares})" if fewest >= MIN_SHARE_SEEDS else ""))
+    later = (f" (its shares from {MIN_SHARE_SEEDS} seeds a setting: with {fewest}, the seed share is mostly noise)"
+             if fewest < MIN_SHARE_SEEDS else "")
+    return "Noise: " + "; ".join(said) + later + "."
 
 
 def pairs_heading(f: SweepFindings, margin_set: bool) -> str:
@@ -169,27 +169,18 @@ def pairs_heading(f: SweepFindings, margin_set: bool) -> str:
 
 
 def figure_caption(f: SweepFindings, label: str, devices: str, shown: list[dict[str, Any]]) -> str:
-    """The caption of a sweep's figure (`shown`: the settings as the figure draws them, `setting_rows`)."""
-    factor = f.factor
-    reused = any(s.reused_from for s in f.settings)
-    copied = " Hollow: runs copied from another sweep (trained at another time)." if reused else ""
-    paired = len(shown) > 1 and all(d["vs_best"] is not None for d in shown)   # as the figure draws it
-    accuracy = (f"Accuracy: each setting's difference from the best ({factor}={f.verdict.best}) with the 95 % "
-                f"{'repeated ' if f.design else ''}interval of that pair's own comparison (the table above), the "
-                f"grey band ±{100 * f.margin:g} points; the marker "
-                f"says what the verdict decided, Holm over the pairs{' at each look' if f.design else ''}, so an "
-                f"interval clear of 0 can still be inconclusive." if paired and f.verdict else
-                f"Accuracy: mean with its 95 % interval ({f.settings[0].acc.kind}).")
-    caption = (f"_{label}: the test accuracy of each run (one per seed), their mean and its 95 % interval "
-               f"({f.settings[0].acc.kind}): how far runs of one setting spread._" if len(f.settings) == 1 else
-               f"_{label} sweep on {devices}. {accuracy} Speed and memory: "
-               + (f"median with the interquartile range over the {cost_source(f.cost)}." if f.cost.rounds is not None
-                  else f"not measured here: {cost_source(f.cost)}.")
-               + f" Training wall time: median with the interquartile range over seeds.{copied}_")
-    return caption
+    """The one-line caption of a sweep's figure (`shown`: the settings as the figure draws them, `setting_rows`);
+    what its panels draw is in Method, 'Figures'."""
+    if len(f.settings) == 1:
+        return f"_{label} on {devices}: each run's test accuracy (one per seed), their mean and its interval._"
+    paired = len(shown) > 1 and all(d["vs_best"] is not None for d in shown)
+    accuracy = (f"each setting's difference from {f.factor}={f.verdict.best}, marked by its verdict"
+                if paired and f.verdict else "each setting's accuracy")
+    return f"_{label} on {devices}: {accuracy}; cost beside it (Method, 'Figures')._"
 
 
 PAIR_COLUMNS = tuple(VERDICTS_COLUMNS)
+SETTING_COLUMNS = tuple(SETTINGS_COLUMNS)
 
 
 def pair_rows(f: SweepFindings, sweep: str) -> list[dict[str, Any]]:

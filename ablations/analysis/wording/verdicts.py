@@ -72,8 +72,7 @@ def design_sentence(f: SweepFindings) -> str:
         return ""
     d, last = f.design, f.design.final
     counts = sorted(set(d.have.values()))
-    seeds = (f"{counts[0]} seeds each" if len(counts) == 1 else
-             "seeds: " + ", ".join(f"{f.factor}={k} {n}" for k, n in d.have.items()))
+    seeds = f"{counts[0]} seeds each" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} seeds a setting"
     open_ = [k for k in d.have if k != last.leader and k not in last.decided]
     why = ("the leader is within noise of chance" if last.at_chance else
            "every other setting decided against the leader" if not open_ and not any(
@@ -89,9 +88,14 @@ def design_sentence(f: SweepFindings) -> str:
             + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left)
 
 
+def setting_name(value, factor: str) -> str:
+    """A setting as the answer names it: factor=value, or the value alone for several factors ('7 × 4')."""
+    return str(value) if " × " in factor else f"{factor}={value}"
+
+
 def _names(values: list, factor: str) -> str:
-    """'a', 'a and b', 'a, b and c', each as factor=value."""
-    said = [f"{factor}={v}" for v in values]
+    """'a', 'a and b', 'a, b and c': the first as `_name` says it, the rest by their values."""
+    said = [setting_name(values[0], factor), *map(str, values[1:])]
     return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1]
 
 
@@ -104,34 +108,34 @@ def margin_against_error(margin: float, error: float | None) -> str:
     points is a large part of what errs."""
     if not error or error <= 0:
         return margin_text(margin)
-    return f"{margin_text(margin)}, {margin / error:.0%} of the best setting's {100 * error:.1f} % error"
+    return f"{margin_text(margin)} ({margin / error:.0%} of its {100 * error:.1f} % error)"
 
 
 def answer_text(a: Answer) -> str:
-    """The sweep's answer in one sentence a paper could quote: the settings worse than the best and by how much,
-    those equivalent or identical to it, what stays open."""
+    """The sweep's answer in short sentences a paper could quote: the best (or who tied), each setting worse than
+    it and by how much, those equivalent or identical to it, what stays open."""
     if a.no_verdict:
-        return {"one setting": "one setting: nothing to compare", "one seed": "one seed a setting: no test",
-                "at chance": "no setting learned the task at this budget"}.get(a.no_verdict, "no test")
+        return {"one setting": "One setting: nothing to compare.", "one seed": "One seed a setting: no test.",
+                "at chance": "No setting learned the task at this budget."}.get(a.no_verdict, "No test.")
     f, best = a.factor, a.best
-    parts = [f"{f}={d.other} is worse than {f}={best} by {_points(d.diff)} points [{_points(d.low)}, "
-             f"{_points(d.high)}]" for d in a.worse]
-    if a.identical:
-        parts.append(f"{_names(list(a.identical), f)} {'is' if len(a.identical) == 1 else 'are'} identical to "
-                     f"{f}={best} (the same predictions)")
-    if a.equivalent:
-        parts.append(f"{_names(list(a.equivalent), f)} {'is' if len(a.equivalent) == 1 else 'are'} equivalent to "
-                     f"{f}={best} within {margin_against_error(a.margin, a.best_error)}")
-    if a.open:
-        parts.append(f"{_names([d.other for d in a.open], f)} against {f}={best}: undecided")
-    parts += [f"{f}={x} and {f}={y} are identical to each other (the same predictions)" for x, y in a.twins]
     acc = f"{100 * (1 - (a.best_error or 0)):.2f} %"
-    head = f"{f}={best} has the highest mean ({acc})"
     if a.tied:
-        head = f"{_names([best, *a.tied], f)} tie for the highest mean ({acc})"
-    elif a.winner:
-        head = f"{f}={best} is best ({acc})"
-    return head + ("; " + "; ".join(parts) if parts else "") + "."
+        said = [f"{_names([best, *a.tied], f)} tie for the highest mean, {acc}."]
+    else:
+        said = [f"{setting_name(best, f)} {'is best' if a.winner else 'has the highest mean'}, {acc}."]
+    said += [f"{setting_name(d.other, f)} is worse by {_points(d.diff)} points [{_points(d.low)}, {_points(d.high)}]."
+             for d in a.worse]
+    if a.identical:
+        said.append(f"{_names(list(a.identical), f)} {'is' if len(a.identical) == 1 else 'are'} identical to it "
+                    f"(the same predictions).")
+    if a.equivalent:
+        said.append(f"{_names(list(a.equivalent), f)} {'is' if len(a.equivalent) == 1 else 'are'} equivalent to it "
+                    f"within {margin_against_error(a.margin, a.best_error)}.")
+    if a.open:
+        said.append(f"{_names([d.other for d in a.open], f)} {'is' if len(a.open) == 1 else 'are'} undecided "
+                    f"against it.")
+    said += [f"{setting_name(x, f)} and {y} are identical to each other." for x, y in a.twins]
+    return " ".join(said)
 
 
 def pct(x: float) -> str:

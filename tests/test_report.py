@@ -347,12 +347,20 @@ def test_sixteen_log_spaced_values_get_tick_labels_that_do_not_run_into_each_oth
     fig.draw(renderer)
     fig.savefig(tmp_path / "lr-drawn.png")
     drawn = [ax for ax in fig.axes if ax.has_data()]     # panels with nothing measured are blank
-    assert len(drawn) >= 3
+    assert len(drawn) >= 2
     for ax in drawn:
         labels = [t for t in ax.get_xticklabels() if t.get_text()]
         assert len(ax.get_xticks()) == 16 and len(labels) >= 3
         boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
-        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [(t.get_text(), b.x0, b.x1) for t, b in zip(labels, boxes)]
+        if labels[0].get_rotation() == 0:    # level: side by side, apart
+            assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))
+        else:                               # turned 45°: parallel, a text height apart across their slant at least
+            assert labels[0].get_rotation() == 45
+            ticks = ax.get_xticks()
+            shown = [i for i, t in enumerate(ax.get_xticklabels()) if t.get_text()]
+            at = ax.transData.transform([(ticks[i], 0.0) for i in shown])[:, 0]
+            font = labels[0].get_fontsize() * fig.dpi / 72
+            assert all((b - a) * np.sqrt(0.5) >= font for a, b in zip(at, at[1:]))
         assert labels[0].get_text() == "0.0001"
 
 
@@ -867,25 +875,28 @@ def test_a_sweep_of_one_setting_draws_how_its_runs_spread_not_six_one_point_pane
     assert "each run's test accuracy (one per seed), their mean and its interval" in text
 
 
-def test_settings_that_share_a_models_gflops_are_drawn_side_by_side_around_it_not_in_one_blob(tmp_path, monkeypatch):
+def test_settings_that_share_a_models_gflops_get_a_labelled_panel_of_their_own_not_one_blob(tmp_path, monkeypatch):
+    """Many sweeps' base-model settings share one GFLOPs: on the accuracy-compute axes they are one grey marker
+    spanning their means' range, and beside it a panel gives each its own labelled row ('sweep: value'), in
+    order of accuracy; a setting alone stays where it is, labelled with its value; a legend entry per sweep."""
     import ablations.analysis.figures as figs
 
-    piled = [{"sweep": s, "value": v, "gflops": 0.006, "acc_mean": 0.975, "acc_low": 0.97, "acc_high": 0.98,
-              "seeds": 3} for s, v in (("attn", "bmm"), ("attn", "sdpa"), ("pos", "learned"), ("pos", "none"))]
+    piled = [{"sweep": s, "value": v, "gflops": 0.006, "acc_mean": m, "acc_low": m - 0.005, "acc_high": m + 0.005,
+              "seeds": 3} for (s, v), m in zip((("attn", "bmm"), ("attn", "sdpa"), ("pos", "learned"), ("pos", "none")),
+                                                 (0.975, 0.976, 0.972, 0.979))]
     alone = [{"sweep": "depth", "value": 6, "gflops": 0.0085, "acc_mean": 0.977, "acc_low": 0.97, "acc_high": 0.985,
               "seeds": 3}]
     drawn = {}
     real = figs.save
     monkeypatch.setattr(figs, "save", lambda fig, where, **kw: drawn.setdefault("fig", fig) and real(fig, where, **kw))
     figs.accuracy_vs_gflops(pd.DataFrame(piled + alone), tmp_path / "p.png")
-    ax = drawn["fig"].axes[0]
+    ax, side = drawn["fig"].axes
     xs = sorted(float(x) for c in ax.containers for x in c.lines[0].get_xdata())
-    pile = [x for x in xs if abs(np.log(x / 0.006)) < 0.3]
-    assert len(set(pile)) == 4 and max(abs(np.log(x / 0.006)) for x in pile) <= figs.DODGE_MAX + 1e-9
-    assert np.exp(np.mean(np.log(pile))) == pytest.approx(0.006)     # centred on the models' GFLOPs
-    assert 0.0085 in xs                                               # a setting alone stays where it is
+    assert xs == pytest.approx([0.006, 0.0085])                 # the pile once, the setting alone where it is
+    assert [t.get_text() for t in side.get_yticklabels()] == ["pos: learned", "attn: bmm", "attn: sdpa", "pos: none"]
+    assert "4 settings" in side.get_title() and any(t.get_text() == "6" for t in ax.texts)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert sorted(label for label in labels if not label.startswith("Pareto")) == ["attn", "depth", "pos"]  # one per sweep
+    assert [label for label in labels if not label.startswith(("Pareto", "4 settings"))] == ["depth"]
 
 
 def test_the_experiment_of_a_design_present_is_reported_though_a_quick_check_trained_after_it(tmp_path):
@@ -1119,3 +1130,32 @@ def test_the_report_opens_with_a_findings_table_and_writes_every_pair_to_verdict
     shown = next(line for line in text.splitlines() if line.startswith("| 1 | 2 | "))
     assert f"{pair['diff_points']:+.2f} [{pair['low_points']:+.2f}, {pair['high_points']:+.2f}]" in shown
     assert f"{pair['p_differ']:.3g}" in shown
+
+
+def test_a_figure_draws_only_panels_that_can_vary_the_margin_where_it_informs_and_no_trend_through_starved_runs(
+        tmp_path):
+    """A learning-rate sweep: one model at every setting, so GMACs, speed and memory are one value each and their
+    panels are left out (a line under the figure names them). The ±margin band is drawn only where some interval
+    leaves it. Wall times of runs that got too little CPU are points, not a trend."""
+    from ablations.analysis.findings import setting_rows
+
+    ten_points_apart(tmp_path)
+    write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [200, 210, 205, 198, 202]})
+    rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
+    phase = newest_complete_phase(read_table(SweepPaths.of(tmp_path, "depth").cost))
+    settings = setting_rows(analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, phase))
+    same = [dict(d, gmacs=0.003, mem=settings[0]["mem"], starved=1) for d in settings]
+    fig = sweep_figure_drawn(same, tmp_path / "lr.png", "peak learning rate")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["test accuracy − the best's (2), points", "training run wall time (s)"], titles
+    assert any("The same at every setting, so not drawn: GMACs per image, inference img/s, training-step img/s"
+               in " ".join(t.get_text().split()) for t in fig.texts)
+    wall = fig.axes[1]
+    assert not [line for line in wall.get_lines() if line.get_linestyle() == "-"]      # no trend
+    accuracy = fig.axes[0]
+    band = [p for p in accuracy.patches if p.get_label().endswith("equivalence margin")]
+    assert band            # the 10-point difference's interval leaves ±0.5: the band says where the margin is
+    inside = [dict(d, vs_best=(0.0, -0.001, 0.001) if d["vs_best"] else None) for d in same]
+    inside[0]["vs_best"], inside[1]["vs_best"] = (-0.001, -0.002, 0.0), (0.0, 0.0, 0.0)
+    fig = sweep_figure_drawn(inside, tmp_path / "in.png", "peak learning rate")
+    assert not [p for p in fig.axes[0].patches if p.get_label().endswith("equivalence margin")]

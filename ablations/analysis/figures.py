@@ -19,7 +19,7 @@ from ablations.results.store import ok_rows
 if TYPE_CHECKING:   # torch loads only with the figures that draw a model's tensors
     import torch
 
-DODGE, DODGE_MAX = 0.006, 0.2   # a pile of equal-GFLOPs settings spreads over ±(DODGE × its size) in ln(GFLOPs)
+PILE_MOST = 3   # more settings than this at one model's GFLOPs get a panel of their own in the accuracy-compute figure
 DPI = 150  # a figure 10 in wide is 1,500 px: sharp where a README or a paper shows it ~800 px wide
 
 
@@ -72,7 +72,9 @@ def _verdict_marks(ax, x: list, centre: np.ndarray, settings: list[dict]) -> Non
     from ablations.analysis.wording import OUTCOME_MARKERS  # the statistics load only where a verdict is drawn
 
     margin = 100 * settings[0]["margin"]
-    ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"±{margin:g}: equivalence margin")
+    ends = np.array([100 * v for d in settings if d.get("vs_best") for v in d["vs_best"][1:]])
+    if len(ends) and (np.abs(ends) > margin).any():   # the band informs only where some interval leaves it
+        ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"±{margin:g}: equivalence margin")
     ax.axhline(0, color="0.4", lw=0.8, zorder=1, gid="reference")   # the best, not a trend
     for word, style in OUTCOME_MARKERS.items():
         where = [i for i, d in enumerate(settings) if d.get("decided") == word]
@@ -127,8 +129,18 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
               ("training-step img/s", spread("train")),
               ("training-step peak memory (MB)", spread("mem")),
               ("training run wall time (s)", spread("train_s"))]
-    fig, axes = subplots(2, 3, figsize=(10.5, 6.2))
-    for ax, (ylabel, (centre, low, high)) in zip(axes.flat, panels):
+    # a panel whose every setting has the same figure (the same model at every learning rate): nothing to read
+    same = [title for title, (centre, _, _) in panels[1:5] if len(settings) > 1 and np.isfinite(centre).all()
+            and len(set(np.round(np.asarray(centre, dtype=float), 9))) == 1]
+    panels = [p for p in panels if p[0] not in same]
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
+    fig, axes = subplots(rows, columns, figsize=(3.5 * columns, 3.1 * rows + 0.6), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.remove()
+    axes = axes.flat[:len(panels)]
+    starved = any(d.get("starved") for d in settings)   # wall times the report does not compare: no trend drawn
+    for ax, (ylabel, (centre, low, high)) in zip(axes, panels):
         centre, low, high = (np.asarray(v, dtype=float) for v in (centre, low, high))
         if not np.isfinite(centre).any():
             blank_panel(ax, ylabel, axis_label)
@@ -136,7 +148,8 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
         yerr = [np.clip(np.nan_to_num(centre - low), 0, None), np.clip(np.nan_to_num(high - centre), 0, None)]
         copied = [i for i, d in enumerate(settings) if d.get("reused")] if ylabel.startswith("training run") else []
         ax.errorbar(x, centre, yerr=yerr, fmt="none", capsize=4, color="C0")
-        if numeric:   # a trend through the settings measured alike: a run copied from another sweep stands apart
+        if numeric and not (starved and ylabel.startswith("training run")):
+            # a trend through the settings measured alike: a run copied from another sweep stands apart
             joined = [i for i in range(len(x)) if i not in copied]
             ax.plot([x[i] for i in joined], centre[joined], "-", color="C0")
         marked = {i for i, d in enumerate(settings) if d.get("decided") not in (None, "best")} \
@@ -154,7 +167,13 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
         ax.set_xlabel(axis_label, fontsize=9)
         ax.grid(alpha=0.3)
     fig.suptitle(f"{label} sweep on {device}" + (f" ({note})" if note else ""), fontsize=11)
-    _value_ticks(fig, [ax for ax in axes.flat if ax.has_data()], x, values)
+    said = textwrap.fill(f"The same at every setting, so not drawn: {', '.join(same)}.", int(13 * 3.5 * columns)) \
+        if same else ""
+    if said:
+        fig.text(0.5, 0.01, said, ha="center", va="bottom", fontsize=8, color="0.3")
+    height = fig.get_figheight()   # the note's lines, 0.16 in each, and a margin
+    _value_ticks(fig, [ax for ax in axes if ax.has_data()], x, values,
+                 bottom=(0.16 * (said.count("\n") + 1) + 0.08) / height if said else 0.0)
     return save(fig, path, layout=False)   # laid out by `_value_ticks`, with every label
 
 
@@ -183,23 +202,31 @@ def seed_spread(accuracies: list[float], interval, path: Path, title: str) -> Pa
     return save(fig, path)
 
 
-def _value_ticks(fig, axes, x: list, values: list) -> None:
-    """A tick at every setting on each panel, labelled (floats to 3 significant digits) at every k-th, k the
-    least for which no two labels run into each other once drawn at the figure's size."""
+def _value_ticks(fig, axes, x: list, values: list, bottom: float = 0.0) -> None:
+    """A tick at every setting on each panel (floats to 3 significant digits), every one labelled level where
+    they fit; where they do not, turned 45° (a grid's cells keep every label); where even turned they would touch,
+    every k-th labelled, k the least that keeps them apart. `bottom`: a share of the figure kept free below."""
     text = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in values]
     renderer = FigureCanvasAgg(fig).get_renderer()
     for ax in axes:
         ax.set_xticks(x, labels=text)
-    fig.tight_layout()   # room for every label: blanking some below leaves the layout right
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     for ax in axes:      # the labels placed where the layout put their axis (measured without drawing)
         ax.xaxis.get_tightbbox(renderer)
-    boxes = [[t.get_window_extent(renderer) for t in ax.get_xticklabels()] for ax in axes]
-    for step in range(1, len(text) + 1):
-        shown = [sorted((b for i, b in enumerate(row) if i % step == 0), key=lambda b: b.x0) for row in boxes]
-        if all(a.x1 + 2 < b.x0 for row in shown for a, b in zip(row, row[1:])):
-            break
+    boxes = [sorted((t.get_window_extent(renderer) for t in ax.get_xticklabels()), key=lambda b: b.x0) for ax in axes]
+    if all(a.x1 + 2 < b.x0 for row in boxes for a, b in zip(row, row[1:])):
+        return
+    # turned 45°, neighbours are parallel: they clear each other where their anchors lie √2 text heights apart
+    gaps = [b.x0 - a.x0 for row in boxes for a, b in zip(row, row[1:])]
+    height = max(b.height for row in boxes for b in row)
+    step = next(k for k in range(1, len(text) + 1) if k * min(gaps, default=1e9) >= 1.45 * height)
     for ax in axes:
         ax.set_xticks(x, labels=[t if i % step == 0 else "" for i, t in enumerate(text)])
+        ax.tick_params(axis="x", labelrotation=45)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
+            label.set_rotation_mode("anchor")
+    fig.tight_layout(rect=(0, bottom, 1, 1))
 
 
 def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path: Path,
@@ -242,41 +269,38 @@ def pareto_front(points: pd.DataFrame, acc: str = "test_acc") -> pd.DataFrame:
 
 
 def accuracy_vs_gflops(settings: pd.DataFrame, path: Path, what: str = "", factors: dict[str, str] | None = None) -> Path:
-    """One point per setting (sweep × value), labelled with its value: mean test accuracy over its seeds with
-    its 95 % interval, against forward GFLOPs; the Pareto front of the means as a step line where it has
-    two points or more. `what`: the dataset and budget all the points share."""
+    """Mean test accuracy over its seeds with its 95 % interval against forward GFLOPs, one point per setting
+    (sweep × value) labelled with its value, and the Pareto front of the means as a step line where it has two
+    points or more. Settings that share one model's GFLOPs (the base model of many sweeps) would pile up at one
+    x: they are drawn once there, and beside it, in a panel of their own, one labelled row each. `what`: the
+    dataset and budget all the points share."""
     front = pareto_front(settings, "acc_mean")
-    fig, ax = subplots(figsize=(7.8, 4.2))
-    colours = sns.color_palette("tab10" if settings["sweep"].nunique() <= 10 else "tab20", settings["sweep"].nunique())
-    crowded = settings["gflops"].round(12).value_counts()      # settings that share one model's GFLOPs pile up
-    # a pile is drawn dodged: its settings side by side in sweep order over a band (log-x, DODGE per setting, at
-    # most ±DODGE_MAX) around its GFLOPs, which the axis still reads at the band's centre
-    ordered = settings.sort_values(["sweep"], kind="stable")
-    place = {}
-    for x, group in ordered.groupby(ordered["gflops"].round(12), sort=False):
-        half = min(DODGE_MAX, DODGE * len(group))
-        spread = np.exp(np.linspace(-half, half, len(group))) if len(group) > 1 else [1.0]
-        place.update({idx: x * f for idx, f in zip(group.index, spread)})
-    for i, (sweep, group) in enumerate(settings.groupby("sweep", sort=True)):
+    crowded = settings["gflops"].round(12).value_counts()
+    largest = crowded.index[0] if len(crowded) and crowded.iloc[0] > PILE_MOST else None
+    piled = settings[settings["gflops"].round(12) == largest] if largest is not None else settings.iloc[:0]
+    alone = settings.drop(piled.index)
+    rows = len(piled)
+    fig = Figure(figsize=(10.5 if rows else 7.8, max(4.2, 0.17 * rows + 1.4)))
+    grid = fig.add_gridspec(1, 2, width_ratios=(2.2, 1.4)) if rows else fig.add_gridspec(1, 1)
+    ax = fig.add_subplot(grid[0, 0])
+    sweeps = sorted(settings["sweep"].unique())
+    colours = dict(zip(sweeps, sns.color_palette("tab10" if len(sweeps) <= 10 else "tab20", len(sweeps))))
+    marks = dict(zip(sweeps, "os^vDP<>" * 4))
+    for sweep, group in alone.groupby("sweep", sort=True):
         mean = 100 * group["acc_mean"].to_numpy()
         low, high = 100 * group["acc_low"].to_numpy(), 100 * group["acc_high"].to_numpy()
-        xs = [place[idx] for idx in group.index]
-        alone = np.array([crowded[round(x, 12)] == 1 for x in group["gflops"]])
         label = sweep if not factors else f"{sweep} ({factors[sweep]})"
-        for part, caps in ((alone, 3), (~alone, 0)):   # a pile's members without caps: they stand close together
-            if part.any():
-                ax.errorbar(np.asarray(xs)[part], mean[part], yerr=[(mean - low)[part], (high - mean)[part]],
-                            fmt="os^vDP<>"[i % 8], ms=5 if caps else 4, capsize=caps, lw=1.5 if caps else 1,
-                            ls="none", color=colours[i], label=label)
-                label = None   # one legend entry per sweep
-        for x, y, value in zip(group["gflops"], mean, group["value"]):
-            if crowded[round(x, 12)] == 1:   # a pile's labels would cover each other: its sweeps' sections name them
-                ax.annotate(str(value), (x, y), xytext=(5, 5), textcoords="offset points", fontsize=8,
-                            color="0.15")   # dark: the sweeps' pale colours are hard to read as text
-    piled = [(x, n) for x, n in crowded.items() if n > 1]
-    if piled:
-        ax.text(0.01, 0.01, f"{sum(n for _, n in piled)} settings share a model's GFLOPs: side by side around it, "
-                f"unlabelled", transform=ax.transAxes, fontsize=7, color="0.35", va="bottom")
+        ax.errorbar(group["gflops"], mean, yerr=[mean - low, high - mean], fmt=marks[sweep], ms=5, capsize=3,
+                    ls="none", color=colours[sweep], label=label)
+    for i, (x, group) in enumerate(alone.groupby(alone["gflops"].round(12))):   # a few settings of one model: one
+        said = " = ".join(str(v) for v in group["value"])                         # label, below and above in turn
+        ax.annotate(said, (x, 100 * group["acc_mean"].max()), xytext=(5, 5 if i % 2 == 0 else -13),
+                    textcoords="offset points", fontsize=8, color="0.15")
+    for x, group in piled.groupby(piled["gflops"].round(12)):
+        mean = 100 * group["acc_mean"]
+        ax.errorbar([x], [mean.mean()], yerr=[[mean.mean() - mean.min()], [mean.max() - mean.mean()]], fmt="s",
+                    color="0.45", ms=6, capsize=4, label=f"{len(group)} settings at one model's GFLOPs: their means' "
+                                                         f"range (right)")
     if len(front) >= 2:
         ax.step(front["gflops"], 100 * front["acc_mean"], where="post", color="k", ls="--", lw=1,
                 label="Pareto front of the means")
@@ -284,10 +308,22 @@ def accuracy_vs_gflops(settings: pd.DataFrame, path: Path, what: str = "", facto
     ax.set_xlabel("GFLOPs per image (forward)")
     one_seed = bool(len(settings)) and (settings["seeds"] == 1).all() if "seeds" in settings else False
     ax.set_ylabel("test accuracy (%)" + ("" if one_seed else ", mean over seeds"))
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3, which="both")
     ax.set_title(f"accuracy against compute{f': {what}' if what else ''}\n(each setting with its 95 % interval)",
                  fontsize=10)
+    if rows:
+        side = fig.add_subplot(grid[0, 1])
+        ordered = piled.sort_values(["acc_mean", "sweep"], ascending=[True, True])
+        y = np.arange(rows)
+        for yi, (_, r) in zip(y, ordered.iterrows()):
+            side.errorbar([100 * r["acc_mean"]], [yi], xerr=[[100 * (r["acc_mean"] - r["acc_low"])],
+                                                            [100 * (r["acc_high"] - r["acc_mean"])]],
+                          fmt=marks[r["sweep"]], color=colours[r["sweep"]], ms=4, capsize=2, lw=1)
+        side.set_yticks(y, labels=[f"{r['sweep']}: {r['value']}" for _, r in ordered.iterrows()], fontsize=7)
+        side.set_xlabel("test accuracy (%)", fontsize=9)
+        side.set_title(f"the {rows} settings at {float(piled['gflops'].iloc[0]):.3g} GFLOPs", fontsize=9)
+        side.grid(alpha=0.3, axis="x")
     return save(fig, path)
 
 

@@ -346,7 +346,7 @@ def setting_rows(f: SweepFindings) -> list[dict[str, Any]]:
     return [{"value": s.value, "acc": s.acc, "gmacs": s.gmacs, "infer": s.infer.get("throughput_img_s"),
              "train": s.train.get("throughput_img_s"), "mem": s.train.get("peak_mem_mb"), "train_s": s.train_s,
              "reused": bool(s.reused_from), "vs_best": against.get(s.value), "best": f.verdict.best if against else None,
-             "margin": f.margin, "decided": decided.get(s.value)}
+             "margin": f.margin, "decided": decided.get(s.value), "starved": s.starved}
             for s in f.settings]
 
 

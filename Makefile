@@ -114,7 +114,7 @@ crash-test: $(STAMP)  ## SIGKILLs, torn tables and a full disk against a small s
 
 # the sweeps marked `default = true` in ablations/sweeps/*.toml (patch, heads, depth), then the report
 ablations: $(STAMP)  ## the default sweeps (patch, heads, depth), then the report
-	$(PY) -m ablations sweep default $(RUN_ARGS) $(ARGS)
+	$(if $(filter 1 yes true,$(DRY_RUN)),,VITBENCH_REPORT_FOLLOWS=1) $(PY) -m ablations sweep default $(RUN_ARGS) $(ARGS)
 	$(if $(filter 1 yes true,$(DRY_RUN)),,$(REPORT))
 
 # one target per ablations/sweeps/<name>.toml: a new sweep is a new TOML file and nothing else

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import contextvars
 import dataclasses
+import os
 import sys
 import time
 from collections import Counter
@@ -245,6 +246,7 @@ def _run_all(args: argparse.Namespace, sweep_points: list[tuple[str, list[Point]
 # whether a command ends by telling the user their next step (`known`, which runs sweeps and then writes the
 # report itself, turns it off for the sweeps it runs)
 NEXT_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("next_step", default=True)
+REPORT_FOLLOWS = "VITBENCH_REPORT_FOLLOWS"   # set by `make ablations`, which writes the report next: no "Next:" line
 
 
 def _took(seconds: float) -> str:
@@ -283,7 +285,7 @@ def _summary(results: list[SweepSummary], done: str, report_hint: str = "") -> N
         cost = f"   cost → {paths.cost}" if paths.cost.exists() else ""
         print(f"           rows → {paths.rows}   epochs → {paths.history}{cost}")
         print(f"           weights → {paths.weights}/   test predictions → {paths.preds}/")
-    if report_hint and NEXT_STEP.get():
+    if report_hint and NEXT_STEP.get() and os.environ.get(REPORT_FOLLOWS) != "1":
         print(report_hint)
 
 

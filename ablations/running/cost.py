@@ -103,6 +103,7 @@ class CostPlan:
     measure_mfu: bool = True
     keep_steps: bool | None = None  # build each item's step once per phase (None: on CUDA; see `Steps`)
     budget_s: float | None = None   # seconds the phase may take (None: BUDGET_SHARE of the expected training)
+    alone: bool = False             # `cost`'s own phase (nothing trains after it)
 
     def timing_on(self, device: torch.device) -> TimingConfig:
         if self.timing is not None:
@@ -130,7 +131,7 @@ class CostPlan:
         nothing (0 rounds or 0 s) is refused."""
         if not rounds or budget_s == 0:
             raise ValueError("--cost-rounds and --cost-budget must be above 0 to measure anything")
-        return cls(rounds=rounds, budget_s=float("inf") if budget_s is None else budget_s)
+        return cls(rounds=rounds, budget_s=float("inf") if budget_s is None else budget_s, alone=True)
 
     def budget(self, expected_training_s: float | None) -> float:
         """The phase's seconds: the given budget, else BUDGET_SHARE of the expected training time within
@@ -293,8 +294,11 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     if progress:
         taken = "none kept" if clock.abandoned or not kept else f"{kept[-1]['round'] + 1} round(s)"
         setup = f" after {setup_s:.1f} s of set-up (build, capture, warm-up; outside the budget)" if setup_s else ""
-        tqdm.write(f"cost {names}: {taken} of {len(items)} timed steps in {clock.elapsed():.1f} s ({clock.describe()})"
-                   f"{setup}", file=sys.stderr)
+        # "no time limit" beside a phase stopped early would read as a contradiction: the stop says why on its line
+        limit = "" if clock.stopped and clock.budget_s is not None and math.isinf(clock.budget_s) \
+            else f" ({clock.describe()})"
+        tqdm.write(f"cost {names}: {taken} of {len(items)} timed steps in {clock.elapsed():.1f} s{limit}{setup}",
+                   file=sys.stderr)
     _say_what_is_missing(kept, len(items), names, clock, sweeps[0][2].parent.parent)
     rows = sitting.rows
     del models, sitting
@@ -589,9 +593,13 @@ def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clo
                                                  f"the machine and are left out" if loaded else ""]))
     why = why or f"the phase was asked for {clock.plan.rounds} round(s) (COST_ROUNDS / --cost-rounds)"
     command = say(f"make cost OUT='{out}'", f"vitbench cost --out '{out}'")
-    later = (f"measure later on an idle machine: {command}" if loaded else
-             f"measure with more rounds or a larger budget: {command} ({MIN_ROUNDS} or more rounds, no time limit "
-             f"unless COST_BUDGET / --cost-budget)")
+    if clock.plan.alone:   # this is that command: run it again, not "run it"
+        later = ("run this again on an idle machine" if loaded else
+                 f"run this again with {MIN_ROUNDS} or more rounds (COST_ROUNDS / --cost-rounds) or a larger budget")
+    else:
+        later = (f"measure later on an idle machine: {command}" if loaded else
+                 f"measure with more rounds or a larger budget: {command} ({MIN_ROUNDS} or more rounds, no time limit "
+                 f"unless COST_BUDGET / --cost-budget)")
     tqdm.write(f"cost {names}: {why}: {short} of {items} timed step(s) rest on fewer than {MIN_ROUNDS} quiet rounds, "
                f"so the report states no speed ratio for them. To compare speed, {later}", file=sys.stderr)
 

@@ -57,7 +57,8 @@ def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
              f"interval over the common seeds (paired by seed) and the test images, each source counted once "
              f"(one common seed: the test images' alone).", ""]
     if not len(table):
-        return lines
+        return lines[:2] + [f"No point here was also trained in `{reference}` (same model, recipe, data and seed): "
+                            f"nothing to compare point by point.", ""]
     family = int(table["family"].iloc[0])
     lines[-2] += (f" The intervals are simultaneous: 95 % jointly over the {family} distinct point(s) compared "
                   f"(Bonferroni, each at {100 * (1 - 0.05 / family):.2f} %), so a point is called higher or "
@@ -73,6 +74,9 @@ def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
             verdict = f"equivalent (within ±{margin:g})"
         lines.append(f"| {r.sweep} | {r.point} | {r.seeds} | {100 * r.acc_a:.2f} | {100 * r.acc_b:.2f} | "
                      f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}] | {verdict} |")
+    if (table["verdict"] == "identical predictions").all():
+        return lines + ["", f"Every point reproduced the reference bit for bit: the same predicted class on every test "
+                            f"image, seed by seed ({len(table)} of {len(table)}).", ""]
     half = ((table["high_pts"] - table["low_pts"]) / 2).median()
     return lines + ["", f"What this comparison could see: its intervals' median half-width is {half:.2f} points, so "
                         f"\"same within noise\" says no difference of about that size was found, not that the two "

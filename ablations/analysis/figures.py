@@ -100,25 +100,16 @@ def _scales(ax, x: list, numeric: bool, centre: np.ndarray, high: np.ndarray, si
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
-def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note: str = "") -> Path:
-    """One panel per figure of a sweep's settings, in a 2 × 3 grid: accuracy (where the sweep has a verdict: each
-    setting's difference from the best setting with the 95 % interval of the paired comparison the verdict
-    tests, and the equivalence margin as a band; else each setting's accuracy with its own interval), GMACs,
-    inference and training-step throughput and training-step peak memory (median and IQR over the cost
-    phase's rounds), training wall time (median and IQR over seeds; a setting whose runs were copied
-    from another sweep is drawn hollow). Numeric factors are joined by lines; categorical ones are not. `note`:
-    said after the title (e.g. "not converged"), not under every axis."""
-    values = [d["value"] for d in settings]
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-    x = values if numeric else list(range(len(values)))
-    accs = [d["acc"] for d in settings]
-    axis_label = textwrap.fill(label, 30)   # six panels side by side: a long factor label on two lines
-
+def _sweep_panels(settings: list[dict]) -> tuple[list[tuple[str, tuple]], list[str], str, bool]:
+    """The sweep figure's panels as (title, (centre, low, high)), the titles of those left out because every
+    setting has the same figure there (the same model at every learning rate), the accuracy panel's title and
+    whether it draws the paired differences from the best."""
     def spread(key):
         got = [d[key] if d[key] is not None else None for d in settings]
         return ([g.median if g else np.nan for g in got], [g.q1 if g else np.nan for g in got],
                 [g.q3 if g else np.nan for g in got])
 
+    accs = [d["acc"] for d in settings]
     against = [d.get("vs_best") for d in settings]
     paired = all(v is not None for v in against) and len(settings) > 1
     accuracy = f"test accuracy − the best's ({settings[0]['best']}), points" if paired else "test accuracy (%)"
@@ -129,10 +120,25 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
               ("training-step img/s", spread("train")),
               ("training-step peak memory (MB)", spread("mem")),
               ("training run wall time (s)", spread("train_s"))]
-    # a panel whose every setting has the same figure (the same model at every learning rate): nothing to read
     same = [title for title, (centre, _, _) in panels[1:5] if len(settings) > 1 and np.isfinite(centre).all()
             and len(set(np.round(np.asarray(centre, dtype=float), 9))) == 1]
-    panels = [p for p in panels if p[0] not in same]
+    return [p for p in panels if p[0] not in same], same, accuracy, paired
+
+
+def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note: str = "") -> Path:
+    """One panel per figure of a sweep's settings, three to a row: accuracy (where the sweep has a verdict: each
+    setting's difference from the best setting with the 95 % interval of the paired comparison the verdict
+    tests, the equivalence margin as a band where some interval leaves it; else each setting's accuracy with
+    its own interval), GMACs, inference and training-step throughput and training-step peak memory (median and
+    IQR over the cost phase's rounds; left out, and named below, where every setting has the same), training
+    wall time (median and IQR over seeds; a setting whose runs were copied from another sweep drawn hollow; no
+    trend through runs starved of CPU). Numeric factors are joined by lines; categorical ones are not. `note`:
+    said after the title (e.g. "not converged"), not under every axis."""
+    values = [d["value"] for d in settings]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    x = values if numeric else list(range(len(values)))
+    axis_label = textwrap.fill(label, 30)   # panels side by side: a long factor label on two lines
+    panels, same, accuracy, paired = _sweep_panels(settings)
     columns = min(3, len(panels))
     rows = -(-len(panels) // columns)
     fig, axes = subplots(rows, columns, figsize=(3.5 * columns, 3.1 * rows + 0.6), squeeze=False)
@@ -145,23 +151,10 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
         if not np.isfinite(centre).any():
             blank_panel(ax, ylabel, axis_label)
             continue
-        yerr = [np.clip(np.nan_to_num(centre - low), 0, None), np.clip(np.nan_to_num(high - centre), 0, None)]
-        copied = [i for i, d in enumerate(settings) if d.get("reused")] if ylabel.startswith("training run") else []
-        ax.errorbar(x, centre, yerr=yerr, fmt="none", capsize=4, color="C0")
-        if numeric and not (starved and ylabel.startswith("training run")):
-            # a trend through the settings measured alike: a run copied from another sweep stands apart
-            joined = [i for i in range(len(x)) if i not in copied]
-            ax.plot([x[i] for i in joined], centre[joined], "-", color="C0")
-        marked = {i for i, d in enumerate(settings) if d.get("decided") not in (None, "best")} \
-            if ylabel == accuracy and paired else set()   # drawn below with the verdict's marker instead
-        own = [i for i in range(len(x)) if i not in copied and i not in marked]
-        ax.plot([x[i] for i in own], centre[own], "o", ms=6, color="C0")
-        if copied:
-            ax.plot([x[i] for i in copied], centre[copied], "o", ms=7, mfc="white", mec="C0",
-                    label="copied from another sweep")
-            ax.legend(fontsize=8, loc="lower right")
-        if ylabel == accuracy and paired:   # the verdict's contrasts: 0 is the best, the band its equivalence margin
-            _verdict_marks(ax, x, centre, settings)
+        wall = ylabel.startswith("training run")
+        _draw_panel(ax, x, (centre, low, high), settings, numeric, trend=numeric and not (starved and wall),
+                    copied=[i for i, d in enumerate(settings) if d.get("reused")] if wall else [],
+                    verdict=ylabel == accuracy and paired)
         _scales(ax, x, numeric, centre, high, size=ylabel != accuracy)
         ax.set_title(ylabel, fontsize=10)
         ax.set_xlabel(axis_label, fontsize=9)
@@ -175,6 +168,27 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
     _value_ticks(fig, [ax for ax in axes if ax.has_data()], x, values,
                  bottom=(0.16 * (said.count("\n") + 1) + 0.08) / height if said else 0.0)
     return save(fig, path, layout=False)   # laid out by `_value_ticks`, with every label
+
+
+def _draw_panel(ax, x: list, figures: tuple, settings: list[dict], numeric: bool, trend: bool, copied: list[int],
+                verdict: bool) -> None:
+    """One panel's points with their error bars; a trend line through the settings measured alike (`trend`); a
+    run copied from another sweep hollow; on the accuracy panel (`verdict`) each setting marked by its verdict."""
+    centre, low, high = figures
+    yerr = [np.clip(np.nan_to_num(centre - low), 0, None), np.clip(np.nan_to_num(high - centre), 0, None)]
+    ax.errorbar(x, centre, yerr=yerr, fmt="none", capsize=4, color="C0")
+    if trend:
+        joined = [i for i in range(len(x)) if i not in copied]
+        ax.plot([x[i] for i in joined], centre[joined], "-", color="C0")
+    marked = {i for i, d in enumerate(settings) if d.get("decided") not in (None, "best")} if verdict else set()
+    own = [i for i in range(len(x)) if i not in copied and i not in marked]
+    ax.plot([x[i] for i in own], centre[own], "o", ms=6, color="C0")
+    if copied:
+        ax.plot([x[i] for i in copied], centre[copied], "o", ms=7, mfc="white", mec="C0",
+                label="copied from another sweep")
+        ax.legend(fontsize=8, loc="lower right")
+    if verdict:   # the verdict's contrasts: 0 is the best, the band its equivalence margin
+        _verdict_marks(ax, x, centre, settings)
 
 
 def seed_spread(accuracies: list[float], interval, path: Path, title: str) -> Path:

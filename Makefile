@@ -177,7 +177,8 @@ cost: $(STAMP)  ## the speed of every point trained under OUT, measured side by 
 migrate: $(STAMP)  ## an OUT's older tables rewritten in the current format, in place
 	$(PY) -m ablations migrate --out '$(OUT)' $(INTO_REF)
 
-# MARGIN: the report's equivalence margin in accuracy points, for sweeps whose spec sets none (default 0.5)
+# MARGIN: the report's equivalence margin for sweeps whose spec sets none: accuracy points (default 0.5) or N% of
+# the best setting's error (MARGIN=20%)
 MARGIN ?=
 REPORT = $(PY) -m ablations report --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT)) $(call opt,--margin,$(MARGIN)) $(INTO_REF)
 report: $(STAMP)  ## figures, REPORT.md and verdicts.csv under OUT from its tables; never trains

@@ -166,3 +166,37 @@ def check_spending(spending: str) -> float:
     if kind != "hsd" or not math.isfinite(gamma) or not -20 <= gamma <= 5:
         raise ValueError(f"the spending function must be 'obf' or 'hsd:γ' with γ between -20 and 5, got {spending!r}")
     return gamma
+
+
+@dataclass(frozen=True)
+class RelativeMargin:
+    """An equivalence margin given as a share of the best setting's error rate ("20%" of what the best setting gets
+    wrong), resolved on each sweep's runs: on an easy task a fixed ±0.5 points is a large part of the error."""
+    share: float
+
+    def resolve(self, best_accuracy: float) -> float:
+        """The margin as a fraction of accuracy, for a sweep whose best setting scores `best_accuracy`."""
+        return max(self.share * (1 - best_accuracy), 1e-4)
+
+    def __str__(self) -> str:
+        return f"{100 * self.share:g}% of the best setting's error"
+
+
+def parse_margin(value, where: str) -> float | RelativeMargin:
+    """An equivalence margin as a user gives it: accuracy points (0.5) → a fraction, or "N%" of the best setting's
+    error rate → RelativeMargin; ValueError naming `where` otherwise."""
+    text = str(value).strip()
+    try:
+        if text.endswith("%"):
+            share = float(text[:-1]) / 100
+            if 0 < share <= 1:
+                return RelativeMargin(share)
+        elif not isinstance(value, bool):
+            points = float(text)
+            if 0 < points < 100:
+                return points / 100
+    except ValueError:
+        pass
+    raise ValueError(f"{where} must be a number of accuracy points above 0 and below 100 (0.5), or a share of the "
+                     f"best setting's error above 0 % and at most 100 % (20%), got {value!r}")
+

@@ -73,25 +73,23 @@ def seconds_or_auto(text: str) -> float | None:
     return value
 
 
-def margin_points(text: str) -> float:
-    """argparse type: an equivalence margin in accuracy points, above 0 and below 100 → a fraction."""
+def margin_points(text: str):
+    """argparse type: an equivalence margin in accuracy points → a fraction, or "N%" of the best setting's error
+    (`choices.parse_margin`)."""
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < 100:
-        raise argparse.ArgumentTypeError(f"the margin must be a number of accuracy points above 0 and below 100, "
-                                         f"got {text!r}")
-    return value / 100
+        return choices.parse_margin(text, "the margin")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 OUT = Option("--out", "the results folder (default results)", "OUT", default="results", path=True)
 DATA_ROOT = Option("--data-root", "where torchvision datasets live (DATA_ROOT)", "DATA_ROOT", default="data", path=True)
 INTO_REFERENCE = Option("--into-reference", "allow writing into a folder of committed reference results "
                                             "(results/reference)", "INTO_REFERENCE", switch=True)
-MARGIN = Option("--margin", "the equivalence margin in accuracy points for sweeps whose spec sets none (default "
-                            "0.5): a pair is called equivalent when two one-sided tests place its difference "
-                            "within ±margin", "MARGIN", type=margin_points, default=0.005, metavar="POINTS")
+MARGIN = Option("--margin", "the equivalence margin for sweeps whose spec sets none: accuracy points (default 0.5), "
+                            "or N%% of the best setting's error rate (20%%); a pair is called equivalent when two "
+                            "one-sided tests place its difference within ±margin", "MARGIN", type=margin_points,
+                default=0.005, metavar="POINTS|N%%")
 
 # the options of `sweep` and `train`, in --help order
 RUN = (

@@ -4,7 +4,7 @@
     label = "patch size (px)"      # optional: how figures and the report name the factor
     description = "tokens against detail"   # optional: one line under the report's heading
     default = true                 # optional: one of the sweeps `make ablations` runs
-    margin = 0.5                   # optional: the report's equivalence margin for this sweep, in points
+    margin = 0.5                   # optional: the report's equivalence margin for this sweep, in points (or "20%")
     seeds = "auto"                 # optional: its seeds when SEEDS is not given ([0, 1, 2], "auto", "auto:3,5,8")
     factor = "patch_size"          # any ViTConfig field the dataset does not fix, or any TrainConfig field
     values = [2, 4, 7, 14]         # one setting per value (each trained once per seed)
@@ -45,7 +45,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablations.choices import SIDE_TABLES, SPEC_DIR, AutoSeeds, available_sweeps, default_sweeps, parse_seeds
+from ablations.choices import (
+    SIDE_TABLES,
+    SPEC_DIR,
+    AutoSeeds,
+    RelativeMargin,
+    available_sweeps,
+    default_sweeps,
+    parse_margin,
+    parse_seeds,
+)
 from bench.training.recipe import TrainConfig
 from vit import PRESETS, ViTConfig
 
@@ -127,7 +136,7 @@ class SweepSpec:
     holdout: float = 0.0   # the validation share when tuning
     holdout_seed: int = 0
     holdout_split: str = "stratified"
-    margin: float | None = None   # equivalence margin (fraction) the report tests against; None: the report's
+    margin: float | RelativeMargin | None = None   # equivalence margin (fraction, or a share of the error); None: the report's
     seeds: tuple[int, ...] | AutoSeeds | None = None   # its seeds when the command names none
 
     @classmethod
@@ -403,13 +412,14 @@ def _init(path: Path, init: str, check_files: bool) -> str:
     return init
 
 
-def _margin(path: Path, margin) -> float | None:
-    """The [sweep] margin in points, as a fraction (None: the report's)."""
-    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))
-                               or not 0 < margin < 100):
-        raise SpecError(f"{path}: [sweep] margin must be a number of accuracy points above 0 and below 100, "
-                        f"got {margin!r}")
-    return None if margin is None else margin / 100
+def _margin(path: Path, margin) -> float | RelativeMargin | None:
+    """The [sweep] margin: accuracy points → a fraction, or "N%" of the best setting's error (None: the report's)."""
+    if margin is None:
+        return None
+    try:
+        return parse_margin(margin, f"{path}: [sweep] margin")
+    except ValueError as err:
+        raise SpecError(str(err)) from None
 
 
 def _seeds(path: Path, sweep: dict) -> tuple[int, ...] | AutoSeeds | None:

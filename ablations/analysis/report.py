@@ -25,6 +25,7 @@ from ablations.analysis.inside import inside_the_model
 from ablations.analysis.predictions import load_correct
 from ablations.analysis.section import SweepPage, sweep_section
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, accuracy_interval
+from ablations.choices import RelativeMargin
 from ablations.results import seed_design
 from ablations.results.experiments import differences
 from ablations.results.store import SweepPaths, Tables, failed_rows, ok_rows, sweep_names
@@ -156,10 +157,11 @@ def default_reference(out: Path) -> Path | None:
 
 
 def build_report(out: Path, data_root: str | Path = "data", reference: Path | None = None,
-                 margin: float = MARGIN) -> Path:
+                 margin: float | RelativeMargin = MARGIN) -> Path:
     """Figures and REPORT.md under `out`; `data_root` is read only for the attention maps' test images;
     with `reference` (a folder of reference results), a section compares the runs with it point by point;
-    `margin` (a fraction) is the equivalence margin of sweeps whose spec sets none.
+    `margin` (a fraction, or a share of each sweep's best setting's error) is the equivalence margin of sweeps whose
+    spec sets none.
     A damaged row or file is skipped and listed at the end under "Skipped inputs"."""
     read = Tables(out)   # each table under `out` read once, for every section
     with collecting_skips() as notes:
@@ -220,7 +222,8 @@ def _tables(out: Path, specs: dict[str, SweepSpec], read: Tables
     return tables, tunings
 
 
-def _report_lines(out: Path, data_root: str | Path, margin: float, read: Tables, reference: Path | None) -> list[str]:
+def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMargin, read: Tables,
+                  reference: Path | None) -> list[str]:
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     specs = _specs(out)

@@ -19,7 +19,7 @@ from ablations.analysis.budget import (
     still_learning,
 )
 from ablations.analysis.stats import MARGIN
-from ablations.choices import AUGMENTATION, default_augmentation
+from ablations.choices import AUGMENTATION, RelativeMargin, default_augmentation
 from ablations.results.schema import DEFAULT_WHEN_BLANK
 from ablations.results.store import SweepPaths, Tables, ok_rows
 from ablations.specs import SweepSpec
@@ -100,7 +100,11 @@ def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Pa
     for more epochs."""
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
     paths, phase = read.paths(sweep), read.cost_phase(sweep)
-    f, rows, design_note = findings.analyse_sweep(rows, factor, order, paths, phase, spec.margin or margin, read)
+    given = spec.margin or margin
+    if isinstance(given, RelativeMargin):   # a share of the best setting's error: resolved on these runs
+        means = pd.to_numeric(ok_rows(rows)["test_acc"], errors="coerce").groupby(ok_rows(rows)[factor]).mean()
+        given = given.resolve(float(means.max())) if len(means) and means.notna().any() else MARGIN
+    f, rows, design_note = findings.analyse_sweep(rows, factor, order, paths, phase, given, read)
     margin = f.margin
     ok = ok_rows(rows)
     seeds = sorted({int(s) for s in ok["seed"]})

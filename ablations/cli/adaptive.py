@@ -18,7 +18,7 @@ import pandas as pd
 
 from ablations.analysis.designs import select, with_settings
 from ablations.analysis.sequential import Design, gather, replay_design
-from ablations.choices import OBRIEN_FLEMING, AutoSeeds
+from ablations.choices import OBRIEN_FLEMING, AutoSeeds, RelativeMargin
 from ablations.results import seed_design
 from ablations.results.identity import experiment_id
 from ablations.results.seed_design import first_look_seeds
@@ -127,6 +127,12 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
     from ablations.analysis.stats import ALPHA, MARGIN  # the statistics load only for adaptive seeds
     from ablations.analysis.wording import design_progress
 
+    relative = [spec.name for spec in specs if spec.name in auto and isinstance(spec.margin, RelativeMargin)]
+    if relative:
+        print(f"error: SEEDS=auto: the sweep {', '.join(relative)} sets its margin as a share of the best setting's "
+              f"error, which is known only once runs exist, while the design fixes its margin before its first look; "
+              f"give the margin in accuracy points (margin = 0.5) or train it at fixed seeds", file=sys.stderr)
+        return None, 2
     classes = sweep_points[0][1][0].model.num_classes if sweep_points and sweep_points[0][1] else None
     points_of = dict(sweep_points)
     design_files = {spec.name: seed_design.new_design(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,

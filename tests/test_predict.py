@@ -149,7 +149,7 @@ def test_predict_names_the_classes_of_an_image_folder_run_and_says_when_an_older
     assert cli.main(["predict", str(image), "--run", str(row["run_id"]), "--out", str(out), "--figure", str(figure)]) == 0
     text = capsys.readouterr()
     ranked = [line.split() for line in text.out.splitlines() if line.split()[:1] == [image.name]]
-    assert len(ranked) == 2 and {r[3] for r in ranked} == {"horizontal", "vertical"} and "note:" not in text.err
+    assert len(ranked) == 2 and {r[3] for r in ranked} == {"horizontal", "vertical"} and "classes are shown" not in text.err
     # a run from before rows kept class names: indices, and one line saying why
     rows = read_table(table)
     rows["class_names"] = None
@@ -157,7 +157,7 @@ def test_predict_names_the_classes_of_an_image_folder_run_and_says_when_an_older
     assert cli.main(["predict", str(image), "--run", str(row["run_id"]), "--out", str(out), "--figure", str(figure)]) == 0
     text = capsys.readouterr()
     assert "records no class names (trained before runs kept them): its classes are shown as indices 0–1" in text.err
-    assert text.err.count("\n") == 1 and "Traceback" not in text.err
+    assert sum("classes are shown" in line for line in text.err.splitlines()) == 1 and "Traceback" not in text.err
     assert {line.split()[2] for line in text.out.splitlines() if line.split()[:1] == [image.name]} == {"0", "1"}
 
 
@@ -178,3 +178,30 @@ def test_a_figure_path_that_links_into_the_reference_is_refused_before_any_work(
     err = capsys.readouterr().err
     assert "lies in (or links into) the committed reference results" in err and err.count("\n") == 1
     assert target.read_bytes() == b"committed"
+
+
+def test_predict_on_a_run_that_had_not_converged_says_so(trained, capsys, tmp_path):
+    """The run's history says its test accuracy was still rising by more than a point at its last epoch: predict
+    prints a note that its predictions are a short budget's (the report's own rule); a settled and fitted history,
+    none."""
+    import shutil
+
+    import pandas as pd
+
+    out, run_id, png, _ = trained
+    mine = tmp_path / "out"
+    shutil.copytree(out, mine)
+    history = mine / "ablations" / "depth-history.csv"
+    rows = pd.read_csv(history)
+    last = rows["epoch"].max()
+    rows.loc[rows["epoch"] == last, "test_acc"] = rows.loc[rows["epoch"] == last - 1, "test_acc"].to_numpy() + 0.05
+    rows.to_csv(history, index=False)
+    figure = tmp_path / "a.png"
+    assert cli.main(["predict", str(png), "--run", run_id, "--out", str(mine), "--figure", str(figure)]) == 0
+    err = capsys.readouterr().err
+    assert f"note: run {run_id} had not converged (its test accuracy rose 5.0 points over its last epoch)" in err
+    rows.loc[rows["epoch"] == last, "test_acc"] = rows.loc[rows["epoch"] == last - 1, "test_acc"].to_numpy()
+    rows["train_loss"] = 0.1   # a loss that has fitted: nothing to say
+    rows.to_csv(history, index=False)
+    assert cli.main(["predict", str(png), "--run", run_id, "--out", str(mine), "--figure", str(figure)]) == 0
+    assert "had not converged" not in capsys.readouterr().err

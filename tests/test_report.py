@@ -717,7 +717,7 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     assert "**Not converged**: depth=1: its training loss ended at 1.90" in section[:2500]
     # the verdict's own headline says it, not only a paragraph beside it
     headline = next(line for line in section.splitlines() if line.startswith("**") and "Not converged**:" not in line)
-    assert headline.startswith(("**Not converged; at this budget: depth=", "**No verdict (not converged)**")), headline
+    assert headline.startswith("**Not converged; at this budget: depth="), headline
 
 
 def test_convergence_is_judged_per_setting_against_what_the_recipe_can_reach(tmp_path):
@@ -1186,3 +1186,17 @@ def test_a_margin_given_as_a_share_of_the_error_is_resolved_on_each_sweeps_runs_
     err = capsys.readouterr().err
     assert code == 2 and "sets its margin as a share of the best setting's error" in err
     assert not list((tmp_path / "o").glob("ablations/*.csv"))
+
+
+def test_a_one_seed_pass_that_has_not_converged_keeps_its_own_reason_for_no_verdict(tmp_path):
+    """A quick single-seed pass (2 epochs): no verdict because one seed cannot measure the spread between seeds,
+    not because of convergence, which its own line then reports."""
+    for depth in (1, 2):
+        write_run(tmp_path, depth, 0, mask(range(150 + 10 * depth)))
+    rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
+    pd.DataFrame([{"run_id": r, "epoch": e, "train_loss": 1 / e, "test_acc": acc} for r in rows["run_id"]
+                  for e, acc in ((1, 0.67), (2, 0.84))]).to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
+    section = build_report(tmp_path).read_text().split("## depth", 1)[1]
+    assert "**No verdict**: one seed per setting" in section and "No verdict (not converged)" not in section
+    assert "**Not converged**: depth=1: its test accuracy rose" in section
+

@@ -123,8 +123,26 @@ def load_run(out: Path, run_id: str, data_root: str | Path = "data") -> Loaded:
     mean, std = recorded_normalisation(row) or _statistics(str(row["dataset"]), data_root)
     factor = f"{sweep} sweep, seed {row['seed']}"
     classes, note = _row_classes(row, model.cfg.num_classes)
+    unsettled = _not_converged(out, sweep, row, model.cfg.num_classes)
     return Loaded(model.eval(), f"{row['run_id']} ({factor}, {row['dataset']}, test acc "
-                                f"{100 * float(row['test_acc']):.2f} %)", mean, std, classes, note)
+                                f"{100 * float(row['test_acc']):.2f} %)", mean, std, classes,
+                  "\n".join(t for t in (note, unsettled) if t))
+
+
+def _not_converged(out: Path, sweep: str, row: pd.Series, classes: int) -> str:
+    """One line where the run had not converged by the report's rule (`budget.still_learning`), else ''."""
+    from ablations.analysis.budget import still_learning
+
+    read = Tables(out)
+    history = read.history(sweep) if read.paths(sweep).history.exists() else pd.DataFrame()
+    check = still_learning(history, pd.DataFrame([row]).assign(run=row["run_id"]), "run", classes)
+    if check.converged:
+        return ""
+    u = check.settings[0]
+    why = (f"its test accuracy rose {100 * u.gain:.1f} points over its last epoch" if u.gain is not None else
+           f"its training loss ended at {u.loss:.2f}, far from fitting its training set")
+    return (f"note: run {row['run_id']} had not converged ({why}): its predictions are a short budget's; train it "
+            f"longer (EPOCHS) for what the model can do")
 
 
 def _row_classes(row: pd.Series, num_classes: int) -> tuple[tuple[str, ...], str]:

@@ -405,8 +405,8 @@ def not_converged(c: Convergence, factor: str) -> str:
 
 def unconverged_headline(verdict: str) -> str:
     """A verdict whose bold answer says that its runs had not converged: the answer is this budget's."""
-    if verdict.startswith("**No verdict**"):
-        return verdict.replace("**No verdict**", "**No verdict (not converged)**", 1)
+    if verdict.startswith("**No verdict**"):   # its own reason stands (one seed, chance); the budget's line follows
+        return verdict
     return verdict.replace("**", "**Not converged; at this budget: ", 1)
 
 

@@ -86,6 +86,30 @@ def dry_run_line(auto: AutoSeeds, points: int, spec: SweepSpec) -> str:
             f"the list shows each point at the most seeds it may train")
 
 
+def _design_files(out: str, specs: list[SweepSpec], sweep_points: list[tuple[str, list[Point]]],
+                  options: dict[str, RunOptions], auto: dict[str, AutoSeeds]) -> tuple[dict[str, dict], str]:
+    """Each adaptive sweep's design file as this command would write it, and '' or the one-line refusal of a
+    design that cannot be (a margin relative to the error) or that differs from the one its runs were read under."""
+    from ablations.analysis.stats import ALPHA, MARGIN
+
+    relative = [spec.name for spec in specs if spec.name in auto and isinstance(spec.margin, RelativeMargin)]
+    if relative:
+        return {}, _relative_margin(relative)
+    classes = sweep_points[0][1][0].model.num_classes if sweep_points and sweep_points[0][1] else None
+    points_of = dict(sweep_points)
+    files = {spec.name: seed_design.new_design(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
+                                               experiment_of(points_of[spec.name], options[spec.name]))
+             for spec in specs if spec.name in auto}
+    return files, next(filter(None, (_another_design(SweepPaths.of(out, n), n, d) for n, d in files.items())), "")
+
+
+def _relative_margin(sweeps: list[str]) -> str:
+    """The one-line refusal of a margin given as a share of the error under SEEDS=auto."""
+    return (f"SEEDS=auto: the sweep {', '.join(sweeps)} sets its margin as a share of the best setting's error, which "
+            f"is known only once runs exist, while the design fixes its margin before its first look; give the "
+            f"margin in accuracy points (margin = 0.5) or train it at fixed seeds")
+
+
 def _another_design(paths: SweepPaths, name: str, design: dict[str, Any]) -> str:
     """The one-line refusal of a design other than the one a sweep's runs of this experiment were decided under
     ('' where there is none, or no run of the experiment has finished): a design is fixed once its looks have
@@ -124,25 +148,12 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
     on its finished runs and train the seeds it asks for; the sweeps with fixed seeds train beside the first
     look. Every point stays in the command, so each look's cost phase is the first one, reused. The summaries
     of all looks merged, or (None, status) as `run_all` (the command's way to train a step of sweep_points)."""
-    from ablations.analysis.stats import ALPHA, MARGIN  # the statistics load only for adaptive seeds
-    from ablations.analysis.wording import design_progress
+    from ablations.analysis.wording import design_progress  # the statistics load only for adaptive seeds
 
-    relative = [spec.name for spec in specs if spec.name in auto and isinstance(spec.margin, RelativeMargin)]
-    if relative:
-        print(f"error: SEEDS=auto: the sweep {', '.join(relative)} sets its margin as a share of the best setting's "
-              f"error, which is known only once runs exist, while the design fixes its margin before its first look; "
-              f"give the margin in accuracy points (margin = 0.5) or train it at fixed seeds", file=sys.stderr)
+    design_files, refused = _design_files(args.out, specs, sweep_points, options, auto)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
         return None, 2
-    classes = sweep_points[0][1][0].model.num_classes if sweep_points and sweep_points[0][1] else None
-    points_of = dict(sweep_points)
-    design_files = {spec.name: seed_design.new_design(spec.margin or MARGIN, ALPHA, classes, auto[spec.name].looks,
-                                                   experiment_of(points_of[spec.name], options[spec.name]))
-                    for spec in specs if spec.name in auto}
-    for name in design_files:
-        refused = _another_design(SweepPaths.of(args.out, name), name, design_files[name])
-        if refused:
-            print(f"error: {refused}", file=sys.stderr)
-            return None, 2
     for name in design_files:
         seed_design.write_design(SweepPaths.of(args.out, name), design_files[name])
     merged: dict[str, SweepSummary] = {}

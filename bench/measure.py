@@ -99,7 +99,7 @@ def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: in
     row: dict[str, object] = {
         "mode": mcfg.mode, "batch_size": mcfg.batch_size, "dtype": mcfg.dtype, "compile": int(mcfg.compile),
         "throughput_img_s": timing.throughput(mcfg.batch_size), "step_ms_median": timing.median_ms,
-        "step_ms_iqr": timing.iqr_ms, "repeats": timing.steps,
+        "step_ms_iqr": timing.iqr_ms, "cpu_step_ms_median": timing.cpu_median_ms, "repeats": timing.steps,
         **{f"step_ms_p{q}": timing.latency_percentile_ms(q) for q in (50, 90, 99)},
         "energy_j_per_img": None if energy.per_unit is None else energy.per_unit / mcfg.batch_size,
         "energy_window_s": energy.window_s, "energy_source": energy.source,

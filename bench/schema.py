@@ -144,6 +144,10 @@ SPEED = [
                                    "its steps), as training runs them, so host launch time overlaps the device",
            roles=("measured", "speed")),
     Column("step_ms_iqr", "ms", "interquartile range of those per-step times", roles=("measured",)),
+    Column("cpu_step_ms_median", "ms", "on the CPU, median CPU time per step (this process's, all its threads), "
+                                       "the same steps as step_ms_median: what a step costs the CPU whatever else "
+                                       "holds the machine, so speed can be compared under load; blank on CUDA",
+           roles=("measured", "speed")),
     Column("step_ms_p50", "ms", "latency: 50th percentile of one step timed alone (on CUDA synchronised after it, "
                                 "host launch time included), numpy's linear interpolation", roles=("measured", "speed")),
     Column("step_ms_p90", "ms", "latency: 90th percentile of one step timed alone (9 in 10 steps stay under)",

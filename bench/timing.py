@@ -52,6 +52,12 @@ class Timing:
     times_ms: tuple[float, ...]
     steps: int
     latency_ms: tuple[float, ...] = ()
+    cpu_ms: tuple[float, ...] = ()   # CPU only: this process's CPU time per step, alongside times_ms
+
+    @property
+    def cpu_median_ms(self) -> float | None:
+        """The median CPU time per step (None on CUDA, where the host's CPU time says nothing of the device)."""
+        return statistics.median(self.cpu_ms) if self.cpu_ms else None
 
     @property
     def median_ms(self) -> float:
@@ -71,20 +77,23 @@ class Timing:
 
 
 def _time_block(step: Callable[[], object], device: torch.device, steps: int) -> float:
-    """Milliseconds per step over `steps` steps run back to back; on CUDA between two events, with one
+    """Milliseconds per step over `steps` CUDA steps run back to back, between two events, with one
     synchronisation after the last."""
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(steps):
-            step()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / steps
-    t0 = time.perf_counter()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
     for _ in range(steps):
         step()
-    return (time.perf_counter() - t0) * 1e3 / steps
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / steps
+
+
+def _time_cpu_step(step: Callable[[], object]) -> tuple[float, float]:
+    """One CPU step's (wall, CPU) milliseconds: the CPU time is this process's, all its threads, which other
+    processes holding the machine do not lengthen (beyond what they do to its caches)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    step()
+    return (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3
 
 
 def time_steps(step: Callable[[], object], device: torch.device | str = "cpu",
@@ -103,13 +112,19 @@ def time_steps(step: Callable[[], object], device: torch.device | str = "cpu",
     block = cfg.block if cuda else 1
     poll = getattr(around, "poll", None)
     times: list[float] = []
+    cpu: list[float] = []
     steps, timed_ms = 0, 0.0
     with around or contextlib.nullcontext():
         while steps < cfg.max_repeats and (steps < cfg.min_repeats or timed_ms < cfg.min_time_s * 1e3):
             n = min(block, cfg.max_repeats - steps)
-            times.append(_time_block(step, device, n))
+            if cuda:
+                times.append(_time_block(step, device, n))
+            else:
+                wall, used = _time_cpu_step(step)
+                times.append(wall)
+                cpu.append(used)
             steps, timed_ms = steps + n, timed_ms + times[-1] * n
             if poll is not None:
                 poll(steps)
     latency = tuple(_time_block(step, device, 1) for _ in range(cfg.latency_steps)) if cuda else ()
-    return Timing(tuple(times), steps, latency)
+    return Timing(tuple(times), steps, latency, tuple(cpu))

@@ -336,46 +336,48 @@ def test_a_small_budget_plans_fewer_rounds_and_the_rows_say_how_many(tmp_path, c
     assert again["run_id"].tolist() == rows["run_id"].tolist()   # complete as it stands: a rerun reuses it
 
 
-def test_a_machine_busy_in_every_round_stops_the_phase_within_its_budget(tmp_path, monkeypatch, capsys):
-    from ablations.running import cost as cost_module
+def test_a_busy_cpu_keeps_measuring_and_its_rounds_are_read_by_cpu_time(tmp_path, monkeypatch, capsys):
+    """Every timed region sees other processes take the whole machine (a faked /proc/stat, the meter's input): on
+    the CPU the phase keeps its planned rounds, each row contended and carrying its CPU time; the spreads the
+    report reads are CPU-time figures (the step's CPU milliseconds, the throughput they give), and it says so."""
+    from ablations.analysis.findings import _cost_source
+    from ablations.results.store import spreads
     from bench import contention
 
-    # every timed region sees other processes take the whole machine (a faked /proc/stat, the meter's input)
     clock = {"busy": 0.0}
 
     def busy_cpus() -> float:
         clock["busy"] += 1e6
         return clock["busy"]
     monkeypatch.setattr(contention, "_cpu_busy_s", busy_cpus)
-    plan = dataclasses.replace(PLAN, rounds=50, budget_s=60.0)
-    measured = []
-    real = cost_module._measure_item
-    monkeypatch.setattr(cost_module, "_measure_item", lambda item, *a: measured.append(item) or real(item, *a))
-    waits = []
-    monkeypatch.setattr(cost_module._Clock, "wait_for_quiet", lambda self, device: waits.append(device))
-    rows = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv")
-    # busy from the first timed steps: abandoned at once (its first 3 steps, no wait for quiet), nothing kept of it
-    assert rows.empty and len(measured) == 3 and not waits
-    assert not (tmp_path / "c-cost.csv").exists() or read_table(tmp_path / "c-cost.csv").empty
-    err = capsys.readouterr().err
-    assert "the machine was busy: 3 of 3 first timed steps" in err and "stopped there and keeps nothing" in err
-    assert f"make cost OUT='{tmp_path.parent}'" in err and "measure later on an idle machine" in err
-
-
-def test_a_first_round_mostly_under_load_stops_the_phase_after_it_and_keeps_it(tmp_path, monkeypatch, capsys):
-    from bench import contention
-
-    calls = {"n": 0}
-
-    def quiet_then_busy() -> float:      # the first timed region is quiet, every later one fully busy
-        calls["n"] += 1
-        return 0.0 if calls["n"] <= 2 else 1e6 * calls["n"]
-    monkeypatch.setattr(contention, "_cpu_busy_s", quiet_then_busy)
-    rows = run_cost_phase("c", points(), dataclasses.replace(PLAN, rounds=50, budget_s=60.0), torch.device("cpu"),
+    rows = run_cost_phase("c", points(), dataclasses.replace(PLAN, rounds=3, budget_s=60.0), torch.device("cpu"),
                           tmp_path / "c-cost.csv")
-    assert set(rows["rounds"]) == {1} and set(rows["round"]) == {0} and rows["contended"].sum() == len(rows) - 1
-    assert len(read_table(tmp_path / "c-cost.csv")) == len(rows)   # the round taken is kept, as a complete phase
-    assert "so the phase stopped after its first round" in capsys.readouterr().err
+    assert set(rows["round"]) == {0, 1, 2} and rows["contended"].eq(1).all()
+    assert rows["cpu_step_ms_median"].gt(0).all()
+    phase = read_table(tmp_path / "c-cost.csv")
+    figures = spreads(phase[phase["depth"] == 1], ["mode"])[("train",)]
+    train = phase[(phase["depth"] == 1) & (phase["mode"] == "train")]
+    assert figures["step_ms_median"].median == pytest.approx(train["cpu_step_ms_median"].median())
+    assert figures["throughput_img_s"].median == pytest.approx((16 / (train["cpu_step_ms_median"] / 1e3)).median())
+    source = _cost_source(phase, phase)
+    assert source.cpu_time and source.loaded == len(phase)
+    from ablations.analysis.wording import cost_source
+    assert "CPU-time figures measured under load" in cost_source(source)
+    assert "no cost phase" not in capsys.readouterr().err
+
+
+def test_on_cuda_a_first_round_under_load_stops_the_phase_as_before():
+    """On CUDA the host's CPU time says nothing of the device: a first round whose first timed steps all ran under
+    load abandons the phase, and one mostly under load stops it after that round."""
+    from ablations.running.cost import BUSY_ITEMS, _Clock
+
+    loaded = [("i", None, {"contended": 1, "other_cpu_pct": 80.0}) for _ in range(BUSY_ITEMS)]
+    early = _Clock(PLAN, None, [], torch.device("cuda"))
+    assert early.busy(loaded, early=True) and early.abandoned and "stopped there and keeps nothing" in early.stopped
+    mostly = _Clock(PLAN, None, [], torch.device("cuda"))
+    assert mostly.busy(loaded + [("j", None, {"contended": 0})]) and not mostly.abandoned
+    cpu = _Clock(PLAN, None, [], torch.device("cpu"))
+    assert not cpu.busy(loaded, early=True) and not cpu.stopped
 
 
 def test_the_cost_budget_is_planned_from_quiet_steps_so_it_does_not_grow_with_the_load():
@@ -387,6 +389,9 @@ def test_the_cost_budget_is_planned_from_quiet_steps_so_it_does_not_grow_with_th
     quiet = clock.expected_training_s([("i", item, {"status": "ok", "step_ms_median": 10.0, "contended": 0})])
     loaded = clock.expected_training_s([("i", item, {"status": "ok", "step_ms_median": 100.0, "contended": 1})])
     assert quiet > 0 and loaded == 0      # a step slowed by other work does not stretch the budget
+    by_cpu = clock.expected_training_s([("i", item, {"status": "ok", "step_ms_median": 100.0, "contended": 1,
+                                                     "cpu_step_ms_median": 10.0})])
+    assert by_cpu == pytest.approx(quiet)   # under load on the CPU, its CPU time: what the step costs
 
 
 def test_a_cost_budget_is_auto_before_training_and_no_limit_for_the_cost_command():
@@ -664,3 +669,22 @@ def test_a_fresh_processs_one_off_costs_land_in_no_round_so_a_short_budget_still
     phase = read_table(tmp_path / "o" / "ablations" / "fresh-cost.csv")
     assert sorted(set(phase["round"])) == [0, 1, 2] and set(phase["rounds"]) == {3}, err[-800:]
     assert "no cost phase" not in err
+
+
+def test_a_ratio_read_by_cpu_time_under_load_is_said_as_approximate():
+    """Where the figures are CPU time under load, the cost sentence gives the ratio as approximate and says why; a
+    quiet machine's is given as it is."""
+    from ablations.analysis.findings import CostSource, Setting, SweepFindings
+    from ablations.analysis.stats import accuracy_interval
+    from ablations.analysis.wording import cost_sentence
+    from bench.rounds import Spread
+
+    def setting(value, img_s):
+        speed = {"throughput_img_s": Spread.of([img_s, img_s * 1.01, img_s * 0.99])}
+        return Setting(value, [0], accuracy_interval([0.9], 1000), 10, 0.1, Spread.of([5.0]), infer=speed,
+                       train=speed)
+    settings = [setting(1, 200.0), setting(2, 100.0)]
+    loaded = cost_sentence(SweepFindings("depth", settings, 1000, CostSource(3, loaded=6, steps=6, cpu_time=True),
+                                         None, None))
+    quiet = cost_sentence(SweepFindings("depth", settings, 1000, CostSource(3), None, None))
+    assert "inference img/s ≈×0.50 (CPU time under load)" in loaded and "inference img/s ×0.50;" in quiet

@@ -35,7 +35,7 @@ from ablations.analysis.stats import (
 )
 from ablations.results.experiments import starved
 from ablations.results.schema import uncontended
-from ablations.results.store import SweepPaths, Tables, model_key, ok_rows, spreads
+from ablations.results.store import SweepPaths, Tables, cpu_timed, model_key, ok_rows, spreads
 from bench.io.csvio import skipped
 from bench.rounds import Spread
 from vit import ViTConfig
@@ -64,12 +64,14 @@ class Setting:
 @dataclass(frozen=True)
 class CostSource:
     """Where a sweep's speed figures come from: its newest cost phase's `rounds` (None: no cost phase kept), the
-    phase's device where not the runs' (else ""), and how many of its `steps` timed steps ran `loaded` (while
-    other processes took the machine) and are left out."""
+    phase's device where not the runs' (else ""), how many of its `steps` timed steps ran `loaded` (while other
+    processes took the machine), and whether some items are read by their CPU time (`cpu_time`: on the CPU,
+    with too few quiet rounds) rather than left out."""
     rounds: int | None
     device: str = ""
     loaded: int = 0
     steps: int = 0
+    cpu_time: bool = False   # some items' figures are their CPU time over every round (too few quiet ones)
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,10 @@ def _cost_source(cost_phase: pd.DataFrame | None, ok: pd.DataFrame) -> CostSourc
     names = cost_phase["device_name"].dropna().astype(str).unique() if "device_name" in cost_phase else []
     runs_on = set(ok["device_name"].dropna().astype(str)) if "device_name" in ok else set()
     on = str(names[0]) if len(names) == 1 and {names[0]} != runs_on else ""   # said where not the runs'
-    return CostSource(int(cost_phase["rounds"].iloc[0]), on, loaded, len(cost_phase))
+    every = cost_phase[cost_phase["status"] == "ok"] if "status" in cost_phase else cost_phase
+    by_cpu = loaded > 0 and any(cpu_timed(group) for _, group in every.groupby(
+        every.apply(lambda r: model_key(ViTConfig.from_row(r)), axis=1).astype(str) + every["mode"].astype(str)))
+    return CostSource(int(cost_phase["rounds"].iloc[0]), on, loaded, len(cost_phase), by_cpu)
 
 
 def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, cost_phase: pd.DataFrame | None,

@@ -418,12 +418,32 @@ def _spread_of(rows: pd.DataFrame) -> dict[str, Spread]:
     return {f: Spread.of(rows[f].astype(float)) for f in SPEED_FIGURES if f in rows}
 
 
+def by_cpu_time(rows: pd.DataFrame) -> pd.DataFrame:
+    """A phase's CPU rows read by their CPU time: each step's CPU milliseconds as its time, and the throughput
+    they give (batch_size / CPU time), for rounds taken under load, which CPU time does not lengthen."""
+    cpu = pd.to_numeric(rows["cpu_step_ms_median"], errors="coerce")
+    return rows.assign(step_ms_median=cpu, throughput_img_s=pd.to_numeric(rows["batch_size"], errors="coerce")
+                       / (cpu / 1e3))
+
+
+def cpu_timed(rows: pd.DataFrame) -> bool:
+    """Whether a group of one phase's ok rows is read by CPU time: fewer than MIN_ROUNDS of its rounds ran on a
+    quiet machine, and every round recorded its CPU time (a CPU phase)."""
+    from bench.rounds import MIN_ROUNDS
+
+    return (len(uncontended(rows)) < MIN_ROUNDS and "cpu_step_ms_median" in rows and len(rows) >= MIN_ROUNDS
+            and pd.to_numeric(rows["cpu_step_ms_median"], errors="coerce").notna().all())
+
+
 def spreads(phase: pd.DataFrame, by: list[str]) -> dict[tuple, dict[str, Spread]]:
-    """{group: {figure: Spread over the uncontended rounds}} for the ok rows of one phase, grouped by `by`;
-    peak memory over every round (other processes do not change a step's allocator peak)."""
+    """{group: {figure: Spread over the uncontended rounds}} for the ok rows of one phase, grouped by `by` (a CPU
+    group short of quiet rounds: over every round by CPU time, `by_cpu_time`); peak memory over every round
+    (other processes do not change a step's allocator peak)."""
     every = phase[phase["status"] == "ok"]
-    ok = uncontended(every)
-    found = {key if isinstance(key, tuple) else (key,): _spread_of(group) for key, group in ok.groupby(by, sort=False)}
+    found = {key if isinstance(key, tuple) else (key,): _spread_of(by_cpu_time(group) if cpu_timed(group)
+                                                                    else uncontended(group))
+             for key, group in every.groupby(by, sort=False)}
+    found = {key: figures for key, figures in found.items() if any(s.n for s in figures.values())}
     for key, group in every.groupby(by, sort=False):   # a step's peak memory is the allocator's: load does not move it
         if "peak_mem_mb" in group:
             found.setdefault(key if isinstance(key, tuple) else (key,), {})["peak_mem_mb"] = Spread.of(

@@ -20,10 +20,13 @@ training (else there is no phase). After
 the first round it plans as many rounds as fit (at most `rounds`); a round taken entirely under load waits,
 within the budget and at most QUIET_WAIT_S, for the machine to quiet down; a phase that would overrun stops
 after the round in hand and its rows record the rounds it took. The budget is planned from the first round's
-quiet steps only, so it does not grow with the load; a phase whose first BUSY_ITEMS timed steps all ran under
-load is abandoned at once (nothing kept), and one whose first round mostly did stops after it. Where fewer
-than MIN_ROUNDS rounds of an item ran on a quiet machine, its speed is reported as not measured, and one line
-says how to measure it later (`make cost`).
+quiet steps only, so it does not grow with the load. On CUDA, where the host's CPU time says nothing of the
+device, a phase whose first BUSY_ITEMS timed steps all ran under load is abandoned at once (nothing kept), and
+one whose first round mostly did stops after it; where fewer than MIN_ROUNDS rounds of an item ran on a quiet
+machine, its speed is reported as not measured, and one line says how to measure it later (`make cost`). On the
+CPU every step's CPU time is recorded beside its wall time (`cpu_step_ms_median`), which other processes holding
+the machine do not lengthen: a busy CPU keeps measuring, and the report compares such rounds by CPU time,
+labelled so.
 
 The rows of one phase share a `phase_id`, a hash of everything that defines the measurement (the
 sweeps, models, batch sizes, dtype, rounds, timing, device). A rerun that finds a complete phase with
@@ -333,8 +336,8 @@ def _rounds(sitting: _Sitting, clock: _Clock, order: list, items: int, sweeps: l
         sitting.keep(this_round, planned, write=True)
         if r + 1 >= planned:
             break
-        if all(row.get("contended") for _, _, row in this_round):
-            clock.wait_for_quiet(sitting.device)
+        if sitting.device.type == "cuda" and all(row.get("contended") for _, _, row in this_round):
+            clock.wait_for_quiet(sitting.device)   # the CPU compares loaded rounds by CPU time: nothing to wait for
         if r + 1 >= MIN_ROUNDS and clock.overruns(r + 1):   # never fewer rounds than a comparison needs
             _close_early(sweeps, sitting.rows, pid, r + 1, clock)
             break
@@ -479,10 +482,11 @@ class _Clock:
         if self.workload is None:
             return None
         images, seeds = self.workload
-        # quiet steps only: a step slowed by other work would stretch the budget with the load
-        step_s = {(model_key(item.cfg), item.mcfg.batch_size): float(row.get("step_ms_median") or 0) / 1e3
+        # quiet steps, or under load their CPU time: a step slowed by other work would stretch the budget with the load
+        step_s = {(model_key(item.cfg), item.mcfg.batch_size):
+                  float((row.get("cpu_step_ms_median") if row.get("contended") else row.get("step_ms_median")) or 0) / 1e3
                   for _, item, row in first_round
-                  if item.mode == "train" and is_ok(row) and not row.get("contended")}
+                  if item.mode == "train" and is_ok(row) and (not row.get("contended") or row.get("cpu_step_ms_median"))}
         total = 0.0
         for p in self.points:
             per_epoch = math.ceil(images * (1 - p.train.holdout) / p.train.batch_size)
@@ -532,11 +536,13 @@ class _Clock:
         return fit
 
     def busy(self, first_round: list[tuple[str, _Item, dict[str, Any]]], early: bool = False) -> bool:
-        """Whether the first round's timed steps ran while other processes held the machine: `early`, its
-        first BUSY_ITEMS all did (the phase is abandoned at once, nothing of it kept); else most of the
-        round did (the phase stops after it). Either way the training goes on, and one line says how to
-        measure later."""
+        """On CUDA, whether the first round's timed steps ran while other processes held the machine: `early`, its
+        first BUSY_ITEMS all did (the phase is abandoned at once, nothing of it kept); else most of the round did
+        (the phase stops after it). Either way the training goes on, and one line says how to measure later. On
+        the CPU never: its rounds are compared by CPU time under load."""
         loaded = [row for _, _, row in first_round if row.get("contended")]
+        if self.device.type != "cuda":   # the CPU: its rounds are compared by CPU time, which the load leaves alone
+            return False
         if not first_round or (len(loaded) < len(first_round) if early else 2 * len(loaded) <= len(first_round)):
             return False
         shares = sorted(float(row.get("other_cpu_pct") or 0) for row in loaded)
@@ -582,8 +588,8 @@ def _close_early(sweeps: list[tuple[str, list[Point], Path]], rows: dict[str, li
 def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clock: _Clock, out: Path) -> None:
     """One line where a budget stop or other processes left items with fewer than MIN_ROUNDS quiet rounds."""
     per_item: dict[tuple, int] = collections.Counter()
-    for row in kept:
-        if not row.get("contended") and is_ok(row):
+    for row in kept:   # a round counts where quiet, or where its CPU time stands in for a loaded wall time
+        if is_ok(row) and (not row.get("contended") or row.get("cpu_step_ms_median") is not None):
             per_item[_row_item(row)] += 1
     short = items - sum(1 for n in per_item.values() if n >= MIN_ROUNDS)
     if short <= 0:

@@ -180,6 +180,10 @@ def cost_source(c: CostSource) -> str:
     """Where a sweep's speed figures come from."""
     if c.rounds is None:
         return f"no cost phase (none kept here; {say('make cost OUT=…', 'vitbench cost --out …')} measures one)"
+    if c.cpu_time:
+        return (f"cost phase{f' on {c.device}' if c.device else ''}, {c.rounds} interleaved rounds, CPU-time figures "
+                f"measured under load ({c.loaded} of {c.steps} timed steps ran while other processes took ≥ "
+                f"{CONTENDED_PCT:.0f} % of the machine: each step's CPU time, which that does not lengthen)")
     return (f"cost phase{f' on {c.device}' if c.device else ''}, {c.rounds} interleaved rounds"
             + (f" ({c.loaded} of {c.steps} timed steps ran while other processes took ≥ {CONTENDED_PCT:.0f} % of the "
                f"machine and are left out)" if c.loaded else ""))
@@ -299,7 +303,10 @@ def cost_sentence(f: SweepFindings) -> str:
 
     def figure(mode: str, col: str, least: int = MIN_ROUNDS) -> str:
         a, b = getattr(last, mode).get(col), getattr(first, mode).get(col)
-        return ratio_or_noise(a, b, least=least) if a is not None and b is not None else "not measured"
+        said = ratio_or_noise(a, b, least=least) if a is not None and b is not None else "not measured"
+        # CPU-time ratios under load: near a quiet machine's, not equal (Method, 'Cost'), so said as approximate
+        return f"≈{said} (CPU time under load)" if f.cost.cpu_time and col != "peak_mem_mb" and said.startswith("×") \
+            else said
 
     hungry = first.starved + last.starved
     wall = ("not compared (one side was trained in another sweep, at another time)"

@@ -99,8 +99,9 @@ def _method_cost() -> str:
   overlap, else "same within noise". On a busy CPU each step's CPU time stands in for its wall time (an item
   with too few quiet rounds is read by CPU time over every round) and its ratios are said as approximate (≈):
   beside 4 CPU burners on 2 cores they came within 10 % of a quiet machine's wall-clock ratios for most of the
-  main job's points, but up to 19 % off for some inference steps (`benchmarks/speed_under_load.py`), since time-slicing costs a
-  step cache refills in proportion to its working set. Peak memory is one step's tensor-level peak. MFU = achieved FLOP/s ÷ the
+  main job's points, but up to 19 % off for some inference steps (`benchmarks/speed_under_load.py`), since
+  time-slicing costs a step cache refills in proportion to its working set. Peak memory is one step's
+  tensor-level peak. MFU = achieved FLOP/s ÷ the
   device's measured matmul peak (training counts 3 × the forward); "busy" is the device's busy share while
   timed (NVML's on CUDA, process CPU time ÷ wall ÷ cores on the CPU).
 - **References.** Holm (1979) Scand. J. Statist. 6:65–70; Satterthwaite (1946) Biometrics Bull. 2:110–114;

@@ -186,7 +186,7 @@ def _cost_source(cost_phase: pd.DataFrame | None, ok: pd.DataFrame) -> CostSourc
     names = cost_phase["device_name"].dropna().astype(str).unique() if "device_name" in cost_phase else []
     runs_on = set(ok["device_name"].dropna().astype(str)) if "device_name" in ok else set()
     on = str(names[0]) if len(names) == 1 and {names[0]} != runs_on else ""   # said where not the runs'
-    every = cost_phase[cost_phase["status"] == "ok"] if "status" in cost_phase else cost_phase
+    every = ok_rows(cost_phase) if "status" in cost_phase else cost_phase
     by_cpu = loaded > 0 and any(cpu_timed(group) for _, group in every.groupby(
         every.apply(lambda r: model_key(ViTConfig.from_row(r)), axis=1).astype(str) + every["mode"].astype(str)))
     return CostSource(int(cost_phase["rounds"].iloc[0]), on, loaded, len(cost_phase), by_cpu)

@@ -208,8 +208,10 @@ def verdict_sentence(f: SweepFindings) -> str:
     said = f"**{answer_text(answer(f, '', ''))}**"
     if f.left_out:
         said = "Of the settings in the design: " + said + _left_out(f)
-    seeds = design_sentence(f) if f.design is not None else " ".join(
-        t for t in (_detectable(f), power_sentence(f), auto_sentence(f)) if t)
+    v = f.verdict
+    nothing = not (v.beats or v.equivalent or v.identical)   # then what more seeds would do is the news: said first
+    order = (power_sentence, auto_sentence, _detectable) if nothing else (_detectable, power_sentence, auto_sentence)
+    seeds = design_sentence(f) if f.design is not None else " ".join(t for t in (sentence(f) for sentence in order) if t)
     return " ".join(t for t in (said, chance_sentence(f), seeds) if t)
 
 

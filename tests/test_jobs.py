@@ -5,6 +5,7 @@ import errno
 import fcntl
 import os
 import signal
+import re
 import subprocess
 import sys
 import time
@@ -372,8 +373,10 @@ def test_a_stop_signal_with_two_jobs_stops_every_worker_within_seconds_and_keeps
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == status, err[-2000:]
-    assert took < 10
-    assert "runs finished and kept; rerun the same command to resume" in err and "Traceback" not in err
+    assert took < 30   # seconds: a busy machine slows the stop; that it came before the runs finished is checked below
+    assert re.search(r"0 runs finished and kept; ([2-9]|\d\d) unfinished runs go on from a checkpoint \(\S+=\S+ seed \d+ "
+                     r"after epoch \d+, .*; rerun the same command to resume", err), err[-2000:]
+    assert "Traceback" not in err
     assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "a worker outlived the driver"
     assert len(list(checkpoints.glob("*.safetensors"))) >= 2
     rows = out / "ablations" / "js.csv"

@@ -265,7 +265,8 @@ def test_ctrl_c_exits_130_saying_what_was_kept(tmp_path, capsys, monkeypatch):
     code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path), "--seeds", "0",
                      "--cost-rounds", "0"])
     assert code == 130
-    assert "interrupted (SIGINT): 1 runs finished and kept; rerun the same command to resume" in capsys.readouterr().err
+    assert ("interrupted (SIGINT): 1 run finished and kept; the 1 run left starts from epoch 1; rerun the same "
+            "command to resume") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("seeds", ["0", "auto"])

@@ -230,17 +230,48 @@ def _run_all(args: argparse.Namespace, sweep_points: list[tuple[str, list[Point]
         return None, 2
     except OSError as err:  # a full disk, a folder gone read-only: every finished run is kept
         where = f"{err.filename}: " if err.filename and str(err.filename) not in str(err.strerror) else ""
-        print(f"error: {where}{err.strerror or err}; {len(recorded)} runs finished and kept "
+        print(f"error: {where}{err.strerror or err}; {_runs(len(recorded))} finished and kept "
               f"(rerun the same command to resume)", file=sys.stderr)
         return None, 2
     except KeyboardInterrupt as err:  # the workers are stopped and the locks released by now
         signal_name = str(err) if isinstance(err, Interrupted) else "SIGINT"
-        print(f"\ninterrupted ({signal_name}): {len(recorded)} runs finished and kept; rerun "
-              f"the same command to resume", file=sys.stderr)
+        print(f"\ninterrupted ({signal_name}): {_runs(len(recorded))} finished and kept"
+              f"{_restarting(sweep_points, options, recorded)}; rerun the same command to resume", file=sys.stderr)
         return None, err.exit_status if isinstance(err, Interrupted) else 130
     finally:
         if started is None:
             executor.close()
+
+
+def _runs(n: int) -> str:
+    return "1 run" if n == 1 else f"{n} runs"
+
+
+def _restarting(sweep_points: list[tuple[str, list[Point]]], options: dict[str, RunOptions],
+                recorded: list[str]) -> str:
+    """What a rerun does with the runs not finished: those with a checkpoint named (up to 3) with the epoch they
+    go on after, the rest said to start from their first epoch."""
+    from ablations.training.checkpoints import saved_epoch
+
+    kept, resumed, left = set(recorded), [], 0
+    for name, points in sweep_points:
+        paths = SweepPaths.of(options[name].out, name)
+        for task in make_tasks(points, options[name]):
+            if task.run_id in kept:
+                continue
+            epoch = saved_epoch(paths.checkpoint(task.run_id)) if paths.checkpoint(task.run_id).exists() else None
+            if epoch is None:
+                left += 1
+            else:
+                resumed.append(f"{task.point.label} seed {task.seed} after epoch {epoch}")
+    said = ""
+    if resumed:
+        more = f" and {len(resumed) - 3} more" if len(resumed) > 3 else ""
+        runs = "1 unfinished run goes" if len(resumed) == 1 else f"{len(resumed)} unfinished runs go"
+        said += f"; {runs} on from a checkpoint ({', '.join(resumed[:3])}{more})"
+    if left:
+        said += f"; {'the 1 run left starts' if left == 1 else f'the {left} runs left start'} from epoch 1"
+    return said
 
 
 # whether a command ends by telling the user their next step (`known`, which runs sweeps and then writes the

@@ -54,6 +54,18 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]] | No
         return None
 
 
+def saved_epoch(path: Path) -> int | None:
+    """The last finished epoch a checkpoint holds (read from its metadata alone), or None where there is none
+    or it cannot be read."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return int(json.loads(f.metadata()["vitbench"])["epoch"])
+    except Exception:
+        return None
+
+
 def training_state(model: nn.Module, optimizer: torch.optim.Optimizer,
                     generators: dict[str, torch.Generator]) -> dict[str, Tensor]:
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}

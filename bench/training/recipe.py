@@ -58,6 +58,9 @@ class TrainConfig:
     holdout_split: str = field(default="stratified", metadata=_doc(
         "", "how the validation split is drawn: stratified (each class in its training-set share) or random "
             "(blank: random, as older rows drew it)", "text"))
+    packed: bool = field(default=False, metadata=_doc(
+        "0/1", "whether the run trained as a member of a pack: the seeds of its point stacked into one model "
+               "(PACK)", "int"))
 
     def __post_init__(self) -> None:
         floats_as_floats(self)
@@ -96,10 +99,12 @@ class TrainConfig:
 
     def _check_compile(self) -> None:
         """0 and 1 (the Makefile's COMPILE=0/1, `--set compile=1`) are the booleans: one training, one run id."""
-        if not isinstance(self.compile, bool) and isinstance(self.compile, int) and self.compile in (0, 1):
-            object.__setattr__(self, "compile", bool(self.compile))
-        if not isinstance(self.compile, bool):
-            raise ValueError(f"TrainConfig.compile must be 0 or 1 (false or true), got {self.compile!r}")
+        for name in ("compile", "packed"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and isinstance(value, int) and value in (0, 1):
+                object.__setattr__(self, name, bool(value))
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"TrainConfig.{name} must be 0 or 1 (false or true), got {value!r}")
 
     @classmethod
     def from_row(cls, row: Any) -> TrainConfig:

@@ -75,16 +75,19 @@ def layer_id(name: str, depth: int) -> int:
     return depth + 1
 
 
-def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0) -> list[dict[str, Any]]:
+def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0,
+                 stacked: dict[str, Tensor] | None = None) -> list[dict[str, Any]]:
     """One group per (layer, decay?): no weight decay on biases, norms, CLS token and positions;
-    `lr_scale` = layer_decay^(depth + 1 − layer) for layer-wise lr decay."""
+    `lr_scale` = layer_decay^(depth + 1 − layer) for layer-wise lr decay. `stacked`: a pack's tensors (the
+    model's parameters with a leading member dimension, by name), grouped in their place."""
     depth = len(getattr(model, "blocks", ()))
     groups: dict[tuple[int, bool], dict[str, Any]] = {}
-    for name, p in model.named_parameters():
+    extra = 0 if stacked is None else 1
+    for name, p in (model.named_parameters() if stacked is None else stacked.items()):
         if not p.requires_grad:
             continue
         layer = layer_id(name, depth)
-        decays = not (p.ndim <= 1 or name in ("cls_token", "pos_embed.weight"))
+        decays = not (p.ndim - extra <= 1 or name in ("cls_token", "pos_embed.weight"))
         group = groups.setdefault((layer, decays), {"params": [], "weight_decay": weight_decay if decays else 0.0,
                                                     "lr_scale": layer_decay ** (depth + 1 - layer), "layer": layer})
         group["params"].append(p)

@@ -1,0 +1,338 @@
+"""Packed runs: the seeds of one point trained as one stacked model, so one forward, backward and optimizer step
+does the work of k runs.
+
+The members' weights, buffers and AdamW state are stacked along a leading dimension (`torch.func.
+stack_module_state`) and the model runs under `torch.func.vmap` (`functional_call` of one template module):
+autograd gives each member the gradient of its own loss, since no member's loss reads another's weights. Each
+member keeps everything a run has alone: its initial weights (built under its seed by the caller), its batch
+order and augmentation draws (its own generators, drawn as `train` draws them), its own gradient clipping (its
+own global norm), its learning-rate schedule, evaluation, history, predictions, weights and checkpoint (its own
+file, in a run's format). A member whose loss stops being finite is marked diverged at that epoch's end; the
+others go on (its slot keeps computing, which touches no other slot).
+
+Bits: a member's numbers do not depend on the pack's width, its slot or its companions (tested, conv and patch
+stems, every state tensor), but they are not those of the same seed trained alone (a stacked matmul is not
+the same kernel as a plain one), so a packed run has its own run id (`TrainConfig.packed`). vmap over one
+member takes other kernels than over two, so a pack of one trains beside a copy of itself whose results are
+dropped. Dropout (its draws would come from one shared generator), torch.compile and fp16's loss scaling
+(one scaler would skip every member's step for one member's overflow) are refused before any run.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state, vmap
+from tqdm import tqdm
+
+from ablations.training.checkpoints import Checkpointing, load_checkpoint, save_checkpoint
+from ablations.training.data import Dataset, recipe_data
+from ablations.training.train import (
+    Diverged,
+    Done,
+    TrainResult,
+    _check_stop,
+    _identity,
+    generators,
+    lr_at,
+    on_device,
+)
+from bench.training.precision import autocast
+from bench.training.recipe import TrainConfig
+from bench.training.step import freeze_all_but_head, param_groups, train_mode
+
+
+def refusal(cfg: TrainConfig, dropout: float, device: torch.device) -> str:
+    """Why runs of this recipe cannot train packed (one line naming what to change), or "" where they can."""
+    if dropout > 0:
+        return ("packing needs dropout 0: a pack's members would draw their dropout masks from one shared "
+                "generator, so a member's result would depend on its companions; set PACK=0 or dropout=0")
+    if cfg.compile:
+        return "packing and torch.compile are not supported together; set PACK=0 or compile=0"
+    if cfg.resolved_dtype(device) == "fp16" and device.type == "cuda":
+        return ("packing needs bf16 or fp32: fp16's one loss scaler would skip every member's step for one "
+                "member's overflow; set DTYPE=bf16 or PACK=0")
+    return ""
+
+
+@dataclass
+class Member:
+    """What a pack is given for one run: its model (built under its seed), seed and checkpoint."""
+    model: nn.Module
+    seed: int
+    checkpoint: Checkpointing | None = None
+
+
+@dataclass
+class _MemberState:
+    streams: dict[str, torch.Generator]
+    done: Done
+    identity: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    diverged: Diverged | None = None
+    best_acc: float = 0.0
+    preds: Tensor | None = None
+
+
+def _per_member(values: Tensor, like: Tensor) -> Tensor:
+    """(k,) values shaped to scale a stacked (k, …) tensor member by member."""
+    return values.view(len(values), *([1] * (like.dim() - 1))).to(like.dtype)
+
+
+class PackedModel:
+    """k models of one architecture as stacked tensors and one template module that runs them under vmap."""
+
+    def __init__(self, models: list[nn.Module]) -> None:
+        self.k = len(models)
+        self.template = copy.deepcopy(models[0])
+        self.params, self.buffers = stack_module_state(models)
+        for name, p in self.params.items():   # stack_module_state makes every stacked tensor a trainable leaf
+            p.requires_grad_(dict(models[0].named_parameters())[name].requires_grad)
+
+    def member_state(self, i: int) -> dict[str, Tensor]:
+        """Member i's state dict, as its model alone would hold it (copies)."""
+        return {name: t[i].detach().clone() for name, t in {**self.params, **self.buffers}.items()}
+
+    def forward(self, images: Tensor, shared: bool = False) -> Tensor:
+        """(k, B, classes) logits of (k, B, …) images, or of one (B, …) batch every member sees (`shared`)."""
+        def one(params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor) -> Tensor:
+            return functional_call(self.template, (params, buffers), (x,))
+        with warnings.catch_warnings():   # the CPU's sdpa kernel has no batching rule: vmap loops over the members
+            warnings.filterwarnings("ignore", message="There is a performance drop")
+            return vmap(one, in_dims=(0, 0, None if shared else 0))(self.params, self.buffers, images)
+
+
+class PackedStep:
+    """One optimisation step of every member: forward, each member's loss, backward, each member's gradient
+    clipping, AdamW over the stacked tensors (elementwise, so each member's update is its own). Returns the
+    members' summed batch losses as a (k,) device tensor."""
+
+    def __init__(self, packed: PackedModel, cfg: TrainConfig, device: torch.device, dtype: str) -> None:
+        self.packed, self.cfg, self.device, self.dtype = packed, cfg, device, dtype
+        if cfg.freeze == "all_but_head":
+            freeze_all_but_head(packed.template)
+            for name, p in packed.params.items():
+                p.requires_grad_(name.startswith("head."))
+        # foreach, not fused: the CPU's fused kernel runs a vector body and a scalar tail that round differently,
+        # so an element's update would depend on where its member's slice falls in the stacked tensor
+        self.optimizer = torch.optim.AdamW(param_groups(packed.template, cfg.weight_decay, cfg.layer_decay,
+                                                        stacked=packed.params), lr=cfg.lr, foreach=True)
+        self.trainable = [p for p in packed.params.values() if p.requires_grad]
+
+    def __call__(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group["lr_scale"]
+        smoothing = self.cfg.label_smoothing
+        with autocast(self.device, self.dtype):
+            logits = self.packed.forward(x)
+            losses = vmap(lambda z, t: F.cross_entropy(z, t, label_smoothing=smoothing))(logits, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        if self.cfg.grad_clip:
+            self._clip(self.cfg.grad_clip)
+        self.optimizer.step()
+        return losses.detach().float() * y.shape[1]
+
+    @torch.no_grad()
+    def _clip(self, max_norm: float) -> None:
+        """`nn.utils.clip_grad_norm_` for each member over its own gradients: its global norm, its coefficient."""
+        grads = [p.grad for p in self.trainable if p.grad is not None]
+        k = self.packed.k
+        norms = torch.stack([torch.linalg.vector_norm(g.reshape(k, -1), dim=1) for g in grads], dim=1)
+        coef = (max_norm / (torch.linalg.vector_norm(norms, dim=1) + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(_per_member(coef, g))
+
+
+@torch.no_grad()
+def evaluate_pack(packed: PackedModel, data: Dataset, device: torch.device, dtype: str, batch_size: int,
+                  images: Tensor, labels: Tensor) -> list[tuple[float, float, Tensor]]:
+    """Each member's (mean loss, accuracy, predictions on the CPU) of an image set on `device`, one read."""
+    packed.template.eval()
+    total = torch.zeros(packed.k, device=device)
+    preds = []
+    for i in range(0, len(labels), batch_size):
+        x, y = data.normalize(images[i:i + batch_size]), labels[i:i + batch_size]
+        with autocast(device, dtype):
+            logits = packed.forward(x, shared=True)
+        total += vmap(lambda z: F.cross_entropy(z.float(), y, reduction="sum"))(logits)
+        preds.append(logits.argmax(-1))
+    pred, losses, n, truth = torch.cat(preds, dim=1).cpu(), total.cpu(), len(labels), labels.cpu()
+    return [(losses[j].item() / n, (pred[j] == truth).sum().item() / n, pred[j]) for j in range(packed.k)]
+
+
+def _resume(members: list[Member], identities: list[dict], cfg: TrainConfig) -> list[tuple[dict, dict] | None]:
+    """Each member's saved (tensors, metadata) where its checkpoint is this very run's with epochs to go, else
+    None; where the members found stand at different epochs, none is resumed (a pack trains in step)."""
+    found: list[tuple[dict, dict] | None] = []
+    for member, identity in zip(members, identities):
+        path = member.checkpoint.path if member.checkpoint else None
+        saved = load_checkpoint(path) if path is not None and path.exists() else None
+        if saved is not None and (saved[1].get("identity") != identity or saved[1]["epoch"] >= cfg.epochs):
+            if saved[1].get("identity") != identity:
+                tqdm.write(f"checkpoint {path} is not this run's (another model, recipe or data); the run starts "
+                           f"from epoch 1")
+            saved = None
+        found.append(saved)
+    epochs = {saved[1]["epoch"] if saved else 0 for saved in found}
+    if len(epochs) > 1:
+        tqdm.write(f"the pack's checkpoints stand at epochs {sorted(epochs)}; its {len(members)} runs start from "
+                   f"epoch 1 together")
+        return [None] * len(members)
+    return found
+
+
+def _restore(packed: PackedModel, step: PackedStep, saved: list[tuple[dict, dict]],
+             states: list[_MemberState]) -> None:
+    """Each member's model, optimizer state and generators from its checkpoint, into its slot."""
+    with torch.no_grad():
+        for j, (tensors, _) in enumerate(saved):
+            for name, t in {**packed.params, **packed.buffers}.items():
+                t[j].copy_(tensors[f"model.{name}"])
+    order = [p for group in step.optimizer.param_groups for p in group["params"]]
+    state: dict[int, dict[str, Tensor]] = {}
+    for index in range(len(order)):
+        keys = {key.split(".", 2)[2] for key in saved[0][0] if key.startswith(f"optim.{index}.")}
+        for key in keys:
+            values = [tensors[f"optim.{index}.{key}"] for tensors, _ in saved]
+            state.setdefault(index, {})[key] = values[0] if values[0].dim() == 0 else torch.stack(values)
+    step.optimizer.load_state_dict({"state": state, "param_groups": step.optimizer.state_dict()["param_groups"]})
+    for (tensors, _), member in zip(saved, states):
+        for name, g in member.streams.items():
+            g.set_state(tensors[f"rng.{name}"])
+
+
+def _save(packed: PackedModel, step: PackedStep, j: int, member: Member, state: _MemberState,
+          meta: dict[str, Any]) -> None:
+    """Member j's checkpoint, in a run's format: its model, its slice of the optimizer state, its generators."""
+    tensors = {f"model.{k}": v for k, v in packed.member_state(j).items()}
+    for index, values in step.optimizer.state_dict()["state"].items():
+        tensors.update({f"optim.{index}.{k}": (v if v.dim() == 0 else v[j]).detach().clone()
+                        for k, v in values.items() if torch.is_tensor(v)})
+    tensors.update({f"rng.{name}": g.get_state() for name, g in state.streams.items()})
+    groups = [{k: float(v) if torch.is_tensor(v) else v for k, v in g.items() if k != "capturable"}
+              for g in step.optimizer.state_dict()["param_groups"]]
+    save_checkpoint(member.checkpoint.path, tensors, {**meta, "param_groups": groups, "scaler": {}})
+
+
+def _batches(data: Dataset, train_x: Tensor, train_y: Tensor, states: list[_MemberState], n: int,
+             batch_size: int, device: torch.device) -> Iterator[tuple[Tensor, Tensor]]:
+    """The epoch's stacked batches: each member's own order and augmentation, drawn as `train` draws them."""
+    streams = [data.epoch_batches(train_x, train_y, torch.randperm(n, generator=s.streams["order"]).to(device),
+                                  batch_size, s.streams["augment"]) for s in states]
+    for batch in zip(*streams):
+        yield torch.stack([x for x, _ in batch]), torch.stack([y for _, y in batch])
+
+
+def _start(members: list[Member], models: list[nn.Module], identities: list[dict], cfg: TrainConfig,
+           device: torch.device, dtype: str, real: int) -> tuple[PackedModel, PackedStep, list[_MemberState]]:
+    """The pack, its step and each member's state: fresh, or restored where every member's checkpoint stands
+    at the same epoch (`_resume`)."""
+    saved = _resume(members, identities, cfg)
+    for model, found in zip(models, saved):
+        if found is not None:
+            model.load_state_dict({k[len("model."):]: v for k, v in found[0].items() if k.startswith("model.")})
+    packed = PackedModel(models)
+    step_fn = PackedStep(packed, cfg, device, dtype)
+    states = [_MemberState(generators(m.seed), Done(), identity) for m, identity in zip(members, identities)]
+    if all(found is not None for found in saved):
+        _restore(packed, step_fn, saved, states)
+        for state, (_, meta) in zip(states, saved):
+            state.done = Done(meta["epoch"], meta["step"], meta["train_time_s"], meta["history"])
+            state.history = list(meta["history"])
+            state.best_acc = max((h["test_acc"] for h in state.history), default=0.0)
+        tqdm.write(f"resumed a pack of {real} after epoch {states[0].done.epoch} of {cfg.epochs}")
+    return packed, step_fn, states
+
+
+def _record(states: list[_MemberState], epoch: int, losses: list[float], tested: list, valued: list | None,
+            lr: float, step: int, steps_per_epoch: int, elapsed: float) -> None:
+    """Each member's epoch: its history row, or its divergence (a loss that is not finite)."""
+    for j, state in enumerate(states):
+        if state.diverged is not None:
+            continue
+        if not math.isfinite(losses[j]):
+            state.diverged = Diverged(f"loss became {losses[j]} in epoch {epoch} (steps "
+                                      f"{step - steps_per_epoch + 1}–{step}, lr {lr:.3g} at the last)")
+            continue
+        record = {"epoch": epoch, "lr": lr, "train_loss": losses[j], "test_loss": tested[j][0],
+                  "test_acc": tested[j][1], "elapsed_s": elapsed}
+        if valued is not None:
+            record["val_loss"], record["val_acc"] = valued[j][0], valued[j][1]
+        state.history.append(record)
+        state.best_acc, state.preds = max(state.best_acc, tested[j][1]), tested[j][2]
+
+
+def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: torch.device,
+               progress: bool = True) -> list[TrainResult | Diverged]:
+    """Train the members (models of one config, each initialised by the caller under its seed) as one pack;
+    each gets its TrainResult, or the Diverged that stopped it. Checkpoints as `train` writes them, one file a
+    member; a pack resumes where every member's checkpoint stands at the same epoch."""
+    dtype = cfg.resolved_dtype(device)
+    data, held_out = recipe_data(data, cfg)
+    real = len(members)
+    if real == 1:   # vmap over one member runs other kernels than over two: train beside a copy, dropped
+        members = [members[0], Member(copy.deepcopy(members[0].model), members[0].seed)]
+    models = [m.model.to(device) for m in members]
+    train_x, train_y = on_device(data.train_x, device), on_device(data.train_y, device)
+    n = len(train_y)
+    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    total_steps, warmup_steps = cfg.epochs * steps_per_epoch, max(1, round(cfg.warmup_epochs * steps_per_epoch))
+    identities = [_identity(m, cfg, member.seed, n) for m, member in zip(models, members)]
+    packed, step_fn, states = _start(members, models, identities, cfg, device, dtype, real)
+    tests = on_device(data.test_x, device), on_device(data.test_y, device)
+    vals = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
+    done = states[0].done
+    step, train_time, first = done.step, done.train_time_s, done.epoch + 1
+    epochs = tqdm(range(first, cfg.epochs + 1), desc=f"epochs (pack of {real})", unit="ep", leave=False,
+                  disable=not progress)
+    for epoch in epochs:
+        _check_stop()
+        train_mode(packed.template, cfg)
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros(packed.k, device=device)
+        for x, y in _batches(data, train_x, train_y, states, n, cfg.batch_size, device):
+            lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
+            loss_sum += step_fn(x, y, lr)
+            step += 1
+        losses = (loss_sum / n).tolist()   # the epoch's one read of the training losses
+        train_time += time.perf_counter() - t0
+        tested = evaluate_pack(packed, data, device, dtype, cfg.eval_batch_size, *tests)
+        valued = evaluate_pack(packed, data, device, dtype, cfg.eval_batch_size, *vals) if vals else None
+        _record(states, epoch, losses, tested, valued, lr, step, steps_per_epoch, train_time)
+        if all(s.diverged is not None for s in states[:real]):
+            break
+        epochs.set_postfix(acc=" ".join(f"{s.history[-1]['test_acc']:.3f}" for s in states[:real] if s.history))
+        lead = members[0].checkpoint
+        if lead is not None and lead.due(epoch, cfg.epochs, train_time / (epoch - first + 1)):
+            for j in range(real):
+                if states[j].diverged is None and members[j].checkpoint is not None:
+                    _save(packed, step_fn, j, members[j], states[j],
+                          {"identity": identities[j], "epoch": epoch, "step": step, "train_time_s": train_time,
+                           "history": states[j].history})
+    results: list[TrainResult | Diverged] = []
+    for j in range(real):
+        state = states[j]
+        if state.diverged is not None:
+            results.append(state.diverged)
+            continue
+        members[j].model.load_state_dict(packed.member_state(j))
+        last = state.history[-1]
+        trained = (cfg.epochs - state.done.epoch) * n
+        results.append(TrainResult(
+            last["train_loss"], last["test_loss"], last["test_acc"], state.best_acc, train_time,
+            (state.done.epoch * n + trained) / train_time if train_time else 0.0, state.history, state.preds,
+            resumed_after=state.done.epoch, train_util_pct=None, train_size=n,
+            val_size=len(held_out[1]) if held_out else None, val_loss=last.get("val_loss"),
+            val_acc=last.get("val_acc")))
+    return results
+

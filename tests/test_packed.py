@@ -1,0 +1,153 @@
+"""Packed runs (`ablations.training.packed`): a member's result does not depend on the pack's width, its slot
+or its companions, every state tensor bit for bit; it keeps its own generators, clipping, evaluation and
+checkpoint; a diverging member is marked and the others go on; a pack resumes bit for bit."""
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+from conftest import rel_err
+
+from ablations.training.checkpoints import Checkpointing
+from ablations.training.data import cached_dataset
+from ablations.training.packed import Member, PackedModel, PackedStep, refusal, train_pack
+from ablations.training.train import Diverged, train
+from bench.training.recipe import TrainConfig
+from vit import VisionTransformer, ViTConfig
+
+TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2)
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return cached_dataset("digits", "data", False)
+
+
+def _model(seed: int, cfg: ViTConfig = TINY) -> VisionTransformer:
+    torch.manual_seed(seed)
+    return VisionTransformer(cfg)
+
+
+def _pack(seeds, data, cfg=TINY, recipe=None, folder=None):
+    recipe = recipe or TrainConfig(epochs=1, batch_size=64, packed=True)
+    members = [Member(_model(s, cfg), s, Checkpointing(folder / f"{s}.safetensors", 1) if folder else None)
+               for s in seeds]
+    results = train_pack(members, data, recipe, CPU, progress=False)
+    return {s: (m.model.state_dict(), r) for s, m, r in zip(seeds, members, results)}
+
+
+def _same(a, b) -> list[str]:
+    """The names of the state tensors that differ, with the predictions and the histories."""
+    (sa, ra), (sb, rb) = a, b
+    differ = [k for k in sa if not torch.equal(sa[k], sb[k])]
+    if not torch.equal(ra.test_preds, rb.test_preds):
+        differ.append("test_preds")
+    if ra.history != [{**h, "elapsed_s": ra.history[i]["elapsed_s"]} for i, h in enumerate(rb.history)]:
+        differ.append("history")
+    return differ
+
+
+@pytest.mark.parametrize("stem", ["patch", "conv"])
+def test_a_member_is_the_same_bits_whatever_the_width_slot_or_companions(digits, stem):
+    cfg = TINY.replace(stem=stem)
+    three = _pack([0, 1, 2], digits, cfg)      # 23 steps of 64 images: more than 20
+    assert all(not isinstance(r, Diverged) for _, r in three.values())
+    swapped = _pack([1, 0], digits, cfg)       # other width, other slot
+    others = _pack([7, 1, 5, 3], digits, cfg)  # other companions
+    alone = _pack([1], digits, cfg)            # a pack of one
+    for other in (swapped, others, alone):
+        assert _same(three[1], other[1]) == []
+    assert _same(three[0], swapped[0]) == []
+    assert not torch.equal(three[0][0]["head.weight"], three[1][0]["head.weight"])   # the seeds differ
+
+
+def test_a_member_does_the_math_of_the_run_alone_to_rounding_but_not_bit_for_bit(digits):
+    recipe = TrainConfig(epochs=2, batch_size=64, lr=1e-3)
+    alone = _model(3)
+    solo = train(alone, digits, recipe, 3, CPU, progress=False)
+    state, packed = _pack([3, 4], digits, recipe=dataclasses.replace(recipe, packed=True))[3]
+    for mine, theirs in zip(packed.history, solo.history):   # the same batches, lr, clipping and AdamW
+        assert mine["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-4)
+        assert mine["test_loss"] == pytest.approx(theirs["test_loss"], rel=1e-4)
+    assert max(rel_err(state[k], v) for k, v in alone.state_dict().items() if v.is_floating_point()) < 1e-3
+    assert any(not torch.equal(state[k], v) for k, v in alone.state_dict().items())   # other kernels: other bits
+
+
+def test_each_member_is_clipped_by_its_own_norm():
+    models = [_model(0), _model(1)]
+    packed = PackedModel(models)
+    step = PackedStep(packed, TrainConfig(grad_clip=1.0), CPU, "fp32")
+    for p in step.trainable:
+        p.grad = torch.ones_like(p) * torch.tensor([3.0, 1e-6]).view(2, *([1] * (p.dim() - 1)))
+    step._clip(1.0)
+    norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.reshape(2, -1), dim=1)
+                                                  for p in step.trainable], dim=1), dim=1)
+    assert norms[0] == pytest.approx(1.0, rel=1e-5)             # clipped to the bound
+    assert norms[1] < 1e-3                                       # small: left as it was
+    alone = copy.deepcopy(models[1])
+    for p in alone.parameters():
+        p.grad = torch.full_like(p, 1e-6)
+    torch.nn.utils.clip_grad_norm_(list(alone.parameters()), 1.0)
+    assert torch.equal(step.trainable[0].grad[1], next(alone.parameters()).grad)
+
+
+def test_a_diverging_member_is_marked_and_the_others_go_on(digits):
+    members = [Member(_model(s), s) for s in (0, 1, 2)]
+    with torch.no_grad():
+        members[1].model.head.weight.fill_(float("nan"))
+    results = train_pack(members, digits, TrainConfig(epochs=2, batch_size=64, packed=True), CPU, progress=False)
+    assert isinstance(results[1], Diverged) and "epoch 1" in str(results[1])
+    healthy = _pack([0, 2], digits, recipe=TrainConfig(epochs=2, batch_size=64, packed=True))
+    for j, seed in ((0, 0), (2, 2)):
+        assert results[j].test_acc == healthy[seed][1].test_acc
+        assert torch.equal(results[j].test_preds, healthy[seed][1].test_preds)
+
+
+def test_a_pack_resumes_from_its_checkpoints_bit_for_bit(digits, tmp_path):
+    recipe = TrainConfig(epochs=3, batch_size=64, packed=True)
+    whole = _pack([0, 1], digits, recipe=recipe)
+    first = _pack([0, 1], digits, recipe=TrainConfig(epochs=3, batch_size=64, packed=True), folder=tmp_path)
+    assert _same(first[0], whole[0]) == []   # checkpointing changes nothing
+    resumed = _resume_after(digits, tmp_path / "again", recipe, stop_after=2)
+    for s in (0, 1):
+        assert resumed[s][1].resumed_after == 2
+        assert _same(resumed[s], whole[s]) == []
+
+
+def _resume_after(data, folder, recipe, stop_after):
+    """Train a pack with checkpoints every epoch, stop it after `stop_after` epochs (as a kill would), and
+    train it again from the same checkpoints."""
+    from ablations.training import train as train_module
+
+    folder.mkdir()
+    members = [Member(_model(s), s, Checkpointing(folder / f"{s}.safetensors", 1)) for s in (0, 1)]
+    calls = {"n": 0}
+    real = train_module._check_stop
+
+    def stop_at_epoch():
+        calls["n"] += 1
+        if calls["n"] > stop_after:
+            raise KeyboardInterrupt
+        real()
+    import ablations.training.packed as packed_module
+    packed_module._check_stop = stop_at_epoch
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_pack(members, data, recipe, CPU, progress=False)
+    finally:
+        packed_module._check_stop = real
+    return _pack([0, 1], data, recipe=recipe, folder=folder)
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"model": {"dropout": 0.1}}, "dropout"),
+    ({"train": {"compile": True}}, "torch.compile"),
+])
+def test_what_cannot_train_packed_is_refused_in_one_line(change, needle):
+    recipe = TrainConfig(**change.get("train", {}))
+    dropout = change.get("model", {}).get("dropout", 0.0)
+    said = refusal(recipe, dropout, CPU)
+    assert needle in said and "\n" not in said and "PACK=0" in said
+    assert refusal(TrainConfig(), 0.0, CPU) == ""

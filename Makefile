@@ -36,6 +36,7 @@ GRAPHS    ?=
 CUDNN_ATTENTION ?=
 EVALUATION ?=
 RUN_ORDER ?=
+PACK ?=
 INIT      ?=
 PRETRAINED ?=
 OUT       ?= results
@@ -64,7 +65,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)
   $(call opt,--img-size,$(IMG_SIZE)) \
   $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) $(call opt,--cost-rounds,$(COST_ROUNDS)) $(call opt,--cost-budget,$(COST_BUDGET)) \
   $(call opt,--device,$(DEVICE)) $(call opt,--dtype,$(DTYPE)) $(call opt,--compile,$(COMPILE)) \
-  $(call opt,--graphs,$(GRAPHS)) $(call opt,--cudnn-attention,$(CUDNN_ATTENTION)) $(call opt,--evaluation,$(EVALUATION)) $(call opt,--run-order,$(RUN_ORDER)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) \
+  $(call opt,--graphs,$(GRAPHS)) $(call opt,--cudnn-attention,$(CUDNN_ATTENTION)) $(call opt,--evaluation,$(EVALUATION)) $(call opt,--run-order,$(RUN_ORDER)) $(call opt,--pack,$(PACK)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) \
   $(call qopt,--out,$(OUT)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) $(call switch,--dry-run,$(DRY_RUN)) $(call switch,--large,$(LARGE)) \
   $(INTO_REF) $(call switch,--tensorboard,$(TENSORBOARD)) $(call opt,--executor,$(EXECUTOR)) $(call opt,--jobs,$(JOBS)) $(call opt,--threads,$(THREADS)) \
   $(call opt,--mps,$(MPS)) $(call opt,--workers,$(WORKERS)) $(call opt,--max-retries,$(MAX_RETRIES)) $(call opt,--cpus-per-task,$(CPUS_PER_TASK)) \

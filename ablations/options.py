@@ -136,6 +136,11 @@ RUN = (
                           "longest first, so that no long run starts last while the other workers sit idle); what a "
                           "run computes is the same in either", "RUN_ORDER", choices=list(choices.RUN_ORDERS),
            default="listed"),
+    Option("--pack", "train the seeds of a point as one stacked model, at most N seeds a pack (one forward, backward "
+                     "and optimizer step does N runs' work; a packed run has its own run id, and its figures do not "
+                     "depend on the pack's width or companions); 0: one run at a time; default auto: packs of up to "
+                     f"{choices.PACK_AUTO} on CUDA, none on a CPU (where runs are compute bound)", "PACK",
+           type=integer(0, "--pack (PACK) must be auto or an integer ≥ 0", auto=True), metavar="N|auto"),
     Option("--init", "a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from", "INIT", path=True),
     Option("--pretrained", "a timm model name whose pretrained weights timm downloads (network)", "PRETRAINED"),
     OUT,

@@ -7,8 +7,11 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import rel_err
+from conftest import rel_err, run_cli, write_spec
 
+import ablations.__main__ as cli
+from ablations.results.schema import read_table
+from ablations.results.store import SweepPaths
 from ablations.training.checkpoints import Checkpointing
 from ablations.training.data import cached_dataset
 from ablations.training.packed import Member, PackedModel, PackedStep, refusal, train_pack
@@ -151,3 +154,42 @@ def test_what_cannot_train_packed_is_refused_in_one_line(change, needle):
     said = refusal(recipe, dropout, CPU)
     assert needle in said and "\n" not in said and "PACK=0" in said
     assert refusal(TrainConfig(), 0.0, CPU) == ""
+
+
+def _sweep_rows(tmp_path, capsys, pack: str, out: str):
+    spec = write_spec(tmp_path / "p.toml", "depth", "[1, 2]")
+    code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / out),
+                                      "--seeds", "0,1,2", "--cost-rounds", "0", "--pack", pack], capsys)
+    assert code == 0, err
+    paths = SweepPaths.of(str(tmp_path / out), "p")
+    table = read_table(paths.rows)
+    return table, paths
+
+
+def test_a_sweep_packed_3_and_2_wide_gives_the_same_runs_bit_for_bit_and_shares_no_id_with_one_at_a_time(
+        tmp_path, capsys):
+    wide, wide_paths = _sweep_rows(tmp_path, capsys, "3", "three")
+    narrow, narrow_paths = _sweep_rows(tmp_path, capsys, "2", "two")
+    alone, _ = _sweep_rows(tmp_path, capsys, "0", "none")
+    assert (wide["status"] == "ok").all() and len(wide) == 6 and (wide["packed"] == 1).all()
+    assert set(wide["run_id"]) == set(narrow["run_id"]) and not set(wide["run_id"]) & set(alone["run_id"])
+    assert (alone["packed"] == 0).all()
+    for rid in wide["run_id"]:
+        a = torch.load(next(wide_paths.weights.glob(f"{rid}*")))
+        b = torch.load(next(narrow_paths.weights.glob(f"{rid}*")))
+        assert all(torch.equal(a[k], b[k]) for k in a), rid
+        assert next(wide_paths.preds.glob(f"{rid}*")).read_bytes() == next(narrow_paths.preds.glob(f"{rid}*")).read_bytes()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--pack", "two"], "--pack (PACK) must be auto or an integer ≥ 0, got 'two'"),
+    (["--pack", "2", "--set", "dropout=0.1"], "packing needs dropout 0"),
+    (["--pack", "2", "--set", "compile=1"], "packing and torch.compile"),
+    (["--pack", "2", "--executor", "ray"], "packed runs train on the local executor"),
+])
+def test_packing_refusals_are_one_line_before_any_run(tmp_path, capsys, argv, needle):
+    spec = write_spec(tmp_path / "p.toml", "depth", "[1]")
+    code, out, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"),
+                                        "--seeds", "0,1", "--cost-rounds", "0", *argv], capsys)
+    assert code == 2 and needle in err, err
+    assert not (tmp_path / "o" / "ablations" / "p.csv").exists()

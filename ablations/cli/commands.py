@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, AutoSeeds, say
+from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, PACK_AUTO, AutoSeeds, say
 from ablations.results import seed_design, tensorboard
 from ablations.results.store import SweepError, SweepPaths, finished_ids, keep_spec, model_key, sweep_lock
 from ablations.running.cost import CostPlan
@@ -57,7 +57,15 @@ def _train_changes(args: argparse.Namespace) -> dict[str, Any]:
         changes["dtype"] = args.dtype
     if args.compile:
         changes["compile"] = True
+    if pack_width(args):
+        changes["packed"] = True
     return changes
+
+
+def pack_width(args: argparse.Namespace) -> int:
+    """The most seeds of a point a pack trains (`--pack`): auto is PACK_AUTO on CUDA and 0 (none) on a CPU."""
+    given = getattr(args, "pack", 0)
+    return given if given is not None else (PACK_AUTO if resolve_device(args.device).type == "cuda" else 0)
 
 
 def check_device(args: argparse.Namespace) -> None:
@@ -69,7 +77,7 @@ def check_device(args: argparse.Namespace) -> None:
             print(f"note: {args.dtype} autocast on a CPU can be hundreds of times slower than fp32", file=sys.stderr)
 
 
-DERIVED = {"seeds", "cost", "init", "init_id", "graphs", "data_id", "progress", "point_seeds"}  # not copied as given
+DERIVED = {"seeds", "cost", "init", "init_id", "graphs", "data_id", "progress", "point_seeds", "pack"}  # not copied as given
 
 
 def _options(args: argparse.Namespace, init: str, ident: str, seeds: tuple[int, ...] = DEFAULT_SEEDS) -> RunOptions:
@@ -82,7 +90,7 @@ def _options(args: argparse.Namespace, init: str, ident: str, seeds: tuple[int, 
              if f.name not in DERIVED and hasattr(args, f.name)}
     return RunOptions(**given, seeds=tuple(seeds), init=init, init_id=init_id,
                       cost=CostPlan.before_training(args.cost_rounds, args.cost_budget),
-                      graphs=bool(args.graphs), data_id=ident)
+                      graphs=bool(args.graphs), data_id=ident, pack=pack_width(args))
 
 
 def data_id(dataset: str, data_root: str, img_size: int | None, native: int | None = None, digest: str = "") -> str:
@@ -349,11 +357,27 @@ def _prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
                     for s in specs]  # every point of every sweep validated before any training
     for name, points in sweep_points:
         _check_recipes(name, points, data)
+        _check_packing(args, points)
     _fetch_pretrained(args)
     for spec, (_, points) in zip(specs, sweep_points):
         _check_init(args.init or spec.init, points)
     return specs, sweep_points, data, data_id(args.dataset, args.data_root, args.img_size,
                                               native=data.train_x.shape[-1], digest=data.digest)
+
+
+def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:
+    """ValueError in one line where packed runs cannot train: on Ray, or a recipe that cannot (`packed.refusal`)."""
+    if not any(p.train.packed for p in points):
+        return
+    if getattr(args, "executor", "local") != "local":
+        raise ValueError("packed runs train on the local executor; set PACK=0 (--pack 0) with EXECUTOR=ray")
+    from ablations.training.packed import refusal as pack_refusal
+
+    device = resolve_device(args.device)
+    for point in points:
+        said = pack_refusal(point.train, max(point.model.dropout, point.model.attn_dropout), device)
+        if said:
+            raise ValueError(f"{point.sweep} {point.label}: {said}")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ from ablations.running.cost import run_cost_phases
 from ablations.running.executors.base import Executor, ExecutorOptions
 from ablations.running.executors.local import LocalExecutor
 from ablations.running.order import longest_first
-from ablations.running.tasks import RunOptions, RunResult, Task, identity_columns, make_tasks
+from ablations.running.tasks import RunOptions, RunResult, Task, identity_columns, make_tasks, pack_tasks
 from ablations.running.worker import execute, load_data, peak_or_none
 from ablations.specs import Point
 from ablations.training.data import Dataset
@@ -342,28 +342,29 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
     desc = f"sweep {shares[0].sweep}" if len(shares) == 1 else f"{len(shares)} sweeps"
     total = sum(len(share.todo) for share in shares)
     # closed (the workers stopped) on a raise
-    stream = contextlib.closing(executor.run(_in_order(list(first.values()), shares), fn, load_data))
+    stream = contextlib.closing(executor.run(pack_tasks(_in_order(list(first.values()), shares)), fn, load_data))
     region, images = _device_region(shares, executor), 0
     with tqdm(total=total, desc=desc, unit="run", disable=not shares[0].options.progress) as bar, stream as outcomes, \
             region or contextlib.nullcontext():
-        for task, outcome in outcomes:
-            images += _images_trained(outcome.row)
-            outcome.row["jobs"] = executor.jobs
-            share = by_sweep[task.point.sweep]
-            _keep(outcome, share)
-            if starved(outcome.row):
-                share.starved.append(float(outcome.row["train_util_pct"]))
-            status = outcome.row["status"]
-            share.statuses[status] = share.statuses.get(status, 0) + 1
-            acc = outcome.row.get("test_acc")
-            where = f" on {outcome.row.get('host') or '?'}" if executor.remote else ""
-            bar.set_postfix_str(f"{'' if len(shares) == 1 else task.point.sweep + ' '}"
-                                f"{task.point.label} seed={task.seed}{where}: {status}"
-                                + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
-            bar.update()
-            for twin in twins.pop(task.run_id, []):
-                _record_twin(twin, task.point.sweep, outcome, by_sweep[twin.point.sweep])
+        for trained, result in outcomes:
+            for task, outcome in zip(trained.runs, result.members or [result]):   # a pack's members, one by one
+                images += _images_trained(outcome.row)
+                outcome.row["jobs"] = executor.jobs
+                share = by_sweep[task.point.sweep]
+                _keep(outcome, share)
+                if starved(outcome.row):
+                    share.starved.append(float(outcome.row["train_util_pct"]))
+                status = outcome.row["status"]
+                share.statuses[status] = share.statuses.get(status, 0) + 1
+                acc = outcome.row.get("test_acc")
+                where = f" on {outcome.row.get('host') or '?'}" if executor.remote else ""
+                bar.set_postfix_str(f"{'' if len(shares) == 1 else task.point.sweep + ' '}"
+                                    f"{task.point.label} seed={task.seed}{where}: {status}"
+                                    + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
                 bar.update()
+                for twin in twins.pop(task.run_id, []):
+                    _record_twin(twin, task.point.sweep, outcome, by_sweep[twin.point.sweep])
+                    bar.update()
     if region is not None and images:
         _keep_phase(shares, executor, region.figures(images))
 

@@ -3,6 +3,7 @@ executor can run a task anywhere and send its outcome back to the driver."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,8 @@ class RunOptions:
     # on CUDA, whether the sdpa attention may run cuDNN's kernel (bench.env.set_cudnn_attention): "auto" (torch's
     # order) or "off"; its figures may differ in their last bits, not part of a run id
     cudnn_attention: str = "auto"
+    # at most this many seeds of a point trained as one stacked model (`training.packed`); 0: one run at a time
+    pack: int = 0
 
     def __post_init__(self) -> None:
         from ablations.training.evaluation import check_evaluation
@@ -63,6 +66,12 @@ class Task:
     options: RunOptions
     cost: dict[str, Any] = field(default_factory=dict)  # the config's speed columns from the cost phase
     peak: Peak | None = None  # the device's matmul peak, measured by the driver on an idle device
+    members: tuple[Task, ...] = ()  # a pack: the runs of this point trained as one stacked model (point, seed: theirs)
+
+    @property
+    def runs(self) -> tuple[Task, ...]:
+        """The runs this task trains: its pack's members, or itself."""
+        return self.members or (self,)
 
     @property
     def experiment_id(self) -> str:
@@ -72,11 +81,12 @@ class Task:
 
 @dataclass
 class RunResult:
-    """What one run left: its row, epoch rows, weights and test predictions."""
+    """What one run left: its row, epoch rows, weights and test predictions; a pack's, its members' outcomes."""
     row: dict[str, Any]
     history: list[dict[str, Any]] = field(default_factory=list)
     weights: bytes | None = None  # torch.save of the state dict
     preds: bytes | None = None    # np.savez of the final model's test predictions and the labels
+    members: list[RunResult] = field(default_factory=list)   # a pack's: one per member, in its order
 
 
 def make_tasks(points: Iterable[Point], options: RunOptions) -> list[Task]:
@@ -105,9 +115,31 @@ def base_row(task: Task, device: torch.device) -> dict[str, Any]:
     return {**environment(device), **identity_columns(task, device)}
 
 
+def pack_tasks(tasks: list[Task]) -> list[Task]:
+    """The runs as they train: where their options pack (`RunOptions.pack`), the runs of one point grouped into
+    packs of at most that many, as even as can be (7 at 3: 3, 2, 2), each where its first run stood."""
+    groups: dict[tuple, list[Task]] = {}
+    for task in tasks:
+        groups.setdefault((task.point.sweep, task.point.label) if task.options.pack else (task.run_id,), []).append(task)
+    out: list[Task] = []
+    for key, runs in groups.items():
+        if len(key) == 1:
+            out.extend(runs)
+            continue
+        count = -(-len(runs) // runs[0].options.pack)
+        sizes = [len(runs) // count + (i < len(runs) % count) for i in range(count)]
+        starts = [sum(sizes[:i]) for i in range(count)]
+        out.extend(dataclasses.replace(runs[0], seed=runs[a].seed, run_id=f"pack:{runs[a].run_id}",
+                                       members=tuple(runs[a:a + n])) for a, n in zip(starts, sizes))
+    first = {t.run_id: i for i, t in enumerate(tasks)}
+    return sorted(out, key=lambda t: first[t.runs[0].run_id])
+
+
 def lost_outcome(task: Task, message: str) -> RunResult:
     """The `error` row for a run whose worker never reported back (killed, node lost), as of the device it
-    was to train on."""
+    was to train on; for a pack, one for each member."""
+    if task.members:
+        return RunResult({}, members=[lost_outcome(member, message) for member in task.members])
     row = {**environment(torch.device("cpu")), **identity_columns(task, resolve_device(task.options.device))}
     row.update(host="", device_name="", status="error", error=message[:500])
     return RunResult(row)

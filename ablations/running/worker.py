@@ -19,6 +19,7 @@ from ablations.results.store import SweepPaths, save_preds
 from ablations.running.tasks import RunOptions, RunResult, Task, base_row
 from ablations.training.checkpoints import Checkpointing
 from ablations.training.data import Dataset, augmentation, cached_dataset
+from ablations.training.packed import Member, train_pack
 from ablations.training.train import Diverged, Stopped, train
 from bench.env import resolve_device, set_cudnn_attention
 from bench.failures import classify_failure
@@ -46,51 +47,103 @@ def load_data(options: RunOptions) -> Dataset:
     return data
 
 
+def _first_row(task: Task, data: Dataset, device: torch.device) -> dict[str, Any]:
+    """A run's row before it trains: who it is, where, and the data it sees."""
+    point = task.point
+    return {**base_row(task, device), "torch_threads": torch.get_num_threads(),
+            "util_cores": thread_cores() if device.type == "cpu" else None, **augmentation(data, point.train),
+            "norm_mean": " ".join(f"{m:.6g}" for m in data.mean), "norm_std": " ".join(f"{s:.6g}" for s in data.std),
+            "class_names": json.dumps(list(data.classes)) if data.classes else None}
+
+
+def _build(task: Task) -> VisionTransformer:
+    """The run's model, initialised under its seed (and from INIT where given)."""
+    with BUILD_LOCK:
+        torch.manual_seed(task.seed)
+        model = VisionTransformer(task.point.model)
+        if task.options.init:
+            init_from_checkpoint(model, task.options.init, log=tqdm.write)
+    return model
+
+
+def _checkpointing(task: Task) -> Checkpointing:
+    return Checkpointing(SweepPaths.of(task.options.out, task.point.sweep).checkpoint(task.run_id),
+                         task.options.checkpoint_every)
+
+
+def _finished(task: Task, model: VisionTransformer, row: dict[str, Any], result, data: Dataset,
+              device: torch.device) -> RunResult:
+    """The outcome of a run that trained to its end: its row with the results, history, weights, predictions."""
+    history = [{"run_id": task.run_id, **h} for h in result.history]
+    row.update(result.row())
+    peak = task.peak or peak_or_none(device, row["dtype"])
+    if peak is not None:
+        row.update(train_mfu=mfu(row["gflops"], result.train_throughput_img_s, "train", peak.flops),
+                   **peak.columns())
+    row.update(task.cost)
+    buffer = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
+    row.update(status="ok", error="")
+    return RunResult(row, history, buffer.getvalue(), save_preds(result.test_preds.numpy(), data.test_y.numpy()))
+
+
+def _failed(row: dict[str, Any], err: BaseException) -> None:
+    """Record a run's own failure in its row (a divergence, out of memory, an exception); a failure of the
+    results disk or a stop is raised."""
+    if isinstance(err, Stopped) or (isinstance(err, OSError) and err.errno in DISK_ERRORS):
+        raise err
+    if isinstance(err, Diverged):
+        row.update(status="diverged", error=str(err))
+        return
+    row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
+    traceback.print_exception(err)
+
+
 def execute(task: Task, data: Dataset) -> RunResult:
-    """Train one run on `data`; never raises for a failure of the run itself."""
-    point, options = task.point, task.options
+    """Train one run (or a pack of runs: `execute_pack`) on `data`; never raises for a failure of the run
+    itself."""
+    if task.members:
+        return execute_pack(task, data)
+    options = task.options
     device = resolve_device(options.device)
     set_cudnn_attention(options.cudnn_attention)   # a worker process's own flag (threads share the driver's)
-    row = {**base_row(task, device), "torch_threads": torch.get_num_threads(),
-           "util_cores": thread_cores() if device.type == "cpu" else None, **augmentation(data, point.train),
-           "norm_mean": " ".join(f"{m:.6g}" for m in data.mean), "norm_std": " ".join(f"{s:.6g}" for s in data.std),
-           "class_names": json.dumps(list(data.classes)) if data.classes else None}
-    history: list[dict[str, Any]] = []
+    row = _first_row(task, data, device)
     try:
-        with BUILD_LOCK:
-            torch.manual_seed(task.seed)
-            model = VisionTransformer(point.model)
-            if options.init:
-                init_from_checkpoint(model, options.init, log=tqdm.write)
-        row.update(closed_form_size(model, point.model))
-        checkpoint = Checkpointing(SweepPaths.of(options.out, point.sweep).checkpoint(task.run_id),
-                                   options.checkpoint_every)
-        result = train(model, data, point.train, task.seed, device, progress=options.progress, checkpoint=checkpoint,
-                       graphs=options.graphs, evaluation=options.evaluation)
-        history = [{"run_id": task.run_id, **h} for h in result.history]
-        row.update(result.row())
-        peak = task.peak or peak_or_none(device, row["dtype"])
-        if peak is not None:
-            row.update(train_mfu=mfu(row["gflops"], result.train_throughput_img_s, "train", peak.flops),
-                       **peak.columns())
-        row.update(task.cost)
-        buffer = io.BytesIO()
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
-        row.update(status="ok", error="")
-        return RunResult(row, history, buffer.getvalue(), save_preds(result.test_preds.numpy(), data.test_y.numpy()))
-    except Stopped:  # the executor is stopping: nothing of this run is recorded (its checkpoint stays)
-        raise
-    except Diverged as err:
-        row.update(status="diverged", error=str(err))
-    except OSError as err:
-        if err.errno in DISK_ERRORS:  # the results disk, not the run, failed: stop the sweep, keep what is done
-            raise
-        row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
-        traceback.print_exc()
+        model = _build(task)
+        row.update(closed_form_size(model, task.point.model))
+        result = train(model, data, task.point.train, task.seed, device, progress=options.progress,
+                       checkpoint=_checkpointing(task), graphs=options.graphs, evaluation=options.evaluation)
+        return _finished(task, model, row, result, data, device)
     except Exception as err:
-        row.update(status=classify_failure(err), error=f"{type(err).__name__}: {err}"[:500])
-        traceback.print_exc()
-    return RunResult(row, history)
+        _failed(row, err)
+    return RunResult(row, [])
+
+
+def execute_pack(pack: Task, data: Dataset) -> RunResult:
+    """Train a pack's members as one stacked model (`training.packed`): each member's outcome as a run alone
+    would give it, a diverged member's with its status; a failure of the pack itself is every member's."""
+    options = pack.options
+    device = resolve_device(options.device)
+    set_cudnn_attention(options.cudnn_attention)
+    rows = [_first_row(task, data, device) for task in pack.members]
+    try:
+        models = [_build(task) for task in pack.members]
+        for row, model in zip(rows, models):
+            row.update(closed_form_size(model, pack.point.model))
+        results = train_pack([Member(model, task.seed, _checkpointing(task)) for task, model in zip(pack.members, models)],
+                             data, pack.point.train, device, progress=options.progress)
+    except Exception as err:
+        for row in rows:
+            _failed(row, err)
+        return RunResult({}, members=[RunResult(row) for row in rows])
+    outcomes = []
+    for task, model, row, result in zip(pack.members, models, rows, results):
+        if isinstance(result, Diverged):
+            _failed(row, result)
+            outcomes.append(RunResult(row))
+        else:
+            outcomes.append(_finished(task, model, row, result, data, device))
+    return RunResult({}, members=outcomes)
 
 
 def peak_or_none(device: torch.device, dtype: str) -> Peak | None:

@@ -49,7 +49,6 @@ MAX_SEED = 2**32 - 2      # the augmentation generator is seeded with seed + 1; 
 MAX_LOOK = 100            # SEEDS=auto: the most seeds a setting may reach (more: fixed SEEDS and --large)
 
 DEFAULT_SEEDS = (0, 1, 2)  # a sweep's seeds when neither SEEDS nor its spec names any
-PACK_AUTO = 24   # PACK=auto on CUDA: the most seeds of a point trained as one stacked model (`training.packed`)
 RUN_ORDERS = ("listed", "longest")   # the orders a command's runs may start in (`ablations.running.order`)
 LOOKS = (3, 5, 8, 12, 18, 24)  # SEEDS=auto: seeds per setting at each look of the sequential design (the last: the cap)
 SPENDING = "hsd:-3"   # SEEDS=auto: how a new design spends α over its looks (`analysis.sequential.spent`)

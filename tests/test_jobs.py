@@ -4,8 +4,8 @@ for when, where and how fast; a SIGKILL of the driver mid-sweep loses nothing fi
 import errno
 import fcntl
 import os
-import signal
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -202,7 +202,7 @@ def test_a_stop_ends_every_run_in_flight_in_the_process_and_joins_its_threads(tm
     import threading
 
     from ablations.running.executors.threads import ThreadPool
-    from ablations.training.train import _check_stop
+    from ablations.training.train import check_stop
 
     started = threading.Barrier(3)
 
@@ -211,7 +211,7 @@ def test_a_stop_ends_every_run_in_flight_in_the_process_and_joins_its_threads(tm
             return RunResult({"run_id": task.run_id, "status": "ok"})
         started.wait(timeout=10)
         while True:   # a long run: an epoch at a time, as train() checks
-            _check_stop()
+            check_stop()
             time.sleep(0.01)
 
     point = Point("s", "depth", 1, TINY, TrainConfig(epochs=1))

@@ -20,7 +20,7 @@ OPTIONS = run_options(EXECUTOR_OPTIONS)
 SAMPLE = {"--dataset": "digits", "--seeds": "4,5", "--cost-rounds": "2", "--cost-budget": "30", "--device": "cpu",
           "--dtype": "fp32",
           "--compile": "1", "--graphs": "0", "--cudnn-attention": "off",
-          "--evaluation": "graphed", "--run-order": "listed", "--epochs": "3",
+          "--evaluation": "graphed", "--run-order": "listed", "--pack": "3", "--epochs": "3",
           "--checkpoint-every": "2", "--jobs": "2",
           "--threads": "1", "--max-retries": "1", "--cpus-per-task": "0.5", "--gpus-per-task": "0.25",
           "--executor": "ray", "--pretrained": "vit_tiny_patch16_224", "--out": "my out", "--init": "a b.pth",

@@ -127,7 +127,7 @@ def _resume_after(data, folder, recipe, stop_after):
     folder.mkdir()
     members = [Member(_model(s), s, Checkpointing(folder / f"{s}.safetensors", 1)) for s in (0, 1)]
     calls = {"n": 0}
-    real = train_module._check_stop
+    real = train_module.check_stop
 
     def stop_at_epoch():
         calls["n"] += 1
@@ -135,12 +135,12 @@ def _resume_after(data, folder, recipe, stop_after):
             raise KeyboardInterrupt
         real()
     import ablations.training.packed as packed_module
-    packed_module._check_stop = stop_at_epoch
+    packed_module.check_stop = stop_at_epoch
     try:
         with pytest.raises(KeyboardInterrupt):
             train_pack(members, data, recipe, CPU, progress=False)
     finally:
-        packed_module._check_stop = real
+        packed_module.check_stop = real
     return _pack([0, 1], data, recipe=recipe, folder=folder)
 
 
@@ -193,3 +193,16 @@ def test_packing_refusals_are_one_line_before_any_run(tmp_path, capsys, argv, ne
                                         "--seeds", "0,1", "--cost-rounds", "0", *argv], capsys)
     assert code == 2 and needle in err, err
     assert not (tmp_path / "o" / "ablations" / "p.csv").exists()
+
+
+def test_the_packed_benchmark_times_every_width_beside_a_run_alone(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "packed_runs.py"
+    spec = importlib.util.spec_from_file_location("packed_runs", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--widths", "2,3", "--steps", "1", "--rounds", "1", "--depth", "1", "--device", "cpu"]) == 0
+    rows = {line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows == {"alone", "2", "3"}

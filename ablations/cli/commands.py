@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, PACK_AUTO, AutoSeeds, say
+from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, AutoSeeds, say
 from ablations.results import seed_design, tensorboard
 from ablations.results.store import SweepError, SweepPaths, finished_ids, keep_spec, model_key, sweep_lock
 from ablations.running.cost import CostPlan
@@ -63,9 +63,10 @@ def _train_changes(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def pack_width(args: argparse.Namespace) -> int:
-    """The most seeds of a point a pack trains (`--pack`): auto is PACK_AUTO on CUDA and 0 (none) on a CPU."""
+    """The most seeds of a point a pack trains (`--pack`); auto is 0 (none) on either device for now: packing
+    is the user's choice until the packed step is graphed and measured faster on CUDA."""
     given = getattr(args, "pack", 0)
-    return given if given is not None else (PACK_AUTO if resolve_device(args.device).type == "cuda" else 0)
+    return 0 if given is None else given
 
 
 def check_device(args: argparse.Namespace) -> None:

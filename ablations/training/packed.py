@@ -40,11 +40,11 @@ from ablations.training.train import (
     Diverged,
     Done,
     TrainResult,
-    _check_stop,
-    _identity,
+    check_stop,
     generators,
     lr_at,
     on_device,
+    run_identity,
 )
 from bench.training.precision import autocast
 from bench.training.recipe import TrainConfig
@@ -272,6 +272,38 @@ def _record(states: list[_MemberState], epoch: int, losses: list[float], tested:
         state.best_acc, state.preds = max(state.best_acc, tested[j][1]), tested[j][2]
 
 
+def _checkpoint(packed: PackedModel, step_fn: PackedStep, members: list[Member], states: list[_MemberState],
+                identities: list[dict], epoch: int, step: int, train_time: float, per_epoch: float,
+                epochs: int) -> None:
+    """Each member's checkpoint where one is due (the first member's `Checkpointing` decides for the pack)."""
+    lead = members[0].checkpoint
+    if lead is None or not lead.due(epoch, epochs, per_epoch):
+        return
+    for j, member in enumerate(members):
+        if states[j].diverged is None and member.checkpoint is not None:
+            _save(packed, step_fn, j, member, states[j], {"identity": identities[j], "epoch": epoch, "step": step,
+                                                          "train_time_s": train_time, "history": states[j].history})
+
+
+def _results(members: list[Member], states: list[_MemberState], packed: PackedModel, n: int, train_time: float,
+             held_out: tuple[Tensor, Tensor] | None) -> list[TrainResult | Diverged]:
+    """Each member's TrainResult (its final weights put back into its model), or its divergence. Its throughput
+    is its own images over the pack's training time."""
+    results: list[TrainResult | Diverged] = []
+    for j, (member, state) in enumerate(zip(members, states)):
+        if state.diverged is not None:
+            results.append(state.diverged)
+            continue
+        member.model.load_state_dict(packed.member_state(j))
+        last = state.history[-1]
+        results.append(TrainResult(
+            last["train_loss"], last["test_loss"], last["test_acc"], state.best_acc, train_time,
+            last["epoch"] * n / train_time, state.history, state.preds, resumed_after=state.done.epoch,
+            train_util_pct=None, train_size=n, val_size=len(held_out[1]) if held_out else None,
+            val_loss=last.get("val_loss"), val_acc=last.get("val_acc")))
+    return results
+
+
 def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: torch.device,
                progress: bool = True) -> list[TrainResult | Diverged]:
     """Train the members (models of one config, each initialised by the caller under its seed) as one pack;
@@ -287,7 +319,7 @@ def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: t
     n = len(train_y)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps, warmup_steps = cfg.epochs * steps_per_epoch, max(1, round(cfg.warmup_epochs * steps_per_epoch))
-    identities = [_identity(m, cfg, member.seed, n) for m, member in zip(models, members)]
+    identities = [run_identity(m, cfg, member.seed, n) for m, member in zip(models, members)]
     packed, step_fn, states = _start(members, models, identities, cfg, device, dtype, real)
     tests = on_device(data.test_x, device), on_device(data.test_y, device)
     vals = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
@@ -296,7 +328,7 @@ def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: t
     epochs = tqdm(range(first, cfg.epochs + 1), desc=f"epochs (pack of {real})", unit="ep", leave=False,
                   disable=not progress)
     for epoch in epochs:
-        _check_stop()
+        check_stop()
         train_mode(packed.template, cfg)
         t0 = time.perf_counter()
         loss_sum = torch.zeros(packed.k, device=device)
@@ -312,27 +344,7 @@ def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: t
         if all(s.diverged is not None for s in states[:real]):
             break
         epochs.set_postfix(acc=" ".join(f"{s.history[-1]['test_acc']:.3f}" for s in states[:real] if s.history))
-        lead = members[0].checkpoint
-        if lead is not None and lead.due(epoch, cfg.epochs, train_time / (epoch - first + 1)):
-            for j in range(real):
-                if states[j].diverged is None and members[j].checkpoint is not None:
-                    _save(packed, step_fn, j, members[j], states[j],
-                          {"identity": identities[j], "epoch": epoch, "step": step, "train_time_s": train_time,
-                           "history": states[j].history})
-    results: list[TrainResult | Diverged] = []
-    for j in range(real):
-        state = states[j]
-        if state.diverged is not None:
-            results.append(state.diverged)
-            continue
-        members[j].model.load_state_dict(packed.member_state(j))
-        last = state.history[-1]
-        trained = (cfg.epochs - state.done.epoch) * n
-        results.append(TrainResult(
-            last["train_loss"], last["test_loss"], last["test_acc"], state.best_acc, train_time,
-            (state.done.epoch * n + trained) / train_time if train_time else 0.0, state.history, state.preds,
-            resumed_after=state.done.epoch, train_util_pct=None, train_size=n,
-            val_size=len(held_out[1]) if held_out else None, val_loss=last.get("val_loss"),
-            val_acc=last.get("val_acc")))
-    return results
+        _checkpoint(packed, step_fn, members[:real], states, identities, epoch, step, train_time,
+                    train_time / (epoch - first + 1), cfg.epochs)
+    return _results(members[:real], states, packed, n, train_time, held_out)
 

@@ -103,7 +103,7 @@ def beside_others(stop: threading.Event, occupancy: Occupancy):
         CONTEXT.stop = CONTEXT.occupancy = None
 
 
-def _check_stop() -> None:
+def check_stop() -> None:
     if CONTEXT.stop is not None and CONTEXT.stop.is_set():
         raise Stopped("the executor is stopping")
 
@@ -207,7 +207,7 @@ def resume(checkpoint: Checkpointing | None, identity: dict, model: nn.Module, c
     return parts, streams, Done(meta["epoch"], meta["step"], meta["train_time_s"], meta["history"])
 
 
-def _identity(model: nn.Module, cfg: TrainConfig, seed: int, n: int) -> dict[str, Any]:
+def run_identity(model: nn.Module, cfg: TrainConfig, seed: int, n: int) -> dict[str, Any]:
     """What a checkpoint must match to be resumed: the recipe, the data, the seed and the model's parameters."""
     return {"seed": seed, "train": cfg.identity(), "n_train": n,
             "params": {k: list(v.shape) for k, v in model.state_dict().items()}}
@@ -291,7 +291,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
     warmup_steps = max(1, round(cfg.warmup_epochs * steps_per_epoch))
-    identity = _identity(model, cfg, seed, n)
+    identity = run_identity(model, cfg, seed, n)
     (compiled, optimizer, scaler), streams, done = resume(checkpoint, identity, model, cfg, seed, device)
     order_gen, aug_gen = streams["order"], streams["augment"]
     history, step, train_time, first = done.history, done.step, done.train_time_s, done.epoch + 1
@@ -304,7 +304,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     mark = CONTEXT.occupancy.mark() if CONTEXT.occupancy is not None else None
     with span or contextlib.nullcontext():
         for epoch in epochs:
-            _check_stop()
+            check_stop()
             train_mode(model, cfg)
             t0 = time.perf_counter()
             order = torch.randperm(n, generator=order_gen).to(device)

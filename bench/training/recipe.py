@@ -129,7 +129,8 @@ class TrainConfig:
         return self if self.dtype != "auto" else dataclasses.replace(self, dtype=self.resolved_dtype(device))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The recipe's columns: the 0/1 switches (compile, packed) as the integers the tables hold."""
+        return {**asdict(self), "compile": int(self.compile), "packed": int(self.packed)}
 
     def identity(self) -> dict[str, Any]:
         """What of the recipe defines a run: the `ID_FIELDS`, any other field only where set away from its

@@ -1,0 +1,118 @@
+"""What a pack buys: training steps per second of each member of a pack against the same model trained alone.
+
+    python benchmarks/packed_runs.py [--widths 1,3,8,24] [--steps 20] [--rounds 3] [--device auto]
+                                     [--preset vit_mnist] [--patch 4] [--depth 4]
+
+For each width k: a pack of k members of the default recipe (`training.packed.PackedStep`, batch 64 each, the
+members' own batches) and, as width 0, one model alone (`bench.training.step.make_step`, the step a run trains
+with: on CUDA a CUDA graph). Each round times STEPS steps of every item, in interleaved rounds (the first item
+rotating); it prints each item's member-steps per second (median and range over the rounds), the ratio of a
+member's rate in the pack to the lone run's (a ratio only where the interquartile ranges are apart), and on CUDA
+the kernels one packed step launches (torch.profiler). One sitting, the machine otherwise idle: say its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ablations.training.packed import PackedModel, PackedStep  # noqa: E402
+from bench.env import resolve_device  # noqa: E402
+from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
+from bench.training.recipe import TrainConfig  # noqa: E402
+from bench.training.step import make_step, train_mode, training_parts  # noqa: E402
+from vit import PRESETS, VisionTransformer  # noqa: E402
+
+BATCH = 64
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def items(widths: list[int], cfg, recipe: TrainConfig, device: torch.device) -> dict[int, tuple]:
+    """Width → (one step, its batch): 0 the lone run's step, k a pack of k."""
+    out = {}
+    shape = (cfg.in_chans, cfg.img_size, cfg.img_size)
+    for k in [0, *widths]:
+        models = []
+        for seed in range(max(k, 1)):
+            torch.manual_seed(seed)
+            models.append(VisionTransformer(cfg).to(device))
+        y = torch.randint(0, cfg.num_classes, (max(k, 1), BATCH), device=device)
+        x = torch.randn(max(k, 1), BATCH, *shape, device=device)
+        if k == 0:
+            compiled, optimizer, scaler = training_parts(models[0], recipe, device)
+            train_mode(models[0], recipe)
+            step = make_step(models[0], compiled, optimizer, scaler, recipe, device, recipe.resolved_dtype(device),
+                             graphs=True)
+            out[k] = (step, x[0], y[0])
+        else:
+            packed = PackedModel(models)
+            train_mode(packed.template, recipe)
+            out[k] = (PackedStep(packed, recipe, device, recipe.resolved_dtype(device)), x, y)
+    return out
+
+
+def kernels_per_step(step, x, y) -> int | None:
+    """CUDA kernels one step launches (torch.profiler), or None off CUDA."""
+    if not torch.cuda.is_available() or x.device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step(x, y, 1e-3)
+        torch.cuda.synchronize()
+    return sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--widths", default="1,3,8,24")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--preset", default="vit_mnist")
+    parser.add_argument("--patch", type=int, default=4)
+    parser.add_argument("--depth", type=int, default=4)
+    args = parser.parse_args(argv)
+    device = resolve_device(args.device)
+    widths = [int(w) for w in args.widths.split(",")]
+    cfg = PRESETS[args.preset].replace(img_size=28, in_chans=1, num_classes=10, patch_size=args.patch,
+                                       depth=args.depth)
+    recipe = TrainConfig(batch_size=BATCH, packed=True)
+    steps = items(widths, cfg, recipe, device)
+    for step, x, y in steps.values():   # warm-up: captures, first calls
+        step(x, y, 1e-3)
+    _sync(device)
+    rates: dict[int, list[float]] = {k: [] for k in steps}
+    for _, k in interleaved(list(steps), args.rounds):
+        step, x, y = steps[k]
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step(x, y, 1e-3)
+        _sync(device)
+        rates[k].append(args.steps * max(k, 1) / (time.perf_counter() - t0))
+    alone = Spread.of(rates[0])
+    print(f"{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), {args.preset} patch "
+          f"{args.patch} depth {args.depth}, batch {BATCH}, {args.steps} steps × {args.rounds} interleaved rounds")
+    print(f"{'width':>6} {'member-steps/s':>15} {'range':>19}  member against a run alone   kernels/step")
+    for k, values in rates.items():
+        spread = Spread.of(values)
+        against = "—" if k == 0 else ratio_or_noise(spread, alone)
+        count = kernels_per_step(*steps[k])
+        print(f"{'alone' if k == 0 else k:>6} {spread.median:>15.1f} {min(values):>9.1f}–{max(values):<9.1f}  "
+              f"{against:<28} {'' if count is None else count}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

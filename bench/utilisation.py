@@ -180,7 +180,8 @@ class UtilSampler:
 
 class DeviceRegion:
     """The whole device over a stretch of work that several runs share (a command's training phase on a GPU):
-    its busy % from NVML's samples wholly inside the stretch, and its power from the energy counter between two
+    its busy % from NVML's samples wholly inside the stretch, its SM activity, SM occupancy and tensor-core
+    activity where the GPU has GPM (`bench.gpm`), and its power from the energy counter between two
     of its ticks at least `bench.energy.MIN_WINDOW_S` apart (polled in the background every POLL_S). Figures of
     the device, other processes included; blank where NVML or the counter has nothing of that kind."""
 
@@ -188,8 +189,11 @@ class DeviceRegion:
 
     def __init__(self, device: torch.device) -> None:
         from bench.energy import EnergyMeter
+        from bench.gpm import GpmWindow
 
-        self.sampler = UtilSampler(NvmlReader(device))
+        reader = NvmlReader(device)
+        self.sampler = UtilSampler(reader)
+        self.gpm = GpmWindow(reader._nvml, reader._handle)
         self.energy = EnergyMeter(energy_counter(device))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True, name="vitbench-energy")
@@ -201,6 +205,7 @@ class DeviceRegion:
     def __enter__(self) -> DeviceRegion:
         self._t0 = time.perf_counter()
         self.sampler.__enter__()
+        self.gpm.start()
         self.energy.__enter__()
         self._thread.start()
         return self
@@ -209,6 +214,7 @@ class DeviceRegion:
         self._stop.set()
         self._thread.join()
         self.energy.__exit__(*exc)
+        self.gpm_figures = self.gpm.finish()
         self.sampler.__exit__(*exc)
         self.wall_s = time.perf_counter() - self._t0
 
@@ -219,4 +225,4 @@ class DeviceRegion:
         return {"wall_s": self.wall_s, "images": images, "util_pct": util.get("util_pct"),
                 "util_samples": util.get("util_samples"), "power_w": power, "energy_window_s": self.energy.window_s,
                 "energy_j_per_img": power * self.wall_s / images if power is not None and images else None,
-                "energy_source": self.energy.source}
+                "energy_source": self.energy.source, **self.gpm_figures}

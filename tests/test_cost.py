@@ -688,3 +688,35 @@ def test_a_ratio_read_by_cpu_time_under_load_is_said_as_approximate():
                                          None, None))
     quiet = cost_sentence(SweepFindings("depth", settings, 1000, CostSource(3), None, None))
     assert "inference img/s ≈×0.50 (CPU time under load)" in loaded and "inference img/s ×0.50;" in quiet
+
+
+def test_a_phase_abandoned_on_a_busy_machine_is_not_set_up_again_by_the_commands_next_look(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """On CUDA a phase whose first timed steps all ran under load keeps nothing; SEEDS=auto asks for the same
+    phase at every look, which then gets none at once: no set-up again, and its one line is said once."""
+    from ablations.running import cost
+
+    monkeypatch.setattr(cost, "FOUND_BUSY", set())
+    calls = {"set_up": 0, "rounds": 0}
+    real_once = cost._once_per_process
+
+    def once(*args, **kwargs):
+        calls["set_up"] += 1
+        return real_once(*args, **kwargs)
+
+    def busy_rounds(sitting, clock, *args):   # as `_rounds` ends when `_Clock.busy(early=True)` finds the load
+        calls["rounds"] += 1
+        clock.abandoned, clock.stopped = True, "the machine was busy: 2 of 2 first timed steps ran under load"
+        return []
+    monkeypatch.setattr(cost, "_once_per_process", once)
+    monkeypatch.setattr(cost, "_rounds", busy_rounds)
+    csv = tmp_path / "c-cost.csv"
+    first = cost.run_cost_phases([("c", points(), csv)], PLAN, torch.device("cpu"), progress=False)
+    said = capsys.readouterr().err
+    again = cost.run_cost_phases([("c", points(), csv)], PLAN, torch.device("cpu"), progress=False)
+    assert first["c"].empty and again["c"].empty and list(again["c"].columns) == list(first["c"].columns)
+    assert calls == {"set_up": 1, "rounds": 1}
+    assert "busy" in said and capsys.readouterr().err == ""
+    other = [("c", points()[:1], tmp_path / "d-cost.csv")]   # another phase is measured as ever
+    cost.run_cost_phases(other, PLAN, torch.device("cpu"), progress=False)
+    assert calls == {"set_up": 2, "rounds": 2}

@@ -206,3 +206,71 @@ def test_the_packed_benchmark_times_every_width_beside_a_run_alone(capsys):
     assert bench.main(["--widths", "2,3", "--steps", "1", "--rounds", "1", "--depth", "1", "--device", "cpu"]) == 0
     rows = {line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]}
     assert rows == {"alone", "2", "3"}
+
+
+def test_a_pack_that_runs_out_of_memory_trains_in_halves_with_the_same_results_said_once(tmp_path, capsys,
+                                                                                      monkeypatch, digits):
+    from ablations.running import worker
+    from ablations.running.cost import CostPlan
+    from ablations.running.tasks import RunOptions, make_tasks, pack_tasks
+    from ablations.specs import Point
+
+    point = Point("p", "depth", 1, TINY, TrainConfig(epochs=1, batch_size=64, packed=True))
+    options = RunOptions(dataset="digits", seeds=(0, 1, 2, 3), pack=4, progress=False, out=str(tmp_path),
+                         cost=CostPlan(rounds=0))
+    (pack,) = pack_tasks(make_tasks([point], options))
+    assert [t.seed for t in pack.members] == [0, 1, 2, 3]
+    whole = worker.execute(pack, digits)
+    real, widths = worker.train_pack, []
+
+    def small_device(members, *args, **kw):   # as CUDA does: the wide pack's first step finds no memory
+        widths.append(len(members))
+        if len(members) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(members, *args, **kw)
+    monkeypatch.setattr(worker, "train_pack", small_device)
+    monkeypatch.setattr(worker, "_FITS", {})
+    capsys.readouterr()
+    split = worker.execute(pack, digits)
+    again = worker.execute(pack, digits)   # the width that fitted is remembered: no second try, nothing said
+    said = "".join(capsys.readouterr())
+    assert widths == [4, 2, 2, 2, 2]
+    assert said.count("did not fit in device memory") == 1 and "at most 2 wide" in said
+    for a, b, c in zip(whole.members, split.members, again.members):
+        assert a.row["status"] == b.row["status"] == c.row["status"] == "ok"
+        assert a.weights == b.weights == c.weights and a.preds == b.preds
+
+
+def test_a_pack_killed_mid_run_resumes_from_its_members_checkpoints_to_the_uninterrupted_bits(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    spec = write_spec(tmp_path / "p.toml", "depth", "[1, 2]", train="epochs = 4")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "VITBENCH_CACHE": str(tmp_path / "cache"), "CUDA_VISIBLE_DEVICES": ""}
+
+    def command(out):
+        return [sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--out", str(out),
+                "--seeds", "0,1", "--cost-rounds", "0", "--pack", "2", "--jobs", "1", "--checkpoint-every", "1"]
+    checkpoints = tmp_path / "cut" / "ablations" / "checkpoints" / "p"
+    proc = subprocess.Popen(command(tmp_path / "cut"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list(checkpoints.glob("*.safetensors"))) < 2:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)   # the first pack is mid-run: its two members' checkpoints stand at an epoch
+    proc.wait()
+    assert len(list(checkpoints.glob("*.safetensors"))) >= 2
+    for out in ("cut", "whole"):
+        done = subprocess.run(command(tmp_path / out), env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    cut, whole = (read_table(SweepPaths.of(str(tmp_path / o), "p").rows) for o in ("cut", "whole"))
+    assert len(cut) == 4 and cut["run_id"].is_unique and (cut["status"] == "ok").all()
+    assert (cut["resumed_after"] > 0).sum() >= 2   # the killed pack's members went on from their checkpoints
+    for rid in whole["run_id"]:
+        a, b = (torch.load(next(SweepPaths.of(str(tmp_path / o), "p").weights.glob(f"{rid}*"))) for o in ("cut", "whole"))
+        assert all(torch.equal(a[k], b[k]) for k in a), rid
+    assert not list(checkpoints.glob("*.safetensors"))   # deleted once their rows were written

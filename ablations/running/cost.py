@@ -258,6 +258,11 @@ def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], de
     return row
 
 
+# the phases this process abandoned on a busy machine (CUDA): a later look of the same command (SEEDS=auto) asks
+# for the same phase and gets none at once, rather than its set-up again and the same sentence again
+FOUND_BUSY: set[str] = set()
+
+
 def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan, device: torch.device,
                     progress: bool = True, graphs: bool = True,
                     workload: tuple[int, int] | None = None, reuse: bool = True) -> dict[str, pd.DataFrame]:
@@ -275,6 +280,8 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     found = {sweep: complete_phase(csv, pid, len(own[sweep])) for sweep, _, csv in sweeps}
     if reuse and all(phase is not None for phase in found.values()):
         return found  # type: ignore[return-value]
+    if pid in FOUND_BUSY:   # this command found the machine busy for this very phase: no set-up, nothing said again
+        return {sweep: pd.DataFrame(columns=COST_COLUMNS) for sweep, _, _ in sweeps}
     for _, _, csv in sweeps:
         drop_rows(csv, "phase_id", {pid})  # an attempt cut short: its rounds are not of this sitting
     names = ", ".join(sweep for sweep, _, _ in sweeps)
@@ -293,6 +300,8 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names} ({clock.describe()})", unit="step", leave=False,
                disable=not progress)
     kept = _rounds(sitting, clock, order, len(items), sweeps, names, bar)
+    if clock.abandoned:
+        FOUND_BUSY.add(pid)
     bar.close()
     if progress:
         taken = "none kept" if clock.abandoned or not kept else f"{kept[-1]['round'] + 1} round(s)"

@@ -44,7 +44,8 @@ from ablations.specs import Point
 from ablations.training.data import Dataset
 from bench.env import cudnn_attention, resolve_device
 from bench.flops import param_count
-from bench.mfu import Peak
+from bench.gpm import GPM_FIGURES
+from bench.mfu import TRAIN_FLOP_FACTOR, Peak
 from vit import VisionTransformer
 
 __all__ = ["SweepError", "SweepSummary", "run_sweeps", "planned_bytes", "starved"]
@@ -343,12 +344,13 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
     total = sum(len(share.todo) for share in shares)
     # closed (the workers stopped) on a raise
     stream = contextlib.closing(executor.run(pack_tasks(_in_order(list(first.values()), shares)), fn, load_data))
-    region, images = _device_region(shares, executor), 0
+    region, images, flops = _device_region(shares, executor), 0, 0.0
     with tqdm(total=total, desc=desc, unit="run", disable=not shares[0].options.progress) as bar, stream as outcomes, \
             region or contextlib.nullcontext():
         for trained, result in outcomes:
             for task, outcome in zip(trained.runs, result.members or [result]):   # a pack's members, one by one
                 images += _images_trained(outcome.row)
+                flops += _flops_trained(outcome.row)
                 outcome.row["jobs"] = executor.jobs
                 share = by_sweep[task.point.sweep]
                 _keep(outcome, share)
@@ -366,7 +368,7 @@ def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dat
                     _record_twin(twin, task.point.sweep, outcome, by_sweep[twin.point.sweep])
                     bar.update()
     if region is not None and images:
-        _keep_phase(shares, executor, region.figures(images))
+        _keep_phase(shares, executor, {**region.figures(images), "mfu": _phase_mfu(shares, flops, region.wall_s)})
 
 
 def _in_order(tasks: list[Task], shares: list[_Share]) -> list[Task]:
@@ -380,7 +382,7 @@ def _in_order(tasks: list[Task], shares: list[_Share]) -> list[Task]:
 
 
 PHASE_COLUMNS = ["when", "sweeps", "runs", "jobs", "device_name", "wall_s", "images", "util_pct", "util_samples",
-                 "power_w", "energy_window_s", "energy_j_per_img", "energy_source"]
+                 "power_w", "energy_window_s", "energy_j_per_img", "energy_source", *GPM_FIGURES, "mfu"]
 
 
 def _device_region(shares: list[_Share], executor: Executor):
@@ -406,6 +408,21 @@ def _images_trained(row: dict[str, Any]) -> int:
         return 0
 
 
+def _flops_trained(row: dict[str, Any]) -> float:
+    """The training FLOPs of a finished run's images (3 × its forward FLOPs per image); 0 for any other row."""
+    gflops = row.get("gflops")
+    if not is_ok(row) or gflops is None or gflops != gflops:
+        return 0.0
+    return _images_trained(row) * float(gflops) * 1e9 * TRAIN_FLOP_FACTOR
+
+
+def _phase_mfu(shares: list[_Share], flops: float, wall_s: float) -> float | None:
+    """The phase's model FLOPs utilisation: its runs' training FLOPs over its wall time, as a share of the
+    device's matmul peak for their precision; None where the peak is unknown or the runs trained in several."""
+    peaks = {task.peak.flops for share in shares for task in share.todo if task.peak is not None}
+    return flops / wall_s / peaks.pop() if len(peaks) == 1 and flops and wall_s > 0 else None
+
+
 def _keep_phase(shares: list[_Share], executor: Executor, figures: dict[str, Any]) -> None:
     """One row for the phase in OUT's `PHASES` table, and one line saying what the device did in it."""
     from datetime import datetime, timezone
@@ -419,10 +436,13 @@ def _keep_phase(shares: list[_Share], executor: Executor, figures: dict[str, Any
            "jobs": executor.jobs, "device_name": torch.cuda.get_device_name(device), **figures}
     append_row(out / PHASES, row, PHASE_COLUMNS)
     util = f"{row['util_pct']:.0f} % busy" if row["util_pct"] is not None else "busy % not sampled"
+    sm = (f", SM activity {row['sm_active_pct']:.0f} %, tensor cores {row['tensor_active_pct']:.0f} %"
+          if row.get("sm_active_pct") is not None and row.get("tensor_active_pct") is not None else "")
+    mfu_said = f", MFU {100 * row['mfu']:.2g} %" if row.get("mfu") is not None else ""
     energy = (f", {row['power_w']:.0f} W, {row['energy_j_per_img']:.2g} J per image (over {row['energy_window_s']:.1f} s "
               f"between energy-counter ticks)" if row["energy_j_per_img"] is not None else ", energy not measured")
     tqdm.write(f"training phase: {row['images']:,} images in {row['wall_s']:.1f} s on {row['device_name']} "
-               f"({row['jobs']} at once): {util} (NVML, the whole GPU){energy}", file=sys.stderr)
+               f"({row['jobs']} at once): {util} (NVML, the whole GPU){sm}{mfu_said}{energy}", file=sys.stderr)
 
 
 def _record_twin(twin: Task, trained_in: str, outcome: RunResult, share: _Share) -> None:

@@ -130,8 +130,8 @@ def execute_pack(pack: Task, data: Dataset) -> RunResult:
         models = [_build(task) for task in pack.members]
         for row, model in zip(rows, models):
             row.update(closed_form_size(model, pack.point.model))
-        results = train_pack([Member(model, task.seed, _checkpointing(task)) for task, model in zip(pack.members, models)],
-                             data, pack.point.train, device, progress=options.progress)
+        results = _fitting([Member(model, task.seed, _checkpointing(task)) for task, model in zip(pack.members, models)],
+                           data, pack, device)
     except Exception as err:
         for row in rows:
             _failed(row, err)
@@ -144,6 +144,31 @@ def execute_pack(pack: Task, data: Dataset) -> RunResult:
         else:
             outcomes.append(_finished(task, model, row, result, data, device))
     return RunResult({}, members=outcomes)
+
+
+_FITS: dict[tuple, int] = {}   # (model, recipe, device) → the widest pack that fitted in memory in this process
+
+
+def _fitting(members: list[Member], data: Dataset, pack: Task, device: torch.device) -> list:
+    """`train_pack` of the members, split in halves (each half in turn) where a pack runs out of device memory;
+    the width that fitted is remembered for the packs of the same model that follow, and said once. A member's
+    figures do not depend on its pack's width, so a split changes no result."""
+    key = (pack.point.model, pack.point.train, str(device))
+    widest = _FITS.get(key, len(members))
+    if len(members) > widest:
+        return [r for i in range(0, len(members), widest) for r in _fitting(members[i:i + widest], data, pack, device)]
+    try:
+        return train_pack(members, data, pack.point.train, device, progress=pack.options.progress)
+    except torch.OutOfMemoryError:
+        if len(members) == 1:
+            raise
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        half = -(-len(members) // 2)
+        _FITS[key] = min(_FITS.get(key, half), half)
+        tqdm.write(f"a pack of {len(members)} runs of {pack.point.label} did not fit in device memory; its packs "
+                   f"train at most {half} wide from here (the same figures at any width)")
+        return _fitting(members, data, pack, device)
 
 
 def peak_or_none(device: torch.device, dtype: str) -> Peak | None:

@@ -132,16 +132,25 @@ def phases_lines(shown: list[dict[str, Any]], total: int) -> list[str]:
     """The newest training phases on a GPU (`store.PHASES` rows, as dicts) of `total` recorded."""
     lines = ["Training phases on a GPU (the whole device while a command's runs trained side by side; the newest "
              f"{len(shown)} of {total}):", "",
-             "| when | sweeps | runs at once | images | s | busy % | W | J per image (window s) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| when | sweeps | runs at once | images | s | busy % | SM active % | tensor cores % | MFU % | W | "
+             "J per image (window s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in shown:
         energy = (f"{float(r['energy_j_per_img']):.2g} ({float(r['energy_window_s']):.1f})"
                   if str(r.get("energy_j_per_img") or "") not in ("", "nan") else "—")
+        mfu = _float(r.get("mfu"))
         lines.append(f"| {r['when']} | {r['sweeps']} | {r['jobs']} | {int(float(r['images'])):,} | "
                      f"{float(r['wall_s']):.1f} | {or_dash(_float(r.get('util_pct')), '.0f')} | "
+                     f"{or_dash(_float(r.get('sm_active_pct')), '.0f')} | "
+                     f"{or_dash(_float(r.get('tensor_active_pct')), '.0f')} | "
+                     f"{or_dash(None if mfu is None else 100 * mfu, '.2g')} | "
                      f"{or_dash(_float(r.get('power_w')), '.0f')} | {energy} |")
-    return lines + ["", "Busy %: NVML's samples wholly inside the phase; power and energy: the GPU's energy counter "
-                        "between two of its ticks at least 1 s apart (— where the phase held no such window).", ""]
+    return lines + ["", "Busy %: the share of NVML's samples wholly inside the phase in which some kernel ran, however "
+                        "few SMs it used; SM active and tensor cores: the share of time the SMs had work and any "
+                        "tensor core was busy (NVML's GPM, Hopper and newer; — where the GPU has none); MFU: the "
+                        "runs' training FLOPs over the phase's time, as a share of the matmul peak measured on the "
+                        "device. Power and energy: the GPU's energy counter between two of its ticks at least 1 s "
+                        "apart (— where the phase held no such window).", ""]
 
 
 def tuning_lines(t: Tuning, factor: str, figure_name: str) -> list[str]:

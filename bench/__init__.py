@@ -1,1 +1,33 @@
-"""Measuring any nn.Module: FLOPs, parameters, time, memory, utilisation, MFU, environment."""
+"""Measuring any nn.Module: FLOPs, parameters, time, memory, utilisation, MFU, environment.
+
+The names below are the package's surface for scripts: `from bench import interleaved`. Each loads on first
+use, so `import bench` imports no torch."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "device_name": "env", "resolve_device": "env", "set_cudnn_attention": "env",
+    "MeasureConfig": "measure", "complexity": "measure", "default_step": "measure",
+    "Spread": "rounds", "interleaved": "rounds", "ratio_or_noise": "rounds",
+    "TimingConfig": "timing", "time_steps": "timing",
+    "TrainConfig": "training.recipe", "autocast": "training.precision",
+    "StaticStep": "training.step", "make_step": "training.step", "train_mode": "training.step",
+    "training_parts": "training.step", "training_step": "training.step",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'bench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from startup import child_env  # noqa: E402  (this folder's: the project and the caller's PYTHONPATH)
 
-from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
+from bench import Spread, interleaved, ratio_or_noise  # noqa: E402
 
 KERNELS = ("auto", "no-cudnn")
 STEPS = ("train", "train last", "evaluate", "infer")
@@ -92,10 +92,7 @@ def in_fresh_process(setting: str, args: argparse.Namespace) -> dict:
 
 def models(args: argparse.Namespace) -> list[tuple[str, object, object]]:
     """(label, ViTConfig, TrainConfig) of each distinct model of the sweeps at the dataset's size."""
-    from ablations.choices import default_sweeps
-    from ablations.results.store import model_key
-    from ablations.specs import find_spec, load_spec
-    from ablations.training.data import cached_dataset
+    from ablations import cached_dataset, default_sweeps, find_spec, load_spec, model_key
 
     data = cached_dataset(args.dataset)
     names = [s.strip() for s in args.sweeps.split(",") if s.strip()] or default_sweeps()
@@ -111,13 +108,11 @@ def measure(setting: str, args: argparse.Namespace) -> dict:
     second new thread, then the steady times and the kernels torch picks."""
     import torch
 
-    from bench.env import resolve_device, set_cudnn_attention
-    from bench.training.precision import autocast
+    from bench import autocast, resolve_device, set_cudnn_attention
 
     device = resolve_device(args.device)
     set_cudnn_attention("off" if setting == "no-cudnn" else "auto")   # the switch CUDNN_ATTENTION sets
-    from ablations.running.cost import CostPlan
-    from ablations.training.data import cached_dataset
+    from ablations import CostPlan, cached_dataset
 
     data = cached_dataset(args.dataset)
     a = torch.randn(256, 256, device=device)
@@ -192,7 +187,7 @@ def _first_calls(built, device) -> dict[tuple[str, str], float]:
 
 def _steady(built, device, repeats: int) -> dict[tuple[str, str], float]:
     """{(model, step): the median seconds of one call over `repeats` calls, each timed alone (`bench.timing`)}."""
-    from bench.timing import TimingConfig, time_steps
+    from bench import TimingConfig, time_steps
 
     alone = TimingConfig(warmup=1, min_repeats=repeats, min_time_s=0.0, block=1, latency_steps=0)
     return {(label, name): time_steps(step, device, alone).median_ms / 1e3

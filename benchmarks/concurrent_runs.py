@@ -52,19 +52,28 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ablations.results.store import SweepPaths, Tables, load_preds  # noqa: E402
-from ablations.running.cost import CostPlan  # noqa: E402
-from ablations.running.executors import ExecutorOptions  # noqa: E402
-from ablations.running.executors.local import LocalExecutor  # noqa: E402
-from ablations.running.executors.threads import ThreadPool  # noqa: E402
-from ablations.running.runner import run_sweeps  # noqa: E402
-from ablations.running.tasks import RunOptions  # noqa: E402
-from ablations.specs import find_spec, load_spec  # noqa: E402
-from ablations.training.data import cached_dataset  # noqa: E402
-from ablations.training.evaluation import check_evaluation  # noqa: E402
-from bench.env import resolve_device  # noqa: E402
-from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
-from bench.training.step import StaticStep  # noqa: E402
+from ablations import (  # noqa: E402
+    CostPlan,  # noqa: E402
+    ExecutorOptions,  # noqa: E402
+    LocalExecutor,  # noqa: E402
+    RunOptions,  # noqa: E402
+    SweepPaths,
+    Tables,
+    ThreadPool,  # noqa: E402
+    cached_dataset,  # noqa: E402
+    check_evaluation,  # noqa: E402
+    find_spec,
+    load_preds,
+    load_spec,
+    run_sweeps,  # noqa: E402
+)
+from bench import (  # noqa: E402
+    Spread,
+    StaticStep,  # noqa: E402
+    interleaved,
+    ratio_or_noise,
+    resolve_device,  # noqa: E402
+)
 
 Combo = tuple[int, str, int, str]   # (JOBS, evaluation, capture warm-up steps, thread reuse)
 

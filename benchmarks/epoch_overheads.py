@@ -32,13 +32,22 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ablations.training.data import load_dataset  # noqa: E402
-from ablations.training.evaluation import GraphedEvaluation, evaluate  # noqa: E402
-from ablations.training.train import train  # noqa: E402
-from bench.env import resolve_device  # noqa: E402
-from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
-from bench.training.recipe import TrainConfig  # noqa: E402
-from bench.training.step import make_step, train_mode, training_parts  # noqa: E402
+from ablations import (  # noqa: E402
+    GraphedEvaluation,
+    evaluate,
+    load_dataset,  # noqa: E402
+    train,  # noqa: E402
+)
+from bench import (  # noqa: E402
+    Spread,
+    TrainConfig,  # noqa: E402
+    interleaved,
+    make_step,
+    ratio_or_noise,
+    resolve_device,  # noqa: E402
+    train_mode,
+    training_parts,
+)
 from vit import PRESETS, VisionTransformer  # noqa: E402
 
 BATCH = 64

@@ -21,7 +21,7 @@ from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ablations.analysis.stats import contrast  # noqa: E402
+from ablations import contrast  # noqa: E402
 
 N_IMAGES = 1000
 

@@ -34,19 +34,31 @@ sys.path.insert(0, str(ROOT))
 
 from concurrent_runs import alike, outcome  # noqa: E402  (this folder's: a pass's runs; every run bit for bit the first pass's)
 
-from ablations.choices import COST_ROUNDS, RUN_ORDERS, default_sweeps  # noqa: E402
-from ablations.results.schema import read_table  # noqa: E402
-from ablations.results.store import SweepPaths, train_step_ms  # noqa: E402
-from ablations.running.cost import CostPlan, run_cost_phases  # noqa: E402
-from ablations.running.executors import ExecutorOptions  # noqa: E402
-from ablations.running.executors.local import LocalExecutor  # noqa: E402
-from ablations.running.order import longest_first  # noqa: E402
-from ablations.running.runner import run_sweeps  # noqa: E402
-from ablations.running.tasks import RunOptions, make_tasks  # noqa: E402
-from ablations.specs import find_spec, load_spec  # noqa: E402
-from ablations.training.data import cached_dataset  # noqa: E402
-from bench.env import resolve_device  # noqa: E402
-from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
+from ablations import (  # noqa: E402
+    COST_ROUNDS,
+    RUN_ORDERS,
+    CostPlan,
+    ExecutorOptions,  # noqa: E402
+    LocalExecutor,  # noqa: E402
+    RunOptions,
+    SweepPaths,
+    cached_dataset,  # noqa: E402
+    default_sweeps,
+    find_spec,
+    load_spec,
+    longest_first,  # noqa: E402
+    make_tasks,
+    read_table,  # noqa: E402
+    run_cost_phases,
+    run_sweeps,  # noqa: E402
+    train_step_ms,
+)
+from bench import (  # noqa: E402
+    Spread,
+    interleaved,
+    ratio_or_noise,
+    resolve_device,  # noqa: E402
+)
 
 
 def main() -> int:

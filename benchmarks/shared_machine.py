@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS_CODE = """
 import sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
-from bench.training.recipe import TrainConfig
-from bench.training.step import training_step
+from bench import TrainConfig
+from bench import training_step
 from vit import PRESETS, VisionTransformer
 torch.manual_seed(0)
 model = VisionTransformer(PRESETS["vit_mnist"])

@@ -26,11 +26,16 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from ablations.results.schema import read_table  # noqa: E402
-from ablations.results.store import model_key, spreads  # noqa: E402
-from ablations.running.cost import CostPlan, run_cost_phases  # noqa: E402
-from ablations.specs import find_spec, load_spec  # noqa: E402
-from bench.rounds import ratio_or_noise  # noqa: E402
+from ablations import (  # noqa: E402
+    CostPlan,
+    find_spec,
+    load_spec,
+    model_key,
+    read_table,  # noqa: E402
+    run_cost_phases,
+    spreads,
+)
+from bench import ratio_or_noise  # noqa: E402
 from vit import ViTConfig  # noqa: E402
 
 

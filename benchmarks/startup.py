@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.rounds import Spread, interleaved, ratio_or_noise  # noqa: E402
+from bench import Spread, interleaved, ratio_or_noise  # noqa: E402
 
 # the `plain` way: Python's defaults, `bench.loading` made to do nothing before the command's modules bind it
 PLAIN = ("import contextlib, runpy, sys\n"

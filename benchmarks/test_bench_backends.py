@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.env import device_name, resolve_device
-from bench.measure import MeasureConfig, complexity, default_step
+from bench import MeasureConfig, complexity, default_step, device_name, resolve_device
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer
 
 DEVICE = resolve_device("auto")

@@ -239,3 +239,26 @@ def test_no_function_of_the_harness_is_longer_than_a_screen():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION]
     assert not long, long
+
+
+BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", BENCHMARKS, ids=lambda p: p.name)
+def test_every_benchmark_loads_and_imports_only_the_packages_top_level_names(path, monkeypatch):
+    """The benchmarks are scripts no other test runs: each must load, and reach the project only through the
+    names `ablations`, `bench` and `vit` export, so that a refactor of their insides cannot break one unseen."""
+    import importlib
+    import importlib.util
+
+    deep = [f"line {node.lineno}: from {node.module}" for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module and "." in node.module
+            and node.module.split(".")[0] in ("ablations", "bench", "vit")]
+    assert not deep, f"{path.name} imports below the packages' surface: {deep}"
+    for node in ast.walk(ast.parse(path.read_text())):   # every name imported, those inside functions too
+        if isinstance(node, ast.ImportFrom) and node.module in ("ablations", "bench", "vit"):
+            package = importlib.import_module(node.module)
+            assert all(hasattr(package, alias.name) for alias in node.names), (path.name, node.module)
+    monkeypatch.syspath_prepend(str(path.parent))   # as a script run there sees its neighbours
+    spec = importlib.util.spec_from_file_location(f"benchmark_{path.stem}", path)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))

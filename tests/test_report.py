@@ -605,7 +605,8 @@ def test_the_report_shows_the_gpus_own_figures_over_each_training_phase(tmp_path
     text = "\n".join(lines)
     assert "the newest 2 of 2" in text
     assert "| 2026-11-26T07:00:00+00:00 | depth+heads+patch | 8 | 80,000 | 0.8 | — | — | — | — | — | — |" in lines
-    assert "| 2026-11-26T07:01:00+00:00 | depth+heads+patch | 8 | 2,160,000 | 12.5 | 93 | — | — | — | 251 | 0.0014 (12.1) |" in lines
+    assert ("| 2026-11-26T07:01:00+00:00 | depth+heads+patch | 8 | 2,160,000 | 12.5 | 93 | — | — | — | 251 | "
+            "0.0014 (12.1) |") in lines
 
 
 def test_a_verdict_over_a_design_that_left_a_setting_out_says_so_in_its_headline():

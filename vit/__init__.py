@@ -7,7 +7,7 @@ choices are in `vit.names`); the model's parts load with the first name that nee
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 _WHERE = {
     "ATTENTION_BACKENDS": "attention", "Attention": "attention", "register_backend": "attention",
@@ -21,11 +21,7 @@ _WHERE = {
     "load_timm_weights": "timm_interop", "read_checkpoint": "timm_interop", "timm_to_vit_keys": "timm_interop",
 }
 
-__all__ = [
-    "ATTENTION_BACKENDS", "Attention", "Block", "NORM_PLACEMENTS", "POOLINGS", "POSITION_ENCODINGS", "PRESETS", "STEMS",
-    "ViTConfig", "VisionTransformer", "adapt_timm_state_dict", "checkpoint_id", "init_from_checkpoint",
-    "load_timm_weights", "read_checkpoint", "register_backend", "sincos_2d", "sinusoidal_1d", "timm_to_vit_keys",
-]
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
@@ -39,20 +35,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_WHERE))
 
-
-if TYPE_CHECKING:
-    from .attention import ATTENTION_BACKENDS, Attention, register_backend
-    from .blocks import NORM_PLACEMENTS, Block
-    from .config import PRESETS, ViTConfig
-    from .model import VisionTransformer
-    from .pooling import POOLINGS
-    from .position import POSITION_ENCODINGS, sincos_2d, sinusoidal_1d
-    from .stems import STEMS
-    from .timm_interop import (
-        adapt_timm_state_dict,
-        checkpoint_id,
-        init_from_checkpoint,
-        load_timm_weights,
-        read_checkpoint,
-        timm_to_vit_keys,
-    )

@@ -5,8 +5,7 @@ run_sweeps`. Each loads on first use, so `import ablations` (and the command lin
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from bench.lazy import lazy_names
 
 _WHERE = {
     "COST_ROUNDS": "choices", "RUN_ORDERS": "choices", "default_sweeps": "choices",
@@ -30,14 +29,4 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'ablations' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

@@ -5,8 +5,7 @@ use, so `import bench` imports no torch."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .lazy import lazy_names
 
 _WHERE = {
     "device_name": "env", "resolve_device": "env", "set_cudnn_attention": "env",
@@ -20,14 +19,4 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'bench' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

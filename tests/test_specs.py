@@ -1,6 +1,7 @@
 """Sweep specs: validated whole before any run, errors that name file, point and field; every shipped
 sweep valid for every dataset size; a new TOML file alone is a new sweep."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -202,9 +203,11 @@ def test_a_shipped_sweep_keeps_the_spec_it_ran_beside_its_table_and_the_report_r
 
     out = tmp_path / "out"
     assert ablations_main(["sweep", "stem", "--dataset", "digits", "--epochs", "1", "--seeds", "0",
-                           "--cost-rounds", "0", "--out", str(out)]) == 0
+                           "--set", "weight_decay=0.01", "--cost-rounds", "0", "--out", str(out)]) == 0
     kept = out / "ablations" / "stem.toml"
-    assert kept.read_bytes() == (SPEC_DIR / "stem.toml").read_bytes()
+    note = b"\n# vitbench: the command that last trained this sweep set weight_decay=0.01, epochs=1 over the spec above\n"
+    assert kept.read_bytes() == (SPEC_DIR / "stem.toml").read_bytes() + note   # the spec, and what the command set
+    assert load_spec(kept) == dataclasses.replace(load_spec(SPEC_DIR / "stem.toml"), path=kept)
     kept.write_text("\n".join('label = "the stem as it ran"' if line.startswith("label =") else line
                                for line in kept.read_text().splitlines()) + "\n")
     assert "## stem: the stem as it ran" in build_report(out).read_text()

@@ -381,6 +381,74 @@ def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:
             raise ValueError(f"{point.sweep} {point.label}: {said}")
 
 
+@dataclasses.dataclass
+class _SeedPlan:
+    """Each sweep's seeds as the command asks: fixed, or adaptive (`auto`, with `most` the cap it may train)."""
+    seeds: dict[str, Any]
+    auto: dict[str, AutoSeeds]
+    most: dict[str, tuple[int, ...]]
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, specs: list[SweepSpec]) -> _SeedPlan:
+        seeds = {spec.name: args.seeds if args.seeds is not None else (spec.seeds or DEFAULT_SEEDS) for spec in specs}
+        return cls(seeds, {name: s for name, s in seeds.items() if isinstance(s, AutoSeeds)},
+                   {name: s.most if isinstance(s, AutoSeeds) else s for name, s in seeds.items()})
+
+
+def _too_large(args: argparse.Namespace, sweep_points: list[tuple[str, list[Point]]], plan: _SeedPlan) -> str:
+    """The refusal of a command of more than LARGE_RUNS runs without --large (or a dry run), else ""."""
+    runs = sum(len(points) * len(plan.most[name]) for name, points in sweep_points)
+    if runs <= LARGE_RUNS or args.large or args.dry_run:
+        return ""
+    each = " + ".join(f"{n}: {len(p):,} settings × {len(plan.most[n])} seed(s)" for n, p in sweep_points)
+    return (f"this command may train {'up to ' if plan.auto else ''}{runs:,} runs ({each}), more than "
+            f"{LARGE_RUNS:,}; list them with --dry-run (DRY_RUN=1), shrink the grid, or pass --large (LARGE=1) to "
+            f"train them all")
+
+
+def _dry_run_all(specs: list[SweepSpec], sweep_points: list[tuple[str, list[Point]]],
+                 options: dict[str, RunOptions], plan: _SeedPlan) -> int:
+    for name, points in sweep_points:
+        _dry_run(name, points, options[name])
+        if name in plan.auto:
+            from ablations.cli import adaptive  # the statistics load only for adaptive seeds
+
+            print(adaptive.dry_run_line(plan.auto[name], len(points), next(s for s in specs if s.name == name)))
+    return 0
+
+
+def _keep_specs(args: argparse.Namespace, specs: list[SweepSpec], plan: _SeedPlan) -> None:
+    """Each spec beside its table, with the command's changes to it (`--set` and the flags that set a field) said
+    at its end; a sweep trained under SEEDS=auto before and with fixed seeds now has its design file set aside."""
+    changes = {**parse_overrides(getattr(args, "set", None) or []), **_train_changes(args)}
+    for spec in specs:
+        keep_spec(SweepPaths.of(args.out, spec.name), spec.path, changes)
+        if spec.name not in plan.auto and seed_design.forget_design(SweepPaths.of(args.out, spec.name)):
+            print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report analyses "
+                  f"it at fixed seeds", file=sys.stderr)
+
+
+def _train_locked(args: argparse.Namespace, specs: list[SweepSpec], sweep_points: list[tuple[str, list[Point]]],
+                  options: dict[str, RunOptions], plan: _SeedPlan,
+                  executor: Executor) -> tuple[list[SweepSummary] | None, int]:
+    """Every sweep trained with its table locked (its specs kept and design files read under the locks), at
+    fixed seeds or look by look (`adaptive.run_adaptive`)."""
+    with contextlib.ExitStack() as locks:
+        locks.callback(executor.close)
+        try:
+            for spec in specs:
+                locks.enter_context(sweep_lock(SweepPaths.of(args.out, spec.name), spec.name))
+        except SweepError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return None, 2
+        _keep_specs(args, specs, plan)
+        if plan.auto:
+            from ablations.cli import adaptive  # the statistics load only for adaptive seeds
+
+            return adaptive.run_adaptive(args, specs, sweep_points, options, plan.auto, _run_all, executor)
+        return _run_all(args, sweep_points, options, locked=True, started=executor)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         names = [n for arg in args.sweeps for n in (default_sweeps() if arg == "default" else [arg])]
@@ -388,57 +456,27 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except (SpecError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    seeds = {spec.name: args.seeds if args.seeds is not None else (spec.seeds or DEFAULT_SEEDS) for spec in specs}
-    auto = {name: s for name, s in seeds.items() if isinstance(s, AutoSeeds)}
-    most = {name: s.most if isinstance(s, AutoSeeds) else s for name, s in seeds.items()}  # the most each may train
-    options = {spec.name: _options(args, spec.init, ident, most[spec.name]) for spec in specs}
-    runs = sum(len(points) * len(most[name]) for name, points in sweep_points)
-    if runs > LARGE_RUNS and not (args.large or args.dry_run):
-        print(f"error: this command may train {'up to ' if auto else ''}{runs:,} runs "
-              f"({' + '.join(f'{n}: {len(p):,} settings × {len(most[n])} seed(s)' for n, p in sweep_points)}), more than "
-              f"{LARGE_RUNS:,}; list them with --dry-run (DRY_RUN=1), shrink the grid, or pass --large (LARGE=1) to "
-              f"train them all", file=sys.stderr)
+    plan = _SeedPlan.of(args, specs)
+    options = {spec.name: _options(args, spec.init, ident, plan.most[spec.name]) for spec in specs}
+    refused = _too_large(args, sweep_points, plan)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
         return 2
     if args.dry_run:
-        for name, points in sweep_points:
-            _dry_run(name, points, options[name])
-            if name in auto:
-                from ablations.cli import adaptive  # the statistics load only for adaptive seeds
-
-                print(adaptive.dry_run_line(auto[name], len(points), next(s for s in specs if s.name == name)))
-        return 0
+        return _dry_run_all(specs, sweep_points, options, plan)
     t0, args.spent = time.perf_counter(), Counter()   # the work's start; the cost phase's and training's seconds
     try:
         executor = _start_executor(args)   # before anything is written: a cluster too small is refused first
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    with contextlib.ExitStack() as locks:   # every write of the sweeps, their design files included, under their locks
-        locks.callback(executor.close)
-        try:
-            for spec in specs:
-                locks.enter_context(sweep_lock(SweepPaths.of(args.out, spec.name), spec.name))
-        except SweepError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        for spec in specs:
-            keep_spec(SweepPaths.of(args.out, spec.name), spec.path)
-            if spec.name not in auto and seed_design.forget_design(SweepPaths.of(args.out, spec.name)):
-                print(f"note: {spec.name} trained under SEEDS=auto before; with fixed seeds now, the report analyses "
-                      f"it at fixed seeds", file=sys.stderr)
-        if auto:
-            from ablations.cli import adaptive  # the statistics load only for adaptive seeds
-
-            results, status = adaptive.run_adaptive(args, specs, sweep_points, options, auto, _run_all, executor)
-        else:
-            results, status = _run_all(args, sweep_points, options, locked=True, started=executor)
+    results, status = _train_locked(args, specs, sweep_points, options, plan, executor)
     if results is None:
         return status
-    out = Path(args.out)
-    quoted = f"'{out}'"
+    quoted = f"'{Path(args.out)}'"
     _summary(results, _timings(args, t0),
              f"Next: {say(f'make report OUT={quoted}', f'vitbench report --out {quoted}')}: figures and "
-             f"{out / 'REPORT.md'} from these tables")
+             f"{Path(args.out) / 'REPORT.md'} from these tables")
     return status   # 1 where an adaptive design is left unfinished (said above the summary)
 
 

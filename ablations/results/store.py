@@ -266,16 +266,22 @@ def history_of(paths: SweepPaths, run_id: str, table: pd.DataFrame | None = None
     return [_plain(h) for _, h in mine.iterrows()]
 
 
-def keep_spec(paths: SweepPaths, source: Path) -> None:
+def keep_spec(paths: SweepPaths, source: Path, changes: dict[str, Any] | None = None) -> None:
     """The spec that writes a table goes beside it before its first run, shipped or not: the report and `make
     cost` read the sweep as it ran, whatever ablations/sweeps/ says later, and a command killed mid-sweep (or a
-    report read while it runs) still finds it. A spec beside no table is never read."""
-    if source.resolve() != paths.spec.resolve():
-        paths.spec.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            write_atomic(paths.spec, source.read_bytes())
-        except OSError as err:
-            print(f"note: {err}: the report needs {source} beside the table to give it a section", file=sys.stderr)
+    report read while it runs) still finds it. A spec beside no table is never read. `changes`: the fields the
+    command set over the spec (`--set`, EPOCHS, DTYPE, …), said in a comment at the copy's end (each run's row
+    holds every value it trained with)."""
+    if source.resolve() == paths.spec.resolve():
+        return
+    said = ", ".join(f"{k}={v}" for k, v in (changes or {}).items())
+    note = (f"\n# vitbench: the command that last trained this sweep set {said} over the spec above\n"
+            if said else "")
+    paths.spec.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        write_atomic(paths.spec, source.read_bytes() + note.encode())
+    except OSError as err:
+        print(f"note: {err}: the report needs {source} beside the table to give it a section", file=sys.stderr)
 
 
 # --- writing a run ---------------------------------------------------------------------------------

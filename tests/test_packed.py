@@ -15,7 +15,7 @@ from ablations.results.store import SweepPaths
 from ablations.training.checkpoints import Checkpointing
 from ablations.training.data import cached_dataset
 from ablations.training.packed import Member, PackedModel, PackedStep, refusal, train_pack
-from ablations.training.train import Diverged, train
+from ablations.training.train import Diverged, Stopped, train
 from bench.training.recipe import TrainConfig
 from vit import VisionTransformer, ViTConfig
 
@@ -274,3 +274,37 @@ def test_a_pack_killed_mid_run_resumes_from_its_members_checkpoints_to_the_unint
         a, b = (torch.load(next(SweepPaths.of(str(tmp_path / o), "p").weights.glob(f"{rid}*"))) for o in ("cut", "whole"))
         assert all(torch.equal(a[k], b[k]) for k in a), rid
     assert not list(checkpoints.glob("*.safetensors"))   # deleted once their rows were written
+
+
+def test_a_pack_of_runs_at_different_epochs_keeps_each_ones_progress_with_the_same_results(tmp_path, monkeypatch,
+                                                                                         digits):
+    """A pack whose members' checkpoints stand at different epochs (one went on in an earlier pack, the others are
+    fresh) trains them as packs of the same epoch: the checkpointed run resumes, and every result is the bits of
+    the same runs trained uninterrupted."""
+    import ablations.training.packed as packed_module
+    from ablations.running import worker
+    from ablations.running.cost import CostPlan
+    from ablations.running.tasks import RunOptions, make_tasks, pack_tasks
+    from ablations.specs import Point
+
+    point = Point("p", "depth", 1, TINY, TrainConfig(epochs=3, batch_size=64, packed=True))
+
+    def pack_of(seeds, out):
+        options = RunOptions(dataset="digits", seeds=seeds, pack=3, progress=False, out=str(out),
+                             cost=CostPlan(rounds=0), checkpoint_every=1)
+        return pack_tasks(make_tasks([point], options))[0]
+    epochs = {"n": 0}
+
+    def stop_after_one():
+        epochs["n"] += 1
+        if epochs["n"] > 1:
+            raise Stopped("the executor is stopping")
+    monkeypatch.setattr(packed_module, "check_stop", stop_after_one)
+    with pytest.raises(Stopped):
+        worker.execute(pack_of((1,), tmp_path / "cut"), digits)   # seed 1 stops after epoch 1, its checkpoint kept
+    monkeypatch.undo()
+    cut = worker.execute(pack_of((0, 1, 2), tmp_path / "cut"), digits)
+    whole = worker.execute(pack_of((0, 1, 2), tmp_path / "whole"), digits)
+    assert [m.row["resumed_after"] for m in cut.members] == [0, 1, 0]
+    assert [m.row["status"] for m in cut.members] == ["ok"] * 3
+    assert all(a.weights == b.weights and a.preds == b.preds for a, b in zip(cut.members, whole.members))

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from ablations.results.store import SweepPaths, save_preds
 from ablations.running.tasks import RunOptions, RunResult, Task, base_row
-from ablations.training.checkpoints import Checkpointing
+from ablations.training.checkpoints import Checkpointing, saved_epoch
 from ablations.training.data import Dataset, augmentation, cached_dataset
 from ablations.training.packed import Member, train_pack
 from ablations.training.train import Diverged, Stopped, train
@@ -130,7 +130,7 @@ def execute_pack(pack: Task, data: Dataset) -> RunResult:
         models = [_build(task) for task in pack.members]
         for row, model in zip(rows, models):
             row.update(closed_form_size(model, pack.point.model))
-        results = _fitting([Member(model, task.seed, _checkpointing(task)) for task, model in zip(pack.members, models)],
+        results = _in_step([Member(model, task.seed, _checkpointing(task)) for task, model in zip(pack.members, models)],
                            data, pack, device)
     except Exception as err:
         for row in rows:
@@ -144,6 +144,21 @@ def execute_pack(pack: Task, data: Dataset) -> RunResult:
         else:
             outcomes.append(_finished(task, model, row, result, data, device))
     return RunResult({}, members=outcomes)
+
+
+def _in_step(members: list[Member], data: Dataset, pack: Task, device: torch.device) -> list:
+    """Each member's result, the members trained as packs of those whose checkpoints stand at the same epoch
+    (none: epoch 0), so a run that had gone on before keeps its progress beside fresh ones; a member's figures do
+    not depend on its companions, so the grouping changes no result."""
+    groups: dict[int, list[int]] = {}
+    for i, member in enumerate(members):
+        path = member.checkpoint.path if member.checkpoint else None
+        groups.setdefault((saved_epoch(path) or 0) if path is not None and path.exists() else 0, []).append(i)
+    results: list = [None] * len(members)
+    for indices in groups.values():
+        for i, result in zip(indices, _fitting([members[i] for i in indices], data, pack, device)):
+            results[i] = result
+    return results
 
 
 _FITS: dict[tuple, int] = {}   # (model, recipe, device) → the widest pack that fitted in memory in this process

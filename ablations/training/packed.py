@@ -312,8 +312,9 @@ def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: t
     dtype = cfg.resolved_dtype(device)
     data, held_out = recipe_data(data, cfg)
     real = len(members)
-    if real == 1:   # vmap over one member runs other kernels than over two: train beside a copy, dropped
-        members = [members[0], Member(copy.deepcopy(members[0].model), members[0].seed)]
+    if real == 1:   # vmap over one member runs other kernels than over two: train beside a copy, dropped (it
+        # resumes from the member's checkpoint too, and never writes one)
+        members = [members[0], Member(copy.deepcopy(members[0].model), members[0].seed, members[0].checkpoint)]
     models = [m.model.to(device) for m in members]
     train_x, train_y = on_device(data.train_x, device), on_device(data.train_y, device)
     n = len(train_y)

@@ -72,7 +72,7 @@ RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)
   $(call opt,--gpus-per-task,$(GPUS_PER_TASK))
 INTO_REF = $(call switch,--into-reference,$(INTO_REFERENCE))
 
-.PHONY: help install check-env test lint test-gpu crash-test calibrate known predict migrate cost ablations train bench bench-tokens bench-speed bench-step compare report clean
+.PHONY: help install check-env test test-quick lint test-gpu crash-test calibrate known predict migrate cost ablations train bench bench-tokens bench-speed bench-step compare report clean
 
 install: $(STAMP)  ## the .venv with the project and its test extras (every target installs on first use)
 
@@ -97,6 +97,9 @@ TEST_JOBS ?= auto
 test: $(STAMP)  ## the linter, then the test suite on every core (TEST_JOBS=0: one process)
 	$(PY) -m ruff check --quiet .
 	$(PY) -m pytest $(if $(filter 0,$(TEST_JOBS)),-p no:xdist,-n $(TEST_JOBS)) $(PYTEST_ARGS)
+
+test-quick: $(STAMP)  ## the tests that take under a few seconds each (not the slow ones: kills, subprocess sweeps, calibrations)
+	$(PY) -m pytest $(if $(filter 0,$(TEST_JOBS)),-p no:xdist,-n $(TEST_JOBS)) -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## the linter alone (ruff)
 	$(PY) -m ruff check .

@@ -442,6 +442,7 @@ def test_compare_csv_refuses_the_reference_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "c.csv").exists()
 
 
+@pytest.mark.slow
 def test_bench_cli_set_overrides_the_preset_and_bad_overrides_fail_first(tmp_path, capsys):
     from bench.__main__ import main
 

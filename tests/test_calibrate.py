@@ -15,6 +15,8 @@ from ablations.analysis.stats import ALPHA, compare_settings
 from ablations.results.store import SweepPaths, sweep_names
 from ablations.training.data import cached_dataset
 
+pytestmark = pytest.mark.slow   # `make test-quick` leaves this module out
+
 
 @pytest.fixture(scope="module")
 def reference_pool():

@@ -214,6 +214,7 @@ def test_compile_as_set_and_as_the_makefile_passes_it_is_one_training_and_a_bad_
     assert len(err) == 1 and "TrainConfig.compile must be 0 or 1 (false or true), got 'off'" in err[0], err
 
 
+@pytest.mark.slow
 def test_a_command_parses_each_sweep_table_once(tmp_path, monkeypatch, capsys):
     """`make train` over runs already done reads its table to see what is done, to warn about other
     experiments and to print its rows, and counts what it recorded: one parse of the file, passed on. A
@@ -333,6 +334,7 @@ def test_known_refuses_an_out_it_cannot_write_or_whose_data_leads_into_the_refer
     assert list((reference / "quadrants").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_known_judges_the_newest_experiment_of_a_tasks_table(tmp_path, capsys):
     """A second `known` into the same OUT with other epochs is another experiment: its check sees its own runs
     only (identical backends stay identical), not the mean of the two budgets."""
@@ -347,6 +349,7 @@ def test_known_judges_the_newest_experiment_of_a_tasks_table(tmp_path, capsys):
     assert "Next:" not in out   # it writes the report itself: no sweep of it tells the user to make one
 
 
+@pytest.mark.slow
 def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive_seeds(tmp_path, capsys):
     """Synthetic tasks through the sweep command: positions needed, identical backends, shuffled labels and a
     planted difference, each with the answer the report must give. Then SEEDS=auto over the same runs (its
@@ -412,6 +415,7 @@ def test_a_spec_may_ask_for_adaptive_seeds_and_the_dry_run_gives_the_most_runs_i
     assert "(every value of lr at the first look; then each setting's pick alone): 12 to 54 runs" in out
 
 
+@pytest.mark.slow
 def test_a_tuned_sweep_under_adaptive_seeds_picks_at_the_first_look_and_trains_only_the_picks_after(tmp_path, capsys):
     """SEEDS=auto on a tuned sweep: every lr at seeds 0-2, each setting's pick by mean validation accuracy
     over those seeds, then seeds 3 and 4 of the picks alone; a rerun trains nothing; the report analyses

@@ -10,6 +10,7 @@ CFG = ViTConfig(img_size=16, patch_size=4, in_chans=3, num_classes=5, embed_dim=
 
 
 @pytest.mark.parametrize("backend", ["bmm", "einops", "sdpa"])
+@pytest.mark.slow
 def test_compiles_as_one_graph(backend):
     torch._dynamo.reset()
     model = VisionTransformer(CFG.replace(attn=backend)).eval()

@@ -410,6 +410,7 @@ def test_a_cost_budget_is_auto_before_training_and_no_limit_for_the_cost_command
             CostPlan.standalone(rounds, budget)
 
 
+@pytest.mark.slow
 def test_make_cost_measures_an_out_trained_without_a_cost_phase_and_the_report_shows_it(tmp_path, capsys):
     from ablations.__main__ import main
     from ablations.analysis.report import build_report

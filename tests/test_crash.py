@@ -3,7 +3,10 @@ last line, garbage lines and, where a tmpfs can be mounted, a full filesystem; t
 ok row equal to the uninterrupted sweep's and the report lists what it skipped. `make crash-test` runs
 the long ones (24 kills each, with one job and with JOBS=2)."""
 
+import pytest
 from crash import campaign, jobs_campaign
+
+pytestmark = pytest.mark.slow   # `make test-quick` leaves this module out
 
 
 def test_a_short_crash_campaign_loses_nothing_and_ends_whole(tmp_path):

@@ -96,6 +96,7 @@ def test_a_test_folder_serves_as_the_evaluation_split(tmp_path):
     assert data.train_x.shape[2:] == (32, 32) and len(data.test_y) == 6  # stored at 32 px by default
 
 
+@pytest.mark.slow
 def test_img_size_fine_tunes_a_224_px_checkpoint_on_32_px_images(tmp_path):
     """A timm ViT-Ti/16 checkpoint (224 px) fine-tuned on synthetic 32 px images shown to it at 224 px."""
     import timm

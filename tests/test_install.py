@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import user_make as make
 
 from ablations.cli.envcheck import required
@@ -13,6 +14,7 @@ from ablations.cli.envcheck import required
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_install_0_runs_with_the_python_at_hand_and_no_install_step(tmp_path):
     planned = make("-n", "ablations", "INSTALL=0", f"PY={sys.executable}", "DRY_RUN=1", f"OUT={tmp_path}")
     assert planned.returncode == 0

@@ -30,6 +30,8 @@ from ablations.specs import Point
 from bench.training.recipe import TrainConfig
 from vit import VisionTransformer, ViTConfig
 
+pytestmark = pytest.mark.slow   # `make test-quick` leaves this module out
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
                  mlp_ratio=1.0)

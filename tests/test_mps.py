@@ -202,6 +202,7 @@ def test_workers_sharing_a_gpu_run_under_the_daemon_and_one_worker_per_gpu_needs
     assert LocalExecutor(ExecutorOptions(jobs=2, device="cuda:1", workers="processes")).mps is not None  # both on GPU 1
 
 
+@pytest.mark.slow
 def test_the_gpu_check_says_which_cost_rows_ran_beside_other_work(tmp_path):
     """`.ci/gpu` starts with its preflight (on this machine: no driver), and `check-cost` counts the rows of the
     graphs and eager runs' cost tables taken while other work used the machine, naming what NVML saw."""

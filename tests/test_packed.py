@@ -166,6 +166,7 @@ def _sweep_rows(tmp_path, capsys, pack: str, out: str):
     return table, paths
 
 
+@pytest.mark.slow
 def test_a_sweep_packed_3_and_2_wide_gives_the_same_runs_bit_for_bit_and_shares_no_id_with_one_at_a_time(
         tmp_path, capsys):
     wide, wide_paths = _sweep_rows(tmp_path, capsys, "3", "three")
@@ -241,6 +242,7 @@ def test_a_pack_that_runs_out_of_memory_trains_in_halves_with_the_same_results_s
         assert a.weights == b.weights == c.weights and a.preds == b.preds
 
 
+@pytest.mark.slow
 def test_a_pack_killed_mid_run_resumes_from_its_members_checkpoints_to_the_uninterrupted_bits(tmp_path):
     import os
     import signal

@@ -28,6 +28,8 @@ from ablations.specs import Point  # noqa: E402
 from bench.training.recipe import TrainConfig  # noqa: E402
 from vit import ViTConfig  # noqa: E402
 
+pytestmark = pytest.mark.slow   # `make test-quick` leaves this module out
+
 TINY = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=1, num_heads=2,
                  mlp_ratio=1.0)
 FAST = TrainConfig(epochs=1, batch_size=128)

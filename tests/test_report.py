@@ -383,6 +383,7 @@ def test_cost_rounds_taken_under_load_are_left_out_so_a_loaded_speedup_is_not_re
     assert "inference img/s ×" in build_report(tmp_path).read_text()
 
 
+@pytest.mark.slow
 def test_no_command_writes_into_the_reference_unless_told_and_the_report_compares_with_it(tmp_path, capsys):
     import shutil
     import subprocess
@@ -964,6 +965,7 @@ def test_a_run_copied_from_another_sweep_is_not_joined_into_the_wall_time_trend(
     assert list(hollow[0].get_xdata()) == [2] and hollow[0].get_markerfacecolor() == "white"
 
 
+@pytest.mark.slow
 def test_the_longer_budget_rule_keeps_its_level_at_the_margin_and_finds_a_larger_shortfall():
     """Simulated runs (3 a side, seed s.d. 0.3 points, as the reference's): where the longer budget is exactly
     the ±0.5-point margin better (the rule's boundary) the rule fires on about 5 % of draws, never where it is no
@@ -987,6 +989,7 @@ def test_the_longer_budget_rule_keeps_its_level_at_the_margin_and_finds_a_larger
     assert rate(0.02) >= 0.90
 
 
+@pytest.mark.slow
 def test_sweep_sections_built_in_forked_processes_give_the_report_of_one_process_byte_for_byte(tmp_path, monkeypatch):
     """Several sweeps on several cores: each sweep's section is built in a forked worker; REPORT.md (its skipped
     inputs in the same order) and every figure are byte for byte those of the sections built one after another

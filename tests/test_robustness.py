@@ -158,6 +158,7 @@ def test_repeated_seeds_and_spec_values_are_refused_before_work(tmp_path, capsys
 
 # 4. the report fell over on one bad input ---------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_report_survives_a_bad_row_and_damaged_files_and_lists_them(tmp_path):
     from ablations.analysis.calibrate import MODEL, RECIPE
 
@@ -553,6 +554,7 @@ def test_the_makefile_passes_paths_with_spaces_as_one_argument(tmp_path):
     assert shlex.split(line)[-2:] == ["x y", "z w"]
 
 
+@pytest.mark.slow
 def test_a_sweep_from_a_spec_elsewhere_killed_after_its_first_run_keeps_its_section_in_the_report(tmp_path):
     """A spec outside ablations/sweeps/ is copied beside its table before the first run: a SIGKILL after that run
     (or a report read while the sweep runs) still finds the sweep, which gets its section instead of 'Skipped

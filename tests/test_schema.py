@@ -4,6 +4,8 @@ rendered from the code (regenerate with `python -m ablations columns > docs/colu
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from ablations.results.schema import ABLATION_COLUMNS, COST_COLUMNS, HISTORY_COLUMNS, TABLES, columns_markdown
 from bench.schema import BENCH_COLUMNS
 from vit import ViTConfig
@@ -71,6 +73,7 @@ def test_column_roles_are_declared_with_the_columns_and_checked():
         Column("x", "", "a column", roles=("fast",))
 
 
+@pytest.mark.slow
 def test_migrate_waits_for_no_running_sweep_and_loses_no_row_it_appends(tmp_path, capsys):
     """A real sweep in another process appends rows while `migrate` is asked to rewrite its table: migrate
     refuses in one line (the sweep's lock), and every run the sweep reports is in its table afterwards."""

@@ -37,6 +37,7 @@ def test_the_nominal_levels_spend_alpha_as_their_function_says_and_one_look_is_a
     assert crossed == pytest.approx(ALPHA, abs=0.003)
 
 
+@pytest.mark.slow
 def test_the_recursion_agrees_with_an_independent_integration_and_gives_the_same_digits_in_any_process():
     """The levels from the exact recursion against the same spending solved with scipy's multivariate normal
     (Genz's integration, another method) wherever that one is precise (levels above 1e-4), a refined grid giving
@@ -107,6 +108,7 @@ def sweep(rng, settings=4, seeds=LOOKS[-1], n=1000, winner_by=0.0):
     return out
 
 
+@pytest.mark.slow
 def test_aa_sweeps_keep_family_wise_false_positives_within_alpha():
     rng = np.random.default_rng(1)
     trials = 200

@@ -22,6 +22,7 @@ def sweep(rng, shift=0.0, settings=(0.0, 0.2, 0.4, 0.1), seeds=12, sd=0.3, split
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_no_sitting_effect_is_flagged_at_about_alpha_and_a_real_one_nearly_always():
     """400 simulated sweeps each way (4 settings × 12 seeds, seed s.d. 0.3 points, seeds 0-5 and 6-11 in two
     commits): with no effect of the commit the check fires at about α; a 0.3-point shift is found nearly always."""
@@ -99,6 +100,7 @@ def _shared_seed_sweep(rng, shift=0.0, settings=4, seeds=12, split=6):
                          for k in range(settings) for s in range(seeds)])
 
 
+@pytest.mark.slow
 def test_a_sweep_resumed_with_later_seeds_is_tested_seed_by_seed_and_does_not_cry_wolf():
     """Settings share their seeds, so a sweep extended later splits its sittings by seed: the seeds' own draws then
     look like a sitting effect to a test that counts runs as independent (18–39 % false alarms on such simulated
@@ -113,6 +115,7 @@ def test_a_sweep_resumed_with_later_seeds_is_tested_seed_by_seed_and_does_not_cr
     assert found > 0.6, found
 
 
+@pytest.mark.slow
 def test_the_reference_attn_runs_relabelled_as_a_resume_raise_no_more_alarms_than_alpha():
     """What a behaviour-unchanged resume records: half of the reference attn sweep's seeds 0–11 (every setting's run
     of each) relabelled as a later commit, 300 random halves. The runs are the same, so an alarm is false: at most
@@ -133,6 +136,7 @@ def test_the_reference_attn_runs_relabelled_as_a_resume_raise_no_more_alarms_tha
     assert sps.binomtest(alarms, 300).proportion_ci(0.95, method="exact").low <= ALPHA_SITTINGS, alarms
 
 
+@pytest.mark.slow
 def test_a_setting_added_later_at_the_same_seeds_is_compared_within_each_seed():
     """A sitting that differs within a seed (one setting's seeds 6–11 trained later, the others' at once): the check
     takes each seed's draw out and finds a 0.4-point shift of the later commit, and no alarm without one."""

@@ -591,6 +591,7 @@ LEARNS = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_d
 LEARNS_RECIPE = TrainConfig(epochs=20, batch_size=64, lr=3e-3, crop_padding=0, warmup_epochs=1)
 
 
+@pytest.mark.slow
 def test_the_reduced_precision_tests_recipe_learns_on_the_cpu(tmp_path):
     """The recipe the GPU tests train in bf16 and fp16 learns in fp32 here, so those tests test precision."""
     points = [Point("g", "depth", 2, LEARNS, LEARNS_RECIPE)]

@@ -80,6 +80,7 @@ def test_the_contrast_equals_an_independent_float64_recomputation():
     assert got.p() == pytest.approx(2 * sps.t.sf(abs(got.value) / got.se, df), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_the_estimated_variance_is_the_true_one_and_the_naive_bootstrap_counts_coin_flips_twice():
     # 1,500 simulated experiments: test images drawn from a population, seeds with their own effect
     rng = np.random.default_rng(11)
@@ -119,6 +120,7 @@ def test_false_positives_on_simulated_aa_data_are_not_above_alpha_and_the_test_i
     assert 0.45 < p_values.mean() < 0.6 and 0.12 < (p_values < 0.2).mean() < 0.25
 
 
+@pytest.mark.slow
 def test_power_at_a_planted_one_point_beats_the_naive_bootstrap_on_the_same_trials():
     rng = np.random.default_rng(7)
     ours = theirs = 0
@@ -292,6 +294,7 @@ def test_the_seeds_needed_for_a_difference_follow_the_variance_model():
     assert seeds_needed(seed_var, (delta / z) ** 2 * 1.01, delta, 1) is None   # the test set alone is too noisy
 
 
+@pytest.mark.slow
 def test_the_seeds_needed_are_the_first_count_a_scan_from_two_seeds_finds():
     """Against a scan of every seed count from 2, one scipy quantile pair at a time (float64), over spreads from
     a few seeds to thousands, paired and not, with the test set's share small and near the limit."""
@@ -459,6 +462,7 @@ def test_per_pair_false_positives_stay_within_alpha_at_many_seeds_where_settings
     assert high >= ALPHA / 2, f"{hits}/{trials}: far below α, the test is deaf"
 
 
+@pytest.mark.slow
 def test_the_interval_of_p_a_beats_b_covers_a_coin_flip_on_real_same_setting_runs_and_excludes_it_when_runs_separate():
     """P(a beats b) with Newcombe's score interval: on real runs of one setting (the reference's seeds sweep, 48
     seeds), split at random into a and b (true P = 1/2), the 95 % interval covers 1/2 at least 95 % of the time at 5
@@ -486,6 +490,7 @@ def test_the_interval_of_p_a_beats_b_covers_a_coin_flip_on_real_same_setting_run
 
 
 @pytest.mark.parametrize("runs", [5, 12])
+@pytest.mark.slow
 def test_p_a_beats_b_never_has_a_zero_width_interval_and_covers_at_least_93_percent_paired_or_not(runs):
     """Complete separation (every run of a above every run of b) gave P = 0.00 [0.00, 0.00]: the root finder took
     the trivial root at the estimate. Now the interval is never of width 0, and over 600 draws per regime (true

@@ -160,6 +160,23 @@ RUN = (
 )
 
 
+def declared(dest: str) -> Any:
+    """The default a run option (`RUN`, by its dest) declares: what `RunOptions` starts from (a switch: False)."""
+    option = _RUN_BY_DEST[dest]
+    return False if option.switch else option.default
+
+
+def refusal(dest: str, value: Any) -> str:
+    """Why `value` is not one of the choices the run option `dest` declares (one line), or "" where it is, or
+    where the option declares no choices."""
+    option = _RUN_BY_DEST.get(dest)
+    if option is None or option.choices is None or value in option.choices:
+        return ""
+    return f"{dest}={value!r} is unknown; choose one of {list(option.choices)}"
+
+
+_RUN_BY_DEST = {option.dest: option for option in RUN}
+
 COST_FLAGS = ("--out", "--device", "--cost-rounds", "--cost-budget", "--graphs", "--cudnn-attention",
               "--into-reference")  # of `cost`
 

@@ -116,3 +116,23 @@ def test_empty_makefile_variables_leave_the_programs_defaults():
     assert next(o for o in OPTIONS if o.flag == "--out").default == "results"
     for value, passed in (("0", False), ("1", True), ("yes", True)):
         assert ("--dry-run" in make_line("ablations", f"DRY_RUN={value}")) is passed
+
+
+def test_a_run_options_default_and_choices_are_its_declarations():
+    """`RunOptions` writes no default or choice of its own for a field named like a declared run option: its
+    default is the declaration's (a switch's False), and a value outside the declared choices is refused in one
+    line naming them, whichever field it is."""
+    from ablations.cli.commands import DERIVED
+    from ablations.options import RUN
+    from ablations.running.tasks import RunOptions
+
+    declared = {option.dest: option for option in RUN}   # those the command derives (its seeds, …) aside
+    fields = {f.name: f for f in dataclasses.fields(RunOptions) if f.name in declared and f.name not in DERIVED}
+    assert {"dataset", "device", "out", "evaluation", "run_order", "cudnn_attention", "checkpoint_every"} <= set(fields)
+    for name, f in fields.items():
+        option = declared[name]
+        assert f.default == (False if option.switch else option.default), name
+        if option.choices:
+            with pytest.raises(ValueError, match=rf"^{name}='nope' is unknown; choose one of \["):
+                RunOptions(**{name: "nope"})
+            RunOptions(**{name: list(option.choices)[-1]})   # every declared choice is taken

@@ -5,56 +5,50 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 
-from ablations.choices import RUN_ORDERS
+from ablations.options import declared, refusal
 from ablations.results.identity import experiment_id, task_key
 from ablations.running.cost import CostPlan
 from ablations.specs import Point
-from bench.env import check_cudnn_attention, environment, resolve_device, run_id
+from bench.env import environment, resolve_device, run_id
 from bench.mfu import Peak
 
 
 @dataclass(frozen=True)
 class RunOptions:
-    dataset: str = "mnist5k"
-    data_root: str = "data"
-    download: bool = False
+    """The options of a command's runs. A field named like a command-line option (`ablations.options.RUN`)
+    takes its default and its choices from that declaration (`declared`), the one place they are written; the
+    others are derived by the command (its seeds, cost plan, starting weights, data id, packing width)."""
+    dataset: str = declared("dataset")
+    data_root: str = declared("data_root")
+    download: bool = declared("download")
     seeds: tuple[int, ...] = (0, 1, 2)
-    device: str = "auto"
-    out: str = "results"
+    device: str = declared("device")
+    out: str = declared("out")
     cost: CostPlan = field(default_factory=CostPlan)
     progress: bool = True
     init: str = ""     # a timm checkpoint file to start every run from
     init_id: str = ""  # its name and sha256 prefix (vit.checkpoint_id), part of each run's identity
-    checkpoint_every: int | None = None  # epochs between a run's checkpoints; 0 never; None auto (checkpoints.Checkpointing)
+    checkpoint_every: int | None = declared("checkpoint_every")  # None: auto (checkpoints.Checkpointing)
     graphs: bool = True  # on CUDA, the step as CUDA graphs (bench.training.step.StaticStep); not part of a run id
-    tensorboard: bool = False  # write each finished run's TensorBoard events (ablations.results.tensorboard)
-    img_size: int | None = None  # the side models see every image at (None: the dataset's own)
+    tensorboard: bool = declared("tensorboard")
+    img_size: int | None = declared("img_size")  # None: the dataset's own side
     data_id: str = ""  # what identifies the data beyond its name (an image folder's files, a resize); in run ids
     point_seeds: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (point label, its seeds): these instead of `seeds`
-    # how a run evaluates at each epoch's end (training.evaluation.evaluator): the sweeps' "eager", or "graphed"
-    # on CUDA (benchmarks/concurrent_runs.py times the two); the same figures either way, not part of a run id
-    evaluation: str = "eager"
-    # the order runs start in (running.order): "listed" (the sweeps'), or "longest" expected first; not part of a
-    # run id
-    run_order: str = "listed"
-    # on CUDA, whether the sdpa attention may run cuDNN's kernel (bench.env.set_cudnn_attention): "auto" (torch's
-    # order) or "off"; its figures may differ in their last bits, not part of a run id
-    cudnn_attention: str = "auto"
-    # at most this many seeds of a point trained as one stacked model (`training.packed`); 0: one run at a time
-    pack: int = 0
+    evaluation: str = declared("evaluation")            # not part of a run id (the same figures either way)
+    run_order: str = declared("run_order")              # not part of a run id
+    cudnn_attention: str = declared("cudnn_attention")  # not part of a run id (the last bits may differ)
+    pack: int = 0   # at most this many seeds of a point trained as one stacked model (`training.packed`); 0: none
 
     def __post_init__(self) -> None:
-        from ablations.training.evaluation import check_evaluation
-
-        check_evaluation(self.evaluation)
-        check_cudnn_attention(self.cudnn_attention)
-        if self.run_order not in RUN_ORDERS:
-            raise ValueError(f"run_order={self.run_order!r} is unknown; choose one of {list(RUN_ORDERS)}")
+        for name, value in ((f.name, getattr(self, f.name)) for f in fields(self)):
+            refused = refusal(name, value)
+            if refused:
+                raise ValueError(refused)
 
 
 @dataclass(frozen=True)

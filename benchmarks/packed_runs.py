@@ -8,7 +8,9 @@ members' own batches) and, as width 0, one model alone (`bench.training.step.mak
 with: on CUDA a CUDA graph). Each round times STEPS steps of every item, in interleaved rounds (the first item
 rotating); it prints each item's member-steps per second (median and range over the rounds), the ratio of a
 member's rate in the pack to the lone run's (a ratio only where the interquartile ranges are apart), and on CUDA
-the kernels one packed step launches (torch.profiler). One sitting, the machine otherwise idle: say its load.
+the kernels one packed step launches (torch.profiler). `--bits N`: it also trains seed 1 for N steps in a pack of
+3 (its last slot) and in a pack of 2 (its first) on the device and says how many of its state tensors differ (0: a member's
+bits do not depend on its pack's width or slot there). One sitting, the machine otherwise idle: say its load.
 """
 
 from __future__ import annotations
@@ -79,6 +81,32 @@ def kernels_per_step(step, x, y) -> int | None:
     return sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
 
 
+def member_bits(cfg, recipe: TrainConfig, device: torch.device, steps: int) -> tuple[int, int]:
+    """(state tensors of seed 1 that differ, all of them) after `steps` steps in a pack of seeds 0, 2, 1 and in
+    one of seeds 1, 0, each member on its own random batches."""
+    def trained(seeds: list[int]) -> dict[str, torch.Tensor]:
+        models = []
+        for seed in seeds:
+            torch.manual_seed(seed)
+            models.append(VisionTransformer(cfg).to(device))
+        packed = PackedModel(models)
+        train_mode(packed.template, recipe)
+        step = PackedStep(packed, recipe, device, recipe.resolved_dtype(device))
+        batches = {s: torch.Generator().manual_seed(100 + s) for s in seeds}
+        shape = (cfg.in_chans, cfg.img_size, cfg.img_size)
+        for _ in range(steps):
+            x = torch.stack([torch.randn(BATCH, *shape, generator=batches[s]) for s in seeds]).to(device)
+            y = torch.stack([torch.randint(0, cfg.num_classes, (BATCH,), generator=batches[s]) for s in seeds]).to(device)
+            step(x, y, 1e-3)
+        slot = seeds.index(1)
+        state = {f"model.{k}": v[slot] for k, v in {**packed.params, **packed.buffers}.items()}
+        for name, p in packed.params.items():
+            state.update({f"adamw.{name}.{k}": v[slot] for k, v in step.optimizer.state.get(p, {}).items() if v.dim()})
+        return state
+    wide, narrow = trained([0, 2, 1]), trained([1, 0])   # its last slot (a tail of the stacked tensors) and its first
+    return sum(not torch.equal(wide[k], narrow[k]) for k in wide), len(wide)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", default="1,3,8,24")
@@ -88,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="vit_mnist")
     parser.add_argument("--patch", type=int, default=4)
     parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--bits", type=int, default=0, metavar="STEPS")
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     widths = [int(w) for w in args.widths.split(",")]
@@ -117,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         count = kernels_per_step(*steps[k])
         print(f"{'alone' if k == 0 else k:>6} {spread.median:>15.1f} {min(values):>9.1f}–{max(values):<9.1f}  "
               f"{against:<28} {'' if count is None else count}")
+    if args.bits:
+        differ, total = member_bits(cfg, recipe, device, args.bits)
+        print(f"member bits after {args.bits} steps, seed 1 in a pack of 3 (last slot) and of 2 (first slot): "
+              + ("the same in every one of its " if not differ else f"{differ} of ") + f"{total} state tensors"
+              + (" differ" if differ else ""))
     return 0
 
 

@@ -204,9 +204,11 @@ def test_the_packed_benchmark_times_every_width_beside_a_run_alone(capsys):
     spec = importlib.util.spec_from_file_location("packed_runs", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    assert bench.main(["--widths", "2,3", "--steps", "1", "--rounds", "1", "--depth", "1", "--device", "cpu"]) == 0
-    rows = {line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]}
-    assert rows == {"alone", "2", "3"}
+    assert bench.main(["--widths", "2,3", "--steps", "1", "--rounds", "1", "--depth", "1", "--device", "cpu",
+                       "--bits", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert {line.split()[0] for line in out[2:-1]} == {"alone", "2", "3"}
+    assert out[-1].startswith("member bits after 3 steps") and "the same in every one of its" in out[-1]
 
 
 def test_a_pack_that_runs_out_of_memory_trains_in_halves_with_the_same_results_said_once(tmp_path, capsys,

@@ -128,3 +128,17 @@ def test_a_backend_registered_through_the_vit_package_is_a_choice_of_the_config(
         ATTENTION_BACKENDS.pop("counted_bmm", None)
     with pytest.raises(ValueError, match="attn='counted_bmm' is unknown"):
         vit.ViTConfig(attn="counted_bmm")
+
+
+def test_a_backend_is_written_in_one_file_its_name_read_from_its_registration():
+    """`vit.names` reads the backends' names from vit/attention.py's `@register_backend` lines (without torch), so
+    a new backend is one function there: every name a config accepts has its function once the module loads, and
+    every function registered there is a name a config accepts."""
+    import vit.attention  # noqa: F401  (its registrations fill the functions in)
+    from vit.names import registered_backends
+
+    names = registered_backends()
+    assert {"loop", "bmm", "einops", "sdpa"} <= set(names) and len(set(names)) == len(names)
+    assert list(ATTENTION_BACKENDS) == list(names) and all(callable(fn) for fn in ATTENTION_BACKENDS.values())
+    with pytest.raises(ValueError, match="attn"):
+        ViTConfig(attn="flash2")

@@ -5,12 +5,24 @@ The modules that build each part (`vit.attention`, `vit.position`, `vit.blocks`,
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+
+def registered_backends() -> tuple[str, ...]:
+    """The names `vit/attention.py` registers (`@register_backend("…")` over each backend), read from its source
+    without importing it (it loads torch): a backend is written in that one file."""
+    tree = ast.parse(Path(__file__).with_name("attention.py").read_text())
+    return tuple(d.args[0].value for node in tree.body if isinstance(node, ast.FunctionDef)
+                 for d in node.decorator_list
+                 if isinstance(d, ast.Call) and getattr(d.func, "id", "") == "register_backend")
+
 
 # the attention registry itself: its names here, each backend's function set when `vit.attention` loads
 # (`register_backend`); one dict, so a backend registered or removed is a config's choice or not at once
-ATTENTION_BACKENDS: dict[str, Any] = dict.fromkeys(("loop", "bmm", "einops", "sdpa"))
+ATTENTION_BACKENDS: dict[str, Any] = dict.fromkeys(registered_backends())
 POSITION_DIM_MULTIPLE: dict[str, int] = {"learned": 1, "sinusoidal": 2, "sincos2d": 4, "none": 1}  # embed_dim's
 NORM_NAMES: dict[str, None] = dict.fromkeys(("pre", "post"))
 POOLING_READERS: dict[str, str] = {"cls": "CLS", "avg": "mean patch-token"}   # what the head reads, for titles

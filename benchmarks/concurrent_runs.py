@@ -53,26 +53,26 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ablations import (  # noqa: E402
-    CostPlan,  # noqa: E402
-    ExecutorOptions,  # noqa: E402
-    LocalExecutor,  # noqa: E402
-    RunOptions,  # noqa: E402
+    CostPlan,
+    ExecutorOptions,
+    LocalExecutor,
+    RunOptions,
     SweepPaths,
     Tables,
-    ThreadPool,  # noqa: E402
-    cached_dataset,  # noqa: E402
-    check_evaluation,  # noqa: E402
+    ThreadPool,
+    cached_dataset,
+    check_evaluation,
     find_spec,
     load_preds,
     load_spec,
-    run_sweeps,  # noqa: E402
+    run_sweeps,
 )
 from bench import (  # noqa: E402
     Spread,
-    StaticStep,  # noqa: E402
+    StaticStep,
     interleaved,
     ratio_or_noise,
-    resolve_device,  # noqa: E402
+    resolve_device,
 )
 
 Combo = tuple[int, str, int, str]   # (JOBS, evaluation, capture warm-up steps, thread reuse)

@@ -35,16 +35,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ablations import (  # noqa: E402
     GraphedEvaluation,
     evaluate,
-    load_dataset,  # noqa: E402
-    train,  # noqa: E402
+    load_dataset,
+    train,
 )
 from bench import (  # noqa: E402
     Spread,
-    TrainConfig,  # noqa: E402
+    TrainConfig,
     interleaved,
     make_step,
     ratio_or_noise,
-    resolve_device,  # noqa: E402
+    resolve_device,
     train_mode,
     training_parts,
 )

@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ablations import PackedModel, PackedStep  # noqa: E402
 from bench import (  # noqa: E402
     Spread,
-    TrainConfig,  # noqa: E402
+    TrainConfig,
     interleaved,
     make_step,
     ratio_or_noise,
-    resolve_device,  # noqa: E402
+    resolve_device,
     train_mode,
     training_parts,
 )

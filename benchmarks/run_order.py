@@ -38,26 +38,26 @@ from ablations import (  # noqa: E402
     COST_ROUNDS,
     RUN_ORDERS,
     CostPlan,
-    ExecutorOptions,  # noqa: E402
-    LocalExecutor,  # noqa: E402
+    ExecutorOptions,
+    LocalExecutor,
     RunOptions,
     SweepPaths,
-    cached_dataset,  # noqa: E402
+    cached_dataset,
     default_sweeps,
     find_spec,
     load_spec,
-    longest_first,  # noqa: E402
+    longest_first,
     make_tasks,
-    read_table,  # noqa: E402
+    read_table,
     run_cost_phases,
-    run_sweeps,  # noqa: E402
+    run_sweeps,
     train_step_ms,
 )
 from bench import (  # noqa: E402
     Spread,
     interleaved,
     ratio_or_noise,
-    resolve_device,  # noqa: E402
+    resolve_device,
 )
 
 

@@ -31,7 +31,7 @@ from ablations import (  # noqa: E402
     find_spec,
     load_spec,
     model_key,
-    read_table,  # noqa: E402
+    read_table,
     run_cost_phases,
     spreads,
 )

@@ -98,8 +98,7 @@ def identity_columns(task: Task, device: torch.device) -> dict[str, Any]:
     point, options = task.point, task.options
     return {"device": device.type, **point.model.to_dict(), "tokens": point.model.tokens,
             "run_id": task.run_id, "sweep": point.sweep, "dataset": options.dataset, "seed": task.seed,
-            **point.train.to_dict(), "dtype": point.train.resolved_dtype(device), "compile": int(point.train.compile),
-            "packed": int(point.train.packed),
+            **point.train.to_dict(), "dtype": point.train.resolved_dtype(device),
             "init": options.init_id, "experiment_id": task.experiment_id,
             "data_id": options.data_id}
 

@@ -66,6 +66,13 @@ def saved_epoch(path: Path) -> int | None:
         return None
 
 
+def saved_param_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """The optimizer's hyperparameters as a checkpoint's metadata keeps them (JSON: tensors as floats, without
+    the CUDA-graph `capturable` flag, which the eager step that resumes does not set)."""
+    return [{k: float(v) if torch.is_tensor(v) else v for k, v in g.items() if k != "capturable"}
+            for g in optimizer.state_dict()["param_groups"]]
+
+
 def training_state(model: nn.Module, optimizer: torch.optim.Optimizer,
                     generators: dict[str, torch.Generator]) -> dict[str, Tensor]:
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}

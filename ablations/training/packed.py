@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 from tqdm import tqdm
 
-from ablations.training.checkpoints import Checkpointing, load_checkpoint, save_checkpoint
+from ablations.training.checkpoints import Checkpointing, load_checkpoint, save_checkpoint, saved_param_groups
 from ablations.training.data import Dataset, recipe_data
 from ablations.training.train import (
     Diverged,
@@ -95,8 +95,9 @@ class PackedModel:
         self.k = len(models)
         self.template = copy.deepcopy(models[0])
         self.params, self.buffers = stack_module_state(models)
+        trains = {name: p.requires_grad for name, p in models[0].named_parameters()}
         for name, p in self.params.items():   # stack_module_state makes every stacked tensor a trainable leaf
-            p.requires_grad_(dict(models[0].named_parameters())[name].requires_grad)
+            p.requires_grad_(trains[name])
 
     def member_state(self, i: int) -> dict[str, Tensor]:
         """Member i's state dict, as its model alone would hold it (copies)."""
@@ -219,9 +220,8 @@ def _save(packed: PackedModel, step: PackedStep, j: int, member: Member, state: 
         tensors.update({f"optim.{index}.{k}": (v if v.dim() == 0 else v[j]).detach().clone()
                         for k, v in values.items() if torch.is_tensor(v)})
     tensors.update({f"rng.{name}": g.get_state() for name, g in state.streams.items()})
-    groups = [{k: float(v) if torch.is_tensor(v) else v for k, v in g.items() if k != "capturable"}
-              for g in step.optimizer.state_dict()["param_groups"]]
-    save_checkpoint(member.checkpoint.path, tensors, {**meta, "param_groups": groups, "scaler": {}})
+    save_checkpoint(member.checkpoint.path, tensors,
+                    {**meta, "param_groups": saved_param_groups(step.optimizer), "scaler": {}})
 
 
 def _batches(data: Dataset, train_x: Tensor, train_y: Tensor, states: list[_MemberState], n: int,

@@ -30,7 +30,14 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from ablations.training.checkpoints import Checkpointing, load_checkpoint, restore, save_checkpoint, training_state
+from ablations.training.checkpoints import (
+    Checkpointing,
+    load_checkpoint,
+    restore,
+    save_checkpoint,
+    saved_param_groups,
+    training_state,
+)
 from ablations.training.data import Dataset, recipe_data
 from ablations.training.evaluation import evaluator
 from bench.training.recipe import TrainConfig
@@ -243,9 +250,7 @@ def _save(checkpoint: Checkpointing, model: nn.Module, optimizer, scaler, stream
     """The run's checkpoint: its training state and `meta` (identity, epoch, step, time, history), with the
     optimizer's hyperparameters as the eager step keeps them and the loss scaler's state."""
     save_checkpoint(checkpoint.path, training_state(model, optimizer, streams),
-                    {**meta, "param_groups": [
-                        {k: float(v) if torch.is_tensor(v) else v for k, v in g.items() if k != "capturable"}
-                        for g in optimizer.state_dict()["param_groups"]],
+                    {**meta, "param_groups": saved_param_groups(optimizer),
                      "scaler": scaler.state_dict() if scaler.is_enabled() else {}})
 
 

@@ -64,7 +64,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         floats_as_floats(self)
-        self._check_compile()
+        self._check_switches()
         for name in ("epochs", "batch_size", "eval_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -97,8 +97,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.holdout_split={self.holdout_split!r} is unknown; choose "
                              f"{' or '.join(HOLDOUT_SPLITS)}")
 
-    def _check_compile(self) -> None:
-        """0 and 1 (the Makefile's COMPILE=0/1, `--set compile=1`) are the booleans: one training, one run id."""
+    def _check_switches(self) -> None:
+        """compile and packed: 0 and 1 (COMPILE=0/1, `--set compile=1`) are the booleans: one training, one run id."""
         for name in ("compile", "packed"):
             value = getattr(self, name)
             if not isinstance(value, bool) and isinstance(value, int) and value in (0, 1):

@@ -29,7 +29,7 @@ from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer, load_timm_weight
 MIN_ROUNDS = 3
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="vit_small_patch16_224",
                         choices=[p for p in PRESETS if p.startswith("vit_") and "patch16" in p])
@@ -43,36 +43,47 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     message = refusal(args.out, args.into_reference)
     if message:
         parser.error(message)
-    backends = args.backends.split(",")
-    unknown = [b for b in backends if b not in ATTENTION_BACKENDS]
+    unknown = [b for b in args.backends.split(",") if b not in ATTENTION_BACKENDS]
     if unknown:
         parser.error(f"unknown backend {unknown[0]!r}; choose from {sorted(ATTENTION_BACKENDS)}")
+    return args
 
+
+def _models(preset: str, backends: list[str]) -> dict[str, torch.nn.Module]:
+    """timm's model and ours with each attention backend, all holding timm's weights."""
     torch.manual_seed(0)
-    reference = timm.create_model(args.preset, pretrained=False).eval()
+    reference = timm.create_model(preset, pretrained=False).eval()
     models = {"timm": reference}
     for backend in backends:
-        model = VisionTransformer(PRESETS[args.preset].replace(attn=backend)).eval()
+        model = VisionTransformer(PRESETS[preset].replace(attn=backend)).eval()
         models[backend] = load_timm_weights(model, reference.state_dict())
-    cfg = PRESETS[args.preset]
-    images = torch.randn(args.batch_size, cfg.in_chans, cfg.img_size, cfg.img_size)
+    return models
 
+
+def _rounds(models: dict[str, torch.nn.Module], images: torch.Tensor, rounds: int) -> tuple[dict, dict[str, int]]:
+    """Images/s of each model in interleaved rounds, those taken under load left out, and how many were."""
     per_round: dict[str, list[float]] = {name: [] for name in models}
     loaded: dict[str, int] = {name: 0 for name in models}
     timing = TimingConfig(warmup=1, min_repeats=3, min_time_s=0.5)
     with torch.inference_mode():
         for model in models.values():  # one untimed pass each: allocator, oneDNN primitives
             model(images)
-        for _, name in interleaved(list(models), args.rounds):
+        for _, name in interleaved(list(models), rounds):
             with LoadMeter() as meter:
                 ms = time_steps(lambda: models[name](images), "cpu", timing).median_ms
             if meter.load is not None and meter.load.contended:
                 loaded[name] += 1
             else:
-                per_round[name].append(args.batch_size / (ms / 1e3))
-    spreads = {name: Spread.of(rates) for name, rates in per_round.items()}
-    img_s = {name: s.median for name, s in spreads.items()}
+                per_round[name].append(len(images) / (ms / 1e3))
+    return {name: Spread.of(rates) for name, rates in per_round.items()}, loaded
 
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    args = _arguments(argv)
+    models = _models(args.preset, args.backends.split(","))
+    cfg = PRESETS[args.preset]
+    spreads, loaded = _rounds(models, torch.randn(args.batch_size, cfg.in_chans, cfg.img_size, cfg.img_size),
+                              args.rounds)
     print(f"{args.preset}, eager fp32 inference, batch {args.batch_size}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, timm {timm.__version__}, median of {args.rounds} interleaved rounds "
           f"(rounds taken under load left out: {sum(loaded.values())})")
@@ -93,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(table).to_csv(path, index=False)
     print(f"table → {path}")
-    return img_s
+    return {name: s.median for name, s in spreads.items()}
 
 
 if __name__ == "__main__":

@@ -232,10 +232,10 @@ def test_reading_results_loads_no_trainer_runner_or_executor(tmp_path):
 LONGEST_FUNCTION = 60   # lines, docstring included: past that a function does more than one thing
 
 
-def test_no_function_of_the_harness_is_longer_than_a_screen():
-    long = [f"{module}.{node.name} ({node.end_lineno - node.lineno + 1} lines)"
-            for module, path in MODULES.items() if module.startswith("ablations")
-            for node in ast.walk(ast.parse(path.read_text()))
+def test_no_function_of_the_harness_the_benches_or_the_benchmarks_is_longer_than_a_screen():
+    paths = [p for pkg in ("ablations", "bench", "benchmarks") for p in sorted((ROOT / pkg).rglob("*.py"))]
+    long = [f"{path.relative_to(ROOT)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in paths for node in ast.walk(ast.parse(path.read_text()))
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION]
     assert not long, long

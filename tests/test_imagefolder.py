@@ -11,7 +11,7 @@ import torch
 from helpers import run_sweep
 from PIL import Image
 
-from ablations.cli.commands import data_id
+from ablations.cli.prepare import data_id
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths
 from ablations.running.cost import CostPlan

@@ -262,3 +262,11 @@ def test_every_benchmark_loads_and_imports_only_the_packages_top_level_names(pat
     monkeypatch.syspath_prepend(str(path.parent))   # as a script run there sees its neighbours
     spec = importlib.util.spec_from_file_location(f"benchmark_{path.stem}", path)
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+def test_the_training_commands_module_reaches_few_project_modules():
+    """`ablations.cli.commands` composes named steps (`prepare`, `outcome`, the runner, the executors): what it
+    makes of its arguments and what it says at its end live in their own modules, so it reaches at most 12."""
+    project = {target for target, _, _ in imports("ablations.cli.commands")
+               if target.split(".")[0] in ("ablations", "bench", "vit")}
+    assert len(project) <= 12, sorted(project)

@@ -79,7 +79,7 @@ def test_the_makefile_passes_every_declared_flag_from_its_variable_and_the_parse
 
 def test_the_evaluation_option_offers_the_evaluators_choices_and_reaches_the_runs_options():
     """`--evaluation` (EVALUATION) lists exactly the evaluations a run can ask for, and a sweep's runs get it."""
-    from ablations.cli.commands import _options
+    from ablations.cli.prepare import run_options
     from ablations.training.evaluation import EVALUATIONS
 
     option = next(o for o in OPTIONS if o.flag == "--evaluation")
@@ -88,7 +88,7 @@ def test_the_evaluation_option_offers_the_evaluators_choices_and_reaches_the_run
 
     for argv, expected in ((["sweep", "depth"], "eager"), (["sweep", "depth", "--evaluation", "graphed"], "graphed")):
         args = build().parse_args(argv)
-        assert _options(args, "", "").evaluation == expected
+        assert run_options(args, "", "").evaluation == expected
 
 
 def test_the_cost_target_passes_exactly_the_flags_the_cost_command_declares():
@@ -122,7 +122,7 @@ def test_a_run_options_default_and_choices_are_its_declarations():
     """`RunOptions` writes no default or choice of its own for a field named like a declared run option: its
     default is the declaration's (a switch's False), and a value outside the declared choices is refused in one
     line naming them, whichever field it is."""
-    from ablations.cli.commands import DERIVED
+    from ablations.cli.prepare import DERIVED
     from ablations.options import RUN
     from ablations.running.tasks import RunOptions
 

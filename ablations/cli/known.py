@@ -169,7 +169,7 @@ def cmd_known(args: argparse.Namespace, run_command: Callable[[list[str]], int])
         print(f"error: {message}", file=sys.stderr)
         return 2
     from ablations.analysis.report import build_report
-    from ablations.cli.commands import NEXT_STEP
+    from ablations.cli.outcome import NEXT_STEP
 
     t0 = time.perf_counter()
     tasks = [t for t in TASKS if not args.only or t.name in args.only]

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ablations.choices import say
-from ablations.cli.commands import check_device, check_out
+from ablations.cli.prepare import check_device, check_out
 from ablations.results.store import SweepError, SweepPaths
 from ablations.running.cost import CostPlan
 from bench.env import cudnn_attention, resolve_device

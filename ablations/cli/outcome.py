@@ -1,0 +1,93 @@
+"""What a training command says when it ends: each sweep's summary and where its files are, where the time
+went, and on a stop what was kept and what a rerun resumes."""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import os
+import time
+
+from ablations.results.store import SweepPaths
+from ablations.running.runner import SweepSummary
+from ablations.running.tasks import RunOptions, make_tasks
+from ablations.specs import Point
+
+
+def runs_said(n: int) -> str:
+    return "1 run" if n == 1 else f"{n} runs"
+
+
+def restarting(sweep_points: list[tuple[str, list[Point]]], options: dict[str, RunOptions],
+                recorded: list[str]) -> str:
+    """What a rerun does with the runs not finished: those with a checkpoint named (up to 3) with the epoch they
+    go on after, the rest said to start from their first epoch."""
+    from ablations.training.checkpoints import saved_epoch
+
+    kept, resumed, left = set(recorded), [], 0
+    for name, points in sweep_points:
+        paths = SweepPaths.of(options[name].out, name)
+        for task in make_tasks(points, options[name]):
+            if task.run_id in kept:
+                continue
+            epoch = saved_epoch(paths.checkpoint(task.run_id)) if paths.checkpoint(task.run_id).exists() else None
+            if epoch is None:
+                left += 1
+            else:
+                resumed.append(f"{task.point.label} seed {task.seed} after epoch {epoch}")
+    said = ""
+    if resumed:
+        more = f" and {len(resumed) - 3} more" if len(resumed) > 3 else ""
+        runs = "1 unfinished run goes" if len(resumed) == 1 else f"{len(resumed)} unfinished runs go"
+        said += f"; {runs} on from a checkpoint ({', '.join(resumed[:3])}{more})"
+    if left:
+        said += f"; {'the 1 run left starts' if left == 1 else f'the {left} runs left start'} from epoch 1"
+    return said
+
+
+# whether a command ends by telling the user their next step (`known`, which runs sweeps and then writes the
+# report itself, turns it off for the sweeps it runs)
+NEXT_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("next_step", default=True)
+
+
+REPORT_FOLLOWS = "VITBENCH_REPORT_FOLLOWS"   # set by `make ablations`, which writes the report next: no "Next:" line
+
+
+def _took(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 100 else f"{seconds / 60:.1f} min"
+
+
+def timings(args: argparse.Namespace, work_started: float) -> str:
+    """Where the command's time went, from its start (`args.started`, set by the parser) to now: the start
+    before any work (imports, the data, the checks), the cost phase and the training (`args.spent`, which
+    `run_sweeps` fills), and the rest (the workers' start, reading and writing the tables, SEEDS=auto's looks)."""
+    now, spent = time.perf_counter(), getattr(args, "spent", None) or {}
+    started = getattr(args, "started", work_started)
+    parts = [("start", work_started - started), ("cost phase", spent.get("cost phase", 0.0)),
+             ("training", spent.get("training", 0.0))]
+    rest = (now - started) - sum(seconds for _, seconds in parts)
+    phases = spent.get("training phases", 0)
+    said = [f"{what} {_took(seconds)}" + (f" in {phases} phases" if what == "training" and phases > 1 else "")
+            for what, seconds in parts if seconds >= 0.05]
+    return f"Done in {_took(now - started)}: " + ", ".join([*said, f"the rest {_took(max(rest, 0.0))}"]) + "."
+
+
+def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> None:
+    print(f"\n{done}")
+    for r in results:
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(r.statuses.items())) or "nothing new"
+        paths = r.paths
+        reused = f", {r.reused} reused from other sweeps (same run_id)" if r.reused else ""
+        resumed = f", {r.resumable} resumed from checkpoints" if r.resumable else ""
+        stale = f", {r.stale_tmp} stale temporary files removed" if r.stale_tmp else ""
+        print(f"  {r.sweep:<8} {r.planned} runs: {r.skipped} already done{reused}{resumed}, {statuses}{stale}")
+        if r.starved:
+            low = r.starved
+            print(f"           note: {len(low)} run(s) were busy only {min(low):.0f}–{max(low):.0f} % of the cores they "
+                  f"were given (train_util_pct): other work held the machine, so their train_time_s and "
+                  f"train_mfu understate it")
+        cost = f"   cost → {paths.cost}" if paths.cost.exists() else ""
+        print(f"           rows → {paths.rows}   epochs → {paths.history}{cost}")
+        print(f"           weights → {paths.weights}/   test predictions → {paths.preds}/")
+    if report_hint and NEXT_STEP.get() and os.environ.get(REPORT_FOLLOWS) != "1":
+        print(report_hint)

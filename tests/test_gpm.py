@@ -126,16 +126,16 @@ def test_the_phase_mfu_is_the_runs_training_flops_over_the_phase_time_and_the_pe
     from ablations.running import runner
     from bench.mfu import Peak
 
-    def share(*peaks):
-        return types.SimpleNamespace(todo=[types.SimpleNamespace(peak=p) for p in peaks])
+    def tasks(*peaks):
+        return [types.SimpleNamespace(peak=p) for p in peaks]
     peak = Peak(1e12, "2026-11-27T10:00:00+00:00")
     row = {"status": "ok", "gflops": 0.5, "train_size": 1000, "epochs": 2, "resumed_after": 0}
     flops = runner._flops_trained(row)
     assert flops == 2 * 1000 * 0.5e9 * 3
-    assert runner._phase_mfu([share(peak)], flops, 2.0) == pytest.approx(flops / 2.0 / 1e12)
+    assert runner._phase_mfu(tasks(peak), flops, 2.0) == pytest.approx(flops / 2.0 / 1e12)
     other = Peak(2e12, "2026-11-27T10:00:00+00:00")
-    assert runner._phase_mfu([share(peak, other)], flops, 2.0) is None   # runs in two precisions: no one peak
-    assert runner._phase_mfu([share(None)], flops, 2.0) is None           # no peak measured: blank
+    assert runner._phase_mfu(tasks(peak, other), flops, 2.0) is None   # runs in two precisions: no one peak
+    assert runner._phase_mfu(tasks(None), flops, 2.0) is None           # no peak measured: blank
     assert runner._flops_trained({**row, "status": "diverged"}) == 0.0
 
 

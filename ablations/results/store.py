@@ -76,6 +76,10 @@ class SweepPaths:
     def out(self) -> Path:
         return self.rows.parents[1]
 
+    @property
+    def sweep(self) -> str:
+        return self.rows.stem
+
     def checkpoint(self, run_id: str) -> Path:
         return self.checkpoints / f"{run_id}.safetensors"
 
@@ -222,45 +226,78 @@ def load_preds(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 # --- finished and reusable runs --------------------------------------------------------------------
 
-def finished_ids(paths: SweepPaths, need_preds: bool = True, table: pd.DataFrame | None = None) -> set[str]:
-    """The runs with an ok row; with `need_preds`, only those whose test predictions are still there (a run
-    whose predictions file is gone is trained again, so the report can compare it). `table`: the sweep's
-    rows as the caller read them (else read here)."""
-    if table is None:
-        if not paths.rows.exists():
-            return set()
-        table = read_table(paths.rows)
-    if "run_id" not in table:
-        return set()
-    done = set(ok_rows(table)["run_id"].astype(str))
-    return {rid for rid in done if paths.preds_file(rid).exists()} if need_preds else done
+def finished_ids(paths: SweepPaths) -> set[str]:
+    """The runs of the sweep with an ok row whose test predictions are still there (a run whose predictions file
+    is gone is trained again, so the report can compare it)."""
+    finished = Tables(paths.out).finished(paths.sweep)
+    ids = set(finished["run_id"].astype(str)) if "run_id" in finished else set()
+    return {rid for rid in ids if paths.preds_file(rid).exists()}
 
 
 def _plain(row: pd.Series) -> dict[str, Any]:
     return {k: (None if v != v else v) for k, v in row.items()}
 
 
-def finished_elsewhere(tables: Tables, sweep: str) -> dict[str, tuple[str, dict[str, Any]]]:
-    """{run_id: (other sweep, its ok row)} over the other sweeps of the same OUT (`tables`) whose predictions
-    and weights are on disk: runs `sweep` need not train again."""
-    found: dict[str, tuple[str, dict[str, Any]]] = {}
-    for other in sweep_names(tables.out):
-        if other == sweep:
-            continue
-        theirs = SweepPaths.of(tables.out, other)
-        for _, r in ok_rows(tables.rows(other)).iterrows():
-            rid = str(r["run_id"])
-            if theirs.preds_file(rid).exists() and theirs.weights_file(rid).exists():
-                found.setdefault(rid, (other, _plain(r)))
+@dataclass(frozen=True)
+class Taken:
+    """A run finished in another sweep under the same OUT, with everything a sweep records of it: the sweep it
+    trained for, its ok row, its epoch rows (the last of each epoch), and its weights and predictions (bytes)."""
+    sweep: str
+    row: dict[str, Any]
+    history: list[dict[str, Any]]
+    weights: bytes
+    preds: bytes
+
+
+@dataclass(frozen=True)
+class Found:
+    """What OUT holds of one sweep of a command before any work (`find`): its ok rows as written, the standing row of
+    each planned run finished with its predictions on disk, the planned runs not finished there that another sweep
+    under OUT finished (files on disk), and its epoch rows where asked for (else empty)."""
+    paths: SweepPaths
+    ok: pd.DataFrame
+    finished: dict[str, dict[str, Any]]
+    elsewhere: dict[str, Taken]
+    history: pd.DataFrame
+
+
+def find(out: str | Path, planned: dict[str, list[str]], history: bool = False) -> dict[str, Found]:
+    """{sweep: what OUT holds of it} for a command that plans the run ids `planned` ({sweep: run ids}), every table
+    read once. A run another sweep finished is taken from the first sweep (by name) that holds an ok row of it with
+    its weights and predictions; its files are read here. `history`: the sweeps' own epoch rows too."""
+    tables = Tables(out)
+    others = sweep_names(out)
+    found = {}
+    for sweep, run_ids in planned.items():
+        paths = SweepPaths.of(out, sweep)
+        standing = tables.finished(sweep)
+        wanted = set(run_ids)
+        finished = {str(r["run_id"]): r.to_dict() for _, r in standing.iterrows()
+                    if str(r["run_id"]) in wanted and paths.preds_file(str(r["run_id"])).exists()}
+        left = wanted - set(finished)
+        found[sweep] = Found(paths, ok_rows(tables.rows(sweep)), finished,
+                             _taken(tables, [o for o in others if o != sweep], left) if left else {},
+                             tables.history(sweep) if history else pd.DataFrame())
     return found
 
 
-def history_of(paths: SweepPaths, run_id: str, table: pd.DataFrame | None = None) -> list[dict[str, Any]]:
-    """The epoch rows of one run (the last of each epoch); `table`: the sweep's epoch rows as the caller read
-    them (else read here)."""
-    if table is None:
-        table = read_table(paths.history) if paths.history.exists() else None
-    if table is None or "run_id" not in table:
+def _taken(tables: Tables, others: list[str], run_ids: set[str]) -> dict[str, Taken]:
+    """The runs of `run_ids` that the sweeps `others` finished, each from the first of them that holds its files."""
+    taken: dict[str, Taken] = {}
+    for other in others:
+        theirs = SweepPaths.of(tables.out, other)
+        for _, r in ok_rows(tables.rows(other)).iterrows():
+            rid = str(r["run_id"])
+            if rid in run_ids and rid not in taken and theirs.preds_file(rid).exists() \
+                    and theirs.weights_file(rid).exists():
+                taken[rid] = Taken(other, _plain(r), _history_of(tables.history(other), rid),
+                                   theirs.weights_file(rid).read_bytes(), theirs.preds_file(rid).read_bytes())
+    return taken
+
+
+def _history_of(table: pd.DataFrame, run_id: str) -> list[dict[str, Any]]:
+    """The epoch rows of one run in a sweep's epoch table (the last of each epoch)."""
+    if "run_id" not in table:
         return []
     mine = table[table["run_id"].astype(str) == run_id].drop_duplicates("epoch", keep="last")
     return [_plain(h) for _, h in mine.iterrows()]

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from ablations.results import store, tensorboard
 from ablations.results.experiments import differences, same_experiment, starved
-from ablations.results.store import PHASES, SweepError, SweepPaths, is_ok, model_key, ok_rows, record
+from ablations.results.store import PHASES, SweepError, SweepPaths, is_ok, model_key, record, row_figures, train_step_ms
 from ablations.running.cost import run_cost_phases
 from ablations.running.executors.base import Executor, ExecutorOptions
 from ablations.running.executors.local import LocalExecutor
@@ -71,16 +71,13 @@ def preflight(paths: SweepPaths, todo: list[Task], jobs: int = 1) -> int:
     return store.preflight(paths, len(todo), planned_bytes(todo, jobs))
 
 
-def reuse(task: Task, other: str, row: dict[str, Any], paths: SweepPaths, history: pd.DataFrame | None = None) -> RunResult:
-    """The outcome of a run already finished in sweep `other`: the same run_id means the same model,
-    training, data, seed and initial weights, so its row, history, predictions and weights are this
-    run's. The row takes this sweep's name and cost-phase figures, and names where it was trained.
-    `history`: `other`'s epoch rows as the command read them (else read here)."""
-    theirs = SweepPaths.of(paths.out, other)
-    row = {**row, **task.cost, "sweep": task.point.sweep, "reused_from": other,
+def reuse(task: Task, taken: store.Taken) -> RunResult:
+    """The outcome of a run already finished in another sweep: the same run_id means the same model, training,
+    data, seed and initial weights, so its row, history, predictions and weights are this run's. The row takes
+    this sweep's name and cost-phase figures, and names where it was trained."""
+    row = {**taken.row, **task.cost, "sweep": task.point.sweep, "reused_from": taken.sweep,
            "experiment_id": task.experiment_id}
-    return RunResult(row, store.history_of(theirs, task.run_id, history), theirs.weights_file(task.run_id).read_bytes(),
-                     theirs.preds_file(task.run_id).read_bytes())
+    return RunResult(row, taken.history, taken.weights, taken.preds)
 
 
 @dataclass
@@ -110,32 +107,55 @@ class SweepSummary:
             run_ids=self.run_ids + later.run_ids)
 
 
-@dataclass
-class _Share:
-    """One sweep's part of a command: its paths, its runs and what became of them."""
-    sweep: str
+@dataclass(frozen=True)
+class _Sweep:
+    """One sweep of a command: its name, points and options, every run it plans, and what OUT held of them before
+    any work (`store.Found`)."""
+    name: str
     points: list[Point]
     options: RunOptions
-    paths: SweepPaths
-    planned: int
-    skipped: int        # finished earlier: an ok row in the sweep's own table
-    todo: list[Task]    # left to train
-    run_ids: list[str] = dataclasses.field(default_factory=list)  # every run of the sweep: trained now or before
-    reused: int = 0     # recorded from the same run finished in another sweep
-    stale: int = 0
-    resumable: int = 0
-    statuses: dict[str, int] = dataclasses.field(default_factory=dict)
-    starved: list[float] = dataclasses.field(default_factory=list)  # train_util_pct of runs that got too little CPU
-    labels: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> its point's label
-    rows: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # run id -> its row, kept now or before
-    recorded: list[str] | None = None   # the command's list of the run ids written, in order (see `run_sweeps`)
-    step_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # model key -> cost phase's training step ms
-    train_images: int | None = None   # the training set's images, where the cost phase loaded it
+    tasks: list[Task]
+    found: store.Found
 
-    def summary(self) -> SweepSummary:
-        return SweepSummary(self.sweep, self.paths, self.planned, self.skipped, self.reused, dict(self.statuses),
-                            self.stale, self.resumable, list(self.starved), list(self.run_ids),
-                            [self.rows[rid] for rid in self.run_ids if rid in self.rows])
+    @property
+    def paths(self) -> SweepPaths:
+        return self.found.paths
+
+    def label(self, run_id: str) -> str:
+        return next((t.point.label for t in self.tasks if t.run_id == run_id), "")
+
+
+@dataclass
+class _Kept:
+    """What became of one sweep's runs in this command, as they are recorded: the run ids written (the command's
+    list, `run_sweeps`'s `recorded`), their rows, the reuses, each status, the busy shares of starved runs."""
+    recorded: list[str]
+    rows: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    reused: int = 0
+    statuses: Counter[str] = dataclasses.field(default_factory=Counter)
+    starved: list[float] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Left:
+    """The runs no sweep's own table holds finished: trained here, or taken from another sweep under OUT."""
+    tasks: list[Task]
+
+
+@dataclass(frozen=True)
+class _Costed:
+    """Those runs, each with its config's cost-phase figures; the phase's training step per model and the training
+    set's size, for the order they start in."""
+    tasks: list[Task]
+    step_ms: dict[str, float]
+    images: dict[str, int]
+
+
+@dataclass(frozen=True)
+class _Ready:
+    """The runs this command trains (no sweep under OUT finished them), each with its device's matmul peak, in the
+    order they start."""
+    tasks: list[Task]
 
 
 def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Executor | None = None,
@@ -143,46 +163,79 @@ def run_sweeps(sweeps: list[tuple[str, list[Point], RunOptions]], executor: Exec
                locked: bool = False, spent: Counter[str] | None = None) -> list[SweepSummary]:
     """Run every missing point × seed of several sweeps with one executor; one summary per sweep.
 
-    First, with every sweep's lock held: each sweep's preflight, one cost phase over all their points
-    (with no training beside it; a model several sweeps share is timed once), and the runs that sweeps
-    on disk already finished. Then all the sweeps' runs as one stream through the executor, in sweep order
-    (or the longest expected first: `RunOptions.run_order`): JOBS workers start once and stay busy to the
-    end. A run two of these sweeps share (same run_id: the base point of several sweeps) is trained once and
-    recorded in each, as a reuse in all but the first. Each sweep's table, and those of the other sweeps under
-    its OUT, is read once (`store.Tables`). `recorded`: a list the run ids are appended to as their rows are written, which
-    the caller still holds when a signal or an error ends the command. `locked`: the caller holds every
-    sweep's lock already (a command that writes more of a sweep than its runs: its design file). `spent`: a
-    counter that gets the seconds of the cost phase ("cost phase") and of training ("training", and one
-    "training phases" for a call that trained). Raises SweepError (another process runs one of the sweeps;
-    OUT unusable) before any work."""
+    With every sweep's lock held, in this order: what OUT holds of the sweeps, read once (`store.find`), and a
+    preflight; one cost phase over all their points (with no training beside it; a model several sweeps share is
+    timed once); the runs that another sweep under OUT finished, recorded from there; each device's matmul peak;
+    then all the runs left as one stream through the executor, in sweep order (or the longest expected first:
+    `RunOptions.run_order`): JOBS workers start once and stay busy to the end. A run two of these sweeps share
+    (same run_id: the base point of several sweeps) is trained once and recorded in each, as a reuse in all but
+    the first. `recorded`: a list the run ids are appended to as their rows are written, which the caller still
+    holds when a signal or an error ends the command. `locked`: the caller holds every sweep's lock already (a
+    command that writes more of a sweep than its runs: its design file). `spent`: a counter that gets the seconds
+    of the cost phase ("cost phase") and of training ("training", and one "training phases" for a call that
+    trained). Raises SweepError (another process runs one of the sweeps; OUT unusable) before any work."""
+    kernels = _one_setting(sweeps)
+    executor = executor or LocalExecutor(ExecutorOptions(jobs=1))
+    spent = Counter() if spent is None else spent
+    recorded = [] if recorded is None else recorded
+    with contextlib.ExitStack() as locks, cudnn_attention(kernels):
+        for name, _, options in sweeps if not locked else ():
+            locks.enter_context(store.sweep_lock(SweepPaths.of(options.out, name), name))
+        command = _read(sweeps)
+        stale = {sweep.name: _before_work(sweep, executor.jobs or 1) for sweep in command}
+        for sweep in command:
+            if sweep.options.tensorboard:
+                _events_of_finished_runs(sweep)
+        kept = {sweep.name: _Kept(recorded) for sweep in command}
+        with _timed(spent, "cost phase"):
+            costed = _with_cost(_left(command), command)
+        costed = _take_finished_elsewhere(costed, command, kept)
+        resumable = {sweep.name: _resumable(sweep, costed.tasks) for sweep in command}
+        ready = _with_peaks(costed)
+        spent["training phases"] += bool(ready.tasks)
+        with _timed(spent, "training") if ready.tasks else contextlib.nullcontext():
+            _train_all(ready, command, kept, executor, fn)
+    return [_summary(sweep, kept[sweep.name], stale[sweep.name], resumable[sweep.name]) for sweep in command]
+
+
+def _one_setting(sweeps: list[tuple[str, list[Point], RunOptions]]) -> str:
+    """The command's one cudnn_attention setting (one flag for the process: its runs and its cost phase); ValueError
+    for a sweep named twice or two settings."""
     names = [name for name, _, _ in sweeps]
     if len(set(names)) != len(names):
         raise ValueError(f"sweeps {names}: each sweep may appear once in one command")
     kernels = {options.cudnn_attention for _, _, options in sweeps}
-    if len(kernels) > 1:   # one flag for the process: its runs and its cost phase
+    if len(kernels) > 1:
         raise ValueError(f"sweeps {names}: one command's sweeps share one cudnn_attention, got {sorted(kernels)}")
-    executor = executor or LocalExecutor(ExecutorOptions(jobs=1))
-    with contextlib.ExitStack() as locks, cudnn_attention(kernels.pop() if kernels else "auto"):
-        for name, _, options in sweeps if not locked else ():
-            locks.enter_context(store.sweep_lock(SweepPaths.of(options.out, name), name))
-        tables = {out: store.Tables(out) for out in {Path(options.out) for _, _, options in sweeps}}
-        shares = [_prepare(name, points, options, executor.jobs or 1, tables[Path(options.out)])
-                  for name, points, options in sweeps]
-        for share in shares:
-            share.recorded = recorded
-            if share.options.tensorboard:
-                _events_of_finished_runs(share, tables[Path(share.options.out)])
-        spent = Counter() if spent is None else spent
-        with _timed(spent, "cost phase"):
-            _cost_phases(shares)
-        for share in shares:
-            _reuse_finished(share, tables[Path(share.options.out)])
-        _ship_peaks(shares)
-        trains = any(share.todo for share in shares)
-        spent["training phases"] += trains
-        with _timed(spent, "training") if trains else contextlib.nullcontext():
-            _train_all(shares, executor, fn)
-    return [share.summary() for share in shares]
+    return kernels.pop() if kernels else "auto"
+
+
+def _read(sweeps: list[tuple[str, list[Point], RunOptions]]) -> list[_Sweep]:
+    """Each sweep's runs and what its OUT holds of them (`store.find`: each OUT read once)."""
+    tasks = {name: make_tasks(points, options) for name, points, options in sweeps}
+    found: dict[str, store.Found] = {}
+    for out in dict.fromkeys(Path(options.out) for _, _, options in sweeps):
+        mine = [(name, options) for name, _, options in sweeps if Path(options.out) == out]
+        found.update(store.find(out, {name: [t.run_id for t in tasks[name]] for name, _ in mine},
+                                history=any(options.tensorboard for _, options in mine)))
+    return [_Sweep(name, points, options, tasks[name], found[name]) for name, points, options in sweeps]
+
+
+def _resumable(sweep: _Sweep, tasks: list[Task]) -> int:
+    """How many of the sweep's runs among `tasks` go on from a checkpoint."""
+    return sum(sweep.paths.checkpoint(t.run_id).exists() for t in tasks if t.point.sweep == sweep.name)
+
+
+def _left(command: list[_Sweep]) -> _Left:
+    return _Left([t for sweep in command for t in sweep.tasks if t.run_id not in sweep.found.finished])
+
+
+def _summary(sweep: _Sweep, kept: _Kept, stale: int, resumable: int) -> SweepSummary:
+    run_ids = [t.run_id for t in sweep.tasks]
+    rows = {**sweep.found.finished, **kept.rows}
+    return SweepSummary(sweep.name, sweep.paths, len(run_ids), len(sweep.found.finished), kept.reused,
+                        dict(kept.statuses), stale, resumable, list(kept.starved), run_ids,
+                        [rows[rid] for rid in run_ids if rid in rows])
 
 
 @contextlib.contextmanager
@@ -195,35 +248,22 @@ def _timed(spent: Counter[str], what: str):
         spent[what] += time.perf_counter() - start
 
 
-def _prepare(sweep: str, points: list[Point], options: RunOptions, jobs: int, tables: store.Tables) -> _Share:
-    """The sweep's runs not finished in its own table, after a preflight for them."""
-    paths = SweepPaths.of(options.out, sweep)
-    tasks = make_tasks(points, options)
-    table = tables.rows(sweep)
-    done = store.finished_ids(paths, table=table)
-    todo = [t for t in tasks if t.run_id not in done]
-    share = _Share(sweep, points, options, paths, len(tasks), len(tasks) - len(todo), todo,
-                   [t.run_id for t in tasks], labels={t.run_id: t.point.label for t in tasks},
-                   rows=_rows_of(tables.finished(sweep), done & {t.run_id for t in tasks}))
-    share.stale = preflight(paths, todo, jobs) if todo else 0
-    if todo:
-        _warn_other_experiment(paths, todo[0], table)
-    return share
+def _before_work(sweep: _Sweep, jobs: int) -> int:
+    """Where a sweep has runs left, its check before any work: a preflight (the stale temporary files it removed,
+    returned) and a note on runs of another experiment in its table."""
+    todo = [t for t in sweep.tasks if t.run_id not in sweep.found.finished]
+    if not todo:
+        return 0
+    stale = preflight(sweep.paths, todo, jobs)
+    _warn_other_experiment(sweep.paths, todo[0], sweep.found.ok)
+    return stale
 
 
-def _rows_of(finished: pd.DataFrame, run_ids: set[str]) -> dict[str, dict[str, Any]]:
-    """{run id: its row} of `run_ids` among a sweep's finished runs (`Tables.finished`: one row each)."""
-    if not run_ids:
-        return {}
-    mine = finished[finished["run_id"].astype(str).isin(run_ids)]
-    return {str(r["run_id"]): r for r in mine.to_dict("records")}
-
-
-def _events_of_finished_runs(share: _Share, tables: store.Tables) -> None:
+def _events_of_finished_runs(sweep: _Sweep) -> None:
     """TENSORBOARD=1: check that the event folder can be written (SweepError before any work), then write
     the events of this sweep's finished runs that have none (runs finished without TENSORBOARD, or while the
     folder could not be written)."""
-    root = Path(share.options.out) / "tensorboard"
+    root = Path(sweep.options.out) / "tensorboard"
     probe = root / f".write-test-{os.getpid()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -232,28 +272,21 @@ def _events_of_finished_runs(share: _Share, tables: store.Tables) -> None:
     except OSError as err:
         raise SweepError(f"TENSORBOARD=1: cannot write {root} ({err.strerror or err}); fix its permissions or "
                          f"choose another OUT") from None
-    table = tables.finished(share.sweep)
-    if table.empty or "run_id" not in table:
-        return
-    ok = table[table["run_id"].astype(str).isin(set(share.run_ids))]
-    missing = [r for _, r in ok.iterrows() if not tensorboard.written(share.options.out, share.sweep, str(r["run_id"]))]
+    missing = [row for rid, row in sweep.found.finished.items()
+               if not tensorboard.written(sweep.options.out, sweep.name, rid)]
     if not missing:
         return
-    history = tables.history(share.sweep)
-    history = history if "run_id" in history else pd.DataFrame(columns=["run_id"])
+    history = sweep.found.history if "run_id" in sweep.found.history else pd.DataFrame(columns=["run_id"])
     for row in missing:
         epochs = history[history["run_id"].astype(str) == str(row["run_id"])]
-        tensorboard.write_run(share.options.out, {**row.to_dict(), "sweep": share.sweep},
-                              [e.to_dict() for _, e in epochs.iterrows()], share.labels.get(str(row["run_id"]), ""))
-    print(f"tensorboard: events of {len(missing)} finished run(s) of {share.sweep} written", file=sys.stderr)
+        tensorboard.write_run(sweep.options.out, {**row, "sweep": sweep.name},
+                              [e.to_dict() for _, e in epochs.iterrows()], sweep.label(str(row["run_id"])))
+    print(f"tensorboard: events of {len(missing)} finished run(s) of {sweep.name} written", file=sys.stderr)
 
 
-def _warn_other_experiment(paths: SweepPaths, task: Task, table: pd.DataFrame) -> None:
-    """Say before training when the sweep's table (`table`, its rows) holds runs of another experiment
-    (other epochs, dataset or recipe): the report will show the newest experiment only."""
-    if table.empty or "status" not in table:
-        return
-    ok = ok_rows(table)
+def _warn_other_experiment(paths: SweepPaths, task: Task, ok: pd.DataFrame) -> None:
+    """Say before training when the sweep's table holds runs of another experiment (`ok`: its ok rows; other
+    epochs, dataset or recipe): the report will show the newest experiment only."""
     if ok.empty:
         return
     mine = identity_columns(task, resolve_device(task.options.device))
@@ -265,131 +298,146 @@ def _warn_other_experiment(paths: SweepPaths, task: Task, table: pd.DataFrame) -
               f"the others under Skipped inputs. To keep both, use another OUT (--out)", file=sys.stderr)
 
 
-def _cost_phases(shares: list[_Share]) -> None:
-    """One cost phase (`cost.run_cost_phases`) over the sweeps with runs to do that measure alike (the
-    same CostPlan, device and GRAPHS: all of one command's); each run's task takes its config's figures."""
-    groups: dict[tuple, list[_Share]] = {}
-    for share in shares:
-        o = share.options
+def _with_cost(left: _Left, command: list[_Sweep]) -> _Costed:
+    """One cost phase (`cost.run_cost_phases`) over the sweeps that measure alike (the same CostPlan, device and
+    GRAPHS: all of one command's), where any has runs left; each run takes its config's figures."""
+    groups: dict[tuple, list[_Sweep]] = {}
+    for sweep in command:
+        o = sweep.options
         if o.cost.rounds:
-            groups.setdefault((o.cost, o.device, o.graphs, o.progress), []).append(share)
+            groups.setdefault((o.cost, o.device, o.graphs, o.progress), []).append(sweep)
+    sweeps_left = {t.point.sweep for t in left.tasks}
+    figures: dict[str, dict[str, dict[str, Any]]] = {}
+    step_ms: dict[str, float] = {}
+    images: dict[str, int] = {}
     for (cost_plan, device_name, graphs, progress), members in groups.items():
         # the command's sweeps all, whichever have runs left: a later look of SEEDS=auto, or a rerun after some
         # sweeps finished, is the same sitting as the first (the phase id names the sweeps), found and reused
-        if not any(share.todo for share in members):
+        if not sweeps_left & {sweep.name for sweep in members}:
             continue
         device = resolve_device(device_name)
         first = members[0].options
         workload = (len(load_data(first).train_y), len(first.seeds))   # what the runs will train, for the budget
-        phases = run_cost_phases([(share.sweep, share.points, share.paths.cost) for share in members], cost_plan,
+        phases = run_cost_phases([(sweep.name, sweep.points, sweep.paths.cost) for sweep in members], cost_plan,
                                  device, progress=progress, graphs=graphs, workload=workload)
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the driver keeps no cached blocks while the runs train
-        for share in members:
-            figures = store.row_figures(phases[share.sweep])
-            share.todo = [dataclasses.replace(t, cost=figures.get(model_key(t.point.model), {})) for t in share.todo]
-            share.step_ms, share.train_images = store.train_step_ms(phases[share.sweep]), workload[0]
+        for sweep in members:
+            figures[sweep.name] = row_figures(phases[sweep.name])
+            step_ms.update(train_step_ms(phases[sweep.name]))
+            images[sweep.name] = workload[0]
+    return _Costed([dataclasses.replace(t, cost=figures.get(t.point.sweep, {}).get(model_key(t.point.model), {}))
+                    if t.point.sweep in figures else t for t in left.tasks], step_ms, images)
 
 
-def _ship_peaks(shares: list[_Share]) -> None:
-    """Measure each (device, dtype) matmul peak of the runs left to train here, before any trains (the
-    device is idle), and give it to every task: workers training side by side would measure it under
-    each other's load."""
+def _take_finished_elsewhere(costed: _Costed, command: list[_Sweep], kept: dict[str, _Kept]) -> _Costed:
+    """Record the runs that another sweep under the same OUT finished (`store.Found.elsewhere`); the rest are left
+    to train."""
+    elsewhere = {sweep.name: sweep.found.elsewhere for sweep in command}
+    by_name = {sweep.name: sweep for sweep in command}
+    for task in costed.tasks:
+        taken = elsewhere[task.point.sweep].get(task.run_id)
+        if taken is not None:
+            _keep(reuse(task, taken), by_name[task.point.sweep], kept[task.point.sweep])
+            kept[task.point.sweep].reused += 1
+    return dataclasses.replace(costed, tasks=[t for t in costed.tasks if t.run_id not in elsewhere[t.point.sweep]])
+
+
+def _with_peaks(costed: _Costed) -> _Ready:
+    """Each (device, dtype) matmul peak of the runs left to train here, measured before any trains (the device is
+    idle) and given to every task, which then start in their order (`_in_order`): workers training side by side
+    would measure it under each other's load."""
     peaks: dict[tuple, Peak | None] = {}
-    for share in shares:
-        tasks = []
-        for task in share.todo:
-            device = resolve_device(task.options.device)
-            key = (str(device), task.point.train.resolved_dtype(device))
-            if key not in peaks:
-                peaks[key] = peak_or_none(device, key[1])
-            tasks.append(dataclasses.replace(task, peak=peaks[key]))
-        share.todo = tasks
+    tasks = []
+    for task in costed.tasks:
+        device = resolve_device(task.options.device)
+        key = (str(device), task.point.train.resolved_dtype(device))
+        if key not in peaks:
+            peaks[key] = peak_or_none(device, key[1])
+        tasks.append(dataclasses.replace(task, peak=peaks[key]))
+    return _Ready(_in_order(tasks, costed))
 
 
-def _keep(outcome: RunResult, share: _Share) -> None:
+def _in_order(tasks: list[Task], costed: _Costed) -> list[Task]:
+    """The runs in the order they start (`running.order`): as listed, unless every run's options ask for the
+    longest expected first (from the cost phase's training steps)."""
+    if any(task.options.run_order == "listed" for task in tasks):
+        return tasks
+    return longest_first(tasks, costed.step_ms, lambda task: costed.images.get(task.point.sweep, 1))
+
+
+def _keep(outcome: RunResult, sweep: _Sweep, kept: _Kept) -> None:
     """Record a run in its sweep's folder (`store.record`), and its TensorBoard events where asked for."""
-    record(outcome, share.paths)
+    record(outcome, sweep.paths)
     rid = str(outcome.row.get("run_id"))
-    share.rows[rid] = outcome.row
-    if share.recorded is not None:
-        share.recorded.append(rid)
-    if share.options.tensorboard and is_ok(outcome.row):
-        tensorboard.write_run(share.options.out, outcome.row, outcome.history,
-                              share.labels.get(str(outcome.row.get("run_id")), ""))
+    kept.rows[rid] = outcome.row
+    kept.recorded.append(rid)
+    if sweep.options.tensorboard and is_ok(outcome.row):
+        tensorboard.write_run(sweep.options.out, outcome.row, outcome.history, sweep.label(rid))
 
 
-def _reuse_finished(share: _Share, tables: store.Tables) -> None:
-    """Record the runs that another sweep under the same OUT already finished; the rest are left to train."""
-    elsewhere = store.finished_elsewhere(tables, share.sweep) if share.todo else {}
-    for task in share.todo:
-        if task.run_id in elsewhere:
-            other, row = elsewhere[task.run_id]
-            _keep(reuse(task, other, row, share.paths, tables.history(other)), share)
-            share.reused += 1
-    share.todo = [t for t in share.todo if t.run_id not in elsewhere]
-    share.resumable = sum(share.paths.checkpoint(t.run_id).exists() for t in share.todo)
-
-
-def _train_all(shares: list[_Share], executor: Executor, fn: Callable[[Task, Dataset], RunResult]) -> None:
-    by_sweep = {share.sweep: share for share in shares}
+def _train_all(ready: _Ready, command: list[_Sweep], kept: dict[str, _Kept], executor: Executor,
+               fn: Callable[[Task, Dataset], RunResult]) -> None:
+    """Every run of `ready` through the executor, packed where asked (`tasks.pack_tasks`), each recorded in its
+    sweep as it finishes (a run two sweeps share: trained once, recorded in both); on CUDA, one row for the phase."""
+    by_name = {sweep.name: sweep for sweep in command}
     first: dict[str, Task] = {}
     twins: dict[str, list[Task]] = {}
-    for task in (t for share in shares for t in share.todo):
+    for task in ready.tasks:
         if task.run_id in first:
             twins.setdefault(task.run_id, []).append(task)
         else:
             first[task.run_id] = task
-    desc = f"sweep {shares[0].sweep}" if len(shares) == 1 else f"{len(shares)} sweeps"
-    total = sum(len(share.todo) for share in shares)
+    desc = f"sweep {command[0].name}" if len(command) == 1 else f"{len(command)} sweeps"
     # closed (the workers stopped) on a raise
-    stream = contextlib.closing(executor.run(pack_tasks(_in_order(list(first.values()), shares)), fn, load_data))
-    region, images, flops = _device_region(shares, executor), 0, 0.0
-    with tqdm(total=total, desc=desc, unit="run", disable=not shares[0].options.progress) as bar, stream as outcomes, \
-            region or contextlib.nullcontext():
+    stream = contextlib.closing(executor.run(pack_tasks(list(first.values())), fn, load_data))
+    region, images, flops = _device_region(ready, executor), 0, 0.0
+    with tqdm(total=len(ready.tasks), desc=desc, unit="run", disable=not command[0].options.progress) as bar, \
+            stream as outcomes, region or contextlib.nullcontext():
         for trained, result in outcomes:
             for task, outcome in zip(trained.runs, result.members or [result]):   # a pack's members, one by one
                 images += _images_trained(outcome.row)
                 flops += _flops_trained(outcome.row)
                 outcome.row["jobs"] = executor.jobs
-                share = by_sweep[task.point.sweep]
-                _keep(outcome, share)
-                if starved(outcome.row):
-                    share.starved.append(float(outcome.row["train_util_pct"]))
-                status = outcome.row["status"]
-                share.statuses[status] = share.statuses.get(status, 0) + 1
-                acc = outcome.row.get("test_acc")
-                where = f" on {outcome.row.get('host') or '?'}" if executor.remote else ""
-                bar.set_postfix_str(f"{'' if len(shares) == 1 else task.point.sweep + ' '}"
-                                    f"{task.point.label} seed={task.seed}{where}: {status}"
-                                    + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
+                _kept_trained(task, outcome, by_name[task.point.sweep], kept[task.point.sweep])
+                bar.set_postfix_str(_progress(task, outcome, len(command) > 1, executor.remote))
                 bar.update()
                 for twin in twins.pop(task.run_id, []):
-                    _record_twin(twin, task.point.sweep, outcome, by_sweep[twin.point.sweep])
+                    _record_twin(twin, task.point.sweep, outcome, by_name[twin.point.sweep], kept[twin.point.sweep])
                     bar.update()
     if region is not None and images:
-        _keep_phase(shares, executor, {**region.figures(images), "mfu": _phase_mfu(shares, flops, region.wall_s)})
+        _keep_phase(command, ready, executor,
+                    {**region.figures(images), "mfu": _phase_mfu(ready.tasks, flops, region.wall_s)})
 
 
-def _in_order(tasks: list[Task], shares: list[_Share]) -> list[Task]:
-    """The runs in the order they start (`running.order`): as listed, unless every sweep's options ask for the
-    longest expected first (from the cost phase's training steps)."""
-    if any(share.options.run_order == "listed" for share in shares):
-        return tasks
-    step_ms = {key: ms for share in shares for key, ms in share.step_ms.items()}
-    images = {share.sweep: share.train_images or 1 for share in shares}   # unknown (no cost phase): per image
-    return longest_first(tasks, step_ms, lambda task: images[task.point.sweep])
+def _kept_trained(task: Task, outcome: RunResult, sweep: _Sweep, kept: _Kept) -> None:
+    """A run trained now, recorded in its sweep and counted by status (a starved run's busy share noted)."""
+    _keep(outcome, sweep, kept)
+    if starved(outcome.row):
+        kept.starved.append(float(outcome.row["train_util_pct"]))
+    kept.statuses[outcome.row["status"]] += 1
+
+
+def _progress(task: Task, outcome: RunResult, several: bool, remote: bool) -> str:
+    """The progress bar's note on the run that finished last."""
+    row = outcome.row
+    acc = row.get("test_acc")
+    where = f" on {row.get('host') or '?'}" if remote else ""
+    return (f"{task.point.sweep + ' ' if several else ''}{task.point.label} seed={task.seed}{where}: {row['status']}"
+            + (f" acc={acc:.4f}" if isinstance(acc, float) else ""))
 
 
 PHASE_COLUMNS = ["when", "sweeps", "runs", "jobs", "device_name", "wall_s", "images", "util_pct", "util_samples",
                  "power_w", "energy_window_s", "energy_j_per_img", "energy_source", *GPM_FIGURES, "mfu"]
 
 
-def _device_region(shares: list[_Share], executor: Executor):
+def _device_region(ready: _Ready, executor: Executor):
     """The GPU's figures over the training phase of this command (`bench.utilisation.DeviceRegion`): on CUDA, for
     runs trained on this machine; None elsewhere or where NVML cannot start."""
-    device = resolve_device(shares[0].options.device) if shares else None
-    if device is None or device.type != "cuda" or executor.remote or not any(share.todo for share in shares):
+    if not ready.tasks or executor.remote:
+        return None
+    device = resolve_device(ready.tasks[0].options.device)
+    if device.type != "cuda":
         return None
     try:
         from bench.utilisation import DeviceRegion
@@ -416,25 +464,25 @@ def _flops_trained(row: dict[str, Any]) -> float:
     return _images_trained(row) * float(gflops) * 1e9 * TRAIN_FLOP_FACTOR
 
 
-def _phase_mfu(shares: list[_Share], flops: float, wall_s: float) -> float | None:
+def _phase_mfu(tasks: list[Task], flops: float, wall_s: float) -> float | None:
     """The phase's model FLOPs utilisation: its runs' training FLOPs over its wall time, as a share of the
     device's matmul peak for their precision; None where the peak is unknown or the runs trained in several."""
-    peaks = {task.peak.flops for share in shares for task in share.todo if task.peak is not None}
+    peaks = {task.peak.flops for task in tasks if task.peak is not None}
     return flops / wall_s / peaks.pop() if len(peaks) == 1 and flops and wall_s > 0 else None
 
 
-def _keep_phase(shares: list[_Share], executor: Executor, figures: dict[str, Any]) -> None:
+def _keep_phase(command: list[_Sweep], ready: _Ready, executor: Executor, figures: dict[str, Any]) -> None:
     """One row for the phase in OUT's `PHASES` table, and one line saying what the device did in it."""
     from datetime import datetime, timezone
 
     from bench.io.csvio import append_row
 
-    out = Path(shares[0].options.out)
-    device = resolve_device(shares[0].options.device)
+    options = command[0].options
+    device = resolve_device(options.device)
     row = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "sweeps": "+".join(share.sweep for share in shares), "runs": sum(len(share.todo) for share in shares),
+           "sweeps": "+".join(sweep.name for sweep in command), "runs": len(ready.tasks),
            "jobs": executor.jobs, "device_name": torch.cuda.get_device_name(device), **figures}
-    append_row(out / PHASES, row, PHASE_COLUMNS)
+    append_row(Path(options.out) / PHASES, row, PHASE_COLUMNS)
     util = f"{row['util_pct']:.0f} % busy" if row["util_pct"] is not None else "busy % not sampled"
     sm = (f", SM activity {row['sm_active_pct']:.0f} %, tensor cores {row['tensor_active_pct']:.0f} %"
           if row.get("sm_active_pct") is not None and row.get("tensor_active_pct") is not None else "")
@@ -445,14 +493,16 @@ def _keep_phase(shares: list[_Share], executor: Executor, figures: dict[str, Any
                f"({row['jobs']} at once): {util} (NVML, the whole GPU){sm}{mfu_said}{energy}", file=sys.stderr)
 
 
-def _record_twin(twin: Task, trained_in: str, outcome: RunResult, share: _Share) -> None:
-    """Record, in `share`'s sweep, the outcome of the same run trained for another sweep of this command:
-    an ok run as a reuse (its files are on disk now); a failed one as the same failure, retried by a rerun."""
+def _record_twin(twin: Task, trained_in: str, outcome: RunResult, sweep: _Sweep, kept: _Kept) -> None:
+    """Record, in `sweep`, the outcome of the same run trained for another sweep of this command: an ok run as a
+    reuse (its files are on disk now); a failed one as the same failure, retried by a rerun."""
     if is_ok(outcome.row):
-        _keep(reuse(twin, trained_in, outcome.row, share.paths), share)
-        share.reused += 1
+        _keep(RunResult({**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in,
+                         "experiment_id": twin.experiment_id}, outcome.history, outcome.weights, outcome.preds),
+              sweep, kept)
+        kept.reused += 1
         return
     row = {**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in,
            "experiment_id": twin.experiment_id}
-    _keep(RunResult(row, outcome.history), share)
-    share.statuses[row["status"]] = share.statuses.get(row["status"], 0) + 1
+    _keep(RunResult(row, outcome.history), sweep, kept)
+    kept.statuses[row["status"]] += 1

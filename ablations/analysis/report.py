@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -86,16 +88,22 @@ def _read_table(path: Path, table: pd.DataFrame, spec: SweepSpec, read: Tables) 
     return designs.with_settings(spec, table)
 
 
-def _guarded(what: str, build, *args) -> list[str]:
-    """A section of the report; one that fails on bad input says so instead of failing the report."""
-    try:
-        return build(*args)
-    except Exception as err:
-        skipped(f"{what}: could not be built ({type(err).__name__}: {str(err)[:200]})")
-        return wording.not_built(what)
+@dataclass(frozen=True)
+class Section:
+    """One section of the report: what it is (for a note where it fails), and the call that builds its lines, its
+    builder with every argument named (`functools.partial`)."""
+    what: str
+    build: Callable[[], list[str]]
+
+    def lines(self) -> list[str]:
+        """Its lines; one that fails on bad input says so instead of failing the report."""
+        try:
+            return self.build()
+        except Exception as err:
+            skipped(f"{self.what}: could not be built ({type(err).__name__}: {str(err)[:200]})")
+            return wording.not_built(self.what)
 
 
-Section = tuple[str, Callable[..., list[str]], tuple]   # (what it is, its builder, the builder's arguments)
 _FORKED: list[Section] = []   # the sections forked workers build: inherited by the fork, never pickled
 
 
@@ -116,18 +124,17 @@ def _may_fork() -> bool:
 
 def _forked(i: int) -> tuple[list[str], list[str]]:
     """Section i of `_FORKED`, built in a forked worker: its lines and the inputs it skipped."""
-    what, build, args = _FORKED[i]
     with collecting_skips() as notes:
-        return _guarded(what, build, *args), notes
+        return _FORKED[i].lines(), notes
 
 
 def _sections(sections: list[Section]) -> list[list[str]]:
-    """Each section's lines (`_guarded`), in order. Several sections on several cores are built at once in
+    """Each section's lines (`Section.lines`), in order. Several sections on several cores are built at once in
     forked processes where that is safe (`_may_fork`; each draws its own figures; what they read is what this
     process has read, copied by the fork), their skipped inputs said here in section order, as one process would
     have said them; otherwise, or where a worker dies, one after another here."""
     def here() -> list[list[str]]:
-        return [_guarded(what, build, *args) for what, build, args in sections]
+        return [section.lines() for section in sections]
     workers = min(len(sections), _cores())
     if workers < 2 or not _may_fork():
         return here()
@@ -233,7 +240,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
     lines = wording.report_head(newest, sorted(all_rows["dataset"].astype(str).unique()) if newest else [],
                                 (all_rows["started_at"].min(), all_rows["started_at"].max()) if newest else None)
     if newest:
-        lines += _guarded("training phases on a GPU", _phases_section, read)
+        lines += Section("training phases on a GPU", partial(_phases_section, read)).lines()
     absent, has_pos, has_bench, lacking = _lacking(out, specs, tables)
     lines += lacking
     sweeps_of = sittings.sweeps_of_runs(tables)
@@ -243,8 +250,9 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
     shown = {sweep: spec for sweep, spec in specs.items() if sweep not in absent}
     factors = {sweep: spec.factor for sweep, spec in shown.items() if sweep in tables}
     finished = [sweep for sweep in shown if sweep in tables and not ok_rows(tables[sweep]).empty]
-    built = _sections([(f"the {sweep} sweep's section", sweep_section, (shown[sweep], tables[sweep], read, figures,
-                                                                        tunings.get(sweep), margin, sweeps_of, budgets))
+    built = _sections([Section(f"the {sweep} sweep's section",
+                               partial(sweep_section, shown[sweep], tables[sweep], read, figures, tuning=tunings.get(sweep),
+                                       margin=margin, sweeps_of=sweeps_of, budgets=budgets))
                        for sweep in finished]
                       + _closing_sections(out, all_rows, factors, tables, figures, data_root, has_pos, has_bench,
                                           read, reference))
@@ -282,13 +290,17 @@ def _closing_sections(out: Path, all_rows: pd.DataFrame, factors: dict[str, str]
     with the reference folder (where there is one)."""
     sections: list[Section] = []
     if not ok_rows(all_rows).empty:
-        sections.append(("accuracy against compute", _pareto_section, (all_rows, factors, figures, out)))
+        sections.append(Section("accuracy against compute",
+                                partial(_pareto_section, all_rows, factors, figures=figures, out=out)))
         if has_pos:
-            sections.append(("inside the model", inside_the_model, (out, tables, factors, figures, Path(data_root))))
+            sections.append(Section("inside the model", partial(inside_the_model, out, tables, factors,
+                                                                figures=figures, data_root=Path(data_root))))
     if has_bench:
-        sections.append(("attention backends (bench)", _bench_section, (out / "bench", figures)))
+        sections.append(Section("attention backends (bench)",
+                                partial(_bench_section, out / "bench", figures=figures)))
     if reference is not None:
-        sections.append(("against the reference", _reference_section, (read, Tables(reference))))
+        sections.append(Section("against the reference", partial(_reference_section, mine=read,
+                                                                 theirs=Tables(reference))))
     return sections
 
 

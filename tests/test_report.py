@@ -271,6 +271,30 @@ def test_report_without_the_data_root_skips_the_attention_maps_and_says_why(tmp_
     assert "Attention maps skipped" in text and "DATA_ROOT" in text
 
 
+@pytest.mark.slow
+def test_a_report_forked_after_torch_ran_on_several_threads_finishes(tmp_path):
+    """A process whose torch work ran on two threads (the OpenMP pool started: `known` trains, then reports, in one
+    process) builds the report in forked workers, whose model-building sections run on one thread: the parent's
+    OpenMP threads are not in the child, where a parallel region would wait for them forever."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import sys, torch
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        torch.set_num_threads(2)
+        (torch.randn(512, 512) @ torch.randn(512, 512)).sum()   # the intra-op threads start
+        import test_report
+        test_report.test_report_without_the_data_root_skips_the_attention_maps_and_says_why(
+            __import__("pathlib").Path({str(tmp_path)!r}))
+        print("built")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parents[1])
+    assert done.returncode == 0 and "built" in done.stdout, done.stderr[-2000:]
+
+
 def test_reused_runs_are_marked_and_their_wall_time_not_compared(tmp_path):
     ten_points_apart(tmp_path)
     rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
@@ -1009,21 +1033,21 @@ def test_sweep_sections_built_in_forked_processes_give_the_report_of_one_process
     (SweepPaths.of(tmp_path, "heads").preds / "a00001000001.npz").write_bytes(b"damaged")
     builders, real, parent, killed = tmp_path / "builders.txt", report.sweep_section, os.getpid(), tmp_path / "kill"
 
-    def section(spec, *args):
+    def section(spec, *args, **kwargs):
         with builders.open("a") as f:
             f.write(f"{spec.name} {os.getpid()}\n")
         if spec.name == "patch":
             raise RuntimeError("a section that fails")
         if spec.name == "heads" and os.getpid() != parent and killed.exists():
             os.kill(os.getpid(), signal.SIGKILL)   # a worker killed mid-report (the OOM killer, say)
-        return real(spec, *args)
+        return real(spec, *args, **kwargs)
     monkeypatch.setattr(report, "sweep_section", section)
     real_pareto = report._pareto_section
 
-    def pareto(*args):   # a closing section: built beside the sweeps' in a worker of its own
+    def pareto(*args, **kwargs):   # a closing section: built beside the sweeps' in a worker of its own
         with builders.open("a") as f:
             f.write(f"pareto {os.getpid()}\n")
-        return real_pareto(*args)
+        return real_pareto(*args, **kwargs)
     monkeypatch.setattr(report, "_pareto_section", pareto)
     depth_runs_as(tmp_path, "patch", "b", preds=False, patch_size=lambda d: d["depth"].map({1: 2, 2: 4, 3: 8}),
                   depth=4)

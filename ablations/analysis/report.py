@@ -122,6 +122,14 @@ def _may_fork() -> bool:
     return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
+def _one_thread() -> None:
+    """A forked worker's torch work on one thread: the OpenMP threads of the parent are not in the child, and a
+    parallel region there waits for them forever."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
 def _forked(i: int) -> tuple[list[str], list[str]]:
     """Section i of `_FORKED`, built in a forked worker: its lines and the inputs it skipped."""
     with collecting_skips() as notes:
@@ -141,7 +149,8 @@ def _sections(sections: list[Section]) -> list[list[str]]:
     global _FORKED
     _FORKED = sections
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                 initializer=_one_thread) as pool:
             built = list(pool.map(_forked, range(len(sections))))
     except BrokenProcessPool:
         return here()

@@ -14,6 +14,7 @@ from conftest import run_cli
 
 from ablations.analysis.findings import analyse
 from ablations.analysis.report import build_report
+from ablations.analysis.stats import MARGIN as MARGIN_DEFAULT
 from ablations.analysis.stats import contrast
 from ablations.analysis.wording import setting_rows_csv, table_markdown
 from ablations.results.schema import ABLATION_COLUMNS, COST_COLUMNS, read_table
@@ -23,6 +24,13 @@ from bench.io.csvio import append_row
 N_TEST = 1000
 ENV = {"device": "cpu", "device_name": "test cpu", "torch_version": "x", "git_sha": "abc", "dataset": "digits"}
 
+
+
+def depth_section(out: Path, margin: float = MARGIN_DEFAULT) -> str:
+    """The depth sweep's part of the report alone (`report.sweep_page`): what a test of its sentences needs."""
+    from ablations.analysis.report import sweep_page
+
+    return "\n".join(sweep_page(out, "depth", margin).lines)
 
 def hexid(text: str) -> str:
     """A 12-hex identifier, as run_id and phase_id are."""
@@ -149,11 +157,10 @@ def test_report_calls_settings_equivalent_only_where_two_one_sided_tests_show_it
     for seed in range(6):   # 0.05 points apart: depth 2 misses one image more on every other seed
         write_run(tmp_path, 1, seed, mask(range(20 + seed)))
         write_run(tmp_path, 2, seed, mask(range(20 + seed + seed % 2)))
-    text = build_report(tmp_path).read_text()
+    text = depth_section(tmp_path)
     assert " depth=2 is equivalent to it within ±0.5 points (" in text and " is best" not in text
     assert "| equivalent |" in text
-    narrow = build_report(tmp_path, margin=0.0005)   # ±0.05 points, the difference itself: not shown equivalent
-    narrow = narrow.read_text()
+    narrow = depth_section(tmp_path, margin=0.0005)   # ±0.05 points, the difference itself: not shown equivalent
     assert "depth=2 is undecided against it.**" in narrow and "equivalent to" not in narrow
     assert "within ±0.05 points" in narrow
 
@@ -161,7 +168,7 @@ def test_report_calls_settings_equivalent_only_where_two_one_sided_tests_show_it
 def test_cost_ratio_is_suppressed_when_the_iqrs_overlap(tmp_path):
     ten_points_apart(tmp_path)
     write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [150, 260, 180, 210, 120]})
-    text = build_report(tmp_path).read_text()
+    text = depth_section(tmp_path)
     assert "inference img/s same within noise (IQRs overlap)" in text
     assert "inference img/s ×" not in text
 
@@ -169,7 +176,7 @@ def test_cost_ratio_is_suppressed_when_the_iqrs_overlap(tmp_path):
 def test_runs_without_predictions_get_intervals_but_no_verdict(tmp_path):
     ten_points_apart(tmp_path)
     (SweepPaths.of(tmp_path, "depth").preds / "000001000000.npz").unlink()
-    text = build_report(tmp_path).read_text()
+    text = depth_section(tmp_path)
     assert "**No verdict**: 1 of 6 runs have no saved test predictions" in text and "Best:" not in text
     assert "| 2 | 3 | 94.50 [" in text
 
@@ -188,8 +195,8 @@ def test_a_setting_at_chance_is_compared_like_any_other_and_named_as_not_learnin
     ten_points_apart(tmp_path)
     for seed in range(3):   # 10.5 %, 11 %, 11.5 % on ten classes: guessing
         write_run(tmp_path, 4, seed, mask(range(895 - 5 * seed)))
-    text = build_report(tmp_path).read_text()
-    section = text.split("## depth", 1)[1].split("\n## ", 1)[0]
+    text = depth_section(tmp_path)
+    section = text
     assert "**depth=2 is best, 94.50 %." in section and "No verdict" not in section
     assert "depth=4 (11.00 %) does not learn this task at this budget" in section
     assert "may learn with more epochs" in section
@@ -202,7 +209,7 @@ def test_a_sweep_whose_best_setting_is_at_chance_gets_no_verdict(tmp_path):
     for depth in (1, 2):     # shuffled labels: every setting guesses
         for seed in range(3):
             write_run(tmp_path, depth, seed, mask(range(880 + 7 * seed + depth)))
-    section = build_report(tmp_path).read_text().split("## depth", 1)[1].split("\n## ", 1)[0]
+    section = depth_section(tmp_path)
     assert "**No verdict**: even the best setting, depth=1 (" in section and "is within noise of chance" in section
     assert "| depth a |" not in section and " is best" not in section
 
@@ -211,7 +218,7 @@ def test_two_seeds_far_apart_and_far_above_chance_are_not_called_chance(tmp_path
     for seed, right in ((0, 300), (1, 550)):     # 30 % and 55 % on ten classes: learning, noisily
         write_run(tmp_path, 1, seed, mask(range(right, N_TEST)))
         write_run(tmp_path, 2, seed, mask(range(right + 20, N_TEST)))
-    section = build_report(tmp_path).read_text().split("## depth", 1)[1].split("\n## ", 1)[0]
+    section = depth_section(tmp_path)
     assert "‡" not in section and "No verdict" not in section and "| depth a |" in section
 
 
@@ -396,15 +403,15 @@ def test_cost_rounds_taken_under_load_are_left_out_so_a_loaded_speedup_is_not_re
     table = read_table(cost_csv)
     table["contended"] = [int(d == 1 and r in (1, 2, 3)) for d, r in zip(table["depth"], table["round"])]
     table.to_csv(cost_csv, index=False)
-    text = build_report(tmp_path).read_text()
+    text = depth_section(tmp_path)
     assert "inference img/s not compared (fewer than 3 measurements on a side)" in text   # 2 rounds left
     assert "(6 of 20 timed steps ran while other processes took ≥ 10 % of the machine and are left out)" in text
     table["contended"] = [int(d == 1 and r in (1, 2)) for d, r in zip(table["depth"], table["round"])]
     table.to_csv(cost_csv, index=False)   # 3 rounds left: enough to compare, and the loaded ones are out
-    assert "inference img/s same within noise (IQRs overlap)" in build_report(tmp_path).read_text()
+    assert "inference img/s same within noise (IQRs overlap)" in depth_section(tmp_path)
     table["contended"] = 0   # the same figures without the flag would report a ratio
     table.to_csv(cost_csv, index=False)
-    assert "inference img/s ×" in build_report(tmp_path).read_text()
+    assert "inference img/s ×" in depth_section(tmp_path)
 
 
 @pytest.mark.slow
@@ -525,7 +532,7 @@ def test_variance_shares_are_given_from_eight_seeds_and_add_up(tmp_path):
     for seed in range(8):
         write_run(tmp_path, 1, seed, mask(range(20 + 3 * (seed % 3))))
         write_run(tmp_path, 2, seed, mask(range(25 + 2 * (seed % 4))))
-    text = build_report(tmp_path).read_text()
+    text = depth_section(tmp_path)
     row = next(line for line in text.splitlines() if "Noise: a setting's mean" in line)
     shares = [int(x) for x in re.findall(r"a setting's mean ±[\d.]+ points s\.e\. \(seed (\d+) %, coin flips (\d+) %, "
                                          r"test images (\d+) %\)", row)[0]]
@@ -603,8 +610,8 @@ def test_an_ok_row_with_a_blank_test_accuracy_keeps_its_sweep_section_and_the_pa
 def test_a_sweep_with_one_setting_makes_no_cost_comparison_with_itself(tmp_path):
     for seed in range(3):
         write_run(tmp_path, 1, seed, mask(range(20 + seed)))
-    text = build_report(tmp_path).read_text()
-    section = text.split("## depth")[1].split("\n## ")[0]
+    text = depth_section(tmp_path)
+    section = text
     assert "\n| 1 | 3 | " in section                           # the setting's row: depth 1, 3 seeds
     assert "From depth=1 to depth=1" not in section and "GMACs ×" not in section
 

@@ -252,16 +252,11 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
         lines += Section("training phases on a GPU", partial(_phases_section, read)).lines()
     absent, has_pos, has_bench, lacking = _lacking(out, specs, tables)
     lines += lacking
-    sweeps_of = sittings.sweeps_of_runs(tables)
-    standing = [read.standing(name) for name in read.names()]
-    budgets = pd.concat([t for t in standing if not t.empty and "run_id" in t], ignore_index=True) \
-        if any(not t.empty and "run_id" in t for t in standing) else pd.DataFrame()
     shown = {sweep: spec for sweep, spec in specs.items() if sweep not in absent}
     factors = {sweep: spec.factor for sweep, spec in shown.items() if sweep in tables}
     finished = [sweep for sweep in shown if sweep in tables and not ok_rows(tables[sweep]).empty]
-    built = _sections([Section(f"the {sweep} sweep's section",
-                               partial(sweep_section, shown[sweep], tables[sweep], read, figures, tuning=tunings.get(sweep),
-                                       margin=margin, sweeps_of=sweeps_of, budgets=budgets))
+    across = _Across.of(read, tables)
+    built = _sections([_sweep_section(sweep, shown, tables, tunings, read, figures, margin, across)
                        for sweep in finished]
                       + _closing_sections(out, all_rows, factors, tables, figures, data_root, has_pos, has_bench,
                                           read, reference))
@@ -280,6 +275,41 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
     _write_csv(out / "settings.csv", [row for page in pages.values() for row in page.settings],
                wording.SETTING_COLUMNS)
     return lines + [line for section in built[len(finished):] for line in section]
+
+
+@dataclass(frozen=True)
+class _Across:
+    """What a sweep's section needs of the others: the sweeps each run was recorded in, and every standing row under
+    OUT (the same models trained for longer)."""
+    sweeps_of: dict[str, set[str]]
+    budgets: pd.DataFrame
+
+    @classmethod
+    def of(cls, read: Tables, tables: dict[str, pd.DataFrame]) -> _Across:
+        standing = [t for t in (read.standing(name) for name in read.names()) if not t.empty and "run_id" in t]
+        return cls(sittings.sweeps_of_runs(tables), pd.concat(standing, ignore_index=True) if standing
+                   else pd.DataFrame())
+
+
+def _sweep_section(sweep: str, specs: dict[str, SweepSpec], tables: dict[str, pd.DataFrame],
+                   tunings: dict[str, designs.Tuning], read: Tables, figures: Path, margin: float | RelativeMargin,
+                   across: _Across) -> Section:
+    """The section of one sweep (`section.sweep_section`) over the rows the report shows of it."""
+    return Section(f"the {sweep} sweep's section",
+                   partial(sweep_section, specs[sweep], tables[sweep], read, figures, tuning=tunings.get(sweep),
+                           margin=margin, sweeps_of=across.sweeps_of, budgets=across.budgets))
+
+
+def sweep_page(out: Path, sweep: str, margin: float | RelativeMargin = MARGIN) -> SweepPage:
+    """One sweep's part of the report alone (its answer, lines, pairs and settings), as `build_report` writes it
+    under the sweep's heading; its figure goes to `<out>/figures`."""
+    read = Tables(out)
+    specs = _specs(out)
+    tables, tunings = _tables(out, specs, read)
+    figures = Path(out) / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    page = _sweep_section(sweep, specs, tables, tunings, read, figures, margin, _Across.of(read, tables)).build()
+    return page if isinstance(page, SweepPage) else SweepPage(page)
 
 
 def _write_csv(path: Path, rows: list[dict], columns) -> None:

@@ -1,6 +1,7 @@
 """Model FLOP utilisation against the matmul peak measured on this device and dtype.
 
-The peak is the best FLOP/s of a square matmul (n = 2048 on CPU, 8192 on CUDA) in that dtype, measured
+The peak is the best FLOP/s of a square matmul (n = 8192 on CUDA; on a CPU 1024 for up to 4 threads, which
+reach the same FLOP/s as 2048 there in under half the time, else 2048) in that dtype, measured
 once per process and dtype on first use (a sweep's driver measures it before any run trains and gives
 it to every run), so a row's MFU depends on this sitting alone, not on what the machine did before.
 Other load can only make a measured peak too low, and so an MFU too high, so it is measured again (up
@@ -27,7 +28,7 @@ TRAIN_FLOP_FACTOR = 3
 
 def measure_matmul_peak(device: torch.device, dtype: str, n: int | None = None) -> float:
     """Best FLOP/s of an n×n @ n×n product in `dtype` on `device`."""
-    n = n or (8192 if device.type == "cuda" else 2048)
+    n = n or (8192 if device.type == "cuda" else 1024 if torch.get_num_threads() <= 4 else 2048)
     a = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
     b = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
     timing = time_steps(lambda: a @ b, device, TimingConfig(warmup=2, min_repeats=5, min_time_s=0.5, max_repeats=50))

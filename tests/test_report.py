@@ -297,9 +297,18 @@ def test_a_report_forked_after_torch_ran_on_several_threads_finishes(tmp_path):
             __import__("pathlib").Path({str(tmp_path)!r}))
         print("built")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).parents[1])
-    assert done.returncode == 0 and "built" in done.stdout, done.stderr[-2000:]
+    import os
+    import signal
+
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).parents[1], start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)   # the process and its forked workers
+        child.communicate()
+        raise AssertionError("the report hung in its forked workers") from None
+    assert child.returncode == 0 and "built" in stdout, stderr[-2000:]
 
 
 def test_reused_runs_are_marked_and_their_wall_time_not_compared(tmp_path):

@@ -126,7 +126,7 @@ def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
     for seed in range(3):
         write_run(tmp_path, 1, seed, mask(range(20)))
         write_run(tmp_path, 2, seed, mask(range(23)))
-    text = build_report(tmp_path).read_text()
+    text = depth_section(tmp_path)
     assert "**depth=1 has the highest mean, 98.00 %. depth=2 is undecided against it.**" in text
     assert " is best" not in text
     assert "Differences smaller than about" in text and "could not be detected" in text
@@ -141,7 +141,7 @@ def test_the_power_sentence_gives_the_seeds_needed_over_the_interval_of_the_seed
     for seed in range(4):
         write_run(tmp_path, 1, seed, mask(range(20 + 4 * (seed % 2))))
         write_run(tmp_path, 2, seed, mask(range(23 + 3 * (seed % 3))))
-    text = build_report(tmp_path).read_text()
+    text = depth_section(tmp_path)
     import re
 
     found = re.search(r"would take about (\d+) seeds per setting, between (\d+) and (\d+|more than the test set "
@@ -593,7 +593,7 @@ def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_
     settled = quick.assign(test_acc=quick["epoch"].map({1: 0.975, 2: 0.976}))
     assert still_learning(settled, rows, "depth").converged
     quick.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
-    assert "**Not converged**: depth=1: its test accuracy rose 17.0 points" in build_report(tmp_path).read_text()
+    assert "**Not converged**: depth=1: its test accuracy rose 17.0 points" in depth_section(tmp_path)
 
 
 def test_seed_lists_are_written_as_ranges_from_four_in_a_row():
@@ -685,7 +685,7 @@ def test_a_sweep_without_a_cost_phase_says_none_was_kept_and_claims_nothing_was_
         write_run(tmp_path, 2, seed, mask(range(50 + 5 * seed)))
     table = read_table(SweepPaths.of(tmp_path, "depth").rows).assign(jobs=8)
     table.to_csv(SweepPaths.of(tmp_path, "depth").rows, index=False)
-    text = build_report(tmp_path).read_text()
+    text = depth_section(tmp_path)
     assert "measured with up to 8 runs sharing the device (JOBS); no cost phase measured this sweep's speed alone." \
         in text and "measured alone." not in text.replace("speed alone.", "")
     assert "no cost phase (none kept here; make cost OUT=… (or vitbench cost --out …) measures one)" in text
@@ -754,8 +754,7 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     fitted = flat.assign(train_loss=flat["train_loss"] * 0.3 / 1.9)
     assert still_learning(fitted, rows, "depth", classes=10).converged
     flat.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
-    text = build_report(tmp_path).read_text()
-    section = text[text.index("## depth"):]
+    section = depth_section(tmp_path)
     assert "**Not converged**: depth=1: its training loss ended at 1.90" in section[:2500]
     # the verdict's own headline says it, not only a paragraph beside it
     headline = next(line for line in section.splitlines() if line.startswith("**") and "Not converged**:" not in line)
@@ -829,8 +828,7 @@ def test_runs_far_below_the_same_model_trained_longer_are_labelled_not_converged
     said = shortfall(below[0])
     assert said == ("depth=1 reaches 84.0 % after 1 epoch (3 runs) where the same model reaches 97.0 % after 3 epochs "
                     "(3 runs), more than the ±0.5 points margin below it")
-    text = build_report(tmp_path).read_text()
-    section = text[text.index("## depth"):]
+    section = depth_section(tmp_path)
     assert f"**Not converged**: {said}" in section[:3000]
     headline = next(line for line in section.splitlines() if line.startswith("**") and "Not converged**:" not in line)
     assert headline.startswith("**Not converged; at this budget: depth=2 is best"), headline
@@ -1240,7 +1238,7 @@ def test_a_one_seed_pass_that_has_not_converged_keeps_its_own_reason_for_no_verd
     rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
     pd.DataFrame([{"run_id": r, "epoch": e, "train_loss": 1 / e, "test_acc": acc} for r in rows["run_id"]
                   for e, acc in ((1, 0.67), (2, 0.84))]).to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
-    section = build_report(tmp_path).read_text().split("## depth", 1)[1]
+    section = depth_section(tmp_path)
     assert "**No verdict**: one seed per setting" in section and "No verdict (not converged)" not in section
     assert "**Not converged**: depth=1: its test accuracy rose" in section
 

@@ -302,7 +302,7 @@ def _sweep_section(sweep: str, specs: dict[str, SweepSpec], tables: dict[str, pd
 
 def sweep_page(out: Path, sweep: str, margin: float | RelativeMargin = MARGIN) -> SweepPage:
     """One sweep's part of the report alone (its answer, lines, pairs and settings), as `build_report` writes it
-    under the sweep's heading; its figure goes to `<out>/figures`."""
+    under the sweep's heading; its figure goes to `<out>/figures`, the inputs it skipped to `SkippedInput` warnings."""
     read = Tables(out)
     specs = _specs(out)
     tables, tunings = _tables(out, specs, read)

@@ -241,12 +241,13 @@ def _plain(row: pd.Series) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Taken:
     """A run finished in another sweep under the same OUT, with everything a sweep records of it: the sweep it
-    trained for, its ok row, its epoch rows (the last of each epoch), and its weights and predictions (bytes)."""
+    trained for, its ok row, its epoch rows (the last of each epoch), and its weights and predictions files (read
+    when it is recorded, one run at a time)."""
     sweep: str
     row: dict[str, Any]
     history: list[dict[str, Any]]
-    weights: bytes
-    preds: bytes
+    weights: Path
+    preds: Path
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,7 @@ class Found:
 def find(out: str | Path, planned: dict[str, list[str]], history: bool = False) -> dict[str, Found]:
     """{sweep: what OUT holds of it} for a command that plans the run ids `planned` ({sweep: run ids}), every table
     read once. A run another sweep finished is taken from the first sweep (by name) that holds an ok row of it with
-    its weights and predictions; its files are read here. `history`: the sweeps' own epoch rows too."""
+    its weights and predictions. `history`: the sweeps' own epoch rows too."""
     tables = Tables(out)
     others = sweep_names(out)
     found = {}
@@ -291,7 +292,7 @@ def _taken(tables: Tables, others: list[str], run_ids: set[str]) -> dict[str, Ta
             if rid in run_ids and rid not in taken and theirs.preds_file(rid).exists() \
                     and theirs.weights_file(rid).exists():
                 taken[rid] = Taken(other, _plain(r), _history_of(tables.history(other), rid),
-                                   theirs.weights_file(rid).read_bytes(), theirs.preds_file(rid).read_bytes())
+                                   theirs.weights_file(rid), theirs.preds_file(rid))
     return taken
 
 

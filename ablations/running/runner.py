@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -77,7 +78,7 @@ def reuse(task: Task, taken: store.Taken) -> RunResult:
     this sweep's name and cost-phase figures, and names where it was trained."""
     row = {**taken.row, **task.cost, "sweep": task.point.sweep, "reused_from": taken.sweep,
            "experiment_id": task.experiment_id}
-    return RunResult(row, taken.history, taken.weights, taken.preds)
+    return RunResult(row, taken.history, taken.weights.read_bytes(), taken.preds.read_bytes())
 
 
 @dataclass
@@ -121,8 +122,12 @@ class _Sweep:
     def paths(self) -> SweepPaths:
         return self.found.paths
 
+    @functools.cached_property
+    def _labels(self) -> dict[str, str]:
+        return {t.run_id: t.point.label for t in self.tasks}
+
     def label(self, run_id: str) -> str:
-        return next((t.point.label for t in self.tasks if t.run_id == run_id), "")
+        return self._labels.get(run_id, "")
 
 
 @dataclass

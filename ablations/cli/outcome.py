@@ -15,11 +15,12 @@ from ablations.specs import Point
 
 
 def runs_said(n: int) -> str:
+    """"1 run", "3 runs"."""
     return "1 run" if n == 1 else f"{n} runs"
 
 
 def restarting(sweep_points: list[tuple[str, list[Point]]], options: dict[str, RunOptions],
-                recorded: list[str]) -> str:
+               recorded: list[str]) -> str:
     """What a rerun does with the runs not finished: those with a checkpoint named (up to 3) with the epoch they
     go on after, the rest said to start from their first epoch."""
     from ablations.training.checkpoints import saved_epoch
@@ -73,6 +74,8 @@ def timings(args: argparse.Namespace, work_started: float) -> str:
 
 
 def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> None:
+    """`done` (where the time went), then each sweep's runs by outcome and where its files are; `report_hint`: the
+    next step, unless a caller writes the report itself (`NEXT_STEP`, `REPORT_FOLLOWS`)."""
     print(f"\n{done}")
     for r in results:
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(r.statuses.items())) or "nothing new"

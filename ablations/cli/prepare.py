@@ -164,6 +164,7 @@ DRY_RUN_COUNTING_S = 5.0   # how long a dry run spends building models to count 
 
 
 def dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
+    """The sweep's runs, one line each (its setting, seed, size, run id, and whether it is done), with no training."""
     paths = SweepPaths.of(options.out, sweep)
     done = finished_ids(paths)
     print(f"sweep {sweep}: {len(points)} points × {len(options.seeds)} seed(s)")
@@ -194,7 +195,7 @@ def check_out(args: argparse.Namespace) -> None:
 
 
 def prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
-             ) -> tuple[list[SweepSpec], list[tuple[str, list[Point]]], Any, str]:
+            ) -> tuple[list[SweepSpec], list[tuple[str, list[Point]]], Any, str]:
     """What a command trains, checked before anything is written: (its sweeps' specs with --set applied, each
     sweep's points, the dataset, its data id). `specs` None: `train`, a one-point sweep of --preset. Raises
     SpecError, ValueError or FileNotFoundError with the one-line message."""

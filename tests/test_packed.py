@@ -312,3 +312,36 @@ def test_a_pack_of_runs_at_different_epochs_keeps_each_ones_progress_with_the_sa
     assert [m.row["resumed_after"] for m in cut.members] == [0, 1, 0]
     assert [m.row["status"] for m in cut.members] == ["ok"] * 3
     assert all(a.weights == b.weights and a.preds == b.preds for a, b in zip(cut.members, whole.members))
+
+
+def test_a_pack_on_cuda_computes_sdpa_attention_by_the_explicit_path_and_its_models_keep_their_own():
+    """Under vmap the fused attention kernels fail in backward on CUDA, so a pack's template computes `sdpa` by the
+    explicit path there (the `bmm` backend, the same function); the members' own models, other backends and every
+    pack on the CPU keep theirs."""
+    from ablations.training.packed import explicit_attention
+
+    def backends(model):
+        return {getattr(m, "backend") for m in model.modules() if hasattr(m, "backend")}
+    model = _model(0, TINY.replace(attn="sdpa"))
+    assert backends(explicit_attention(copy.deepcopy(model), torch.device("cuda"))) == {"bmm"}
+    assert backends(model) == {"sdpa"}
+    assert backends(explicit_attention(copy.deepcopy(model), CPU)) == {"sdpa"}
+    looped = _model(0, TINY.replace(attn="loop"))
+    assert backends(explicit_attention(looped, torch.device("cuda"))) == {"loop"}
+    x = torch.randn(3, TINY.in_chans, TINY.img_size, TINY.img_size)
+    explicit = explicit_attention(copy.deepcopy(model), torch.device("cuda"))
+    assert rel_err(explicit(x), model(x)) < 1e-5   # the same function
+
+
+@pytest.mark.gpu
+def test_a_pack_of_sdpa_models_trains_on_cuda_with_finite_losses(digits):
+    """A pack of two `sdpa` models trains on CUDA in bf16 (the fused attention kernels' backward refuses vmap's
+    layout; the pack's explicit path does not), each member's loss finite and its own."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    cuda = torch.device("cuda")
+    members = [Member(_model(s, TINY.replace(attn="sdpa")), s, None) for s in (0, 1)]
+    results = train_pack(members, digits, TrainConfig(epochs=1, batch_size=64, packed=True), cuda, progress=False)
+    assert all(not isinstance(r, Diverged) for r in results), results
+    losses = [r.train_loss for r in results]
+    assert all(loss == loss and loss < 10 for loss in losses) and losses[0] != losses[1]

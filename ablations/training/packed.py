@@ -16,6 +16,11 @@ the same kernel as a plain one), so a packed run has its own run id (`TrainConfi
 member takes other kernels than over two, so a pack of one trains beside a copy of itself whose results are
 dropped. Dropout (its draws would come from one shared generator), torch.compile and fp16's loss scaling
 (one scaler would skip every member's step for one member's overflow) are refused before any run.
+
+On CUDA a pack of `attn="sdpa"` models computes attention by the explicit path (the `bmm` backend: the same
+function, the probabilities materialised, as `sdpa` itself does when its attention maps are asked for): under
+vmap the fused kernels' backward refuses the log-sum-exp tensor it is handed ("LSE is not correctly aligned
+(strideH)", torch 2.11 on an H200). The change is the template's own, so runs beside it keep their kernels.
 """
 
 from __future__ import annotations
@@ -88,12 +93,22 @@ def _per_member(values: Tensor, like: Tensor) -> Tensor:
     return values.view(len(values), *([1] * (like.dim() - 1))).to(like.dtype)
 
 
+def explicit_attention(template: nn.Module, device: torch.device) -> nn.Module:
+    """On CUDA, `template` with its `sdpa` attention computed by the explicit path (`bmm`): under vmap the fused
+    kernels fail in backward. Elsewhere, as it is."""
+    if device.type == "cuda":
+        for module in template.modules():
+            if getattr(module, "backend", None) == "sdpa":
+                module.backend = "bmm"
+    return template
+
+
 class PackedModel:
     """k models of one architecture as stacked tensors and one template module that runs them under vmap."""
 
     def __init__(self, models: list[nn.Module]) -> None:
         self.k = len(models)
-        self.template = copy.deepcopy(models[0])
+        self.template = explicit_attention(copy.deepcopy(models[0]), next(models[0].parameters()).device)
         self.params, self.buffers = stack_module_state(models)
         trains = {name: p.requires_grad for name, p in models[0].named_parameters()}
         for name, p in self.params.items():   # stack_module_state makes every stacked tensor a trainable leaf

@@ -318,10 +318,10 @@ def test_a_pack_on_cuda_computes_sdpa_attention_by_the_explicit_path_and_its_mod
     """Under vmap the fused attention kernels fail in backward on CUDA, so a pack's template computes `sdpa` by the
     explicit path there (the `bmm` backend, the same function); the members' own models, other backends and every
     pack on the CPU keep theirs."""
-    from ablations.training.packed import explicit_attention
+    from ablations.training.packed import vmap_safe as explicit_attention
 
     def backends(model):
-        return {getattr(m, "backend") for m in model.modules() if hasattr(m, "backend")}
+        return {m.backend for m in model.modules() if hasattr(m, "backend")}
     model = _model(0, TINY.replace(attn="sdpa"))
     assert backends(explicit_attention(copy.deepcopy(model), torch.device("cuda"))) == {"bmm"}
     assert backends(model) == {"sdpa"}
@@ -331,16 +331,29 @@ def test_a_pack_on_cuda_computes_sdpa_attention_by_the_explicit_path_and_its_mod
     x = torch.randn(3, TINY.in_chans, TINY.img_size, TINY.img_size)
     explicit = explicit_attention(copy.deepcopy(model), torch.device("cuda"))
     assert rel_err(explicit(x), model(x)) < 1e-5   # the same function
+    stem = _model(0, TINY.replace(stem="conv", patch_size=4)).train()
+    safe = explicit_attention(copy.deepcopy(stem), torch.device("cuda"))
+    kinds = {type(m).__name__ for m in safe.modules() if isinstance(m, torch.nn.BatchNorm2d)}
+    assert kinds == {"_Float32BatchNorm"} and all(type(m) is torch.nn.BatchNorm2d for m in stem.modules()
+                                                  if isinstance(m, torch.nn.BatchNorm2d))
+    norm = next(m for m in safe.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    plain = copy.deepcopy(next(m for m in stem.modules() if isinstance(m, torch.nn.BatchNorm2d)))
+    z = torch.randn(4, plain.num_features, 5, 5).to(torch.bfloat16)   # a bf16 input: float32 inside, bf16 out
+    out = norm(z)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, plain(z.float()).to(torch.bfloat16))
 
 
 @pytest.mark.gpu
-def test_a_pack_of_sdpa_models_trains_on_cuda_with_finite_losses(digits):
-    """A pack of two `sdpa` models trains on CUDA in bf16 (the fused attention kernels' backward refuses vmap's
-    layout; the pack's explicit path does not), each member's loss finite and its own."""
+@pytest.mark.parametrize("stem", ["patch", "conv"])
+def test_a_pack_of_sdpa_models_trains_on_cuda_with_finite_losses(digits, stem):
+    """A pack of two `sdpa` models, patch or conv stem, trains on CUDA in bf16 (vmap's backward refuses the fused
+    attention kernels and a bf16 BatchNorm beside float32 statistics; the pack's template uses neither), each
+    member's loss finite and its own."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     cuda = torch.device("cuda")
-    members = [Member(_model(s, TINY.replace(attn="sdpa")), s, None) for s in (0, 1)]
+    cfg = TINY.replace(attn="sdpa", stem=stem, patch_size=4 if stem == "conv" else 2)
+    members = [Member(_model(s, cfg), s, None) for s in (0, 1)]
     results = train_pack(members, digits, TrainConfig(epochs=1, batch_size=64, packed=True), cuda, progress=False)
     assert all(not isinstance(r, Diverged) for r in results), results
     losses = [r.train_loss for r in results]

@@ -17,10 +17,11 @@ member takes other kernels than over two, so a pack of one trains beside a copy 
 dropped. Dropout (its draws would come from one shared generator), torch.compile and fp16's loss scaling
 (one scaler would skip every member's step for one member's overflow) are refused before any run.
 
-On CUDA a pack of `attn="sdpa"` models computes attention by the explicit path (the `bmm` backend: the same
-function, the probabilities materialised, as `sdpa` itself does when its attention maps are asked for): under
-vmap the fused kernels' backward refuses the log-sum-exp tensor it is handed ("LSE is not correctly aligned
-(strideH)", torch 2.11 on an H200). The change is the template's own, so runs beside it keep their kernels.
+On CUDA a pack's template is made one that vmap's backward can run (`vmap_safe`): `attn="sdpa"` attention by the
+explicit path (the `bmm` backend: the same function, as `sdpa` itself computes when its attention maps are asked
+for), since the fused kernels' backward refuses the log-sum-exp tensor vmap hands them ("LSE is not correctly
+aligned (strideH)", torch 2.11 on an H200); and the conv stem's BatchNorm on float32 input, since a bf16 input
+beside float32 running statistics is refused there. The changes are the template's own: runs beside it keep theirs.
 """
 
 from __future__ import annotations
@@ -93,13 +94,24 @@ def _per_member(values: Tensor, like: Tensor) -> Tensor:
     return values.view(len(values), *([1] * (like.dim() - 1))).to(like.dtype)
 
 
-def explicit_attention(template: nn.Module, device: torch.device) -> nn.Module:
-    """On CUDA, `template` with its `sdpa` attention computed by the explicit path (`bmm`): under vmap the fused
-    kernels fail in backward. Elsewhere, as it is."""
+class _Float32BatchNorm(nn.BatchNorm2d):
+    """BatchNorm on its input in float32, its output in the input's dtype: the same figures as a bf16 input's (the
+    kernel computes in float32 and rounds its output), without the mixed-dtype call vmap's backward refuses."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x.float()).to(x.dtype)
+
+
+def vmap_safe(template: nn.Module, device: torch.device) -> nn.Module:
+    """On CUDA, `template` as vmap's backward can run it: `sdpa` attention by the explicit path (`bmm`, the same
+    function; the fused kernels refuse the log-sum-exp layout vmap hands them) and BatchNorm in float32 (a bf16
+    input beside float32 running statistics is refused). Elsewhere, as it is."""
     if device.type == "cuda":
         for module in template.modules():
             if getattr(module, "backend", None) == "sdpa":
                 module.backend = "bmm"
+            if type(module) is nn.BatchNorm2d:
+                module.__class__ = _Float32BatchNorm
     return template
 
 
@@ -108,7 +120,7 @@ class PackedModel:
 
     def __init__(self, models: list[nn.Module]) -> None:
         self.k = len(models)
-        self.template = explicit_attention(copy.deepcopy(models[0]), next(models[0].parameters()).device)
+        self.template = vmap_safe(copy.deepcopy(models[0]), next(models[0].parameters()).device)
         self.params, self.buffers = stack_module_state(models)
         trains = {name: p.requires_grad for name, p in models[0].named_parameters()}
         for name, p in self.params.items():   # stack_module_state makes every stacked tensor a trainable leaf

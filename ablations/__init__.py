@@ -24,6 +24,7 @@ _WHERE = {
     "GraphedEvaluation": "training.evaluation", "check_evaluation": "training.evaluation",
     "evaluate": "training.evaluation",
     "PackedModel": "training.packed", "PackedStep": "training.packed", "train_pack": "training.packed",
+    "pack_refusal": "training.packed",
     "train": "training.train",
 }
 

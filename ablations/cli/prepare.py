@@ -229,11 +229,11 @@ def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:
         return
     if getattr(args, "executor", "local") != "local":
         raise ValueError("packed runs train on the local executor; set PACK=0 (--pack 0) with EXECUTOR=ray")
-    from ablations.training.packed import refusal as pack_refusal
+    from ablations.training.packed import pack_refusal
 
     device = resolve_device(args.device)
     for point in points:
-        said = pack_refusal(point.train, max(point.model.dropout, point.model.attn_dropout), device)
+        said = pack_refusal(point.train, max(point.model.dropout, point.model.attn_dropout), device, point.model.stem)
         if said:
             raise ValueError(f"{point.sweep} {point.label}: {said}")
 

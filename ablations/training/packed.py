@@ -17,11 +17,12 @@ member takes other kernels than over two, so a pack of one trains beside a copy 
 dropped. Dropout (its draws would come from one shared generator), torch.compile and fp16's loss scaling
 (one scaler would skip every member's step for one member's overflow) are refused before any run.
 
-On CUDA a pack's template is made one that vmap's backward can run (`vmap_safe`): `attn="sdpa"` attention by the
-explicit path (the `bmm` backend: the same function, as `sdpa` itself computes when its attention maps are asked
-for), since the fused kernels' backward refuses the log-sum-exp tensor vmap hands them ("LSE is not correctly
-aligned (strideH)", torch 2.11 on an H200); and the conv stem's BatchNorm on float32 input, since a bf16 input
-beside float32 running statistics is refused there. The changes are the template's own: runs beside it keep theirs.
+On CUDA a pack's template computes `attn="sdpa"` attention by the explicit path (`vmap_safe`: the `bmm` backend,
+the same function, as `sdpa` itself computes when its attention maps are asked for), since the fused kernels'
+backward refuses the log-sum-exp tensor vmap hands them ("LSE is not correctly aligned (strideH)", torch 2.11 on
+an H200); the change is the template's own, so runs beside it keep their kernels. The conv stem is refused on
+CUDA in bf16: under vmap autocast reaches some of its convolutions and not others, and a bf16 input meets a
+float32 bias or BatchNorm statistics.
 """
 
 from __future__ import annotations
@@ -57,8 +58,12 @@ from bench.training.recipe import TrainConfig
 from bench.training.step import freeze_all_but_head, param_groups, train_mode
 
 
-def refusal(cfg: TrainConfig, dropout: float, device: torch.device) -> str:
-    """Why runs of this recipe cannot train packed (one line naming what to change), or "" where they can."""
+def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device, stem: str = "patch") -> str:
+    """Why runs of this recipe and model (its dropout, its stem) cannot train packed (one line naming what to
+    change), or "" where they can."""
+    if stem == "conv" and device.type == "cuda" and cfg.resolved_dtype(device) != "fp32":
+        return ("packing the conv stem on CUDA in reduced precision fails (under vmap autocast casts some of its "
+                "convolutions and not others); set PACK=0, --set stem=patch, or DTYPE=fp32")
     if dropout > 0:
         return ("packing needs dropout 0: a pack's members would draw their dropout masks from one shared "
                 "generator, so a member's result would depend on its companions; set PACK=0 or dropout=0")
@@ -94,24 +99,13 @@ def _per_member(values: Tensor, like: Tensor) -> Tensor:
     return values.view(len(values), *([1] * (like.dim() - 1))).to(like.dtype)
 
 
-class _Float32BatchNorm(nn.BatchNorm2d):
-    """BatchNorm on its input in float32, its output in the input's dtype: the same figures as a bf16 input's (the
-    kernel computes in float32 and rounds its output), without the mixed-dtype call vmap's backward refuses."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return super().forward(x.float()).to(x.dtype)
-
-
 def vmap_safe(template: nn.Module, device: torch.device) -> nn.Module:
-    """On CUDA, `template` as vmap's backward can run it: `sdpa` attention by the explicit path (`bmm`, the same
-    function; the fused kernels refuse the log-sum-exp layout vmap hands them) and BatchNorm in float32 (a bf16
-    input beside float32 running statistics is refused). Elsewhere, as it is."""
+    """On CUDA, `template` with its `sdpa` attention computed by the explicit path (`bmm`, the same function): under
+    vmap the fused kernels' backward refuses the log-sum-exp tensor it is handed. Elsewhere, as it is."""
     if device.type == "cuda":
         for module in template.modules():
             if getattr(module, "backend", None) == "sdpa":
                 module.backend = "bmm"
-            if type(module) is nn.BatchNorm2d:
-                module.__class__ = _Float32BatchNorm
     return template
 
 

@@ -318,18 +318,18 @@ def test_a_pack_on_cuda_computes_sdpa_attention_by_the_explicit_path_and_its_mod
     """Under vmap the fused attention kernels fail in backward on CUDA, so a pack's template computes `sdpa` by the
     explicit path there (the `bmm` backend, the same function); the members' own models, other backends and every
     pack on the CPU keep theirs."""
-    from ablations.training.packed import vmap_safe as explicit_attention
+    from ablations.training.packed import vmap_safe
 
     def backends(model):
         return {m.backend for m in model.modules() if hasattr(m, "backend")}
     model = _model(0, TINY.replace(attn="sdpa"))
-    assert backends(explicit_attention(copy.deepcopy(model), torch.device("cuda"))) == {"bmm"}
+    assert backends(vmap_safe(copy.deepcopy(model), torch.device("cuda"))) == {"bmm"}
     assert backends(model) == {"sdpa"}
-    assert backends(explicit_attention(copy.deepcopy(model), CPU)) == {"sdpa"}
+    assert backends(vmap_safe(copy.deepcopy(model), CPU)) == {"sdpa"}
     looped = _model(0, TINY.replace(attn="loop"))
-    assert backends(explicit_attention(looped, torch.device("cuda"))) == {"loop"}
+    assert backends(vmap_safe(looped, torch.device("cuda"))) == {"loop"}
     x = torch.randn(3, TINY.in_chans, TINY.img_size, TINY.img_size)
-    explicit = explicit_attention(copy.deepcopy(model), torch.device("cuda"))
+    explicit = vmap_safe(copy.deepcopy(model), torch.device("cuda"))
     assert rel_err(explicit(x), model(x)) < 1e-5   # the same function
 
 

@@ -76,9 +76,15 @@ def reuse(task: Task, taken: store.Taken) -> RunResult:
     """The outcome of a run already finished in another sweep: the same run_id means the same model, training,
     data, seed and initial weights, so its row, history, predictions and weights are this run's. The row takes
     this sweep's name and cost-phase figures, and names where it was trained."""
-    row = {**taken.row, **task.cost, "sweep": task.point.sweep, "reused_from": taken.sweep,
-           "experiment_id": task.experiment_id}
-    return RunResult(row, taken.history, taken.weights.read_bytes(), taken.preds.read_bytes())
+    return RunResult(_reused_row(taken.row, task, taken.sweep), taken.history, taken.weights.read_bytes(),
+                     taken.preds.read_bytes())
+
+
+def _reused_row(row: dict[str, Any], task: Task, trained_in: str) -> dict[str, Any]:
+    """A row of sweep `trained_in` recorded as `task`'s: this sweep's name, cost-phase figures and experiment, and
+    where it was trained."""
+    return {**row, **task.cost, "sweep": task.point.sweep, "reused_from": trained_in,
+            "experiment_id": task.experiment_id}
 
 
 @dataclass
@@ -121,6 +127,11 @@ class _Sweep:
     @property
     def paths(self) -> SweepPaths:
         return self.found.paths
+
+    @functools.cached_property
+    def todo(self) -> list[Task]:
+        """Its runs that its own table does not hold finished."""
+        return [t for t in self.tasks if t.run_id not in self.found.finished]
 
     @functools.cached_property
     def _labels(self) -> dict[str, str]:
@@ -232,7 +243,7 @@ def _resumable(sweep: _Sweep, tasks: list[Task]) -> int:
 
 
 def _left(command: list[_Sweep]) -> _Left:
-    return _Left([t for sweep in command for t in sweep.tasks if t.run_id not in sweep.found.finished])
+    return _Left([t for sweep in command for t in sweep.todo])
 
 
 def _summary(sweep: _Sweep, kept: _Kept, stale: int, resumable: int) -> SweepSummary:
@@ -256,11 +267,10 @@ def _timed(spent: Counter[str], what: str):
 def _before_work(sweep: _Sweep, jobs: int) -> int:
     """Where a sweep has runs left, its check before any work: a preflight (the stale temporary files it removed,
     returned) and a note on runs of another experiment in its table."""
-    todo = [t for t in sweep.tasks if t.run_id not in sweep.found.finished]
-    if not todo:
+    if not sweep.todo:
         return 0
-    stale = preflight(sweep.paths, todo, jobs)
-    _warn_other_experiment(sweep.paths, todo[0], sweep.found.ok)
+    stale = preflight(sweep.paths, sweep.todo, jobs)
+    _warn_other_experiment(sweep.paths, sweep.todo[0], sweep.found.ok)
     return stale
 
 
@@ -501,13 +511,10 @@ def _keep_phase(command: list[_Sweep], ready: _Ready, executor: Executor, figure
 def _record_twin(twin: Task, trained_in: str, outcome: RunResult, sweep: _Sweep, kept: _Kept) -> None:
     """Record, in `sweep`, the outcome of the same run trained for another sweep of this command: an ok run as a
     reuse (its files are on disk now); a failed one as the same failure, retried by a rerun."""
-    if is_ok(outcome.row):
-        _keep(RunResult({**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in,
-                         "experiment_id": twin.experiment_id}, outcome.history, outcome.weights, outcome.preds),
-              sweep, kept)
+    row = _reused_row(outcome.row, twin, trained_in)
+    if is_ok(row):
+        _keep(RunResult(row, outcome.history, outcome.weights, outcome.preds), sweep, kept)
         kept.reused += 1
-        return
-    row = {**outcome.row, **twin.cost, "sweep": twin.point.sweep, "reused_from": trained_in,
-           "experiment_id": twin.experiment_id}
-    _keep(RunResult(row, outcome.history), sweep, kept)
-    kept.statuses[row["status"]] += 1
+    else:
+        _keep(RunResult(row, outcome.history), sweep, kept)
+        kept.statuses[row["status"]] += 1

@@ -11,7 +11,7 @@ member's rate in the pack to the lone run's (a ratio only where the interquartil
 the kernels one packed step launches (torch.profiler). `--bits N`: it also trains seed 1 for N steps in a pack of
 3 (its last slot) and in a pack of 2 (its first) on the device and says how many of its state tensors differ (0: a
 member's bits do not depend on its pack's width or slot there). One sitting, the machine otherwise idle: say its
-load. Where the model cannot train packed on the device (`pack_refusal`: the conv stem on CUDA in bf16) the patch
+load. Where the model may not train packed on the device (`pack_refusal`: the conv stem on CUDA in bf16) the patch
 stem is timed, and the first line says so.
 """
 

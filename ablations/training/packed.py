@@ -20,9 +20,10 @@ dropped. Dropout (its draws would come from one shared generator), torch.compile
 On CUDA a pack's template computes `attn="sdpa"` attention by the explicit path (`vmap_safe`: the `bmm` backend,
 the same function, as `sdpa` itself computes when its attention maps are asked for), since the fused kernels'
 backward refuses the log-sum-exp tensor vmap hands them ("LSE is not correctly aligned (strideH)", torch 2.11 on
-an H200); the change is the template's own, so runs beside it keep their kernels. The conv stem is refused on
-CUDA in bf16: under vmap autocast reaches some of its convolutions and not others, and a bf16 input meets a
-float32 bias or BatchNorm statistics.
+an H200); the change is the template's own, so runs beside it keep their kernels. For the same reason of vmap, the template
+runs a conv stem on CUDA in float32 with autocast off (`in_float32`): under vmap autocast reaches some of its
+convolutions and not others, and a bf16 input meets a float32 bias or BatchNorm statistics. Until a pack of it has
+trained on a GPU, `pack_refusal` refuses the conv stem on CUDA in bf16 and fp16.
 """
 
 from __future__ import annotations
@@ -56,14 +57,15 @@ from ablations.training.train import (
 from bench.training.precision import autocast
 from bench.training.recipe import TrainConfig
 from bench.training.step import freeze_all_but_head, param_groups, train_mode
+from vit.stems import ConvStem
 
 
 def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device, stem: str = "patch") -> str:
     """Why runs of this recipe and model (its dropout, its stem) cannot train packed (one line naming what to
     change), or "" where they can."""
     if stem == "conv" and device.type == "cuda" and cfg.resolved_dtype(device) != "fp32":
-        return ("packing the conv stem on CUDA in reduced precision fails (under vmap autocast casts some of its "
-                "convolutions and not others); set PACK=0, --set stem=patch, or DTYPE=fp32")
+        return ("packing the conv stem on CUDA in reduced precision is not supported yet; set PACK=0, "
+                "--set stem=patch, or DTYPE=fp32")
     if dropout > 0:
         return ("packing needs dropout 0: a pack's members would draw their dropout masks from one shared "
                 "generator, so a member's result would depend on its companions; set PACK=0 or dropout=0")
@@ -101,12 +103,28 @@ def _per_member(values: Tensor, like: Tensor) -> Tensor:
 
 def vmap_safe(template: nn.Module, device: torch.device) -> nn.Module:
     """On CUDA, `template` with its `sdpa` attention computed by the explicit path (`bmm`, the same function): under
-    vmap the fused kernels' backward refuses the log-sum-exp tensor it is handed. Elsewhere, as it is."""
+    vmap the fused kernels' backward refuses the log-sum-exp tensor it is handed; and its conv stem run in float32
+    (`in_float32`). Elsewhere, as it is."""
     if device.type == "cuda":
         for module in template.modules():
             if getattr(module, "backend", None) == "sdpa":
                 module.backend = "bmm"
+        if isinstance(getattr(template, "patch_embed", None), ConvStem):
+            in_float32(template.patch_embed)
     return template
+
+
+def in_float32(module: nn.Module) -> nn.Module:
+    """`module` (in place) run on float32 input with autocast off, whatever autocast is on around it: under vmap
+    autocast casts some of the conv stem's convolutions and not others, and a bf16 input meets a float32 bias or
+    BatchNorm statistics. Its output is float32; the layers after it cast it as autocast says."""
+    forward = module.forward
+
+    def float32_forward(x: Tensor) -> Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return forward(x.float())
+    module.forward = float32_forward
+    return module
 
 
 class PackedModel:

@@ -24,7 +24,8 @@ _WHERE = {
     "GraphedEvaluation": "training.evaluation", "check_evaluation": "training.evaluation",
     "evaluate": "training.evaluation",
     "PackedModel": "training.packed", "PackedStep": "training.packed", "train_pack": "training.packed",
-    "pack_refusal": "training.packed",
+    "GraphedPackedStep": "training.packed", "pack_optimizer": "training.packed", "pack_refusal": "training.packed",
+    "pack_graphed": "training.packed", "packed_step": "training.packed",
     "train": "training.train",
 }
 

@@ -139,8 +139,8 @@ RUN = (
     Option("--pack", "train the seeds of a point as one stacked model, at most N seeds a pack (one forward, backward "
                      "and optimizer step does N runs' work; a packed run has its own run id, and its figures do not "
                      "depend on the pack's width or companions); 0: one run at a time; default auto: one run at a "
-                     "time on either device for now (on a CPU runs are compute bound; on CUDA the packed step is not "
-                     "yet captured into a CUDA graph, so benchmarks/packed_runs.py decides it there)", "PACK",
+                     "time on either device for now (on a CPU runs are compute bound; on CUDA packs are not yet "
+                     "measured faster than runs alone: benchmarks/packed_runs.py measures it)", "PACK",
            type=integer(0, "--pack (PACK) must be auto or an integer ≥ 0", auto=True), metavar="N|auto"),
     Option("--init", "a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from", "INIT", path=True),
     Option("--pretrained", "a timm model name whose pretrained weights timm downloads (network)", "PRETRAINED"),

@@ -1,11 +1,12 @@
 """What a pack buys: training steps per second of each member of a pack against the same model trained alone.
 
     python benchmarks/packed_runs.py [--widths 1,3,8,24] [--steps 20] [--rounds 3] [--device auto]
-                                     [--preset vit_mnist] [--patch 4] [--depth 4]
+                                     [--preset vit_mnist] [--patch 4] [--depth 4] [--graphs 1]
 
-For each width k: a pack of k members of the default recipe (`training.packed.PackedStep`, batch 64 each, the
+For each width k: a pack of k members of the default recipe (`training.packed.packed_step`, batch 64 each, the
 members' own batches) and, as width 0, one model alone (`bench.training.step.make_step`, the step a run trains
-with: on CUDA a CUDA graph). Each round times STEPS steps of every item, in interleaved rounds (the first item
+with); with `--graphs 1` (default) on CUDA both are captured into CUDA graphs as the sweeps train them, with
+`--graphs 0` both run eagerly. Each round times STEPS steps of every item, in interleaved rounds (the first item
 rotating); it prints each item's member-steps per second (median and range over the rounds), the ratio of a
 member's rate in the pack to the lone run's (a ratio only where the interquartile ranges are apart), and on CUDA
 the kernels one packed step launches (torch.profiler). `--bits N`: it also trains seed 1 for N steps in a pack of
@@ -26,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ablations import PackedModel, PackedStep, pack_refusal  # noqa: E402
+from ablations import PackedModel, pack_graphed, pack_optimizer, pack_refusal, packed_step  # noqa: E402
 from bench import (  # noqa: E402
     Spread,
     TrainConfig,
@@ -47,7 +48,12 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def items(widths: list[int], cfg, recipe: TrainConfig, device: torch.device) -> dict[int, tuple]:
+def _pack_step(packed: PackedModel, recipe: TrainConfig, device: torch.device, graphs: bool):
+    return packed_step(packed, pack_optimizer(packed, recipe, capturable=pack_graphed(device, graphs)), recipe, device,
+                       recipe.resolved_dtype(device), graphs)
+
+
+def items(widths: list[int], cfg, recipe: TrainConfig, device: torch.device, graphs: bool) -> dict[int, tuple]:
     """Width → (one step, its batch): 0 the lone run's step, k a pack of k."""
     out = {}
     shape = (cfg.in_chans, cfg.img_size, cfg.img_size)
@@ -62,12 +68,12 @@ def items(widths: list[int], cfg, recipe: TrainConfig, device: torch.device) -> 
             compiled, optimizer, scaler = training_parts(models[0], recipe, device)
             train_mode(models[0], recipe)
             step = make_step(models[0], compiled, optimizer, scaler, recipe, device, recipe.resolved_dtype(device),
-                             graphs=True)
+                             graphs=graphs)
             out[k] = (step, x[0], y[0])
         else:
             packed = PackedModel(models)
             train_mode(packed.template, recipe)
-            out[k] = (PackedStep(packed, recipe, device, recipe.resolved_dtype(device)), x, y)
+            out[k] = (_pack_step(packed, recipe, device, graphs), x, y)
     return out
 
 
@@ -83,7 +89,7 @@ def kernels_per_step(step, x, y) -> int | None:
     return sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
 
 
-def member_bits(cfg, recipe: TrainConfig, device: torch.device, steps: int) -> tuple[int, int]:
+def member_bits(cfg, recipe: TrainConfig, device: torch.device, steps: int, graphs: bool) -> tuple[int, int]:
     """(state tensors of seed 1 that differ, all of them) after `steps` steps in a pack of seeds 0, 2, 1 and in
     one of seeds 1, 0, each member on its own random batches."""
     def trained(seeds: list[int]) -> dict[str, torch.Tensor]:
@@ -93,7 +99,7 @@ def member_bits(cfg, recipe: TrainConfig, device: torch.device, steps: int) -> t
             models.append(VisionTransformer(cfg).to(device))
         packed = PackedModel(models)
         train_mode(packed.template, recipe)
-        step = PackedStep(packed, recipe, device, recipe.resolved_dtype(device))
+        step = _pack_step(packed, recipe, device, graphs)
         batches = {s: torch.Generator().manual_seed(100 + s) for s in seeds}
         shape = (cfg.in_chans, cfg.img_size, cfg.img_size)
         for _ in range(steps):
@@ -119,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patch", type=int, default=4)
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--bits", type=int, default=0, metavar="STEPS")
+    parser.add_argument("--graphs", type=int, choices=[0, 1], default=1)
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     widths = [int(w) for w in args.widths.split(",")]
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if refused:   # the model cannot pack here as it is: time the patch stem, and say so
         print(f"note: {refused}; timing the patch stem instead")
         cfg = cfg.replace(stem="patch")
-    steps = items(widths, cfg, recipe, device)
+    steps = items(widths, cfg, recipe, device, bool(args.graphs))
     for step, x, y in steps.values():   # warm-up: captures, first calls
         step(x, y, 1e-3)
     _sync(device)
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'alone' if k == 0 else k:>6} {spread.median:>15.1f} {min(values):>9.1f}–{max(values):<9.1f}  "
               f"{against:<28} {'' if count is None else count}")
     if args.bits:
-        differ, total = member_bits(cfg, recipe, device, args.bits)
+        differ, total = member_bits(cfg, recipe, device, args.bits, bool(args.graphs))
         print(f"member bits after {args.bits} steps, seed 1 in a pack of 3 (last slot) and of 2 (first slot): "
               + ("the same in every one of its " if not differ else f"{differ} of ") + f"{total} state tensors"
               + (" differ" if differ else ""))

@@ -14,7 +14,15 @@ from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths
 from ablations.training.checkpoints import Checkpointing
 from ablations.training.data import cached_dataset
-from ablations.training.packed import Member, PackedModel, PackedStep, pack_refusal, train_pack
+from ablations.training.packed import (
+    Member,
+    PackedModel,
+    PackedStep,
+    pack_optimizer,
+    pack_refusal,
+    packed_step,
+    train_pack,
+)
 from ablations.training.train import Diverged, Stopped, train
 from bench.training.recipe import TrainConfig
 from vit import VisionTransformer, ViTConfig
@@ -81,7 +89,7 @@ def test_a_member_does_the_math_of_the_run_alone_to_rounding_but_not_bit_for_bit
 def test_each_member_is_clipped_by_its_own_norm():
     models = [_model(0), _model(1)]
     packed = PackedModel(models)
-    step = PackedStep(packed, TrainConfig(grad_clip=1.0), CPU, "fp32")
+    step = PackedStep(packed, pack_optimizer(packed, TrainConfig()), TrainConfig(grad_clip=1.0), CPU, "fp32")
     for p in step.trainable:
         p.grad = torch.ones_like(p) * torch.tensor([3.0, 1e-6]).view(2, *([1] * (p.dim() - 1)))
     step._clip(1.0)
@@ -402,3 +410,138 @@ def test_a_pack_of_sdpa_models_trains_on_cuda_with_finite_losses(digits):
     assert all(not isinstance(r, Diverged) for r in results), results
     losses = [r.train_loss for r in results]
     assert all(loss == loss and loss < 10 for loss in losses) and losses[0] != losses[1]
+
+
+@pytest.fixture
+def capturable_on_cpu(monkeypatch):
+    """AdamW's `capturable` path on the CPU: torch allows it on CUDA only, and its arithmetic is the same tensor
+    ops on either device (step counts and learning rates read from tensors, for a CUDA graph)."""
+    import torch.optim.adam as adam
+    monkeypatch.setattr(adam, "_get_capturable_supported_devices", lambda supports_xla=True: ["cuda", "cpu"])
+
+
+def _graphed_and_eager(recipe: TrainConfig, capture: bool, seeds=(0, 1, 2)):
+    """The same pack twice, one on the graphed step (static buffers, one learning-rate table, capturable AdamW;
+    `capture`: under the fake CUDA), one on the eager step."""
+    from ablations.training.packed import GraphedPackedStep
+    steps = []
+    for kind in ("graphed", "eager"):
+        packed = PackedModel([_model(s) for s in seeds])
+        if kind == "graphed":
+            steps.append(GraphedPackedStep(packed, pack_optimizer(packed, recipe, capturable=True), recipe, CPU,
+                                           "fp32", capture=capture, measured=False))
+        else:
+            steps.append(PackedStep(packed, pack_optimizer(packed, recipe), recipe, CPU, "fp32"))
+    return steps
+
+
+def _close(a: dict, b: dict, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Capturable AdamW computes its bias corrections from tensors: the same update to float rounding. The key
+    third of a qkv bias is left out: softmax ignores it, so its gradients are rounding noise, which Adam
+    normalises to ±lr whatever their size, so ulps apart the two walk apart by up to 2·lr a step."""
+    for name, p in a.items():
+        q = b[name]
+        if name.endswith("attn.qkv.bias"):
+            third = p.shape[-1] // 3
+            p, q = (torch.cat([t[..., :third], t[..., 2 * third:]], -1) for t in (p, q))
+        torch.testing.assert_close(p, q, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+def _members_close(a, b) -> None:
+    _close(a.packed.params, b.packed.params)
+
+
+def _batch(k: int, b: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.randn(k, b, TINY.in_chans, TINY.img_size, TINY.img_size, generator=g),
+            torch.randint(0, TINY.num_classes, (k, b), generator=g))
+
+
+def test_the_graphed_packed_step_trains_like_the_eager_one(capturable_on_cpu):
+    """Uncaptured (as on the CPU), the graphed packed step is the eager one on static buffers, one per batch size,
+    with every group's learning rate a view of one table: the same losses and weights to float rounding,
+    layer-wise decay and clipping included."""
+    recipe = TrainConfig(grad_clip=1.0, layer_decay=0.75)
+    graphed, eager = _graphed_and_eager(recipe, capture=False)
+    g = torch.Generator().manual_seed(1)
+    for i, b in enumerate((64, 64, 17, 64, 17)):
+        x, y = _batch(3, b, g)
+        losses = [step(x, y, lr=1e-3 * (i + 1)) for step in (graphed, eager)]
+        assert losses[0].shape == (3,)
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    assert sorted(graphed.buffers) == [17, 64] and not graphed.graphed
+    assert len({g["lr"].untyped_storage().data_ptr() for g in graphed.optimizer.param_groups}) == 1
+    _members_close(graphed, eager)
+
+
+@pytest.mark.parametrize("fail_at_end", [False, True])
+def test_a_graphed_pack_captures_its_step_once_a_batch_size_or_goes_on_eagerly(fail_at_end, capturable_on_cpu,
+                                                                                 monkeypatch, capsys):
+    """Under the fake CUDA: the first call of a batch size warms up (undone), captures and replays the packed step,
+    so the pack trains on that batch once, as the eager step does; a capture that fails says so in one line and
+    the pack goes on eagerly from the same weights."""
+    from fake_cuda import FakeCuda
+    fake = FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=fail_at_end)
+    graphed, eager = _graphed_and_eager(TrainConfig(grad_clip=1.0), capture=True)
+    fake.watch = graphed
+    x, y = _batch(3, 64, torch.Generator().manual_seed(1))
+    losses = [step(x, y, lr=1e-3) for step in (graphed, eager)]
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    _members_close(graphed, eager)
+    assert fake.current == ["default"]
+    assert [c[0] for c in fake.calls].count("capture_begin") == 1
+    if fail_at_end:
+        assert "graphs: capturing the batch-64 training step failed" in capsys.readouterr().out
+        assert not graphed.graphed and not graphed.graphs
+        x, y = _batch(3, 17, torch.Generator().manual_seed(2))   # eager from here: it trains like the eager step
+        losses = [step(x, y, lr=2e-3) for step in (graphed, eager)]
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+        _members_close(graphed, eager)
+    else:
+        assert graphed.graphed and sorted(graphed.graphs) == [64] and ("replay",) in fake.calls
+
+
+def test_a_pack_on_the_graphed_step_trains_resumes_and_keeps_its_members_apart(digits, tmp_path, monkeypatch,
+                                                                             capturable_on_cpu):
+    """`train_pack` with the graphed step (as on CUDA, uncaptured here): its members are the eager pack's to float
+    rounding; killed after 2 of 3 epochs it resumes from its members' checkpoints (capturable AdamW's step
+    counts on the device) to the uninterrupted pack's bits; a member's bits do not depend on its pack's width."""
+    import ablations.training.packed as packed_module
+    monkeypatch.setattr(packed_module, "pack_graphed", lambda device, graphs: graphs)
+    recipe = TrainConfig(epochs=3, batch_size=64, packed=True)
+    graphed = _pack([0, 1], digits, recipe=recipe)
+    monkeypatch.setattr(packed_module, "pack_graphed", lambda device, graphs: False)
+    eager = _pack([0, 1], digits, recipe=recipe)
+    for s in (0, 1):
+        _close(graphed[s][0], eager[s][0], rtol=1e-4, atol=1e-5)
+    monkeypatch.setattr(packed_module, "pack_graphed", lambda device, graphs: graphs)
+    resumed = _resume_after(digits, tmp_path / "cut", recipe, stop_after=2)
+    wider = _pack([2, 1, 0], digits, recipe=recipe)
+    for s in (0, 1):
+        assert resumed[s][1].resumed_after == 2
+        assert _same(resumed[s], graphed[s]) == []
+        assert _same(wider[s], graphed[s]) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_graphed_pack_trains_like_the_eager_pack_on_cuda(dtype):
+    """On CUDA the packed step is captured into one CUDA graph per batch size and replayed: its members' losses
+    and weights are the eager pack's to float rounding (bf16: to bf16's)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    cuda = torch.device("cuda")
+    recipe = TrainConfig(batch_size=64, grad_clip=1.0)
+    steps = []
+    for graphs in (True, False):
+        packed = PackedModel([_model(s).to(cuda) for s in (0, 1, 2)])
+        steps.append(packed_step(packed, pack_optimizer(packed, recipe, capturable=graphs), recipe, cuda, dtype,
+                                 graphs))
+    assert steps[0].graphed and not steps[1].graphed
+    g = torch.Generator().manual_seed(1)
+    tol = {"rtol": 2e-2, "atol": 1e-3} if dtype == "bf16" else {"rtol": 1e-4, "atol": 1e-5}
+    for i, b in enumerate((64, 64, 17, 64, 17)):
+        x, y = (t.to(cuda) for t in _batch(3, b, g))
+        losses = [step(x, y, lr=1e-3 * (i + 1)) for step in steps]
+        torch.testing.assert_close(losses[0], losses[1], **tol)
+    assert sorted(steps[0].graphs) == [17, 64]
+    _close(steps[0].packed.params, steps[1].packed.params, **tol)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fake_cuda import FakeCuda, SideStream
 from helpers import run_cost_phase, run_sweep
 from test_data import write_idx
 from torch import nn
@@ -103,27 +104,13 @@ def test_the_static_buffer_step_trains_like_the_eager_step(stem):
     _assert_same_weights(*models)
 
 
-class _SideStream:
-    """Stands in for torch.cuda.Stream on the CPU (its signature: a device and a priority, nothing else): the
-    warm-up before a capture then runs here."""
-
-    def __init__(self, device: object = None, priority: int = 0) -> None:
-        pass
-
-    def wait_stream(self, other: object) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-
 @pytest.mark.parametrize("eager_first", [0, 2])   # fresh optimizer state (zeroed back), or state to copy back
 def test_a_failed_capture_undoes_its_warm_up_and_goes_on_eagerly(eager_first, monkeypatch, capsys):
     def refuse() -> None:
         raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
 
-    monkeypatch.setattr(torch.cuda, "Stream", _SideStream)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _SideStream())
+    monkeypatch.setattr(torch.cuda, "Stream", SideStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SideStream())
     monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "CUDAGraph", refuse)
     monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: torch.get_rng_state())
@@ -146,103 +133,6 @@ def test_a_failed_capture_undoes_its_warm_up_and_goes_on_eagerly(eager_first, mo
     _assert_same_weights(*models)   # the three warm-up steps left no trace
 
 
-class _FakeCuda:
-    """The CUDA calls a capture makes, on the CPU, as strict as torch's: which stream is current, whether
-    the cache was emptied, and a graph whose capture_end refuses a capture the block invalidated, whose
-    `pool()` is refused without a successful capture, and whose pool may be released once only (a second
-    release is torch's `TORCH_INTERNAL_ASSERT(uc >= 0)`, which aborts the process). A capture records work
-    without running it: the step the block runs here on the CPU is undone when the capture ends, and a
-    successful capture's effect is what its first replay applies (`watch`: the step whose state to keep)."""
-
-    def __init__(self, monkeypatch, fail_in_block: bool, fail_at_end: bool) -> None:
-        self.current, self.calls, self.releases = ["default"], [], 0
-        fake = self
-
-        class Graph:
-            captured = False
-            before = effect = None
-
-            def capture_begin(self, capture_error_mode="global"):
-                fake.calls.append(("capture_begin", fake.current[-1], capture_error_mode))
-                self.before = fake.state()
-
-            def capture_end(self):
-                fake.calls.append(("capture_end", fake.current[-1]))
-                self.effect = fake.state()
-                fake.restore(self.before)      # what the block did was recorded, not run
-                if fail_at_end:
-                    raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
-                self.captured = True
-
-            def pool(self):
-                if not self.captured:
-                    raise RuntimeError("Called CUDAGraph::pool() without a preceding successful capture.")
-                return (0, 7)
-
-            def reset(self):
-                fake.calls.append(("reset",))
-                if self.captured:
-                    fake.release()
-                    self.captured = False
-
-            def replay(self):
-                fake.calls.append(("replay",))
-                if self.effect is not None:
-                    fake.restore(self.effect)
-
-        @contextlib.contextmanager
-        def stream(s):
-            self.current.append(s)
-            try:
-                yield
-            finally:
-                self.current.pop()
-        self.fail_in_block = fail_in_block
-        self.generator = torch.Generator().manual_seed(5)
-        self.side = _SideStream()
-        monkeypatch.setattr(torch.cuda, "Stream", lambda device=None, priority=0: self.side)
-        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _SideStream())
-        monkeypatch.setattr(torch.cuda, "stream", stream)
-        monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
-        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-        monkeypatch.setattr(torch.cuda, "empty_cache", lambda: self.calls.append(("empty_cache",)))
-        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: self.generator.get_state())
-        monkeypatch.setattr(torch.cuda, "set_rng_state",
-                            lambda state, device=None: (self.calls.append(("set_rng",)), self.generator.set_state(state)))
-        monkeypatch.setattr(torch._C, "_cuda_releasePool", lambda d, pool: self.release())
-        self.allocated = self.peak = 10**6   # the caching allocator's counters, bytes
-        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: self.allocated)
-        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: self.peak)
-        monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: setattr(self, "peak", self.allocated))
-
-    watch: EagerStep | None = None
-
-    def state(self) -> list[torch.Tensor] | None:
-        if self.watch is None:
-            return None
-        optimizer_state = [v for st in self.watch.optimizer.state.values() for v in st.values() if torch.is_tensor(v)]
-        return [t.detach().clone() for t in [*self.watch.model.state_dict().values(), *optimizer_state]]
-
-    def restore(self, saved: list[torch.Tensor] | None) -> None:
-        if saved is None or self.watch is None:
-            return
-        optimizer_state = [v for st in self.watch.optimizer.state.values() for v in st.values() if torch.is_tensor(v)]
-        with torch.no_grad():
-            for t, v in zip([*self.watch.model.state_dict().values(), *optimizer_state], saved):
-                t.copy_(v)
-
-    def alloc(self, n: int) -> None:
-        self.allocated += n
-        self.peak = max(self.peak, self.allocated)
-
-    def release(self) -> None:
-        self.releases += 1
-        self.calls.append(("release_pool",))
-        if self.releases > 1:
-            raise AssertionError("TORCH_INTERNAL_ASSERT(uc >= 0): the pool was released twice")
-
-
 @pytest.mark.parametrize("fail_in_block, fail_at_end", [(True, True), (True, False), (False, True)])
 def test_a_capture_that_fails_inside_the_graph_leaves_cuda_as_it_was_and_names_the_first_error(
         fail_in_block, fail_at_end, monkeypatch, capsys):
@@ -251,7 +141,7 @@ def test_a_capture_that_fails_inside_the_graph_leaves_cuda_as_it_was_and_names_t
     the graph's pool is released once where there is one (never twice: that aborts), the cache was emptied
     before the capture, the generator is as before the warm-up, the message names the first error, and the
     run goes on eagerly with the same losses as an eager step."""
-    fake = _FakeCuda(monkeypatch, fail_in_block, fail_at_end)
+    fake = FakeCuda(monkeypatch, fail_in_block, fail_at_end)
     model_cfg = TINY.replace(stem="conv", patch_size=4)
     models, steps = _eager_and_static(model_cfg, TrainConfig(batch_size=32, grad_clip=1.0), capture=True)
     fake.watch = steps[1]
@@ -297,7 +187,7 @@ def test_a_runs_evaluation_is_captured_once_on_the_capture_stream_and_replayed_o
     model = VisionTransformer(TINY)
     images, labels = data.test_x[:300], data.test_y[:300]
     want = evaluation.evaluate(model, data, device, "fp32", 128, (images, labels))
-    fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
+    fake = FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
     real, passes = evaluation.eval_outputs, []
 
     def outputs(*args, **kw):
@@ -350,11 +240,11 @@ def test_a_run_evaluates_as_its_options_say_graphed_only_on_cuda(monkeypatch, tm
     assert asked == ["graphed"] and read_table(tmp_path / "ablations" / "e.csv").iloc[0]["status"] == "ok"
 
 
-def _captured_once(monkeypatch, warmup: int) -> tuple[list[int], list[torch.Tensor], _FakeCuda]:
+def _captured_once(monkeypatch, warmup: int) -> tuple[list[int], list[torch.Tensor], FakeCuda]:
     """One call of a static step that captures after `warmup` eager steps (under the fake): the device
     generator's draws of each step it ran, its weights and optimizer state afterwards, and the fake."""
     monkeypatch.setattr(StaticStep, "WARMUP", warmup)
-    fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
+    fake = FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
     _, steps = _eager_and_static(TINY.replace(stem="conv", patch_size=4), TrainConfig(batch_size=32, grad_clip=1.0),
                                  capture=True)
     fake.watch, real_step, draws = steps[1], steps[1]._step, []
@@ -766,7 +656,7 @@ def test_the_graphed_steps_memory_is_its_pool_not_the_captures_scaffolding(monke
     from bench.memory import peak_mem_mb
     from bench.training.step import resident_bytes
 
-    fake = _FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
+    fake = FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
     model_cfg = TINY.replace(stem="conv", patch_size=4)
     models, steps = _eager_and_static(model_cfg, TrainConfig(batch_size=32, grad_clip=1.0), capture=True)
     step = fake.watch = steps[1]

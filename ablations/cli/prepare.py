@@ -42,7 +42,7 @@ def _train_changes(args: argparse.Namespace) -> dict[str, Any]:
 
 def pack_width(args: argparse.Namespace) -> int:
     """The most seeds of a point a pack trains (`--pack`); auto is 0 (none) on either device for now: packing
-    is the user's choice until the packed step is graphed and measured faster on CUDA."""
+    is the user's choice until packs are measured faster than runs alone on CUDA."""
     given = getattr(args, "pack", 0)
     return 0 if given is None else given
 

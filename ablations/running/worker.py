@@ -173,7 +173,8 @@ def _fitting(members: list[Member], data: Dataset, pack: Task, device: torch.dev
     if len(members) > widest:
         return [r for i in range(0, len(members), widest) for r in _fitting(members[i:i + widest], data, pack, device)]
     try:
-        return train_pack(members, data, pack.point.train, device, progress=pack.options.progress)
+        return train_pack(members, data, pack.point.train, device, progress=pack.options.progress,
+                          graphs=pack.options.graphs)
     except torch.cuda.OutOfMemoryError:   # torch.OutOfMemoryError since torch 2.5, this name since 1.13
         if len(members) == 1:
             raise

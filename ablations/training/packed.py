@@ -56,7 +56,7 @@ from ablations.training.train import (
 )
 from bench.training.precision import autocast
 from bench.training.recipe import TrainConfig
-from bench.training.step import freeze_all_but_head, param_groups, train_mode
+from bench.training.step import EagerStep, StaticStep, freeze_all_but_head, param_groups, train_mode
 from vit.stems import ConvStem
 
 
@@ -151,28 +151,38 @@ class PackedModel:
             return vmap(one, in_dims=(0, 0, None if shared else 0))(self.params, self.buffers, images)
 
 
-class PackedStep:
+def pack_optimizer(packed: PackedModel, cfg: TrainConfig, capturable: bool = False) -> torch.optim.AdamW:
+    """AdamW over the stacked tensors in the recipe's parameter groups (only the head's with
+    freeze=all_but_head, whose freezing this applies to the template and the stacked tensors). `foreach`, not
+    fused: the CPU's fused kernel runs a vector body and a scalar tail that round differently, so an element's
+    update would depend on where its member's slice falls in the stacked tensor. `capturable` (CUDA): its step
+    counts on the device and its learning rate a device tensor, as a CUDA graph needs."""
+    if cfg.freeze == "all_but_head":
+        freeze_all_but_head(packed.template)
+        for name, p in packed.params.items():
+            p.requires_grad_(name.startswith("head."))
+    return torch.optim.AdamW(param_groups(packed.template, cfg.weight_decay, cfg.layer_decay, stacked=packed.params),
+                             lr=cfg.lr, foreach=True, capturable=capturable)
+
+
+class PackedStep(EagerStep):
     """One optimisation step of every member: forward, each member's loss, backward, each member's gradient
     clipping, AdamW over the stacked tensors (elementwise, so each member's update is its own). Returns the
     members' summed batch losses as a (k,) device tensor."""
 
-    def __init__(self, packed: PackedModel, cfg: TrainConfig, device: torch.device, dtype: str) -> None:
-        self.packed, self.cfg, self.device, self.dtype = packed, cfg, device, dtype
-        if cfg.freeze == "all_but_head":
-            freeze_all_but_head(packed.template)
-            for name, p in packed.params.items():
-                p.requires_grad_(name.startswith("head."))
-        # foreach, not fused: the CPU's fused kernel runs a vector body and a scalar tail that round differently,
-        # so an element's update would depend on where its member's slice falls in the stacked tensor
-        self.optimizer = torch.optim.AdamW(param_groups(packed.template, cfg.weight_decay, cfg.layer_decay,
-                                                        stacked=packed.params), lr=cfg.lr, foreach=True)
+    def __init__(self, packed: PackedModel, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
+                 device: torch.device, dtype: str) -> None:
+        no_scaler = torch.amp.GradScaler(device.type, enabled=False)   # fp16 is refused packed
+        super().__init__(packed.template, packed.template, optimizer, no_scaler, cfg, device, dtype)
+        self.packed = packed
         self.trainable = [p for p in packed.params.values() if p.requires_grad]
 
-    def __call__(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr * group["lr_scale"]
+    def _state_tensors(self) -> list[Tensor]:
+        return [*self.packed.params.values(), *self.packed.buffers.values()]
+
+    def _step(self, x: Tensor, y: Tensor, cache: bool = True) -> Tensor:
         smoothing = self.cfg.label_smoothing
-        with autocast(self.device, self.dtype):
+        with autocast(self.device, self.dtype, cache_enabled=cache):
             logits = self.packed.forward(x)
             losses = vmap(lambda z, t: F.cross_entropy(z, t, label_smoothing=smoothing))(logits, y)
         self.optimizer.zero_grad(set_to_none=True)
@@ -180,7 +190,7 @@ class PackedStep:
         if self.cfg.grad_clip:
             self._clip(self.cfg.grad_clip)
         self.optimizer.step()
-        return losses.detach().float() * y.shape[1]
+        return losses.detach().float() * y.shape[-1]
 
     @torch.no_grad()
     def _clip(self, max_norm: float) -> None:
@@ -191,6 +201,24 @@ class PackedStep:
         coef = (max_norm / (torch.linalg.vector_norm(norms, dim=1) + 1e-6)).clamp(max=1.0)
         for g in grads:
             g.mul_(_per_member(coef, g))
+
+
+class GraphedPackedStep(StaticStep, PackedStep):
+    """The packed step on static buffers, per batch size, with the learning rates in one device table, captured
+    into a CUDA graph and replayed (`StaticStep`'s capture: warm-up undone, a failed capture goes on eagerly)."""
+
+
+def pack_graphed(device: torch.device, graphs: bool) -> bool:
+    """Whether a pack on `device` trains with the graphed step (`graphs`, on CUDA)."""
+    return graphs and device.type == "cuda"
+
+
+def packed_step(packed: PackedModel, optimizer: torch.optim.Optimizer, cfg: TrainConfig, device: torch.device,
+                dtype: str, graphs: bool) -> PackedStep:
+    """Where `pack_graphed` (its optimizer built `capturable`), the graphed packed step; else the eager one."""
+    if pack_graphed(device, graphs):
+        return GraphedPackedStep(packed, optimizer, cfg, device, dtype, measured=False)
+    return PackedStep(packed, optimizer, cfg, device, dtype)
 
 
 @torch.no_grad()
@@ -231,21 +259,21 @@ def _resume(members: list[Member], identities: list[dict], cfg: TrainConfig) -> 
     return found
 
 
-def _restore(packed: PackedModel, step: PackedStep, saved: list[tuple[dict, dict]],
+def _restore(packed: PackedModel, optimizer: torch.optim.Optimizer, saved: list[tuple[dict, dict]],
              states: list[_MemberState]) -> None:
     """Each member's model, optimizer state and generators from its checkpoint, into its slot."""
     with torch.no_grad():
         for j, (tensors, _) in enumerate(saved):
             for name, t in {**packed.params, **packed.buffers}.items():
                 t[j].copy_(tensors[f"model.{name}"])
-    order = [p for group in step.optimizer.param_groups for p in group["params"]]
+    order = [p for group in optimizer.param_groups for p in group["params"]]
     state: dict[int, dict[str, Tensor]] = {}
     for index in range(len(order)):
         keys = {key.split(".", 2)[2] for key in saved[0][0] if key.startswith(f"optim.{index}.")}
         for key in keys:
             values = [tensors[f"optim.{index}.{key}"] for tensors, _ in saved]
             state.setdefault(index, {})[key] = values[0] if values[0].dim() == 0 else torch.stack(values)
-    step.optimizer.load_state_dict({"state": state, "param_groups": step.optimizer.state_dict()["param_groups"]})
+    optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
     for (tensors, _), member in zip(saved, states):
         for name, g in member.streams.items():
             g.set_state(tensors[f"rng.{name}"])
@@ -273,24 +301,25 @@ def _batches(data: Dataset, train_x: Tensor, train_y: Tensor, states: list[_Memb
 
 
 def _start(members: list[Member], models: list[nn.Module], identities: list[dict], cfg: TrainConfig,
-           device: torch.device, dtype: str, real: int) -> tuple[PackedModel, PackedStep, list[_MemberState]]:
-    """The pack, its step and each member's state: fresh, or restored where every member's checkpoint stands
-    at the same epoch (`_resume`)."""
+           device: torch.device, dtype: str, real: int,
+           graphs: bool) -> tuple[PackedModel, PackedStep, list[_MemberState]]:
+    """The pack, its step (`packed_step`) and each member's state: fresh, or restored where every member's
+    checkpoint stands at the same epoch (`_resume`)."""
     saved = _resume(members, identities, cfg)
     for model, found in zip(models, saved):
         if found is not None:
             model.load_state_dict({k[len("model."):]: v for k, v in found[0].items() if k.startswith("model.")})
     packed = PackedModel(models)
-    step_fn = PackedStep(packed, cfg, device, dtype)
+    optimizer = pack_optimizer(packed, cfg, capturable=pack_graphed(device, graphs))
     states = [_MemberState(generators(m.seed), Done(), identity) for m, identity in zip(members, identities)]
     if all(found is not None for found in saved):
-        _restore(packed, step_fn, saved, states)
+        _restore(packed, optimizer, saved, states)
         for state, (_, meta) in zip(states, saved):
             state.done = Done(meta["epoch"], meta["step"], meta["train_time_s"], meta["history"])
             state.history = list(meta["history"])
             state.best_acc = max((h["test_acc"] for h in state.history), default=0.0)
         tqdm.write(f"resumed a pack of {real} after epoch {states[0].done.epoch} of {cfg.epochs}")
-    return packed, step_fn, states
+    return packed, packed_step(packed, optimizer, cfg, device, dtype, graphs), states
 
 
 def _record(states: list[_MemberState], epoch: int, losses: list[float], tested: list, valued: list | None,
@@ -344,10 +373,11 @@ def _results(members: list[Member], states: list[_MemberState], packed: PackedMo
 
 
 def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: torch.device,
-               progress: bool = True) -> list[TrainResult | Diverged]:
+               progress: bool = True, graphs: bool = True) -> list[TrainResult | Diverged]:
     """Train the members (models of one config, each initialised by the caller under its seed) as one pack;
     each gets its TrainResult, or the Diverged that stopped it. Checkpoints as `train` writes them, one file a
-    member; a pack resumes where every member's checkpoint stands at the same epoch."""
+    member; a pack resumes where every member's checkpoint stands at the same epoch. `graphs`: on CUDA the
+    step is captured into a CUDA graph per batch size (`GraphedPackedStep`); elsewhere it runs eagerly."""
     dtype = cfg.resolved_dtype(device)
     data, held_out = recipe_data(data, cfg)
     real = len(members)
@@ -360,7 +390,7 @@ def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: t
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps, warmup_steps = cfg.epochs * steps_per_epoch, max(1, round(cfg.warmup_epochs * steps_per_epoch))
     identities = [run_identity(m, cfg, member.seed, n) for m, member in zip(models, members)]
-    packed, step_fn, states = _start(members, models, identities, cfg, device, dtype, real)
+    packed, step_fn, states = _start(members, models, identities, cfg, device, dtype, real, graphs)
     tests = on_device(data.test_x, device), on_device(data.test_y, device)
     vals = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
     done = states[0].done

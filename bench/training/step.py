@@ -136,6 +136,10 @@ class EagerStep:
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group["lr_scale"]
 
+    def _state_tensors(self) -> list[Tensor]:
+        """The tensors the step trains besides the optimizer's state: the model's weights and buffers."""
+        return list(self.model.state_dict().values())
+
     def _step(self, x: Tensor, y: Tensor, cache: bool = True) -> Tensor:
         with autocast(self.device, self.dtype, cache_enabled=cache):
             loss = F.cross_entropy(self.compiled(x), y, label_smoothing=self.cfg.label_smoothing)
@@ -189,10 +193,10 @@ class StaticStep(EagerStep):
     def __call__(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
         self.set_lr(lr)
         self.first_call_bytes = None
-        b = len(y)
+        b = y.shape[-1]   # labels (B,), or (k, B) for k models trained at once
         new = b not in self.buffers
         if new:
-            self.buffers[b] = (x.clone(), y.clone(), torch.zeros((), device=self.device))
+            self.buffers[b] = (x.clone(), y.clone(), torch.zeros(y.shape[:-1], device=self.device))
         bx, by, bloss = self.buffers[b]
         bx.copy_(x)
         by.copy_(y)
@@ -261,14 +265,14 @@ class StaticStep(EagerStep):
 
     def _saved_state(self) -> tuple[list[Tensor], dict[int, dict[str, Tensor]]]:
         """Copies of the weights, buffers and optimizer state, to put back after the warm-up."""
-        return ([t.clone() for t in self.model.state_dict().values()],
+        return ([t.clone() for t in self._state_tensors()],
                 {id(p): {k: v.clone() for k, v in st.items() if torch.is_tensor(v)}
                  for p, st in self.optimizer.state.items()})
 
     def _put_back(self, model_state: list[Tensor], optim_state: dict[int, dict[str, Tensor]]) -> None:
         """Copies the saved weights, buffers and optimizer state back in place (state created since: zeros)."""
         with torch.no_grad():
-            for t, saved in zip(self.model.state_dict().values(), model_state):
+            for t, saved in zip(self._state_tensors(), model_state):
                 t.copy_(saved)
             for p, st in self.optimizer.state.items():
                 saved = optim_state.get(id(p), {})

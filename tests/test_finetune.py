@@ -125,16 +125,51 @@ def test_linear_probe_with_a_conv_stem_keeps_its_batchnorm_statistics():
 def test_layer_decay_scales_each_block():
     model = VisionTransformer(ViTConfig(**KW))
     groups = param_groups(model, 0.05, layer_decay=0.5)
-    scales = {g["layer"]: g["lr_scale"] for g in groups}
+    assert all(len(g["layers"]) == 1 for g in groups)   # each layer's scale its own
+    scales = {g["layers"][0]: g["lr_scale"] for g in groups}
     assert scales == {0: 0.5**4, 1: 0.5**3, 2: 0.5**2, 3: 0.5, 4: 1.0}
     names = {id(p): n for n, p in model.named_parameters()}
     for g in groups:
         for p in g["params"]:
             n = names[id(p)]
-            assert g["layer"] == (0 if n.startswith(("patch_embed", "cls_token", "pos_embed"))
-                                  else int(n.split(".")[1]) + 1 if n.startswith("blocks.") else 4)
+            assert g["layers"] == [0 if n.startswith(("patch_embed", "cls_token", "pos_embed"))
+                                   else int(n.split(".")[1]) + 1 if n.startswith("blocks.") else 4]
             assert (g["weight_decay"] == 0.0) == (p.ndim <= 1 or n in ("cls_token", "pos_embed.weight"))
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def _one_group_a_layer(model, weight_decay, stacked=None):
+    """The parameters grouped per (layer, decay?), every group at the full learning rate."""
+    groups = param_groups(model, weight_decay, layer_decay=0.5, stacked=stacked)
+    for group in groups:
+        group["lr_scale"] = 1.0
+    return groups
+
+
+@pytest.mark.parametrize("kind", ["fused", "foreach"])
+def test_without_layer_decay_adamw_steps_two_groups_with_the_bits_of_one_group_a_layer(kind):
+    """Without layer-wise decay the parameters are two groups (decayed or not: one optimizer launch each, not two a
+    layer), and AdamW's update is elementwise: training with them gives the weights of one group a layer, bit for
+    bit."""
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    a = VisionTransformer(ViTConfig(**KW))
+    b = VisionTransformer(ViTConfig(**KW))
+    b.load_state_dict(a.state_dict())
+    start = a.head.weight.detach().clone()
+    merged, per_layer = param_groups(a, 0.05), _one_group_a_layer(b, 0.05)
+    assert [g["weight_decay"] for g in merged] == [0.0, 0.05] and merged[0]["layers"] == [0, 1, 2, 3, 4]
+    assert len(per_layer) == 2 * (KW["depth"] + 2)
+    optimizers = [torch.optim.AdamW(groups, lr=1e-3, **{kind: True}) for groups in (merged, per_layer)]
+    g = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        x, y = torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 10, (8,), generator=g)
+        for model, optimizer in zip((a, b), optimizers):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    differ = [k for k, v in a.state_dict().items() if not torch.equal(v, b.state_dict()[k])]
+    assert differ == [] and not torch.equal(a.head.weight, start)   # trained, and alike
 
 
 def test_spec_init_key_starts_every_run_from_the_checkpoint(tmp_path, timm_model):

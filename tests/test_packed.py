@@ -130,6 +130,12 @@ def test_a_pack_resumes_from_its_checkpoints_bit_for_bit(digits, tmp_path):
 def _resume_after(data, folder, recipe, stop_after):
     """Train a pack with checkpoints every epoch, stop it after `stop_after` epochs (as a kill would), and
     train it again from the same checkpoints."""
+    _killed_after(data, folder, recipe, stop_after)
+    return _pack([0, 1], data, recipe=recipe, folder=folder)
+
+
+def _killed_after(data, folder, recipe, stop_after):
+    """A pack of seeds 0 and 1 with checkpoints every epoch in `folder`, stopped after `stop_after` epochs."""
     from ablations.training import train as train_module
 
     folder.mkdir()
@@ -149,7 +155,32 @@ def _resume_after(data, folder, recipe, stop_after):
             train_pack(members, data, recipe, CPU, progress=False)
     finally:
         packed_module.check_stop = real
-    return _pack([0, 1], data, recipe=recipe, folder=folder)
+
+
+def test_a_pack_whose_checkpoints_group_the_optimizer_otherwise_starts_over_saying_so(digits, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """Checkpoints whose optimizer state is numbered for other parameter groups (an older layout: one group a
+    layer) are not restored into this one's, where a state would land on another parameter: the pack says so and
+    trains from epoch 1, to the bits of a pack that never had checkpoints."""
+    import ablations.training.packed as packed_module
+    from bench.training.step import param_groups
+
+    def one_group_a_layer(model, weight_decay, layer_decay=1.0, stacked=None):
+        groups = param_groups(model, weight_decay, 0.5, stacked)
+        for group in groups:
+            group["lr_scale"] = 1.0
+        return groups
+    recipe = TrainConfig(epochs=3, batch_size=64, packed=True)
+    with monkeypatch.context() as m:
+        m.setattr(packed_module, "param_groups", one_group_a_layer)
+        _killed_after(digits, tmp_path / "old", recipe, stop_after=2)
+    capsys.readouterr()
+    again = _pack([0, 1], digits, recipe=recipe, folder=tmp_path / "old")
+    assert "the pack's checkpoints group its optimizer's parameters otherwise than this version does; its 2 runs " \
+           "start from epoch 1" in capsys.readouterr().out
+    whole = _pack([0, 1], digits, recipe=recipe)
+    for s in (0, 1):
+        assert again[s][1].resumed_after == 0 and _same(again[s], whole[s]) == []
 
 
 @pytest.mark.parametrize("change,needle", [

@@ -540,6 +540,38 @@ def test_a_checkpoint_of_another_model_is_ignored_with_a_line_and_the_run_starts
     assert [h["test_acc"] for h in result.history] == [h["test_acc"] for h in fresh.history]
 
 
+def test_a_checkpoint_whose_optimizer_is_grouped_otherwise_is_not_restored_and_the_run_starts_from_epoch_1(
+        tmp_path, monkeypatch, capsys):
+    """A checkpoint written with other parameter groups (an older layout: one group a layer) would put each
+    optimizer state on another parameter: it is refused in one line and the run starts from epoch 1, to the bits
+    of a run without it."""
+    import bench.training.step as step_module
+    real = step_module.param_groups
+
+    def one_group_a_layer(model, weight_decay, layer_decay=1.0, stacked=None):
+        groups = real(model, weight_decay, 0.5, stacked)
+        for group in groups:
+            group["lr_scale"] = 1.0
+        return groups
+    data = load_dataset("digits")
+    cfg = TrainConfig(epochs=2, batch_size=128)
+    ckpt = Checkpointing(tmp_path / "run.safetensors", every=1)
+    with monkeypatch.context() as m:
+        m.setattr(step_module, "param_groups", one_group_a_layer)
+        torch.manual_seed(0)
+        train(VisionTransformer(TINY), data, cfg, 0, torch.device("cpu"), progress=False, checkpoint=ckpt)
+    assert ckpt.path.exists()
+    torch.manual_seed(0)
+    fresh = train(VisionTransformer(TINY), data, cfg, 0, torch.device("cpu"), progress=False)
+    torch.manual_seed(0)
+    result = train(VisionTransformer(TINY), data, cfg, 0, torch.device("cpu"), progress=False, checkpoint=ckpt)
+    assert f"checkpoint {ckpt.path} could not be restored (ValueError); the run starts from epoch 1" in \
+        capsys.readouterr().err
+    assert result.resumed_after == 0
+    assert [h["test_acc"] for h in result.history] == [h["test_acc"] for h in fresh.history]
+    assert torch.equal(result.test_preds, fresh.test_preds)
+
+
 def test_the_makefile_passes_paths_with_spaces_as_one_argument(tmp_path):
     import shlex
 

@@ -96,11 +96,6 @@ class _MemberState:
     preds: Tensor | None = None
 
 
-def _per_member(values: Tensor, like: Tensor) -> Tensor:
-    """(k,) values shaped to scale a stacked (k, …) tensor member by member."""
-    return values.view(len(values), *([1] * (like.dim() - 1))).to(like.dtype)
-
-
 def vmap_safe(template: nn.Module, device: torch.device) -> nn.Module:
     """On CUDA, `template` with its `sdpa` attention computed by the explicit path (`bmm`, the same function): under
     vmap the fused kernels' backward refuses the log-sum-exp tensor it is handed; and its conv stem run in float32
@@ -196,11 +191,12 @@ class PackedStep(EagerStep):
     def _clip(self, max_norm: float) -> None:
         """`nn.utils.clip_grad_norm_` for each member over its own gradients: its global norm, its coefficient."""
         grads = [p.grad for p in self.trainable if p.grad is not None]
-        k = self.packed.k
-        norms = torch.stack([torch.linalg.vector_norm(g.reshape(k, -1), dim=1) for g in grads], dim=1)
+        k, n = self.packed.k, len(grads)
+        slices = [g[j] for j in range(k) for g in grads]   # member by member: each its own tensors, as alone
+        norms = torch.stack(torch._foreach_norm(slices)).view(k, n)
         coef = (max_norm / (torch.linalg.vector_norm(norms, dim=1) + 1e-6)).clamp(max=1.0)
-        for g in grads:
-            g.mul_(_per_member(coef, g))
+        for j in range(k):
+            torch._foreach_mul_(slices[j * n:(j + 1) * n], coef[j])
 
 
 class GraphedPackedStep(StaticStep, PackedStep):
@@ -306,11 +302,13 @@ def _start(members: list[Member], models: list[nn.Module], identities: list[dict
     """The pack, its step (`packed_step`) and each member's state: fresh, or restored where every member's
     checkpoint stands at the same epoch (`_resume`)."""
     saved = _resume(members, identities, cfg)
-    for model, found in zip(models, saved):
-        if found is not None:
-            model.load_state_dict({k[len("model."):]: v for k, v in found[0].items() if k.startswith("model.")})
     packed = PackedModel(models)
     optimizer = pack_optimizer(packed, cfg, capturable=pack_graphed(device, graphs))
+    layout = [group["params"] for group in optimizer.state_dict()["param_groups"]]
+    if any(found is not None and [g["params"] for g in found[1]["param_groups"]] != layout for found in saved):
+        tqdm.write(f"the pack's checkpoints group its optimizer's parameters otherwise than this version does; its "
+                   f"{real} runs start from epoch 1")
+        saved = [None] * len(saved)
     states = [_MemberState(generators(m.seed), Done(), identity) for m, identity in zip(members, identities)]
     if all(found is not None for found in saved):
         _restore(packed, optimizer, saved, states)

@@ -77,21 +77,25 @@ def layer_id(name: str, depth: int) -> int:
 
 def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0,
                  stacked: dict[str, Tensor] | None = None) -> list[dict[str, Any]]:
-    """One group per (layer, decay?): no weight decay on biases, norms, CLS token and positions;
-    `lr_scale` = layer_decay^(depth + 1 − layer) for layer-wise lr decay. `stacked`: a pack's tensors (the
-    model's parameters with a leading member dimension, by name), grouped in their place."""
+    """One group per (learning-rate scale, decay?), in the order of their layers: no weight decay on biases, norms,
+    CLS token and positions; `lr_scale` = layer_decay^(depth + 1 − layer) for layer-wise lr decay, so without it
+    two groups (one optimizer launch each), with it two a layer; `layers`: the layers a group holds. `stacked`: a
+    pack's tensors (the model's parameters with a leading member dimension, by name), grouped in their place."""
     depth = len(getattr(model, "blocks", ()))
-    groups: dict[tuple[int, bool], dict[str, Any]] = {}
+    groups: dict[tuple[float, bool], dict[str, Any]] = {}
     extra = 0 if stacked is None else 1
     for name, p in (model.named_parameters() if stacked is None else stacked.items()):
         if not p.requires_grad:
             continue
         layer = layer_id(name, depth)
         decays = not (p.ndim - extra <= 1 or name in ("cls_token", "pos_embed.weight"))
-        group = groups.setdefault((layer, decays), {"params": [], "weight_decay": weight_decay if decays else 0.0,
-                                                    "lr_scale": layer_decay ** (depth + 1 - layer), "layer": layer})
+        scale = layer_decay ** (depth + 1 - layer)
+        group = groups.setdefault((scale, decays), {"params": [], "weight_decay": weight_decay if decays else 0.0,
+                                                    "lr_scale": scale, "layers": []})
         group["params"].append(p)
-    return [groups[k] for k in sorted(groups)]
+        if layer not in group["layers"]:
+            group["layers"].append(layer)
+    return [g for _, g in sorted(groups.items(), key=lambda kv: (min(kv[1]["layers"]), kv[0][1]))]
 
 
 def adamw(groups: list[dict[str, Any]], lr: float) -> torch.optim.AdamW:

@@ -25,7 +25,7 @@ _WHERE = {
     "evaluate": "training.evaluation",
     "PackedModel": "training.packed", "PackedStep": "training.packed", "train_pack": "training.packed",
     "GraphedPackedStep": "training.packed", "pack_optimizer": "training.packed", "pack_refusal": "training.packed",
-    "pack_graphed": "training.packed", "packed_step": "training.packed",
+    "pack_graphed": "training.packed", "pack_trial": "training.packed", "packed_step": "training.packed",
     "train": "training.train",
 }
 

@@ -12,7 +12,7 @@ member's rate in the pack to the lone run's (a ratio only where the interquartil
 the kernels one packed step launches (torch.profiler). `--bits N`: it also trains seed 1 for N steps in a pack of
 3 (its last slot) and in a pack of 2 (its first) on the device and says how many of its state tensors differ (0: a
 member's bits do not depend on its pack's width or slot there). One sitting, the machine otherwise idle: say its
-load. Where the model may not train packed on the device (`pack_refusal`: the conv stem on CUDA in bf16) the patch
+load. Where the model cannot train packed on the device (`pack_refusal`, or its one-step `pack_trial` fails) the patch
 stem is timed, and the first line says so.
 """
 
@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ablations import PackedModel, pack_graphed, pack_optimizer, pack_refusal, packed_step  # noqa: E402
+from ablations import PackedModel, pack_graphed, pack_optimizer, pack_refusal, pack_trial, packed_step  # noqa: E402
 from bench import (  # noqa: E402
     Spread,
     TrainConfig,
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = PRESETS[args.preset].replace(img_size=28, in_chans=1, num_classes=10, patch_size=args.patch,
                                        depth=args.depth)
     recipe = TrainConfig(batch_size=BATCH, packed=True)
-    refused = pack_refusal(recipe, 0.0, device, cfg.stem)
+    refused = pack_refusal(recipe, 0.0, device) or pack_trial(cfg, recipe, device)
     if refused:   # the model cannot pack here as it is: time the patch stem, and say so
         print(f"note: {refused}; timing the patch stem instead")
         cfg = cfg.replace(stem="patch")

@@ -20,6 +20,7 @@ from ablations.training.packed import (
     PackedStep,
     pack_optimizer,
     pack_refusal,
+    pack_trial,
     packed_step,
     train_pack,
 )
@@ -372,61 +373,48 @@ def test_a_pack_on_cuda_computes_sdpa_attention_by_the_explicit_path_and_its_mod
     assert rel_err(explicit(x), model(x)) < 1e-5   # the same function
 
 
-def test_the_conv_stem_is_refused_packed_on_cuda_in_reduced_precision_only():
-    """The conv stem packed on CUDA in reduced precision has not trained on a GPU yet: refused in one line there, in
-    bf16 (the default) and fp16; fp32 on CUDA, the patch stem, and the CPU are not refused for it."""
-    cuda = torch.device("cuda")
-    said = pack_refusal(TrainConfig(), 0.0, cuda, "conv")
-    assert said.startswith("packing the conv stem on CUDA in reduced precision is not supported") and "PACK=0" in said
-    assert "\n" not in said
-    assert pack_refusal(TrainConfig(dtype="bf16"), 0.0, cuda, "conv") == said
-    assert pack_refusal(TrainConfig(dtype="fp32"), 0.0, cuda, "conv") == ""
-    assert pack_refusal(TrainConfig(), 0.0, cuda, "patch") == ""
-    assert pack_refusal(TrainConfig(), 0.0, CPU, "conv") == ""
+@pytest.mark.parametrize("stem", ["patch", "conv"])
+def test_a_packed_step_trial_passes_where_packs_train_and_leaves_the_generators_as_they_were(stem):
+    cfg = TINY.replace(stem=stem)
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    assert pack_trial(cfg, TrainConfig(packed=True), CPU) == ""
+    assert torch.equal(torch.get_rng_state(), before)
 
 
-def test_a_pack_on_cuda_runs_its_conv_stem_in_float32_with_autocast_off_and_the_same_function():
-    """The pack's template runs the conv stem on float32 input with autocast off (on CUDA, under vmap, autocast
-    casts some of its convolutions and not others). The mechanism, under the CPU's autocast and vmap: the stem's
-    output is float32 and equals the stem run in float32 without autocast (to float32 rounding: vmap runs the members'
-    convolutions as one grouped one), where unwrapped autocast makes it bf16; the members' own models are untouched."""
-    from torch.func import functional_call, stack_module_state, vmap
+def test_a_model_whose_packed_step_fails_on_the_device_is_refused_in_one_line_before_any_run(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """What vmap, autocast and a device's kernels make of a model is tried before any run, once per model and
+    recipe: a packed step that fails (as every packed run of the conv stem did on an H200 in bf16) is refused in
+    one line naming the error and the way out, and nothing is written."""
+    tried = []
 
-    from ablations.training.packed import in_float32, vmap_safe
-    model = _model(0, TINY.replace(stem="conv"))
-    template = vmap_safe(copy.deepcopy(model), torch.device("cuda"))
-    assert template.patch_embed.forward.__name__ == "float32_forward"
-    assert model.patch_embed.forward.__name__ == "forward"
-    assert vmap_safe(copy.deepcopy(model), CPU).patch_embed.forward.__name__ == "forward"
-    patch = vmap_safe(_model(0), torch.device("cuda"))
-    assert patch.patch_embed.forward.__name__ == "forward"   # the patch stem packs under autocast as it is
-    stems = [_model(s, TINY.replace(stem="conv")).patch_embed for s in (0, 1)]
-    params, buffers = stack_module_state(stems)
-    fp32 = in_float32(copy.deepcopy(stems[0]))
-    x = torch.randn(2, 4, TINY.in_chans, TINY.img_size, TINY.img_size)
-
-    def run(p, b, xi):
-        return functional_call(fp32, (p, b), (xi,))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = vmap(run)(params, buffers, x)
-        plain = stems[0](x[0])
-    assert out.dtype == torch.float32 and plain.dtype == torch.bfloat16   # autocast reaches the stem unwrapped
-    assert rel_err(out[1], stems[1](x[1])) < 1e-5   # the same function in float32
-    assert rel_err(out[0], out[1]) > 0.1
+    def fails(self, x, y, cache=True):
+        tried.append(x.shape)
+        raise RuntimeError("Input type (c10::BFloat16) and bias type (float) should be the same\nmore detail")
+    monkeypatch.setattr(PackedStep, "_step", fails)
+    spec = write_spec(tmp_path / "p.toml", "depth", "[1, 2]")
+    code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"),
+                                      "--seeds", "0,1", "--cost-rounds", "0", "--pack", "2"], capsys)
+    assert code == 2 and len(tried) == 1   # refused at the first model tried
+    line = ("error: p depth=1: a packed training step of this model failed on cpu (RuntimeError: Input type (c10::BFloat16) and "
+            "bias type (float) should be the same); set PACK=0")
+    assert line in err and "more detail" not in err, err
+    assert not (tmp_path / "o" / "ablations" / "p.csv").exists()
 
 
-@pytest.mark.gpu
-def test_a_pack_of_conv_stem_models_trains_on_cuda_in_bf16_with_finite_losses(digits):
-    """A pack of two conv-stem models trains on CUDA in bf16 (its template runs the stem in float32), each member's
-    loss finite and its own."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    members = [Member(_model(s, TINY.replace(stem="conv")), s, None) for s in (0, 1)]
-    results = train_pack(members, digits, TrainConfig(epochs=1, batch_size=64, dtype="bf16", packed=True),
-                         torch.device("cuda"), progress=False)
-    assert all(not isinstance(r, Diverged) for r in results), results
-    losses = [r.train_loss for r in results]
-    assert all(loss == loss and loss < 10 for loss in losses) and losses[0] != losses[1]
+def test_each_distinct_model_is_tried_packed_once_before_a_packed_sweep(tmp_path, capsys, monkeypatch):
+    import ablations.training.packed as packed_module
+    tried, real = [], packed_module.pack_trial
+
+    def counted(model_cfg, cfg, device):
+        tried.append(model_cfg.depth)
+        return real(model_cfg, cfg, device)
+    monkeypatch.setattr(packed_module, "pack_trial", counted)
+    spec = write_spec(tmp_path / "p.toml", "depth", "[1, 2]")
+    code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"),
+                                      "--seeds", "0,1", "--cost-rounds", "0", "--pack", "2", "--dry-run"], capsys)
+    assert code == 0 and tried == [1, 2], err
 
 
 @pytest.mark.gpu

@@ -224,16 +224,22 @@ def prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
 
 
 def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:
-    """ValueError in one line where packed runs cannot train: on Ray, or a recipe that cannot (`packed.refusal`)."""
+    """ValueError in one line where packed runs cannot train: on Ray, a recipe that cannot (`pack_refusal`), or a
+    model whose one packed step fails on the device (`pack_trial`, once per model and recipe)."""
     if not any(p.train.packed for p in points):
         return
     if getattr(args, "executor", "local") != "local":
         raise ValueError("packed runs train on the local executor; set PACK=0 (--pack 0) with EXECUTOR=ray")
-    from ablations.training.packed import pack_refusal
+    from ablations.training.packed import pack_refusal, pack_trial
 
     device = resolve_device(args.device)
+    tried: dict[tuple, str] = {}
     for point in points:
-        said = pack_refusal(point.train, max(point.model.dropout, point.model.attn_dropout), device, point.model.stem)
+        said = pack_refusal(point.train, max(point.model.dropout, point.model.attn_dropout), device)
+        if not said:
+            if (point.model, point.train) not in tried:
+                tried[point.model, point.train] = pack_trial(point.model, point.train, device)
+            said = tried[point.model, point.train]
         if said:
             raise ValueError(f"{point.sweep} {point.label}: {said}")
 

@@ -20,10 +20,11 @@ dropped. Dropout (its draws would come from one shared generator), torch.compile
 On CUDA a pack's template computes `attn="sdpa"` attention by the explicit path (`vmap_safe`: the `bmm` backend,
 the same function, as `sdpa` itself computes when its attention maps are asked for), since the fused kernels'
 backward refuses the log-sum-exp tensor vmap hands them ("LSE is not correctly aligned (strideH)", torch 2.11 on
-an H200); the change is the template's own, so runs beside it keep their kernels. For the same reason of vmap, the template
+an H200); the change is the template's own, so runs beside it keep their kernels. For the same reason the template
 runs a conv stem on CUDA in float32 with autocast off (`in_float32`): under vmap autocast reaches some of its
-convolutions and not others, and a bf16 input meets a float32 bias or BatchNorm statistics. Until a pack of it has
-trained on a GPU, `pack_refusal` refuses the conv stem on CUDA in bf16 and fp16.
+convolutions and not others, and a bf16 input meets a float32 bias or BatchNorm statistics. What vmap, autocast and
+a device's kernels make of a model cannot be known before: each model to be packed takes one packed step on the
+device before any run (`pack_trial`), and one that fails is refused in one line.
 """
 
 from __future__ import annotations
@@ -60,12 +61,9 @@ from bench.training.step import EagerStep, StaticStep, freeze_all_but_head, para
 from vit.stems import ConvStem
 
 
-def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device, stem: str = "patch") -> str:
-    """Why runs of this recipe and model (its dropout, its stem) cannot train packed (one line naming what to
-    change), or "" where they can."""
-    if stem == "conv" and device.type == "cuda" and cfg.resolved_dtype(device) != "fp32":
-        return ("packing the conv stem on CUDA in reduced precision is not supported yet; set PACK=0, "
-                "--set stem=patch, or DTYPE=fp32")
+def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device) -> str:
+    """Why runs of this recipe and model (its dropout) cannot train packed (one line naming what to change), or ""
+    where they can by design; `pack_trial` tries the model itself."""
     if dropout > 0:
         return ("packing needs dropout 0: a pack's members would draw their dropout masks from one shared "
                 "generator, so a member's result would depend on its companions; set PACK=0 or dropout=0")
@@ -74,6 +72,27 @@ def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device, stem: s
     if cfg.resolved_dtype(device) == "fp16" and device.type == "cuda":
         return ("packing needs bf16 or fp32: fp16's one loss scaler would skip every member's step for one "
                 "member's overflow; set DTYPE=bf16 or PACK=0")
+    return ""
+
+
+def pack_trial(model_cfg: Any, cfg: TrainConfig, device: torch.device) -> str:
+    """One packed training step of two models of `model_cfg` on two random images each, under the recipe's
+    precision on `device`: "" where it runs, else one line naming the error (what vmap, autocast and the device's
+    kernels make of this model cannot be known before). The process's random generators are left as they were."""
+    from vit import VisionTransformer
+
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            packed = PackedModel([VisionTransformer(model_cfg).to(device) for _ in range(2)])
+            train_mode(packed.template, cfg)
+            step = PackedStep(packed, pack_optimizer(packed, cfg), cfg, device, cfg.resolved_dtype(device))
+            x = torch.randn(2, 2, model_cfg.in_chans, model_cfg.img_size, model_cfg.img_size, device=device)
+            y = torch.randint(0, model_cfg.num_classes, (2, 2), device=device)
+            step(x, y, cfg.lr).sum().item()
+    except Exception as err:   # noqa: BLE001 - any failure of the step is the answer
+        reason = (str(err).strip().splitlines() or [""])[0][:160]
+        return (f"a packed training step of this model failed on {device.type} ({type(err).__name__}: {reason}); "
+                f"set PACK=0")
     return ""
 
 

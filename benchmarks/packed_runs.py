@@ -9,7 +9,8 @@ with); with `--graphs 1` (default) on CUDA both are captured into CUDA graphs as
 `--graphs 0` both run eagerly. Each round times STEPS steps of every item, in interleaved rounds (the first item
 rotating); it prints each item's member-steps per second (median and range over the rounds), the ratio of a
 member's rate in the pack to the lone run's (a ratio only where the interquartile ranges are apart), and on CUDA
-the kernels one packed step launches (torch.profiler). `--bits N`: it also trains seed 1 for N steps in a pack of
+the kernels one step launches, and per member (torch.profiler, on an eager twin of each item: a graph replays the
+same kernels in one launch). `--bits N`: it also trains seed 1 for N steps in a pack of
 3 (its last slot) and in a pack of 2 (its first) on the device and says how many of its state tensors differ (0: a
 member's bits do not depend on its pack's width or slot there). One sitting, the machine otherwise idle: say its
 load. Where the model cannot train packed on the device (`pack_refusal`, or its one-step `pack_trial` fails) the patch
@@ -89,6 +90,19 @@ def kernels_per_step(step, x, y) -> int | None:
     return sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
 
 
+def _table(rates: dict[int, list[float]], kernels: dict[int, int | None]) -> None:
+    """Each width's member-steps per second, against the run alone, and its kernels a step and a member."""
+    alone = Spread.of(rates[0])
+    print(f"{'width':>6} {'member-steps/s':>15} {'range':>19}  {'member against a run alone':<28} kernels/step "
+          f"(per member)")
+    for k, values in rates.items():
+        spread = Spread.of(values)
+        against = "—" if k == 0 else ratio_or_noise(spread, alone)
+        count = kernels.get(k)
+        print(f"{'alone' if k == 0 else k:>6} {spread.median:>15.1f} {min(values):>9.1f}–{max(values):<9.1f}  "
+              f"{against:<28} {'' if count is None else f'{count} ({count / max(k, 1):.0f})'}")
+
+
 def member_bits(cfg, recipe: TrainConfig, device: torch.device, steps: int, graphs: bool) -> tuple[int, int]:
     """(state tensors of seed 1 that differ, all of them) after `steps` steps in a pack of seeds 0, 2, 1 and in
     one of seeds 1, 0, each member on its own random batches."""
@@ -149,16 +163,12 @@ def main(argv: list[str] | None = None) -> int:
             step(x, y, 1e-3)
         _sync(device)
         rates[k].append(args.steps * max(k, 1) / (time.perf_counter() - t0))
-    alone = Spread.of(rates[0])
     print(f"{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), {args.preset} patch "
-          f"{args.patch} depth {args.depth}, batch {BATCH}, {args.steps} steps × {args.rounds} interleaved rounds")
-    print(f"{'width':>6} {'member-steps/s':>15} {'range':>19}  member against a run alone   kernels/step")
-    for k, values in rates.items():
-        spread = Spread.of(values)
-        against = "—" if k == 0 else ratio_or_noise(spread, alone)
-        count = kernels_per_step(*steps[k])
-        print(f"{'alone' if k == 0 else k:>6} {spread.median:>15.1f} {min(values):>9.1f}–{max(values):<9.1f}  "
-              f"{against:<28} {'' if count is None else count}")
+          f"{args.patch} depth {args.depth}, batch {BATCH}, {args.steps} steps × {args.rounds} interleaved rounds, "
+          f"{'graphed where CUDA' if args.graphs else 'eager'}")
+    # kernels are counted on eager twins: a graph's replay is one launch of the same kernels
+    twins = items(widths, cfg, recipe, device, graphs=False) if device.type == "cuda" else {}
+    _table(rates, {k: kernels_per_step(*twins[k]) for k in twins})
     if args.bits:
         differ, total = member_bits(cfg, recipe, device, args.bits, bool(args.graphs))
         print(f"member bits after {args.bits} steps, seed 1 in a pack of 3 (last slot) and of 2 (first slot): "

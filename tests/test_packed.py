@@ -417,6 +417,50 @@ def test_each_distinct_model_is_tried_packed_once_before_a_packed_sweep(tmp_path
     assert code == 0 and tried == [1, 2], err
 
 
+def test_a_pack_on_cuda_runs_its_conv_stem_in_float32_with_autocast_off_and_the_same_function():
+    """The pack's template runs the conv stem on float32 input with autocast off (on CUDA, under vmap, autocast
+    casts some of its convolutions and not others). The mechanism, under the CPU's autocast and vmap: the stem's
+    output is float32 and equals the stem run in float32 without autocast (to float32 rounding: vmap runs the members'
+    convolutions as one grouped one), where unwrapped autocast makes it bf16; the members' own models are untouched."""
+    from torch.func import functional_call, stack_module_state, vmap
+
+    from ablations.training.packed import in_float32, vmap_safe
+    model = _model(0, TINY.replace(stem="conv"))
+    template = vmap_safe(copy.deepcopy(model), torch.device("cuda"))
+    assert template.patch_embed.forward.__name__ == "float32_forward"
+    assert model.patch_embed.forward.__name__ == "forward"
+    assert vmap_safe(copy.deepcopy(model), CPU).patch_embed.forward.__name__ == "forward"
+    patch = vmap_safe(_model(0), torch.device("cuda"))
+    assert patch.patch_embed.forward.__name__ == "forward"   # the patch stem packs under autocast as it is
+    stems = [_model(s, TINY.replace(stem="conv")).patch_embed for s in (0, 1)]
+    params, buffers = stack_module_state(stems)
+    fp32 = in_float32(copy.deepcopy(stems[0]))
+    x = torch.randn(2, 4, TINY.in_chans, TINY.img_size, TINY.img_size)
+
+    def run(p, b, xi):
+        return functional_call(fp32, (p, b), (xi,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = vmap(run)(params, buffers, x)
+        plain = stems[0](x[0])
+    assert out.dtype == torch.float32 and plain.dtype == torch.bfloat16   # autocast reaches the stem unwrapped
+    assert rel_err(out[1], stems[1](x[1])) < 1e-5   # the same function in float32
+    assert rel_err(out[0], out[1]) > 0.1
+
+
+@pytest.mark.gpu
+def test_a_pack_of_conv_stem_models_trains_on_cuda_in_bf16_with_finite_losses(digits):
+    """A pack of two conv-stem models trains on CUDA in bf16 (its template runs the stem in float32), each member's
+    loss finite and its own."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    members = [Member(_model(s, TINY.replace(stem="conv")), s, None) for s in (0, 1)]
+    results = train_pack(members, digits, TrainConfig(epochs=1, batch_size=64, dtype="bf16", packed=True),
+                         torch.device("cuda"), progress=False)
+    assert all(not isinstance(r, Diverged) for r in results), results
+    losses = [r.train_loss for r in results]
+    assert all(loss == loss and loss < 10 for loss in losses) and losses[0] != losses[1]
+
+
 @pytest.mark.gpu
 def test_a_pack_of_sdpa_models_trains_on_cuda_with_finite_losses(digits):
     """A pack of two `sdpa` models trains on CUDA in bf16 (vmap's backward refuses the fused attention kernels;

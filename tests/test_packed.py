@@ -198,9 +198,11 @@ def test_what_cannot_train_packed_is_refused_in_one_line(change, needle):
 
 def _sweep_rows(tmp_path, capsys, pack: str, out: str):
     spec = write_spec(tmp_path / "p.toml", "depth", "[1, 2]")
-    code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / out),
-                                      "--seeds", "0,1,2", "--cost-rounds", "0", "--pack", pack], capsys)
+    code, said, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / out),
+                                         "--seeds", "0,1,2", "--cost-rounds", "0", "--pack", pack], capsys)
     assert code == 0, err
+    packs = {"3": "; 6 trained as 2 packs of 3 seeds", "2": "; 6 trained as 4 packs of 1–2 seeds", "0": ""}[pack]
+    assert f"  p        6 runs: 0 already done, 6 ok{packs}\n" in said   # the summary says how they trained
     paths = SweepPaths.of(str(tmp_path / out), "p")
     table = read_table(paths.rows)
     return table, paths

@@ -103,6 +103,7 @@ class SweepSummary:
     starved: list[float] = dataclasses.field(default_factory=list)
     run_ids: list[str] = dataclasses.field(default_factory=list)
     rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    packs: list[int] = dataclasses.field(default_factory=list)   # the width of each pack trained now
 
     def merge(self, later: SweepSummary) -> SweepSummary:
         """This sweep over two steps of one command (the looks of SEEDS=auto) as one."""
@@ -111,7 +112,7 @@ class SweepSummary:
             reused=self.reused + later.reused, statuses=dict(Counter(self.statuses) + Counter(later.statuses)),
             stale_tmp=self.stale_tmp + later.stale_tmp,
             resumable=self.resumable + later.resumable, starved=self.starved + later.starved,
-            run_ids=self.run_ids + later.run_ids)
+            run_ids=self.run_ids + later.run_ids, packs=self.packs + later.packs)
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,7 @@ class _Kept:
     reused: int = 0
     statuses: Counter[str] = dataclasses.field(default_factory=Counter)
     starved: list[float] = dataclasses.field(default_factory=list)
+    packs: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,7 @@ def _summary(sweep: _Sweep, kept: _Kept, stale: int, resumable: int) -> SweepSum
     rows = {**sweep.found.finished, **kept.rows}
     return SweepSummary(sweep.name, sweep.paths, len(run_ids), len(sweep.found.finished), kept.reused,
                         dict(kept.statuses), stale, resumable, list(kept.starved), run_ids,
-                        [rows[rid] for rid in run_ids if rid in rows])
+                        [rows[rid] for rid in run_ids if rid in rows], list(kept.packs))
 
 
 @contextlib.contextmanager
@@ -410,6 +412,8 @@ def _train_all(ready: _Ready, command: list[_Sweep], kept: dict[str, _Kept], exe
     with tqdm(total=len(ready.tasks), desc=desc, unit="run", disable=not command[0].options.progress) as bar, \
             stream as outcomes, region or contextlib.nullcontext():
         for trained, result in outcomes:
+            if trained.members:
+                kept[trained.point.sweep].packs.append(len(trained.members))
             for task, outcome in zip(trained.runs, result.members or [result]):   # a pack's members, one by one
                 images += _images_trained(outcome.row)
                 flops += _flops_trained(outcome.row)

@@ -89,7 +89,7 @@ def pack_trial(model_cfg: Any, cfg: TrainConfig, device: torch.device) -> str:
             x = torch.randn(2, 2, model_cfg.in_chans, model_cfg.img_size, model_cfg.img_size, device=device)
             y = torch.randint(0, model_cfg.num_classes, (2, 2), device=device)
             step(x, y, cfg.lr).sum().item()
-    except Exception as err:   # noqa: BLE001 - any failure of the step is the answer
+    except Exception as err:   # any failure of the step is the answer
         reason = (str(err).strip().splitlines() or [""])[0][:160]
         return (f"a packed training step of this model failed on {device.type} ({type(err).__name__}: {reason}); "
                 f"set PACK=0")

@@ -1,19 +1,20 @@
 """What a pack buys: training steps per second of each member of a pack against the same model trained alone.
 
     python benchmarks/packed_runs.py [--widths 1,3,8,24] [--steps 20] [--rounds 3] [--device auto]
-                                     [--preset vit_mnist] [--patch 4] [--depth 4] [--graphs 1]
+                                     [--preset vit_mnist] [--patch 4] [--depth 4] [--graphs 1] [--ops]
 
 For each width k: a pack of k members of the default recipe (`training.packed.packed_step`, batch 64 each, the
 members' own batches) and, as width 0, one model alone (`bench.training.step.make_step`, the step a run trains
 with); with `--graphs 1` (default) on CUDA both are captured into CUDA graphs as the sweeps train them, with
 `--graphs 0` both run eagerly. Each round times STEPS steps of every item, in interleaved rounds (the first item
-rotating); it prints each item's member-steps per second (median and range over the rounds), the ratio of a
-member's rate in the pack to the lone run's (a ratio only where the interquartile ranges are apart), and on CUDA
-the kernels one step launches, and per member (torch.profiler, on an eager twin of each item: a graph replays the
-same kernels in one launch). `--bits N`: it also trains seed 1 for N steps in a pack of
-3 (its last slot) and in a pack of 2 (its first) on the device and says how many of its state tensors differ (0: a
-member's bits do not depend on its pack's width or slot there). One sitting, the machine otherwise idle: say its
-load. Where the model cannot train packed on the device (`pack_refusal`, or its one-step `pack_trial` fails) the patch
+rotating); it prints each item's member-steps per second (median and range over the rounds), the ratio of a member's
+rate in the pack to the lone run's (a ratio only where the interquartile ranges are apart), and on CUDA the kernels
+one step launches, and per member (torch.profiler, on an eager twin of each item: a graph replays the same kernels
+in one launch). `--bits N`: it also trains seed 1 for N steps in a pack of 3 (its last slot) and in a pack of 2 (its
+first) on the device and says how many of its state tensors differ (0: a member's bits do not depend on its pack's
+width or slot there). `--ops`: it also counts the torch operations one step of each item dispatches (views left out;
+the packs' templates as on CUDA), a count any device gives. One sitting, the machine otherwise idle: say its load.
+Where the model cannot train packed on the device (`pack_refusal`, or its one-step `pack_trial` fails) the patch
 stem is timed, and the first line says so.
 """
 
@@ -28,7 +29,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ablations import PackedModel, pack_graphed, pack_optimizer, pack_refusal, pack_trial, packed_step  # noqa: E402
+from ablations import (  # noqa: E402
+    PackedModel,
+    pack_graphed,
+    pack_optimizer,
+    pack_refusal,
+    pack_trial,
+    packed_step,
+    vmap_safe,
+)
 from bench import (  # noqa: E402
     Spread,
     TrainConfig,
@@ -103,6 +112,34 @@ def _table(rates: dict[int, list[float]], kernels: dict[int, int | None]) -> Non
               f"{against:<28} {'' if count is None else f'{count} ({count / max(k, 1):.0f})'}")
 
 
+def ops_per_step(step, x, y) -> int:
+    """Torch operations one step dispatches below autograd, views left out: off CUDA the nearest count to its kernels
+    (not the same: a CUDA op may launch several kernels, a fused one several ops' work in one)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += not func.is_view
+            return func(*args, **(kwargs or {}))
+    with Count() as count:
+        step(x, y, 1e-3)
+    return count.ops
+
+
+def _ops_table(twins: dict[int, tuple], device: torch.device) -> None:
+    """Each item's torch operations a step and a member, the packs' templates as on CUDA (`vmap_safe`)."""
+    counts = {}
+    for k, (step, x, y) in twins.items():
+        if k and device.type != "cuda":
+            vmap_safe(step.packed.template, torch.device("cuda"))
+        step(x, y, 1e-3)   # the optimizer's state exists from here, as in training
+        counts[k] = ops_per_step(step, x, y)
+    print("torch ops a step (per member), views left out, packs' templates as on CUDA: " + ", ".join(
+        f"{'alone' if k == 0 else k} {n} ({n / max(k, 1):.0f})" for k, n in counts.items()))
+
+
 def member_bits(cfg, recipe: TrainConfig, device: torch.device, steps: int, graphs: bool) -> tuple[int, int]:
     """(state tensors of seed 1 that differ, all of them) after `steps` steps in a pack of seeds 0, 2, 1 and in
     one of seeds 1, 0, each member on its own random batches."""
@@ -140,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--bits", type=int, default=0, metavar="STEPS")
     parser.add_argument("--graphs", type=int, choices=[0, 1], default=1)
+    parser.add_argument("--ops", action="store_true")
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     widths = [int(w) for w in args.widths.split(",")]
@@ -167,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.patch} depth {args.depth}, batch {BATCH}, {args.steps} steps × {args.rounds} interleaved rounds, "
           f"{'graphed where CUDA' if args.graphs else 'eager'}")
     # kernels are counted on eager twins: a graph's replay is one launch of the same kernels
-    twins = items(widths, cfg, recipe, device, graphs=False) if device.type == "cuda" else {}
-    _table(rates, {k: kernels_per_step(*twins[k]) for k in twins})
+    twins = items(widths, cfg, recipe, device, graphs=False) if device.type == "cuda" or args.ops else {}
+    _table(rates, {k: kernels_per_step(*twins[k]) for k in twins} if device.type == "cuda" else {})
+    if args.ops:
+        _ops_table(twins, device)
     if args.bits:
         differ, total = member_bits(cfg, recipe, device, args.bits, bool(args.graphs))
         print(f"member bits after {args.bits} steps, seed 1 in a pack of 3 (last slot) and of 2 (first slot): "

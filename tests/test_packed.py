@@ -4,6 +4,7 @@ checkpoint; a diverging member is marked and the others go on; a pack resumes bi
 
 import copy
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -247,10 +248,14 @@ def test_the_packed_benchmark_times_every_width_beside_a_run_alone(capsys):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     assert bench.main(["--widths", "2,3", "--steps", "1", "--rounds", "1", "--depth", "1", "--device", "cpu",
-                       "--bits", "3"]) == 0
+                       "--bits", "3", "--ops"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert {line.split()[0] for line in out[2:-1]} == {"alone", "2", "3"}
+    assert {line.split()[0] for line in out[2:-2]} == {"alone", "2", "3"}
     assert out[-1].startswith("member bits after 3 steps") and "the same in every one of its" in out[-1]
+    ops = dict(re.findall(r"(alone|\d+) (\d+) \(", out[-2]))
+    assert out[-2].startswith("torch ops a step (per member)") and set(ops) == {"alone", "2", "3"}
+    alone, two, three = int(ops["alone"]), int(ops["2"]), int(ops["3"])
+    assert two > alone and three / 3 < two / 2   # a pack's step costs more ops, a member fewer the wider
 
 
 def test_a_pack_that_runs_out_of_memory_trains_in_halves_with_the_same_results_said_once(tmp_path, capsys,

@@ -12,10 +12,10 @@ rate in the pack to the lone run's (a ratio only where the interquartile ranges 
 one step launches, and per member (torch.profiler, on an eager twin of each item: a graph replays the same kernels
 in one launch). `--bits N`: it also trains seed 1 for N steps in a pack of 3 (its last slot) and in a pack of 2 (its
 first) on the device and says how many of its state tensors differ (0: a member's bits do not depend on its pack's
-width or slot there). `--ops`: it also counts the torch operations one step of each item dispatches (views left out;
-the packs' templates as on CUDA), a count any device gives. One sitting, the machine otherwise idle: say its load.
-Where the model cannot train packed on the device (`pack_refusal`, or its one-step `pack_trial` fails) the patch
-stem is timed, and the first line says so.
+width or slot there). `--ops`: it also counts the torch operations one step of each item dispatches (views and 0-dim
+ops left out; the packs' templates as on CUDA), a count any device gives. One sitting, the machine otherwise idle:
+say its load. Where the model cannot train packed on the device (`pack_refusal`, or its one-step `pack_trial` fails)
+the patch stem is timed, and the first line says so.
 """
 
 from __future__ import annotations
@@ -113,15 +113,18 @@ def _table(rates: dict[int, list[float]], kernels: dict[int, int | None]) -> Non
 
 
 def ops_per_step(step, x, y) -> int:
-    """Torch operations one step dispatches below autograd, views left out: off CUDA the nearest count to its kernels
-    (not the same: a CUDA op may launch several kernels, a fused one several ops' work in one)."""
+    """Torch operations one step dispatches below autograd on tensors of at least one dimension, views left out:
+    off CUDA the nearest count to its kernels (not the same: a CUDA op may launch several kernels, a fused one does
+    several ops' work; and the optimizer's 0-dim step counts, which an eager AdamW keeps on the host, are left out)."""
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
 
     class Count(TorchDispatchMode):
         ops = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops += not func.is_view
+            if not func.is_view and any(torch.is_tensor(t) and t.dim() for t in tree_leaves((args, kwargs))):
+                self.ops += 1
             return func(*args, **(kwargs or {}))
     with Count() as count:
         step(x, y, 1e-3)
@@ -136,7 +139,7 @@ def _ops_table(twins: dict[int, tuple], device: torch.device) -> None:
             vmap_safe(step.packed.template, torch.device("cuda"))
         step(x, y, 1e-3)   # the optimizer's state exists from here, as in training
         counts[k] = ops_per_step(step, x, y)
-    print("torch ops a step (per member), views left out, packs' templates as on CUDA: " + ", ".join(
+    print("torch ops a step (per member), views and 0-dim ops left out, packs' templates as on CUDA: " + ", ".join(
         f"{'alone' if k == 0 else k} {n} ({n / max(k, 1):.0f})" for k, n in counts.items()))
 
 

@@ -131,11 +131,11 @@ def ops_per_step(step, x, y) -> int:
     return count.ops
 
 
-def _ops_table(twins: dict[int, tuple], device: torch.device) -> None:
+def _ops_table(twins: dict[int, tuple]) -> None:
     """Each item's torch operations a step and a member, the packs' templates as on CUDA (`vmap_safe`)."""
     counts = {}
     for k, (step, x, y) in twins.items():
-        if k and device.type != "cuda":
+        if k:   # as on CUDA (where it already is so)
             vmap_safe(step.packed.template, torch.device("cuda"))
         step(x, y, 1e-3)   # the optimizer's state exists from here, as in training
         counts[k] = ops_per_step(step, x, y)
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     twins = items(widths, cfg, recipe, device, graphs=False) if device.type == "cuda" or args.ops else {}
     _table(rates, {k: kernels_per_step(*twins[k]) for k in twins} if device.type == "cuda" else {})
     if args.ops:
-        _ops_table(twins, device)
+        _ops_table(twins)
     if args.bits:
         differ, total = member_bits(cfg, recipe, device, args.bits, bool(args.graphs))
         print(f"member bits after {args.bits} steps, seed 1 in a pack of 3 (last slot) and of 2 (first slot): "

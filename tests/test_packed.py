@@ -435,6 +435,8 @@ def test_a_pack_on_cuda_runs_its_conv_stem_in_float32_with_autocast_off_and_the_
     model = _model(0, TINY.replace(stem="conv"))
     template = vmap_safe(copy.deepcopy(model), torch.device("cuda"))
     assert template.patch_embed.forward.__name__ == "float32_forward"
+    wrapped = template.patch_embed.forward
+    assert vmap_safe(template, torch.device("cuda")).patch_embed.forward is wrapped   # once, however often asked
     assert model.patch_embed.forward.__name__ == "forward"
     assert vmap_safe(copy.deepcopy(model), CPU).patch_embed.forward.__name__ == "forward"
     patch = vmap_safe(_model(0), torch.device("cuda"))

@@ -131,8 +131,11 @@ def vmap_safe(template: nn.Module, device: torch.device) -> nn.Module:
 def in_float32(module: nn.Module) -> nn.Module:
     """`module` (in place) run on float32 input with autocast off, whatever autocast is on around it: under vmap
     autocast casts some of the conv stem's convolutions and not others, and a bf16 input meets a float32 bias or
-    BatchNorm statistics. Its output is float32; the layers after it cast it as autocast says."""
+    BatchNorm statistics. Its output is float32; the layers after it cast it as autocast says. Once is enough: a
+    module already so is returned as it is."""
     forward = module.forward
+    if getattr(forward, "__name__", "") == "float32_forward":
+        return module
 
     def float32_forward(x: Tensor) -> Tensor:
         with torch.autocast(x.device.type, enabled=False):

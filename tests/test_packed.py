@@ -392,8 +392,8 @@ def test_a_packed_step_trial_passes_where_packs_train_and_leaves_the_generators_
 def test_a_model_whose_packed_step_fails_on_the_device_is_refused_in_one_line_before_any_run(tmp_path, capsys,
                                                                                           monkeypatch):
     """What vmap, autocast and a device's kernels make of a model is tried before any run, once per model and
-    recipe: a packed step that fails (as every packed run of the conv stem did on an H200 in bf16) is refused in
-    one line naming the error and the way out, and nothing is written."""
+    recipe: a packed step that fails (here as autocast meeting a float32 bias under vmap would make it) is refused
+    in one line naming the error and the way out, and nothing is written."""
     tried = []
 
     def fails(self, x, y, cache=True):

@@ -60,7 +60,7 @@ def _sync(device: torch.device) -> None:
 
 def _pack_step(packed: PackedModel, recipe: TrainConfig, device: torch.device, graphs: bool):
     return packed_step(packed, pack_optimizer(packed, recipe, capturable=pack_graphed(device, graphs)), recipe, device,
-                       recipe.resolved_dtype(device), graphs)
+                       recipe.resolved_dtype(device))
 
 
 def items(widths: list[int], cfg, recipe: TrainConfig, device: torch.device, graphs: bool) -> dict[int, tuple]:

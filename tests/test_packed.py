@@ -608,8 +608,7 @@ def test_a_graphed_pack_trains_like_the_eager_pack_on_cuda(dtype):
     steps = []
     for graphs in (True, False):
         packed = PackedModel([_model(s).to(cuda) for s in (0, 1, 2)])
-        steps.append(packed_step(packed, pack_optimizer(packed, recipe, capturable=graphs), recipe, cuda, dtype,
-                                 graphs))
+        steps.append(packed_step(packed, pack_optimizer(packed, recipe, capturable=graphs), recipe, cuda, dtype))
     assert steps[0].graphed and not steps[1].graphed
     g = torch.Generator().manual_seed(1)
     tol = {"rtol": 2e-2, "atol": 1e-3} if dtype == "bf16" else {"rtol": 1e-4, "atol": 1e-5}

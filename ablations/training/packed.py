@@ -57,7 +57,14 @@ from ablations.training.train import (
 )
 from bench.training.precision import autocast
 from bench.training.recipe import TrainConfig
-from bench.training.step import EagerStep, StaticStep, freeze_all_but_head, param_groups, train_mode
+from bench.training.step import (
+    EagerStep,
+    StaticStep,
+    error_line,
+    freeze_all_but_head,
+    param_groups,
+    train_mode,
+)
 from vit.stems import ConvStem
 
 
@@ -90,9 +97,7 @@ def pack_trial(model_cfg: Any, cfg: TrainConfig, device: torch.device) -> str:
             y = torch.randint(0, model_cfg.num_classes, (2, 2), device=device)
             step(x, y, cfg.lr).sum().item()
     except Exception as err:   # any failure of the step is the answer
-        reason = (str(err).strip().splitlines() or [""])[0][:160]
-        return (f"a packed training step of this model failed on {device.type} ({type(err).__name__}: {reason}); "
-                f"set PACK=0")
+        return f"a packed training step of this model failed on {device.type} ({error_line(err)}); set PACK=0"
     return ""
 
 
@@ -232,9 +237,10 @@ def pack_graphed(device: torch.device, graphs: bool) -> bool:
 
 
 def packed_step(packed: PackedModel, optimizer: torch.optim.Optimizer, cfg: TrainConfig, device: torch.device,
-                dtype: str, graphs: bool) -> PackedStep:
-    """Where `pack_graphed` (its optimizer built `capturable`), the graphed packed step; else the eager one."""
-    if pack_graphed(device, graphs):
+                dtype: str) -> PackedStep:
+    """The graphed packed step where its optimizer is `capturable` (built so where `pack_graphed`), else the eager
+    one."""
+    if optimizer.defaults["capturable"]:
         return GraphedPackedStep(packed, optimizer, cfg, device, dtype, measured=False)
     return PackedStep(packed, optimizer, cfg, device, dtype)
 
@@ -339,7 +345,7 @@ def _start(members: list[Member], models: list[nn.Module], identities: list[dict
             state.history = list(meta["history"])
             state.best_acc = max((h["test_acc"] for h in state.history), default=0.0)
         tqdm.write(f"resumed a pack of {real} after epoch {states[0].done.epoch} of {cfg.epochs}")
-    return packed, packed_step(packed, optimizer, cfg, device, dtype, graphs), states
+    return packed, packed_step(packed, optimizer, cfg, device, dtype), states
 
 
 def _record(states: list[_MemberState], epoch: int, losses: list[float], tested: list, valued: list | None,

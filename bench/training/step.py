@@ -285,10 +285,15 @@ class StaticStep(EagerStep):
                         v.copy_(saved[k]) if k in saved else v.zero_()
 
 
+def error_line(err: BaseException) -> str:
+    """The error in one line: its type and its message's first line (at most 160 characters)."""
+    reason = (str(err).strip().splitlines() or [""])[0][:160]
+    return f"{type(err).__name__}: {reason}"
+
+
 def say_capture_failed(what: str, err: BaseException, instead: str) -> None:
     """One line: capturing `what` into a CUDA graph failed, why (the error's first line), and what runs instead."""
-    reason = (str(err).strip().splitlines() or [""])[0][:160]
-    tqdm.write(f"graphs: capturing {what} failed ({type(err).__name__}: {reason}); {instead} from here")
+    tqdm.write(f"graphs: capturing {what} failed ({error_line(err)}); {instead} from here")
 
 
 _CAPTURE_STREAMS: dict[tuple[str, type], Any] = {}

@@ -1,7 +1,8 @@
 """What a pack buys: training steps per second of each member of a pack against the same model trained alone.
 
     python benchmarks/packed_runs.py [--widths 1,3,8,24] [--steps 20] [--rounds 3] [--device auto]
-                                     [--preset vit_mnist] [--patch 4] [--depth 4] [--graphs 1] [--ops]
+                                     [--preset vit_mnist] [--stem conv|patch] [--patch 4] [--depth 4] [--graphs 1]
+                                     [--ops] [--bits STEPS] [--deterministic]
 
 For each width k: a pack of k members of the default recipe (`training.packed.packed_step`, batch 64 each, the
 members' own batches) and, as width 0, one model alone (`bench.training.step.make_step`, the step a run trains
@@ -10,9 +11,10 @@ with); with `--graphs 1` (default) on CUDA both are captured into CUDA graphs as
 rotating); it prints each item's member-steps per second (median and range over the rounds), the ratio of a member's
 rate in the pack to the lone run's (a ratio only where the interquartile ranges are apart), and on CUDA the kernels
 one step launches, and per member (torch.profiler, on an eager twin of each item: a graph replays the same kernels
-in one launch). `--bits N`: it also trains seed 1 for N steps in a pack of 3 (its last slot) and in a pack of 2 (its
-first) on the device and says how many of its state tensors differ (0: a member's bits do not depend on its pack's
-width or slot there). `--ops`: it also counts the torch operations one step of each item dispatches (views and 0-dim
+in one launch). `--bits N`: it also trains seed 1 for N steps in a pack of seeds 0, 2, 1 and again in the same pack, in
+one of other companions, in another slot and in a pack of 2, on the device, and says how many of its state tensors
+differ from the first in each (0: a member's bits do not depend on that there; the same pack twice: whether the
+device repeats itself at all). `--ops`: it also counts the torch operations one step of each item dispatches (views and 0-dim
 ops left out; the packs' templates as on CUDA), a count any device gives. One sitting, the machine otherwise idle:
 say its load. Where the model cannot train packed on the device (`pack_refusal`, or its one-step `pack_trial` fails)
 the patch stem is timed, and the first line says so.
@@ -21,6 +23,7 @@ the patch stem is timed, and the first line says so.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -143,9 +146,16 @@ def _ops_table(twins: dict[int, tuple]) -> None:
         f"{'alone' if k == 0 else k} {n} ({n / max(k, 1):.0f})" for k, n in counts.items()))
 
 
-def member_bits(cfg, recipe: TrainConfig, device: torch.device, steps: int, graphs: bool) -> tuple[int, int]:
-    """(state tensors of seed 1 that differ, all of them) after `steps` steps in a pack of seeds 0, 2, 1 and in
-    one of seeds 1, 0, each member on its own random batches."""
+#: the packs `member_bits` trains seed 1 in, each against the first: (what differs from it, the pack's seeds)
+BITS_PACKS = [("the same pack again", [0, 2, 1]), ("other companions", [3, 4, 1]), ("another slot", [1, 0, 2]),
+              ("another width", [1, 0])]
+
+
+def member_bits(cfg, recipe: TrainConfig, device: torch.device, steps: int,
+                graphs: bool) -> list[tuple[str, int, int]]:
+    """(what differs, state tensors of seed 1 that differ, all of them) after `steps` steps in each pack of
+    `BITS_PACKS` against seed 1 in a pack of seeds 0, 2, 1 (its last slot), each member on its own random batches:
+    the same pack twice says whether the device repeats itself at all, the others what a pack's makeup changes."""
     def trained(seeds: list[int]) -> dict[str, torch.Tensor]:
         models = []
         for seed in seeds:
@@ -165,8 +175,12 @@ def member_bits(cfg, recipe: TrainConfig, device: torch.device, steps: int, grap
         for name, p in packed.params.items():
             state.update({f"adamw.{name}.{k}": v[slot] for k, v in step.optimizer.state.get(p, {}).items() if v.dim()})
         return state
-    wide, narrow = trained([0, 2, 1]), trained([1, 0])   # its last slot (a tail of the stacked tensors) and its first
-    return sum(not torch.equal(wide[k], narrow[k]) for k in wide), len(wide)
+    first = trained(BITS_PACKS[0][1])
+    compared = []
+    for label, seeds in BITS_PACKS:
+        other = trained(seeds)
+        compared.append((label, sum(not torch.equal(first[k], other[k]) for k in first), len(first)))
+    return compared
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,11 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bits", type=int, default=0, metavar="STEPS")
     parser.add_argument("--graphs", type=int, choices=[0, 1], default=1)
     parser.add_argument("--ops", action="store_true")
+    parser.add_argument("--stem", choices=["conv", "patch"], default=None, help="the preset's own by default")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="torch's deterministic algorithms (warn only) and cuBLAS's fixed workspace")
     args = parser.parse_args(argv)
+    if args.deterministic:   # before CUDA starts: cuBLAS reads its workspace setting once
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
     device = resolve_device(args.device)
     widths = [int(w) for w in args.widths.split(",")]
     cfg = PRESETS[args.preset].replace(img_size=28, in_chans=1, num_classes=10, patch_size=args.patch,
-                                       depth=args.depth)
+                                       depth=args.depth, **({"stem": args.stem} if args.stem else {}))
     recipe = TrainConfig(batch_size=BATCH, packed=True)
     refused = pack_refusal(recipe, 0.0, device) or pack_trial(cfg, recipe, device)
     if refused:   # the model cannot pack here as it is: time the patch stem, and say so
@@ -204,19 +224,20 @@ def main(argv: list[str] | None = None) -> int:
             step(x, y, 1e-3)
         _sync(device)
         rates[k].append(args.steps * max(k, 1) / (time.perf_counter() - t0))
-    print(f"{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), {args.preset} patch "
-          f"{args.patch} depth {args.depth}, batch {BATCH}, {args.steps} steps × {args.rounds} interleaved rounds, "
-          f"{'graphed where CUDA' if args.graphs else 'eager'}")
+    print(f"{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), {args.preset} "
+          f"{cfg.stem} stem, patch {args.patch} depth {args.depth}, batch {BATCH}, {args.steps} steps × {args.rounds} "
+          f"interleaved rounds, {'graphed where CUDA' if args.graphs else 'eager'}"
+          f"{', deterministic algorithms' if args.deterministic else ''}")
     # kernels are counted on eager twins: a graph's replay is one launch of the same kernels
     twins = items(widths, cfg, recipe, device, graphs=False) if device.type == "cuda" or args.ops else {}
     _table(rates, {k: kernels_per_step(*twins[k]) for k in twins} if device.type == "cuda" else {})
     if args.ops:
         _ops_table(twins)
     if args.bits:
-        differ, total = member_bits(cfg, recipe, device, args.bits, bool(args.graphs))
-        print(f"member bits after {args.bits} steps, seed 1 in a pack of 3 (last slot) and of 2 (first slot): "
-              + ("the same in every one of its " if not differ else f"{differ} of ") + f"{total} state tensors"
-              + (" differ" if differ else ""))
+        print(f"member bits after {args.bits} steps, seed 1 in a pack of seeds 0, 2, 1 (its last slot) against seed 1 "
+              f"in {', '.join(f'{seeds} ({label})' for label, seeds in BITS_PACKS)}, state tensors that differ: "
+              + ", ".join(f"{label} {differ} of {total}"
+                          for label, differ, total in member_bits(cfg, recipe, device, args.bits, bool(args.graphs))))
     return 0
 
 

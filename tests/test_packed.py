@@ -251,7 +251,10 @@ def test_the_packed_benchmark_times_every_width_beside_a_run_alone(capsys):
                        "--bits", "3", "--ops"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert {line.split()[0] for line in out[2:-2]} == {"alone", "2", "3"}
-    assert out[-1].startswith("member bits after 3 steps") and "the same in every one of its" in out[-1]
+    assert out[-1].startswith("member bits after 3 steps")
+    compared = re.findall(r"(the same pack again|other companions|another slot|another width) (\d+) of (\d+)", out[-1])
+    assert [label for label, _, _ in compared] == [label for label, _ in bench.BITS_PACKS]
+    assert {differ for _, differ, _ in compared} == {"0"} and len({total for _, _, total in compared}) == 1
     ops = dict(re.findall(r"(alone|\d+) (\d+) \(", out[-2]))
     assert out[-2].startswith("torch ops a step (per member)") and set(ops) == {"alone", "2", "3"}
     alone, two, three = int(ops["alone"]), int(ops["2"]), int(ops["3"])

@@ -137,10 +137,12 @@ RUN = (
                           "run computes is the same in either", "RUN_ORDER", choices=list(choices.RUN_ORDERS),
            default="listed"),
     Option("--pack", "train the seeds of a point as one stacked model, at most N seeds a pack (one forward, backward "
-                     "and optimizer step does N runs' work; a packed run has its own run id, and its figures do not "
-                     "depend on the pack's width or companions); 0: one run at a time; default auto: one run at a "
-                     "time on either device for now (on a CPU runs are compute bound; on CUDA packs are not yet "
-                     "measured faster than runs alone: benchmarks/packed_runs.py measures it)", "PACK",
+                     "and optimizer step does N runs' work; a packed run has its own run id; its figures do not "
+                     "depend on its companions, nor on a CPU on the pack's width; on CUDA they do, so there every "
+                     "pack trains N wide, narrower ones filled out, and N is in the run id); 0: one run at a time; "
+                     "default auto: one run at a time on either device (on a CPU runs are compute bound; on CUDA "
+                     "packs of 3 took the main job as long as runs alone: benchmarks/packed_runs.py measures a "
+                     "pack's steps)", "PACK",
            type=integer(0, "--pack (PACK) must be auto or an integer ≥ 0", auto=True), metavar="N|auto"),
     Option("--init", "a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from", "INIT", path=True),
     Option("--pretrained", "a timm model name whose pretrained weights timm downloads (network)", "PRETRAINED"),

@@ -1,6 +1,7 @@
-"""Packed runs (`ablations.training.packed`): a member's result does not depend on the pack's width, its slot
-or its companions, every state tensor bit for bit; it keeps its own generators, clipping, evaluation and
-checkpoint; a diverging member is marked and the others go on; a pack resumes bit for bit."""
+"""Packed runs (`ablations.training.packed`): a member's result does not depend on its slot or its companions,
+nor on the CPU on the pack's width (on CUDA the width is pinned), every state tensor bit for bit; it keeps its
+own generators, clipping, evaluation and checkpoint; a diverging member is marked and the others go on; a pack
+resumes bit for bit."""
 
 import copy
 import dataclasses
@@ -294,6 +295,86 @@ def test_a_pack_that_runs_out_of_memory_trains_in_halves_with_the_same_results_s
         assert a.weights == b.weights == c.weights and a.preds == b.preds
 
 
+
+def test_a_pinned_width_fills_a_narrower_pack_out_with_dropped_copies_and_keeps_its_members_bits(digits, tmp_path,
+                                                                                                monkeypatch):
+    import ablations.training.packed as packed_module
+    widths = []
+
+    class Counted(PackedModel):
+        def __init__(self, models):
+            widths.append(len(models))
+            super().__init__(models)
+    monkeypatch.setattr(packed_module, "PackedModel", Counted)
+    free = _pack([0, 1], digits, recipe=TrainConfig(epochs=2, batch_size=64, packed=True))
+    pinned = _pack([0, 1], digits, recipe=TrainConfig(epochs=2, batch_size=64, packed=True, pack_width=4),
+                   folder=tmp_path)
+    assert widths == [2, 4]
+    for seed in (0, 1):   # on the CPU a member's bits do not depend on the width: the copies change nothing
+        assert _same(free[seed], pinned[seed]) == []
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["0.safetensors", "1.safetensors"]   # the copies write none
+    with pytest.raises(ValueError, match="a pack of 3 runs is wider than its recipe's pack_width=2"):
+        _pack([0, 1, 2], digits, recipe=TrainConfig(epochs=1, batch_size=64, packed=True, pack_width=2))
+
+
+def test_on_cuda_packing_pins_the_width_into_the_run_id_and_on_a_cpu_it_does_not(monkeypatch):
+    import argparse
+
+    from ablations.cli import prepare
+    from ablations.results.identity import task_key
+    from ablations.specs import Point
+    from bench.env import run_id
+
+    def changes(device, pack):
+        monkeypatch.setattr(prepare, "resolve_device", lambda name: torch.device(device))
+        return prepare._train_changes(argparse.Namespace(pack=pack, device=device, epochs=None, dtype=None,
+                                                         compile=False))
+    assert changes("cpu", 3) == {"packed": True}
+    assert changes("cuda", 3) == {"packed": True, "pack_width": 3}
+    assert changes("cuda", 1) == {"packed": True, "pack_width": 2}   # a pack of one trains beside a copy
+    assert changes("cuda", 0) == {}
+
+    def rid(**train):
+        return run_id(task_key(Point("p", "depth", 1, TINY, TrainConfig(**train)), "digits", 0))
+    assert "pack_width" not in TrainConfig(packed=True).identity()   # a CPU packed run keeps the id it had
+    assert len({rid(), rid(packed=True), rid(packed=True, pack_width=2), rid(packed=True, pack_width=3)}) == 4
+
+
+@pytest.mark.parametrize("train,needle", [
+    ({"packed": True, "pack_width": 1}, "pack_width must be 0, or an int ≥ 2 for a packed run, got 1"),
+    ({"packed": False, "pack_width": 3}, "got 3 (packed is 0)"),
+    ({"packed": True, "pack_width": -2}, "got -2"),
+    ({"packed": True, "pack_width": 2.5}, "got 2.5"),
+])
+def test_a_pack_width_that_is_no_pack_is_refused(train, needle):
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        TrainConfig(**train)
+
+
+def test_a_pinned_pack_that_runs_out_of_memory_is_not_split_and_names_the_pack_that_would_fit(tmp_path, monkeypatch,
+                                                                                               digits):
+    from ablations.running import worker
+    from ablations.running.cost import CostPlan
+    from ablations.running.tasks import RunOptions, make_tasks, pack_tasks
+    from ablations.specs import Point
+
+    point = Point("p", "depth", 1, TINY, TrainConfig(epochs=1, batch_size=64, packed=True, pack_width=4))
+    options = RunOptions(dataset="digits", seeds=(0, 1, 2), pack=4, progress=False, out=str(tmp_path),
+                         cost=CostPlan(rounds=0))
+    (pack,) = pack_tasks(make_tasks([point], options))
+    widths = []
+
+    def small_device(members, *args, **kw):   # as CUDA does: the pack's first step finds no memory
+        widths.append(len(members))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    monkeypatch.setattr(worker, "train_pack", small_device)
+    monkeypatch.setattr(worker, "_FITS", {})
+    outcome = worker.execute(pack, digits)
+    assert widths == [3]   # tried once, as it is: the halves would train at another width
+    assert [m.row["status"] for m in outcome.members] == ["oom"] * 3
+    assert all("a pack 4 wide did not fit in cpu memory" in m.row["error"] and m.row["error"].endswith("set PACK=2")
+               for m in outcome.members), outcome.members[0].row["error"]
+
 @pytest.mark.slow
 def test_a_pack_killed_mid_run_resumes_from_its_members_checkpoints_to_the_uninterrupted_bits(tmp_path):
     import os
@@ -486,6 +567,24 @@ def test_a_pack_of_sdpa_models_trains_on_cuda_with_finite_losses(digits):
     losses = [r.train_loss for r in results]
     assert all(loss == loss and loss < 10 for loss in losses) and losses[0] != losses[1]
 
+
+
+@pytest.mark.gpu
+def test_a_pinned_pack_on_cuda_gives_a_member_the_bits_of_the_full_pack(digits):
+    """On CUDA a member's bits depend on its pack's width, not on its companions: a pack of two pinned 3 wide
+    (filled out with a copy) gives each member the bits it has in a full pack of three (patch stem, which CUDA
+    repeats bit for bit)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    cuda = torch.device("cuda")
+    recipe = TrainConfig(epochs=1, batch_size=64, packed=True, pack_width=3)
+
+    def trained(seeds):
+        members = [Member(_model(s), s, None) for s in seeds]
+        train_pack(members, digits, recipe, cuda, progress=False)
+        return {s: {k: v.cpu() for k, v in m.model.state_dict().items()} for s, m in zip(seeds, members)}
+    full, filled = trained([0, 1, 2]), trained([0, 1])
+    assert all(torch.equal(full[s][k], filled[s][k]) for s in (0, 1) for k in full[s])
 
 @pytest.fixture
 def capturable_on_cpu(monkeypatch):

@@ -37,6 +37,8 @@ def _train_changes(args: argparse.Namespace) -> dict[str, Any]:
         changes["compile"] = True
     if pack_width(args):
         changes["packed"] = True
+        if resolve_device(getattr(args, "device", "auto")).type == "cuda":   # a member's bits depend on the width there
+            changes["pack_width"] = max(pack_width(args), 2)
     return changes
 
 

@@ -167,7 +167,20 @@ _FITS: dict[tuple, int] = {}   # (model, recipe, device) → the widest pack tha
 def _fitting(members: list[Member], data: Dataset, pack: Task, device: torch.device) -> list:
     """`train_pack` of the members, split in halves (each half in turn) where a pack runs out of device memory;
     the width that fitted is remembered for the packs of the same model that follow, and said once. A member's
-    figures do not depend on its pack's width, so a split changes no result."""
+    figures do not depend on its pack's width where its recipe pins none (`pack_width` 0), so a split changes no
+    result; where one is pinned (CUDA), a pack that does not fit is an out-of-memory failure of its members that
+    names the PACK that would fit."""
+    pinned = pack.point.train.pack_width
+    if pinned:
+        try:
+            return train_pack(members, data, pack.point.train, device, progress=pack.options.progress,
+                              graphs=pack.options.graphs)
+        except torch.cuda.OutOfMemoryError as err:
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            raise torch.cuda.OutOfMemoryError(
+                f"a pack {pinned} wide did not fit in {device} memory, and a member's figures depend on its pack's "
+                f"width there, so it is not split; set PACK={pinned // 2 if pinned > 2 else 0}") from err
     key = (pack.point.model, pack.point.train, str(device))
     widest = _FITS.get(key, len(members))
     if len(members) > widest:

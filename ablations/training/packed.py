@@ -10,12 +10,15 @@ own global norm), its learning-rate schedule, evaluation, history, predictions, 
 file, in a run's format). A member whose loss stops being finite is marked diverged at that epoch's end; the
 others go on (its slot keeps computing, which touches no other slot).
 
-Bits: a member's numbers do not depend on the pack's width, its slot or its companions (tested, conv and patch
-stems, every state tensor), but they are not those of the same seed trained alone (a stacked matmul is not
-the same kernel as a plain one), so a packed run has its own run id (`TrainConfig.packed`). vmap over one
-member takes other kernels than over two, so a pack of one trains beside a copy of itself whose results are
-dropped. Dropout (its draws would come from one shared generator), torch.compile and fp16's loss scaling
-(one scaler would skip every member's step for one member's overflow) are refused before any run.
+Bits: a member's numbers do not depend on its slot or its companions, nor on the CPU on the pack's width
+(tested, conv and patch stems, every state tensor), but they are not those of the same seed trained alone (a
+stacked matmul is not the same kernel as a plain one), so a packed run has its own run id (`TrainConfig.packed`).
+On CUDA they do depend on the width (its matmuls take other kernels at another batch count): there a recipe pins
+the width (`TrainConfig.pack_width`, in the run id), and a narrower pack trains filled out to it with copies of its
+first member whose results are dropped. vmap over one member takes other kernels than over two, so a pack of
+one trains beside such a copy on any device. Dropout (its draws would come from one shared generator),
+torch.compile and fp16's loss scaling (one scaler would skip every member's step for one member's overflow) are
+refused before any run.
 
 On CUDA a pack's template computes `attn="sdpa"` attention by the explicit path (`vmap_safe`: the `bmm` backend,
 the same function, as `sdpa` itself computes when its attention maps are asked for), since the fused kernels'
@@ -401,15 +404,19 @@ def _results(members: list[Member], states: list[_MemberState], packed: PackedMo
 def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: torch.device,
                progress: bool = True, graphs: bool = True) -> list[TrainResult | Diverged]:
     """Train the members (models of one config, each initialised by the caller under its seed) as one pack;
-    each gets its TrainResult, or the Diverged that stopped it. Checkpoints as `train` writes them, one file a
-    member; a pack resumes where every member's checkpoint stands at the same epoch. `graphs`: on CUDA the
+    each gets its TrainResult, or the Diverged that stopped it. The pack trains `cfg.pack_width` wide where that
+    is set (at least 2), filled out with dropped copies of the first member. Checkpoints as `train` writes them,
+    one file a member; a pack resumes where every member's checkpoint stands at the same epoch. `graphs`: on CUDA the
     step is captured into a CUDA graph per batch size (`GraphedPackedStep`); elsewhere it runs eagerly."""
     dtype = cfg.resolved_dtype(device)
     data, held_out = recipe_data(data, cfg)
     real = len(members)
-    if real == 1:   # vmap over one member runs other kernels than over two: train beside a copy, dropped (it
-        # resumes from the member's checkpoint too, and never writes one)
-        members = [members[0], Member(copy.deepcopy(members[0].model), members[0].seed, members[0].checkpoint)]
+    width = cfg.pack_width or max(real, 2)   # vmap over one member runs other kernels than over two
+    if real > width:
+        raise ValueError(f"a pack of {real} runs is wider than its recipe's pack_width={width}")
+    # filled out with copies of the first member, dropped (they resume from its checkpoint too, and never write one)
+    members = members + [Member(copy.deepcopy(members[0].model), members[0].seed, members[0].checkpoint)
+                         for _ in range(width - real)]
     models = [m.model.to(device) for m in members]
     train_x, train_y = on_device(data.train_x, device), on_device(data.train_y, device)
     n = len(train_y)

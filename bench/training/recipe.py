@@ -61,6 +61,10 @@ class TrainConfig:
     packed: bool = field(default=False, metadata=_doc(
         "0/1", "whether the run trained as a member of a pack: the seeds of its point stacked into one model "
                "(PACK)", "int"))
+    pack_width: int = field(default=0, metadata=_doc(
+        "members", "the width every pack of the run trained at, where a member's figures depend on it (CUDA: PACK, "
+                   "at least 2, a narrower pack filled out with dropped copies of its first member); blank or 0: "
+                   "they do not (CPU)", "int"))
 
     def __post_init__(self) -> None:
         floats_as_floats(self)
@@ -98,13 +102,18 @@ class TrainConfig:
                              f"{' or '.join(HOLDOUT_SPLITS)}")
 
     def _check_switches(self) -> None:
-        """compile and packed: 0 and 1 (COMPILE=0/1, `--set compile=1`) are the booleans: one training, one run id."""
+        """compile and packed: 0 and 1 (COMPILE=0/1, `--set compile=1`) are the booleans: one training, one run id;
+        a pack's pinned width is at least 2, and only for a packed run."""
         for name in ("compile", "packed"):
             value = getattr(self, name)
             if not isinstance(value, bool) and isinstance(value, int) and value in (0, 1):
                 object.__setattr__(self, name, bool(value))
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TrainConfig.{name} must be 0 or 1 (false or true), got {value!r}")
+        if isinstance(self.pack_width, bool) or not isinstance(self.pack_width, int) or self.pack_width < 0 \
+                or self.pack_width == 1 or (self.pack_width and not self.packed):
+            raise ValueError(f"TrainConfig.pack_width must be 0, or an int ≥ 2 for a packed run, got "
+                             f"{self.pack_width!r}{'' if self.packed else ' (packed is 0)'}")
 
     @classmethod
     def from_row(cls, row: Any) -> TrainConfig:

@@ -2,7 +2,7 @@
 
     python benchmarks/concurrent_runs.py [--sweep depth] [--seeds 0,1] [--epochs 5] [--jobs 1,4,8,16]
                                          [--evaluation eager[,graphed]] [--capture-warmup 1[,3]]
-                                         [--thread-reuse kept[,fresh]] [--rounds 1]
+                                         [--thread-reuse kept[,fresh]] [--pack 0[,3]] [--rounds 1]
                                          [--workers threads] [--device auto] [--dataset mnist5k] [--profile N]
                                          [--deterministic]
 
@@ -23,6 +23,11 @@ One sitting, the machine otherwise idle: say its load.
 `--deterministic`: every pass under torch's deterministic algorithms (`torch.use_deterministic_algorithms`, warn
 only) and cuBLAS's fixed workspace (`CUBLAS_WORKSPACE_CONFIG`), set before CUDA starts: whether runs a GPU does
 not reproduce bit for bit do so then, and at what cost.
+
+`--pack 0,3`: the runs one at a time and with the seeds of each point trained as packs of at most 3 (`PACK`; on
+CUDA every pack 3 wide, as the sweeps pin it); the same training steps either way, so the steps per second compare.
+A packed run is its own run (other bits, another run id): each pass is checked against the first pass of its own
+`--pack`.
 
 `--thread-reuse kept,fresh`: the runs on threads kept from run to run (`ThreadPool.KEEP_THREADS`, the default) or on
 a new thread for every run (threads only): torch keeps cuDNN's plans per thread, so a new thread plans each shape
@@ -75,7 +80,7 @@ from bench import (  # noqa: E402
     resolve_device,
 )
 
-Combo = tuple[int, str, int, str]   # (JOBS, evaluation, capture warm-up steps, thread reuse)
+Combo = tuple[int, str, int, str, int]   # (JOBS, evaluation, capture warm-up steps, thread reuse, PACK)
 
 
 def main() -> int:
@@ -88,6 +93,7 @@ def main() -> int:
     parser.add_argument("--capture-warmup", default=str(StaticStep.WARMUP),
                         help="comma-separated eager steps before each capture of a training step, each ≥ 1")
     parser.add_argument("--thread-reuse", default="kept", help="comma-separated: kept, fresh (a new thread per run)")
+    parser.add_argument("--pack", default="0", help="comma-separated: 0 (one run at a time), N (packs of at most N)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workers", default="threads", choices=("threads", "processes"))
     parser.add_argument("--device", default="auto")
@@ -122,17 +128,16 @@ def main() -> int:
                           cost=CostPlan(rounds=0), progress=False, checkpoint_every=0)
         run_sweeps([(args.sweep, [dataclasses.replace(points[0], train=dataclasses.replace(points[0].train, epochs=1))],
                      warm)], LocalExecutor(ExecutorOptions(jobs=1, device=args.device)))
-        first = None
+        firsts: dict[int, tuple] = {}   # per PACK: a packed run is another run than the same seed alone
         for r, combo in interleaved(combos, args.rounds):
-            jobs, how, warmup, reuse = combo
-            out = Path(tmp) / f"r{r}-jobs{jobs}-{how}-warmup{warmup}-{reuse}"
+            jobs, how, warmup, reuse, pack = combo
+            out = Path(tmp) / f"r{r}-jobs{jobs}-{how}-warmup{warmup}-{reuse}-pack{pack}"
             walls[combo].append(one_pass(args, points, seeds, combo, out))
             busy[combo].append(gpu_busy(out))
-            print(f"round {r + 1}, JOBS={jobs}, evaluation={how}, capture warm-up={warmup}, threads {reuse}: "
-                  f"{walls[combo][-1]:.1f} s, "
-                  f"{steps / walls[combo][-1]:,.0f} steps/s", flush=True)
+            print(f"round {r + 1}, JOBS={jobs}, evaluation={how}, capture warm-up={warmup}, threads {reuse}, "
+                  f"PACK={pack}: {walls[combo][-1]:.1f} s, {steps / walls[combo][-1]:,.0f} steps/s", flush=True)
             got = outcome(out, [args.sweep])
-            first = first or got
+            first = firsts.setdefault(pack, got)
             same[combo] = alike(got, first) and same.get(combo, True)
         if args.profile:
             profile(args, points, seeds, Path(tmp) / "profiled", steps)
@@ -159,15 +164,23 @@ def _combos(args) -> list[Combo]:
         raise ValueError(f"--thread-reuse: {wrong[0]!r} is not kept or fresh")
     if args.workers != "threads" and reuses != ["kept"]:
         raise ValueError("--thread-reuse needs --workers threads: worker processes are not the pool's threads")
-    return [(int(j), how, w, k) for j in args.jobs.split(",") for how in evaluations for w in warmups for k in reuses]
+    packs = args.pack.split(",")
+    if wrong := [k for k in packs if not k.strip().isdigit()]:
+        raise ValueError(f"--pack: {wrong[0]!r} is not a whole number ≥ 0")
+    return [(int(j), how, w, k, int(n)) for j in args.jobs.split(",") for how in evaluations for w in warmups
+            for k in reuses for n in packs]
 
 
 def one_pass(args, points, seeds: tuple[int, ...], combo: Combo, out: Path) -> float:
     """Wall seconds of the training of every run as `combo` says (JOBS at a time, evaluating as it says, each
-    capture after its warm-up steps), into `out`."""
-    jobs, how, warmup, reuse = combo
+    capture after its warm-up steps, packed as PACK says, as the sweeps pack), into `out`."""
+    jobs, how, warmup, reuse, pack = combo
+    if pack:
+        pinned = max(pack, 2) if resolve_device(args.device).type == "cuda" else 0
+        points = [dataclasses.replace(p, train=dataclasses.replace(p.train, packed=True, pack_width=pinned))
+                  for p in points]
     options = RunOptions(dataset=args.dataset, seeds=seeds, device=args.device, out=str(out), cost=CostPlan(rounds=0),
-                         progress=False, checkpoint_every=0, evaluation=how)
+                         progress=False, checkpoint_every=0, evaluation=how, pack=pack)
     executor = LocalExecutor(ExecutorOptions(jobs=jobs, device=args.device, workers=args.workers))
     print(executor.start(), flush=True)
     default, StaticStep.WARMUP = StaticStep.WARMUP, warmup   # read by every capture this process makes
@@ -242,10 +255,11 @@ def summarise(combos: list[Combo], walls: dict, same: dict, steps: int, busy: di
     rows = []
     for combo in combos:
         rate = Spread.of([steps / w for w in walls[combo]])
-        rows.append({"jobs": combo[0], "evaluation": combo[1], "warmup": combo[2], "threads": combo[3],
+        rows.append({"jobs": combo[0], "evaluation": combo[1], "warmup": combo[2], "threads": combo[3], "pack": combo[4],
                      "wall_s": float(np.median(walls[combo])),
                      "steps_per_s": rate.median, "range": f"{steps / max(walls[combo]):,.0f}–{steps / min(walls[combo]):,.0f}",
-                     f"vs JOBS={combos[0][0]} {combos[0][1]} warm-up {combos[0][2]} {combos[0][3]}": "(reference)"
+                     f"vs JOBS={combos[0][0]} {combos[0][1]} warm-up {combos[0][2]} {combos[0][3]} PACK={combos[0][4]}":
+                         "(reference)"
                      if combo == combos[0]
                      else ratio_or_noise(rate, base),
                      "gpu_busy_%": f"{np.median(measured):.0f}" if (measured := [b for b in busy[combo] if b == b])

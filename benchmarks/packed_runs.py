@@ -2,7 +2,7 @@
 
     python benchmarks/packed_runs.py [--widths 1,3,8,24] [--steps 20] [--rounds 3] [--device auto]
                                      [--preset vit_mnist] [--stem conv|patch] [--patch 4] [--depth 4] [--graphs 1]
-                                     [--ops] [--bits STEPS] [--deterministic]
+                                     [--ops] [--top N] [--bits STEPS] [--deterministic]
 
 For each width k: a pack of k members of the default recipe (`training.packed.packed_step`, batch 64 each, the
 members' own batches) and, as width 0, one model alone (`bench.training.step.make_step`, the step a run trains
@@ -15,7 +15,9 @@ in one launch). `--bits N`: it also trains seed 1 for N steps in a pack of seeds
 one of other companions, in another slot and in a pack of 2, on the device, and says how many of its state tensors
 differ from the first in each (0: a member's bits do not depend on that there; the same pack twice: whether the
 device repeats itself at all). `--ops`: it also counts the torch operations one step of each item dispatches (views and 0-dim
-ops left out; the packs' templates as on CUDA), a count any device gives. One sitting, the machine otherwise idle:
+ops left out; the packs' templates as on CUDA), a count any device gives. `--top N`: the N kernels of one
+step that took the most GPU time, alone and in the widest pack (on a CPU the N torch ops with the most CPU
+time). One sitting, the machine otherwise idle:
 say its load. Where the model cannot train packed on the device (`pack_refusal`, or its one-step `pack_trial` fails)
 the patch stem is timed, and the first line says so.
 """
@@ -146,6 +148,37 @@ def _ops_table(twins: dict[int, tuple]) -> None:
         f"{'alone' if k == 0 else k} {n} ({n / max(k, 1):.0f})" for k, n in counts.items()))
 
 
+def top_ops(step, x, y, n: int) -> list[tuple[str, int, float]]:
+    """The `n` kernels of one step that took the most time (name, launches, µs): GPU time on CUDA, else the torch
+    ops' own CPU time (torch.profiler, one step after a warm one)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = x.device.type == "cuda"
+    step(x, y, 1e-3)
+    _sync(x.device)
+    with profile(activities=[ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]) as prof:
+        step(x, y, 1e-3)
+        _sync(x.device)
+
+    def spent(e) -> float:   # torch ≥ 2.4 names a kernel's own time `self_device_time_total`
+        return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0) if cuda \
+            else e.self_cpu_time_total
+    events = [e for e in prof.key_averages() if (e.device_type.name == "CUDA") == cuda and spent(e) > 0]
+    return [(e.key, e.count, spent(e)) for e in sorted(events, key=spent, reverse=True)[:n]]
+
+
+def _top_table(twins: dict[int, tuple], n: int) -> None:
+    """The `n` costliest kernels (ops off CUDA) of one step alone and of the widest pack's."""
+    for k in (0, max(twins)):
+        step, x, y = twins[k]
+        top = top_ops(step, x, y, n)
+        total = sum(us for _, _, us in top)
+        print(f"top {n} {'kernels' if x.device.type == 'cuda' else 'ops'} of one step "
+              f"{'alone' if k == 0 else f'of a pack of {k}'} ({total:,.0f} µs among them):")
+        for name, count, us in top:
+            print(f"  top {us:>9,.0f} µs {count:>5} × {us / count:>8,.1f} µs  {name[:90]}")
+
+
 #: the packs `member_bits` trains seed 1 in, each against the first: (what differs from it, the pack's seeds)
 BITS_PACKS = [("the same pack again", [0, 2, 1]), ("other companions", [3, 4, 1]), ("another slot", [1, 0, 2]),
               ("another width", [1, 0])]
@@ -195,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bits", type=int, default=0, metavar="STEPS")
     parser.add_argument("--graphs", type=int, choices=[0, 1], default=1)
     parser.add_argument("--ops", action="store_true")
+    parser.add_argument("--top", type=int, default=0, metavar="N",
+                        help="the N costliest kernels of one step alone and of the widest pack")
     parser.add_argument("--stem", choices=["conv", "patch"], default=None, help="the preset's own by default")
     parser.add_argument("--deterministic", action="store_true",
                         help="torch's deterministic algorithms (warn only) and cuBLAS's fixed workspace")
@@ -229,10 +264,12 @@ def main(argv: list[str] | None = None) -> int:
           f"interleaved rounds, {'graphed where CUDA' if args.graphs else 'eager'}"
           f"{', deterministic algorithms' if args.deterministic else ''}")
     # kernels are counted on eager twins: a graph's replay is one launch of the same kernels
-    twins = items(widths, cfg, recipe, device, graphs=False) if device.type == "cuda" or args.ops else {}
+    twins = items(widths, cfg, recipe, device, graphs=False) if device.type == "cuda" or args.ops or args.top else {}
     _table(rates, {k: kernels_per_step(*twins[k]) for k in twins} if device.type == "cuda" else {})
     if args.ops:
         _ops_table(twins)
+    if args.top:
+        _top_table(twins, args.top)
     if args.bits:
         print(f"member bits after {args.bits} steps, seed 1 in a pack of seeds 0, 2, 1 (its last slot) against seed 1 "
               f"in {', '.join(f'{seeds} ({label})' for label, seeds in BITS_PACKS)}, state tensors that differ: "

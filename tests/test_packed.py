@@ -226,11 +226,32 @@ def test_a_sweep_packed_3_and_2_wide_gives_the_same_runs_bit_for_bit_and_shares_
         assert next(wide_paths.preds.glob(f"{rid}*")).read_bytes() == next(narrow_paths.preds.glob(f"{rid}*")).read_bytes()
 
 
+
+def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(tmp_path, capsys):
+    """As on CUDA, where `--pack N` pins the width: `--set pack_width=3` on the CPU, 2 seeds a point filled out to
+    3; the summary says the width, the rows hold it, and the runs' ids are not the unpinned runs'."""
+    spec = write_spec(tmp_path / "p.toml", "depth", "[1]")
+
+    def sweep(out, *more):
+        code, said, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / out),
+                                             "--seeds", "0,1", "--cost-rounds", "0", "--pack", "3", *more], capsys)
+        assert code == 0, err
+        return said, read_table(SweepPaths.of(str(tmp_path / out), "p").rows)
+    said, pinned = sweep("pinned", "--set", "pack_width=3")
+    assert "  p        2 runs: 0 already done, 2 ok; 2 trained as 1 pack of 2 seeds, 3 wide (the width is in their " \
+           "run ids)\n" in said
+    assert (pinned["pack_width"] == 3).all() and (pinned["packed"] == 1).all()
+    said, free = sweep("free")
+    assert "2 trained as 1 pack of 2 seeds\n" in said and (free["pack_width"] == 0).all()
+    assert not set(pinned["run_id"]) & set(free["run_id"])
+    assert sorted(pinned["test_loss"]) == sorted(free["test_loss"])   # on the CPU the width changes no figure
+
 @pytest.mark.parametrize("argv,needle", [
     (["--pack", "two"], "--pack (PACK) must be auto or an integer ≥ 0, got 'two'"),
     (["--pack", "2", "--set", "dropout=0.1"], "packing needs dropout 0"),
     (["--pack", "2", "--set", "compile=1"], "packing and torch.compile"),
     (["--pack", "2", "--executor", "ray"], "packed runs train on the local executor"),
+    (["--pack", "0", "--set", "pack_width=3"], "pack_width must be 0, or an int ≥ 2 for a packed run, got 3 (packed is 0)"),
 ])
 def test_packing_refusals_are_one_line_before_any_run(tmp_path, capsys, argv, needle):
     spec = write_spec(tmp_path / "p.toml", "depth", "[1]")

@@ -19,14 +19,16 @@ def runs_said(n: int) -> str:
     return "1 run" if n == 1 else f"{n} runs"
 
 
-def _packed(widths: list[int]) -> str:
-    """"; 12 trained as 4 packs of 3 seeds" (of 2–3 seeds), or "" where none trained packed."""
+def _packed(widths: list[int], pinned: int = 0) -> str:
+    """"; 12 trained as 4 packs of 3 seeds" (of 2–3 seeds), with ", each 3 wide (the width is in their run ids)"
+    where the width is pinned (`pinned`), or "" where none trained packed."""
     if not widths:
         return ""
     low, high = min(widths), max(widths)
     seeds = f"{low}" if low == high else f"{low}–{high}"
     return (f"; {sum(widths)} trained as {len(widths)} pack{'s' if len(widths) > 1 else ''} of {seeds} "
-            f"seed{'s' if high > 1 else ''}")
+            f"seed{'s' if high > 1 else ''}"
+            + (f", {'each ' if len(widths) > 1 else ''}{pinned} wide (the width is in their run ids)" if pinned else ""))
 
 
 def restarting(sweep_points: list[tuple[str, list[Point]]], options: dict[str, RunOptions],
@@ -94,7 +96,7 @@ def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> No
         resumed = f", {r.resumable} resumed from checkpoints" if r.resumable else ""
         stale = f", {r.stale_tmp} stale temporary files removed" if r.stale_tmp else ""
         print(f"  {r.sweep:<8} {r.planned} runs: {r.skipped} already done{reused}{resumed}, {statuses}{stale}"
-              f"{_packed(r.packs)}")
+              f"{_packed(r.packs, r.pack_width)}")
         if r.starved:
             low = r.starved
             print(f"           note: {len(low)} run(s) were busy only {min(low):.0f}–{max(low):.0f} % of the cores they "

@@ -103,7 +103,8 @@ class SweepSummary:
     starved: list[float] = dataclasses.field(default_factory=list)
     run_ids: list[str] = dataclasses.field(default_factory=list)
     rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    packs: list[int] = dataclasses.field(default_factory=list)   # the width of each pack trained now
+    packs: list[int] = dataclasses.field(default_factory=list)   # the seeds of each pack trained now
+    pack_width: int = 0   # the width those packs trained at where it is pinned (CUDA: `TrainConfig.pack_width`)
 
     def merge(self, later: SweepSummary) -> SweepSummary:
         """This sweep over two steps of one command (the looks of SEEDS=auto) as one."""
@@ -112,7 +113,8 @@ class SweepSummary:
             reused=self.reused + later.reused, statuses=dict(Counter(self.statuses) + Counter(later.statuses)),
             stale_tmp=self.stale_tmp + later.stale_tmp,
             resumable=self.resumable + later.resumable, starved=self.starved + later.starved,
-            run_ids=self.run_ids + later.run_ids, packs=self.packs + later.packs)
+            run_ids=self.run_ids + later.run_ids, packs=self.packs + later.packs,
+            pack_width=later.pack_width or self.pack_width)
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ class _Kept:
     statuses: Counter[str] = dataclasses.field(default_factory=Counter)
     starved: list[float] = dataclasses.field(default_factory=list)
     packs: list[int] = dataclasses.field(default_factory=list)
+    pack_width: int = 0
 
 
 @dataclass(frozen=True)
@@ -253,7 +256,7 @@ def _summary(sweep: _Sweep, kept: _Kept, stale: int, resumable: int) -> SweepSum
     rows = {**sweep.found.finished, **kept.rows}
     return SweepSummary(sweep.name, sweep.paths, len(run_ids), len(sweep.found.finished), kept.reused,
                         dict(kept.statuses), stale, resumable, list(kept.starved), run_ids,
-                        [rows[rid] for rid in run_ids if rid in rows], list(kept.packs))
+                        [rows[rid] for rid in run_ids if rid in rows], list(kept.packs), kept.pack_width)
 
 
 @contextlib.contextmanager
@@ -414,6 +417,7 @@ def _train_all(ready: _Ready, command: list[_Sweep], kept: dict[str, _Kept], exe
         for trained, result in outcomes:
             if trained.members:
                 kept[trained.point.sweep].packs.append(len(trained.members))
+                kept[trained.point.sweep].pack_width = trained.point.train.pack_width
             for task, outcome in zip(trained.runs, result.members or [result]):   # a pack's members, one by one
                 images += _images_trained(outcome.row)
                 flops += _flops_trained(outcome.row)

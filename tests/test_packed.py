@@ -252,6 +252,7 @@ def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(t
     (["--pack", "2", "--set", "compile=1"], "packing and torch.compile"),
     (["--pack", "2", "--executor", "ray"], "packed runs train on the local executor"),
     (["--pack", "0", "--set", "pack_width=3"], "pack_width must be 0, or an int ≥ 2 for a packed run, got 3 (packed is 0)"),
+    (["--pack", "3", "--set", "pack_width=2"], "pack_width=2 is narrower than PACK=3: a pack trains at its pinned width"),
 ])
 def test_packing_refusals_are_one_line_before_any_run(tmp_path, capsys, argv, needle):
     spec = write_spec(tmp_path / "p.toml", "depth", "[1]")

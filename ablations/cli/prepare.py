@@ -232,6 +232,10 @@ def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:
         return
     if getattr(args, "executor", "local") != "local":
         raise ValueError("packed runs train on the local executor; set PACK=0 (--pack 0) with EXECUTOR=ray")
+    narrow = min((p.train.pack_width for p in points if p.train.pack_width), default=0)
+    if narrow and narrow < pack_width(args):
+        raise ValueError(f"pack_width={narrow} is narrower than PACK={pack_width(args)}: a pack trains at its pinned "
+                         f"width, so set PACK={narrow} or pack_width={pack_width(args)}")
     from ablations.training.packed import pack_refusal, pack_trial
 
     device = resolve_device(args.device)

@@ -239,7 +239,7 @@ def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(t
         return said, read_table(SweepPaths.of(str(tmp_path / out), "p").rows)
     said, pinned = sweep("pinned", "--set", "pack_width=3")
     assert "  p        2 runs: 0 already done, 2 ok; 2 trained as 1 pack of 2 seeds, 3 wide (the width is in their " \
-           "run ids)\n" in said
+           "run ids; 1 of 3 slots filler)\n" in said
     assert (pinned["pack_width"] == 3).all() and (pinned["packed"] == 1).all()
     said, free = sweep("free")
     assert "2 trained as 1 pack of 2 seeds\n" in said and (free["pack_width"] == 0).all()

@@ -20,15 +20,19 @@ def runs_said(n: int) -> str:
 
 
 def _packed(widths: list[int], pinned: int = 0) -> str:
-    """"; 12 trained as 4 packs of 3 seeds" (of 2–3 seeds), with ", each 3 wide (the width is in their run ids)"
-    where the width is pinned (`pinned`), or "" where none trained packed."""
+    """"; 12 trained as 4 packs of 3 seeds" (of 2–3 seeds), with ", each 3 wide (the width is in their run ids;
+    2 of 12 slots filler)" where the width is pinned (`pinned`), or "" where none trained packed."""
     if not widths:
         return ""
     low, high = min(widths), max(widths)
     seeds = f"{low}" if low == high else f"{low}–{high}"
-    return (f"; {sum(widths)} trained as {len(widths)} pack{'s' if len(widths) > 1 else ''} of {seeds} "
-            f"seed{'s' if high > 1 else ''}"
-            + (f", {'each ' if len(widths) > 1 else ''}{pinned} wide (the width is in their run ids)" if pinned else ""))
+    said = (f"; {sum(widths)} trained as {len(widths)} pack{'s' if len(widths) > 1 else ''} of {seeds} "
+            f"seed{'s' if high > 1 else ''}")
+    if not pinned:
+        return said
+    filler = len(widths) * pinned - sum(widths)
+    return (f"{said}, {'each ' if len(widths) > 1 else ''}{pinned} wide (the width is in their run ids"
+            + (f"; {filler} of {len(widths) * pinned} slots filler)" if filler else ")"))
 
 
 def restarting(sweep_points: list[tuple[str, list[Point]]], options: dict[str, RunOptions],

@@ -398,7 +398,8 @@ def test_a_pinned_pack_that_runs_out_of_memory_is_not_split_and_names_the_pack_t
                for m in outcome.members), outcome.members[0].row["error"]
 
 @pytest.mark.slow
-def test_a_pack_killed_mid_run_resumes_from_its_members_checkpoints_to_the_uninterrupted_bits(tmp_path):
+@pytest.mark.parametrize("pinned", [[], ["--set", "pack_width=3"]], ids=["free", "pinned"])
+def test_a_pack_killed_mid_run_resumes_from_its_members_checkpoints_to_the_uninterrupted_bits(tmp_path, pinned):
     import os
     import signal
     import subprocess
@@ -412,7 +413,7 @@ def test_a_pack_killed_mid_run_resumes_from_its_members_checkpoints_to_the_unint
 
     def command(out):
         return [sys.executable, "-m", "ablations", "sweep", str(spec), "--dataset", "digits", "--out", str(out),
-                "--seeds", "0,1", "--cost-rounds", "0", "--pack", "2", "--jobs", "1", "--checkpoint-every", "1"]
+                "--seeds", "0,1", "--cost-rounds", "0", "--pack", "2", "--jobs", "1", "--checkpoint-every", "1", *pinned]
     checkpoints = tmp_path / "cut" / "ablations" / "checkpoints" / "p"
     proc = subprocess.Popen(command(tmp_path / "cut"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240

@@ -156,6 +156,9 @@ class PackedModel:
     """k models of one architecture as stacked tensors and one template module that runs them under vmap."""
 
     def __init__(self, models: list[nn.Module]) -> None:
+        # the CPU's sdpa kernel has no batching rule, so vmap loops over the members and says so at each new call
+        # site; a process-wide filter (`catch_warnings` around the call is not thread-safe: runs on threads lose it)
+        warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented")
         self.k = len(models)
         self.template = vmap_safe(copy.deepcopy(models[0]), next(models[0].parameters()).device)
         self.params, self.buffers = stack_module_state(models)
@@ -171,9 +174,7 @@ class PackedModel:
         """(k, B, classes) logits of (k, B, …) images, or of one (B, …) batch every member sees (`shared`)."""
         def one(params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor) -> Tensor:
             return functional_call(self.template, (params, buffers), (x,))
-        with warnings.catch_warnings():   # the CPU's sdpa kernel has no batching rule: vmap loops over the members
-            warnings.filterwarnings("ignore", message="There is a performance drop")
-            return vmap(one, in_dims=(0, 0, None if shared else 0))(self.params, self.buffers, images)
+        return vmap(one, in_dims=(0, 0, None if shared else 0))(self.params, self.buffers, images)
 
 
 def pack_optimizer(packed: PackedModel, cfg: TrainConfig, capturable: bool = False) -> torch.optim.AdamW:

@@ -517,6 +517,27 @@ def test_a_model_whose_packed_step_fails_on_the_device_is_refused_in_one_line_be
     assert not (tmp_path / "o" / "ablations" / "p.csv").exists()
 
 
+
+def test_a_pinned_trial_takes_the_packs_width_and_batch_and_says_a_pack_that_does_not_fit(monkeypatch):
+    seen = []
+    real_step = PackedStep._step
+
+    def watched(self, x, y, cache=True):
+        seen.append((self.packed.k, tuple(x.shape[:2])))
+        return real_step(self, x, y, cache)
+    monkeypatch.setattr(PackedStep, "_step", watched)
+    pinned = TrainConfig(batch_size=16, packed=True, pack_width=3)
+    assert pack_trial(TINY, TrainConfig(batch_size=16, packed=True), CPU) == ""
+    assert pack_trial(TINY, pinned, CPU) == ""
+    assert seen == [(2, (2, 2)), (3, (3, 16))]   # unpinned: two models, two images; pinned: the pack as it trains
+
+    def no_memory(self, x, y, cache=True):   # as CUDA does when the pack is too wide
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB")
+    monkeypatch.setattr(PackedStep, "_step", no_memory)
+    said = pack_trial(TINY, pinned, CPU)
+    assert said == ("a pack 3 wide of this model does not fit in cpu memory at batch 16 (OutOfMemoryError: CUDA out "
+                    "of memory. Tried to allocate 3.00 GiB); set PACK=1"), said
+
 def test_each_distinct_model_is_tried_packed_once_before_a_packed_sweep(tmp_path, capsys, monkeypatch):
     import ablations.training.packed as packed_module
     tried, real = [], packed_module.pack_trial

@@ -86,21 +86,30 @@ def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device) -> str:
 
 
 def pack_trial(model_cfg: Any, cfg: TrainConfig, device: torch.device) -> str:
-    """One packed training step of two models of `model_cfg` on two random images each, under the recipe's
-    precision on `device`: "" where it runs, else one line naming the error (what vmap, autocast and the device's
-    kernels make of this model cannot be known before). The process's random generators are left as they were."""
+    """One packed training step of models of `model_cfg` under the recipe's precision on `device`: "" where it
+    runs, else one line naming the error (what vmap, autocast and the device's kernels make of this model cannot be
+    known before). Two models on two random images each; where the recipe pins a width (`pack_width`, CUDA), that
+    many on a batch of the recipe's size each, so a pack that cannot fit in memory is said before any run. The
+    process's random generators are left as they were, and the device's cached memory given back."""
     from vit import VisionTransformer
 
+    width, batch = (cfg.pack_width, cfg.batch_size) if cfg.pack_width else (2, 2)
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            packed = PackedModel([VisionTransformer(model_cfg).to(device) for _ in range(2)])
+            packed = PackedModel([VisionTransformer(model_cfg).to(device) for _ in range(width)])
             train_mode(packed.template, cfg)
             step = PackedStep(packed, pack_optimizer(packed, cfg), cfg, device, cfg.resolved_dtype(device))
-            x = torch.randn(2, 2, model_cfg.in_chans, model_cfg.img_size, model_cfg.img_size, device=device)
-            y = torch.randint(0, model_cfg.num_classes, (2, 2), device=device)
+            x = torch.randn(width, batch, model_cfg.in_chans, model_cfg.img_size, model_cfg.img_size, device=device)
+            y = torch.randint(0, model_cfg.num_classes, (width, batch), device=device)
             step(x, y, cfg.lr).sum().item()
-    except Exception as err:   # any failure of the step is the answer
+    except torch.cuda.OutOfMemoryError as err:   # torch.OutOfMemoryError since torch 2.5
+        return (f"a pack {width} wide of this model does not fit in {device.type} memory at batch {batch} "
+                f"({error_line(err)}); set PACK={width // 2 if width > 2 else 0}")
+    except Exception as err:   # any other failure of the step is the answer
         return f"a packed training step of this model failed on {device.type} ({error_line(err)}); set PACK=0"
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     return ""
 
 

@@ -398,8 +398,9 @@ def test_a_pinned_pack_that_runs_out_of_memory_is_not_split_and_names_the_pack_t
                for m in outcome.members), outcome.members[0].row["error"]
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pinned", [[], ["--set", "pack_width=3"]], ids=["free", "pinned"])
-def test_a_pack_killed_mid_run_resumes_from_its_members_checkpoints_to_the_uninterrupted_bits(tmp_path, pinned):
+@pytest.mark.parametrize("pinned,stop", [([], "SIGKILL"), (["--set", "pack_width=3"], "SIGKILL"), ([], "SIGINT")],
+                         ids=["free-kill", "pinned-kill", "free-ctrl-c"])
+def test_a_pack_killed_mid_run_resumes_from_its_members_checkpoints_to_the_uninterrupted_bits(tmp_path, pinned, stop):
     import os
     import signal
     import subprocess
@@ -419,8 +420,8 @@ def test_a_pack_killed_mid_run_resumes_from_its_members_checkpoints_to_the_unint
     deadline = time.time() + 240
     while time.time() < deadline and len(list(checkpoints.glob("*.safetensors"))) < 2:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)   # the first pack is mid-run: its two members' checkpoints stand at an epoch
-    proc.wait()
+    proc.send_signal(getattr(signal, stop))   # the first pack is mid-run: its two members' checkpoints stand at an epoch
+    assert proc.wait(timeout=120) == (130 if stop == "SIGINT" else -signal.SIGKILL)   # Ctrl-C: 128 + 2, as a run's
     assert len(list(checkpoints.glob("*.safetensors"))) >= 2
     for out in ("cut", "whole"):
         done = subprocess.run(command(tmp_path / out), env=env, capture_output=True, text=True, timeout=600)

@@ -243,6 +243,10 @@ def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(t
     assert (pinned["pack_width"] == 3).all() and (pinned["packed"] == 1).all()
     said, free = sweep("free")
     assert "2 trained as 1 pack of 2 seeds\n" in said and (free["pack_width"] == 0).all()
+    code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "wide"),
+                                      "--seeds", "0,1", "--pack", "8", "--set", "pack_width=8", "--dry-run"], capsys)
+    assert code == 0 and ("note: p: every pack trains 8 wide (the width is in the run ids), so with 2 seeds a point "
+                          "6 of its 8 slots are filler; PACK=2 would waste none\n") in err, err
     assert not set(pinned["run_id"]) & set(free["run_id"])
     assert sorted(pinned["test_loss"]) == sorted(free["test_loss"])   # on the CPU the width changes no figure
 

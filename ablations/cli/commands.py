@@ -144,6 +144,18 @@ def _train_locked(args: argparse.Namespace, specs: list[SweepSpec], sweep_points
         return _run_all(args, sweep_points, options, locked=True, started=executor)
 
 
+def _say_filler(sweep_points: list[tuple[str, list[Point]]], plan: _SeedPlan) -> None:
+    """One note where a pinned pack width (`pack_width`, CUDA) is wider than a sweep's fixed seeds a point: every
+    pack trains that wide whatever its seeds, the rest of it filler."""
+    for name, points in sweep_points:
+        width = max((p.train.pack_width for p in points), default=0)
+        if width and name not in plan.auto and len(plan.most[name]) < width:
+            n = len(plan.most[name])
+            print(f"note: {name}: every pack trains {width} wide (the width is in the run ids), so with {n} seed"
+                  f"{'s' if n > 1 else ''} a point {width - n} of its {width} slots are filler; PACK={max(n, 2)} "
+                  f"would waste none", file=sys.stderr)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         names = [n for arg in args.sweeps for n in (default_sweeps() if arg == "default" else [arg])]
@@ -157,6 +169,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
+    _say_filler(sweep_points, plan)
     if args.dry_run:
         return _dry_run_all(specs, sweep_points, options, plan)
     t0, args.spent = time.perf_counter(), Counter()   # the work's start; the cost phase's and training's seconds

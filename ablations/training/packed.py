@@ -27,7 +27,8 @@ an H200); the change is the template's own, so runs beside it keep their kernels
 runs a conv stem on CUDA in float32 with autocast off (`in_float32`): under vmap autocast reaches some of its
 convolutions and not others, and a bf16 input meets a float32 bias or BatchNorm statistics. What vmap, autocast and
 a device's kernels make of a model cannot be known before: each model to be packed takes one packed step on the
-device before any run (`pack_trial`), and one that fails is refused in one line.
+device before any run (`pack_trial`; at the pinned width and batch where one is pinned, so a pack too wide for the
+device's memory is found then too), and one that fails is refused in one line.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .lazy import lazy_names
 
 _WHERE = {
-    "device_name": "env", "resolve_device": "env", "set_cudnn_attention": "env",
+    "device_name": "env", "resolve_device": "env", "set_cudnn_attention": "env", "deterministic_algorithms": "env",
     "MeasureConfig": "measure", "complexity": "measure", "default_step": "measure",
     "Spread": "rounds", "interleaved": "rounds", "ratio_or_noise": "rounds",
     "TimingConfig": "timing", "time_steps": "timing",

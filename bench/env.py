@@ -69,6 +69,15 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
+def deterministic_algorithms() -> None:
+    """torch's deterministic algorithms for this process (warn only where an op has none) and cuBLAS's fixed
+    workspace, which cuBLAS reads once: call before CUDA starts."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 def set_cudnn_attention(setting: str) -> None:
     """Whether `F.scaled_dot_product_attention` (the `sdpa` attention) may pick cuDNN's kernel in this process:
     `auto`, torch's own order (cuDNN's first on Hopper and Blackwell GPUs with a recent cuDNN, which plans each

@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
 import sys
 import tempfile
 import time
@@ -70,11 +69,13 @@ from ablations import (  # noqa: E402
     find_spec,
     load_preds,
     load_spec,
+    pinned_width,
     run_sweeps,
 )
 from bench import (  # noqa: E402
     Spread,
     StaticStep,
+    deterministic_algorithms,
     interleaved,
     ratio_or_noise,
     resolve_device,
@@ -103,8 +104,7 @@ def main() -> int:
                         help="torch's deterministic algorithms (warn only) and cuBLAS's fixed workspace, for every pass")
     args = parser.parse_args()
     if args.deterministic:   # before CUDA starts: cuBLAS reads its workspace setting once
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        deterministic_algorithms()
     device = resolve_device(args.device)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     try:   # each mistake in one line before anything trains
@@ -176,7 +176,7 @@ def one_pass(args, points, seeds: tuple[int, ...], combo: Combo, out: Path) -> f
     capture after its warm-up steps, packed as PACK says, as the sweeps pack), into `out`."""
     jobs, how, warmup, reuse, pack = combo
     if pack:
-        pinned = max(pack, 2) if resolve_device(args.device).type == "cuda" else 0
+        pinned = pinned_width(pack, resolve_device(args.device))
         points = [dataclasses.replace(p, train=dataclasses.replace(p.train, packed=True, pack_width=pinned))
                   for p in points]
     options = RunOptions(dataset=args.dataset, seeds=seeds, device=args.device, out=str(out), cost=CostPlan(rounds=0),

@@ -11,21 +11,22 @@ with); with `--graphs 1` (default) on CUDA both are captured into CUDA graphs as
 rotating); it prints each item's member-steps per second (median and range over the rounds), the ratio of a member's
 rate in the pack to the lone run's (a ratio only where the interquartile ranges are apart), and on CUDA the kernels
 one step launches, and per member (torch.profiler, on an eager twin of each item: a graph replays the same kernels
-in one launch). `--bits N`: it also trains seed 1 for N steps in a pack of seeds 0, 2, 1 and again in the same pack, in
-one of other companions, in another slot and in a pack of 2, on the device, and says how many of its state tensors
-differ from the first in each (0: a member's bits do not depend on that there; the same pack twice: whether the
-device repeats itself at all). `--ops`: it also counts the torch operations one step of each item dispatches (views and 0-dim
-ops left out; the packs' templates as on CUDA), a count any device gives. `--top N`: the N kernels of one
-step that took the most GPU time, alone and in the widest pack (on a CPU the N torch ops with the most CPU
-time). One sitting, the machine otherwise idle:
-say its load. Where the model cannot train packed on the device (`pack_refusal`, or its one-step `pack_trial` fails)
-the patch stem is timed, and the first line says so.
+in one launch).
+
+`--bits N`: it also trains seed 1 for N steps in a pack of seeds 0, 2, 1 and again in the same pack, in one of other
+companions, in another slot and in a pack of 2, on the device, and says how many of its state tensors differ from
+the first in each (0: a member's bits do not depend on that there; the same pack twice: whether the device repeats
+itself at all). `--ops`: it also counts the torch operations one step of each item dispatches (views and 0-dim ops
+left out; the packs' templates as on CUDA), a count any device gives. `--top N`: the N kernels of one step that took
+the most GPU time, alone and in the widest pack (on a CPU the N torch ops with the most CPU time).
+
+One sitting, the machine otherwise idle: say its load. Where the model cannot train packed on the device
+(`pack_refusal`, or its one-step `pack_trial` fails) the patch stem is timed, and the first line says so.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -46,6 +47,7 @@ from ablations import (  # noqa: E402
 from bench import (  # noqa: E402
     Spread,
     TrainConfig,
+    deterministic_algorithms,
     interleaved,
     make_step,
     ratio_or_noise,
@@ -235,8 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch's deterministic algorithms (warn only) and cuBLAS's fixed workspace")
     args = parser.parse_args(argv)
     if args.deterministic:   # before CUDA starts: cuBLAS reads its workspace setting once
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        deterministic_algorithms()
     device = resolve_device(args.device)
     widths = [int(w) for w in args.widths.split(",")]
     cfg = PRESETS[args.preset].replace(img_size=28, in_chans=1, num_classes=10, patch_size=args.patch,

@@ -36,9 +36,11 @@ def _train_changes(args: argparse.Namespace) -> dict[str, Any]:
     if args.compile:
         changes["compile"] = True
     if pack_width(args):
+        from ablations.training.packed import pinned_width
+
         changes["packed"] = True
-        if resolve_device(getattr(args, "device", "auto")).type == "cuda":   # a member's bits depend on the width there
-            changes["pack_width"] = max(pack_width(args), 2)
+        if pinned := pinned_width(pack_width(args), resolve_device(getattr(args, "device", "auto"))):
+            changes["pack_width"] = pinned
     return changes
 
 

@@ -19,7 +19,7 @@ from ablations.results.store import SweepPaths, save_preds
 from ablations.running.tasks import RunOptions, RunResult, Task, base_row
 from ablations.training.checkpoints import Checkpointing, saved_epoch
 from ablations.training.data import Dataset, augmentation, cached_dataset
-from ablations.training.packed import Member, train_pack
+from ablations.training.packed import Member, narrower_pack, train_pack
 from ablations.training.train import Diverged, Stopped, train
 from bench.env import resolve_device, set_cudnn_attention
 from bench.failures import classify_failure
@@ -170,17 +170,6 @@ def _fitting(members: list[Member], data: Dataset, pack: Task, device: torch.dev
     figures do not depend on its pack's width where its recipe pins none (`pack_width` 0), so a split changes no
     result; where one is pinned (CUDA), a pack that does not fit is an out-of-memory failure of its members that
     names the PACK that would fit."""
-    pinned = pack.point.train.pack_width
-    if pinned:
-        try:
-            return train_pack(members, data, pack.point.train, device, progress=pack.options.progress,
-                              graphs=pack.options.graphs)
-        except torch.cuda.OutOfMemoryError as err:
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-            raise torch.cuda.OutOfMemoryError(
-                f"a pack {pinned} wide did not fit in {device} memory, and a member's figures depend on its pack's "
-                f"width there, so it is not split; set PACK={pinned // 2 if pinned > 2 else 0}") from err
     key = (pack.point.model, pack.point.train, str(device))
     widest = _FITS.get(key, len(members))
     if len(members) > widest:
@@ -188,11 +177,15 @@ def _fitting(members: list[Member], data: Dataset, pack: Task, device: torch.dev
     try:
         return train_pack(members, data, pack.point.train, device, progress=pack.options.progress,
                           graphs=pack.options.graphs)
-    except torch.cuda.OutOfMemoryError:   # torch.OutOfMemoryError since torch 2.5, this name since 1.13
-        if len(members) == 1:
-            raise
+    except torch.cuda.OutOfMemoryError as err:   # torch.OutOfMemoryError since torch 2.5, this name since 1.13
         if device.type == "cuda":
             torch.cuda.empty_cache()
+        if pinned := pack.point.train.pack_width:
+            raise torch.cuda.OutOfMemoryError(
+                f"a pack {pinned} wide did not fit in {device} memory, and a member's figures depend on its pack's "
+                f"width there, so it is not split; set PACK={narrower_pack(pinned)}") from err
+        if len(members) == 1:
+            raise
         half = -(-len(members) // 2)
         _FITS[key] = min(_FITS.get(key, half), half)
         tqdm.write(f"a pack of {len(members)} runs of {pack.point.label} did not fit in device memory; its packs "

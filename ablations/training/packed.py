@@ -86,6 +86,17 @@ def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device) -> str:
     return ""
 
 
+def pinned_width(pack: int, device: torch.device) -> int:
+    """The width packs of at most `pack` seeds are pinned to on `device` (`TrainConfig.pack_width`): on CUDA, where
+    a member's bits depend on it, `pack` and at least 2 (vmap over one member runs other kernels); elsewhere none."""
+    return max(pack, 2) if pack and device.type == "cuda" else 0
+
+
+def narrower_pack(width: int) -> int:
+    """The PACK to try where a pack `width` wide does not fit in memory: half as wide, or none."""
+    return width // 2 if width > 2 else 0
+
+
 def pack_trial(model_cfg: Any, cfg: TrainConfig, device: torch.device) -> str:
     """One packed training step of models of `model_cfg` under the recipe's precision on `device`: "" where it
     runs, else one line naming the error (what vmap, autocast and the device's kernels make of this model cannot be
@@ -105,7 +116,7 @@ def pack_trial(model_cfg: Any, cfg: TrainConfig, device: torch.device) -> str:
             step(x, y, cfg.lr).sum().item()
     except torch.cuda.OutOfMemoryError as err:   # torch.OutOfMemoryError since torch 2.5
         return (f"a pack {width} wide of this model does not fit in {device.type} memory at batch {batch} "
-                f"({error_line(err)}); set PACK={width // 2 if width > 2 else 0}")
+                f"({error_line(err)}); set PACK={narrower_pack(width)}")
     except Exception as err:   # any other failure of the step is the answer
         return f"a packed training step of this model failed on {device.type} ({error_line(err)}); set PACK=0"
     finally:

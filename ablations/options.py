@@ -139,7 +139,8 @@ RUN = (
     Option("--pack", "train the seeds of a point as one stacked model, at most N seeds a pack (one forward, backward "
                      "and optimizer step does N runs' work; a packed run has its own run id; its figures do not "
                      "depend on its companions, nor on a CPU on the pack's width; on CUDA they do, so there every "
-                     "pack trains N wide, narrower ones filled out, and N is in the run id); 0: one run at a time; "
+                     "pack trains N wide, narrower ones filled out, N is in the run id, and packs whose steps are CUDA "
+                     "graphs train one at a time); 0: one run at a time; "
                      "default auto: one run at a time on either device (on a CPU runs are compute bound; on CUDA "
                      "packs of 3 took the main job as long as runs alone: benchmarks/packed_runs.py measures a "
                      "pack's steps)", "PACK",

@@ -4,7 +4,7 @@
                                          [--evaluation eager[,graphed]] [--capture-warmup 1[,3]]
                                          [--thread-reuse kept[,fresh]] [--pack 0[,3]] [--rounds 1]
                                          [--workers threads] [--device auto] [--dataset mnist5k] [--profile N]
-                                         [--deterministic]
+                                         [--deterministic] [--dtype auto] [--graphed-packs alone|side]
 
 Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once per JOBS value, evaluation
 (`RunOptions.evaluation`: each epoch's evaluation eager, or captured into a CUDA graph) and capture warm-up (the
@@ -28,6 +28,11 @@ not reproduce bit for bit do so then, and at what cost.
 CUDA every pack 3 wide, as the sweeps pin it); the same training steps either way, so the steps per second compare.
 A packed run is its own run (other bits, another run id): each pass is checked against the first pass of its own
 `--pack`.
+
+`--graphed-packs side`: CUDA-graphed packs JOBS at once instead of one at a time (how the sweeps train them:
+`ThreadPool.GRAPHED_PACKS_ALONE`), to see whether side by side they still give some members
+non-finite losses; `--dtype fp32|bf16` sets every run's precision. A pass with a run that did not finish trained
+fewer steps than counted: its time and rate are left blank, and `not_ok` counts those runs.
 
 `--thread-reuse kept,fresh`: the runs on threads kept from run to run (`ThreadPool.KEEP_THREADS`, the default) or on
 a new thread for every run (threads only): torch keeps cuDNN's plans per thread, so a new thread plans each shape
@@ -84,7 +89,7 @@ from bench import (  # noqa: E402
 Combo = tuple[int, str, int, str, int]   # (JOBS, evaluation, capture warm-up steps, thread reuse, PACK)
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweep", default="depth")
     parser.add_argument("--seeds", default="0,1")
@@ -102,6 +107,15 @@ def main() -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N")
     parser.add_argument("--deterministic", action="store_true",
                         help="torch's deterministic algorithms (warn only) and cuBLAS's fixed workspace, for every pass")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"),
+                        help="every run's training precision (auto: bf16 on CUDA, fp32 on a CPU)")
+    parser.add_argument("--graphed-packs", default="alone", choices=("alone", "side"),
+                        help="CUDA-graphed packs one at a time, as the sweeps train them (alone), or JOBS at once (side)")
+    return parser
+
+
+def main() -> int:
+    parser = _parser()
     args = parser.parse_args()
     if args.deterministic:   # before CUDA starts: cuBLAS reads its workspace setting once
         deterministic_algorithms()
@@ -112,16 +126,19 @@ def main() -> int:
     except ValueError as err:
         parser.error(str(err))
     data = cached_dataset(args.dataset)
-    spec = load_spec(find_spec(args.sweep))
-    points = spec.points(data.img_size, data.in_chans, data.num_classes, {"epochs": args.epochs})
+    points = load_spec(find_spec(args.sweep)).points(data.img_size, data.in_chans, data.num_classes,
+                                                     {"epochs": args.epochs, "dtype": args.dtype})
+    ThreadPool.GRAPHED_PACKS_ALONE = args.graphed_packs == "alone"
     steps = sum(len(seeds) * p.train.epochs * math.ceil(len(data.train_y) / p.train.batch_size) for p in points)
     print(f"{args.sweep}: {len(points)} points × {len(seeds)} seeds, {args.epochs} epochs, {steps:,} steps on "
           f"{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
-          f"WORKERS={args.workers}, {args.rounds} interleaved round(s)"
+          f"WORKERS={args.workers}, {args.rounds} interleaved round(s), dtype {args.dtype}"
+          f"{', CUDA-graphed packs side by side' if args.graphed_packs == 'side' else ''}"
           f"{', deterministic algorithms' if args.deterministic else ''}", flush=True)
     walls: dict[Combo, list[float]] = {c: [] for c in combos}
     same: dict[Combo, bool] = {}
     busy: dict[Combo, list[float]] = {c: [] for c in combos}
+    failed: dict[Combo, int] = {c: 0 for c in combos}   # the most runs of a pass that did not finish ok
     with tempfile.TemporaryDirectory() as tmp:
         # one short run first, untimed: the process's one-time costs (CUDA context, lazy imports and kernels)
         warm = RunOptions(dataset=args.dataset, seeds=(0,), device=args.device, out=f"{tmp}/warm-up",
@@ -137,11 +154,12 @@ def main() -> int:
             print(f"round {r + 1}, JOBS={jobs}, evaluation={how}, capture warm-up={warmup}, threads {reuse}, "
                   f"PACK={pack}: {walls[combo][-1]:.1f} s, {steps / walls[combo][-1]:,.0f} steps/s", flush=True)
             got = outcome(out, [args.sweep])
+            failed[combo] = max(failed[combo], int((got[0].status != "ok").sum()))
             first = firsts.setdefault(pack, got)
             same[combo] = alike(got, first) and same.get(combo, True)
         if args.profile:
             profile(args, points, seeds, Path(tmp) / "profiled", steps)
-    return summarise(combos, walls, same, steps, busy)
+    return summarise(combos, walls, same, steps, busy, failed)
 
 
 def _combos(args) -> list[Combo]:
@@ -246,22 +264,25 @@ def gpu_busy(out: Path) -> float:
     return float(phases["util_pct"].iloc[-1]) if len(phases) and "util_pct" in phases else float("nan")
 
 
-def summarise(combos: list[Combo], walls: dict, same: dict, steps: int, busy: dict) -> int:
+def summarise(combos: list[Combo], walls: dict, same: dict, steps: int, busy: dict, failed: dict) -> int:
     """Per (JOBS, evaluation, capture warm-up, thread reuse): median wall time and steps/s with their range over
     rounds, the ratio to the first (a ratio only where the interquartile ranges are apart), the GPU's median busy %
-    over the training phases (blank without one), and whether its runs equal the first pass's; 1 where any does
-    not."""
-    base = Spread.of([steps / w for w in walls[combos[0]]])
+    over the training phases (blank without one), the most runs of a pass that did not finish ok, and whether its
+    runs equal the first pass's; 1 where any does not. A combination with a run that did not finish trained fewer
+    steps than counted: its time, rate and ratio are blank."""
+    base = Spread.of([steps / w for w in walls[combos[0]]]) if not failed[combos[0]] else None
     rows = []
     for combo in combos:
+        whole = not failed[combo]
         rate = Spread.of([steps / w for w in walls[combo]])
         rows.append({"jobs": combo[0], "evaluation": combo[1], "warmup": combo[2], "threads": combo[3], "pack": combo[4],
-                     "wall_s": float(np.median(walls[combo])),
-                     "steps_per_s": rate.median, "range": f"{steps / max(walls[combo]):,.0f}–{steps / min(walls[combo]):,.0f}",
+                     "wall_s": f"{np.median(walls[combo]):,.1f}" if whole else "—",
+                     "steps_per_s": f"{rate.median:,.1f}" if whole else "—",
+                     "range": f"{steps / max(walls[combo]):,.0f}–{steps / min(walls[combo]):,.0f}" if whole else "—",
                      f"vs JOBS={combos[0][0]} {combos[0][1]} warm-up {combos[0][2]} {combos[0][3]} PACK={combos[0][4]}":
-                         "(reference)"
-                     if combo == combos[0]
-                     else ratio_or_noise(rate, base),
+                         "(reference)" if combo == combos[0]
+                         else ratio_or_noise(rate, base) if whole and base is not None else "—",
+                     "not_ok": failed[combo],
                      "gpu_busy_%": f"{np.median(measured):.0f}" if (measured := [b for b in busy[combo] if b == b])
                      else "—",
                      "same_as_first": "yes" if same[combo] else "NO"})

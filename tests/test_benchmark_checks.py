@@ -59,3 +59,18 @@ def test_a_run_missing_from_a_pass_is_a_difference(concurrent_runs):
     fewer = _pass({r: LOSSES[r] for r in ("a", "b")}, {r: PREDS[r] for r in ("a", "b")})
     assert concurrent_runs.differing(fewer, first) == {"c": "missing from this pass"}
     assert concurrent_runs.differing(first, fewer) == {"c": "missing from the first"}
+
+
+def test_a_combination_with_a_run_that_did_not_finish_gets_no_time_rate_or_ratio(concurrent_runs, capsys):
+    """A diverged run stops early: its pass trained fewer steps than counted, so a rate from them would flatter it."""
+    combos = [(8, "eager", 1, "kept", 0), (8, "eager", 1, "kept", 24), (8, "eager", 1, "kept", 8)]
+    walls = {combos[0]: [12.0, 12.2, 11.8], combos[1]: [4.6, 4.3, 3.8], combos[2]: [5.8, 5.7, 6.3]}
+    same = {combos[0]: True, combos[1]: False, combos[2]: True}
+    failed = {combos[0]: 0, combos[1]: 54, combos[2]: 0}
+    busy = {c: [float("nan")] for c in combos}
+    assert concurrent_runs.summarise(combos, walls, same, 12_096, busy, failed) == 1
+    lines = capsys.readouterr().out.splitlines()
+    header, ok, broken, packed = lines
+    assert "not_ok" in header
+    assert broken.split()[5:9] == ["—", "—", "—", "—"] and broken.split()[9] == "54"
+    assert "×" in packed and packed.split()[5:7] == ["5.8", f"{12_096 / 5.8:,.1f}"]

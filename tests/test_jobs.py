@@ -198,6 +198,49 @@ def test_on_a_gpu_each_kept_thread_queues_every_run_it_trains_on_one_stream_of_i
     assert len({next(iter(streams)) for streams in by_thread.values()}) == 3 == len({id(s) for s in drawn})
 
 
+@pytest.mark.parametrize("device, graphs, alone", [("cuda", True, True), ("cuda", False, False), ("cpu", True, False)])
+def test_packs_whose_steps_are_cuda_graphs_train_one_at_a_time_and_other_packs_side_by_side(
+        tmp_path, monkeypatch, device, graphs, alone):
+    """On CUDA, a pack whose steps are CUDA graphs has the process to itself (side by side such packs gave some
+    members non-finite losses); eager packs, packs on a CPU and runs alone keep JOBS at once."""
+    import contextlib
+    import threading
+
+    from ablations.running.executors import threads
+    from ablations.running.tasks import pack_tasks
+
+    class Stream:
+        def __init__(self, device=None, priority=0):
+            pass
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (80 * 2**30, 80 * 2**30))
+    lock, flight = threading.Lock(), {"now": 0, "most": 0}
+
+    def fn(task, data):
+        with lock:
+            flight["now"] += 1
+            flight["most"] = max(flight["most"], flight["now"])
+        time.sleep(0.05)
+        with lock:
+            flight["now"] -= 1
+        return RunResult({}, members=[RunResult({"run_id": m.run_id, "status": "ok"}) for m in task.runs])
+
+    points = [Point("s", "depth", d, TINY.replace(depth=d), TrainConfig(epochs=1, packed=True)) for d in (1, 2, 3)]
+    options = RunOptions(dataset="digits", out=str(tmp_path), seeds=(0, 1, 2), device="cpu", graphs=graphs, pack=3)
+    packs = pack_tasks(make_tasks(points, options))
+    assert [len(p.members) for p in packs] == [3, 3, 3]
+    assert all(threads.needs_the_process(p, torch.device(device)) is alone for p in packs)
+    assert not any(threads.needs_the_process(m, torch.device(device)) for p in packs for m in p.members)
+    outcomes = [o for _, o in threads.ThreadPool(3, torch.device(device), fn, lambda o: None).run(packs)]
+    assert sum(len(o.members) for o in outcomes) == 9
+    assert flight["most"] == (1 if alone else 3)
+
+
 def test_a_stop_ends_every_run_in_flight_in_the_process_and_joins_its_threads(tmp_path):
     """Closing the stream of outcomes (what the runner does on Ctrl-C, SIGTERM or a full disk) stops every run
     still in flight at its next epoch (`Stopped`: nothing recorded) and joins every thread before it returns."""

@@ -5,6 +5,7 @@ resumes bit for bit."""
 
 import copy
 import dataclasses
+import math
 import re
 
 import pytest
@@ -247,8 +248,28 @@ def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(t
                                       "--seeds", "0,1", "--pack", "8", "--set", "pack_width=8", "--dry-run"], capsys)
     assert code == 0 and ("note: p: every pack trains 8 wide (the width is in the run ids), so with 2 seeds a point "
                           "6 of its 8 slots are filler; PACK=2 would waste none\n") in err, err
+    assert "one at a time" not in err   # CPU packs train JOBS at once
     assert not set(pinned["run_id"]) & set(free["run_id"])
     assert sorted(pinned["test_loss"]) == sorted(free["test_loss"])   # on the CPU the width changes no figure
+
+
+@pytest.mark.parametrize("device, graphs, jobs, said", [("cuda", 1, None, True), ("cuda", 1, 8, True),
+                                                        ("cuda", 0, None, False), ("cuda", 1, 1, False),
+                                                        ("cpu", 1, None, False)])
+def test_a_sweep_of_graphed_packs_on_cuda_says_they_train_one_at_a_time(monkeypatch, capsys, device, graphs, jobs,
+                                                                        said):
+    import argparse
+
+    import ablations.cli.commands as commands
+    from ablations.specs import Point
+    monkeypatch.setattr(commands, "resolve_device", lambda name: torch.device(name))
+    points = [Point("p", "depth", 1, TINY, TrainConfig(packed=True, pack_width=3))]
+    plan = commands._SeedPlan({"p": (0, 1, 2)}, {}, {"p": (0, 1, 2)})   # as many seeds as the width: no filler
+    commands._say_packing([("p", points)], plan, argparse.Namespace(device=device, graphs=graphs, jobs=jobs))
+    err = capsys.readouterr().err
+    assert ("note: packs train one at a time on cuda (CUDA-graphed packs side by side gave some of their members "
+            "non-finite losses); PACK=0 trains JOBS runs at once\n" in err) is said, err
+
 
 @pytest.mark.parametrize("argv,needle", [
     (["--pack", "two"], "--pack (PACK) must be auto or an integer ≥ 0, got 'two'"),
@@ -635,6 +656,36 @@ def test_a_pinned_pack_on_cuda_gives_a_member_the_bits_of_the_full_pack(digits):
     full, filled = trained([0, 1, 2]), trained([0, 1])
     assert all(torch.equal(full[s][k], filled[s][k]) for s in (0, 1) for k in full[s])
 
+
+@pytest.mark.gpu
+def test_wide_graphed_packs_of_a_sweep_on_cuda_all_train_to_finite_losses(tmp_path):
+    """JOBS=2, the depth sweep's points d=2 and d=4 at 24 seeds each as packs 24 wide, CUDA graphs, bf16, on
+    MNIST: every member finishes ok with finite losses (the packs train one at a time: side by side, packs this
+    wide gave many members non-finite losses)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from helpers import run_sweep
+
+    from ablations.running.cost import CostPlan
+    from ablations.running.executors import ExecutorOptions
+    from ablations.running.executors.local import LocalExecutor
+    from ablations.running.tasks import RunOptions
+    from ablations.specs import find_spec, load_spec
+
+    data = cached_dataset("mnist5k")
+    points = [p for p in load_spec(find_spec("depth")).points(data.img_size, data.in_chans, data.num_classes,
+                                                            {"epochs": 2}) if p.value in (2, 4)]
+    points = [dataclasses.replace(p, train=dataclasses.replace(p.train, packed=True, pack_width=24)) for p in points]
+    executor = LocalExecutor(ExecutorOptions(jobs=2, device="cuda"))
+    executor.start()
+    run_sweep("depth", points, RunOptions(dataset="mnist5k", out=str(tmp_path), seeds=tuple(range(24)), device="cuda",
+                                          progress=False, cost=CostPlan(rounds=0), checkpoint_every=0, pack=24),
+              executor)
+    table = read_table(tmp_path / "ablations" / "depth.csv")
+    assert len(table) == 48 and (table["status"] == "ok").all(), table[table["status"] != "ok"][["seed", "error"]]
+    assert table["train_loss"].map(math.isfinite).all() and table["test_loss"].map(math.isfinite).all()
+
+
 @pytest.fixture
 def capturable_on_cpu(monkeypatch):
     """AdamW's `capturable` path on the CPU: torch allows it on CUDA only, and its arithmetic is the same tensor
@@ -723,6 +774,17 @@ def test_a_graphed_pack_captures_its_step_once_a_batch_size_or_goes_on_eagerly(f
         _members_close(graphed, eager)
     else:
         assert graphed.graphed and sorted(graphed.graphs) == [64] and ("replay",) in fake.calls
+
+
+def test_the_copies_a_capture_puts_back_carry_no_autograd_graph(capturable_on_cpu):
+    """A pack's state tensors are its trainable leaves: the copies a capture saves before its warm-up are plain
+    tensors, so they keep no gradient accumulator alive (on CUDA one kept alive from the thread's stream had the
+    warm-up's backward accumulate there, not on the capture stream)."""
+    graphed, _ = _graphed_and_eager(TrainConfig(grad_clip=1.0), capture=True)
+    assert any(t.requires_grad for t in graphed._state_tensors())   # the leaves themselves
+    model_state, optim_state = graphed._saved_state()
+    assert model_state and not any(t.requires_grad or t.grad_fn is not None for t in model_state)
+    assert all(torch.equal(a, b) for a, b in zip(model_state, graphed._state_tensors()))
 
 
 def test_a_pack_on_the_graphed_step_trains_resumes_and_keeps_its_members_apart(digits, tmp_path, monkeypatch,

@@ -267,8 +267,11 @@ class StaticStep(EagerStep):
                 torch.cuda.set_rng_state(rng, self.device)
             raise
 
+    @torch.no_grad()
     def _saved_state(self) -> tuple[list[Tensor], dict[int, dict[str, Tensor]]]:
-        """Copies of the weights, buffers and optimizer state, to put back after the warm-up."""
+        """Copies of the weights, buffers and optimizer state, to put back after the warm-up; plain tensors, no
+        autograd graph (a pack's state tensors are its trainable leaves: a copy that kept their gradient
+        accumulators alive would have the warm-up's backward accumulate on the stream the copies were made on)."""
         return ([t.clone() for t in self._state_tensors()],
                 {id(p): {k: v.clone() for k, v in st.items() if torch.is_tensor(v)}
                  for p, st in self.optimizer.state.items()})

@@ -9,8 +9,8 @@ device copy is made once and read by every run (`training.train.on_device`), and
 optimizer's lazy imports, kernel loading) are paid once. A run's arithmetic is what it is alone: the same kernels
 in the same order on its own stream; its initial weights are drawn under a lock (`running.worker.BUILD_LOCK`, the
 global generator), its CUDA graphs captured one at a time (`bench.training.step.CAPTURE_LOCK`), and a run whose
-model draws from the device's one random generator (dropout) or whose step torch.compile compiles trains with no
-other run beside it.
+model draws from the device's one random generator (dropout), whose step torch.compile compiles, or a pack
+whose steps are CUDA graphs trains with no other run beside it.
 On the CPU the same code runs (tests use it); there the runs share the process's torch threads.
 
 How many at once: `size` at most, and on CUDA a new run starts only while the device has `HEADROOM_BYTES`
@@ -33,6 +33,7 @@ import torch
 
 from ablations.running.executors.base import Loader, RunFn
 from ablations.running.tasks import RunResult, Task, lost_outcome
+from ablations.training.packed import pack_graphed
 from ablations.training.train import Occupancy, Stopped, beside_others
 
 HEADROOM_BYTES = 2 * 2**30   # free device memory below which no further run starts beside those in flight
@@ -45,10 +46,14 @@ def dropout_of(task: Task) -> float:
     return max(float(getattr(cfg, "dropout", 0.0) or 0.0), float(getattr(cfg, "attn_dropout", 0.0) or 0.0))
 
 
-def needs_the_process(task: Task) -> bool:
-    """A run that must train with no other run beside it in the process: its model draws from the device's
-    one random generator (dropout), or torch.compile compiles its step (not safe in several threads at once)."""
-    return dropout_of(task) > 0 or bool(task.point.train.compile)
+def needs_the_process(task: Task, device: torch.device, graphed_packs_alone: bool = True) -> bool:
+    """A run that must train with no other run beside it in the process on `device`: its model draws from the
+    device's one random generator (dropout), torch.compile compiles its step (not safe in several threads at
+    once), or it is a pack whose steps are CUDA graphs (two such packs side by side gave some of each other's
+    members non-finite losses in bf16, which one at a time never did; the cause is not known), unless
+    `graphed_packs_alone` is off."""
+    return (dropout_of(task) > 0 or bool(task.point.train.compile)
+            or graphed_packs_alone and bool(task.members) and pack_graphed(device, task.options.graphs))
 
 
 @dataclasses.dataclass
@@ -70,6 +75,8 @@ class ThreadPool:
     # False: a new thread for every run (its slot's stream kept), the other arm of benchmarks/concurrent_runs.py's
     # --thread-reuse; read as each run starts
     KEEP_THREADS = True
+    # False: CUDA-graphed packs side by side like other runs, the other arm of concurrent_runs.py's --graphed-packs
+    GRAPHED_PACKS_ALONE = True
 
     def __init__(self, size: int, device: torch.device, fn: RunFn, load: Loader, threads: int = 1,
                  keep: bool = False) -> None:
@@ -93,7 +100,10 @@ class ThreadPool:
 
     def _alone(self, live: dict[str, _Slot]) -> bool:
         """Whether a run in flight must have the process to itself (`needs_the_process`)."""
-        return any(needs_the_process(self._tasks[rid]) for rid in live)
+        return any(self._needs_the_process(self._tasks[rid]) for rid in live)
+
+    def _needs_the_process(self, task: Task) -> bool:
+        return needs_the_process(task, self.device, self.GRAPHED_PACKS_ALONE)
 
     def _data(self, task: Task):
         with self._load_lock:  # one load of a dataset, however many runs start at once
@@ -175,7 +185,7 @@ class ThreadPool:
         try:
             while waiting or live:
                 while waiting and len(live) < self._capacity(len(live)) and not self._alone(live):
-                    if live and needs_the_process(waiting[0]):
+                    if live and self._needs_the_process(waiting[0]):
                         break
                     slot = self._idle_slot(list(live.values()))
                     if slot is None:

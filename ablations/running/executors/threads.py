@@ -49,9 +49,8 @@ def dropout_of(task: Task) -> float:
 def needs_the_process(task: Task, device: torch.device, graphed_packs_alone: bool = True) -> bool:
     """A run that must train with no other run beside it in the process on `device`: its model draws from the
     device's one random generator (dropout), torch.compile compiles its step (not safe in several threads at
-    once), or it is a pack whose steps are CUDA graphs (two such packs side by side gave some of each other's
-    members non-finite losses in bf16, which one at a time never did; the cause is not known), unless
-    `graphed_packs_alone` is off."""
+    once), or it is a pack whose steps are CUDA graphs (side by side, such packs can give members non-finite
+    losses; docs/gpu.md, Packed runs), unless `graphed_packs_alone` is off."""
     return (dropout_of(task) > 0 or bool(task.point.train.compile)
             or graphed_packs_alone and bool(task.members) and pack_graphed(device, task.options.graphs))
 

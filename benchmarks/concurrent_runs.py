@@ -4,7 +4,8 @@
                                          [--evaluation eager[,graphed]] [--capture-warmup 1[,3]]
                                          [--thread-reuse kept[,fresh]] [--pack 0[,3]] [--rounds 1]
                                          [--workers threads] [--device auto] [--dataset mnist5k] [--profile N]
-                                         [--deterministic] [--dtype auto] [--graphed-packs alone|side]
+                                         [--deterministic] [--dtype auto] [--batch-size N]
+                                         [--graphed-packs alone|side]
 
 Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once per JOBS value, evaluation
 (`RunOptions.evaluation`: each epoch's evaluation eager, or captured into a CUDA graph) and capture warm-up (the
@@ -30,9 +31,9 @@ A packed run is its own run (other bits, another run id): each pass is checked a
 `--pack`.
 
 `--graphed-packs side`: CUDA-graphed packs JOBS at once instead of one at a time (how the sweeps train them:
-`ThreadPool.GRAPHED_PACKS_ALONE`), to see whether side by side they still give some members
-non-finite losses; `--dtype fp32|bf16` sets every run's precision. A pass with a run that did not finish trained
-fewer steps than counted: its time and rate are left blank, and `not_ok` counts those runs.
+`ThreadPool.GRAPHED_PACKS_ALONE`), to see whether side by side they still give some members non-finite losses;
+`--dtype fp32|bf16` sets every run's precision, `--batch-size N` its batch. A pass with a run that did not finish
+trained fewer steps than counted: its time and rate are left blank, and `not_ok` counts those runs.
 
 `--thread-reuse kept,fresh`: the runs on threads kept from run to run (`ThreadPool.KEEP_THREADS`, the default) or on
 a new thread for every run (threads only): torch keeps cuDNN's plans per thread, so a new thread plans each shape
@@ -109,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="torch's deterministic algorithms (warn only) and cuBLAS's fixed workspace, for every pass")
     parser.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"),
                         help="every run's training precision (auto: bf16 on CUDA, fp32 on a CPU)")
+    parser.add_argument("--batch-size", type=int, default=0, help="every run's batch size (0: its spec's)")
     parser.add_argument("--graphed-packs", default="alone", choices=("alone", "side"),
                         help="CUDA-graphed packs one at a time, as the sweeps train them (alone), or JOBS at once (side)")
     return parser
@@ -127,7 +129,8 @@ def main() -> int:
         parser.error(str(err))
     data = cached_dataset(args.dataset)
     points = load_spec(find_spec(args.sweep)).points(data.img_size, data.in_chans, data.num_classes,
-                                                     {"epochs": args.epochs, "dtype": args.dtype})
+                                                     {"epochs": args.epochs, "dtype": args.dtype,
+                                                      **({"batch_size": args.batch_size} if args.batch_size else {})})
     ThreadPool.GRAPHED_PACKS_ALONE = args.graphed_packs == "alone"
     steps = sum(len(seeds) * p.train.epochs * math.ceil(len(data.train_y) / p.train.batch_size) for p in points)
     print(f"{args.sweep}: {len(points)} points × {len(seeds)} seeds, {args.epochs} epochs, {steps:,} steps on "

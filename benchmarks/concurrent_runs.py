@@ -5,7 +5,7 @@
                                          [--thread-reuse kept[,fresh]] [--pack 0[,3]] [--rounds 1]
                                          [--workers threads] [--device auto] [--dataset mnist5k] [--profile N]
                                          [--deterministic] [--dtype auto] [--batch-size N]
-                                         [--graphed-packs alone|side]
+                                         [--graphed-packs alone|side] [--capture-streams own|shared]
 
 Trains the same runs (every point of `--sweep` × `--seeds`, no cost phase) once per JOBS value, evaluation
 (`RunOptions.evaluation`: each epoch's evaluation eager, or captured into a CUDA graph) and capture warm-up (the
@@ -32,8 +32,10 @@ A packed run is its own run (other bits, another run id): each pass is checked a
 
 `--graphed-packs side`: CUDA-graphed packs JOBS at once instead of one at a time (how the sweeps train them:
 `ThreadPool.GRAPHED_PACKS_ALONE`), to see whether side by side they still give some members non-finite losses;
-`--dtype fp32|bf16` sets every run's precision, `--batch-size N` its batch. A pass with a run that did not finish
-trained fewer steps than counted: its time and rate are left blank, and `not_ok` counts those runs.
+`--capture-streams shared`: every CUDA graph of the process captured on one stream (`StaticStep.OWN_CAPTURE_STREAMS`
+off) instead of one per training stream, as before; `--dtype fp32|bf16` sets every run's precision, `--batch-size N`
+its batch. A pass with a run that did not finish trained fewer steps than counted: its time and rate are left
+blank, and `not_ok` counts those runs.
 
 `--thread-reuse kept,fresh`: the runs on threads kept from run to run (`ThreadPool.KEEP_THREADS`, the default) or on
 a new thread for every run (threads only): torch keeps cuDNN's plans per thread, so a new thread plans each shape
@@ -111,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="auto", choices=("auto", "fp32", "bf16"),
                         help="every run's training precision (auto: bf16 on CUDA, fp32 on a CPU)")
     parser.add_argument("--batch-size", type=int, default=0, help="every run's batch size (0: its spec's)")
+    parser.add_argument("--capture-streams", default="own", choices=("own", "shared"),
+                        help="each training stream's captures on a stream of its own (own), or all on one (shared)")
     parser.add_argument("--graphed-packs", default="alone", choices=("alone", "side"),
                         help="CUDA-graphed packs one at a time, as the sweeps train them (alone), or JOBS at once (side)")
     return parser
@@ -132,11 +136,13 @@ def main() -> int:
                                                      {"epochs": args.epochs, "dtype": args.dtype,
                                                       **({"batch_size": args.batch_size} if args.batch_size else {})})
     ThreadPool.GRAPHED_PACKS_ALONE = args.graphed_packs == "alone"
+    StaticStep.OWN_CAPTURE_STREAMS = args.capture_streams == "own"
     steps = sum(len(seeds) * p.train.epochs * math.ceil(len(data.train_y) / p.train.batch_size) for p in points)
     print(f"{args.sweep}: {len(points)} points × {len(seeds)} seeds, {args.epochs} epochs, {steps:,} steps on "
           f"{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
           f"WORKERS={args.workers}, {args.rounds} interleaved round(s), dtype {args.dtype}"
           f"{', CUDA-graphed packs side by side' if args.graphed_packs == 'side' else ''}"
+          f"{', one capture stream for the process' if args.capture_streams == 'shared' else ''}"
           f"{', deterministic algorithms' if args.deterministic else ''}", flush=True)
     walls: dict[Combo, list[float]] = {c: [] for c in combos}
     same: dict[Combo, bool] = {}

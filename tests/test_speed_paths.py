@@ -175,10 +175,36 @@ def test_a_capture_that_fails_inside_the_graph_leaves_cuda_as_it_was_and_names_t
     _assert_same_weights(*models)
 
 
+def test_each_training_stream_captures_on_a_high_priority_stream_of_its_own(monkeypatch):
+    """Runs side by side never share a capture stream (destroying a graph frees the cuBLAS workspaces of the
+    stream it was captured on, which the others' graphs would still use), and all the captures of work queued on
+    one stream happen on one capture stream, drawn once; `OWN_CAPTURE_STREAMS` off: one for the process."""
+    from bench.training import step as step_module
+    drawn, current = [], {"stream": object()}
+
+    class Stream:
+        def __init__(self, device=None, priority=0):
+            self.priority = priority
+            drawn.append(self)
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current["stream"])
+    monkeypatch.setattr(step_module, "_CAPTURE_STREAMS", {})
+    cuda = torch.device("cuda", 0)
+    first, again = step_module.capture_stream(cuda), step_module.capture_stream(cuda)
+    current["stream"] = object()   # another thread's training stream
+    other = step_module.capture_stream(cuda)
+    assert first is again and other is not first and len(drawn) == 2 and {s.priority for s in drawn} == {-1}
+    monkeypatch.setattr(step_module.StaticStep, "OWN_CAPTURE_STREAMS", False)
+    shared = step_module.capture_stream(cuda)
+    current["stream"] = object()
+    assert step_module.capture_stream(cuda) is shared and shared not in (first, other) and len(drawn) == 3
+
+
 @pytest.mark.parametrize("fail_in_block", [False, True])
 def test_a_runs_evaluation_is_captured_once_on_the_capture_stream_and_replayed_or_goes_on_eagerly(
         fail_in_block, monkeypatch, capsys):
-    """A run's evaluation on CUDA: one eager pass, one capture on the process's capture stream (thread_local,
+    """A run's evaluation on CUDA: one eager pass, one capture on its stream's capture stream (thread_local,
     as the training step's), then a replay per call, with the eager evaluation's result. A capture that fails
     releases the graph's pool once, says why in one line, and the run evaluates eagerly from then on."""
     from ablations.training import evaluation

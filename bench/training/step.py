@@ -170,6 +170,9 @@ class StaticStep(EagerStep):
     image is seen); elsewhere the same code runs eagerly, so its logic is tested on any machine."""
 
     WARMUP = 1  # eager steps on a side stream before a capture (undone before the captured step runs)
+    # each training stream captures on a stream of its own (`capture_stream`); False: one capture stream for the
+    # process, the other arm of benchmarks/concurrent_runs.py's --capture-streams
+    OWN_CAPTURE_STREAMS = True
 
     def __init__(self, *args: Any, capture: bool | None = None, measured: bool = True) -> None:
         super().__init__(*args)
@@ -299,16 +302,22 @@ def say_capture_failed(what: str, err: BaseException, instead: str) -> None:
     tqdm.write(f"graphs: capturing {what} failed ({error_line(err)}); {instead} from here")
 
 
-_CAPTURE_STREAMS: dict[tuple[str, type], Any] = {}
+_CAPTURE_STREAMS: dict[tuple, Any] = {}
 
 
 def capture_stream(device: torch.device) -> Any:
-    """The one stream this process captures on (captures take `CAPTURE_LOCK`), as `torch.cuda.graph` keeps one.
-    `torch.cuda.Stream()` hands out the streams of a pool of 32 in turn, so a new one per capture would, sooner
-    or later, be the stream another thread is training on, whose work would then land in the capture; this one
-    comes from the high-priority pool, which nothing else here draws from."""
+    """The stream the work queued on the current stream is captured on (captures take `CAPTURE_LOCK`): one per
+    training stream, drawn once from the high-priority pool, which nothing else here draws from. Not a new one
+    per capture: `torch.cuda.Stream()` hands out the streams of a pool of 32 in turn, so a new one would sooner or
+    later be the stream another thread is training on, whose work would then land in the capture. Not one for
+    the process: torch keeps cuBLAS's workspaces per (handle, stream), a captured graph keeps the address of the
+    workspace it was captured with, and destroying a graph frees every workspace of the stream it was captured on
+    (pytorch/pytorch#193402), so runs side by side that shared a capture stream would lose their graphs'
+    workspaces when one of them ends, and that memory could be handed to other tensors while they replay.
+    `StaticStep.OWN_CAPTURE_STREAMS` False: one capture stream for the process."""
     device = exact_device(device)
-    key = (str(device), torch.cuda.Stream)
+    own = torch.cuda.current_stream(device) if StaticStep.OWN_CAPTURE_STREAMS else None
+    key = (str(device), torch.cuda.Stream, own)
     if key not in _CAPTURE_STREAMS:
         _CAPTURE_STREAMS[key] = torch.cuda.Stream(device, priority=-1)
     return _CAPTURE_STREAMS[key]

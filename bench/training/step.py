@@ -312,9 +312,9 @@ def capture_stream(device: torch.device) -> Any:
     later be the stream another thread is training on, whose work would then land in the capture. Not one for
     the process: torch keeps cuBLAS's workspaces per (handle, stream), a captured graph keeps the address of the
     workspace it was captured with, and destroying a graph frees every workspace of the stream it was captured on
-    (pytorch/pytorch#193402), so runs side by side that shared a capture stream would lose their graphs'
-    workspaces when one of them ends, and that memory could be handed to other tensors while they replay. (The
-    high-priority pool holds 32 streams: past 32 training streams, two share one.)
+    (`CUDAGraph::reset` calls `clearCublasWorkspacesForStream`), so runs side by side that shared a capture stream
+    would lose their graphs' workspaces when one of them ends, and that memory could be handed to other tensors
+    while they replay. (The high-priority pool holds 32 streams: past 32 training streams, two share one.)
     `StaticStep.OWN_CAPTURE_STREAMS` False: one capture stream for the process."""
     device = exact_device(device)
     own = torch.cuda.current_stream(device) if StaticStep.OWN_CAPTURE_STREAMS else None

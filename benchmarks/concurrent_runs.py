@@ -160,10 +160,12 @@ def main() -> int:
             out = Path(tmp) / f"r{r}-jobs{jobs}-{how}-warmup{warmup}-{reuse}-pack{pack}"
             walls[combo].append(one_pass(args, points, seeds, combo, out))
             busy[combo].append(gpu_busy(out))
-            print(f"round {r + 1}, JOBS={jobs}, evaluation={how}, capture warm-up={warmup}, threads {reuse}, "
-                  f"PACK={pack}: {walls[combo][-1]:.1f} s, {steps / walls[combo][-1]:,.0f} steps/s", flush=True)
             got = outcome(out, [args.sweep])
-            failed[combo] = max(failed[combo], int((got[0].status != "ok").sum()))
+            not_ok = int((got[0].status != "ok").sum())
+            failed[combo] = max(failed[combo], not_ok)
+            rate = f"{not_ok} runs did not finish: no rate" if not_ok else f"{steps / walls[combo][-1]:,.0f} steps/s"
+            print(f"round {r + 1}, JOBS={jobs}, evaluation={how}, capture warm-up={warmup}, threads {reuse}, "
+                  f"PACK={pack}: {walls[combo][-1]:.1f} s, {rate}", flush=True)
             first = firsts.setdefault(pack, got)
             same[combo] = alike(got, first) and same.get(combo, True)
         if args.profile:

@@ -200,9 +200,10 @@ def test_on_a_gpu_each_kept_thread_queues_every_run_it_trains_on_one_stream_of_i
 
 @pytest.mark.parametrize("device, graphs, alone", [("cuda", True, True), ("cuda", False, False), ("cpu", True, False)])
 def test_packs_whose_steps_are_cuda_graphs_train_one_at_a_time_and_other_packs_side_by_side(
-        tmp_path, monkeypatch, device, graphs, alone):
+        tmp_path, monkeypatch, capsys, device, graphs, alone):
     """On CUDA, a pack whose steps are CUDA graphs has the process to itself (side by side such packs gave some
-    members non-finite losses); eager packs, packs on a CPU and runs alone keep JOBS at once."""
+    members non-finite losses), and the pool says so once; eager packs, packs on a CPU and runs alone keep JOBS at
+    once, and nothing is said."""
     import contextlib
     import threading
 
@@ -236,9 +237,16 @@ def test_packs_whose_steps_are_cuda_graphs_train_one_at_a_time_and_other_packs_s
     assert [len(p.members) for p in packs] == [3, 3, 3]
     assert all(threads.needs_the_process(p, torch.device(device)) is alone for p in packs)
     assert not any(threads.needs_the_process(m, torch.device(device)) for p in packs for m in p.members)
-    outcomes = [o for _, o in threads.ThreadPool(3, torch.device(device), fn, lambda o: None).run(packs)]
-    assert sum(len(o.members) for o in outcomes) == 9
+    pool = threads.ThreadPool(3, torch.device(device), fn, lambda o: None, keep=True)
+    outcomes = [o for _, o in pool.run(packs)] + [o for _, o in pool.run(packs[:1])]
+    pool.close()
+    assert sum(len(o.members) for o in outcomes) == 12
     assert flight["most"] == (1 if alone else 3)
+    note = ("note: packs train one at a time here (CUDA-graphed packs side by side gave some of their members "
+            "non-finite losses); PACK=0 trains JOBS runs at once\n")
+    assert capsys.readouterr().out.count(note) == (1 if alone else 0)   # once a pool, where packs wait
+    list(threads.ThreadPool(1, torch.device(device), fn, lambda o: None).run(packs[:1]))
+    assert note not in capsys.readouterr().out   # JOBS=1: nothing is held back
 
 
 def test_a_stop_ends_every_run_in_flight_in_the_process_and_joins_its_threads(tmp_path):

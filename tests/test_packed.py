@@ -253,24 +253,6 @@ def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(t
     assert sorted(pinned["test_loss"]) == sorted(free["test_loss"])   # on the CPU the width changes no figure
 
 
-@pytest.mark.parametrize("device, graphs, jobs, said", [("cuda", 1, None, True), ("cuda", 1, 8, True),
-                                                        ("cuda", 0, None, False), ("cuda", 1, 1, False),
-                                                        ("cpu", 1, None, False)])
-def test_a_sweep_of_graphed_packs_on_cuda_says_they_train_one_at_a_time(monkeypatch, capsys, device, graphs, jobs,
-                                                                        said):
-    import argparse
-
-    import ablations.cli.commands as commands
-    from ablations.specs import Point
-    monkeypatch.setattr(commands, "resolve_device", lambda name: torch.device(name))
-    points = [Point("p", "depth", 1, TINY, TrainConfig(packed=True, pack_width=3))]
-    plan = commands._SeedPlan({"p": (0, 1, 2)}, {}, {"p": (0, 1, 2)})   # as many seeds as the width: no filler
-    commands._say_packing([("p", points)], plan, argparse.Namespace(device=device, graphs=graphs, jobs=jobs))
-    err = capsys.readouterr().err
-    assert ("note: packs train one at a time on cuda (CUDA-graphed packs side by side gave some of their members "
-            "non-finite losses); PACK=0 trains JOBS runs at once\n" in err) is said, err
-
-
 @pytest.mark.parametrize("argv,needle", [
     (["--pack", "two"], "--pack (PACK) must be auto or an integer ≥ 0, got 'two'"),
     (["--pack", "2", "--set", "dropout=0.1"], "packing needs dropout 0"),

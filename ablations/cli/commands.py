@@ -29,7 +29,6 @@ from ablations.running.interrupts import Interrupted
 from ablations.running.runner import SweepSummary, run_sweeps
 from ablations.running.tasks import RunOptions
 from ablations.specs import Point, SpecError, SweepSpec, default_sweeps, find_spec, load_spec
-from bench.env import resolve_device
 
 
 def _start_executor(args: argparse.Namespace) -> Executor:
@@ -145,14 +144,9 @@ def _train_locked(args: argparse.Namespace, specs: list[SweepSpec], sweep_points
         return _run_all(args, sweep_points, options, locked=True, started=executor)
 
 
-def _say_packing(sweep_points: list[tuple[str, list[Point]]], plan: _SeedPlan, args: argparse.Namespace) -> None:
-    """Notes on packs pinned to a width (`pack_width`, CUDA): where the width is wider than a sweep's fixed seeds
-    a point (every pack trains that wide whatever its seeds, the rest of it filler), and where JOBS would train
-    several at once but CUDA graphs keep packs to one at a time (`needs_the_process`)."""
-    pinned = any(p.train.pack_width for _, points in sweep_points for p in points)
-    if pinned and args.graphs and getattr(args, "jobs", None) != 1 and resolve_device(args.device).type == "cuda":
-        print("note: packs train one at a time on cuda (CUDA-graphed packs side by side gave some of their members "
-              "non-finite losses); PACK=0 trains JOBS runs at once", file=sys.stderr)
+def _say_filler(sweep_points: list[tuple[str, list[Point]]], plan: _SeedPlan) -> None:
+    """One note where a pinned pack width (`pack_width`, CUDA) is wider than a sweep's fixed seeds a point: every
+    pack trains that wide whatever its seeds, the rest of it filler."""
     for name, points in sweep_points:
         width = max((p.train.pack_width for p in points), default=0)
         if width and name not in plan.auto and len(plan.most[name]) < width:
@@ -175,7 +169,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
-    _say_packing(sweep_points, plan, args)
+    _say_filler(sweep_points, plan)
     if args.dry_run:
         return _dry_run_all(specs, sweep_points, options, plan)
     t0, args.spent = time.perf_counter(), Counter()   # the work's start; the cost phase's and training's seconds

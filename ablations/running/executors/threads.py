@@ -30,6 +30,7 @@ import threading
 from collections.abc import Iterator
 
 import torch
+from tqdm import tqdm
 
 from ablations.running.executors.base import Loader, RunFn
 from ablations.running.tasks import RunResult, Task, lost_outcome
@@ -86,6 +87,7 @@ class ThreadPool:
         self._slots: list[_Slot] = []
         self._streams: list | None = None
         self.busy = False   # a `run` is under way (its stream of outcomes not yet read to the end or closed)
+        self._said_packs = False   # the note that packs train one at a time here is said once per pool
 
     def _capacity(self, running: int) -> int:
         """Runs allowed in flight now: at least one, more while the device keeps HEADROOM_BYTES free."""
@@ -174,6 +176,10 @@ class ThreadPool:
         """Each task's outcome as it finishes. Ended early (the caller closes the stream of outcomes: a signal, a
         full disk), it stops the runs in flight at their next epoch and ends every thread before it returns."""
         self._tasks = {t.run_id: t for t in tasks}
+        if self.size > 1 and not self._said_packs and any(t.members and self._needs_the_process(t) for t in tasks):
+            self._said_packs = True
+            tqdm.write("note: packs train one at a time here (CUDA-graphed packs side by side gave some of their "
+                       "members non-finite losses); PACK=0 trains JOBS runs at once")
         waiting = collections.deque(tasks)
         stop, occupancy, done = threading.Event(), Occupancy(), queue.Queue()
         live: dict[str, _Slot] = {}

@@ -84,6 +84,16 @@ ROOT = Path(__file__).resolve().parents[1]
 MAKE_SETTINGS = frozenset(re.findall(r"^\s*([A-Z_]+)\s*\?=", (ROOT / "Makefile").read_text(), flags=re.M))
 
 
+@pytest.fixture
+def capturable_on_cpu(monkeypatch):
+    """AdamW's `capturable` path on the CPU: torch allows it on CUDA only, and its arithmetic is the same tensor
+    ops on either device (step counts and learning rates read from tensors, for a CUDA graph)."""
+    import torch.optim.adam as adam
+    if not hasattr(adam, "_get_capturable_supported_devices"):
+        pytest.skip("this torch checks AdamW's capturable devices elsewhere")
+    monkeypatch.setattr(adam, "_get_capturable_supported_devices", lambda supports_xla=True: ["cuda", "cpu"])
+
+
 def user_make(*args: str, env: dict[str, str] | None = None, timeout: float = 300):
     """`make ARGS` in the checkout as a user would call it: not inheriting the flags or the variables of a
     `make test` that runs this suite (MAKEFLAGS passes its flags down; the variables given to it are

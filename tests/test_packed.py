@@ -668,16 +668,6 @@ def test_wide_graphed_packs_of_a_sweep_on_cuda_all_train_to_finite_losses(tmp_pa
     assert table["train_loss"].map(math.isfinite).all() and table["test_loss"].map(math.isfinite).all()
 
 
-@pytest.fixture
-def capturable_on_cpu(monkeypatch):
-    """AdamW's `capturable` path on the CPU: torch allows it on CUDA only, and its arithmetic is the same tensor
-    ops on either device (step counts and learning rates read from tensors, for a CUDA graph)."""
-    import torch.optim.adam as adam
-    if not hasattr(adam, "_get_capturable_supported_devices"):
-        pytest.skip("this torch checks AdamW's capturable devices elsewhere")
-    monkeypatch.setattr(adam, "_get_capturable_supported_devices", lambda supports_xla=True: ["cuda", "cpu"])
-
-
 def _graphed_and_eager(recipe: TrainConfig, capture: bool, seeds=(0, 1, 2)):
     """The same pack twice, one on the graphed step (static buffers, one learning-rate table, capturable AdamW;
     `capture`: under the fake CUDA), one on the eager step."""

@@ -59,7 +59,7 @@ from ablations.training.train import (
     on_device,
     run_identity,
 )
-from bench.training.precision import autocast
+from bench.training.precision import OneCast, autocast
 from bench.training.recipe import TrainConfig
 from bench.training.step import (
     EagerStep,
@@ -191,11 +191,13 @@ class PackedModel:
         """Member i's state dict, as its model alone would hold it (copies)."""
         return {name: t[i].detach().clone() for name, t in {**self.params, **self.buffers}.items()}
 
-    def forward(self, images: Tensor, shared: bool = False) -> Tensor:
-        """(k, B, classes) logits of (k, B, …) images, or of one (B, …) batch every member sees (`shared`)."""
+    def forward(self, images: Tensor, shared: bool = False, cast: dict[str, Tensor] | None = None) -> Tensor:
+        """(k, B, classes) logits of (k, B, …) images, or of one (B, …) batch every member sees (`shared`);
+        `cast`: stacked weights already cast, used in place of those of the same names."""
         def one(params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor) -> Tensor:
             return functional_call(self.template, (params, buffers), (x,))
-        return vmap(one, in_dims=(0, 0, None if shared else 0))(self.params, self.buffers, images)
+        params = self.params if cast is None else {**self.params, **cast}
+        return vmap(one, in_dims=(0, 0, None if shared else 0))(params, self.buffers, images)
 
 
 def pack_optimizer(packed: PackedModel, cfg: TrainConfig, capturable: bool = False) -> torch.optim.AdamW:
@@ -227,10 +229,17 @@ class PackedStep(EagerStep):
     def _state_tensors(self) -> list[Tensor]:
         return [*self.packed.params.values(), *self.packed.buffers.values()]
 
+    def _find_casts(self, x: Tensor) -> None:
+        if not self._casts_found:
+            self._casts_found = True
+            if self.ONE_CAST:
+                self.one_cast = OneCast.find(self.packed.template, self.packed.params, self.packed.buffers, x[:, :2],
+                                             self.device, self.dtype, stacked=self.packed.k)
+
     def _step(self, x: Tensor, y: Tensor, cache: bool = True) -> Tensor:
         smoothing = self.cfg.label_smoothing
         with autocast(self.device, self.dtype, cache_enabled=cache):
-            logits = self.packed.forward(x)
+            logits = self.packed.forward(x, cast=None if self.one_cast is None else self.one_cast(self.packed.params))
             losses = vmap(lambda z, t: F.cross_entropy(z, t, label_smoothing=smoothing))(logits, y)
         self.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()

@@ -5,6 +5,10 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from bench import choices
 
@@ -16,3 +20,109 @@ def autocast(device: torch.device, dtype: str, cache_enabled: bool = True):
     if dtype == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=DTYPES[dtype], cache_enabled=cache_enabled)
+
+
+class OneCast:
+    """The weights that autocast casts to the step's dtype at every use, cast in one kernel a step instead of one
+    per use: concatenated (each at an aligned offset), cast once, and handed to the module as views of the cast
+    (`torch.func.functional_call`); their gradients come back through the same one cast, so the backward casts
+    them to float32 in one kernel too. Elementwise the same casts as autocast's, so the same bits.
+
+    `find` decides which weights: those that one forward of an example (eval mode, no grad) casts to the dtype at
+    each use and uses in no other way (the linear layers' and convolutions' weights and biases; not positions added
+    to float32 activations, norms, or a part run with autocast off)."""
+
+    # a weight (2 or more dimensions) starts at a 256-byte boundary, as a fresh allocation does and as cuBLAS's
+    # choice of kernel may ask; a bias at 16 bytes (a vector load)
+    ALIGN_BYTES = {True: 256, False: 16}
+
+    def __init__(self, names: list[str], shapes: dict[str, torch.Size], dtype: torch.dtype,
+                 stacked: int = 0, device: torch.device | str = "cpu") -> None:
+        per_element = torch.empty((), dtype=dtype).element_size()
+        width = max(stacked, 1)
+        size = {n: shapes[n].numel() * width for n in names}
+        # the aligned ones first, so that padding goes only where a size does not fill its boundary
+        order = sorted(names, key=lambda n: (len(shapes[n]) <= 1,
+                                             size[n] % (self.ALIGN_BYTES[True] // per_element) != 0))
+        self.names, self.shapes, self.dtype, self.stacked = order, shapes, dtype, stacked
+        self.sizes: list[int] = []     # the split: each weight's size, and after it the padding to the next boundary
+        self.pads: list[int] = []
+        at = 0
+        for i, n in enumerate(order):
+            at += size[n]
+            nxt = order[i + 1] if i + 1 < len(order) else None
+            align = 1 if nxt is None else self.ALIGN_BYTES[len(shapes[nxt]) > 1] // per_element
+            pad = -at % align
+            at += pad
+            self.sizes.append(size[n])
+            self.pads.append(pad)
+        self.zeros = torch.zeros(max(self.pads, default=0), device=device)
+
+    def __call__(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The cast weights by name, views of one cast of all of them, from the float32 ones in `params`."""
+        pieces, split = [], []
+        for n, size, pad in zip(self.names, self.sizes, self.pads):
+            pieces.append(params[n].reshape(-1))
+            split.append(size)
+            if pad:
+                pieces.append(self.zeros[:pad])
+                split.append(pad)
+        parts = torch.cat(pieces).to(self.dtype).split_with_sizes(split)
+        out, i = {}, 0
+        for n, pad in zip(self.names, self.pads):
+            shape = self.shapes[n] if not self.stacked else (self.stacked, *self.shapes[n])
+            out[n] = parts[i].view(shape)
+            i += 2 if pad else 1
+        return out
+
+    @classmethod
+    def find(cls, module: nn.Module, params: dict[str, Tensor], buffers: dict[str, Tensor], example: Tensor,
+             device: torch.device, dtype: str, stacked: int = 0) -> OneCast | None:
+        """The one cast of `module`'s weights that autocast to `dtype` casts at every use in a forward of
+        `example` run with `params` and `buffers` (for a pack of `stacked` members: stacked, run under vmap as the
+        pack runs, `example` one batch a member); None where there are none (fp32) or fewer than two."""
+        if dtype == "fp32":
+            return None
+        low = DTYPES[dtype]
+        weights = {n: p.detach().clone() for n, p in params.items()} if stacked else dict(params)
+        state = {n: b.clone() for n, b in buffers.items()}
+
+        def forward(w: dict[str, Tensor], b: dict[str, Tensor], x: Tensor) -> Tensor:
+            return functional_call(module, (w, b), (x,))
+        uses = _Uses({id(t): n for n, t in weights.items()}, low)
+        modes = {m: m.training for m in module.modules()}
+        module.eval()
+        try:
+            with torch.no_grad(), autocast(device, dtype, cache_enabled=False), uses:
+                (vmap(forward) if stacked else forward)(weights, state, example)
+        finally:
+            for m, training in modes.items():
+                m.training = training
+        names = [n for n in weights if n in uses.cast and n not in uses.other]
+        if len(names) < 2:
+            return None
+        shapes = {n: weights[n].shape[1:] if stacked else weights[n].shape for n in names}
+        return cls(names, shapes, low, stacked, example.device)
+
+
+class _Uses(TorchDispatchMode):
+    """Which weights (by name, from their tensors' ids) an op casts to `low` and which it uses otherwise."""
+
+    def __init__(self, names: dict[int, str], low: torch.dtype) -> None:
+        super().__init__()
+        self.names, self.low = names, low
+        self.cast: set[str] = set()
+        self.other: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not func.is_view:
+            for i, t in enumerate(tree_leaves((args, kwargs))):
+                if not torch.is_tensor(t):
+                    continue
+                name = self.names.get(id(t)) or (self.names.get(id(t._base)) if t._base is not None else None)
+                if name is None:
+                    continue
+                casts = func is torch.ops.aten._to_copy.default and i == 0 and kwargs.get("dtype") == self.low
+                (self.cast if casts else self.other).add(name)
+        return func(*args, **kwargs)

@@ -18,10 +18,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.func import functional_call
 from tqdm import tqdm
 
 from bench.loading import without_gc
-from bench.training.precision import autocast
+from bench.training.precision import OneCast, autocast
 from bench.training.recipe import TrainConfig
 
 ALLOCATOR_BLOCK = 512  # the CUDA caching allocator rounds every allocation up to a multiple of this
@@ -129,12 +130,31 @@ class EagerStep:
     a device tensor: nothing here reads a value back to the host."""
 
     graphed = False
+    # the weights autocast casts at every use are cast in one kernel a step (`OneCast`, the same bits); False: by
+    # autocast at each use, the other arm of benchmarks/packed_runs.py's --casts
+    ONE_CAST = True
 
     def __init__(self, model: nn.Module, compiled: nn.Module, optimizer: torch.optim.Optimizer,
                  scaler: torch.amp.GradScaler, cfg: TrainConfig, device: torch.device, dtype: str) -> None:
         self.model, self.compiled, self.optimizer, self.scaler = model, compiled, optimizer, scaler
         self.cfg, self.device, self.dtype = cfg, device, dtype
         self.trainable = [p for p in model.parameters() if p.requires_grad]
+        self.one_cast: OneCast | None = None
+        self._casts_found = False
+
+    def _find_casts(self, x: Tensor) -> None:
+        """At the first call, before anything is captured: which weights to cast in one kernel (none under
+        torch.compile, which fuses its casts itself, or in fp32)."""
+        if not self._casts_found:
+            self._casts_found = True
+            if self.ONE_CAST and not self.cfg.compile:
+                self.one_cast = OneCast.find(self.model, dict(self.model.named_parameters()),
+                                             dict(self.model.named_buffers()), x[:2], self.device, self.dtype)
+
+    def _forward(self, x: Tensor) -> Tensor:
+        if self.one_cast is None:
+            return self.compiled(x)
+        return functional_call(self.model, self.one_cast(dict(self.model.named_parameters())), (x,))
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -146,7 +166,7 @@ class EagerStep:
 
     def _step(self, x: Tensor, y: Tensor, cache: bool = True) -> Tensor:
         with autocast(self.device, self.dtype, cache_enabled=cache):
-            loss = F.cross_entropy(self.compiled(x), y, label_smoothing=self.cfg.label_smoothing)
+            loss = F.cross_entropy(self._forward(x), y, label_smoothing=self.cfg.label_smoothing)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         if self.cfg.grad_clip:
@@ -158,6 +178,7 @@ class EagerStep:
 
     def __call__(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
         self.set_lr(lr)
+        self._find_casts(x)
         return self._step(x, y)
 
 
@@ -199,6 +220,7 @@ class StaticStep(EagerStep):
 
     def __call__(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
         self.set_lr(lr)
+        self._find_casts(x)
         self.first_call_bytes = None
         b = y.shape[-1]   # labels (B,), or (k, B) for k models trained at once
         new = b not in self.buffers

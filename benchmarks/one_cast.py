@@ -1,6 +1,6 @@
 """What casting the weights once a step buys: the training step with the weights that autocast casts at every use
-cast in one kernel (`bench.training.precision.OneCast`, the default) against autocast casting them at each use, alone
-and in packs, in steps per second, kernels (or torch ops) a step, and bits.
+cast in one kernel (`bench.training.precision.OneCast`, the default on CUDA) against autocast casting them at each
+use, alone and in packs, in steps per second, kernels (or torch ops) a step, and bits.
 
     python benchmarks/one_cast.py [--widths 0,3] [--steps 20] [--rounds 3] [--device auto] [--dtype bf16]
                                   [--preset vit_mnist] [--stem conv|patch] [--attn NAME] [--depth 4] [--graphs 1]

@@ -1,8 +1,8 @@
 """The weights autocast casts at every use, cast in one kernel a step (`bench.training.precision.OneCast`): the same
-bits as autocast's casts at each use, alone and packed, eager and on static buffers; no weight cast at its use; the
-weights it takes are exactly those autocast casts (linear layers and convolutions), each at an aligned offset; none
-in fp32 or under torch.compile. On the CPU in bf16 (slow matmuls: tiny models, few steps); the CUDA check is marked
-`gpu`."""
+bits as autocast's casts at each use, alone and packed, eager, on static buffers and captured; no weight cast at its
+use; the weights it takes are exactly those autocast casts (linear layers and convolutions), each at an aligned
+offset; none in fp32 or under torch.compile; by default on CUDA only. On the CPU in bf16 (slow matmuls: tiny
+models, few steps); the CUDA check is marked `gpu`."""
 
 import collections
 import importlib.util
@@ -245,3 +245,16 @@ def test_the_graphed_step_with_its_weights_cast_once_trains_to_the_same_bits_on_
     recipe = TrainConfig(batch_size=64, packed=True, dtype="bf16")
     differ, total = bench.bits(width, cfg, recipe, torch.device("cuda"), "bf16", True, 20)
     assert total > 0 and differ == 0
+
+
+@pytest.mark.parametrize("device, expected", [("cuda", True), ("cpu", False)])
+def test_by_default_the_weights_are_cast_once_on_cuda_and_at_each_use_elsewhere(device, expected):
+    """On CUDA a step's launches cost more than the copy the one cast adds; on a CPU they do not."""
+    assert EagerStep.ONE_CAST is None
+    torch.manual_seed(0)
+    model = VisionTransformer(TINY)
+    step = EagerStep(model, model, adamw(param_groups(model, 0.05), 1e-3), torch.amp.GradScaler("cpu", enabled=False),
+                     RECIPE, torch.device(device), "bf16")
+    step._one_cast = lambda x: "found"
+    step._find_casts(torch.randn(2, 1, 8, 8))
+    assert (step.one_cast == "found") is expected

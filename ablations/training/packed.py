@@ -229,12 +229,9 @@ class PackedStep(EagerStep):
     def _state_tensors(self) -> list[Tensor]:
         return [*self.packed.params.values(), *self.packed.buffers.values()]
 
-    def _find_casts(self, x: Tensor) -> None:
-        if not self._casts_found:
-            self._casts_found = True
-            if self.ONE_CAST:
-                self.one_cast = OneCast.find(self.packed.template, self.packed.params, self.packed.buffers, x[:, :2],
-                                             self.device, self.dtype, stacked=self.packed.k)
+    def _one_cast(self, x: Tensor) -> OneCast | None:
+        return OneCast.find(self.packed.template, self.packed.params, self.packed.buffers, x[:, :2], self.device,
+                            self.dtype, stacked=self.packed.k)
 
     def _step(self, x: Tensor, y: Tensor, cache: bool = True) -> Tensor:
         smoothing = self.cfg.label_smoothing

@@ -130,9 +130,10 @@ class EagerStep:
     a device tensor: nothing here reads a value back to the host."""
 
     graphed = False
-    # the weights autocast casts at every use are cast in one kernel a step (`OneCast`, the same bits); False: by
-    # autocast at each use, the other arm of benchmarks/packed_runs.py's --casts
-    ONE_CAST = True
+    # the weights autocast casts at every use cast in one kernel a step (`OneCast`, the same bits): None on CUDA, where
+    # a step's launches cost more than the copy it adds (on a CPU in bf16 a pack of 3 was ×0.95 with it); True or
+    # False everywhere (benchmarks/one_cast.py's two arms, the tests)
+    ONE_CAST: bool | None = None
 
     def __init__(self, model: nn.Module, compiled: nn.Module, optimizer: torch.optim.Optimizer,
                  scaler: torch.amp.GradScaler, cfg: TrainConfig, device: torch.device, dtype: str) -> None:
@@ -147,9 +148,13 @@ class EagerStep:
         torch.compile, which fuses its casts itself, or in fp32)."""
         if not self._casts_found:
             self._casts_found = True
-            if self.ONE_CAST and not self.cfg.compile:
-                self.one_cast = OneCast.find(self.model, dict(self.model.named_parameters()),
-                                             dict(self.model.named_buffers()), x[:2], self.device, self.dtype)
+            on = self.device.type == "cuda" if self.ONE_CAST is None else self.ONE_CAST
+            if on and not self.cfg.compile:
+                self.one_cast = self._one_cast(x)
+
+    def _one_cast(self, x: Tensor) -> OneCast | None:
+        return OneCast.find(self.model, dict(self.model.named_parameters()), dict(self.model.named_buffers()), x[:2],
+                            self.device, self.dtype)
 
     def _forward(self, x: Tensor) -> Tensor:
         if self.one_cast is None:

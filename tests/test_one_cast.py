@@ -258,3 +258,15 @@ def test_by_default_the_weights_are_cast_once_on_cuda_and_at_each_use_elsewhere(
     step._one_cast = lambda x: "found"
     step._find_casts(torch.randn(2, 1, 8, 8))
     assert (step.one_cast == "found") is expected
+
+
+def test_a_model_whose_weights_cannot_be_found_trains_with_autocasts_casts_saying_so_in_one_line(monkeypatch, capsys):
+    def refuse(cls, *args, **kwargs):
+        raise RuntimeError("vmap: no batching rule for aten::something\nmore detail")
+    monkeypatch.setattr(OneCast, "find", classmethod(refuse))
+    step, each = _alone(TINY, EagerStep, True), _alone(TINY, EagerStep, False)
+    assert [torch.equal(a, b) for a, b in zip(_train(step)[0], _train(each)[0])] == [True] * 3
+    out = capsys.readouterr().out
+    assert step.one_cast is None and out.count("\n") == 1
+    assert out.startswith("casts: finding the weights to cast once failed (RuntimeError: vmap: no batching rule for "
+                          "aten::something); autocast casts them at each use")

@@ -102,7 +102,10 @@ class OneCast:
         if len(names) < 2:
             return None
         shapes = {n: weights[n].shape[1:] if stacked else weights[n].shape for n in names}
-        return cls(names, shapes, low, stacked, example.device)
+        one_cast = cls(names, shapes, low, stacked, example.device)
+        with torch.no_grad():
+            one_cast(weights)   # the cast itself, once: a failure shows here, not in a step
+        return one_cast
 
 
 class _Uses(TorchDispatchMode):

@@ -150,7 +150,11 @@ class EagerStep:
             self._casts_found = True
             on = self.device.type == "cuda" if self.ONE_CAST is None else self.ONE_CAST
             if on and not self.cfg.compile:
-                self.one_cast = self._one_cast(x)
+                try:
+                    self.one_cast = self._one_cast(x)
+                except Exception as err:   # what this torch makes of the model: autocast's own casts still work
+                    tqdm.write(f"casts: finding the weights to cast once failed ({error_line(err)}); autocast casts "
+                               "them at each use")
 
     def _one_cast(self, x: Tensor) -> OneCast | None:
         return OneCast.find(self.model, dict(self.model.named_parameters()), dict(self.model.named_buffers()), x[:2],

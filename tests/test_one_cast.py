@@ -94,11 +94,12 @@ def _train(step: EagerStep, k: int = 0, steps: int = 3) -> tuple[list[torch.Tens
     return losses, casts
 
 
-@pytest.mark.parametrize("stem, attn, kind", [("conv", "sdpa", EagerStep), ("patch", "loop", EagerStep),
-                                              ("patch", "einops", StaticStep), ("conv", "bmm", StaticStep)])
-def test_a_step_with_its_weights_cast_once_trains_to_the_bits_of_autocasts_casts_at_each_use(stem, attn, kind):
+@pytest.mark.parametrize("stem, attn, kind, dtype", [
+    ("conv", "sdpa", EagerStep, "bf16"), ("patch", "loop", EagerStep, "bf16"), ("patch", "einops", StaticStep, "bf16"),
+    ("conv", "bmm", StaticStep, "bf16"), ("patch", "sdpa", EagerStep, "fp16")])
+def test_a_step_with_its_weights_cast_once_trains_to_the_bits_of_autocasts_casts_at_each_use(stem, attn, kind, dtype):
     cfg = _cfg(stem, attn)
-    each, once = _alone(cfg, kind, False), _alone(cfg, kind, True)
+    each, once = _alone(cfg, kind, False, dtype), _alone(cfg, kind, True, dtype)
     (losses_each, casts_each), (losses_once, casts_once) = _train(each), _train(once)
     assert [torch.equal(a, b) for a, b in zip(losses_each, losses_once)] == [True] * 3
     differ = [i for i, (a, b) in enumerate(zip(_state(each), _state(once))) if not torch.equal(a, b)]

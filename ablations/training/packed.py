@@ -230,7 +230,7 @@ class PackedStep(EagerStep):
         return [*self.packed.params.values(), *self.packed.buffers.values()]
 
     def _one_cast(self, x: Tensor) -> OneCast | None:
-        return OneCast.find(self.packed.template, self.packed.params, self.packed.buffers, x[:, :2], self.device,
+        return OneCast.find(self.packed.template, self.packed.params, self.packed.buffers, x, self.device,
                             self.dtype, stacked=self.packed.k)
 
     def _step(self, x: Tensor, y: Tensor, cache: bool = True) -> Tensor:

@@ -80,7 +80,8 @@ class OneCast:
              device: torch.device, dtype: str, stacked: int = 0) -> OneCast | None:
         """The one cast of `module`'s weights that autocast to `dtype` casts at every use in a forward of
         `example` run with `params` and `buffers` (for a pack of `stacked` members: stacked, run under vmap as the
-        pack runs, `example` one batch a member); None where there are none (fp32) or fewer than two."""
+        pack runs, `example` one batch a member); None where there are none (fp32) or fewer than two. `example` is
+        best the step's own batch: a kernel that plans each new shape (cuDNN's attention) plans none for it."""
         if dtype == "fp32":
             return None
         low = DTYPES[dtype]

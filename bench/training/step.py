@@ -157,7 +157,7 @@ class EagerStep:
                                "them at each use")
 
     def _one_cast(self, x: Tensor) -> OneCast | None:
-        return OneCast.find(self.model, dict(self.model.named_parameters()), dict(self.model.named_buffers()), x[:2],
+        return OneCast.find(self.model, dict(self.model.named_parameters()), dict(self.model.named_buffers()), x,
                             self.device, self.dtype)
 
     def _forward(self, x: Tensor) -> Tensor:

@@ -1,6 +1,7 @@
 """The training step: what the sweeps train with, what the cost phase times and what `bench` times in
 training mode. AdamW over parameter groups (no weight decay on biases, norms, CLS token and
-positions; optional layer-wise lr decay), label smoothing, gradient clipping, autocast.
+positions; optional layer-wise lr decay), label smoothing, gradient clipping, autocast (on CUDA with the weights it
+casts at every use cast in one kernel a step, `OneCast`).
 
 `EagerStep` runs the step as written. `StaticStep` runs it on static buffers with the learning rate in
 device tensors, and on CUDA captures it once per batch size into a CUDA graph and replays it.

@@ -178,7 +178,7 @@ def _top_table(twins: dict[int, tuple], n: int) -> None:
         print(f"top {n} {'kernels' if x.device.type == 'cuda' else 'ops'} of one step "
               f"{'alone' if k == 0 else f'of a pack of {k}'} ({total:,.0f} µs among them):")
         for name, count, us in top:
-            print(f"  top {us:>9,.0f} µs {count:>5} × {us / count:>8,.1f} µs  {name[:90]}")
+            print(f"  top {us:>9,.0f} µs {count:>5} × {us / count:>8,.1f} µs  {name[:140]}")
 
 
 #: the packs `member_bits` trains seed 1 in, each against the first: (what differs from it, the pack's seeds)

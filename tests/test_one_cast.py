@@ -168,22 +168,22 @@ def test_the_weights_cast_once_are_those_of_the_linear_layers_and_convolutions(s
 
 
 class _Toy(nn.Module):
-    """Sizes that fill no boundary, and a weight also used outside a linear layer."""
+    """Sizes that fill no boundary, a weight also used outside a linear layer, and a layer used twice."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.a, self.b, self.c = nn.Linear(3, 5), nn.Linear(5, 7), nn.Linear(7, 10)
+        self.a, self.b, self.c, self.d = nn.Linear(3, 5), nn.Linear(5, 7), nn.Linear(7, 10), nn.Linear(10, 10)
         self.scale = nn.Parameter(torch.ones(10))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c(self.b(torch.relu(self.a(x)))) * self.scale + self.b.weight.sum()
+        return self.d(self.d(self.c(self.b(torch.relu(self.a(x)))))) * self.scale + self.b.weight.sum()
 
 
-def test_each_weight_cast_once_starts_at_an_aligned_offset_and_one_used_otherwise_is_left_to_autocast():
+def test_each_weight_cast_once_starts_at_an_aligned_offset_and_one_used_otherwise_or_twice_is_left_to_autocast():
     toy = _Toy()
     params = dict(toy.named_parameters())
     found = OneCast.find(toy, params, {}, torch.randn(2, 3), CPU, "bf16")
-    assert set(found.names) == {"a.weight", "a.bias", "b.bias", "c.weight", "c.bias"}   # not b.weight, not scale
+    assert set(found.names) == {"a.weight", "a.bias", "b.bias", "c.weight", "c.bias"}   # not b.weight, scale, d
     cast = found(params)
     base = cast["a.weight"]._base
     for name, t in cast.items():

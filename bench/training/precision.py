@@ -30,7 +30,8 @@ class OneCast:
 
     `find` decides which weights: those that one forward of an example (eval mode, no grad) casts to the dtype at
     each use and uses in no other way (the linear layers' and convolutions' weights and biases; not positions added
-    to float32 activations, norms, or a part run with autocast off)."""
+    to float32 activations, norms, a part run with autocast off, or a weight used whole more than once, whose
+    gradients autocast adds up in float32)."""
 
     # a weight (2 or more dimensions) starts at a 256-byte boundary, as a fresh allocation does and as cuBLAS's
     # choice of kernel may ask; a bias at 16 bytes (a vector load)
@@ -128,5 +129,7 @@ class _Uses(TorchDispatchMode):
                 if name is None:
                     continue
                 casts = func is torch.ops.aten._to_copy.default and i == 0 and kwargs.get("dtype") == self.low
+                if casts and t._base is None and name in self.cast:   # used twice whole (shared): its gradients
+                    self.other.add(name)   # would add up in the low dtype before the one cast back, not in float32
                 (self.cast if casts else self.other).add(name)
         return func(*args, **kwargs)

@@ -168,22 +168,27 @@ def test_the_weights_cast_once_are_those_of_the_linear_layers_and_convolutions(s
 
 
 class _Toy(nn.Module):
-    """Sizes that fill no boundary, a weight also used outside a linear layer, and a layer used twice."""
+    """Sizes that fill no boundary, a weight also used outside a linear layer, a layer used twice, and a weight
+    used whole and in part."""
 
     def __init__(self) -> None:
         super().__init__()
         self.a, self.b, self.c, self.d = nn.Linear(3, 5), nn.Linear(5, 7), nn.Linear(7, 10), nn.Linear(10, 10)
+        self.e = nn.Linear(10, 10)
         self.scale = nn.Parameter(torch.ones(10))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.d(self.d(self.c(self.b(torch.relu(self.a(x)))))) * self.scale + self.b.weight.sum()
+        y = self.d(self.d(self.c(self.b(torch.relu(self.a(x))))))
+        z = self.e(y) * self.scale + self.b.weight.sum()
+        return torch.cat([z, torch.nn.functional.linear(y, self.e.weight[:5])], -1)
 
 
 def test_each_weight_cast_once_starts_at_an_aligned_offset_and_one_used_otherwise_or_twice_is_left_to_autocast():
     toy = _Toy()
     params = dict(toy.named_parameters())
     found = OneCast.find(toy, params, {}, torch.randn(2, 3), CPU, "bf16")
-    assert set(found.names) == {"a.weight", "a.bias", "b.bias", "c.weight", "c.bias"}   # not b.weight, scale, d
+    assert set(found.names) == {"a.weight", "a.bias", "b.bias", "c.weight", "c.bias", "e.bias"}   # not b.weight,
+    # scale, d (used twice) or e.weight (whole and in part)
     cast = found(params)
     base = cast["a.weight"]._base
     for name, t in cast.items():

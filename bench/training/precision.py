@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 
 import torch
@@ -30,8 +31,8 @@ class OneCast:
 
     `find` decides which weights: those that one forward of an example (eval mode, no grad) casts to the dtype at
     each use and uses in no other way (the linear layers' and convolutions' weights and biases; not positions added
-    to float32 activations, norms, a part run with autocast off, or a weight used whole more than once, whose
-    gradients autocast adds up in float32)."""
+    to float32 activations, norms, a part run with autocast off, or a weight used more than once where the uses
+    overlap, whose gradients autocast adds up in float32)."""
 
     # a weight (2 or more dimensions) starts at a 256-byte boundary, as a fresh allocation does and as cuBLAS's
     # choice of kernel may ask; a bias at 16 bytes (a vector load)
@@ -111,13 +112,17 @@ class OneCast:
 
 
 class _Uses(TorchDispatchMode):
-    """Which weights (by name, from their tensors' ids) an op casts to `low` and which it uses otherwise."""
+    """Which weights (by name, from their tensors' ids) an op casts to `low` and which it uses otherwise, or casts
+    more than once where the casts overlap: whole twice, or whole and in slices (slices of one, as a loop over
+    attention heads takes them, are taken to be apart)."""
 
     def __init__(self, names: dict[int, str], low: torch.dtype) -> None:
         super().__init__()
         self.names, self.low = names, low
         self.cast: set[str] = set()
         self.other: set[str] = set()
+        self.wholes: collections.Counter = collections.Counter()   # casts of a weight itself, and of slices of it
+        self.slices: collections.Counter = collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -129,7 +134,11 @@ class _Uses(TorchDispatchMode):
                 if name is None:
                     continue
                 casts = func is torch.ops.aten._to_copy.default and i == 0 and kwargs.get("dtype") == self.low
-                if casts and t._base is None and name in self.cast:   # used twice whole (shared): its gradients
-                    self.other.add(name)   # would add up in the low dtype before the one cast back, not in float32
+                if casts:
+                    self.wholes[name] += t._base is None
+                    self.slices[name] += t._base is not None
+                    if self.wholes[name] > 1 or (self.wholes[name] and self.slices[name]):
+                        self.other.add(name)   # used more than once in part: its gradients would add up in the
+                    #                            low dtype before the one cast back, not in float32 as autocast's do
                 (self.cast if casts else self.other).add(name)
         return func(*args, **kwargs)

@@ -13,7 +13,8 @@ member-steps per second (median and range over the rounds), the one cast against
 where the interquartile ranges are apart), and the kernels one step launches on CUDA (torch.profiler, on an eager twin:
 a graph replays the same kernels in one launch), elsewhere the torch ops it dispatches. `--bits N`: both train N more
 steps on the same batches from the same weights, and it says how many state tensors (weights, buffers, AdamW state)
-differ between them (0: the one cast gives the same bits).
+differ between them (0: the one cast gives the same bits; on CUDA with `--stem patch`: the conv stem's bits do not
+repeat there even between two identical trainings).
 
 The default dtype is bf16 on every device (fp32 casts nothing, and is what a CPU trains in; bf16 matmuls on a CPU are
 slow, so keep STEPS small there). One sitting, the machine otherwise idle: say its load.

@@ -132,8 +132,8 @@ class EagerStep:
 
     graphed = False
     # the weights autocast casts at every use cast in one kernel a step (`OneCast`, the same bits): None on CUDA, where
-    # launches are what a small model's step costs (on a CPU in bf16 it was no faster: a pack of 3 ×0.95 in one
-    # sitting, the same within noise in another); True or False everywhere (benchmarks/one_cast.py's arms, the tests)
+    # launches are what a small model's step costs (on a CPU in bf16 it was no faster: docs/gpu.md); True or False
+    # everywhere (benchmarks/one_cast.py's two arms, the tests)
     ONE_CAST: bool | None = None
 
     def __init__(self, model: nn.Module, compiled: nn.Module, optimizer: torch.optim.Optimizer,

@@ -189,7 +189,7 @@ def test_each_weight_cast_once_starts_at_an_aligned_offset_and_one_used_otherwis
     found = OneCast.find(toy, params, {}, torch.randn(2, 3), CPU, "bf16")
     assert set(found.names) == {"a.weight", "a.bias", "b.bias", "c.weight", "c.bias", "e.bias"}   # not b.weight,
     # scale, d (used twice) or e.weight (whole and in part)
-    cast = found(params)
+    cast = found()
     base = cast["a.weight"]._base
     for name, t in cast.items():
         assert t._base is base and t.dtype == torch.bfloat16 and torch.equal(t, params[name].to(torch.bfloat16))
@@ -202,7 +202,7 @@ def test_each_weight_cast_once_starts_at_an_aligned_offset_and_one_used_otherwis
     for once in (False, True):
         toy.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
-            out = torch.func.functional_call(toy, found(params), (x,)) if once else toy(x)
+            out = torch.func.functional_call(toy, found(), (x,)) if once else toy(x)
         out.float().square().sum().backward()
         grads.append({n: p.grad.clone() for n, p in toy.named_parameters()})
     assert [n for n in grads[0] if not torch.equal(grads[0][n], grads[1][n])] == []

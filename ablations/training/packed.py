@@ -236,7 +236,7 @@ class PackedStep(EagerStep):
     def _step(self, x: Tensor, y: Tensor, cache: bool = True) -> Tensor:
         smoothing = self.cfg.label_smoothing
         with autocast(self.device, self.dtype, cache_enabled=cache):
-            logits = self.packed.forward(x, cast=None if self.one_cast is None else self.one_cast(self.packed.params))
+            logits = self.packed.forward(x, cast=None if self.one_cast is None else self.one_cast())
             losses = vmap(lambda z, t: F.cross_entropy(z, t, label_smoothing=smoothing))(logits, y)
         self.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()

@@ -38,15 +38,16 @@ class OneCast:
     # choice of kernel may ask; a bias at 16 bytes (a vector load)
     ALIGN_BYTES = {True: 256, False: 16}
 
-    def __init__(self, names: list[str], shapes: dict[str, torch.Size], dtype: torch.dtype,
-                 stacked: int = 0, device: torch.device | str = "cpu") -> None:
+    def __init__(self, sources: dict[str, Tensor], dtype: torch.dtype, stacked: int = 0) -> None:
+        """`sources`: the float32 weights to cast, by name (stacked, with a leading member dimension, for a pack of
+        `stacked`); each call casts them as they are then."""
         per_element = torch.empty((), dtype=dtype).element_size()
-        width = max(stacked, 1)
-        size = {n: shapes[n].numel() * width for n in names}
+        shapes = {n: t.shape[1:] if stacked else t.shape for n, t in sources.items()}   # a member's
+        size = {n: t.numel() for n, t in sources.items()}
         # the aligned ones first, so that padding goes only where a size does not fill its boundary
-        order = sorted(names, key=lambda n: (len(shapes[n]) <= 1,
-                                             size[n] % (self.ALIGN_BYTES[True] // per_element) != 0))
-        self.names, self.shapes, self.dtype, self.stacked = order, shapes, dtype, stacked
+        order = sorted(sources, key=lambda n: (len(shapes[n]) <= 1,
+                                               size[n] % (self.ALIGN_BYTES[True] // per_element) != 0))
+        self.sources, self.dtype = {n: sources[n] for n in order}, dtype
         self.sizes: list[int] = []     # the split: each weight's size, and after it the padding to the next boundary
         self.pads: list[int] = []
         at = 0
@@ -58,22 +59,25 @@ class OneCast:
             at += pad
             self.sizes.append(size[n])
             self.pads.append(pad)
-        self.zeros = torch.zeros(max(self.pads, default=0), device=device)
+        self.zeros = torch.zeros(max(self.pads, default=0), device=next(iter(sources.values())).device)
 
-    def __call__(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
-        """The cast weights by name, views of one cast of all of them, from the float32 ones in `params`."""
+    @property
+    def names(self) -> list[str]:
+        return list(self.sources)
+
+    def __call__(self) -> dict[str, Tensor]:
+        """The cast weights by name, views of one cast of all of them."""
         pieces, split = [], []
-        for n, size, pad in zip(self.names, self.sizes, self.pads):
-            pieces.append(params[n].reshape(-1))
+        for t, size, pad in zip(self.sources.values(), self.sizes, self.pads):
+            pieces.append(t.reshape(-1))
             split.append(size)
             if pad:
                 pieces.append(self.zeros[:pad])
                 split.append(pad)
         parts = torch.cat(pieces).to(self.dtype).split_with_sizes(split)
         out, i = {}, 0
-        for n, pad in zip(self.names, self.pads):
-            shape = self.shapes[n] if not self.stacked else (self.stacked, *self.shapes[n])
-            out[n] = parts[i].view(shape)
+        for (n, t), pad in zip(self.sources.items(), self.pads):
+            out[n] = parts[i].view(t.shape)
             i += 2 if pad else 1
         return out
 
@@ -104,10 +108,9 @@ class OneCast:
         names = [n for n in weights if n in uses.cast and n not in uses.other]
         if len(names) < 2:
             return None
-        shapes = {n: weights[n].shape[1:] if stacked else weights[n].shape for n in names}
-        one_cast = cls(names, shapes, low, stacked, example.device)
+        one_cast = cls({n: params[n] for n in names}, low, stacked)
         with torch.no_grad():
-            one_cast(weights)   # the cast itself, once: a failure shows here, not in a step
+            one_cast()   # the cast itself, once: a failure shows here, not in a step
         return one_cast
 
 

@@ -164,7 +164,7 @@ class EagerStep:
     def _forward(self, x: Tensor) -> Tensor:
         if self.one_cast is None:
             return self.compiled(x)
-        return functional_call(self.model, self.one_cast(dict(self.model.named_parameters())), (x,))
+        return functional_call(self.model, self.one_cast(), (x,))
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

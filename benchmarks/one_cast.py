@@ -32,18 +32,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ablations import PackedModel, pack_optimizer, pack_refusal, pack_trial, packed_step  # noqa: E402
-from bench import (  # noqa: E402
-    Spread,
-    TrainConfig,
-    interleaved,
-    make_step,
-    ratio_or_noise,
-    resolve_device,
-    train_mode,
-    training_parts,
-)
-from vit import PRESETS, VisionTransformer  # noqa: E402
+from ablations import pack_refusal, pack_trial  # noqa: E402
+from bench import Spread, TrainConfig, interleaved, ratio_or_noise, resolve_device  # noqa: E402
+from vit import PRESETS  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("packed_runs", Path(__file__).with_name("packed_runs.py"))
 packed_runs = importlib.util.module_from_spec(_spec)
@@ -53,27 +44,10 @@ BATCH = 64
 CASTS = ("each", "once")
 
 
-def item(width: int, casts: str, cfg, recipe: TrainConfig, device: torch.device, dtype: str, graphs: bool):
-    """(one step, its batch) of `width` (0: a model alone) with the weights cast `casts` ("each": by autocast at
-    every use; "once": `OneCast`), the models seeded 0, 1, …"""
-    models = []
-    for seed in range(max(width, 1)):
-        torch.manual_seed(seed)
-        models.append(VisionTransformer(cfg).to(device))
-    shape = (cfg.in_chans, cfg.img_size, cfg.img_size)
-    gen = torch.Generator().manual_seed(7)
-    x = torch.randn(max(width, 1), BATCH, *shape, generator=gen).to(device)
-    y = torch.randint(0, cfg.num_classes, (max(width, 1), BATCH), generator=gen).to(device)
-    if width == 0:
-        compiled, optimizer, scaler = training_parts(models[0], recipe, device)
-        train_mode(models[0], recipe)
-        step = make_step(models[0], compiled, optimizer, scaler, recipe, device, dtype, graphs=graphs)
-        x, y = x[0], y[0]
-    else:
-        packed = PackedModel(models)
-        train_mode(packed.template, recipe)
-        capturable = graphs and device.type == "cuda"
-        step = packed_step(packed, pack_optimizer(packed, recipe, capturable=capturable), recipe, device, dtype)
+def item(width: int, casts: str, cfg, recipe: TrainConfig, device: torch.device, graphs: bool):
+    """`packed_runs.item` (0: a model alone; k: a pack of k) with the weights cast `casts` ("each": by autocast at
+    every use; "once": `OneCast`)."""
+    step, x, y = packed_runs.item(width, cfg, recipe, device, graphs)
     step.ONE_CAST = casts == "once"
     return step, x, y
 
@@ -84,13 +58,12 @@ def state(step) -> list[torch.Tensor]:
                                       if torch.is_tensor(v) and v.dim())]
 
 
-def bits(width: int, cfg, recipe: TrainConfig, device: torch.device, dtype: str, graphs: bool,
-         steps: int) -> tuple[int, int]:
+def bits(width: int, cfg, recipe: TrainConfig, device: torch.device, graphs: bool, steps: int) -> tuple[int, int]:
     """(state tensors that differ, all of them) between the one cast and the casts at each use after `steps` steps
     on the same batches from the same weights."""
     trained = []
     for casts in CASTS:
-        step, x, y = item(width, casts, cfg, recipe, device, dtype, graphs)
+        step, x, y = item(width, casts, cfg, recipe, device, graphs)
         gen = torch.Generator().manual_seed(11)
         for _ in range(steps):
             noise = torch.randn(x.shape, generator=gen).to(device)
@@ -134,14 +107,13 @@ def timed(steps: dict, n: int, rounds: int, device: torch.device) -> dict[tuple[
     return rates
 
 
-def _table(rates: dict[tuple[int, str], list[float]], cfg, recipe: TrainConfig, device: torch.device,
-           dtype: str, graphs: bool) -> None:
+def _table(rates: dict[tuple[int, str], list[float]], cfg, recipe: TrainConfig, device: torch.device) -> None:
     """Each item's member-steps/s, the one cast against the casts at each use, and its kernels (ops) a step."""
     cuda = device.type == "cuda"
     print(f"{'width':>6} {'weights cast':>13} {'member-steps/s':>15} {'range':>19}  {'once against each':<34} "
           f"{'kernels' if cuda else 'torch ops'} a step (per member)")
     for (w, c), values in rates.items():
-        twin, x, y = item(w, c, cfg, recipe, device, dtype, graphs=False)   # a graph replays these in one launch
+        twin, x, y = item(w, c, cfg, recipe, device, graphs=False)   # a graph replays these in one launch
         twin(x, y, 1e-3)
         n = packed_runs.kernels_per_step(twin, x, y) if cuda else packed_runs.ops_per_step(twin, x, y)
         spread = Spread.of(values)
@@ -170,15 +142,15 @@ def main(argv: list[str] | None = None) -> int:
         if refused:
             parser.error(f"this model cannot train packed here: {refused}")
     graphs = bool(args.graphs)
-    steps = {(w, c): item(w, c, cfg, recipe, device, args.dtype, graphs) for w in widths for c in CASTS}
+    steps = {(w, c): item(w, c, cfg, recipe, device, graphs) for w in widths for c in CASTS}
     rates = timed(steps, args.steps, args.rounds, device)
     print(f"{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), {args.preset} "
           f"{cfg.stem} stem, {cfg.attn} attention, patch {args.patch} depth {args.depth}, {args.dtype}, batch {BATCH} "
           f"a member, {args.steps} steps × {args.rounds} interleaved rounds, {'graphed where CUDA' if graphs else 'eager'}")
-    _table(rates, cfg, recipe, device, args.dtype, graphs)
+    _table(rates, cfg, recipe, device)
     if args.bits:
         for w in widths:
-            differ, total = bits(w, cfg, recipe, device, args.dtype, graphs, args.bits)
+            differ, total = bits(w, cfg, recipe, device, graphs, args.bits)
             print(f"bits after {args.bits} steps, {'alone' if w == 0 else f'a pack of {w}'}: {differ} of {total} "
                   f"state tensors differ between the weights cast once and at each use")
     return 0

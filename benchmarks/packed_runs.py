@@ -70,28 +70,30 @@ def _pack_step(packed: PackedModel, recipe: TrainConfig, device: torch.device, g
                        recipe.resolved_dtype(device))
 
 
-def items(widths: list[int], cfg, recipe: TrainConfig, device: torch.device, graphs: bool) -> dict[int, tuple]:
-    """Width → (one step, its batch): 0 the lone run's step, k a pack of k."""
-    out = {}
+def item(k: int, cfg, recipe: TrainConfig, device: torch.device, graphs: bool) -> tuple:
+    """(one step, its batch): k = 0 the lone run's step (seed 0), k > 0 a pack of k (seeds 0 … k − 1), in the
+    recipe's precision."""
     shape = (cfg.in_chans, cfg.img_size, cfg.img_size)
-    for k in [0, *widths]:
-        models = []
-        for seed in range(max(k, 1)):
-            torch.manual_seed(seed)
-            models.append(VisionTransformer(cfg).to(device))
-        y = torch.randint(0, cfg.num_classes, (max(k, 1), BATCH), device=device)
-        x = torch.randn(max(k, 1), BATCH, *shape, device=device)
-        if k == 0:
-            compiled, optimizer, scaler = training_parts(models[0], recipe, device)
-            train_mode(models[0], recipe)
-            step = make_step(models[0], compiled, optimizer, scaler, recipe, device, recipe.resolved_dtype(device),
-                             graphs=graphs)
-            out[k] = (step, x[0], y[0])
-        else:
-            packed = PackedModel(models)
-            train_mode(packed.template, recipe)
-            out[k] = (_pack_step(packed, recipe, device, graphs), x, y)
-    return out
+    models = []
+    for seed in range(max(k, 1)):
+        torch.manual_seed(seed)
+        models.append(VisionTransformer(cfg).to(device))
+    y = torch.randint(0, cfg.num_classes, (max(k, 1), BATCH), device=device)
+    x = torch.randn(max(k, 1), BATCH, *shape, device=device)
+    if k == 0:
+        compiled, optimizer, scaler = training_parts(models[0], recipe, device)
+        train_mode(models[0], recipe)
+        step = make_step(models[0], compiled, optimizer, scaler, recipe, device, recipe.resolved_dtype(device),
+                         graphs=graphs)
+        return step, x[0], y[0]
+    packed = PackedModel(models)
+    train_mode(packed.template, recipe)
+    return _pack_step(packed, recipe, device, graphs), x, y
+
+
+def items(widths: list[int], cfg, recipe: TrainConfig, device: torch.device, graphs: bool) -> dict[int, tuple]:
+    """Width → (one step, its batch): 0 the lone run's step, k a pack of k (`item`)."""
+    return {k: item(k, cfg, recipe, device, graphs) for k in [0, *widths]}
 
 
 def kernels_per_step(step, x, y) -> int | None:

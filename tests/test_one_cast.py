@@ -248,7 +248,7 @@ def test_the_graphed_step_with_its_weights_cast_once_trains_to_the_same_bits_on_
     bench = _benchmark()
     cfg = TINY.replace(img_size=28, patch_size=4, stem="patch", depth=2, embed_dim=64, num_heads=4)
     recipe = TrainConfig(batch_size=64, packed=True, dtype="bf16")
-    differ, total = bench.bits(width, cfg, recipe, torch.device("cuda"), "bf16", True, 20)
+    differ, total = bench.bits(width, cfg, recipe, torch.device("cuda"), True, 20)
     assert total > 0 and differ == 0
 
 

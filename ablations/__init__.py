@@ -26,7 +26,7 @@ _WHERE = {
     "PackedModel": "training.packed", "PackedStep": "training.packed", "train_pack": "training.packed",
     "GraphedPackedStep": "training.packed", "pack_optimizer": "training.packed", "pack_refusal": "training.packed",
     "pack_graphed": "training.packed", "pack_trial": "training.packed", "packed_step": "training.packed",
-    "vmap_safe": "training.packed", "pinned_width": "training.packed",
+    "pinned_width": "training.packed",
     "train": "training.train",
 }
 

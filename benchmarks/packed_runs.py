@@ -17,7 +17,7 @@ in one launch).
 companions, in another slot and in a pack of 2, on the device, and says how many of its state tensors differ from
 the first in each (0: a member's bits do not depend on that there; the same pack twice: whether the device repeats
 itself at all). `--ops`: it also counts the torch operations one step of each item dispatches (views and 0-dim ops
-left out; the packs' templates as on CUDA), a count any device gives. `--top N`: the N kernels of one step that took
+left out), a count any device gives. `--top N`: the N kernels of one step that took
 the most GPU time, alone and in the widest pack (on a CPU the N torch ops with the most CPU time).
 
 One sitting, the machine otherwise idle: say its load. Where the model cannot train packed on the device
@@ -42,7 +42,6 @@ from ablations import (  # noqa: E402
     pack_refusal,
     pack_trial,
     packed_step,
-    vmap_safe,
 )
 from bench import (  # noqa: E402
     Spread,
@@ -141,14 +140,12 @@ def ops_per_step(step, x, y) -> int:
 
 
 def _ops_table(twins: dict[int, tuple]) -> None:
-    """Each item's torch operations a step and a member, the packs' templates as on CUDA (`vmap_safe`)."""
+    """Each item's torch operations a step and a member."""
     counts = {}
     for k, (step, x, y) in twins.items():
-        if k:   # as on CUDA (where it already is so)
-            vmap_safe(step.packed.template, torch.device("cuda"))
         step(x, y, 1e-3)   # the optimizer's state exists from here, as in training
         counts[k] = ops_per_step(step, x, y)
-    print("torch ops a step (per member), views and 0-dim ops left out, packs' templates as on CUDA: " + ", ".join(
+    print("torch ops a step (per member), views and 0-dim ops left out: " + ", ".join(
         f"{'alone' if k == 0 else k} {n} ({n / max(k, 1):.0f})" for k, n in counts.items()))
 
 

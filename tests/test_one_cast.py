@@ -147,11 +147,12 @@ def test_a_pack_with_its_weights_cast_once_trains_to_the_bits_of_autocasts_casts
     (losses_each, casts_each), (losses_once, casts_once) = _train(each, 3), _train(once, 3)
     assert [torch.equal(a, b) for a, b in zip(losses_each, losses_once)] == [True] * 3
     assert [i for i, (a, b) in enumerate(zip(_state(each), _state(once))) if not torch.equal(a, b)] == []
-    # under vmap autocast casts the linear layers' weights (their biases are added in float32): those, once
+    # the stacked layers are cast as a model's alone: the linear layers' and convolutions' weights and biases, once
     stacked = {id(p) for p in once.packed.params.values()}
     assert not stacked & set(casts_once.of)
-    linear = {f"{name}.weight" for name, m in once.packed.template.named_modules() if isinstance(m, nn.Linear)}
-    assert linear <= set(once.one_cast.names)
+    expected = {f"{name}.{p}" for name, m in once.packed.template.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))
+                for p, _ in m.named_parameters(recurse=False)}
+    assert set(once.one_cast.names) == expected
     at_use = sum(casts_each.of[id(p)] for p in each.packed.params.values())
     assert at_use == len(once.one_cast.names) and casts_each.total - casts_once.total == 2 * at_use - 2
 

@@ -365,7 +365,8 @@ def test_on_cuda_packing_pins_the_width_into_the_run_id_and_on_a_cpu_it_does_not
 
     def rid(**train):
         return run_id(task_key(Point("p", "depth", 1, TINY, TrainConfig(**train)), "digits", 0))
-    assert "pack_width" not in TrainConfig(packed=True).identity()   # a CPU packed run keeps the id it had
+    # a CPU packed run: no width in its id, and its packing named (a run packed under vmap had `packed: True`)
+    assert TrainConfig(packed=True).identity() == {**TrainConfig().identity(), "packed": "stacked"}
     assert len({rid(), rid(packed=True), rid(packed=True, pack_width=2), rid(packed=True, pack_width=3)}) == 4
 
 
@@ -476,25 +477,6 @@ def test_a_pack_of_runs_at_different_epochs_keeps_each_ones_progress_with_the_sa
     assert all(a.weights == b.weights and a.preds == b.preds for a, b in zip(cut.members, whole.members))
 
 
-def test_a_pack_on_cuda_computes_sdpa_attention_by_the_explicit_path_and_its_models_keep_their_own():
-    """Under vmap the fused attention kernels fail in backward on CUDA, so a pack's template computes `sdpa` by the
-    explicit path there (the `bmm` backend, the same function); the members' own models, other backends and every
-    pack on the CPU keep theirs."""
-    from ablations.training.packed import vmap_safe
-
-    def backends(model):
-        return {m.backend for m in model.modules() if hasattr(m, "backend")}
-    model = _model(0, TINY.replace(attn="sdpa"))
-    assert backends(vmap_safe(copy.deepcopy(model), torch.device("cuda"))) == {"bmm"}
-    assert backends(model) == {"sdpa"}
-    assert backends(vmap_safe(copy.deepcopy(model), CPU)) == {"sdpa"}
-    looped = _model(0, TINY.replace(attn="loop"))
-    assert backends(vmap_safe(looped, torch.device("cuda"))) == {"loop"}
-    x = torch.randn(3, TINY.in_chans, TINY.img_size, TINY.img_size)
-    explicit = vmap_safe(copy.deepcopy(model), torch.device("cuda"))
-    assert rel_err(explicit(x), model(x)) < 1e-5   # the same function
-
-
 @pytest.mark.parametrize("stem", ["patch", "conv"])
 def test_a_packed_step_trial_passes_where_packs_train_and_leaves_the_generators_as_they_were(stem):
     cfg = TINY.replace(stem=stem)
@@ -506,9 +488,9 @@ def test_a_packed_step_trial_passes_where_packs_train_and_leaves_the_generators_
 
 def test_a_model_whose_packed_step_fails_on_the_device_is_refused_in_one_line_before_any_run(tmp_path, capsys,
                                                                                           monkeypatch):
-    """What vmap, autocast and a device's kernels make of a model is tried before any run, once per model and
-    recipe: a packed step that fails (here as autocast meeting a float32 bias under vmap would make it) is refused
-    in one line naming the error and the way out, and nothing is written."""
+    """What autocast and a device's kernels make of a stacked model is tried before any run, once per model and
+    recipe: a packed step that fails (here as autocast meeting a float32 bias would make it) is refused in one line
+    naming the error and the way out, and nothing is written."""
     tried = []
 
     def fails(self, x, y, cache=True):
@@ -560,42 +542,10 @@ def test_each_distinct_model_is_tried_packed_once_before_a_packed_sweep(tmp_path
     assert code == 0 and tried == [1, 2], err
 
 
-def test_a_pack_on_cuda_runs_its_conv_stem_in_float32_with_autocast_off_and_the_same_function():
-    """The pack's template runs the conv stem on float32 input with autocast off (on CUDA, under vmap, autocast
-    casts some of its convolutions and not others). The mechanism, under the CPU's autocast and vmap: the stem's
-    output is float32 and equals the stem run in float32 without autocast (to float32 rounding: vmap runs the members'
-    convolutions as one grouped one), where unwrapped autocast makes it bf16; the members' own models are untouched."""
-    from torch.func import functional_call, stack_module_state, vmap
-
-    from ablations.training.packed import in_float32, vmap_safe
-    model = _model(0, TINY.replace(stem="conv"))
-    template = vmap_safe(copy.deepcopy(model), torch.device("cuda"))
-    assert template.patch_embed.forward.__name__ == "float32_forward"
-    wrapped = template.patch_embed.forward
-    assert vmap_safe(template, torch.device("cuda")).patch_embed.forward is wrapped   # once, however often asked
-    assert model.patch_embed.forward.__name__ == "forward"
-    assert vmap_safe(copy.deepcopy(model), CPU).patch_embed.forward.__name__ == "forward"
-    patch = vmap_safe(_model(0), torch.device("cuda"))
-    assert patch.patch_embed.forward.__name__ == "forward"   # the patch stem packs under autocast as it is
-    stems = [_model(s, TINY.replace(stem="conv")).patch_embed for s in (0, 1)]
-    params, buffers = stack_module_state(stems)
-    fp32 = in_float32(copy.deepcopy(stems[0]))
-    x = torch.randn(2, 4, TINY.in_chans, TINY.img_size, TINY.img_size)
-
-    def run(p, b, xi):
-        return functional_call(fp32, (p, b), (xi,))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = vmap(run)(params, buffers, x)
-        plain = stems[0](x[0])
-    assert out.dtype == torch.float32 and plain.dtype == torch.bfloat16   # autocast reaches the stem unwrapped
-    assert rel_err(out[1], stems[1](x[1])) < 1e-5   # the same function in float32
-    assert rel_err(out[0], out[1]) > 0.1
-
-
 @pytest.mark.gpu
 def test_a_pack_of_conv_stem_models_trains_on_cuda_in_bf16_with_finite_losses(digits):
-    """A pack of two conv-stem models trains on CUDA in bf16 (its template runs the stem in float32), each member's
-    loss finite and its own."""
+    """A pack of two conv-stem models trains on CUDA in bf16 (grouped convolutions and BatchNorm over the members'
+    channels in one call under autocast), each member's loss finite and its own."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     members = [Member(_model(s, TINY.replace(stem="conv")), s, None) for s in (0, 1)]
@@ -608,8 +558,8 @@ def test_a_pack_of_conv_stem_models_trains_on_cuda_in_bf16_with_finite_losses(di
 
 @pytest.mark.gpu
 def test_a_pack_of_sdpa_models_trains_on_cuda_with_finite_losses(digits):
-    """A pack of two `sdpa` models trains on CUDA in bf16 (vmap's backward refuses the fused attention kernels;
-    the pack's template computes attention by the explicit path), each member's loss finite and its own."""
+    """A pack of two `sdpa` models trains on CUDA in bf16 (the members' rows through the fused attention kernels in
+    one call), each member's loss finite and its own."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     cuda = torch.device("cuda")

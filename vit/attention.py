@@ -10,7 +10,8 @@ so one state dict serves all four. They differ only in how the work is written d
 - `sdpa`:   `F.scaled_dot_product_attention` (flash / memory-efficient kernels where available)
 
 A backend is `fn(x, qkv_weight, qkv_bias, num_heads, dropout_p, need_weights) -> (out, probs)` with
-x, out: (B, T, D) and probs: (B, H, T, T) or None. It is looked up by name in `ATTENTION_BACKENDS`.
+x, out: (B, T, D) and probs: (B, H, T, T) or None; it projects with `linear`, so it serves a packed model's stacked
+weights too (`vit.stacked`). It is looked up by name in `ATTENTION_BACKENDS`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,24 @@ def register_backend(name: str) -> Callable[[AttentionFn], AttentionFn]:
     return add
 
 
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`F.linear`; with weights stacked along a first dimension, (k, out, in) and (k, out), x's rows member-major
+    (k·B, …, in) and each member's rows by its own weights, in one batched matmul with the bias added in it (a
+    packed model's, `vit.stacked`)."""
+    if weight.dim() == 2:
+        return F.linear(x, weight, bias)
+    rows = x.reshape(weight.shape[0], -1, x.shape[-1])
+    out = torch.bmm(rows, weight.mT) if bias is None else torch.baddbmm(bias.unsqueeze(1), rows, weight.mT)
+    return out.view(*x.shape[:-1], weight.shape[1])
+
+
+def one_call(x: Tensor) -> bool:
+    """Whether a packed model's members go through a fused kernel (attention, BatchNorm) in one call: on CUDA. The
+    CPU's give a row other bits beside other rows (another batch, other channels), so there each member's rows go
+    in a call of their own, and a member's bits do not depend on its companions."""
+    return x.is_cuda
+
+
 def _dropout(probs: Tensor, p: float) -> Tensor:
     return F.dropout(probs, p) if p > 0 else probs
 
@@ -45,8 +64,8 @@ def loop_attention(x, qkv_weight, qkv_bias, num_heads, dropout_p, need_weights):
     outs, all_probs = [], []
     for h in range(num_heads):
         # rows of W_qkv that belong to head h for q, k and v
-        q, k, v = (F.linear(x, qkv_weight[j * D + h * d: j * D + (h + 1) * d],
-                            None if qkv_bias is None else qkv_bias[j * D + h * d: j * D + (h + 1) * d])
+        q, k, v = (linear(x, qkv_weight[..., j * D + h * d: j * D + (h + 1) * d, :],
+                          None if qkv_bias is None else qkv_bias[..., j * D + h * d: j * D + (h + 1) * d])
                    for j in range(3))                                  # each (B, T, d)
         probs = torch.softmax((q * d**-0.5) @ k.transpose(-2, -1), dim=-1)  # (B, T, T)
         outs.append(_dropout(probs, dropout_p) @ v)                    # (B, T, d)
@@ -59,7 +78,7 @@ def loop_attention(x, qkv_weight, qkv_bias, num_heads, dropout_p, need_weights):
 def bmm_attention(x, qkv_weight, qkv_bias, num_heads, dropout_p, need_weights):
     B, T, D = x.shape
     d = D // num_heads
-    qkv = F.linear(x, qkv_weight, qkv_bias).reshape(B, T, 3, num_heads, d)
+    qkv = linear(x, qkv_weight, qkv_bias).reshape(B, T, 3, num_heads, d)
     q, k, v = qkv.permute(2, 0, 3, 1, 4).reshape(3, B * num_heads, T, d).unbind(0)  # each (B·H, T, d)
     probs = torch.softmax(torch.bmm(q * d**-0.5, k.transpose(1, 2)), dim=-1)        # (B·H, T, T)
     out = torch.bmm(_dropout(probs, dropout_p), v)                                   # (B·H, T, d)
@@ -70,7 +89,7 @@ def bmm_attention(x, qkv_weight, qkv_bias, num_heads, dropout_p, need_weights):
 @register_backend("einops")
 def einops_attention(x, qkv_weight, qkv_bias, num_heads, dropout_p, need_weights):
     d = x.shape[-1] // num_heads
-    q, k, v = rearrange(F.linear(x, qkv_weight, qkv_bias), "b t (three h d) -> three b h t d",
+    q, k, v = rearrange(linear(x, qkv_weight, qkv_bias), "b t (three h d) -> three b h t d",
                         three=3, h=num_heads)
     scores = einsum(q * d**-0.5, k, "b h i d, b h j d -> b h i j")
     probs = scores.softmax(dim=-1)
@@ -84,9 +103,14 @@ def sdpa_attention(x, qkv_weight, qkv_bias, num_heads, dropout_p, need_weights):
         # the fused kernels never materialise the probabilities; take the explicit path only when asked
         return bmm_attention(x, qkv_weight, qkv_bias, num_heads, dropout_p, need_weights)
     B, T, D = x.shape
-    qkv = F.linear(x, qkv_weight, qkv_bias).reshape(B, T, 3, num_heads, D // num_heads)
+    qkv = linear(x, qkv_weight, qkv_bias).reshape(B, T, 3, num_heads, D // num_heads)
     q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)                     # each (B, H, T, d)
-    out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # (B, H, T, d)
+    members = qkv_weight.shape[0] if qkv_weight.dim() == 3 else 1
+    if members > 1 and not one_call(x):
+        out = torch.cat([F.scaled_dot_product_attention(*qkv, dropout_p=dropout_p)
+                         for qkv in zip(q.chunk(members), k.chunk(members), v.chunk(members))])
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # (B, H, T, d)
     return out.transpose(1, 2).reshape(B, T, D), None
 
 

@@ -2,33 +2,27 @@
 does the work of k runs.
 
 The members' weights, buffers and AdamW state are stacked along a leading dimension (`torch.func.
-stack_module_state`) and the model runs under `torch.func.vmap` (`functional_call` of one template module):
-autograd gives each member the gradient of its own loss, since no member's loss reads another's weights. Each
-member keeps everything a run has alone: its initial weights (built under its seed by the caller), its batch
-order and augmentation draws (its own generators, drawn as `train` draws them), its own gradient clipping (its
-own global norm), its learning-rate schedule, evaluation, history, predictions, weights and checkpoint (its own
-file, in a run's format). A member whose loss stops being finite is marked diverged at that epoch's end; the
-others go on (its slot keeps computing, which touches no other slot).
+stack_module_state`) and one template module, the model's stacked twin (`vit.stacked`: batched matmuls with the
+bias added in them, grouped convolutions, each member's LayerNorm scale and shift), runs them all on the members'
+images side by side (`functional_call`): autograd gives each member the gradient of its own loss, since no member's
+rows meet another's weights. Each member keeps everything a run has alone: its initial weights (built under its
+seed by the caller), its batch order and augmentation draws (its own generators, drawn as `train` draws them), its
+own gradient clipping (its own global norm), its learning-rate schedule, evaluation, history, predictions, weights
+and checkpoint (its own file, in a run's format). A member whose loss stops being finite is marked diverged at that
+epoch's end; the others go on (its slot keeps computing, which touches no other slot).
 
-Bits: a member's numbers do not depend on its slot or its companions, nor on the CPU on the pack's width
-(tested, conv and patch stems, every state tensor), but they are not those of the same seed trained alone (a
-stacked matmul is not the same kernel as a plain one), so a packed run has its own run id (`TrainConfig.packed`).
-On CUDA they do depend on the width (its matmuls take other kernels at another batch count): there a recipe pins
-the width (`TrainConfig.pack_width`, in the run id), and a narrower pack trains filled out to it with copies of its
-first member whose results are dropped. vmap over one member takes other kernels than over two, so a pack of
-one trains beside such a copy on any device. Dropout (its draws would come from one shared generator),
-torch.compile and fp16's loss scaling (one scaler would skip every member's step for one member's overflow) are
-refused before any run.
-
-On CUDA a pack's template computes `attn="sdpa"` attention by the explicit path (`vmap_safe`: the `bmm` backend,
-the same function, as `sdpa` itself computes when its attention maps are asked for), since the fused kernels'
-backward refuses the log-sum-exp tensor vmap hands them ("LSE is not correctly aligned (strideH)", torch 2.11 on
-an H200); the change is the template's own, so runs beside it keep their kernels. For the same reason the template
-runs a conv stem on CUDA in float32 with autocast off (`in_float32`): under vmap autocast reaches some of its
-convolutions and not others, and a bf16 input meets a float32 bias or BatchNorm statistics. What vmap, autocast and
-a device's kernels make of a model cannot be known before: each model to be packed takes one packed step on the
-device before any run (`pack_trial`; at the pinned width and batch where one is pinned, so a pack too wide for the
-device's memory is found then too), and one that fails is refused in one line.
+Bits: a member's numbers do not depend on its slot or its companions, nor on the CPU on the pack's width (tested,
+conv and patch stems, every state tensor), but they are not those of the same seed trained alone (a batched matmul
+is not the same kernel as a plain one), so a packed run has its own run id (`TrainConfig.packed`). On CUDA, where
+the members' rows go through fused kernels in one call, they may depend on the width (a kernel's plan follows the
+batch): there a recipe pins the width (`TrainConfig.pack_width`, in the run id), and a narrower pack trains filled
+out to it with copies of its first member whose results are dropped. A stacked model of one member runs other
+kernels than of two (a grouped convolution of one group is a plain one), so a pack of one trains beside such a copy
+on any device. Dropout (its draws would come from one shared generator), torch.compile and fp16's loss scaling (one
+scaler would skip every member's step for one member's overflow) are refused before any run. What autocast and a
+device's kernels make of a stacked model cannot be known before: each model to be packed takes one packed step on
+the device before any run (`pack_trial`; at the pinned width and batch where one is pinned, so a pack too wide for
+the device's memory is found then too), and one that fails is refused in one line.
 """
 
 from __future__ import annotations
@@ -36,7 +30,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call, stack_module_state, vmap
+from torch.func import functional_call, stack_module_state
 from tqdm import tqdm
 
 from ablations.training.checkpoints import Checkpointing, load_checkpoint, save_checkpoint, saved_param_groups
@@ -69,7 +62,7 @@ from bench.training.step import (
     param_groups,
     train_mode,
 )
-from vit.stems import ConvStem
+from vit.stacked import stacked
 
 
 def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device) -> str:
@@ -88,7 +81,8 @@ def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device) -> str:
 
 def pinned_width(pack: int, device: torch.device) -> int:
     """The width packs of at most `pack` seeds are pinned to on `device` (`TrainConfig.pack_width`): on CUDA, where
-    a member's bits depend on it, `pack` and at least 2 (vmap over one member runs other kernels); elsewhere none."""
+    a member's bits may depend on it, `pack` and at least 2 (a stacked model of one runs other kernels); elsewhere
+    none."""
     return max(pack, 2) if pack and device.type == "cuda" else 0
 
 
@@ -99,7 +93,7 @@ def narrower_pack(width: int) -> int:
 
 def pack_trial(model_cfg: Any, cfg: TrainConfig, device: torch.device) -> str:
     """One packed training step of models of `model_cfg` under the recipe's precision on `device`: "" where it
-    runs, else one line naming the error (what vmap, autocast and the device's kernels make of this model cannot be
+    runs, else one line naming the error (what autocast and the device's kernels make of this model stacked cannot be
     known before). Two models on two random images each; where the recipe pins a width (`pack_width`, CUDA), that
     many on a batch of the recipe's size each, so a pack that cannot fit in memory is said before any run. The
     process's random generators are left as they were, and the device's cached memory given back."""
@@ -144,44 +138,13 @@ class _MemberState:
     preds: Tensor | None = None
 
 
-def vmap_safe(template: nn.Module, device: torch.device) -> nn.Module:
-    """On CUDA, `template` with its `sdpa` attention computed by the explicit path (`bmm`, the same function): under
-    vmap the fused kernels' backward refuses the log-sum-exp tensor it is handed; and its conv stem run in float32
-    (`in_float32`). Elsewhere, as it is."""
-    if device.type == "cuda":
-        for module in template.modules():
-            if getattr(module, "backend", None) == "sdpa":
-                module.backend = "bmm"
-        if isinstance(getattr(template, "patch_embed", None), ConvStem):
-            in_float32(template.patch_embed)
-    return template
-
-
-def in_float32(module: nn.Module) -> nn.Module:
-    """`module` (in place) run on float32 input with autocast off, whatever autocast is on around it: under vmap
-    autocast casts some of the conv stem's convolutions and not others, and a bf16 input meets a float32 bias or
-    BatchNorm statistics. Its output is float32; the layers after it cast it as autocast says. Once is enough: a
-    module already so is returned as it is."""
-    forward = module.forward
-    if getattr(forward, "__name__", "") == "float32_forward":
-        return module
-
-    def float32_forward(x: Tensor) -> Tensor:
-        with torch.autocast(x.device.type, enabled=False):
-            return forward(x.float())
-    module.forward = float32_forward
-    return module
-
-
 class PackedModel:
-    """k models of one architecture as stacked tensors and one template module that runs them under vmap."""
+    """k models of one architecture as stacked tensors and one template module that runs them all in one forward
+    (`vit.stacked`)."""
 
     def __init__(self, models: list[nn.Module]) -> None:
-        # the CPU's sdpa kernel has no batching rule, so vmap loops over the members and says so at each new call
-        # site; a process-wide filter (`catch_warnings` around the call is not thread-safe: runs on threads lose it)
-        warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented")
         self.k = len(models)
-        self.template = vmap_safe(copy.deepcopy(models[0]), next(models[0].parameters()).device)
+        self.template = stacked(models[0])
         self.params, self.buffers = stack_module_state(models)
         trains = {name: p.requires_grad for name, p in models[0].named_parameters()}
         for name, p in self.params.items():   # stack_module_state makes every stacked tensor a trainable leaf
@@ -194,10 +157,13 @@ class PackedModel:
     def forward(self, images: Tensor, shared: bool = False, cast: dict[str, Tensor] | None = None) -> Tensor:
         """(k, B, classes) logits of (k, B, …) images, or of one (B, …) batch every member sees (`shared`);
         `cast`: stacked weights already cast, used in place of those of the same names."""
-        def one(params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor) -> Tensor:
-            return functional_call(self.template, (params, buffers), (x,))
         params = self.params if cast is None else {**self.params, **cast}
-        return vmap(one, in_dims=(0, 0, None if shared else 0))(params, self.buffers, images)
+        return functional_call(self.template, (params, self.buffers), (self.rows(images, shared),)).unflatten(
+            0, (self.k, -1))
+
+    def rows(self, images: Tensor, shared: bool = False) -> Tensor:
+        """The template's input: (k, B, …) images, or one (B, …) batch for every member (`shared`), as (k·B, …)."""
+        return (images.expand(self.k, *images.shape) if shared else images).flatten(0, 1)
 
 
 def pack_optimizer(packed: PackedModel, cfg: TrainConfig, capturable: bool = False) -> torch.optim.AdamW:
@@ -230,14 +196,15 @@ class PackedStep(EagerStep):
         return [*self.packed.params.values(), *self.packed.buffers.values()]
 
     def _one_cast(self, x: Tensor) -> OneCast | None:
-        return OneCast.find(self.packed.template, self.packed.params, self.packed.buffers, x, self.device,
-                            self.dtype, stacked=self.packed.k)
+        return OneCast.find(self.packed.template, self.packed.params, self.packed.buffers, self.packed.rows(x),
+                            self.device, self.dtype, stacked=self.packed.k)
 
     def _step(self, x: Tensor, y: Tensor, cache: bool = True) -> Tensor:
         smoothing = self.cfg.label_smoothing
         with autocast(self.device, self.dtype, cache_enabled=cache):
             logits = self.packed.forward(x, cast=None if self.one_cast is None else self.one_cast())
-            losses = vmap(lambda z, t: F.cross_entropy(z, t, label_smoothing=smoothing))(logits, y)
+            losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none",
+                                     label_smoothing=smoothing).view(y.shape).mean(1)
         self.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()
         if self.cfg.grad_clip:
@@ -287,7 +254,8 @@ def evaluate_pack(packed: PackedModel, data: Dataset, device: torch.device, dtyp
         x, y = data.normalize(images[i:i + batch_size]), labels[i:i + batch_size]
         with autocast(device, dtype):
             logits = packed.forward(x, shared=True)
-        total += vmap(lambda z: F.cross_entropy(z.float(), y, reduction="sum"))(logits)
+        total += F.cross_entropy(logits.float().flatten(0, 1), y.repeat(packed.k), reduction="none").view(
+            packed.k, -1).sum(1)
         preds.append(logits.argmax(-1))
     pred, losses, n, truth = torch.cat(preds, dim=1).cpu(), total.cpu(), len(labels), labels.cpu()
     return [(losses[j].item() / n, (pred[j] == truth).sum().item() / n, pred[j]) for j in range(packed.k)]
@@ -439,7 +407,7 @@ def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: t
     dtype = cfg.resolved_dtype(device)
     data, held_out = recipe_data(data, cfg)
     real = len(members)
-    width = cfg.pack_width or max(real, 2)   # vmap over one member runs other kernels than over two
+    width = cfg.pack_width or max(real, 2)   # a stacked model of one runs other kernels than of two
     if real > width:
         raise ValueError(f"a pack of {real} runs is wider than its recipe's pack_width={width}")
     # filled out with copies of the first member, dropped (they resume from its checkpoint too, and never write one)

@@ -7,7 +7,7 @@ import contextlib
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, vmap
+from torch.func import functional_call
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -85,13 +85,13 @@ class OneCast:
     def find(cls, module: nn.Module, params: dict[str, Tensor], buffers: dict[str, Tensor], example: Tensor,
              device: torch.device, dtype: str, stacked: int = 0) -> OneCast | None:
         """The one cast of `module`'s weights that autocast to `dtype` casts at every use in a forward of
-        `example` run with `params` and `buffers` (for a pack of `stacked` members: stacked, run under vmap as the
-        pack runs, `example` one batch a member); None where there are none (fp32) or fewer than two. `example` is
+        `example` run with `params` and `buffers` (for a pack of `stacked` members: stacked, with a template that
+        takes them, `example` the members' rows); None where there are none (fp32) or fewer than two. `example` is
         best the step's own batch: a kernel that plans each new shape (cuDNN's attention) plans none for it."""
         if dtype == "fp32":
             return None
         low = DTYPES[dtype]
-        weights = {n: p.detach().clone() for n, p in params.items()} if stacked else dict(params)
+        weights = dict(params)
         state = {n: b.clone() for n, b in buffers.items()}
 
         def forward(w: dict[str, Tensor], b: dict[str, Tensor], x: Tensor) -> Tensor:
@@ -101,7 +101,7 @@ class OneCast:
         module.eval()
         try:
             with torch.no_grad(), autocast(device, dtype, cache_enabled=False), uses:
-                (vmap(forward) if stacked else forward)(weights, state, example)
+                forward(weights, state, example)
         finally:
             for m, training in modes.items():
                 m.training = training
@@ -137,9 +137,10 @@ class _Uses(TorchDispatchMode):
                 if name is None:
                     continue
                 casts = func is torch.ops.aten._to_copy.default and i == 0 and kwargs.get("dtype") == self.low
-                if casts:
-                    self.wholes[name] += t._base is None
-                    self.slices[name] += t._base is not None
+                if casts:   # a view of all of a weight (transposed, unsqueezed) is the weight
+                    whole = t._base is None or t.numel() == t._base.numel()
+                    self.wholes[name] += whole
+                    self.slices[name] += not whole
                     if self.wholes[name] > 1 or (self.wholes[name] and self.slices[name]):
                         self.other.add(name)   # used more than once in part: its gradients would add up in the
                     #                            low dtype before the one cast back, not in float32 as autocast's do

@@ -23,6 +23,8 @@ def _doc(unit: str, meaning: str, kind: str = "number") -> dict[str, str]:
 ID_FIELDS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "label_smoothing", "grad_clip", "dtype",
              "compile", "eval_batch_size", "layer_decay", "freeze")
 HOLDOUT_SPLITS = ("stratified", "random")
+# how a packed run's members are computed (the model's stacked twin, `vit.stacked`), in a packed run's identity
+PACKING = "stacked"
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,8 @@ class TrainConfig:
     def identity(self) -> dict[str, Any]:
         """What of the recipe defines a run: the `ID_FIELDS`, any other field only where set away from its
         default, and `holdout_split` only where a split is drawn and it is not the random draw that runs
-        used before the field existed (so a run keeps the id it had before those fields existed)."""
+        used before the field existed (so a run keeps the id it had before those fields existed); for a packed run,
+        how it was packed (`PACKING`)."""
         defaults = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(self)}
         found = {k: v for k, v in asdict(self).items() if k in (*ID_FIELDS, "holdout_split") or v != defaults[k]}
         # the precision a run trains in, fp32 named as runs of the default recipe on a CPU always named it; `auto`
@@ -152,4 +155,6 @@ class TrainConfig:
         found["dtype"] = "auto" if self.dtype == "fp32" else self.dtype
         if not self.holdout or self.holdout_split == "random":
             del found["holdout_split"]
+        if self.packed:   # how: so runs packed another way (whose members are other bits) never share an id
+            found["packed"] = PACKING
         return found

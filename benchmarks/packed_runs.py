@@ -17,8 +17,9 @@ in one launch).
 companions, in another slot and in a pack of 2, on the device, and says how many of its state tensors differ from
 the first in each (0: a member's bits do not depend on that there; the same pack twice: whether the device repeats
 itself at all). `--ops`: it also counts the torch operations one step of each item dispatches (views and 0-dim ops
-left out), a count any device gives. `--top N`: the N kernels of one step that took
-the most GPU time, alone and in the widest pack (on a CPU the N torch ops with the most CPU time).
+left out; the packs' fused kernels called once for all members, as on CUDA), a count any device gives. `--top N`:
+the N kernels of one step that took the most GPU time, alone and in the widest pack (on a CPU the N torch ops with
+the most CPU time).
 
 One sitting, the machine otherwise idle: say its load. Where the model cannot train packed on the device
 (`pack_refusal`, or its one-step `pack_trial` fails) the patch stem is timed, and the first line says so.
@@ -35,6 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import vit.attention  # noqa: E402
 from ablations import (  # noqa: E402
     PackedModel,
     pack_graphed,
@@ -140,12 +142,17 @@ def ops_per_step(step, x, y) -> int:
 
 
 def _ops_table(twins: dict[int, tuple]) -> None:
-    """Each item's torch operations a step and a member."""
+    """Each item's torch operations a step and a member, the packs' fused kernels called once for all members, as on
+    CUDA (`vit.attention.ONE_CALL`)."""
     counts = {}
-    for k, (step, x, y) in twins.items():
-        step(x, y, 1e-3)   # the optimizer's state exists from here, as in training
-        counts[k] = ops_per_step(step, x, y)
-    print("torch ops a step (per member), views and 0-dim ops left out: " + ", ".join(
+    one_call, vit.attention.ONE_CALL = vit.attention.ONE_CALL, True
+    try:
+        for k, (step, x, y) in twins.items():
+            step(x, y, 1e-3)   # the optimizer's state exists from here, as in training
+            counts[k] = ops_per_step(step, x, y)
+    finally:
+        vit.attention.ONE_CALL = one_call
+    print("torch ops a step (per member), views and 0-dim ops left out, packs' fused kernels called as on CUDA: " + ", ".join(
         f"{'alone' if k == 0 else k} {n} ({n / max(k, 1):.0f})" for k, n in counts.items()))
 
 

@@ -90,6 +90,26 @@ def test_a_member_does_the_math_of_the_run_alone_to_rounding_but_not_bit_for_bit
     assert any(not torch.equal(state[k], v) for k, v in alone.state_dict().items())   # other kernels: other bits
 
 
+def test_a_packs_optimizer_on_a_cpu_updates_an_element_the_same_wherever_it_falls():
+    """On a CPU a pack takes `foreach` AdamW, which updates an element by the same arithmetic wherever it falls in
+    its tensor, so a member's slice updates the same in any slot (the CPU's fused kernel rounds a vector body and a
+    scalar tail apart)."""
+    values = torch.randn(37, generator=torch.Generator().manual_seed(3))
+    grads = torch.randn(37, generator=torch.Generator().manual_seed(4))
+    optimizer = pack_optimizer(PackedModel([_model(0), _model(1)]), TrainConfig(packed=True))
+    assert optimizer.defaults["foreach"] and not optimizer.defaults["fused"]
+
+    def stepped(offset: int) -> torch.Tensor:   # the same 37 values at another place in a longer tensor
+        p = torch.nn.Parameter(torch.cat([torch.ones(offset), values]))
+        p.grad = torch.cat([torch.ones(offset), grads])
+        adamw = torch.optim.AdamW([p], lr=0.1, weight_decay=0.05, **{k: optimizer.defaults[k] for k in ("foreach",
+                                                                                                       "fused")})
+        for _ in range(3):
+            adamw.step()
+        return p.detach()[offset:]
+    assert all(torch.equal(stepped(0), stepped(offset)) for offset in (1, 5, 13, 64))
+
+
 def test_each_member_is_clipped_by_its_own_norm():
     models = [_model(0), _model(1)]
     packed = PackedModel(models)
@@ -745,6 +765,7 @@ def test_a_graphed_pack_trains_like_the_eager_pack_on_cuda(dtype):
         packed = PackedModel([_model(s).to(cuda) for s in (0, 1, 2)])
         steps.append(packed_step(packed, pack_optimizer(packed, recipe, capturable=graphs), recipe, cuda, dtype))
     assert steps[0].graphed and not steps[1].graphed
+    assert all(step.optimizer.defaults["fused"] for step in steps)   # one launch a group on CUDA
     g = torch.Generator().manual_seed(1)
     tol = {"rtol": 2e-2, "atol": 1e-3} if dtype == "bf16" else {"rtol": 1e-4, "atol": 1e-5}
     for i, b in enumerate((64, 64, 17, 64, 17)):

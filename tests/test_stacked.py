@@ -94,8 +94,7 @@ def test_with_one_fused_call_for_all_members_as_on_cuda_the_function_is_the_same
     per_member = _stacked_and_alone(cfg, training=True)
     assert calls[("sdpa", 4)] == 3 + 3 and calls[("sdpa", 12)] == 0   # a call a member; and each alone
     calls.clear()
-    monkeypatch.setattr(vit.attention, "one_call", lambda x: True)
-    monkeypatch.setattr(vit.stacked, "one_call", lambda x: True)
+    monkeypatch.setattr(vit.attention, "ONE_CALL", True)
     (logits, grads, buffers), alone = _stacked_and_alone(cfg, training=True)
     assert calls[("sdpa", 12)] == 1 and calls[("sdpa", 4)] == 3   # the pack's one call; the members' own alone
     if stem == "conv":

@@ -46,11 +46,16 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return out.view(*x.shape[:-1], weight.shape[1])
 
 
+#: whether a packed model's members go through a fused kernel (attention, BatchNorm) in one call: None, on CUDA only.
+#: The CPU's give a row other bits beside other rows (another batch, other channels), so there each member's rows go
+#: in a call of their own, and a member's bits do not depend on its companions; True computes the same function in
+#: one call everywhere (as CUDA launches it).
+ONE_CALL: bool | None = None
+
+
 def one_call(x: Tensor) -> bool:
-    """Whether a packed model's members go through a fused kernel (attention, BatchNorm) in one call: on CUDA. The
-    CPU's give a row other bits beside other rows (another batch, other channels), so there each member's rows go
-    in a call of their own, and a member's bits do not depend on its companions."""
-    return x.is_cuda
+    """Whether a packed model's members go through a fused kernel in one call on `x`'s device (`ONE_CALL`)."""
+    return x.is_cuda if ONE_CALL is None else ONE_CALL
 
 
 def _dropout(probs: Tensor, p: float) -> Tensor:

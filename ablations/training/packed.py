@@ -168,16 +168,18 @@ class PackedModel:
 
 def pack_optimizer(packed: PackedModel, cfg: TrainConfig, capturable: bool = False) -> torch.optim.AdamW:
     """AdamW over the stacked tensors in the recipe's parameter groups (only the head's with
-    freeze=all_but_head, whose freezing this applies to the template and the stacked tensors). `foreach`, not
-    fused: the CPU's fused kernel runs a vector body and a scalar tail that round differently, so an element's
-    update would depend on where its member's slice falls in the stacked tensor. `capturable` (CUDA): its step
-    counts on the device and its learning rate a device tensor, as a CUDA graph needs."""
+    freeze=all_but_head, whose freezing this applies to the template and the stacked tensors). The fused kernel on
+    CUDA (one launch a group, each element by the same arithmetic wherever it falls), `foreach` elsewhere: the CPU's
+    fused kernel runs a vector body and a scalar tail that round differently, so an element's update would depend on
+    where its member's slice falls in the stacked tensor. `capturable` (CUDA): its step counts on the device and its
+    learning rate a device tensor, as a CUDA graph needs."""
     if cfg.freeze == "all_but_head":
         freeze_all_but_head(packed.template)
         for name, p in packed.params.items():
             p.requires_grad_(name.startswith("head."))
+    cuda = next(iter(packed.params.values())).is_cuda
     return torch.optim.AdamW(param_groups(packed.template, cfg.weight_decay, cfg.layer_decay, stacked=packed.params),
-                             lr=cfg.lr, foreach=True, capturable=capturable)
+                             lr=cfg.lr, **({"fused": True} if cuda else {"foreach": True}), capturable=capturable)
 
 
 class PackedStep(EagerStep):

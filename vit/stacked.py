@@ -91,14 +91,19 @@ class StackedConvStem(ConvStem):
         return linear(h, self.proj.weight.flatten(2), self.proj.bias)     # the 1×1 projection: (k·B, N, D)
 
 
+def _each_its_own(x: Tensor, table: Tensor) -> Tensor:
+    """Each member's (1, T, D) table, stacked (k, 1, T, D), added to its own rows of x (k·B, T, D)."""
+    return (x.unflatten(0, (_members(table), -1)) + table).flatten(0, 1)
+
+
 class StackedLearnedPosition(LearnedPosition):
     def forward(self, x: Tensor) -> Tensor:
-        return (x.unflatten(0, (_members(self.weight), -1)) + self.weight).flatten(0, 1)
+        return _each_its_own(x, self.weight)
 
 
 class StackedFixedPosition(FixedPosition):
     def forward(self, x: Tensor) -> Tensor:
-        return (x.unflatten(0, (_members(self.weight), -1)) + self.weight).flatten(0, 1)
+        return _each_its_own(x, self.weight)
 
 
 class StackedViT(VisionTransformer):
@@ -133,7 +138,7 @@ def stacked(model: VisionTransformer) -> VisionTransformer:
     for name, module in template.named_modules():
         if type(module) in STACKED:
             module.__class__ = STACKED[type(module)]
-        elif type(module) is not nn.Conv2d and any(True for _ in module.parameters(recurse=False)):
-            # (a stem's convolutions are its stacked forward's own)
+        elif any(True for _ in module.parameters(recurse=False)) and not (
+                type(module) is nn.Conv2d and name.startswith("patch_embed.")):   # a stem's: its stacked forward's
             raise ValueError(f"no stacked form of {name} ({type(module).__name__})")
     return template

@@ -112,8 +112,8 @@ def sdpa_attention(x, qkv_weight, qkv_bias, num_heads, dropout_p, need_weights):
     q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)                     # each (B, H, T, d)
     members = qkv_weight.shape[0] if qkv_weight.dim() == 3 else 1
     if members > 1 and not one_call(x):
-        out = torch.cat([F.scaled_dot_product_attention(*qkv, dropout_p=dropout_p)
-                         for qkv in zip(q.chunk(members), k.chunk(members), v.chunk(members))])
+        out = torch.cat([F.scaled_dot_product_attention(*member, dropout_p=dropout_p)
+                         for member in zip(q.chunk(members), k.chunk(members), v.chunk(members))])
     else:
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # (B, H, T, d)
     return out.transpose(1, 2).reshape(B, T, D), None

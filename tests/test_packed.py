@@ -638,13 +638,13 @@ def test_wide_graphed_packs_of_a_sweep_on_cuda_all_train_to_finite_losses(tmp_pa
     assert table["train_loss"].map(math.isfinite).all() and table["test_loss"].map(math.isfinite).all()
 
 
-def _graphed_and_eager(recipe: TrainConfig, capture: bool, seeds=(0, 1, 2)):
+def _graphed_and_eager(recipe: TrainConfig, capture: bool, seeds=(0, 1, 2), cfg: ViTConfig = TINY):
     """The same pack twice, one on the graphed step (static buffers, one learning-rate table, capturable AdamW;
     `capture`: under the fake CUDA), one on the eager step."""
     from ablations.training.packed import GraphedPackedStep
     steps = []
     for kind in ("graphed", "eager"):
-        packed = PackedModel([_model(s) for s in seeds])
+        packed = PackedModel([_model(s, cfg) for s in seeds])
         if kind == "graphed":
             steps.append(GraphedPackedStep(packed, pack_optimizer(packed, recipe, capturable=True), recipe, CPU,
                                            "fp32", capture=capture, measured=False))
@@ -716,6 +716,27 @@ def test_a_graphed_pack_captures_its_step_once_a_batch_size_or_goes_on_eagerly(f
         _members_close(graphed, eager)
     else:
         assert graphed.graphed and sorted(graphed.graphs) == [64] and ("replay",) in fake.calls
+
+
+@pytest.mark.parametrize("stem", ["patch", "conv"])
+def test_a_captured_pack_with_its_fused_kernels_called_once_as_on_cuda_trains_like_the_eager_one(stem,
+                                                                                                capturable_on_cpu,
+                                                                                                monkeypatch):
+    """Under the fake CUDA, with the members' attention and BatchNorm in one call each as CUDA makes them: the step
+    warms up (undone), captures and replays, and the pack trains on its batch once, as the eager step does."""
+    from fake_cuda import FakeCuda
+
+    import vit.attention
+    monkeypatch.setattr(vit.attention, "ONE_CALL", True)
+    fake = FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
+    graphed, eager = _graphed_and_eager(TrainConfig(grad_clip=1.0), capture=True, cfg=TINY.replace(stem=stem))
+    fake.watch = graphed
+    x, y = _batch(3, 64, torch.Generator().manual_seed(1))
+    losses = [step(x, y, lr=1e-3) for step in (graphed, eager)]
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    _members_close(graphed, eager)
+    assert graphed.graphed and sorted(graphed.graphs) == [64] and ("replay",) in fake.calls
+    _close(graphed.packed.buffers, eager.packed.buffers)   # the conv stem's BatchNorm statistics
 
 
 def test_the_copies_a_capture_puts_back_carry_no_autograd_graph(capturable_on_cpu):

@@ -11,10 +11,10 @@ For each width (0: one model alone, the step a run trains with; k: a pack of k, 
 round times STEPS steps of every item, in interleaved rounds (the first item rotating); it prints each item's
 member-steps per second (median and range over the rounds), the one cast against the casts at each use (a ratio only
 where the interquartile ranges are apart), and the kernels one step launches on CUDA (torch.profiler, on an eager twin:
-a graph replays the same kernels in one launch), elsewhere the torch ops it dispatches. `--bits N`: both train N more
-steps on the same batches from the same weights, and it says how many state tensors (weights, buffers, AdamW state)
-differ between them (0: the one cast gives the same bits; on CUDA with `--stem patch`: the conv stem's bits do not
-repeat there even between two identical trainings).
+a graph replays the same kernels in one launch), elsewhere the torch ops it dispatches (`packed_runs.ops_per_step`).
+`--bits N`: both train N more steps on the same batches from the same weights, and it says how many state tensors
+(weights, buffers, AdamW state) differ between them (0: the one cast gives the same bits; on CUDA with `--stem patch`:
+the conv stem's bits do not repeat there even between two identical trainings).
 
 The default dtype is bf16 on every device (fp32 casts nothing, and is what a CPU trains in; bf16 matmuls on a CPU are
 slow, so keep STEPS small there). One sitting, the machine otherwise idle: say its load.

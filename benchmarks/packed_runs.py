@@ -123,9 +123,10 @@ def _table(rates: dict[int, list[float]], kernels: dict[int, int | None]) -> Non
 
 
 def ops_per_step(step, x, y) -> int:
-    """Torch operations one step dispatches below autograd on tensors of at least one dimension, views left out:
-    off CUDA the nearest count to its kernels (not the same: a CUDA op may launch several kernels, a fused one does
-    several ops' work; and the optimizer's 0-dim step counts, which an eager AdamW keeps on the host, are left out)."""
+    """Torch operations one step dispatches below autograd on tensors of at least one dimension, views left out, a
+    pack's fused kernels called once for all its members as on CUDA (`vit.attention.ONE_CALL`): off CUDA the nearest
+    count to its kernels (not the same: a CUDA op may launch several kernels, a fused one does several ops' work; and
+    the optimizer's 0-dim step counts, which an eager AdamW keeps on the host, are left out)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
@@ -136,24 +137,23 @@ def ops_per_step(step, x, y) -> int:
             if not func.is_view and any(torch.is_tensor(t) and t.dim() for t in tree_leaves((args, kwargs))):
                 self.ops += 1
             return func(*args, **(kwargs or {}))
-    with Count() as count:
-        step(x, y, 1e-3)
+    one_call, vit.attention.ONE_CALL = vit.attention.ONE_CALL, True
+    try:
+        with Count() as count:
+            step(x, y, 1e-3)
+    finally:
+        vit.attention.ONE_CALL = one_call
     return count.ops
 
 
 def _ops_table(twins: dict[int, tuple]) -> None:
-    """Each item's torch operations a step and a member, the packs' fused kernels called once for all members, as on
-    CUDA (`vit.attention.ONE_CALL`)."""
+    """Each item's torch operations a step and a member (`ops_per_step`)."""
     counts = {}
-    one_call, vit.attention.ONE_CALL = vit.attention.ONE_CALL, True
-    try:
-        for k, (step, x, y) in twins.items():
-            step(x, y, 1e-3)   # the optimizer's state exists from here, as in training
-            counts[k] = ops_per_step(step, x, y)
-    finally:
-        vit.attention.ONE_CALL = one_call
-    print("torch ops a step (per member), views and 0-dim ops left out, packs' fused kernels called as on CUDA: " + ", ".join(
-        f"{'alone' if k == 0 else k} {n} ({n / max(k, 1):.0f})" for k, n in counts.items()))
+    for k, (step, x, y) in twins.items():
+        step(x, y, 1e-3)   # the optimizer's state exists from here, as in training
+        counts[k] = ops_per_step(step, x, y)
+    print("torch ops a step (per member), views and 0-dim ops left out, packs' fused kernels called as on CUDA: "
+          + ", ".join(f"{'alone' if k == 0 else k} {n} ({n / max(k, 1):.0f})" for k, n in counts.items()))
 
 
 def top_ops(step, x, y, n: int) -> list[tuple[str, int, float]]:

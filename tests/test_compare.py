@@ -178,3 +178,41 @@ def test_dtype_auto_names_two_trainings_and_the_reference_comparison_meets_them_
     assert met["point"].tolist() == ["depth=1", "depth=2"] and (met["seeds"] == 3).all()
     assert (met["verdict"] == "identical predictions").all()
     assert set(met["dtype_a"]) == {"bf16 on cuda"} and set(met["dtype_b"]) == {"fp32 on cpu"}
+
+
+def test_packed_members_meet_the_runs_trained_alone_point_by_point_and_each_sides_packing_is_named(sweep_out,
+                                                                                                 tmp_path):
+    """Packing is how a run was computed, not what it is: a folder whose runs trained packed (their own run ids)
+    meets the same points trained alone, names each side's packing, and the reference section says what a
+    difference there is."""
+    from ablations.analysis import wording
+    from ablations.results.identity import task_key
+    from bench.env import run_id
+
+    packed = tmp_path / "packed"
+    shutil.copytree(sweep_out, packed)
+    rows = read_table(packed / "ablations" / "cmp.csv")
+    preds = SweepPaths.of(packed, "cmp").preds
+    new_ids = []
+    for _, row in rows.iterrows():
+        p = Point("cmp", "depth", int(row["depth"]), TINY.replace(depth=int(row["depth"])),
+                  TrainConfig(epochs=1, batch_size=128, packed=True, pack_width=3))
+        new = run_id(task_key(p, "digits", int(row["seed"])))
+        (preds / f"{row['run_id']}.npz").rename(preds / f"{new}.npz")
+        new_ids.append(new)
+    rows = rows.assign(run_id=new_ids, packed=1, pack_width=3)
+    rows.to_csv(packed / "ablations" / "cmp.csv", index=False)
+    assert not set(rows["run_id"]) & set(read_table(sweep_out / "ablations" / "cmp.csv")["run_id"])
+    met = compare_outs(packed, sweep_out)
+    assert met["point"].tolist() == ["depth=1", "depth=2"] and (met["seeds"] == 3).all()
+    assert set(met["packing_a"]) == {"packed 3 wide"} and set(met["packing_b"]) == {"alone"}
+    assert set(met["dtype_a"]) == set(met["dtype_b"]) == {"fp32 on cpu"}
+    said = " ".join(wording.reference_lines(met, "REF", 0.5))
+    assert ("Trained in fp32 on cpu, packed 3 wide here and in fp32 on cpu in the reference: a difference is the "
+            "packing's (the same function, other kernels).") in said
+    gpu = met.assign(dtype_a="bf16 on cuda")
+    assert ("a difference is the device's, the precision's and the packing's (the same function, other kernels) "
+            "together.") in " ".join(wording.reference_lines(gpu, "REF", 0.5))
+    alone = compare_outs(sweep_out, sweep_out)
+    assert "Trained in fp32 on cpu here and in fp32 on cpu in the reference." in " ".join(
+        wording.reference_lines(alone, "REF", 0.5))

@@ -2,9 +2,10 @@
 
 Two result folders (OUT) that ran the same sweeps under different conditions, e.g. `GRAPHS=1` against
 `GRAPHS=0`, two torch versions or two machines, are matched run by run: the model, training settings,
-dataset and seed (`experiments.point_key`), not the device, the step kind or the precision, so a GPU's bf16
-runs meet a CPU's fp32 runs of the same points, and each side's precision and device are named
-(`dtype_a`, `dtype_b`). For each point (the runs that differ only
+dataset and seed (`experiments.point_key`), not the device, the step kind, the precision or the packing, so a
+GPU's bf16 runs meet a CPU's fp32 runs of the same points and packed members meet runs trained alone, and each
+side's precision and device (`dtype_a`, `dtype_b`) and packing (`packing_a`, `packing_b`: alone, packed, or packed
+N wide) are named. For each point (the runs that differ only
 by seed) it gives the mean test accuracy of each folder over the seeds both have, their difference with
 an interval over the seeds (paired by seed) and the test images, each source of variation counted
 once (`stats.paired_difference`, on the saved per-image predictions), and the mean `train_util_pct` and
@@ -23,15 +24,15 @@ import pandas as pd
 
 from ablations.analysis.predictions import load_runs
 from ablations.analysis.stats import ALPHA, paired_difference
-from ablations.results.experiments import point_key
+from ablations.results.experiments import HOW, point_key
 from ablations.results.store import SweepPaths, Tables, sweep_names
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
 
-# what defines a point: the model, the dataset, the whole training recipe and the starting weights (the
-# precision aside: runs of one point in two precisions are compared, each named)
+# what defines a point: the model, the dataset, the whole training recipe and the starting weights (how it was
+# computed aside: runs of one point in two precisions, or packed and alone, are compared, each named)
 POINT_COLUMNS = ([f.name for f in dataclasses.fields(ViTConfig)] + ["dataset"]
-                 + [f.name for f in dataclasses.fields(TrainConfig) if f.name != "dtype"] + ["init"])
+                 + [f.name for f in dataclasses.fields(TrainConfig) if f.name not in HOW] + ["init"])
 
 
 def _finished(read: Tables, sweep: str) -> pd.DataFrame:
@@ -56,6 +57,17 @@ def _trained_in(rows: pd.DataFrame) -> str:
     dtype = rows["dtype"].astype(str) if "dtype" in rows else pd.Series("?", index=rows.index)
     device = rows["device"].astype(str).str.split(":").str[0] if "device" in rows else pd.Series("?", index=rows.index)
     return " + ".join(sorted({f"{d} on {v}" for d, v in zip(dtype, device)}))
+
+
+def _packing(rows: pd.DataFrame) -> str:
+    """'alone', 'packed', 'packed 3 wide': how the rows' runs were packed (several joined by ' + ')."""
+    def one(packed, width) -> str:
+        if pd.isna(packed) or not int(float(packed)):
+            return "alone"
+        return f"packed {int(float(width))} wide" if pd.notna(width) and int(float(width)) else "packed"
+    packed = rows["packed"] if "packed" in rows else pd.Series(float("nan"), index=rows.index)
+    width = rows["pack_width"] if "pack_width" in rows else pd.Series(float("nan"), index=rows.index)
+    return " + ".join(sorted({one(p, w) for p, w in zip(packed, width)}))
 
 
 def _sortable(column: pd.Series) -> pd.Series:
@@ -89,7 +101,8 @@ def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) 
         for point, runs in rows_a.groupby("point", sort=False):
             other = rows_b.loc[runs["key"]]
             row = {"sweep": sweep, "point": point, "seeds": len(runs), "acc_a": runs["test_acc"].mean(),
-                   "acc_b": other["test_acc"].mean(), "dtype_a": _trained_in(runs), "dtype_b": _trained_in(other)}
+                   "acc_b": other["test_acc"].mean(), "dtype_a": _trained_in(runs), "dtype_b": _trained_in(other),
+                   "packing_a": _packing(runs), "packing_b": _packing(other)}
             row["diff_pts"] = 100 * (row["acc_a"] - row["acc_b"])
             comparison, same = None, False
             if runs_a and runs_b and runs_a[point].correct.shape == runs_b[point].correct.shape:

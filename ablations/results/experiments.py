@@ -41,19 +41,24 @@ def row_device(row) -> DeviceKind:
     return DeviceKind(_cell(row.get("device")).split(":")[0] or "cpu")
 
 
+#: how a run was computed rather than what it is: its precision and its packing (a packed member computes its
+#: model's function with other kernels)
+HOW = {"dtype", "packed", "pack_width"}
+
+
 def point_key(row) -> str | None:
-    """What a run is but for its precision: its identity with the seed and without the dtype, so that a GPU
-    run in bf16 and a CPU run in fp32 of the same model, recipe, data and seed meet (`compare`). None for a row
-    whose configs cannot be read back."""
-    parts = _parts(row, {"dtype"})
+    """What a run is but for how it was computed (`HOW`): its identity with the seed and without its precision and
+    packing, so that a GPU run in bf16 and a CPU run in fp32, or a packed member and a run alone, of the same model,
+    recipe, data and seed meet (`compare`). None for a row whose configs cannot be read back."""
+    parts = _parts(row, HOW)
     return None if parts is None else json.dumps({**parts, "seed": _cell(row.get("seed"))}, sort_keys=True,
                                                  default=str)
 
 
 def budget_key(row) -> str | None:
-    """What a run is but for its seed, precision and number of epochs: rows of one model, recipe and data trained
-    for longer or shorter meet here. None for a row whose configs cannot be read back."""
-    parts = _parts(row, {"dtype", "epochs"})
+    """What a run is but for its seed, how it was computed (`HOW`) and its number of epochs: rows of one model,
+    recipe and data trained for longer or shorter meet here. None for a row whose configs cannot be read back."""
+    parts = _parts(row, HOW | {"epochs"})
     return None if parts is None else json.dumps(parts, sort_keys=True, default=str)
 
 

@@ -64,8 +64,14 @@ def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
                   f"(Bonferroni, each at {100 * (1 - 0.05 / family):.2f} %), so a point is called higher or "
                   f"lower only outside what chance over the whole table allows." if family > 1 else "")
     here_in, there_in = (" + ".join(sorted(set(table[c]))) for c in ("dtype_a", "dtype_b"))
+    packs = [" + ".join(sorted(set(table[c]))) if c in table else "alone" for c in ("packing_a", "packing_b")]
+    whose = (["the device's", "the precision's"] if here_in != there_in else []) + (
+        ["the packing's (the same function, other kernels)"] if packs[0] != packs[1] else [])
+    here_in, there_in = (f"{trained}{'' if pack == 'alone' else f', {pack}'}"
+                         for trained, pack in zip((here_in, there_in), packs))
     lines[-2] += (f" Trained in {here_in} here and in {there_in} in the reference" +
-                  (": a difference is the device's and the precision's together." if here_in != there_in else "."))
+                  (f": a difference is {', '.join(whose[:-1])}{' and ' if len(whose) > 1 else ''}{whose[-1]}"
+                   f"{' together' if len(whose) > 1 else ''}." if whose else "."))
     lines += ["| sweep | point | seeds | here % | reference % | here − reference (points) [simultaneous 95 % interval] | |",
               "|---|---|---|---|---|---|---|"]
     for r in table.itertuples():

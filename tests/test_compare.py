@@ -138,6 +138,26 @@ def test_the_intervals_hold_jointly_over_the_distinct_points_compared(sweep_out,
         assert row["verdict"] == ("A higher" if row["low_pts"] > 0 else "same within noise")
 
 
+def _retrained_as(out, copy, train: TrainConfig, on, **columns) -> pd.DataFrame:
+    """`out` copied to `copy` as if its `cmp` runs had trained with `train` on device `on`: rows under their own
+    run ids and prediction files, with `columns` set."""
+    from ablations.results.identity import task_key
+    from bench.env import run_id
+
+    shutil.copytree(out, copy)
+    rows = read_table(copy / "ablations" / "cmp.csv")
+    preds = SweepPaths.of(copy, "cmp").preds
+    new_ids = []
+    for _, row in rows.iterrows():
+        p = Point("cmp", "depth", int(row["depth"]), TINY.replace(depth=int(row["depth"])), train)
+        new = run_id(task_key(p, "digits", int(row["seed"]), device=on))
+        (preds / f"{row['run_id']}.npz").rename(preds / f"{new}.npz")
+        new_ids.append(new)
+    rows = rows.assign(run_id=new_ids, **columns)
+    rows.to_csv(copy / "ablations" / "cmp.csv", index=False)
+    return rows
+
+
 def test_dtype_auto_names_two_trainings_and_the_reference_comparison_meets_them_by_point(sweep_out, tmp_path):
     """DTYPE=auto trains in bf16 on CUDA and in fp32 on a CPU: two trainings, two run ids (a GPU command on an
     OUT of CPU runs does not take them as its own), while fp32 keeps the id CPU runs always had and an explicit
@@ -161,18 +181,8 @@ def test_dtype_auto_names_two_trainings_and_the_reference_comparison_meets_them_
 
     # the same folder as if trained on a GPU: bf16 rows under their own run ids and prediction files
     gpu = tmp_path / "gpu"
-    shutil.copytree(sweep_out, gpu)
-    rows = read_table(gpu / "ablations" / "cmp.csv")
-    preds = SweepPaths.of(gpu, "cmp").preds
-    new_ids = []
-    for _, row in rows.iterrows():
-        p = Point("cmp", "depth", int(row["depth"]), TINY.replace(depth=int(row["depth"])),
-                  TrainConfig(epochs=1, batch_size=128))
-        new = run_id(task_key(p, "digits", int(row["seed"]), device=torch.device("cuda")))
-        (preds / f"{row['run_id']}.npz").rename(preds / f"{new}.npz")
-        new_ids.append(new)
-    rows = rows.assign(run_id=new_ids, dtype="bf16", device="cuda")
-    rows.to_csv(gpu / "ablations" / "cmp.csv", index=False)
+    rows = _retrained_as(sweep_out, gpu, TrainConfig(epochs=1, batch_size=128), torch.device("cuda"), dtype="bf16",
+                         device="cuda")
     assert not set(rows["run_id"]) & set(table["run_id"])
     met = compare_outs(gpu, sweep_out)
     assert met["point"].tolist() == ["depth=1", "depth=2"] and (met["seeds"] == 3).all()
@@ -186,22 +196,10 @@ def test_packed_members_meet_the_runs_trained_alone_point_by_point_and_each_side
     meets the same points trained alone, names each side's packing, and the reference section says what a
     difference there is."""
     from ablations.analysis import wording
-    from ablations.results.identity import task_key
-    from bench.env import run_id
 
     packed = tmp_path / "packed"
-    shutil.copytree(sweep_out, packed)
-    rows = read_table(packed / "ablations" / "cmp.csv")
-    preds = SweepPaths.of(packed, "cmp").preds
-    new_ids = []
-    for _, row in rows.iterrows():
-        p = Point("cmp", "depth", int(row["depth"]), TINY.replace(depth=int(row["depth"])),
-                  TrainConfig(epochs=1, batch_size=128, packed=True, pack_width=3))
-        new = run_id(task_key(p, "digits", int(row["seed"])))
-        (preds / f"{row['run_id']}.npz").rename(preds / f"{new}.npz")
-        new_ids.append(new)
-    rows = rows.assign(run_id=new_ids, packed=1, pack_width=3)
-    rows.to_csv(packed / "ablations" / "cmp.csv", index=False)
+    rows = _retrained_as(sweep_out, packed, TrainConfig(epochs=1, batch_size=128, packed=True, pack_width=3), None,
+                         packed=1, pack_width=3)
     assert not set(rows["run_id"]) & set(read_table(sweep_out / "ablations" / "cmp.csv")["run_id"])
     met = compare_outs(packed, sweep_out)
     assert met["point"].tolist() == ["depth=1", "depth=2"] and (met["seeds"] == 3).all()

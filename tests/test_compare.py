@@ -191,7 +191,7 @@ def test_dtype_auto_names_two_trainings_and_the_reference_comparison_meets_them_
 
 
 def test_packed_members_meet_the_runs_trained_alone_point_by_point_and_each_sides_packing_is_named(sweep_out,
-                                                                                                 tmp_path):
+                                                                                                 tmp_path, capsys):
     """Packing is how a run was computed, not what it is: a folder whose runs trained packed (their own run ids)
     meets the same points trained alone, names each side's packing, and the reference section says what a
     difference there is."""
@@ -199,7 +199,7 @@ def test_packed_members_meet_the_runs_trained_alone_point_by_point_and_each_side
 
     packed = tmp_path / "packed"
     rows = _retrained_as(sweep_out, packed, TrainConfig(epochs=1, batch_size=128, packed=True, pack_width=3), None,
-                         packed=1, pack_width=3)
+                         packed=1, pack_width=3, train_util_pct=float("nan"))   # a pack's is no member's own
     assert not set(rows["run_id"]) & set(read_table(sweep_out / "ablations" / "cmp.csv")["run_id"])
     met = compare_outs(packed, sweep_out)
     assert met["point"].tolist() == ["depth=1", "depth=2"] and (met["seeds"] == 3).all()
@@ -211,6 +211,8 @@ def test_packed_members_meet_the_runs_trained_alone_point_by_point_and_each_side
     gpu = met.assign(dtype_a="bf16 on cuda")
     assert ("a difference is the device's, the precision's and the packing's (the same function, other kernels) "
             "together.") in " ".join(wording.reference_lines(gpu, "REF", 0.5))
+    assert main(["compare", str(packed), str(sweep_out)]) == 0
+    assert "A train_util_pct not measured (runs that shared the device), B mean train_util_pct " in capsys.readouterr().out
     alone = compare_outs(sweep_out, sweep_out)
     assert "Trained in fp32 on cpu here and in fp32 on cpu in the reference." in " ".join(
         wording.reference_lines(alone, "REF", 0.5))

@@ -85,7 +85,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         shown[column] = 100 * shown[column]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     print(f"largest |A − B|: {table['diff_pts'].abs().max():.2f} points over {len(table)} points; "
-          + ", ".join(f"{label} mean train_util_pct {table[column].mean():.1f}"
+          + ", ".join(f"{label} mean train_util_pct {table[column].mean():.1f}" if table[column].notna().any()
+                      else f"{label} train_util_pct not measured (runs that shared the device)"
                       for label, column in (("A", "util_a"), ("B", "util_b")) if column in table))
     if args.csv:
         table.to_csv(args.csv, index=False)

@@ -17,7 +17,6 @@ _WHERE = {
     "POOLINGS": "pooling",
     "POSITION_ENCODINGS": "position", "sincos_2d": "position", "sinusoidal_1d": "position",
     "STEMS": "stems",
-    "stacked": "stacked",
     "adapt_timm_state_dict": "timm_interop", "checkpoint_id": "timm_interop", "init_from_checkpoint": "timm_interop",
     "load_timm_weights": "timm_interop", "read_checkpoint": "timm_interop", "timm_to_vit_keys": "timm_interop",
 }

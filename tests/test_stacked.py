@@ -61,6 +61,14 @@ def test_the_stacked_model_computes_each_members_own_outputs_statistics_and_grad
                    for n, b in member_buffers.items())
 
 
+@pytest.mark.parametrize("attn", ["loop", "sdpa"])
+def test_without_a_qkv_bias_the_stacked_model_computes_each_members_own_function(attn):
+    (logits, grads, _), alone = _stacked_and_alone(SMALL.replace(attn=attn, qkv_bias=False), training=True)
+    assert not any(n.endswith("qkv.bias") for n in grads)
+    for j, (out, member_grads, _) in enumerate(alone):
+        assert rel_err(logits[j], out) < 1e-5 and all(rel_err(grads[n][j], g) < 1e-4 for n, g in member_grads.items())
+
+
 @pytest.mark.parametrize("stem", ["patch", "conv"])
 def test_in_eval_mode_the_stacked_model_reads_each_members_own_running_statistics(stem):
     models = _members(SMALL.replace(stem=stem))

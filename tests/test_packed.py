@@ -110,6 +110,20 @@ def test_a_packs_optimizer_on_a_cpu_updates_an_element_the_same_wherever_it_fall
     assert all(torch.equal(stepped(0), stepped(offset)) for offset in (1, 5, 13, 64))
 
 
+def test_a_pack_with_all_but_its_head_frozen_trains_only_each_members_head():
+    recipe = TrainConfig(packed=True, freeze="all_but_head", grad_clip=1.0)
+    packed = PackedModel([_model(0), _model(1)])
+    before = {name: t.detach().clone() for name, t in packed.params.items()}
+    step = PackedStep(packed, pack_optimizer(packed, recipe), recipe, CPU, "fp32")
+    g = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        step(*_batch(2, 16, g), lr=1e-2)
+    moved = {name for name, t in packed.params.items() if not torch.equal(t, before[name])}
+    assert moved == {"head.weight", "head.bias"}
+    assert all(not torch.equal(packed.params[n][0], before[n][0]) and not torch.equal(packed.params[n][1], before[n][1])
+               for n in moved)   # each member's own head
+
+
 def test_each_member_is_clipped_by_its_own_norm():
     models = [_model(0), _model(1)]
     packed = PackedModel(models)

@@ -48,17 +48,19 @@ class OneCast:
         order = sorted(sources, key=lambda n: (len(shapes[n]) <= 1,
                                                size[n] % (self.ALIGN_BYTES[True] // per_element) != 0))
         self.sources, self.dtype = {n: sources[n] for n in order}, dtype
-        self.sizes: list[int] = []     # the split: each weight's size, and after it the padding to the next boundary
-        self.pads: list[int] = []
-        at = 0
+        self.pads: list[int] = []      # after each weight, the padding to the next one's boundary
+        self.split: list[int] = []     # the one cast's split: each weight's size, and after it any padding
+        self.at: list[int] = []        # where each weight's part is in that split
+        end = 0
         for i, n in enumerate(order):
-            at += size[n]
+            end += size[n]
             nxt = order[i + 1] if i + 1 < len(order) else None
             align = 1 if nxt is None else self.ALIGN_BYTES[len(shapes[nxt]) > 1] // per_element
-            pad = -at % align
-            at += pad
-            self.sizes.append(size[n])
+            pad = -end % align
+            end += pad
             self.pads.append(pad)
+            self.at.append(len(self.split))
+            self.split += [size[n], pad] if pad else [size[n]]
         self.zeros = torch.zeros(max(self.pads, default=0), device=next(iter(sources.values())).device)
 
     @property
@@ -67,19 +69,13 @@ class OneCast:
 
     def __call__(self) -> dict[str, Tensor]:
         """The cast weights by name, views of one cast of all of them."""
-        pieces, split = [], []
-        for t, size, pad in zip(self.sources.values(), self.sizes, self.pads):
+        pieces = []
+        for t, pad in zip(self.sources.values(), self.pads):
             pieces.append(t.reshape(-1))
-            split.append(size)
             if pad:
                 pieces.append(self.zeros[:pad])
-                split.append(pad)
-        parts = torch.cat(pieces).to(self.dtype).split_with_sizes(split)
-        out, i = {}, 0
-        for (n, t), pad in zip(self.sources.items(), self.pads):
-            out[n] = parts[i].view(t.shape)
-            i += 2 if pad else 1
-        return out
+        parts = torch.cat(pieces).to(self.dtype).split_with_sizes(self.split)
+        return {n: parts[i].view(t.shape) for (n, t), i in zip(self.sources.items(), self.at)}
 
     @classmethod
     def find(cls, module: nn.Module, params: dict[str, Tensor], buffers: dict[str, Tensor], example: Tensor,

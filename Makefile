@@ -36,6 +36,7 @@ GRAPHS    ?=
 CUDNN_ATTENTION ?=
 EVALUATION ?=
 RUN_ORDER ?=
+AUTO_TRAIN ?=
 PACK ?=
 INIT      ?=
 PRETRAINED ?=
@@ -63,7 +64,7 @@ qopt = $(if $(strip $(2)),$(1) '$(2)')
 switch = $(if $(filter 1 yes true,$(strip $(2))),$(1))
 RUN_ARGS = $(call opt,--dataset,$(DATASET)) $(call qopt,--data-root,$(DATA_ROOT)) $(call switch,--download,$(DOWNLOAD)) \
   $(call opt,--img-size,$(IMG_SIZE)) \
-  $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) $(call opt,--cost-rounds,$(COST_ROUNDS)) $(call opt,--cost-budget,$(COST_BUDGET)) \
+  $(call opt,--epochs,$(EPOCHS)) $(call opt,--seeds,$(SEEDS)) $(call opt,--auto-train,$(AUTO_TRAIN)) $(call opt,--cost-rounds,$(COST_ROUNDS)) $(call opt,--cost-budget,$(COST_BUDGET)) \
   $(call opt,--device,$(DEVICE)) $(call opt,--dtype,$(DTYPE)) $(call opt,--compile,$(COMPILE)) \
   $(call opt,--graphs,$(GRAPHS)) $(call opt,--cudnn-attention,$(CUDNN_ATTENTION)) $(call opt,--evaluation,$(EVALUATION)) $(call opt,--run-order,$(RUN_ORDER)) $(call opt,--pack,$(PACK)) $(call qopt,--init,$(INIT)) $(call opt,--pretrained,$(PRETRAINED)) \
   $(call qopt,--out,$(OUT)) $(call opt,--checkpoint-every,$(CHECKPOINT_EVERY)) $(call switch,--dry-run,$(DRY_RUN)) $(call switch,--large,$(LARGE)) \

@@ -107,6 +107,12 @@ RUN = (
                       f"auto:{','.join(map(str, LOOKS))} names the looks, the last the cap); default: the spec's "
                       f"seeds, else 0,1,2",
            "SEEDS", type=seeds, default=None),
+    Option("--auto-train", "how SEEDS=auto trains its seeds: look (each look's seeds when the design asks for them: "
+                           "the fewest runs, one training phase a look) or cap (every setting's seeds up to the cap at "
+                           "once, one training phase, then the looks read in order: the same decisions from the same "
+                           "runs, more runs trained, the ones past where the design stopped left out of the "
+                           "verdicts); default auto: look on either device", "AUTO_TRAIN",
+           choices=list(choices.AUTO_TRAINS), default="auto"),
     Option("--cost-rounds", f"interleaved rounds of the cost phase that times every point side by side before "
                             f"training (default {COST_ROUNDS}; 0 skips it and leaves the speed columns empty)",
            "COST_ROUNDS", type=integer(0, "cost rounds must be an integer ≥ 0"), default=COST_ROUNDS),

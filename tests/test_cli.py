@@ -413,6 +413,12 @@ def test_a_spec_may_ask_for_adaptive_seeds_and_the_dry_run_gives_the_most_runs_i
     assert ablations_main(["sweep", str(tuned), *common]) == 0
     out = capsys.readouterr().out
     assert "(every value of lr at the first look; then each setting's pick alone): 12 to 54 runs" in out
+    assert ablations_main(["sweep", str(spec), *common, "--auto-train", "cap"]) == 0
+    out = capsys.readouterr().out
+    assert "SEEDS=auto:3,5, AUTO_TRAIN=cap: every setting's seeds 0–4 at once, then the looks at 3/5 seeds" in out
+    assert "10 runs" in out and out.count(" no\n") == 10
+    assert ablations_main(["sweep", str(spec), *common, "--seeds", "7", "--auto-train", "cap"]) == 0
+    assert "note: AUTO_TRAIN=cap says how SEEDS=auto trains its seeds; these seeds are fixed" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -445,6 +451,77 @@ def test_a_tuned_sweep_under_adaptive_seeds_picks_at_the_first_look_and_trains_o
     assert "the picks were made at the first look, on seeds 0, 1, 2; only the picks trained more seeds" in report
     for depth, lr in picks:
         assert f"| {depth} | lr={lr:g} |" in report
+
+
+def test_auto_train_cap_widens_each_asked_setting_to_the_cap_and_leaves_a_grid_before_its_picks_as_asked():
+    """AUTO_TRAIN=cap: a setting a look asks for trains the seeds it needs now and every one past what it has, up
+    to the cap; a setting the look does not ask for (decided) trains nothing more; a tuned sweep's grid, asked for
+    before its picks exist (no `have`), is asked as is."""
+    from ablations.analysis.sequential import Design
+    from ablations.cli.adaptive import to_the_cap
+
+    order = [0, 1, 2, 3, 4, 5, 6, 7]
+    look = Design([], {"a": 5, "b": 5, "c": 3}, {"a": [3, 4], "c": [1]}, (3, 5, 8))
+    assert to_the_cap(look, order) == {"a": [3, 4, 5, 6, 7], "c": [1, 3, 4, 5, 6, 7]}
+    shuffled = [7, 6, 5, 4, 3, 2, 1, 0, 9]   # a design file's own seed order, longer than the cap
+    assert to_the_cap(Design([], {"a": 3}, {"a": [7, 6, 5]}, (3, 5)), shuffled) == {"a": [7, 6, 5, 4, 3]}
+    grid = Design([], {}, {"lr=0.1": [0, 1, 2]}, (3, 5, 8))
+    assert to_the_cap(grid, order) == {"lr=0.1": [0, 1, 2]}
+
+
+@pytest.mark.slow
+def test_seeds_auto_trained_to_the_cap_at_once_takes_the_look_by_look_decisions_from_the_same_runs(tmp_path, capsys):
+    """The same two sweeps under SEEDS=auto:3,5, look by look and with AUTO_TRAIN=cap: the cap trains every
+    setting's seeds 0-4 in one phase; the runs look by look trains are among them, bit for bit (ids, accuracies,
+    predictions); the design files and verdicts are the same; the report of the cap's folder reads the design's
+    runs alone (the Pareto front too) and says how many it leaves out; the summary says how each trained."""
+    import numpy as np
+
+    planted = tmp_path / "t.toml"   # decided at the first look: lr=1e-4 learns far less in 6 epochs
+    planted.write_text('[sweep]\nfactor = "lr"\nvalues = [1e-4, 3e-3]\n[model]\npreset = "vit_digits"\n'
+                       '[train]\nepochs = 6\nbatch_size = 64\n')
+    alike = write_spec(tmp_path / "s.toml", "depth", "[1, 2]", "embed_dim = 16\nnum_heads = 2\nmlp_ratio = 1.0",
+                       "epochs = 4\nlr = 1e-2\nbatch_size = 128")   # open at the first look: taken to the second
+    said = {}
+    for how in ("look", "cap"):
+        argv = ["sweep", str(planted), str(alike), "--dataset", "digits", "--seeds", "auto:3,5", "--cost-rounds", "0",
+                "--auto-train", how, "--out", str(tmp_path / how)]
+        assert ablations_main(argv) == 0
+        said[how] = capsys.readouterr().out
+        assert ablations_main(argv) == 0
+        assert capsys.readouterr().out.count("nothing new") == 2   # a rerun trains nothing
+        assert ablations_main(["report", "--out", str(tmp_path / how)]) == 0
+    tables = {how: {name: read_table(tmp_path / how / "ablations" / f"{name}.csv") for name in ("t", "s")}
+              for how in ("look", "cap")}
+    for name in ("t", "s"):
+        cap, look = tables["cap"][name], tables["look"][name]
+        assert sorted(cap["seed"]) == sorted([*range(5)] * 2) and (cap["status"] == "ok").all()
+        assert set(look["run_id"]) <= set(cap["run_id"])
+        mine = cap.set_index("run_id").loc[look["run_id"]]
+        assert (mine["test_acc"].to_numpy() == look["test_acc"].to_numpy()).all()
+        for rid in look["run_id"]:
+            a, b = (np.load(next((tmp_path / how / "ablations" / "preds").glob(f"**/{rid}.npz")))
+                    for how in ("look", "cap"))
+            assert all((a[k] == b[k]).all() for k in a.files)
+        assert ((tmp_path / "look" / "ablations" / f"{name}-design.json").read_text()
+                == (tmp_path / "cap" / "ablations" / f"{name}-design.json").read_text())
+    assert (tmp_path / "look" / "verdicts.csv").read_text() == (tmp_path / "cap" / "verdicts.csv").read_text()
+    reports = {how: (tmp_path / how / "REPORT.md").read_text() for how in ("look", "cap")}
+    assert "stopped at look 1 of 2 (3 seeds each)" in reports["cap"]
+    assert "The table holds 4 more finished runs of these settings, at seeds the design did not reach" \
+        in reports["cap"] and "more finished run" not in reports["look"]
+    front = [line for line in reports["look"].splitlines() if "Pareto front of the setting means" in line]
+    assert front and front == [line for line in reports["cap"].splitlines()
+                               if "Pareto front of the setting means" in line]
+    phases = {"t": 1, "s": 2}
+    assert len(tables["look"]["t"]) == 6 and len(tables["look"]["s"]) == 10
+    for name in ("t", "s"):
+        runs = len(tables["look"][name])
+        looks = f"the design took {phases[name]} look{'s' * (phases[name] > 1)} and reads {runs} runs"
+        assert (f"SEEDS=auto, AUTO_TRAIN=look: each look's seeds trained as the design asked, in {phases[name]} "
+                f"training phase{'s' * (phases[name] > 1)}; {looks}") in said["look"]
+        assert (f"SEEDS=auto, AUTO_TRAIN=cap: every open setting trained to the cap (5 seeds) at once, in 1 training "
+                f"phase; {looks} (the rest stay out of the verdicts)") in said["cap"]
 
 
 def _done_line(out: str) -> tuple[float, dict[str, float]]:

@@ -17,7 +17,8 @@ from ablations.running.executors import ExecutorOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = run_options(EXECUTOR_OPTIONS)
-SAMPLE = {"--dataset": "digits", "--seeds": "4,5", "--cost-rounds": "2", "--cost-budget": "30", "--device": "cpu",
+SAMPLE = {"--dataset": "digits", "--seeds": "4,5", "--auto-train": "cap", "--cost-rounds": "2", "--cost-budget": "30",
+          "--device": "cpu",
           "--dtype": "fp32",
           "--compile": "1", "--graphs": "0", "--cudnn-attention": "off",
           "--evaluation": "graphed", "--run-order": "listed", "--pack": "3", "--epochs": "3",

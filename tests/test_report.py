@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import run_cli
+from conftest import run_cli, write_spec
 
 from ablations.analysis.findings import analyse
 from ablations.analysis.report import build_report
@@ -18,7 +18,8 @@ from ablations.analysis.stats import MARGIN as MARGIN_DEFAULT
 from ablations.analysis.stats import contrast
 from ablations.analysis.wording import setting_rows_csv, table_markdown
 from ablations.results.schema import ABLATION_COLUMNS, COST_COLUMNS, read_table
-from ablations.results.store import SweepPaths, newest_complete_phase, save_preds
+from ablations.results.store import SweepPaths, Tables, newest_complete_phase, save_preds
+from ablations.specs import load_spec
 from bench.io.csvio import append_row
 
 N_TEST = 1000
@@ -524,7 +525,10 @@ def test_accuracy_against_compute_draws_one_front_per_dataset_and_budget(tmp_pat
                              "gflops": 0.001 * depth, "dataset": dataset, "epochs": epochs, "test_size": 1000})
     figures = tmp_path / "figures"
     figures.mkdir()
-    text = "\n".join(_pareto_section(pd.DataFrame(rows), {"depth": "depth", "mine": "depth", "seeds": "depth"},
+    table = pd.DataFrame(rows)
+    specs = {name: load_spec(write_spec(tmp_path / f"{name}.toml", "depth", "[1, 2]"))
+             for name in ("depth", "mine", "seeds")}
+    text = "\n".join(_pareto_section({name: table[table["sweep"] == name] for name in specs}, specs, Tables(tmp_path),
                                      figures, tmp_path))
     assert "**mnist5k, 20 epochs**" in text and "**imagefolder, 4 epochs**" in text
     assert "Left out: seeds (one setting each: nothing to trade off)." in text and "seeds depth=" not in text

@@ -117,6 +117,7 @@ class SweepFindings:
     design: Design | None = None              # SEEDS=auto: the looks the sweep took (its verdict is theirs)
     left_out: tuple = ()                      # SEEDS=auto: settings left out of the design (a run diverged)
     adaptive: bool = False                    # trained under SEEDS=auto (its design complete or not)
+    unread: int = 0                           # SEEDS=auto: finished runs of the table the design did not read
 
 
 def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_phase: pd.DataFrame | None,
@@ -199,22 +200,32 @@ def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
     SEEDS=auto design (`seed_design.read_design`), on the runs of its looks with the looks' verdict and margin.
     Also the rows analysed and why a design beside the table was not used (None if it was, or there is none).
     `read`: the OUT's record as the caller read it (else the design is read here)."""
-    design, note = None, None
+    read_rows, design, note, design_margin = as_designed(rows, factor, order, paths, read)
+    found = analyse(read_rows, factor, order, paths.preds, cost_phase,
+                    margin if design_margin is None else design_margin, design)
+    found.adaptive = design_margin is not None
+    if design is not None:
+        found.unread = len(ok_rows(rows)) - len(ok_rows(read_rows))
+    return found, read_rows, note
+
+
+def as_designed(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, read: Tables | None = None
+                ) -> tuple[pd.DataFrame, tuple[Design, tuple] | None, DesignNote | None, float | None]:
+    """A sweep's rows as its analysis reads them: where it kept a SEEDS=auto design of its experiment, the runs of
+    that design's looks (`adaptive_rows`: other runs of the table stay out), the design, why a design beside the
+    table was not used, and the margin its looks decided with (None: no design, the rows as given)."""
     try:
         design_file = (read or Tables(paths.out)).design(paths.rows.stem)
     except ValueError as err:
         skipped(f"{err}; the sweep is analysed at fixed seeds")
-        design_file = None
+        return rows, None, None, None
     mine = set(rows["experiment_id"].dropna().astype(str)) if "experiment_id" in rows else set()
     if design_file is not None and design_file.get("experiment") and mine and design_file["experiment"] not in mine:
-        note = DesignNote("other experiment", file=paths.design.name)
-        design_file = None
-    if design_file is not None:
-        rows, design, note = adaptive_rows(rows, factor, order, paths, design_file)
-        margin = float(design_file["margin"])   # the margin its looks decided with
-    found = analyse(rows, factor, order, paths.preds, cost_phase, margin, design)
-    found.adaptive = design_file is not None
-    return found, rows, note
+        return rows, None, DesignNote("other experiment", file=paths.design.name), None
+    if design_file is None:
+        return rows, None, None, None
+    rows, design, note = adaptive_rows(rows, factor, order, paths, design_file)
+    return rows, design, note, float(design_file["margin"])
 
 
 def adaptive_rows(rows: pd.DataFrame, factor: str, order: list, paths: SweepPaths, design_file: dict[str, Any]

@@ -25,7 +25,7 @@ from ablations.analysis import designs, sittings, wording
 from ablations.analysis import figures as figs
 from ablations.analysis.inside import inside_the_model
 from ablations.analysis.predictions import load_correct
-from ablations.analysis.section import SweepPage, sweep_section
+from ablations.analysis.section import SweepPage, as_analysed, sweep_section
 from ablations.analysis.stats import MARGIN, MIN_SEEDS, accuracy_interval
 from ablations.choices import RelativeMargin
 from ablations.results import seed_design
@@ -258,7 +258,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
     across = _Across.of(read, tables)
     built = _sections([_sweep_section(sweep, shown, tables, tunings, read, figures, margin, across)
                        for sweep in finished]
-                      + _closing_sections(out, all_rows, factors, tables, figures, data_root, has_pos, has_bench,
+                      + _closing_sections(out, all_rows, shown, tables, figures, data_root, has_pos, has_bench,
                                           read, reference))
     pages = {sweep: page if isinstance(page, SweepPage) else SweepPage(page) for sweep, page in zip(finished, built)}
     lines += wording.findings_table([p.answer for p in pages.values() if p.answer is not None])
@@ -321,16 +321,18 @@ def _write_csv(path: Path, rows: list[dict], columns) -> None:
     pd.DataFrame(rows, columns=list(columns)).to_csv(path, index=False, float_format="%.6g")
 
 
-def _closing_sections(out: Path, all_rows: pd.DataFrame, factors: dict[str, str], tables: dict[str, pd.DataFrame],
-                      figures: Path, data_root: str | Path, has_pos: bool, has_bench: bool, read: Tables,
-                      reference: Path | None) -> list[Section]:
+def _closing_sections(out: Path, all_rows: pd.DataFrame, specs: dict[str, SweepSpec],
+                      tables: dict[str, pd.DataFrame], figures: Path, data_root: str | Path, has_pos: bool,
+                      has_bench: bool, read: Tables, reference: Path | None) -> list[Section]:
     """The sections after the sweeps', in order: the accuracy-against-compute fronts and the look inside the
     models (where runs finished), the backends' bench results, and the comparison of this OUT's tables (`read`)
     with the reference folder (where there is one)."""
     sections: list[Section] = []
+    analysed = {sweep: spec for sweep, spec in specs.items() if sweep in tables}
+    factors = {sweep: spec.factor for sweep, spec in analysed.items()}
     if not ok_rows(all_rows).empty:
         sections.append(Section("accuracy against compute",
-                                partial(_pareto_section, all_rows, factors, figures=figures, out=out)))
+                                partial(_pareto_section, tables, analysed, read, figures=figures, out=out)))
         if has_pos:
             sections.append(Section("inside the model", partial(inside_the_model, out, tables, factors,
                                                                 figures=figures, data_root=Path(data_root))))
@@ -392,10 +394,14 @@ def setting_means(all_rows: pd.DataFrame, factors: dict[str, str], out: Path | N
     return pd.DataFrame(found)
 
 
-def _pareto_section(all_rows: pd.DataFrame, factors: dict[str, str], figures: Path, out: Path) -> list[str]:
+def _pareto_section(tables: dict[str, pd.DataFrame], specs: dict[str, SweepSpec], read: Tables, figures: Path,
+                    out: Path) -> list[str]:
     """One front per dataset and training budget: accuracies on other test sets, or after other training,
-    are not on one scale. The largest group is `pareto.png`, the others `pareto-2.png`, …"""
-    settings = setting_means(all_rows, factors, out)
+    are not on one scale. The largest group is `pareto.png`, the others `pareto-2.png`, … A sweep's settings
+    are over the runs its section analyses (under SEEDS=auto, its design's)."""
+    factors = {sweep: spec.factor for sweep, spec in specs.items()}
+    analysed = [as_analysed(spec, tables[sweep], read) for sweep, spec in specs.items()]
+    settings = setting_means(pd.concat(analysed, ignore_index=True) if analysed else pd.DataFrame(), factors, out)
     lines = wording.pareto_heading(not settings.empty)
     if settings.empty:
         return lines

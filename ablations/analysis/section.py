@@ -34,6 +34,11 @@ def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
     return order + sorted(v for v in present if v not in order)
 
 
+def as_analysed(spec: SweepSpec, rows: pd.DataFrame, read: Tables) -> pd.DataFrame:
+    """The rows of a sweep's table that its section analyses (under SEEDS=auto, its design's runs alone)."""
+    return findings.as_designed(rows, spec.factor, _order(spec, rows), read.paths(spec.name), read)[0]
+
+
 def _held_fixed(rows: pd.DataFrame, spec: SweepSpec) -> list[tuple[str, Any, bool]]:
     """What the sweep held fixed, as (field, value, is the dataset's default): every model field, the dataset,
     epochs and lr, any other training field set away from its default (a spec's [train] or --set), and the

@@ -7,6 +7,7 @@ summaries of a sweep's looks merged into one."""
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import itertools
 import math
@@ -73,17 +74,48 @@ def _picks(spec: SweepSpec, points: list[Point], latest: pd.DataFrame | None, mi
     return [p for p in points if p.label in picked], {}
 
 
-def dry_run_line(auto: AutoSeeds, points: int, spec: SweepSpec) -> str:
+def auto_train(args: argparse.Namespace) -> str:
+    """How SEEDS=auto trains its seeds (`--auto-train`): look or cap; auto is look on either device."""
+    given = getattr(args, "auto_train", "auto") or "auto"
+    return "look" if given == "auto" else given
+
+
+def to_the_cap(design: Design, order: list[int]) -> dict[Hashable, list[int]]:
+    """The seeds a look asks for (`design.need`), widened for AUTO_TRAIN=cap: each setting it asks for trains
+    every seed up to the cap (the seeds it needs now and every one past what it has), so the looks after it find
+    their runs there. A tuned sweep's grid, asked for before its picks are made (no `have` yet), is asked as is."""
+    cap = order[:design.schedule[-1]]
+    return {k: [s for i, s in enumerate(cap) if s in need or i >= design.have[k]] if k in design.have else need
+            for k, need in design.need.items()}
+
+
+def dry_run_line(auto: AutoSeeds, points: int, spec: SweepSpec, how: str = "look") -> str:
     """What SEEDS=auto may train: the first look's seeds of every point, then more only where still open
-    (of a tuned sweep, only each setting's pick trains past the first look)."""
+    (of a tuned sweep, only each setting's pick trains past the first look); under AUTO_TRAIN=cap, every
+    setting to the cap at once."""
     looks = auto.looks
     grid = math.prod(len(values) for _, values in spec.tune)
     first, most = points * looks[0], points * looks[0] + points // grid * (looks[-1] - looks[0])
     picks = (f" (every value of {', '.join(n for n, _ in spec.tune)} at the first look; then each setting's pick "
              f"alone)" if spec.tune else "")
+    if how == "cap":
+        return (f"  SEEDS={auto}, AUTO_TRAIN=cap: every setting's seeds 0–{looks[-1] - 1} at once{picks}, then the "
+                f"looks at {'/'.join(map(str, looks))} seeds read in order: {most if spec.tune else points * looks[-1]} "
+                f"runs; the list shows each point at the cap")
     return (f"  SEEDS={auto}: seeds {', '.join(map(str, range(looks[0])))} of every setting first, then more (looks "
             f"at {'/'.join(map(str, looks))} seeds) only for the settings still open{picks}: {first} to {most} runs; "
             f"the list shows each point at the most seeds it may train")
+
+
+def trained_as(how: str, phases: int, design: Design) -> str:
+    """The summary's line on how a sweep's SEEDS=auto seeds trained and what its design reads of them."""
+    when = f"in {phases} training phase{'s' * (phases != 1)}" if phases else "all trained before this command"
+    took = (f"the design took {len(design.looks)} look{'s' * (len(design.looks) != 1)} and reads {design.runs} runs"
+            if design.looks else "the design took no look")
+    if how == "cap":
+        return (f"SEEDS=auto, AUTO_TRAIN=cap: every open setting trained to the cap ({design.schedule[-1]} seeds) at "
+                f"once, {when}; {took} (the rest stay out of the verdicts)")
+    return f"SEEDS=auto, AUTO_TRAIN=look: each look's seeds trained as the design asked, {when}; {took}"
 
 
 def _design_files(out: str, specs: list[SweepSpec], sweep_points: list[tuple[str, list[Point]]],
@@ -158,6 +190,7 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
         seed_design.write_design(SweepPaths.of(args.out, name), design_files[name])
     merged: dict[str, SweepSummary] = {}
     asked_before: dict[str, dict] = {}
+    how, designs, phases = auto_train(args), {}, collections.Counter()
     # a look per step, and a step more for each look whose lost runs are retried: past that, unfinished
     limit = 2 * (max(len(p["looks"]) for p in design_files.values()) + 1)
     for step in itertools.count():
@@ -170,8 +203,10 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
             design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name), design_files[name],
                                             next(s for s in specs if s.name == name))
             print(design_progress(design, name, left_out), file=sys.stderr)
+            designs[name] = design
             if design.need:
-                asked[name] = design.need
+                asked[name] = design.need if how == "look" else to_the_cap(design, list(design_files[name]["seeds"]))
+                phases[name] += 1
         if not asked:
             break
         if asked == asked_before:
@@ -193,7 +228,9 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
             return None, status
         for r in results:
             merged[r.sweep] = merged[r.sweep].merge(r) if r.sweep in merged else r
-    return [merged.get(name) or SweepSummary(name, SweepPaths.of(args.out, name)) for name, _ in sweep_points], 0
+    summaries = [merged.get(name) or SweepSummary(name, SweepPaths.of(args.out, name)) for name, _ in sweep_points]
+    return [dataclasses.replace(r, said=trained_as(how, phases[r.sweep], designs[r.sweep]))
+            if r.sweep in designs else r for r in summaries], 0
 
 
 def experiment_of(points: list[Point], options: RunOptions) -> str:

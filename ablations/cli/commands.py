@@ -101,14 +101,15 @@ def _too_large(args: argparse.Namespace, sweep_points: list[tuple[str, list[Poin
             f"train them all")
 
 
-def _dry_run_all(specs: list[SweepSpec], sweep_points: list[tuple[str, list[Point]]],
+def _dry_run_all(args: argparse.Namespace, specs: list[SweepSpec], sweep_points: list[tuple[str, list[Point]]],
                  options: dict[str, RunOptions], plan: _SeedPlan) -> int:
     for name, points in sweep_points:
         dry_run(name, points, options[name])
         if name in plan.auto:
             from ablations.cli import adaptive  # the statistics load only for adaptive seeds
 
-            print(adaptive.dry_run_line(plan.auto[name], len(points), next(s for s in specs if s.name == name)))
+            print(adaptive.dry_run_line(plan.auto[name], len(points), next(s for s in specs if s.name == name),
+                                        adaptive.auto_train(args)))
     return 0
 
 
@@ -156,6 +157,14 @@ def _say_filler(sweep_points: list[tuple[str, list[Point]]], plan: _SeedPlan) ->
                   f"would waste none", file=sys.stderr)
 
 
+def _say_fixed(args: argparse.Namespace, adaptive_seeds: bool) -> None:
+    """One note where AUTO_TRAIN is given and no sweep of the command trains under SEEDS=auto."""
+    given = getattr(args, "auto_train", "auto")
+    if given not in (None, "auto") and not adaptive_seeds:
+        print(f"note: AUTO_TRAIN={given} says how SEEDS=auto trains its seeds; these seeds are fixed, so it changes "
+              f"nothing", file=sys.stderr)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         names = [n for arg in args.sweeps for n in (default_sweeps() if arg == "default" else [arg])]
@@ -170,8 +179,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"error: {refused}", file=sys.stderr)
         return 2
     _say_filler(sweep_points, plan)
+    _say_fixed(args, bool(plan.auto))
     if args.dry_run:
-        return _dry_run_all(specs, sweep_points, options, plan)
+        return _dry_run_all(args, specs, sweep_points, options, plan)
     t0, args.spent = time.perf_counter(), Counter()   # the work's start; the cost phase's and training's seconds
     try:
         executor = _start_executor(args)   # before anything is written: a cluster too small is refused first
@@ -199,6 +209,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     options = run_options(args, "", ident, args.seeds or DEFAULT_SEEDS)
+    _say_fixed(args, False)
     if args.dry_run:
         dry_run("train", points, options)
         return 0

@@ -101,6 +101,8 @@ def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> No
         stale = f", {r.stale_tmp} stale temporary files removed" if r.stale_tmp else ""
         print(f"  {r.sweep:<8} {r.planned} runs: {r.skipped} already done{reused}{resumed}, {statuses}{stale}"
               f"{_packed(r.packs, r.pack_width)}")
+        if r.said:
+            print(f"           {r.said}")
         if r.starved:
             low = r.starved
             print(f"           note: {len(low)} run(s) were busy only {min(low):.0f}–{max(low):.0f} % of the cores they "

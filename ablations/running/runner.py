@@ -105,6 +105,7 @@ class SweepSummary:
     rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     packs: list[int] = dataclasses.field(default_factory=list)   # the seeds of each pack trained now
     pack_width: int = 0   # the width those packs trained at where it is pinned (CUDA: `TrainConfig.pack_width`)
+    said: str = ""        # one more line for the summary (how SEEDS=auto trained the sweep's seeds)
 
     def merge(self, later: SweepSummary) -> SweepSummary:
         """This sweep over two steps of one command (the looks of SEEDS=auto) as one."""

@@ -83,9 +83,12 @@ def design_sentence(f: SweepFindings) -> str:
     left = (f" Left out of the design: {', '.join(f'{f.factor}={k}' for k in f.left_out)} (a run diverged; see the "
             f"table)." if f.left_out else "")
     spending = "" if d.spending == SPENDING else f" ({d.spending} spending, as its design file says)"
+    unread = (f" The table holds {f.unread} more finished run{'s' * (f.unread != 1)} of these settings, at seeds "
+              f"the design did not reach; it does not read {'them' if f.unread != 1 else 'it'}, so neither does this "
+              f"verdict." if f.unread else "")
     return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.schedule))} seeds a setting{spending}; stopped at look "
             f"{last.index + 1} of {len(d.schedule)} ({seeds}): {why}."
-            + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left)
+            + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left + unread)
 
 
 def setting_name(value, factor: str) -> str:

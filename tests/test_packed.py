@@ -283,6 +283,16 @@ def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(t
     assert code == 0 and ("note: p: every pack trains 8 wide (the width is in the run ids), so with 2 seeds a point "
                           "6 of its 8 slots are filler; PACK=2 would waste none\n") in err, err
     assert "one at a time" not in err   # CPU packs train JOBS at once
+    code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "wide"),
+                                      "--seeds", "auto:3,5,8", "--pack", "8", "--set", "pack_width=8", "--dry-run"],
+                           capsys)
+    assert code == 0 and ("note: p: every pack trains 8 wide (the width is in the run ids), and SEEDS=auto look by "
+                          "look trains 2–3 seeds of a setting a look, the rest of each pack filler; AUTO_TRAIN=cap "
+                          "trains each setting's 8 seeds at once\n") in err, err
+    code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "wide"),
+                                      "--seeds", "auto:3,5,8", "--pack", "8", "--set", "pack_width=8", "--dry-run",
+                                      "--auto-train", "cap"], capsys)
+    assert code == 0 and "filler" not in err, err
     assert not set(pinned["run_id"]) & set(free["run_id"])
     assert sorted(pinned["test_loss"]) == sorted(free["test_loss"])   # on the CPU the width changes no figure
 

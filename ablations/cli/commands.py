@@ -145,12 +145,24 @@ def _train_locked(args: argparse.Namespace, specs: list[SweepSpec], sweep_points
         return _run_all(args, sweep_points, options, locked=True, started=executor)
 
 
-def _say_filler(sweep_points: list[tuple[str, list[Point]]], plan: _SeedPlan) -> None:
-    """One note where a pinned pack width (`pack_width`, CUDA) is wider than a sweep's fixed seeds a point: every
-    pack trains that wide whatever its seeds, the rest of it filler."""
+def _say_filler(args: argparse.Namespace, sweep_points: list[tuple[str, list[Point]]], plan: _SeedPlan) -> None:
+    """One note where a pinned pack width (`pack_width`, CUDA) is wider than the seeds a point trains at once (a
+    sweep's fixed seeds, or a SEEDS=auto look's): every pack trains that wide whatever its seeds, the rest of it
+    filler."""
     for name, points in sweep_points:
         width = max((p.train.pack_width for p in points), default=0)
-        if width and name not in plan.auto and len(plan.most[name]) < width:
+        if not width:
+            continue
+        if name in plan.auto:
+            from ablations.cli import adaptive  # the statistics load only for adaptive seeds
+
+            looks = plan.auto[name].looks
+            more = [b - a for a, b in zip((0, *looks), looks)]
+            if adaptive.auto_train(args) == "look" and width > min(more):
+                print(f"note: {name}: every pack trains {width} wide (the width is in the run ids), and SEEDS=auto "
+                      f"look by look trains {min(more)}–{max(more)} seeds of a setting a look, the rest of each pack "
+                      f"filler; AUTO_TRAIN=cap trains each setting's {looks[-1]} seeds at once", file=sys.stderr)
+        elif len(plan.most[name]) < width:
             n = len(plan.most[name])
             print(f"note: {name}: every pack trains {width} wide (the width is in the run ids), so with {n} seed"
                   f"{'s' if n > 1 else ''} a point {width - n} of its {width} slots are filler; PACK={max(n, 2)} "
@@ -178,7 +190,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
-    _say_filler(sweep_points, plan)
+    _say_filler(args, sweep_points, plan)
     _say_fixed(args, bool(plan.auto))
     if args.dry_run:
         return _dry_run_all(args, specs, sweep_points, options, plan)

@@ -309,6 +309,29 @@ def test_an_adaptive_design_whose_runs_keep_failing_exits_1_and_says_it_is_unfin
     assert code == 1 and "error: SEEDS=auto: runs the design needs did not finish" in err
 
 
+@pytest.mark.slow
+def test_seeds_auto_trained_to_the_cap_and_killed_resumes_training_only_what_is_missing(tmp_path, capsys):
+    """AUTO_TRAIN=cap SIGKILLed after its first finished run: the same command again keeps what the killed one
+    finished and trains every other run of the cap once, in one training phase."""
+    from conftest import kill_after_first_row
+
+    spec = write_spec(tmp_path / "k.toml", "depth", "[1, 2]", "embed_dim = 16\nnum_heads = 2\nmlp_ratio = 1.0",
+                      "epochs = 1\nbatch_size = 128")
+    out = tmp_path / "out"
+    argv = ["sweep", str(spec), "--dataset", "digits", "--seeds", "auto:3,5", "--auto-train", "cap",
+            "--cost-rounds", "0", "--jobs", "1", "--out", str(out)]
+    first = kill_after_first_row([sys.executable, "-m", "ablations", *argv], dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+                                 out / "ablations" / "k.csv")
+    assert 1 <= len(first) < 10 and (first["status"] == "ok").all()
+    assert cli.main(argv) == 0
+    said = capsys.readouterr().out
+    rows = read_table(out / "ablations" / "k.csv")
+    assert sorted(rows["seed"]) == sorted([*range(5)] * 2) and rows["run_id"].is_unique
+    assert (rows["status"] == "ok").all() and set(first["run_id"]) <= set(rows["run_id"])
+    assert f"{10 - len(first)} runs: 0 already done, {10 - len(first)} ok" in said   # the looks ask for what is missing
+    assert "AUTO_TRAIN=cap: every open setting trained to the cap (5 seeds) at once, in 1 training phase" in said
+
+
 @pytest.mark.parametrize("argv,message", [(["--seeds", "-1"], "seed -1 is out of range"),
                                           (["--seeds", str(2**40)], "out of range"),
                                           (["--epochs", "0"], "--epochs (EPOCHS) must be a positive integer"),

@@ -87,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--graphs", type=int, choices=[0, 1], default=1)
     parser.add_argument("--bits", type=int, default=0, metavar="STEPS")
+    packed_runs.add_matmul_order(parser)
     return parser
 
 
@@ -126,6 +127,7 @@ def _table(rates: dict[tuple[int, str], list[float]], cfg, recipe: TrainConfig, 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    packed_runs.set_matmul_order(args)
     device = resolve_device(args.device)
     try:
         widths = [int(w) for w in args.widths.split(",")]

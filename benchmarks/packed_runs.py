@@ -37,6 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import vit.attention  # noqa: E402
+import vit.stacked  # noqa: E402
 from ablations import (  # noqa: E402
     PackedModel,
     pack_graphed,
@@ -224,7 +225,17 @@ def member_bits(cfg, recipe: TrainConfig, device: torch.device, steps: int,
     return compared
 
 
-def main(argv: list[str] | None = None) -> int:
+def add_matmul_order(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--matmul-order", choices=["auto", "on", "off"], default="auto",
+                        help="packs' matmul weights laid out as their batched matmul reads them: auto, on CUDA only "
+                             "(vit.stacked.MATMUL_ORDER); on: as on CUDA everywhere")
+
+
+def set_matmul_order(args: argparse.Namespace) -> None:
+    vit.stacked.MATMUL_ORDER = {"auto": None, "on": True, "off": False}[args.matmul_order]
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", default="1,3,8,24")
     parser.add_argument("--steps", type=int, default=20)
@@ -236,12 +247,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bits", type=int, default=0, metavar="STEPS")
     parser.add_argument("--graphs", type=int, choices=[0, 1], default=1)
     parser.add_argument("--ops", action="store_true")
+    add_matmul_order(parser)
     parser.add_argument("--top", type=int, default=0, metavar="N",
                         help="the N costliest kernels of one step alone and of the widest pack")
     parser.add_argument("--stem", choices=["conv", "patch"], default=None, help="the preset's own by default")
     parser.add_argument("--deterministic", action="store_true",
                         help="torch's deterministic algorithms (warn only) and cuBLAS's fixed workspace")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    set_matmul_order(args)
     if args.deterministic:   # before CUDA starts: cuBLAS reads its workspace setting once
         deterministic_algorithms()
     device = resolve_device(args.device)

@@ -138,8 +138,14 @@ def test_the_weights_to_cast_once_are_found_before_a_capture_begins_and_the_capt
             if not torch.equal(a, b)] == []
 
 
-@pytest.mark.parametrize("stem, graphed", [("conv", False), ("patch", True)])
-def test_a_pack_with_its_weights_cast_once_trains_to_the_bits_of_autocasts_casts_at_each_use(stem, graphed, request):
+@pytest.mark.parametrize("stem, graphed, matmul_order", [("conv", False, False), ("patch", True, False),
+                                                         ("conv", False, True), ("patch", True, True)])
+def test_a_pack_with_its_weights_cast_once_trains_to_the_bits_of_autocasts_casts_at_each_use(stem, graphed,
+                                                                                            matmul_order, request,
+                                                                                            monkeypatch):
+    """Also with the matmul weights laid out as on CUDA (`vit.stacked.MATMUL_ORDER`): each is cast in its layout."""
+    import vit.stacked
+    monkeypatch.setattr(vit.stacked, "MATMUL_ORDER", matmul_order)
     if graphed:
         request.getfixturevalue("capturable_on_cpu")
     cfg = _cfg(stem, "sdpa")

@@ -154,7 +154,12 @@ def test_a_diverging_member_is_marked_and_the_others_go_on(digits):
         assert torch.equal(results[j].test_preds, healthy[seed][1].test_preds)
 
 
-def test_a_pack_resumes_from_its_checkpoints_bit_for_bit(digits, tmp_path):
+@pytest.mark.parametrize("matmul_order", [False, True])
+def test_a_pack_resumes_from_its_checkpoints_bit_for_bit(digits, tmp_path, monkeypatch, matmul_order):
+    """Also with the matmul weights laid out in matmul order, as on CUDA: their AdamW moments come back in the
+    weights' layout (a fused step reads a weight and its moments in one memory order)."""
+    import vit.stacked
+    monkeypatch.setattr(vit.stacked, "MATMUL_ORDER", matmul_order)
     recipe = TrainConfig(epochs=3, batch_size=64, packed=True)
     whole = _pack([0, 1], digits, recipe=recipe)
     first = _pack([0, 1], digits, recipe=TrainConfig(epochs=3, batch_size=64, packed=True), folder=tmp_path)
@@ -746,12 +751,15 @@ def test_a_graphed_pack_captures_its_step_once_a_batch_size_or_goes_on_eagerly(f
 def test_a_captured_pack_with_its_fused_kernels_called_once_as_on_cuda_trains_like_the_eager_one(stem,
                                                                                                 capturable_on_cpu,
                                                                                                 monkeypatch):
-    """Under the fake CUDA, with the members' attention and BatchNorm in one call each as CUDA makes them: the step
-    warms up (undone), captures and replays, and the pack trains on its batch once, as the eager step does."""
+    """Under the fake CUDA, with the members' attention and BatchNorm in one call each and the matmul weights in
+    matmul order, as on CUDA: the step warms up (undone), captures and replays, and the pack trains on its batch
+    once, as the eager step does."""
     from fake_cuda import FakeCuda
 
     import vit.attention
+    import vit.stacked
     monkeypatch.setattr(vit.attention, "ONE_CALL", True)
+    monkeypatch.setattr(vit.stacked, "MATMUL_ORDER", True)
     fake = FakeCuda(monkeypatch, fail_in_block=False, fail_at_end=False)
     graphed, eager = _graphed_and_eager(TrainConfig(grad_clip=1.0), capture=True, cfg=TINY.replace(stem=stem))
     fake.watch = graphed
@@ -761,6 +769,49 @@ def test_a_captured_pack_with_its_fused_kernels_called_once_as_on_cuda_trains_li
     _members_close(graphed, eager)
     assert graphed.graphed and sorted(graphed.graphs) == [64] and ("replay",) in fake.calls
     _close(graphed.packed.buffers, eager.packed.buffers)   # the conv stem's BatchNorm statistics
+
+
+@pytest.mark.parametrize("stem", ["patch", "conv"])
+def test_weights_in_matmul_order_get_their_gradients_uncopied_and_compute_the_same_function(stem, monkeypatch):
+    """The matmul weights laid out as the batched matmul reads them (CUDA's layout): the same shapes and values
+    (each member's state as its model holds it, contiguous), the same logits and gradients to rounding, each such
+    weight's gradient in the weight's own layout, and not one gradient copied; in the model's layout (the CPU's),
+    one copy a matmul weight."""
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import vit.stacked
+    from vit.stacked import matmul_weights
+
+    class Copies(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += func.overloadpacket.__name__ == "copy_"
+            return func(*args, **(kwargs or {}))
+
+    cfg = TINY.replace(stem=stem)
+    models = [_model(s, cfg) for s in (0, 1, 2)]
+    x, y = _batch(3, 29, torch.Generator().manual_seed(1))   # 29 rows: a last, smaller batch's
+    found = {}
+    for order in (False, True):
+        monkeypatch.setattr(vit.stacked, "MATMUL_ORDER", order)
+        packed = PackedModel(models)
+        packed.template.train()
+        for j, model in enumerate(models):
+            mine = packed.member_state(j)
+            assert all(mine[k].is_contiguous() and torch.equal(mine[k], v) for k, v in model.state_dict().items())
+        with Copies() as copies:
+            logits = packed.forward(x)
+            F.cross_entropy(logits.flatten(0, 1), y.flatten()).backward()
+        found[order] = (logits.detach(), {k: p.grad for k, p in packed.params.items()}, copies.n)
+        names = matmul_weights(packed.template)
+        assert len(names) == 2 + 4 * cfg.depth   # the stem's projection, the head, and qkv, proj, fc1, fc2 a block
+        assert all((packed.params[k].grad.stride() == packed.params[k].stride()) for k in names)
+        assert all(packed.params[k].is_contiguous() != order for k in names)
+    assert found[False][2] == len(names) and found[True][2] == 0
+    torch.testing.assert_close(found[True][0], found[False][0], rtol=1e-5, atol=1e-6)
+    _close(found[True][1], found[False][1], rtol=1e-4, atol=1e-6)
 
 
 def test_the_copies_a_capture_puts_back_carry_no_autograd_graph(capturable_on_cpu):

@@ -130,6 +130,31 @@ STACKED: dict[type[nn.Module], type[nn.Module]] = {
 }
 
 
+#: whether a packed model keeps the weights `linear` multiplies in the order its batched matmul reads them
+#: (`in_matmul_order`): None, on CUDA only. There it spares a copy of each such weight's gradient a step; a CPU's
+#: batched matmul over weights so laid out gives a member's rows other bits where they start at another alignment (a
+#: last, smaller batch), so a member's bits would depend on its slot. True lays them out so everywhere.
+MATMUL_ORDER: bool | None = None
+
+
+def matmul_order(weight: Tensor) -> bool:
+    """Whether a packed model on `weight`'s device keeps its matmul weights in matmul order (`MATMUL_ORDER`)."""
+    return weight.is_cuda if MATMUL_ORDER is None else MATMUL_ORDER
+
+
+def matmul_weights(template: VisionTransformer) -> list[str]:
+    """The names of the stacked weights that `linear` multiplies: every linear layer's and the stem's projection."""
+    return [f"{name}.weight" for name, module in template.named_modules()
+            if isinstance(module, nn.Linear) or name == "patch_embed.proj"]
+
+
+def in_matmul_order(weight: Tensor) -> Tensor:
+    """A stacked weight (k, out, …) of the same shape and values, its memory laid out (k, …, out): the order in which
+    `linear`'s batched matmul reads it (`weight.mT`, contiguous) and in which that matmul's backward writes its
+    gradient, so the gradient arrives in the weight's own layout and autograd keeps it as it is instead of copying it."""
+    return weight.movedim(1, -1).contiguous().movedim(-1, 1).clone()   # a tensor of its own, not a view
+
+
 def stacked(model: VisionTransformer) -> VisionTransformer:
     """A copy of `model` to run with k members' weights and buffers stacked along a first dimension (its own are
     placeholders: `functional_call` hands it the stacked ones under the same names) on their images member-major,

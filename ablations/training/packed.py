@@ -62,7 +62,7 @@ from bench.training.step import (
     param_groups,
     train_mode,
 )
-from vit.stacked import stacked
+from vit.stacked import in_matmul_order, matmul_order, matmul_weights, stacked
 
 
 def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device) -> str:
@@ -146,13 +146,16 @@ class PackedModel:
         self.k = len(models)
         self.template = stacked(models[0])
         self.params, self.buffers = stack_module_state(models)
+        for name in matmul_weights(self.template) if matmul_order(next(iter(self.params.values()))) else ():
+            self.params[name] = in_matmul_order(self.params[name].detach())
         trains = {name: p.requires_grad for name, p in models[0].named_parameters()}
         for name, p in self.params.items():   # stack_module_state makes every stacked tensor a trainable leaf
             p.requires_grad_(trains[name])
 
     def member_state(self, i: int) -> dict[str, Tensor]:
         """Member i's state dict, as its model alone would hold it (copies)."""
-        return {name: t[i].detach().clone() for name, t in {**self.params, **self.buffers}.items()}
+        return {name: t[i].detach().clone(memory_format=torch.contiguous_format)
+                for name, t in {**self.params, **self.buffers}.items()}
 
     def forward(self, images: Tensor, shared: bool = False, cast: dict[str, Tensor] | None = None) -> Tensor:
         """(k, B, classes) logits of (k, B, …) images, or of one (B, …) batch every member sees (`shared`);
@@ -293,11 +296,13 @@ def _restore(packed: PackedModel, optimizer: torch.optim.Optimizer, saved: list[
                 t[j].copy_(tensors[f"model.{name}"])
     order = [p for group in optimizer.param_groups for p in group["params"]]
     state: dict[int, dict[str, Tensor]] = {}
-    for index in range(len(order)):
+    for index, param in enumerate(order):
         keys = {key.split(".", 2)[2] for key in saved[0][0] if key.startswith(f"optim.{index}.")}
         for key in keys:
             values = [tensors[f"optim.{index}.{key}"] for tensors, _ in saved]
-            state.setdefault(index, {})[key] = values[0] if values[0].dim() == 0 else torch.stack(values)
+            # a moment in its parameter's layout (a fused step reads the two in one memory order)
+            state.setdefault(index, {})[key] = values[0] if values[0].dim() == 0 else torch.empty_like(
+                param, dtype=values[0].dtype, device=values[0].device).copy_(torch.stack(values))
     optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
     for (tensors, _), member in zip(saved, states):
         for name, g in member.streams.items():
@@ -309,8 +314,8 @@ def _save(packed: PackedModel, step: PackedStep, j: int, member: Member, state: 
     """Member j's checkpoint, in a run's format: its model, its slice of the optimizer state, its generators."""
     tensors = {f"model.{k}": v for k, v in packed.member_state(j).items()}
     for index, values in step.optimizer.state_dict()["state"].items():
-        tensors.update({f"optim.{index}.{k}": (v if v.dim() == 0 else v[j]).detach().clone()
-                        for k, v in values.items() if torch.is_tensor(v)})
+        tensors.update({f"optim.{index}.{k}": (v if v.dim() == 0 else v[j]).detach().clone(
+                            memory_format=torch.contiguous_format) for k, v in values.items() if torch.is_tensor(v)})
     tensors.update({f"rng.{name}": g.get_state() for name, g in state.streams.items()})
     save_checkpoint(member.checkpoint.path, tensors,
                     {**meta, "param_groups": saved_param_groups(step.optimizer), "scaler": {}})

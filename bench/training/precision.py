@@ -23,6 +23,18 @@ def autocast(device: torch.device, dtype: str, cache_enabled: bool = True):
     return torch.autocast(device.type, dtype=DTYPES[dtype], cache_enabled=cache_enabled)
 
 
+def _memory_order(t: Tensor) -> list[int]:
+    """t's dimensions from the outermost in memory to the innermost: the permutation that makes a dense tensor
+    contiguous (the identity for a contiguous one)."""
+    if t.is_contiguous():
+        return list(range(t.dim()))
+    return sorted(range(t.dim()), key=lambda d: (t.shape[d] == 1, -t.stride(d), d))
+
+
+def _inverse(perm: list[int]) -> list[int]:
+    return sorted(range(len(perm)), key=perm.__getitem__)
+
+
 class OneCast:
     """The weights that autocast casts to the step's dtype at every use, cast in one kernel a step instead of one
     per use: concatenated (each at an aligned offset), cast once, and handed to the module as views of the cast
@@ -62,6 +74,9 @@ class OneCast:
             self.at.append(len(self.split))
             self.split += [size[n], pad] if pad else [size[n]]
         self.zeros = torch.zeros(max(self.pads, default=0), device=next(iter(sources.values())).device)
+        # each weight read in its memory order (a pack's matmul weights are laid out transposed), so that it
+        # flattens without a copy and its cast, laid out as it is, hands its gradient back in its own layout
+        self.perms = [_memory_order(t) for t in self.sources.values()]
 
     @property
     def names(self) -> list[str]:
@@ -70,12 +85,13 @@ class OneCast:
     def __call__(self) -> dict[str, Tensor]:
         """The cast weights by name, views of one cast of all of them."""
         pieces = []
-        for t, pad in zip(self.sources.values(), self.pads):
-            pieces.append(t.reshape(-1))
+        for t, perm, pad in zip(self.sources.values(), self.perms, self.pads):
+            pieces.append(t.permute(perm).reshape(-1))
             if pad:
                 pieces.append(self.zeros[:pad])
         parts = torch.cat(pieces).to(self.dtype).split_with_sizes(self.split)
-        return {n: parts[i].view(t.shape) for (n, t), i in zip(self.sources.items(), self.at)}
+        return {n: parts[i].view([t.shape[d] for d in perm]).permute(_inverse(perm))
+                for (n, t), perm, i in zip(self.sources.items(), self.perms, self.at)}
 
     @classmethod
     def find(cls, module: nn.Module, params: dict[str, Tensor], buffers: dict[str, Tensor], example: Tensor,

@@ -8,7 +8,17 @@ import pytest
 from scipy import stats as sps
 from scipy.special import expit
 
-from ablations.analysis.sequential import LOOKS, Decision, check_looks, look, nominal_levels, replay, run_design, spent
+from ablations.analysis.sequential import (
+    LOOKS,
+    Decision,
+    check_looks,
+    look,
+    nominal_levels,
+    replay,
+    replay_gathered,
+    run_design,
+    spent,
+)
 from ablations.analysis.stats import ALPHA
 
 
@@ -168,6 +178,47 @@ def test_replay_asks_for_exactly_the_missing_seeds_and_decides_the_same_with_ext
     killed = replay(_runs(draw, {k: range(LOOKS[1] if k == some else LOOKS[0]) for k in draw}))
     assert len(killed.looks) == 1 and killed.looks[0].decided == first.decided
     assert killed.need == {k: list(range(LOOKS[0], LOOKS[1])) for k in first.open if k != some}
+
+
+def _look_by_look(draw, diverges, file):
+    """The driver look by look (`adaptive.run_adaptive`) on drawn runs: each step trains what the replay asks for;
+    a run in `diverges` (setting, seed) diverges. The final design and the settings it left out."""
+    trained = {k: set() for k in draw}
+    while True:
+        design, left = _replayed(draw, trained, diverges, file)
+        if not design.need:
+            return design, left
+        for k, seeds in design.need.items():
+            trained[k] |= set(seeds)
+
+
+def _replayed(draw, trained, diverges, file):
+    ok = {k: sorted(s for s in seeds if (k, s) not in diverges) for k, seeds in trained.items()}
+    failed = {k: {s for s in seeds if (k, s) in diverges} for k, seeds in trained.items()}
+    return replay_gathered(_runs(draw, ok), {k: v for k, v in failed.items() if v}, file)
+
+
+@pytest.mark.parametrize("where", ["read", "past"])
+def test_a_diverged_run_leaves_its_setting_out_only_where_the_design_needs_it(where):
+    """The same runs trained look by look and all to the cap at once (AUTO_TRAIN=cap) give the same design and leave
+    the same settings out: a run that diverges at a seed the design reads leaves its setting out either way; one at a
+    seed past where the design stops (trained only by the cap) leaves nothing out, as look by look it never trained,
+    where leaving out every setting with a diverged run would have dropped it."""
+    from ablations.results.seed_design import new_design
+
+    file = new_design(0.005, ALPHA)
+    draw = sweep(np.random.default_rng(4), settings=3, winner_by=0.01)
+    complete = replay(_runs(draw, {k: range(LOOKS[-1]) for k in draw}))
+    short = next(k for k, n in complete.have.items() if n < LOOKS[-1])   # a setting the design stops early
+    diverges = {(short, 1 if where == "read" else LOOKS[-1] - 1)}
+    look, left_look = _look_by_look(draw, diverges, file)
+    cap, left_cap = _replayed(draw, {k: set(range(LOOKS[-1])) for k in draw}, diverges, file)
+    assert left_cap == left_look == ((short,) if where == "read" else ())
+    assert [lk.decided for lk in cap.looks] == [lk.decided for lk in look.looks] and cap.have == look.have
+    if where == "past":
+        assert [lk.decided for lk in cap.looks] == [lk.decided for lk in complete.looks]
+        assert replay_gathered({k: v for k, v in _runs(draw, {k: range(LOOKS[-1]) for k in draw}).items()
+                                if k != short}, {}, file)[0].looks != cap.looks   # what leaving it out would do
 
 
 def test_a_decision_stands_while_its_leader_leads_and_is_taken_again_under_a_new_leader():

@@ -16,7 +16,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from ablations.analysis.predictions import load_runs
-from ablations.analysis.sequential import Design, gather, replay_design
+from ablations.analysis.sequential import Design, gather, replay_gathered
 from ablations.analysis.stats import (
     MARGIN,
     MIN_SEEDS,
@@ -237,12 +237,11 @@ def adaptive_rows(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
     latest = rows.assign(run_id=rows["run_id"].astype(str))
     keyed = [(v, int(seed), str(status), rid) for v, seed, status, rid
              in zip(latest[factor], latest["seed"], latest["status"], latest["run_id"]) if v in order]
-    runs, left_out = gather(keyed, order, paths)
-    design = replay_design(runs, design_file)
+    design, left_out = replay_gathered(*gather(keyed, order, paths), design_file)
     if design.need:
         missing = sum(len(v) for v in design.need.values())
         return rows, None, DesignNote("unfinished", look=len(design.looks) + 1, missing=missing)
-    used = {(k, s) for k in runs for s in design_file["seeds"][:design.have[k]]}
+    used = {(k, s) for k in design.have for s in design_file["seeds"][:design.have[k]]}
     keep = [(v in left_out) or (v, int(seed)) in used for v, seed in zip(rows[factor], rows["seed"])]
     return rows[keep], (design, left_out), None
 

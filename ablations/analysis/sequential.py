@@ -430,18 +430,17 @@ def run_design(draw: Mapping[Hashable, np.ndarray], looks: Sequence[int] = LOOKS
 # --- a sweep's design replayed from its table ------------------------------------------------------
 
 def gather(rows: Iterable[tuple[Hashable, int, str, str]], keys: Sequence[Hashable], paths: SweepPaths
-           ) -> tuple[dict[Hashable, tuple[list[int], np.ndarray, np.ndarray]], tuple[Hashable, ...]]:
+           ) -> tuple[dict[Hashable, tuple[list[int], np.ndarray, np.ndarray]], dict[Hashable, set[int]]]:
     """The design's input from a sweep's latest row per run, each given as (setting, seed, status, run_id):
-    runs[setting] = (seeds, correct (runs, n), predictions) of its ok runs with saved predictions, and the
-    settings left out because one of their runs diverged (it would diverge again at the same seed, so the
-    setting cannot reach the seeds a look needs; the report lists its failed runs)."""
+    runs[setting] = (seeds, correct (runs, n), predictions) of its ok runs with saved predictions, and each
+    setting's seeds whose run diverged (`replay_gathered` decides what they leave out)."""
     found: dict[Hashable, tuple[list[int], list[np.ndarray], list[np.ndarray]]] = {k: ([], [], []) for k in keys}
-    diverged: set = set()
+    diverged: dict[Hashable, set[int]] = {}
     for key, seed, status, rid in rows:
         if key not in found:
             continue
         if status == "diverged":
-            diverged.add(key)
+            diverged.setdefault(key, set()).add(int(seed))
         if status != "ok" or not paths.preds_file(rid).exists():
             continue
         pred, target = load_preds(paths.preds_file(rid))
@@ -450,8 +449,24 @@ def gather(rows: Iterable[tuple[Hashable, int, str, str]], keys: Sequence[Hashab
         correct.append((pred == target).astype(float))
         preds.append(np.asarray(pred))
     runs = {k: (seeds, np.stack(c) if c else np.zeros((0, 0)), np.stack(p) if p else np.zeros((0, 0), dtype=int))
-            for k, (seeds, c, p) in found.items() if k not in diverged}
-    return runs, tuple(k for k in keys if k in diverged)
+            for k, (seeds, c, p) in found.items()}
+    return runs, diverged
+
+
+def replay_gathered(runs: dict[Hashable, tuple[list[int], np.ndarray, np.ndarray]],
+                    diverged: dict[Hashable, set[int]], design_file: dict[str, Any]) -> tuple[Design, tuple]:
+    """The design on `gather`'s runs, and the settings it leaves out: a setting whose run the design needs has
+    diverged (it would diverge again at that seed, so the setting cannot reach the look; the report lists its failed
+    runs) is left out, and the design replayed without it, until no needed run has diverged. So a setting is left
+    out exactly where the design trained look by look would have met the divergence; a diverged run at a seed the
+    design never reads (trained ahead of its looks, AUTO_TRAIN=cap, or by another command) leaves nothing out."""
+    out: set = set()
+    while True:
+        design = replay_design({k: v for k, v in runs.items() if k not in out}, design_file)
+        met = {k for k, need in design.need.items() if diverged.get(k, set()) & set(need)}
+        if not met:
+            return design, tuple(k for k in runs if k in out)
+        out |= met
 
 
 def replay_design(runs: dict[Hashable, tuple[list[int], np.ndarray, np.ndarray]], design_file: dict[str, Any]) -> Design:

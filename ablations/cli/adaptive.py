@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from ablations.analysis.designs import select, with_settings
-from ablations.analysis.sequential import Design, gather, replay_design
+from ablations.analysis.sequential import Design, gather, replay_gathered
 from ablations.choices import OBRIEN_FLEMING, AutoSeeds, RelativeMargin
 from ablations.results import seed_design
 from ablations.results.identity import experiment_id
@@ -55,8 +55,7 @@ def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, de
         labels = {p.label for p in points}
         rows = [(mine[rid].point.label, mine[rid].seed, str(status), rid)
                 for rid, status in zip(latest["run_id"], latest["status"]) if mine[rid].point.label in labels]
-    runs, left_out = gather(rows, [p.label for p in points], paths)
-    return replay_design(runs, design_file), left_out
+    return replay_gathered(*gather(rows, [p.label for p in points], paths), design_file)
 
 
 def _picks(spec: SweepSpec, points: list[Point], latest: pd.DataFrame | None, mine: dict[str, Task],

@@ -72,10 +72,11 @@ def _method_checks() -> str:
   normal law of the looks by an exact recursion (Armitage, McPherson & Rowe). At each look the pairs go through
   Holm's step-down with group-sequential levels (Maurer & Bretz: with r pairs standing, the level of a design
   spending α / r), differences and equivalence each by its own step-down: the chance of any false "better" is
-  at most α, and of any false "equivalent" at most α (not jointly). A setting decided against the leader trains
+  at most α, and of any false "equivalent" at most α (not jointly). A setting decided against the leader takes
   no more seeds; so does one no number of seeds up to the cap could decide (futility, a stop that only removes
-  decisions); identical settings train together. The decisions are a function of the finished runs, so a rerun
-  takes the same ones, and a design is fixed once its looks are read.
+  decisions); identical settings train together. Each look reads each setting's first seeds alone, so the
+  decisions are a function of those runs: a rerun takes the same ones, runs trained past where the design stopped
+  (AUTO_TRAIN=cap trains every setting to the cap) are not read, and a design is fixed once its looks are read.
 - **Checks.** The reference comparison pairs each point trained here and in the reference, Bonferroni over
   the points, equivalent only where the whole interval lies within the margin. Budget: a setting is **not
   converged** where its last epoch raised its accuracy by more than {100 * STILL_LEARNING:g} point, where its

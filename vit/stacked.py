@@ -137,22 +137,22 @@ STACKED: dict[type[nn.Module], type[nn.Module]] = {
 MATMUL_ORDER: bool | None = None
 
 
-def matmul_order(weight: Tensor) -> bool:
-    """Whether a packed model on `weight`'s device keeps its matmul weights in matmul order (`MATMUL_ORDER`)."""
-    return weight.is_cuda if MATMUL_ORDER is None else MATMUL_ORDER
-
-
 def matmul_weights(template: VisionTransformer) -> list[str]:
     """The names of the stacked weights that `linear` multiplies: every linear layer's and the stem's projection."""
     return [f"{name}.weight" for name, module in template.named_modules()
             if isinstance(module, nn.Linear) or name == "patch_embed.proj"]
 
 
-def in_matmul_order(weight: Tensor) -> Tensor:
-    """A stacked weight (k, out, …) of the same shape and values, its memory laid out (k, …, out): the order in which
-    `linear`'s batched matmul reads it (`weight.mT`, contiguous) and in which that matmul's backward writes its
-    gradient, so the gradient arrives in the weight's own layout and autograd keeps it as it is instead of copying it."""
-    return weight.movedim(1, -1).contiguous().movedim(-1, 1).clone()   # a tensor of its own, not a view
+def in_matmul_order(template: VisionTransformer, params: dict[str, Tensor]) -> dict[str, Tensor]:
+    """`params` (stacked, for `template`) with each weight `linear` multiplies, (k, out, …), of the same shape and
+    values but its memory laid out (k, …, out), where `MATMUL_ORDER` says: the order in which the batched matmul
+    reads it (`weight.mT`, contiguous) and in which that matmul's backward writes its gradient, so the gradient
+    arrives in the weight's own layout and autograd keeps it as it is instead of copying it. Each a tensor of its
+    own (detached), not a view."""
+    if not (next(iter(params.values())).is_cuda if MATMUL_ORDER is None else MATMUL_ORDER):
+        return params
+    return {**params, **{name: params[name].detach().movedim(1, -1).contiguous().movedim(-1, 1).clone()
+                         for name in matmul_weights(template)}}
 
 
 def stacked(model: VisionTransformer) -> VisionTransformer:

@@ -62,7 +62,7 @@ from bench.training.step import (
     param_groups,
     train_mode,
 )
-from vit.stacked import in_matmul_order, matmul_order, matmul_weights, stacked
+from vit.stacked import in_matmul_order, stacked
 
 
 def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device) -> str:
@@ -145,9 +145,8 @@ class PackedModel:
     def __init__(self, models: list[nn.Module]) -> None:
         self.k = len(models)
         self.template = stacked(models[0])
-        self.params, self.buffers = stack_module_state(models)
-        for name in matmul_weights(self.template) if matmul_order(next(iter(self.params.values()))) else ():
-            self.params[name] = in_matmul_order(self.params[name].detach())
+        params, self.buffers = stack_module_state(models)
+        self.params = in_matmul_order(self.template, params)
         trains = {name: p.requires_grad for name, p in models[0].named_parameters()}
         for name, p in self.params.items():   # stack_module_state makes every stacked tensor a trainable leaf
             p.requires_grad_(trains[name])

@@ -216,3 +216,17 @@ def test_packed_members_meet_the_runs_trained_alone_point_by_point_and_each_side
     alone = compare_outs(sweep_out, sweep_out)
     assert "Trained in fp32 on cpu here and in fp32 on cpu in the reference." in " ".join(
         wording.reference_lines(alone, "REF", 0.5))
+
+
+def test_a_point_whose_predictions_are_gone_shows_its_difference_without_an_interval(sweep_out, tmp_path):
+    from ablations.analysis.wording.sections import reference_lines
+
+    copy = tmp_path / "b"
+    shutil.copytree(sweep_out, copy)
+    shutil.rmtree(SweepPaths.of(copy, "cmp").preds)
+    table = compare_outs(sweep_out, copy)
+    assert (table["verdict"] == "no predictions to bound it").all() and table["low_pts"].isna().all()
+    lines = reference_lines(table, copy, 0.5)
+    rows = [line for line in lines if line.startswith("| cmp |")]
+    assert len(rows) == 2 and all(row.endswith("| +0.00 | no predictions to bound it |") for row in rows), rows
+    assert "nan" not in "\n".join(lines) and not any("What this comparison could see" in line for line in lines)

@@ -475,11 +475,15 @@ def test_no_command_writes_into_the_reference_unless_told_and_the_report_compare
     rows.to_csv(SweepPaths.of(mine, "depth").rows, index=False)
     text = build_report(mine, reference=reference).read_text()
     section = text.split("## against the reference", 1)[1].split("\n## ", 1)[0]
-    assert "| depth | depth=1 | 3 | 84.00 | 84.00 | +0.00 [+0.00, +0.00] | identical predictions |" in section
+    assert "| depth | depth=1 | 3 | 84.00 | 84.00 | 0 (same predictions) | identical |" in section   # no interval
     assert "| depth | depth=2 | 3 |" in section and "-0.10 [" in section
     row = next(line for line in section.splitlines() if line.startswith("| depth | depth=2 |"))
     low, high = (float(v) for v in re.search(r"\[([-+0-9.]+), ([-+0-9.]+)\]", row).groups())
     assert row.endswith("| same within noise |") and low < -0.5   # its interval reaches past the margin
+    # what the comparison could see is read off the points with an interval, not the identical one's none
+    assert (f"1 of 2 points reproduced the reference bit for bit (the same predicted class on every test image, "
+            f"seed by seed). What this comparison could see: the median half-width of the other points' intervals "
+            f"is {(high - low) / 2:.2f} points") in section
     correct = mask(range(51))   # one image apart from the reference's run instead of three: the interval narrows
     write_run_preds.write_bytes(save_preds(torch.where(torch.as_tensor(correct), target, (target + 1) % 10), target))
     rows.loc[rows["run_id"] == "000002000000", "test_acc"] = 0.949
@@ -488,7 +492,7 @@ def test_no_command_writes_into_the_reference_unless_told_and_the_report_compare
     row = next(line for line in section.splitlines() if line.startswith("| depth | depth=2 |"))
     low, high = (float(v) for v in re.search(r"\[([-+0-9.]+), ([-+0-9.]+)\]", row).groups())
     assert -0.5 <= low and high <= 0.5 and row.endswith("| equivalent (within ±0.5) |"), row
-    assert "What this comparison could see: its intervals' median half-width is " in section
+    assert "What this comparison could see: the median half-width of the other points' intervals is " in section
 
 
 def test_every_section_stays_when_every_cost_round_ran_under_load(tmp_path):

@@ -75,16 +75,27 @@ def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
     lines += ["| sweep | point | seeds | here % | reference % | here − reference (points) [simultaneous 95 % interval] | |",
               "|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
-        verdict = {"A higher": "higher here", "B higher": "lower here"}.get(r.verdict, r.verdict)
+        verdict = {"A higher": "higher here", "B higher": "lower here",
+                   "identical predictions": "identical"}.get(r.verdict, r.verdict)
         if r.verdict == "same within noise" and -margin <= r.low_pts and r.high_pts <= margin:   # all inside
             verdict = f"equivalent (within ±{margin:g})"
+        difference = ("0 (same predictions)" if r.verdict == "identical predictions" else f"{r.diff_pts:+.2f}"
+                      if r.low_pts != r.low_pts else f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}]")
         lines.append(f"| {r.sweep} | {r.point} | {r.seeds} | {100 * r.acc_a:.2f} | {100 * r.acc_b:.2f} | "
-                     f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}] | {verdict} |")
-    if (table["verdict"] == "identical predictions").all():
+                     f"{difference} | {verdict} |")
+    identical = table["verdict"] == "identical predictions"
+    if identical.all():
         return lines + ["", f"Every point reproduced the reference bit for bit: the same predicted class on every test "
                             f"image, seed by seed ({len(table)} of {len(table)}).", ""]
-    half = ((table["high_pts"] - table["low_pts"]) / 2).median()
-    return lines + ["", f"What this comparison could see: its intervals' median half-width is {half:.2f} points, so "
+    bounded = table[~identical & table["low_pts"].notna()]   # the points with an interval to read
+    if bounded.empty:
+        return lines + [""]
+    half = ((bounded["high_pts"] - bounded["low_pts"]) / 2).median()
+    same = (f"{int(identical.sum())} of {len(table)} points reproduced the reference bit for bit (the same predicted "
+            f"class on every test image, seed by seed). " if identical.any() else "")
+    whose = "the other points'" if same else "its"
+    return lines + ["", f"{same}What this comparison could see: the median half-width of {whose} intervals is "
+                        f"{half:.2f} points, so "
                         f"\"same within noise\" says no difference of about that size was found, not that the two "
                         f"agree; a point is called equivalent only where its whole interval lies within ±{margin:g} "
                         f"points (more common seeds narrow the intervals).", ""]

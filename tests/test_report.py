@@ -1250,3 +1250,29 @@ def test_a_one_seed_pass_that_has_not_converged_keeps_its_own_reason_for_no_verd
     assert "**No verdict**: one seed per setting" in section and "No verdict (not converged)" not in section
     assert "**Not converged**: depth=1: its test accuracy rose" in section
 
+
+
+def test_an_open_pair_never_says_that_fewer_seeds_than_it_has_would_decide_it(tmp_path):
+    """The reference's heads runs at seeds 0, 1 and 2 alone, a sweep at fixed seeds: every open pair's count of
+    the seeds that would decide it starts above the 3 it has, and 2 heads against 4, whose whole range by the
+    design's rule lies at or below them (its Holm-adjusted test is the stricter), says only that more would."""
+    import re
+    import shutil
+
+    from ablations.analysis.report import sweep_page
+    from ablations.results.schema import read_table
+
+    reference = Path(__file__).resolve().parents[1] / "results" / "reference" / "ablations"
+    rows = read_table(reference / "heads.csv")
+    rows = rows[rows["seed"].astype(int) <= 2]
+    out = tmp_path / "ablations"
+    (out / "preds" / "heads").mkdir(parents=True)
+    rows.to_csv(out / "heads.csv", index=False)
+    shutil.copy(reference / "heads.toml", out)
+    for run_id in rows["run_id"].astype(str):
+        shutil.copy(reference / "preds" / "heads" / f"{run_id}.npz", out / "preds" / "heads")
+    text = "\n".join(sweep_page(tmp_path, "heads").lines)
+    counts = [int(n) for n in re.findall(r"inconclusive \((\d+)[^)]*seeds a setting", text)]
+    assert counts and min(counts) > 3, counts
+    row = next(line for line in text.splitlines() if line.startswith("| 2 | 4 |"))
+    assert row.endswith("| inconclusive (more seeds a setting would decide it) |"), row

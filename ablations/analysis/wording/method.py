@@ -58,10 +58,11 @@ def _method_tests(margin: float | RelativeMargin) -> str:
   (Jennison & Turnbull) at the level of the look the design stopped at (p the last look's, unadjusted; a
   decided pair shows the look and the level its p crossed). An open pair says how many seeds a setting would
   decide it by the design's own rule (the cap's level for one pair, seed terms shrinking, the test images'
-  staying, over the 80 % interval of its difference), or that none can on this test set. P(a beats b) on a
-  fresh seed, from {MIN_WIN_SEEDS} seeds a setting: paired, the share of seeds whose run of a beat its twin
-  (ties half) with the exact Clopper–Pearson interval; unpaired, the Mann–Whitney share (Agarwal et al. 2021)
-  with Newcombe's score interval on a t quantile.
+  staying, over the 80 % interval of its difference; counted from one more than it has, as it is open at
+  those), or that none can on this test set. P(a beats b) on a fresh seed, from {MIN_WIN_SEEDS} seeds a
+  setting: paired, the share of seeds whose run of a beat its twin (ties half) with the exact Clopper–Pearson
+  interval; unpaired, the Mann–Whitney share (Agarwal et al. 2021) with Newcombe's score interval on a t
+  quantile.
 """
 
 

@@ -346,7 +346,10 @@ def decide_level(f: SweepFindings) -> tuple[float, int]:
 def undecided_reason(f: SweepFindings, c: Comparison) -> str:
     """What would decide an inconclusive pair by the design's own rule (`sequential.seeds_to_decide` at
     `decide_level`, over the 80 % interval of its difference): ' (N–M seeds a setting would decide it)', ' (over
-    SEEDS_SHOWN seeds …)' or ' (no number of seeds decides it on this test set)'."""
+    SEEDS_SHOWN seeds …)' or ' (no number of seeds decides it on this test set)'. The pair is open at the seeds it
+    has, so a count is more than those: the rule's range starts above them, and where all of it lies at or below
+    them (the pair's own test, Holm-adjusted or at an earlier look, is stricter than the rule's level) it says only
+    that more seeds would decide it."""
     seeds = {s.value: len(s.seeds) for s in f.settings}
     now = min(seeds.get(c.a, 0), seeds.get(c.b, 0))
     level, _ = decide_level(f)
@@ -355,14 +358,17 @@ def undecided_reason(f: SweepFindings, c: Comparison) -> str:
         return ""
     if need.test_set:
         return " (no number of seeds decides it on this test set)"
-    if need.fewest > SEEDS_SHOWN:
+    if need.every <= now:
+        return " (more seeds a setting would decide it)"
+    fewest = max(need.fewest, now + 1.0)
+    if fewest > SEEDS_SHOWN:
         return f" (over {SEEDS_SHOWN} seeds a setting would decide it)"
     if math.isinf(need.every):
-        return (f" ({need.fewest:.0f} seeds a setting at the least; some differences its data allow no number of "
+        return (f" ({fewest:.0f} seeds a setting at the least; some differences its data allow no number of "
                 f"seeds decides on this test set)")
     if need.every > SEEDS_SHOWN:
-        return f" ({need.fewest:.0f} to over {SEEDS_SHOWN} seeds a setting would decide it)"
-    span = f"{need.fewest:.0f}" if need.every == need.fewest else f"{need.fewest:.0f}–{need.every:.0f}"
+        return f" ({fewest:.0f} to over {SEEDS_SHOWN} seeds a setting would decide it)"
+    span = f"{fewest:.0f}" if need.every == fewest else f"{fewest:.0f}–{need.every:.0f}"
     return f" ({span} seeds a setting would decide it)"
 
 

@@ -175,7 +175,7 @@ SPEED = [
     Column("gpu_procs_seen", "", "on CUDA, the compute processes NVML listed on the GPU while the steps were timed, "
                                  "by kind: ours (this command and its workers), mps-server, other; or that their "
                                  "host PIDs could not be attributed (a container)", "text", roles=("measured",)),
-    Column("mfu", "", "model FLOP utilisation: achieved FLOP/s over the device's measured matmul peak for "
+    Column("mfu", "fraction", "model FLOP utilisation: achieved FLOP/s over the device's measured matmul peak for "
                       "that dtype (a training step counts 3 × the forward FLOPs)", roles=("measured", "speed")),
     Column("mfu_peak_gflops", "10⁹ FLOP/s", "the matmul peak the row's MFU figures were divided by: the best "
                                             "square matmul of this device and dtype measured in the same "

@@ -1256,7 +1256,6 @@ def test_an_open_pair_never_says_that_fewer_seeds_than_it_has_would_decide_it(tm
     """The reference's heads runs at seeds 0, 1 and 2 alone, a sweep at fixed seeds: every open pair's count of
     the seeds that would decide it starts above the 3 it has, and 2 heads against 4, whose whole range by the
     design's rule lies at or below them (its Holm-adjusted test is the stricter), says only that more would."""
-    import re
     import shutil
 
     from ablations.analysis.report import sweep_page
@@ -1276,3 +1275,20 @@ def test_an_open_pair_never_says_that_fewer_seeds_than_it_has_would_decide_it(tm
     assert counts and min(counts) > 3, counts
     row = next(line for line in text.splitlines() if line.startswith("| 2 | 4 |"))
     assert row.endswith("| inconclusive (more seeds a setting would decide it) |"), row
+
+
+def test_the_bench_table_gives_mfu_as_a_percentage_of_the_measured_peak_and_a_dash_where_blank(tmp_path):
+    from ablations.analysis.wording import bench_lines
+    from bench.mfu import mfu
+
+    peak = 200e9   # FLOP/s
+    steps = pd.DataFrame([
+        {"tokens": 17, "batch_size": 64, "mode": mode, "attn": "sdpa", "throughput_img_s": rate, "gflops": 0.01,
+         "step_ms_median": 5.0, "step_ms_iqr": 0.1, "device_name": "cpu", "dtype": "fp32",
+         "mfu": mfu(0.01, rate, mode, peak) if mode == "infer" else float("nan")}
+        for mode, rate in (("infer", 6000.0), ("train", 2000.0))])
+    lines = bench_lines(tmp_path / "pytest-benchmark.csv", steps, tmp_path / "backends.csv", None, None)
+    assert "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU % |" in lines
+    # 0.01 GFLOPs × 6,000 img/s = 60 GFLOP/s of a 200 GFLOP/s peak: 30 %, not 0.3
+    assert "| 17 | 64 | infer | sdpa | 6,000.0 | 5.00 (0.10) | 30 |" in lines
+    assert "| 17 | 64 | train | sdpa | 2,000.0 | 5.00 (0.10) | — |" in lines

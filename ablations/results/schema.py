@@ -44,7 +44,7 @@ TRAINING = [
                                   "GPU with other runs (the GPU's own figure over the phase is in "
                                   "ablations/phases/training.csv; older rows counted the other runs' kernels "
                                   "too); util_pct is the inference step's in the cost phase", roles=("measured",)),
-    Column("train_mfu", "", "training MFU over the whole run: 3 × gflops × train_throughput_img_s over the "
+    Column("train_mfu", "fraction", "training MFU over the whole run: 3 × gflops × train_throughput_img_s over the "
                             "device's measured matmul peak; mfu is the cost phase's inference step", roles=("measured",)),
     Column("init", "", "the starting checkpoint, file:sha256-prefix or timm:<name>; empty for random init", "text"),
     Column("test_size", "images", "test images behind test_acc (and in the run's predictions file)", "int"),
@@ -154,14 +154,14 @@ SETTINGS_TABLE = [
     *_spread_columns("train_img_s", "img/s", "training-step throughput in the cost phase"),
     Column("infer_peak_mb", "MB", "peak device memory of the inference step"),
     Column("train_peak_mb", "MB", "peak device memory of the training step"),
-    *_spread_columns("infer_mfu", "", "model FLOP utilisation of the inference step"),
+    *_spread_columns("infer_mfu", "fraction", "model FLOP utilisation of the inference step"),
     *_spread_columns("infer_busy_pct", "%", "device busy share while the inference step was timed"),
     *[Column(f"{mode}_step_ms_p{q}", "ms", f"the {mode} step's p{q} latency in a round, median over the rounds")
       for mode in ("infer", "train") for q in (50, 90, 99)],
     Column("infer_j_per_img", "J", "energy per image of the inference step (blank where not readable)"),
     Column("train_j_per_img", "J", "energy per image of the training step"),
     *_spread_columns("run_s", "s", "a training run's wall time, over seeds (as the runs trained, not interleaved)"),
-    *_spread_columns("run_mfu", "", "the training runs' own model FLOP utilisation, over seeds"),
+    *_spread_columns("run_mfu", "fraction", "the training runs' own model FLOP utilisation, over seeds"),
     *_spread_columns("run_busy_pct", "%", "the training runs' own busy share, over seeds"),
     Column("reused_from", "", "sweeps whose identical runs (same run id) these are copied from", "text"),
 ]

@@ -141,6 +141,12 @@ def _float(value) -> float | None:
         return None
 
 
+def _percent(share) -> float | None:
+    """A share (0–1) as a percentage; None where it is blank."""
+    value = _float(share)
+    return None if value is None else 100 * value
+
+
 def or_dash(value, fmt: str) -> str:
     return "—" if value is None or value != value else format(value, fmt)
 
@@ -155,12 +161,11 @@ def phases_lines(shown: list[dict[str, Any]], total: int) -> list[str]:
     for r in shown:
         energy = (f"{float(r['energy_j_per_img']):.2g} ({float(r['energy_window_s']):.1f})"
                   if str(r.get("energy_j_per_img") or "") not in ("", "nan") else "—")
-        mfu = _float(r.get("mfu"))
         lines.append(f"| {r['when']} | {r['sweeps']} | {r['jobs']} | {int(float(r['images'])):,} | "
                      f"{float(r['wall_s']):.1f} | {or_dash(_float(r.get('util_pct')), '.0f')} | "
                      f"{or_dash(_float(r.get('sm_active_pct')), '.0f')} | "
                      f"{or_dash(_float(r.get('tensor_active_pct')), '.0f')} | "
-                     f"{or_dash(None if mfu is None else 100 * mfu, '.2g')} | "
+                     f"{or_dash(_percent(r.get('mfu')), '.2g')} | "
                      f"{or_dash(_float(r.get('power_w')), '.0f')} | {energy} |")
     return lines + ["", "Busy %: the share of NVML's samples wholly inside the phase in which some kernel ran, however "
                         "few SMs it used; SM active and tensor cores: the share of time the SMs had work and any "
@@ -288,10 +293,10 @@ def bench_lines(suite: Path, steps: pd.DataFrame | None, tokens_csv: Path, bench
     if steps is not None:
         lines += [f"`make bench` ({', '.join(sorted(steps['device_name'].astype(str).unique()))}, "
                   f"{', '.join(sorted(steps['dtype'].astype(str).unique()))}; median step over pytest-benchmark's rounds):",
-                  "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU |", "|---|---|---|---|---|---|---|"]
+                  "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU % |", "|---|---|---|---|---|---|---|"]
         for _, r in steps.sort_values(["tokens", "mode", "attn"]).iterrows():
             lines.append(f"| {r.tokens} | {r.batch_size} | {r['mode']} | {r.attn} | {r.throughput_img_s:,.1f} | "
-                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {or_dash(r.get('mfu'), '.2g')} |")
+                         f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {or_dash(_percent(r.get('mfu')), '.2g')} |")
         lines.append("")
     else:
         lines += [f"_Missing: `{suite}`; `make bench` (`vitbench bench run`) produces it._", ""]

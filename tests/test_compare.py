@@ -36,7 +36,9 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
     same = compare_outs(sweep_out, copy)
     assert same["point"].tolist() == ["depth=1", "depth=2"] and (same["seeds"] == 3).all()
     assert (same["diff_pts"] == 0).all() and (same["low_pts"] == 0).all() and (same["high_pts"] == 0).all()
-    assert (same["verdict"] == "identical predictions").all()
+    assert (same["verdict"] == "identical predictions").all() and (same["family"] == 0).all()   # no interval taken
+    assert main(["compare", str(sweep_out), str(copy)]) == 0
+    assert "; no point has an interval: see each one's verdict)" in capsys.readouterr().out
 
     # B's depth-1 runs now give another wrong class wherever they were wrong: the same accuracy on the same
     # images, but not the same predictions, so a bounded "same within noise", never ±0
@@ -67,6 +69,7 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
 
     assert main(["compare", str(sweep_out), str(copy), "--csv", str(tmp_path / "c.csv")]) == 0
     out = capsys.readouterr().out
+    assert "with its interval, 95 % jointly over the 2 distinct point(s) that have one: Bonferroni)" in out
     assert f"largest |A − B|: {100 * accuracy[2]:.2f} points over 2 points" in out
     assert pd.read_csv(tmp_path / "c.csv")["verdict"].tolist() == ["same within noise", "A higher"]
 
@@ -125,6 +128,10 @@ def test_the_intervals_hold_jointly_over_the_distinct_points_compared(sweep_out,
         np.savez_compressed(path, pred=np.where(wrong, (target + 1) % 10, pred), target=target)
     table = compare_outs(sweep_out, copy).set_index("point")
     assert (table["family"] == 2).all()
+    from ablations.analysis.wording.sections import reference_lines
+
+    assert ("The intervals are simultaneous: 95 % jointly over the 2 distinct points with one (Bonferroni, each at "
+            "97.50 %)") in "\n".join(reference_lines(table.reset_index(), copy, 0.5))
     rows = read_table(sweep_out / "ablations" / "cmp.csv")
     for depth in (1, 2):
         ids = rows.loc[rows["depth"] == depth].sort_values("seed")["run_id"]

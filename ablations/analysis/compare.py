@@ -115,8 +115,9 @@ def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) 
     if not found:
         raise ValueError(f"{a} and {b} have no finished run in common (same sweep table, same model, recipe, data "
                          f"and seed)")
-    # one family of intervals over the distinct points compared (a point shared by sweeps is the same runs)
-    family = max(1, len({runs for _, c, _, runs in found if c is not None}))
+    # one family of intervals over the distinct points that get one (a point shared by sweeps is the same runs;
+    # a point with the same predictions on both sides, or without predictions, gets none)
+    family = len({runs for _, c, _, runs in found if c is not None})
     for row, comparison, same, _ in found:
         low = high = float("nan")
         if same:

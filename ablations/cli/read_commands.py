@@ -78,8 +78,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"A = {args.a}   B = {args.b}   (accuracy in %, difference in points with its interval, 95 % jointly "
-          f"over the {int(table['family'].iloc[0])} distinct point(s): Bonferroni)")
+    family = int(table["family"].iloc[0])
+    print(f"A = {args.a}   B = {args.b}   (accuracy in %, difference in points"
+          + (f" with its interval, 95 % jointly over the {family} distinct point(s) that have one: Bonferroni)"
+             if family else "; no point has an interval: see each one's verdict)"))
     shown = table.copy()
     for column in ("acc_a", "acc_b"):
         shown[column] = 100 * shown[column]

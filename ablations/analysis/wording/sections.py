@@ -60,7 +60,7 @@ def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
         return lines[:2] + [f"No point here was also trained in `{reference}` (same model, recipe, data and seed): "
                             f"nothing to compare point by point.", ""]
     family = int(table["family"].iloc[0])
-    lines[-2] += (f" The intervals are simultaneous: 95 % jointly over the {family} distinct point(s) compared "
+    lines[-2] += (f" The intervals are simultaneous: 95 % jointly over the {family} distinct points with one "
                   f"(Bonferroni, each at {100 * (1 - 0.05 / family):.2f} %), so a point is called higher or "
                   f"lower only outside what chance over the whole table allows." if family > 1 else "")
     here_in, there_in = (" + ".join(sorted(set(table[c]))) for c in ("dtype_a", "dtype_b"))

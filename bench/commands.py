@@ -78,9 +78,9 @@ def run(args: argparse.Namespace) -> None:
 
 def summary(rows: list[dict]) -> pd.DataFrame:
     """One line per point over its rounds taken on a quiet machine (`contended` rounds left out): img/s as median
-    [quartiles], peak memory, GMACs, MFU, and its throughput against the fastest backend of the points that
-    differ from it in attention alone (`rounds.ratio_or_noise`: "same within noise" where the rounds'
-    quartiles overlap, none with fewer than MIN_ROUNDS quiet rounds on a side)."""
+    [quartiles] and MFU (blank where every round was contended), peak memory, GMACs, and its throughput against
+    the fastest backend of the points that differ from it in attention alone (`rounds.ratio_or_noise`: "same
+    within noise" where the rounds' quartiles overlap, none with fewer than MIN_ROUNDS quiet rounds on a side)."""
     table = pd.DataFrame(rows)
     keys = ["tokens", "batch_size", "dtype", "mode"]
     lines = []
@@ -95,7 +95,7 @@ def summary(rows: list[dict]) -> pd.DataFrame:
                       "rounds": len(quiet), "_rate": rate,
                       "img/s": f"{rate.median:.4g} [{rate.q1:.4g}, {rate.q3:.4g}]" if rate.n else "—",
                       "peak_mem_mb": _median(ok, "peak_mem_mb"), "gmacs": _median(ok, "gmacs"),
-                      "mfu": _median(ok, "mfu"),
+                      "mfu": _median(quiet, "mfu"),   # from the throughput: the same quiet rounds
                       "contended": int(pd.to_numeric(runs["contended"], errors="coerce").fillna(0).sum())
                       if "contended" in runs else 0})
     out = pd.DataFrame(lines)

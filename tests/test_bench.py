@@ -824,16 +824,19 @@ def test_bench_run_states_no_ratio_from_rounds_taken_under_load():
     ratio, and never reads "×0.10 of bmm"."""
     from bench.commands import summary
 
-    def rows(attn, rates, contended):
+    def rows(attn, rates, contended):   # MFU in proportion to throughput, as measured
         return [{"run_id": attn, "attn": attn, "tokens": 65, "batch_size": 8, "dtype": "fp32", "mode": "infer",
-                 "status": "ok", "throughput_img_s": r, "peak_mem_mb": 10.0, "gmacs": 1.0, "mfu": 0.1, "contended": c}
-                for r, c in zip(rates, contended)]
+                 "status": "ok", "throughput_img_s": r, "peak_mem_mb": 10.0, "gmacs": 1.0, "mfu": r / 1000,
+                 "contended": c} for r, c in zip(rates, contended)]
 
     table = summary(rows("bmm", [100, 101, 102, 100, 99], [0] * 5)
-                    + rows("einops", [10, 10.5, 98, 9.8, 99], [1, 1, 0, 1, 0])).set_index("attn")
+                    + rows("einops", [10, 10.5, 98, 9.8, 99], [1, 1, 0, 1, 0])
+                    + rows("loop", [9, 9.5, 9.2], [1, 1, 1])).set_index("attn")
     assert table.loc["einops", "rounds"] == 2 and table.loc["einops", "img/s"] == "98.5 [98.25, 98.75]"
     assert table.loc["einops", "vs fastest"] == "not compared (fewer than 3 measurements on a side) of bmm"
     assert table.loc["einops", "contended"] == 3
+    assert table.loc["einops", "mfu"] == "0.0985"   # from the quiet rounds, as its img/s (not 0.0105 of them all)
+    assert table.loc["loop", "img/s"] == "—" and table.loc["loop", "mfu"] == "—"   # every round under load: blank
 
 
 def test_bench_run_refuses_rounds_below_one_in_one_line(tmp_path, capsys):

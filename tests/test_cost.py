@@ -359,6 +359,7 @@ def test_a_busy_cpu_keeps_measuring_and_its_rounds_are_read_by_cpu_time(tmp_path
     train = phase[(phase["depth"] == 1) & (phase["mode"] == "train")]
     assert figures["step_ms_median"].median == pytest.approx(train["cpu_step_ms_median"].median())
     assert figures["throughput_img_s"].median == pytest.approx((16 / (train["cpu_step_ms_median"] / 1e3)).median())
+    assert all(figures[c].n == 0 for c in ("step_ms_p50", "step_ms_p90", "step_ms_p99", "util_pct") if c in figures)
     source = _cost_source(phase, phase)
     assert source.cpu_time and source.loaded == len(phase)
     from ablations.analysis.wording import cost_source
@@ -721,3 +722,21 @@ def test_a_phase_abandoned_on_a_busy_machine_is_not_set_up_again_by_the_commands
     other = [("c", points()[:1], tmp_path / "d-cost.csv")]   # another phase is measured as ever
     cost.run_cost_phases(other, PLAN, torch.device("cpu"), progress=False)
     assert calls == {"set_up": 2, "rounds": 2}
+
+
+def test_a_row_read_by_cpu_time_gives_the_mfu_of_its_cpu_time_throughput_and_no_wall_clock_latency():
+    """A training step of 2 GFLOPs an image, batch 16, timed at 40 ms of wall time under load but 10 ms of CPU
+    time, on a 10 TFLOP/s peak: read by CPU time its throughput is 1,600 img/s and its MFU 3 × 2e9 × 1,600 /
+    1e13 = 96 %, recomputed here from those, not the wall time's 24 %; its wall-clock percentiles and busy share
+    are blank."""
+    from ablations.results.store import by_cpu_time
+    from bench.mfu import mfu
+
+    row = {"mode": "train", "batch_size": 16, "gflops": 2.0, "step_ms_median": 40.0, "cpu_step_ms_median": 10.0,
+           "throughput_img_s": 16 / 0.040, "mfu": mfu(2.0, 16 / 0.040, "train", 1e13), "step_ms_p50": 40.0,
+           "step_ms_p90": 55.0, "step_ms_p99": 80.0, "util_pct": 30.0, "peak_mem_mb": 12.0}
+    read = by_cpu_time(pd.DataFrame([row])).iloc[0]
+    assert read["throughput_img_s"] == pytest.approx(1600.0) and read["step_ms_median"] == 10.0
+    assert read["mfu"] == pytest.approx(3 * 2e9 * 1600 / 1e13) and row["mfu"] == pytest.approx(0.24)
+    assert read[["step_ms_p50", "step_ms_p90", "step_ms_p99", "util_pct"]].isna().all()
+    assert read["peak_mem_mb"] == 12.0

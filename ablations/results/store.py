@@ -462,12 +462,23 @@ def _spread_of(rows: pd.DataFrame) -> dict[str, Spread]:
     return {f: Spread.of(rows[f].astype(float)) for f in SPEED_FIGURES if f in rows}
 
 
+#: what a row read by CPU time leaves blank: wall-clock figures that CPU time does not stand in for (the latency
+#: percentiles of a step's wall time, the busy share of the wall time)
+WALL_ONLY = ("step_ms_p50", "step_ms_p90", "step_ms_p99", "util_pct")
+
+
 def by_cpu_time(rows: pd.DataFrame) -> pd.DataFrame:
     """A phase's CPU rows read by their CPU time: each step's CPU milliseconds as its time, and the throughput
-    they give (batch_size / CPU time), for rounds taken under load, which CPU time does not lengthen."""
+    and MFU they give (batch_size / CPU time; the MFU in the same proportion, as it is the throughput's FLOP/s
+    over the peak), for rounds taken under load, which CPU time does not lengthen; the figures only wall time
+    gives (`WALL_ONLY`) blank."""
     cpu = pd.to_numeric(rows["cpu_step_ms_median"], errors="coerce")
-    return rows.assign(step_ms_median=cpu, throughput_img_s=pd.to_numeric(rows["batch_size"], errors="coerce")
-                       / (cpu / 1e3))
+    wall = pd.to_numeric(rows["step_ms_median"], errors="coerce")
+    read = rows.assign(step_ms_median=cpu, throughput_img_s=pd.to_numeric(rows["batch_size"], errors="coerce")
+                       / (cpu / 1e3), **{c: float("nan") for c in WALL_ONLY if c in rows})
+    if "mfu" in rows:
+        read["mfu"] = pd.to_numeric(rows["mfu"], errors="coerce") * wall / cpu
+    return read
 
 
 def cpu_timed(rows: pd.DataFrame) -> bool:

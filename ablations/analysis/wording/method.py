@@ -99,7 +99,8 @@ def _method_cost() -> str:
   rounds with [Q1, Q3] (settings.csv); a ratio is printed only where each side rests on {MIN_ROUNDS} rounds or
   more taken while other processes used under {CONTENDED_PCT:.0f} % of the machine and their IQRs do not
   overlap, else "same within noise". On a busy CPU each step's CPU time stands in for its wall time (an item
-  with too few quiet rounds is read by CPU time over every round) and its ratios are said as approximate (≈):
+  with too few quiet rounds is read by CPU time over every round: its throughput and MFU from that time, its
+  wall-clock latencies and busy share blank) and its ratios are said as approximate (≈):
   beside 4 CPU burners on 2 cores they came within 10 % of a quiet machine's wall-clock ratios for most of the
   main job's points, but up to 19 % off for some inference steps (`benchmarks/speed_under_load.py`), since
   time-slicing costs a step cache refills in proportion to its working set. Peak memory is one step's

@@ -243,7 +243,9 @@ def _sweep_rows(tmp_path, capsys, pack: str, out: str):
     code, said, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / out),
                                          "--seeds", "0,1,2", "--cost-rounds", "0", "--pack", pack], capsys)
     assert code == 0, err
-    packs = {"3": "; 6 trained as 2 packs of 3 seeds", "2": "; 6 trained as 4 packs of 1–2 seeds", "0": ""}[pack]
+    packs = {"3": "; 6 trained as 2 packs of 3 seeds",   # a pack of one seed trains 2 wide, beside a filler copy
+             "2": "; 6 trained as 4 packs of 1–2 seeds (2 of 8 slots filler: a pack trains at least 2 wide)",
+             "0": ""}[pack]
     assert f"  p        6 runs: 0 already done, 6 ok{packs}\n" in said   # the summary says how they trained
     paths = SweepPaths.of(str(tmp_path / out), "p")
     table = read_table(paths.rows)
@@ -288,6 +290,12 @@ def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(t
     assert code == 0 and ("note: p: every pack trains 8 wide (the width is in the run ids), so with 2 seeds a point "
                           "6 of its 8 slots are filler; PACK=2 would waste none\n") in err, err
     assert "one at a time" not in err   # CPU packs train JOBS at once
+    for seeds, note in (("0", True), ("0,1", False)):   # unpinned, a pack of one seed trains beside a filler copy
+        code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "one"),
+                                          "--seeds", seeds, "--pack", "3", "--dry-run"], capsys)
+        assert code == 0 and ("note: p: with 1 seed a point, each pack is its seed beside a filler copy (a pack "
+                              "trains at least 2 wide), twice the work of training it alone; PACK=0 trains it alone "
+                              "(under other run ids)\n" in err) == note, err
     code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "wide"),
                                       "--seeds", "auto:3,5,8", "--pack", "8", "--set", "pack_width=8", "--dry-run"],
                            capsys)

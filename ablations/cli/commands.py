@@ -148,7 +148,13 @@ def _train_locked(args: argparse.Namespace, specs: list[SweepSpec], sweep_points
 def _say_filler(args: argparse.Namespace, sweep_points: list[tuple[str, list[Point]]], plan: _SeedPlan) -> None:
     """One note where a pinned pack width (`pack_width`, CUDA) is wider than the seeds a point trains at once (a
     sweep's fixed seeds, or a SEEDS=auto look's): every pack trains that wide whatever its seeds, the rest of it
-    filler."""
+    filler; or where packs are not pinned and a point trains one fixed seed: it trains beside a filler copy."""
+    alone = [name for name, points in sweep_points if any(p.train.packed and not p.train.pack_width for p in points)
+             and name not in plan.auto and len(plan.most[name]) == 1]
+    if alone:
+        print(f"note: {', '.join(alone)}: with 1 seed a point, each pack is its seed beside a filler copy (a pack "
+              f"trains at least 2 wide), twice the work of training it alone; PACK=0 trains it alone (under other "
+              f"run ids)", file=sys.stderr)
     for name, points in sweep_points:
         width = max((p.train.pack_width for p in points), default=0)
         if not width:

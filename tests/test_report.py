@@ -186,7 +186,7 @@ def test_one_seed_names_no_winner_and_says_what_a_second_seed_adds(tmp_path):
     write_run(tmp_path, 1, 0, mask(range(150)))
     write_run(tmp_path, 2, 0, mask(range(50)))   # 10 points apart on 1,000 paired images: still one training seed
     text = build_report(tmp_path).read_text()
-    assert "binomial over 1000 test images (1 seed)" in text
+    assert "binomial over 1,000 test images (1 seed)" in text
     assert "**No verdict**: one seed per setting. Its intervals cover the test images only" in text
     assert "a second seed would measure" in text
     assert "Best:" not in text and "Pairwise comparisons" not in text and "p = " not in text.split("## Method")[0]

@@ -181,7 +181,7 @@ def test_one_seed_gets_the_exact_binomial_interval_of_its_test_set():
     got = accuracy_interval([0.979], test_size=1000)
     low, high = proportion_confint(979, 1000, alpha=0.05, method="beta")  # Clopper–Pearson
     assert (got.low, got.high) == pytest.approx((low, high), abs=1e-9)
-    assert "binomial over 1000 test images" in got.kind
+    assert "binomial over 1,000 test images" in got.kind
     assert math.isnan(accuracy_interval([0.9]).low)  # no test-set size: no interval, and it says so
     with pytest.raises(ValueError, match="at least one"):
         accuracy_interval([])

@@ -211,7 +211,7 @@ def accuracy_interval(accs: Sequence[float], test_size: int | None = None, corre
                         f"t over {len(accs)} seeds, test set held fixed")
     if test_size:
         ci = sps.binomtest(round(mean * test_size), test_size).proportion_ci(confidence, method="exact")
-        return Interval(mean, ci.low, ci.high, f"binomial over {test_size} test images (1 seed)")
+        return Interval(mean, ci.low, ci.high, f"binomial over {test_size:,} test images (1 seed)")
     return Interval(mean, math.nan, math.nan, "none (1 seed, test-set size unknown)")
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from bench.choices import DTYPES, PRESETS
 
 __all__ = ["AUGMENTATION", "AUTO_CHECKPOINT_S", "AUTO_TRAINS", "COST_ROUNDS", "DATASETS", "DEFAULT_SEEDS", "DTYPES",
-           "LARGE_RUNS", "LOOKS", "MAX_SEED", "PRESETS", "SPEC_DIR", "AutoSeeds", "available_sweeps", "check_looks",
-           "default_augmentation", "default_sweeps", "parse_seeds"]
+           "LARGE_RUNS", "LOOKS", "MAX_SEED", "MIN_PACK", "PRESETS", "SPEC_DIR", "AutoSeeds", "available_sweeps",
+           "check_looks", "default_augmentation", "default_sweeps", "parse_seeds"]
 
 DATASETS = ("mnist5k", "digits", "synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder")
 
@@ -51,6 +51,7 @@ MAX_LOOK = 100            # SEEDS=auto: the most seeds a setting may reach (more
 DEFAULT_SEEDS = (0, 1, 2)  # a sweep's seeds when neither SEEDS nor its spec names any
 RUN_ORDERS = ("listed", "longest")   # the orders a command's runs may start in (`ablations.running.order`)
 LOOKS = (3, 5, 8, 12, 18, 24)  # SEEDS=auto: seeds per setting at each look of the sequential design (the last: the cap)
+MIN_PACK = 2   # the narrowest a pack trains (a stacked model of one runs other kernels than of two): filler below
 AUTO_TRAINS = ("auto", "look", "cap")   # how SEEDS=auto trains its seeds (`ablations.cli.adaptive`); auto: look
 SPENDING = "hsd:-3"   # SEEDS=auto: how a new design spends α over its looks (`analysis.sequential.spent`)
 OBRIEN_FLEMING = "obf"  # the spending of designs whose file names none (written before it was chosen)

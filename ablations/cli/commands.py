@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, AutoSeeds, say
+from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, MIN_PACK, AutoSeeds, say
 from ablations.cli.outcome import restarting, runs_said, summary, timings
 from ablations.cli.prepare import dry_run, prepare, run_options, stated_changes
 from ablations.results import seed_design
@@ -153,8 +153,8 @@ def _say_filler(args: argparse.Namespace, sweep_points: list[tuple[str, list[Poi
              and name not in plan.auto and len(plan.most[name]) == 1]
     if alone:
         print(f"note: {', '.join(alone)}: with 1 seed a point, each pack is its seed beside a filler copy (a pack "
-              f"trains at least 2 wide), twice the work of training it alone; PACK=0 trains it alone (under other "
-              f"run ids)", file=sys.stderr)
+              f"trains at least {MIN_PACK} wide), twice the work of training it alone; PACK=0 trains it alone "
+              f"(under other run ids)", file=sys.stderr)
     for name, points in sweep_points:
         width = max((p.train.pack_width for p in points), default=0)
         if not width:
@@ -171,7 +171,7 @@ def _say_filler(args: argparse.Namespace, sweep_points: list[tuple[str, list[Poi
         elif len(plan.most[name]) < width:
             n = len(plan.most[name])
             print(f"note: {name}: every pack trains {width} wide (the width is in the run ids), so with {n} seed"
-                  f"{'s' if n > 1 else ''} a point {width - n} of its {width} slots are filler; PACK={max(n, 2)} "
+                  f"{'s' if n > 1 else ''} a point {width - n} of its {width} slots are filler; PACK={max(n, MIN_PACK)} "
                   f"would waste none", file=sys.stderr)
 
 

@@ -8,6 +8,7 @@ import contextvars
 import os
 import time
 
+from ablations.choices import MIN_PACK
 from ablations.results.store import SweepPaths
 from ablations.running.runner import SweepSummary
 from ablations.running.tasks import RunOptions, make_tasks
@@ -22,7 +23,7 @@ def runs_said(n: int) -> str:
 def _packed(widths: list[int], pinned: int = 0) -> str:
     """"; 12 trained as 4 packs of 3 seeds" (of 2–3 seeds), with ", each 3 wide (the width is in their run ids;
     2 of 12 slots filler)" where the width is pinned (`pinned`), or "" where none trained packed. Unpinned, a pack
-    of one seed trains 2 wide beside a filler copy (`training.packed.train_pack`), and the filler is said too."""
+    narrower than `MIN_PACK` trains that wide beside filler copies (`training.packed.train_pack`), said too."""
     if not widths:
         return ""
     low, high = min(widths), max(widths)
@@ -30,8 +31,8 @@ def _packed(widths: list[int], pinned: int = 0) -> str:
     said = (f"; {sum(widths)} trained as {len(widths)} pack{'s' if len(widths) > 1 else ''} of {seeds} "
             f"seed{'s' if high > 1 else ''}")
     if not pinned:
-        slots = sum(max(w, 2) for w in widths)
-        return said + (f" ({slots - sum(widths)} of {slots} slots filler: a pack trains at least 2 wide)"
+        slots = sum(max(w, MIN_PACK) for w in widths)
+        return said + (f" ({slots - sum(widths)} of {slots} slots filler: a pack trains at least {MIN_PACK} wide)"
                        if slots > sum(widths) else "")
     filler = len(widths) * pinned - sum(widths)
     return (f"{said}, {'each ' if len(widths) > 1 else ''}{pinned} wide (the width is in their run ids"

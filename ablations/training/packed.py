@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state
 from tqdm import tqdm
 
+from ablations.choices import MIN_PACK
 from ablations.training.checkpoints import Checkpointing, load_checkpoint, save_checkpoint, saved_param_groups
 from ablations.training.data import Dataset, recipe_data
 from ablations.training.train import (
@@ -81,9 +82,8 @@ def pack_refusal(cfg: TrainConfig, dropout: float, device: torch.device) -> str:
 
 def pinned_width(pack: int, device: torch.device) -> int:
     """The width packs of at most `pack` seeds are pinned to on `device` (`TrainConfig.pack_width`): on CUDA, where
-    a member's bits may depend on it, `pack` and at least 2 (a stacked model of one runs other kernels); elsewhere
-    none."""
-    return max(pack, 2) if pack and device.type == "cuda" else 0
+    a member's bits may depend on it, `pack` and at least `MIN_PACK`; elsewhere none."""
+    return max(pack, MIN_PACK) if pack and device.type == "cuda" else 0
 
 
 def narrower_pack(width: int) -> int:
@@ -407,13 +407,14 @@ def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: t
                progress: bool = True, graphs: bool = True) -> list[TrainResult | Diverged]:
     """Train the members (models of one config, each initialised by the caller under its seed) as one pack;
     each gets its TrainResult, or the Diverged that stopped it. The pack trains `cfg.pack_width` wide where that
-    is set (at least 2), filled out with dropped copies of the first member. Checkpoints as `train` writes them,
-    one file a member; a pack resumes where every member's checkpoint stands at the same epoch. `graphs`: on CUDA the
-    step is captured into a CUDA graph per batch size (`GraphedPackedStep`); elsewhere it runs eagerly."""
+    is set, else as wide as its members and at least `MIN_PACK`, filled out with dropped copies of the first
+    member. Checkpoints as `train` writes them, one file a member; a pack resumes where every member's checkpoint
+    stands at the same epoch. `graphs`: on CUDA the step is captured into a CUDA graph per batch size
+    (`GraphedPackedStep`); elsewhere it runs eagerly."""
     dtype = cfg.resolved_dtype(device)
     data, held_out = recipe_data(data, cfg)
     real = len(members)
-    width = cfg.pack_width or max(real, 2)   # a stacked model of one runs other kernels than of two
+    width = cfg.pack_width or max(real, MIN_PACK)
     if real > width:
         raise ValueError(f"a pack of {real} runs is wider than its recipe's pack_width={width}")
     # filled out with copies of the first member, dropped (they resume from its checkpoint too, and never write one)

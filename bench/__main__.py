@@ -15,8 +15,25 @@ from pathlib import Path
 from bench.choices import DTYPES, PRESETS, integer
 
 
-def _list(kind):
-    return lambda text: [kind(v) for v in text.split(",") if v.strip()]
+def _names(text: str) -> list[str]:
+    """Comma-separated names, each once, in the order given (a name twice would be measured twice and its rows read
+    as extra rounds)."""
+    values = list(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    if not values:
+        raise argparse.ArgumentTypeError(f"give at least one comma-separated value, got {text!r}")
+    return values
+
+
+def _tokens(text: str) -> list[int]:
+    """Comma-separated token counts of at least 2 (one patch and the class token), each once."""
+    try:
+        values = list(dict.fromkeys(int(v) for v in _names(text)))
+    except (ValueError, argparse.ArgumentTypeError):
+        values = []
+    if not values or min(values) < 2:
+        raise argparse.ArgumentTypeError(f"token counts are comma-separated integers (patches per side)² + 1, "
+                                         f"e.g. 65,197,785, got {text!r}")
+    return values
 
 
 def _batches(text: str) -> list[int | None]:
@@ -41,17 +58,18 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
                      help="the model to measure (default vit_small_patch16_224)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a ViTConfig field of the preset, e.g. --set stem=patch (repeatable)")
-    run.add_argument("--attn", type=_list(str), default=[],
+    run.add_argument("--attn", type=_names, default=[],
                      help="attention backends, comma-separated (default: every registered one: loop, bmm, einops, sdpa)")
-    run.add_argument("--tokens", type=_list(int), default=[], help="e.g. 65,197,785 (patches + 1); default: the preset's")
+    run.add_argument("--tokens", type=_tokens, default=[], help="e.g. 65,197,785 (patches + 1); default: the preset's")
     run.add_argument("--batch-size", type=_batches, default=[None], metavar="auto|N,…",
                      help="images per step, comma-separated, or auto (default): 256 on CUDA (as timm's benchmark); "
                           "on a CPU the smallest power of two whose forward is at least 32 GFLOPs, at most 256 "
                           "(vit_mnist: 256, ViT-S/16: 4)")
-    run.add_argument("--dtype", type=_list(str), default=["fp32"], help="fp32, bf16, fp16 (autocast), comma-separated")
-    run.add_argument("--mode", type=_list(str), default=["infer"],
+    run.add_argument("--dtype", type=_names, default=["fp32"], help="fp32, bf16, fp16 (autocast), comma-separated")
+    run.add_argument("--mode", type=_names, default=["infer"],
                      help="infer (eval, inference_mode) and/or train (forward, backward, AdamW step)")
-    run.add_argument("--compile", type=int, default=0, help="1: torch.compile the model first (compile time is warm-up)")
+    run.add_argument("--compile", type=int, choices=(0, 1), default=0,
+                     help="1: torch.compile the model first (compile time is warm-up)")
     run.add_argument("--device", default="auto", help="auto (cuda if there is one), cpu, cuda or cuda:N")
     run.add_argument("--warmup", type=int, default=3, help="untimed steps before timing (default 3)")
     run.add_argument("--repeats", type=int, default=10, help="at least this many timed steps (default 10)")

@@ -31,7 +31,8 @@ def img_size_for_tokens(tokens: int, patch_size: int) -> int:
     grid = math.isqrt(tokens - 1) if tokens > 1 else 0
     if tokens < 2 or grid * grid != tokens - 1:
         lo, hi = max(grid, 1) ** 2 + 1, (grid + 1) ** 2 + 1
-        raise ValueError(f"tokens={tokens} is not (patches per side)² + 1; nearest valid: {lo} or {hi}")
+        nearest = f"{lo} or {hi}" if lo < tokens else f"{lo}"
+        raise ValueError(f"tokens={tokens} is not (patches per side)² + 1; nearest valid: {nearest}")
     return grid * patch_size
 
 

@@ -300,6 +300,38 @@ def test_tokens_must_be_a_square_grid_plus_cls():
     assert img_size_for_tokens(197, 16) == 224
     with pytest.raises(ValueError, match="tokens=64.*50 or 65"):
         img_size_for_tokens(64, 16)
+    with pytest.raises(ValueError, match="tokens=1 is .*nearest valid: 2$"):
+        img_size_for_tokens(1, 16)
+
+
+@pytest.mark.parametrize("argv, said", [(["--tokens", "0"], "got '0'"), (["--tokens", "65,x"], "got '65,x'"),
+                                        (["--attn", ","], "got ','"), (["--dtype", ""], "got ''"),
+                                        (["--compile", "2"], "invalid choice: 2")])
+def test_bench_run_refuses_a_bad_list_or_flag_in_one_line_before_any_work(tmp_path, capsys, argv, said):
+    from bench.__main__ import main
+
+    code, _, err = run_cli(main, ["run", "--preset", "vit_digits", *argv, "--out", str(tmp_path)], capsys)
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and f"argument {argv[0]}: " in last and said in last, err
+    assert not (tmp_path / "bench").exists()
+
+
+def test_a_value_named_twice_is_one_point_not_extra_rounds_of_it(tmp_path, monkeypatch):
+    import bench.commands
+    from bench.__main__ import main
+
+    seen = []
+
+    def no_measuring(points, *args, **kwargs):
+        seen.extend(points)
+        raise KeyboardInterrupt  # the grid as run_grid got it; nothing measured
+
+    monkeypatch.setattr(bench.commands, "run_grid", no_measuring)
+    with pytest.raises(KeyboardInterrupt):
+        main(["run", "--preset", "vit_digits", "--attn", "sdpa,bmm,sdpa", "--dtype", "fp32,fp32",
+              "--tokens", "17,17", "--mode", "infer,infer", "--out", str(tmp_path)])
+    assert [(p.cfg.attn, p.cfg.tokens, p.mcfg.dtype, p.mcfg.mode) for p in seen] == [("sdpa", 17, "fp32", "infer"),
+                                                                          ("bmm", 17, "fp32", "infer")]
 
 
 def test_bmm_peak_memory_exceeds_sdpa_by_a_score_matrix_at_197_tokens():

@@ -583,10 +583,14 @@ def test_seeds_auto_is_refused_by_train_in_one_line(tmp_path, capsys):
 @pytest.mark.parametrize("args,said", [(["--jobs", "0"], "jobs must be auto or an integer ≥ 1, got '0'"),
                                        (["--jobs", "two"], "jobs must be auto or an integer ≥ 1, got 'two'"),
                                        (["--threads", "-1"], "must be a positive integer, got '-1'"),
-                                       (["--threads", "1.5"], "must be a positive integer, got '1.5'")])
-def test_bad_jobs_or_threads_are_one_line_and_exit_2_before_any_work(tmp_path, capsys, args, said):
-    code, _, err = run_cli(ablations_main, ["sweep", "depth", *args, "--out", str(tmp_path)], capsys)
-    assert code == 2 and said in err and err.count("\n") == 1, err
+                                       (["--threads", "1.5"], "must be a positive integer, got '1.5'"),
+                                       (["--max-retries", "-1"], "must be an integer ≥ 0, got '-1'"),
+                                       (["--cpus-per-task", "-1"], "must be a number ≥ 0, got '-1'"),
+                                       (["--gpus-per-task", "nan"], "must be a number ≥ 0, got 'nan'")])
+def test_bad_executor_options_are_one_line_and_exit_2_before_any_work_also_in_a_dry_run(tmp_path, capsys, args, said):
+    for dry in ([], ["--dry-run"]):  # a dry run refuses what the run would
+        code, _, err = run_cli(ablations_main, ["sweep", "depth", *args, *dry, "--out", str(tmp_path)], capsys)
+        assert code == 2 and said in err and err.count("\n") == 1, err
     assert not any(tmp_path.iterdir())
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ablations.options import Option, integer, positive
+from ablations.options import Option, integer, non_negative, positive
 from ablations.running.executors.base import WORKERS, Executor, ExecutorOptions, Loader, RunFn
 
 __all__ = ["EXECUTORS", "OPTIONS", "Executor", "ExecutorOptions", "Loader", "RunFn"]
@@ -35,8 +35,8 @@ def _ray(options: ExecutorOptions | None = None) -> Executor:
 EXECUTORS: dict[str, Callable[[ExecutorOptions | None], Executor]] = {"local": _local, "ray": _ray}
 
 # Each executor's command-line options (`ablations.options.Option`), each flag an `ExecutorOptions` field.
-MAX_RETRIES = Option("--max-retries", "re-runs of a run whose worker died (default 2)", "MAX_RETRIES", type=int,
-                     default=2)
+MAX_RETRIES = Option("--max-retries", "re-runs of a run whose worker died (default 2)", "MAX_RETRIES",
+                     type=integer(0, "--max-retries (MAX_RETRIES) must be an integer ≥ 0"), default=2)
 OPTIONS: dict[str, tuple[Option, ...]] = {
     "local": (
         Option("--jobs", "local executor: runs in flight at once (default auto: on the CPU up to one per core, "
@@ -61,9 +61,10 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
         MAX_RETRIES,
     ),
     "ray": (
-        Option("--cpus-per-task", "CPUs each run asks the executor for (ray default 1)", "CPUS_PER_TASK", type=float),
+        Option("--cpus-per-task", "CPUs each run asks the executor for (ray default 1)", "CPUS_PER_TASK",
+               type=non_negative("--cpus-per-task (CPUS_PER_TASK)")),
         Option("--gpus-per-task", "GPUs each run asks for (ray default: 1 where the cluster has GPUs, else 0)",
-               "GPUS_PER_TASK", type=float),
+               "GPUS_PER_TASK", type=non_negative("--gpus-per-task (GPUS_PER_TASK)")),
         MAX_RETRIES,
     ),
 }

@@ -533,6 +533,11 @@ def test_report_bench_and_compare_on_bad_inputs_are_one_line_errors(tmp_path, ca
 
     mains = {"ablations": cli.main, "bench": bench_main}
     for argv, message in [(["ablations", "report", "--out", str(tmp_path / "file")], "not a folder"),
+                          (["ablations", "report", "--out", str(tmp_path / "typo")], "typo: no such folder"),
+                          (["ablations", "compare", str(tmp_path / "typo"), str(tmp_path / "empty")],
+                           "A " + str(tmp_path / "typo") + ": no ablations/ folder"),
+                          (["ablations", "compare", str(tmp_path / "empty"), str(tmp_path)],
+                           "B " + str(tmp_path) + ": no ablations/ folder"),
                           (["bench", "run", "--preset", "vit_digits", "--out", str(tmp_path / "file"), "--tokens", "5"],
                            "cannot create"),
                           (["ablations", "compare", str(tmp_path / "empty"), str(tmp_path / "nostatus")],
@@ -543,7 +548,8 @@ def test_report_bench_and_compare_on_bad_inputs_are_one_line_errors(tmp_path, ca
             status = stop.code
         err = capsys.readouterr().err
         assert status == 2, (argv, err[-1500:])
-        assert message in err and "Traceback" not in err, (argv, err[-1500:])
+        assert message in err and "Traceback" not in err and err.count("\n") == 1, (argv, err[-1500:])
+    assert not (tmp_path / "typo").exists()   # a mistyped OUT is not created with an empty report in it
 
 
 def test_a_checkpoint_of_another_model_is_ignored_with_a_line_and_the_run_starts_from_epoch_1(tmp_path, capsys):

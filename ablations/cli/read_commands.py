@@ -18,9 +18,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if message:
         print(f"error: {message}", file=sys.stderr)
         return 2
-    if out.exists() and not out.is_dir():
-        print(f"error: --out {out}: not a folder; pass the OUT folder a sweep wrote (it holds ablations/)",
-              file=sys.stderr)
+    if not out.is_dir():
+        print(f"error: --out {out}: {'not a folder' if out.exists() else 'no such folder'}; pass the OUT folder a "
+              f"sweep wrote (it holds ablations/)", file=sys.stderr)
         return 2
     if args.reference not in (None, "none") and not (Path(args.reference) / "ablations").is_dir():
         print(f"error: --reference {args.reference}: no ablations/ folder of sweep tables there; pass a results "
@@ -73,6 +73,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if message:
         print(f"error: --csv {args.csv}: {message}", file=sys.stderr)
         return 2
+    for side, folder in (("A", args.a), ("B", args.b)):
+        if not (Path(folder) / "ablations").is_dir():
+            print(f"error: {side} {folder}: no ablations/ folder of sweep tables there; pass an OUT folder a sweep "
+                  f"wrote", file=sys.stderr)
+            return 2
     try:
         table = compare_outs(Path(args.a), Path(args.b))
     except ValueError as err:

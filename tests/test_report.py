@@ -4,6 +4,7 @@ only outside the noise, failed and missing sweeps named, the method stated, and 
 import dataclasses
 import hashlib
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -1292,3 +1293,27 @@ def test_the_bench_table_gives_mfu_as_a_percentage_of_the_measured_peak_and_a_da
     # 0.01 GFLOPs × 6,000 img/s = 60 GFLOP/s of a 200 GFLOP/s peak: 30 %, not 0.3
     assert "| 17 | 64 | infer | sdpa | 6,000.0 | 5.00 (0.10) | 30 |" in lines
     assert "| 17 | 64 | train | sdpa | 2,000.0 | 5.00 (0.10) | — |" in lines
+
+
+def test_under_seeds_auto_a_decided_pair_names_its_look_exactly_where_it_holds_the_leader(tmp_path):
+    """The reference's depth sweep (SEEDS=auto): the design decides each setting against the leader, at a look it
+    names; a pair of two other settings takes the last look's step-down, with no look. The note under the table and
+    Method say which is which."""
+    from ablations.analysis.report import REFERENCE
+
+    out = tmp_path / "depth-only"
+    (out / "ablations" / "preds").mkdir(parents=True)
+    for name in ("depth.csv", "depth-design.json", "depth.toml"):
+        shutil.copy(REFERENCE / "ablations" / name, out / "ablations" / name)
+    shutil.copytree(REFERENCE / "ablations" / "preds" / "depth", out / "ablations" / "preds" / "depth")
+    section = build_report(out, reference=None).read_text().split("## depth", 1)[1].split("\n## ", 1)[0]
+    leader = re.search(r"\*\*depth=(\d+) has the highest mean", section).group(1)
+    rows = [line.split(" | ") for line in section.splitlines() if re.match(r"\| \d+ \| \d+ \| [-+]", line)]
+    assert len(rows) == 6
+    decided = [(r[0].strip("| "), r[1], r[-1]) for r in rows if not r[-1].startswith("inconclusive")]
+    with_leader = [d for d in decided if leader in d[:2]]
+    others = [d for d in decided if leader not in d[:2]]
+    assert with_leader and others   # both kinds are in this table
+    assert all("(look " in d[2] for d in with_leader) and not any("(look " in d[2] for d in others), decided
+    assert ("a pair with the leader that the design decided, with the look and the level its p crossed; a pair of "
+            "two others as the last look's step-down reads it") in section

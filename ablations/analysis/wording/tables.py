@@ -135,7 +135,8 @@ def _pair_notes(f: SweepFindings, labelled: bool) -> list[str]:
     if any(c.win != c.win for c in f.comparisons if not c.identical):
         marks.append(f"— P(a beats b) is given from {MIN_WIN_SEEDS} seeds a setting")
     kind = ("repeated intervals at the level of the look the design stopped at; p of the last look, unadjusted; a "
-            "decided pair with the look and the level its p crossed" if f.design is not None and f.design.final
+            "pair with the leader that the design decided, with the look and the level its p crossed; a pair of two "
+            "others as the last look's step-down reads it" if f.design is not None and f.design.final
             is not None else "each pair's own 95 % interval; Holm-adjusted p")
     return [f"{'; '.join(marks) + '. ' if marks else ''}Columns: {kind} (Method, 'Pair tables', says each)."]
 

@@ -692,6 +692,31 @@ def test_a_ratio_read_by_cpu_time_under_load_is_said_as_approximate():
     assert "inference img/s ≈×0.50 (CPU time under load)" in loaded and "inference img/s ×0.50;" in quiet
 
 
+def test_a_factor_that_leaves_the_model_and_step_alone_is_not_said_to_be_the_same_speed_within_noise():
+    """lr changes neither the model nor its step: every setting reads the same cost-phase rows, and comparing them
+    with themselves ("same within noise (IQRs overlap)") would claim a measurement that was never made."""
+    from ablations.analysis.findings import CostSource, Setting, SweepFindings
+    from ablations.analysis.stats import accuracy_interval
+    from ablations.analysis.wording import cost_sentence
+    from bench.rounds import Spread
+
+    def setting(value, img_s):
+        speed = {"throughput_img_s": Spread.of([img_s, img_s * 1.01, img_s * 0.99]), "power_w": Spread.of([])}
+        return Setting(value, [0], accuracy_interval([0.9], 1000), 10, 0.1, Spread.of([5.0, 5.1]), infer=speed,
+                       train=dict(speed))
+    one = [setting(v, 200.0) for v in (0.001, 0.002, 0.004)]
+    sentence = cost_sentence(SweepFindings("lr", one, 1000, CostSource(3), None, None))
+    assert sentence.startswith("lr changes neither the model nor its training step: GMACs, speed and memory are one "
+                               "measurement for every setting; wall time of a training run from lr=0.001 to "
+                               "lr=0.004 not compared (fewer than 3 measurements on a side)."), sentence
+    assert "within noise" not in sentence.split("wall time")[0]
+    differs = cost_sentence(SweepFindings("lr", [one[0], setting(0.002, 100.0), one[2]], 1000, CostSource(3), None,
+                                          None))
+    assert "one measurement for lr=0.001 and lr=0.004;" in differs
+    other = cost_sentence(SweepFindings("depth", [one[0], setting(2, 100.0)], 1000, CostSource(3), None, None))
+    assert other.startswith("From depth=0.001 to depth=2: GMACs ×1.00; inference img/s ×0.50;"), other
+
+
 def test_a_phase_abandoned_on_a_busy_machine_is_not_set_up_again_by_the_commands_next_look(tmp_path, monkeypatch,
                                                                                          capsys):
     """On CUDA a phase whose first timed steps all ran under load keeps nothing; SEEDS=auto asks for the same

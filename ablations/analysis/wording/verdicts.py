@@ -12,6 +12,7 @@ from ablations.analysis.findings import (
     POWER_DELTA,
     CostSource,
     DesignNote,
+    Setting,
     SweepFindings,
 )
 from ablations.analysis.sequential import Decision, Design, nominal_levels, seeds_to_decide
@@ -24,7 +25,7 @@ from ablations.analysis.stats import (
 )
 from ablations.choices import LOOKS, SPENDING, say
 from bench.contention import CONTENDED_PCT
-from bench.rounds import MIN_ROUNDS, ratio_or_noise
+from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
 
 
 def pair_outcome(f: SweepFindings, c: Comparison) -> tuple[str, str]:
@@ -302,6 +303,14 @@ def _seeds_text(f: SweepFindings) -> str:
     return f"{'–'.join(map(str, counts))} seed(s) per setting"
 
 
+def _one_measurement(a: Setting, b: Setting) -> bool:
+    """Whether two settings' cost-phase figures are the same rows: every figure the same spread (blank in both
+    alike)."""
+    def same(x: dict[str, Spread], y: dict[str, Spread]) -> bool:
+        return x.keys() == y.keys() and all(x[k] == y[k] or (x[k].n == 0 and y[k].n == 0) for k in x)
+    return same(a.infer, b.infer) and same(a.train, b.train)
+
+
 def cost_sentence(f: SweepFindings) -> str:
     first, last = f.settings[0], f.settings[-1]
     label = lambda s: f"{f.factor}={s.value}"  # noqa: E731
@@ -318,6 +327,12 @@ def cost_sentence(f: SweepFindings) -> str:
             if first.reused_from or last.reused_from else
             f"not compared ({hungry} of these runs got too little CPU while they trained: other work held the "
             f"machine)" if hungry else ratio_or_noise(last.train_s, first.train_s))
+    if first.infer and first.train and _one_measurement(first, last):
+        # the factor changes neither the model nor its training step (a training field): one cost item serves both
+        both = ("every setting" if all(_one_measurement(first, s) for s in f.settings)
+                else f"{label(first)} and {label(last)}")
+        return (f"{f.factor} changes neither the model nor its training step: GMACs, speed and memory are one "
+                f"measurement for {both}; wall time of a training run from {label(first)} to {label(last)} {wall}.")
     return (f"From {label(first)} to {label(last)}: GMACs ×{last.gmacs / first.gmacs:.2f}; inference img/s "
             f"{figure('infer', 'throughput_img_s')}; training-step img/s {figure('train', 'throughput_img_s')}; "
             f"training-step peak memory {figure('train', 'peak_mem_mb', least=1)}; wall time of a training run {wall}.")

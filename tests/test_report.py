@@ -1317,3 +1317,21 @@ def test_under_seeds_auto_a_decided_pair_names_its_look_exactly_where_it_holds_t
     assert all("(look " in d[2] for d in with_leader) and not any("(look " in d[2] for d in others), decided
     assert ("a pair with the leader that the design decided, with the look and the level its p crossed; a pair of "
             "two others as the last look's step-down reads it") in section
+
+
+def test_with_a_tie_for_the_lead_each_comparison_names_the_setting_it_is_against():
+    """A tie goes to the first in sorted order (Method); after "a and b tie", "equivalent to it" would not say which
+    of the two. Without a tie, "it" is the one named first."""
+    from ablations.analysis.answers import Answer, Difference
+    from ablations.analysis.wording.verdicts import answer_text
+
+    tied = Answer("pd", "patch_size × depth", "", "14 × 1", tied=("14 × 2",), equivalent=("7 × 4", "14 × 2"),
+                  worse=[Difference("7 × 1", 0.004, 0.001, 0.007)], open=[Difference("7 × 2", 0.002, -0.001, 0.005)],
+                  best_error=0.022)
+    assert answer_text(tied) == ("14 × 1 and 14 × 2 tie for the highest mean, 97.80 %. 7 × 1 is worse than 14 × 1 by "
+                                 "0.40 points [0.10, 0.70]. 7 × 4 and 14 × 2 are equivalent to 14 × 1 within ±0.5 "
+                                 "points (23% of its 2.2 % error). 7 × 2 is undecided against 14 × 1.")
+    alone = dataclasses.replace(tied, tied=(), equivalent=("7 × 4",))
+    assert answer_text(alone) == ("14 × 1 has the highest mean, 97.80 %. 7 × 1 is worse by 0.40 points [0.10, 0.70]. "
+                                  "7 × 4 is equivalent to it within ±0.5 points (23% of its 2.2 % error). 7 × 2 is "
+                                  "undecided against it.")

@@ -884,6 +884,7 @@ def test_the_accuracy_panel_draws_the_verdicts_paired_differences_and_its_decisi
     difference from the best with its pair's interval, the margin as a band) and marks what the verdict decided,
     so the figure and the sentence beside it tell one story."""
     from ablations.analysis.findings import setting_rows
+    from ablations.analysis.wording import OUTCOME_MARKERS
 
     ten_points_apart(tmp_path)
     write_cost(tmp_path, {1: [200, 210, 205, 198, 202], 2: [100, 104, 99, 101, 103]})
@@ -899,6 +900,12 @@ def test_the_accuracy_panel_draws_the_verdicts_paired_differences_and_its_decisi
     assert panel.get_title() == "test accuracy − the best's (2), points"
     worse = [line for line in panel.get_lines() if line.get_label() == "worse"]
     assert len(worse) == 1 and worse[0].get_ydata()[0] == pytest.approx(100 * want)
+    # the best is drawn as itself, not in the plain marker an inconclusive setting gets
+    best = [line for line in panel.get_lines() if line.get_label() == "best"]
+    assert len(best) == 1 and list(best[0].get_xdata()) == [2] and best[0].get_ydata()[0] == 0
+    plain = [line for line in panel.get_lines() if line.get_marker() == "o"]
+    assert not any(2 in list(line.get_xdata()) for line in plain), "the best also drawn as a plain point"
+    assert best[0].get_marker() not in {m["marker"] for m in OUTCOME_MARKERS.values()}
     assert panel.get_ylim()[0] < 100 * want < 0 < panel.get_ylim()[1]   # not from zero: a difference, 0 in view
     text = build_report(tmp_path).read_text()
     assert "each setting's difference from depth=2, marked by its verdict" in text

@@ -66,6 +66,9 @@ def blank_panel(ax, title: str, xlabel: str = "", why: str = "not measured") -> 
     ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, color="0.4", fontsize=10)
 
 
+BEST_MARKER = {"marker": "*", "ms": 11, "color": "k"}   # the setting the others are compared with
+
+
 def _verdict_marks(ax, x: list, centre: np.ndarray, settings: list[dict]) -> None:
     """The accuracy panel's paired contrasts: 0 (the best) as a line, the equivalence margin as a band, and
     each setting marked by what the verdict decided (Holm over the pairs), not by its interval."""
@@ -76,7 +79,7 @@ def _verdict_marks(ax, x: list, centre: np.ndarray, settings: list[dict]) -> Non
     if len(ends) and (np.abs(ends) > margin).any():   # the band informs only where some interval leaves it
         ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"±{margin:g}: equivalence margin")
     ax.axhline(0, color="0.4", lw=0.8, zorder=1, gid="reference")   # the best, not a trend
-    for word, style in OUTCOME_MARKERS.items():
+    for word, style in {"best": BEST_MARKER, **OUTCOME_MARKERS}.items():   # the best apart: 0 by definition
         where = [i for i, d in enumerate(settings) if d.get("decided") == word]
         if where:
             ax.plot([x[i] for i in where], centre[where], linestyle="none", label=word, zorder=3, **style)
@@ -180,7 +183,7 @@ def _draw_panel(ax, x: list, figures: tuple, settings: list[dict], numeric: bool
     if trend:
         joined = [i for i in range(len(x)) if i not in copied]
         ax.plot([x[i] for i in joined], centre[joined], "-", color="C0")
-    marked = {i for i, d in enumerate(settings) if d.get("decided") not in (None, "best")} if verdict else set()
+    marked = {i for i, d in enumerate(settings) if d.get("decided") is not None} if verdict else set()
     own = [i for i in range(len(x)) if i not in copied and i not in marked]
     ax.plot([x[i] for i in own], centre[own], "o", ms=6, color="C0")
     if copied:

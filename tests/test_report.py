@@ -1342,3 +1342,37 @@ def test_with_a_tie_for_the_lead_each_comparison_names_the_setting_it_is_against
     assert answer_text(alone) == ("14 × 1 has the highest mean, 97.80 %. 7 × 1 is worse by 0.40 points [0.10, 0.70]. "
                                   "7 × 4 is equivalent to it within ±0.5 points (23% of its 2.2 % error). 7 × 2 is "
                                   "undecided against it.")
+
+
+def test_the_cheapest_setting_as_good_as_the_best_by_compute_then_by_a_training_step_stated_faster():
+    """The findings table's cheapest column: the setting of fewest GMACs among the best and those shown equivalent
+    or identical to it; where all have the best's GMACs (heads, attention backends), the fastest training step, but
+    only where the cost phase states it faster (quartiles apart over ≥ 3 rounds), never a setting shown worse."""
+    from ablations.analysis.answers import Answer, _cheapest
+    from ablations.analysis.findings import CostSource, Setting, SweepFindings
+    from ablations.analysis.stats import accuracy_interval
+    from ablations.analysis.wording.summary import cheapest_text
+    from bench.rounds import Spread
+
+    def setting(value, gmacs, img_s, rounds=5, spread=0.01):
+        steps = {"throughput_img_s": Spread.of([img_s * (1 + spread * k) for k in range(-2, 3)][:rounds])}
+        return Setting(value, [0, 1, 2], accuracy_interval([0.97, 0.98, 0.975], 1000), 10, gmacs, Spread.of([5.0]),
+                       train=steps)
+
+    def cheapest(settings, best, equivalent=(), worse=(), cpu_time=False):
+        found = Answer("s", "num_heads", "", best, equivalent=tuple(equivalent))
+        _cheapest(found, SweepFindings("num_heads", settings, 1000, CostSource(5, cpu_time=cpu_time), None, None))
+        return cheapest_text(found)
+
+    fewer = [setting(1, 0.0012, 4600), setting(4, 0.0030, 2037)]
+    assert cheapest(fewer, 4, [1]) == "num_heads=1: GMACs ÷2.50, training img/s ×2.26"
+    assert cheapest(fewer, 4) == "—"   # depth=1 not shown as good: not offered
+    same = [setting(2, 0.003, 2163), setting(4, 0.003, 2037), setting(8, 0.003, 1656), setting(1, 0.003, 2214)]
+    assert cheapest(same, 8, [2, 4]) == "num_heads=2: the same GMACs, training img/s ×1.31"   # not 1: shown worse
+    assert cheapest(same, 8, [2, 4], cpu_time=True) == ("num_heads=2: the same GMACs, training img/s ≈×1.31 "
+                                                         "(CPU time under load)")
+    assert cheapest(same, 2, [4, 8]) == "—"   # the best is the fastest of those as good
+    near = [setting(2, 0.003, 1700, spread=0.05), setting(8, 0.003, 1656, spread=0.05)]
+    assert cheapest(near, 8, [2]) == "—"      # quartiles overlap: not stated faster
+    few = [setting(2, 0.003, 2163, rounds=2), setting(8, 0.003, 1656)]
+    assert cheapest(few, 8, [2]) == "—"       # 2 rounds on a side: no ratio

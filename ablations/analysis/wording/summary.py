@@ -11,7 +11,8 @@ def cheapest_text(a: Answer) -> str:
     if a.cheapest is None:
         return "—"
     train = f", training img/s {a.train_ratio}" if a.train_ratio else ", training speed not compared"
-    return f"{setting_name(a.cheapest, a.factor)}: GMACs ÷{a.gmacs_ratio:.2f}{train}"
+    gmacs = "the same GMACs" if a.gmacs_ratio == 1 else f"GMACs ÷{a.gmacs_ratio:.2f}"
+    return f"{setting_name(a.cheapest, a.factor)}: {gmacs}{train}"
 
 
 def seeds_text(a: Answer) -> str:

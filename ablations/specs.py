@@ -65,16 +65,17 @@ MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ViTConfig))
 TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 DATASET_FIELDS = ("img_size", "in_chans", "num_classes")
 TUNE_SPLIT = ("holdout", "holdout_seed", "holdout_split")  # set by [tune], not factors or tuned fields themselves
+PACKED = "packed"   # set by PACK (--pack), which also decides how the runs train: never by a spec or --set
 FACTOR_FIELDS = tuple(f for f in MODEL_FIELDS if f not in DATASET_FIELDS) + tuple(
-    f for f in TRAIN_FIELDS if f not in TUNE_SPLIT)
+    f for f in TRAIN_FIELDS if f not in (*TUNE_SPLIT, PACKED))
 DESIGNS = ("grid", "paired")
 DEFAULT_HOLDOUT = 0.1
 _SECTIONS = {"sweep": {"factor", "values", "factors", "design", "values_by_img_size", "description", "label", "default",
                        "init", "margin", "seeds"},
              "values": set(FACTOR_FIELDS),
-             "tune": {*(f for f in TRAIN_FIELDS if f not in TUNE_SPLIT), *TUNE_SPLIT},
+             "tune": {*(f for f in TRAIN_FIELDS if f not in (*TUNE_SPLIT, PACKED)), *TUNE_SPLIT},
              "model": {"preset", *MODEL_FIELDS},
-             "train": set(TRAIN_FIELDS)}
+             "train": set(TRAIN_FIELDS) - {PACKED}}
 
 
 class SpecError(ValueError):
@@ -239,9 +240,10 @@ def _factor_name(path: Path, factor: Any) -> str:
     if factor in FACTOR_FIELDS:
         return factor
     fixed = " (the dataset sets it)" if factor in DATASET_FIELDS else (
-        " (set in [tune])" if factor in TUNE_SPLIT else "")
+        " (set in [tune])" if factor in TUNE_SPLIT else " (set by PACK, --pack)" if factor == PACKED else "")
     raise SpecError(f"{path}: [sweep] factor={factor!r} is not a field a sweep can vary{fixed}; a ViTConfig "
-                    f"field but {', '.join(DATASET_FIELDS)}, or a TrainConfig field but {', '.join(TUNE_SPLIT)}")
+                    f"field but {', '.join(DATASET_FIELDS)}, or a TrainConfig field but {', '.join(TUNE_SPLIT)} "
+                    f"and {PACKED}")
 
 
 def load_spec(path: str | Path, check_files: bool = True) -> SweepSpec:
@@ -291,6 +293,9 @@ def _read_sections(path: Path) -> dict[str, Any]:
         if not isinstance(table, dict):
             raise SpecError(f"{path}: {section} must be a table ([{section}]), got {table!r}")
         unknown = sorted(set(table) - _SECTIONS[section])
+        if PACKED in unknown:
+            raise SpecError(f"{path}: [{section}] {PACKED}: whether runs train packed is set by PACK (--pack), not "
+                            f"by a spec")
         if unknown:
             raise SpecError(f"{path}: [{section}] has unknown key {unknown[0]!r}; known: {sorted(_SECTIONS[section])}")
     return data

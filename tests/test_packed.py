@@ -317,12 +317,29 @@ def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(t
     (["--pack", "2", "--executor", "ray"], "packed runs train on the local executor"),
     (["--pack", "0", "--set", "pack_width=3"], "pack_width must be 0, or an int ≥ 2 for a packed run, got 3 (packed is 0)"),
     (["--pack", "3", "--set", "pack_width=2"], "pack_width=2 is narrower than PACK=3: a pack trains at its pinned width"),
+    # a row marked packed whose run trained alone (PACK=0), or the reverse: only PACK says how the runs train
+    (["--pack", "0", "--set", "packed=1"], "--set packed=1: whether runs train packed is set by PACK (--pack N)"),
+    (["--pack", "2", "--set", "packed=0"], "--set packed=0: whether runs train packed is set by PACK (--pack N)"),
 ])
 def test_packing_refusals_are_one_line_before_any_run(tmp_path, capsys, argv, needle):
     spec = write_spec(tmp_path / "p.toml", "depth", "[1]")
     code, out, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"),
                                         "--seeds", "0,1", "--cost-rounds", "0", *argv], capsys)
     assert code == 2 and needle in err, err
+
+
+@pytest.mark.parametrize("section", ["[train]\npacked = true", "[tune]\nlr = [0.001, 0.002]\npacked = true"])
+def test_a_spec_cannot_mark_its_runs_packed(tmp_path, capsys, section):
+    spec = tmp_path / "p.toml"
+    spec.write_text(f'[sweep]\nlabel = "p"\nfactor = "depth"\nvalues = [1, 2]\n{section}\n')
+    code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"),
+                                      "--dry-run"], capsys)
+    assert code == 2 and "packed: whether runs train packed is set by PACK (--pack), not by a spec" in err, err
+    spec.write_text('[sweep]\nlabel = "p"\nfactor = "packed"\nvalues = [true, false]\n')
+    code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"),
+                                      "--dry-run"], capsys)
+    assert code == 2 and "factor='packed' is not a field a sweep can vary (set by PACK, --pack)" in err, err
+    assert not (tmp_path / "o").exists()
     assert not (tmp_path / "o" / "ablations" / "p.csv").exists()
 
 

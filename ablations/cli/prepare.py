@@ -18,7 +18,7 @@ from ablations.results import tensorboard
 from ablations.results.store import SweepPaths, finished_ids, model_key
 from ablations.running.cost import CostPlan
 from ablations.running.tasks import RunOptions, make_tasks
-from ablations.specs import DATASET_FIELDS, MODEL_FIELDS, TRAIN_FIELDS, Point, SweepSpec, base_preset
+from ablations.specs import DATASET_FIELDS, MODEL_FIELDS, PACKED, TRAIN_FIELDS, Point, SweepSpec, base_preset
 from ablations.training.data import cached_dataset, check_recipe
 from bench.env import resolve_device
 from bench.flops import closed_form_size
@@ -257,6 +257,8 @@ def _overrides(args: argparse.Namespace, specs: list[SweepSpec] = ()) -> tuple[d
     key=value, a field that is neither, one the dataset fixes, or a factor a sweep varies."""
     model_changes, train_changes = {}, {}
     for key, value in parse_overrides(getattr(args, "set", None) or []).items():
+        if key == PACKED:
+            raise ValueError(f"--set {key}={value}: whether runs train packed is set by PACK (--pack N), not by --set")
         if key in DATASET_FIELDS:
             raise ValueError(f"--set {key}={value}: {key} is fixed by the dataset (DATASET={args.dataset}), which "
                              f"sets img_size, in_chans and num_classes of the model; choose another DATASET, or a "

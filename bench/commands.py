@@ -122,7 +122,7 @@ def convert_json(json_path: Path, csv_path: Path) -> int:
     naming the file for one that is not pytest-benchmark's JSON (nothing written)."""
     try:
         data = json.loads(Path(json_path).read_text())
-        benches = [(b, b.get("extra_info", {}), b["stats"]) for b in data.get("benchmarks", [])]
+        benches = [(b, b.get("extra_info", {}), b["stats"]) for b in data["benchmarks"]]
         for _, info, stats in benches:
             float(stats["median"]), float(stats["iqr"]), int(info["batch_size"]), int(stats["rounds"])
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as err:

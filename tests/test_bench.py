@@ -457,11 +457,13 @@ def test_convert_json_refuses_a_csv_in_the_reference_and_a_bad_json_deletes_noth
     mine = tmp_path / "out" / "bench" / "b.csv"                   # outside it: a bad JSON leaves the old CSV
     mine.parent.mkdir(parents=True)
     mine.write_text("old,rows\n")
-    with pytest.raises(SystemExit) as exit_:
-        main(["convert-json", str(tmp_path / "bad.json"), str(mine)])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "bad.json: not a pytest-benchmark JSON file" in err and err.count("\n") == 1
-    assert mine.read_text() == "old,rows\n" and sorted(p.name for p in mine.parent.iterdir()) == ["b.csv"]
+    (tmp_path / "other.json").write_text('{"datetime": "2026-01-01T00:00:00"}')   # JSON, but no benchmarks list
+    for bad in ("bad.json", "other.json"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["convert-json", str(tmp_path / bad), str(mine)])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and f"{bad}: not a pytest-benchmark JSON file" in err and err.count("\n") == 1
+        assert mine.read_text() == "old,rows\n" and sorted(p.name for p in mine.parent.iterdir()) == ["b.csv"]
 
 
 def test_compare_csv_refuses_the_reference_before_any_work(tmp_path, capsys):

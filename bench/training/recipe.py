@@ -30,7 +30,7 @@ PACKING = "stacked"
 @dataclass(frozen=True)
 class TrainConfig:
     """How a model is trained; each field is a column of a training row (`docs/columns.md`). The defaults
-    are the best mnist5k recipe measured within ~60 s on a 2-core CPU (see README)."""
+    are the best mnist5k recipe measured within ~60 s on a 2-core CPU (docs/robustness.md)."""
 
     epochs: int = field(default=20, metadata=_doc("", "training epochs", "int"))
     batch_size: int = field(default=64, metadata=_doc("images", "training images per optimisation step", "int"))

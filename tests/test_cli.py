@@ -378,7 +378,8 @@ def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive
     assert "Adaptive seeds (SEEDS=auto): looks at 3/5/8/12/18/24 seeds" in report
     assert "stopped at look 1 of 6 (3 seeds each): every other setting decided against the leader" in report
     assert "flip=False is best, " in report and "flip=True is worse by " in report   # the findings table
-    assert "attn=einops is identical to it (the same predictions)" in report
+    assert "attn=bmm and einops tie for the highest mean, " in report   # identical: the same mean
+    assert "attn=einops is identical to attn=bmm (the same predictions)" in report
     assert "| False | True |" in report and "a better (look 1: p " in report
     assert ablations_main(argv) == 0
     assert capsys.readouterr().out.count("nothing new") == 4

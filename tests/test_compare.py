@@ -75,7 +75,11 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
 
 
 def test_folders_with_no_run_in_common_are_refused_naming_them(sweep_out, tmp_path, capsys):
-    (tmp_path / "empty").mkdir()
+    (tmp_path / "bare").mkdir()   # not a folder a sweep wrote: named as such
+    assert main(["compare", str(sweep_out), str(tmp_path / "bare")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: B {tmp_path / 'bare'}: no ablations/ folder of sweep tables there" in err
+    (tmp_path / "empty" / "ablations").mkdir(parents=True)   # a sweep's folder, but none of the same runs
     assert main(["compare", str(sweep_out), str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "empty have no finished run in common" in err

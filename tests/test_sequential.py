@@ -465,3 +465,24 @@ def test_a_design_file_without_a_spending_function_is_replayed_as_obrien_fleming
         :len(replay_design(runs, old).looks)]
     with pytest.raises(ValueError, match="the spending function must be 'obf' or 'hsd:γ'"):
         nominal_levels(LOOKS, spending="pocock")
+
+
+def test_the_drivers_progress_line_counts_the_settings_still_open_against_the_leader_apart_from_it():
+    """After a look that decides nothing, the leader trains on with the open settings: the line says how many are
+    open against it (three of four settings, not 'four open') and that the leader trains too; stopped at the cap
+    with pairs open, it names them."""
+    from ablations.analysis.wording import design_progress
+
+    rng = np.random.default_rng(3)
+    drawn = sweep(rng, settings=4, seeds=5, n=400)
+    first = replay({k: (list(range(3)), c[:3], None) for k, c in drawn.items()}, looks=(3, 5))
+    leader = first.final.leader
+    assert not first.done and not first.final.decided and leader in first.need and len(first.need) == 4
+    assert design_progress(first, "s") == (f"s: look 1 (3 seeds) leaves 3 setting(s) undecided against the leader "
+                                           f"{leader} (decided: none); they and the leader train to 5 seeds")
+    last = replay({k: (list(range(5)), c, None) for k, c in drawn.items()}, looks=(3, 5))
+    still = [k for k in last.have if k != last.final.leader and k not in last.final.decided]
+    assert last.done and still
+    assert design_progress(last, "s").startswith(
+        f"s: stopped at look 2 of 2 (5 seeds, the cap: {', '.join(map(str, still))} still open); leader "
+        f"{last.final.leader}; decided against it: ")

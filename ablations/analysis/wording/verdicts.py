@@ -401,11 +401,16 @@ def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = ()
     if last.at_chance:
         return (f"{name}: stopped at look {last.index + 1}: even the leader, {last.leader}, is within noise of "
                 f"chance (nothing learned the task at this budget; more seeds would not change that)")
+    open_ = [k for k in design.have if k != last.leader and k not in last.decided]
     if design.done:
-        return (f"{name}: stopped at look {last.index + 1} of {len(design.schedule)} ({last.seeds} seeds); leader "
-                f"{last.leader}; decided against it: {decided}")
-    return (f"{name}: look {last.index + 1} ({last.seeds} seeds) leaves {len(design.need)} setting(s) open "
-            f"(leader {last.leader}; decided: {decided}); they train to {design.schedule[last.index + 1]} seeds")
+        cap = f", the cap: {', '.join(map(str, open_))} still open" if open_ else ""
+        return (f"{name}: stopped at look {last.index + 1} of {len(design.schedule)} ({last.seeds} seeds{cap}); "
+                f"leader {last.leader}; decided against it: {decided}")
+    training = [k for k in design.need if k != last.leader]
+    with_leader = " and the leader" if last.leader in design.need else ""
+    return (f"{name}: look {last.index + 1} ({last.seeds} seeds) leaves {len(training)} setting(s) undecided "
+            f"against the leader {last.leader} (decided: {decided}); they{with_leader} train to "
+            f"{design.schedule[last.index + 1]} seeds")
 
 
 def shortfall(below: Shortfall) -> str:

@@ -202,6 +202,9 @@ def test_a_setting_at_chance_is_compared_like_any_other_and_named_as_not_learnin
     assert "**depth=2 is best, 94.50 %." in section and "No verdict" not in section
     assert "depth=4 (11.00 %) does not learn this task at this budget" in section
     assert "may learn with more epochs" in section
+    row = next(line for line in build_report(tmp_path).read_text().splitlines() if line.startswith("| depth |"))
+    assert "depth=4 does not learn the task at this budget (within noise of chance)." in row
+    assert "Not converged" not in row
     assert "| 2 | 4 | +83.50 [" in section and section.split("| 2 | 4 | ")[1].split("|")[-2].strip() == "a better"
     assert "| 4 | 3 | " in section and section.split("| 4 | 3 | ")[1].split("|")[0].endswith("‡ ")
     assert "| 2 | 3 | 94.50 [" in section and section.split("| 2 | 3 | ")[1].split("|")[0].strip()[-1] == "]"
@@ -603,6 +606,8 @@ def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_
     assert still_learning(settled, rows, "depth").converged
     quick.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
     assert "**Not converged**: depth=1: its test accuracy rose 17.0 points" in depth_section(tmp_path)
+    row = next(line for line in build_report(tmp_path).read_text().splitlines() if line.startswith("| depth |"))
+    assert "| Not converged; at this budget: depth=" in row   # the findings table carries it, as the section does
 
 
 def test_seed_lists_are_written_as_ranges_from_four_in_a_row():
@@ -1376,3 +1381,18 @@ def test_the_cheapest_setting_as_good_as_the_best_by_compute_then_by_a_training_
     assert cheapest(near, 8, [2]) == "—"      # quartiles overlap: not stated faster
     few = [setting(2, 0.003, 2163, rounds=2), setting(8, 0.003, 1656)]
     assert cheapest(few, 8, [2]) == "—"       # 2 rounds on a side: no ratio
+
+
+def test_the_findings_table_bounds_an_answer_as_its_section_does():
+    """The findings table is what a reader who stops there quotes: a design that left a setting out, settings at
+    chance and runs still learning are said there too, not only in the sweep's section."""
+    from ablations.analysis.answers import Answer
+    from ablations.analysis.wording.summary import caveated
+
+    a = Answer("d", "depth", "", 2, equivalent=(4,), best_error=0.05, left_out=(6,), at_chance=(8,), unconverged=True)
+    assert caveated(a) == ("Not converged; at this budget: Of the settings in the design: depth=2 has the highest "
+                           "mean, 95.00 %. depth=4 is equivalent to it within ±0.5 points (10% of its 5.0 % error). "
+                           "Left out (a run diverged): depth=6. depth=8 does not learn the task at this budget "
+                           "(within noise of chance).")
+    assert caveated(Answer("d", "depth", "", None, no_verdict="one seed", unconverged=True)) == \
+        "One seed a setting: no test."   # its own reason stands, as in the section

@@ -46,6 +46,9 @@ class Answer:
     look: tuple[int, int] | None = None    # (the look it stopped at, of how many), 1-based
     stop: str = ""
     no_verdict: str = ""
+    at_chance: tuple = ()                  # settings within noise of chance, compared like the rest
+    left_out: tuple = ()                   # SEEDS=auto: settings the design left out (a run diverged)
+    unconverged: bool = False              # some setting's runs were still learning: the answer is this budget's
 
 
 def _signed(c: Comparison, f: SweepFindings, best: Hashable) -> tuple[float, float, float]:
@@ -67,6 +70,7 @@ def answer(f: SweepFindings, sweep: str, question: str) -> Answer:
     decided = f.design.final.decided if f.design is not None and f.design.final is not None else {}
     best = next(s for s in f.settings if s.value == v.best)
     found.best, found.tied, found.equivalent, found.identical = v.best, v.tied, v.equivalent, v.identical
+    found.at_chance, found.left_out = tuple(s.value for s in f.settings if s.at_chance), tuple(f.left_out or ())
     found.winner = v.winner
     found.twins = [(c.a, c.b) for c in f.comparisons or [] if c.identical and v.best not in (c.a, c.b)]
     found.best_error = 1 - best.acc.mean

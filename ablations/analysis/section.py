@@ -152,8 +152,9 @@ def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Pa
         curves = figs.learning_curves(history, rows, factor, figures / f"{sweep}-curves.png", order, sweep=sweep)
         links.append(wording.figure_link(f"{sweep} learning curves", curves.name))
     lines += [" ".join(links), "", wording.figure_caption(f, spec.label, devices, shown), ""]
-    return SweepPage(lines, answer(f, sweep, spec.description or spec.label), wording.pair_rows(f, sweep),
-                     wording.setting_rows_csv(f, sweep))
+    found = answer(f, sweep, spec.description or spec.label)
+    found.unconverged = bool(learning)
+    return SweepPage(lines, found, wording.pair_rows(f, sweep), wording.setting_rows_csv(f, sweep))
 
 
 def _tuning_lines(spec: SweepSpec, tuning: designs.Tuning, figures: Path) -> list[str]:

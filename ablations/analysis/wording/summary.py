@@ -4,7 +4,7 @@ words, differences first (`answers.Answer` holds the figures)."""
 from __future__ import annotations
 
 from ablations.analysis.answers import Answer
-from ablations.analysis.wording.verdicts import answer_text, margin_text, setting_name
+from ablations.analysis.wording.verdicts import answer_text, margin_text, setting_name, setting_names
 
 
 def cheapest_text(a: Answer) -> str:
@@ -32,6 +32,22 @@ def open_text(a: Answer) -> str:
     return "; ".join(said)
 
 
+def caveated(a: Answer) -> str:
+    """The answer as the findings table gives it: with what bounds it, as the sweep's section says it (runs still
+    learning, settings at chance, settings a SEEDS=auto design left out)."""
+    said = answer_text(a)
+    if a.no_verdict:
+        return said
+    if a.left_out:
+        said = (f"Of the settings in the design: {said} Left out (a run diverged): "
+                f"{setting_names(list(a.left_out), a.factor)}.")
+    if a.at_chance:
+        one = len(a.at_chance) == 1
+        said += (f" {setting_names(list(a.at_chance), a.factor)} {'does' if one else 'do'} not learn the task at "
+                 f"this budget (within noise of chance).")
+    return f"Not converged; at this budget: {said}" if a.unconverged else said
+
+
 def findings_table(answers: list[Answer]) -> list[str]:
     """The report's first table: a row per sweep, its question, its answer, the cheapest setting as good as the best
     and what it saves, the seeds it took and why it stopped, what stays open."""
@@ -42,7 +58,7 @@ def findings_table(answers: list[Answer]) -> list[str]:
              "|---|---|---|---|---|---|"]
     for a in answers:
         cell = lambda text: text.replace("|", "\\|").replace("\n", " ")  # noqa: E731
-        lines.append(f"| {a.sweep} | {cell(a.question)} | {cell(answer_text(a))} | {cell(cheapest_text(a))} | "
+        lines.append(f"| {a.sweep} | {cell(a.question)} | {cell(caveated(a))} | {cell(cheapest_text(a))} | "
                      f"{cell(seeds_text(a))} | {cell(open_text(a))} |")
     return lines + ["", "Every pair's outcome, difference, interval, p, level, look and seeds: `verdicts.csv` beside "
                         "this file (its columns: docs/columns.md). How the verdicts are reached: Method, at the end.",

@@ -97,7 +97,7 @@ def setting_name(value, factor: str) -> str:
     return str(value) if " × " in factor else f"{factor}={value}"
 
 
-def _names(values: list, factor: str) -> str:
+def setting_names(values: list, factor: str) -> str:
     """'a', 'a and b', 'a, b and c': the first as `_name` says it, the rest by their values."""
     said = [setting_name(values[0], factor), *map(str, values[1:])]
     return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1]
@@ -126,19 +126,19 @@ def answer_text(a: Answer) -> str:
     # with a tie, the settings are compared with the first of the tied (Method): named, where "it" would not say which
     it, than = (setting_name(best, f), f" than {setting_name(best, f)}") if a.tied else ("it", "")
     if a.tied:
-        said = [f"{_names([best, *a.tied], f)} tie for the highest mean, {acc}."]
+        said = [f"{setting_names([best, *a.tied], f)} tie for the highest mean, {acc}."]
     else:
         said = [f"{setting_name(best, f)} {'is best' if a.winner else 'has the highest mean'}, {acc}."]
     said += [f"{setting_name(d.other, f)} is worse{than} by {_points(d.diff)} points [{_points(d.low)}, "
              f"{_points(d.high)}]." for d in a.worse]
     if a.identical:
-        said.append(f"{_names(list(a.identical), f)} {'is' if len(a.identical) == 1 else 'are'} identical to {it} "
+        said.append(f"{setting_names(list(a.identical), f)} {'is' if len(a.identical) == 1 else 'are'} identical to {it} "
                     f"(the same predictions).")
     if a.equivalent:
-        said.append(f"{_names(list(a.equivalent), f)} {'is' if len(a.equivalent) == 1 else 'are'} equivalent to {it} "
+        said.append(f"{setting_names(list(a.equivalent), f)} {'is' if len(a.equivalent) == 1 else 'are'} equivalent to {it} "
                     f"within {margin_against_error(a.margin, a.best_error)}.")
     if a.open:
-        said.append(f"{_names([d.other for d in a.open], f)} {'is' if len(a.open) == 1 else 'are'} undecided "
+        said.append(f"{setting_names([d.other for d in a.open], f)} {'is' if len(a.open) == 1 else 'are'} undecided "
                     f"against {it}.")
     said += [f"{setting_name(x, f)} and {y} are identical to each other." for x, y in a.twins]
     return " ".join(said)

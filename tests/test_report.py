@@ -915,6 +915,16 @@ def test_the_accuracy_panel_draws_the_verdicts_paired_differences_and_its_decisi
     text = build_report(tmp_path).read_text()
     assert "each setting's difference from depth=2, marked by its verdict" in text
     assert "Accuracy: each setting's difference from the best with its pair's interval" in text   # Method
+    # intervals that span the whole panel (a short digits sweep): the legend still sits clear of every end
+    wide = [dict(settings[1], value=v, best=2, vs_best=vs, decided=word) for v, vs, word in (
+        (1, (-0.001, -0.031, 0.029), "inconclusive"), (2, (0.0, 0.0, 0.0), "best"),
+        (4, (-0.007, -0.042, 0.028), "inconclusive"), (8, (-0.010, -0.038, 0.018), "inconclusive"))]
+    fig = sweep_figure_drawn(wide, tmp_path / "w.png", "attention heads")
+    panel = fig.axes[0]
+    fig.canvas.draw()
+    box = panel.get_legend().get_window_extent()
+    ends = [(d["value"], 100 * y) for d in wide for y in d["vs_best"]]
+    assert not any(box.contains(*panel.transData.transform(point)) for point in ends), ends
 
 
 def test_a_sweep_of_one_setting_draws_how_its_runs_spread_not_six_one_point_panels(tmp_path, monkeypatch):

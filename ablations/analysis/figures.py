@@ -69,7 +69,7 @@ def blank_panel(ax, title: str, xlabel: str = "", why: str = "not measured") -> 
 BEST_MARKER = {"marker": "*", "ms": 11, "color": "k"}   # the setting the others are compared with
 
 
-def _verdict_marks(ax, x: list, centre: np.ndarray, settings: list[dict]) -> None:
+def _verdict_marks(ax, x: list, centre: np.ndarray, settings: list[dict], whiskers: tuple = ()) -> None:
     """The accuracy panel's paired contrasts: 0 (the best) as a line, the equivalence margin as a band, and
     each setting marked by what the verdict decided (Holm over the pairs), not by its interval."""
     from ablations.analysis.wording import OUTCOME_MARKERS  # the statistics load only where a verdict is drawn
@@ -83,6 +83,14 @@ def _verdict_marks(ax, x: list, centre: np.ndarray, settings: list[dict]) -> Non
         where = [i for i, d in enumerate(settings) if d.get("decided") == word]
         if where:
             ax.plot([x[i] for i in where], centre[where], linestyle="none", label=word, zorder=3, **style)
+    for end in whiskers:   # the intervals' ends as invisible points, so that the legend's "best" place avoids them
+        ax.plot(x, end, linestyle="none", marker="none", label="_whisker")
+    # room above the intervals for the legend (a line of it about a tenth of the panel), where wide intervals
+    # would leave it none
+    ax.autoscale_view()
+    bottom, top = ax.get_ylim()
+    room = min(0.1 * len(ax.get_legend_handles_labels()[1]) + 0.05, 0.45)
+    ax.set_ylim(bottom, top + (top - bottom) * room / (1 - room))
     ax.legend(fontsize=7, loc="best", framealpha=0.8)
 
 
@@ -191,7 +199,7 @@ def _draw_panel(ax, x: list, figures: tuple, settings: list[dict], numeric: bool
                 label="copied from another sweep")
         ax.legend(fontsize=8, loc="lower right")
     if verdict:   # the verdict's contrasts: 0 is the best, the band its equivalence margin
-        _verdict_marks(ax, x, centre, settings)
+        _verdict_marks(ax, x, centre, settings, (low, high))
 
 
 def seed_spread(accuracies: list[float], interval, path: Path, title: str) -> Path:

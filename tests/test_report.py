@@ -131,7 +131,7 @@ def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
     text = depth_section(tmp_path)
     assert "**depth=1 has the highest mean, 98.00 %. depth=2 is undecided against it.**" in text
     assert " is best" not in text
-    assert "Differences smaller than about" in text and "could not be detected" in text
+    assert "A pair with this sweep's median noise detects only differences above about" in text
     assert "SEEDS=auto would train at most 42 more run(s) here: depth=1 and the 1 setting(s) still open" in text
     # the 0.30 points are 3 images that every seed gets wrong: the test images keep part of the differences its
     # data allow undecided at any number of seeds
@@ -1176,7 +1176,8 @@ def test_two_seeds_far_apart_say_no_difference_could_be_detected_and_no_interval
                 None)
     assert f.verdict is not None and f.verdict.detectable >= 1
     text = verdict_sentence(f)
-    assert "no difference here could be detected, however large" in text and "could not be detected" not in text
+    assert "a pair with this sweep's median noise could detect no difference, however large" in text
+    assert "detects only differences above" not in text
     for c in f.comparisons:
         assert -1 <= c.low <= c.diff <= c.high <= 1
     rows = [line for line in comparisons_markdown(f).splitlines() if line.startswith("| 1 | 2 |")]

@@ -48,8 +48,8 @@ def _method_tests(margin: float | RelativeMargin) -> str:
   given as "N%" (`--margin 20%`, `margin = "20%"` in a spec) is that share of the best setting's error;
   **identical** where the runs predicted the same class for every image, seed by seed (an observation, not a
   test); **inconclusive** otherwise, which is not a finding of equality. A tie for the highest mean goes to the
-  first name in sorted order and is said. At fixed seeds an open pair's sweep states the smallest difference it
-  could detect ((t₁₋α/2m + t_{{power}}) × the median s.e., {POWER:.0%} power) and the seeds a
+  first name in sorted order and is said. At fixed seeds an open pair's sweep states the smallest difference a pair
+  of its median noise could detect ((t₁₋α/2m + t_{{power}}) × the median s.e., {POWER:.0%} power) and the seeds a
   {100 * POWER_DELTA:.1f}-point difference would take. A setting under 1/classes + {CHANCE_SDS:g} binomial s.d.
   is at chance (‡) and compared like any other; a sweep whose best setting is at chance, or with one seed a
   setting, or without saved predictions, gets no verdict.

@@ -227,11 +227,13 @@ def _detectable(f: SweepFindings) -> str:
     if v is None or not v.inconclusive:
         return ""
     budget = f"{_seeds_text(f)} × {f.test_size:,} test images" if f.test_size else _seeds_text(f)
+    # the median pair's noise: a pair with less (a difference that every seed repeats) may detect less
     if v.detectable >= 1:
-        return (f"With {_seeds_text(f)} no difference here could be detected, however large: the spread of so few "
-                f"seeds is known too poorly ({budget}).")
-    return (f"Differences smaller than about {100 * v.detectable:.1f} points could not be detected ({POWER:.0%} "
-            f"power, α = {ALPHA} with Holm over {m} pair(s); {budget}).")
+        return (f"With {_seeds_text(f)} a pair with this sweep's median noise could detect no difference, however "
+                f"large: the spread of so few seeds is known too poorly ({budget}).")
+    return (f"A pair with this sweep's median noise detects only differences above about "
+            f"{100 * v.detectable:.1f} points ({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget}); "
+            f"a pair whose difference every seed repeats detects less.")
 
 
 def _left_out(f: SweepFindings) -> str:

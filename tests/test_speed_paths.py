@@ -354,14 +354,42 @@ def test_every_row_has_the_utilisation_and_mfu_of_training(tmp_path):
         assert row["util_pct"] != row["util_pct"]  # blank: no round was measured alone
 
 
-def test_the_step_benchmark_times_both_steps_in_interleaved_rounds(capsys):
-    spreads = stepbench.run(build().parse_args(["stepbench", "--preset", "vit_digits", "--dataset", "digits",
-                                                "--batch-size", "16", "--rounds", "3", "--min-time", "0",
-                                                "--device", "cpu"]))
+def test_the_step_benchmark_times_both_steps_in_interleaved_rounds_and_leaves_out_those_under_load(capsys,
+                                                                                                 monkeypatch):
+    """The machine's load is injected (a test must pass beside other work): quiet, every round counts; with the
+    second timing of each round under load, those are left out and said."""
+    from bench.contention import Load
+
+    calls = []
+
+    class Meter:   # as bench.contention.LoadMeter: what other processes took while the block ran
+        def __init__(self, device):
+            self.load = None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            calls.append(1)
+            self.load = Load(50.0 if busy(len(calls)) else 0.0, None, None)
+
+    monkeypatch.setattr(stepbench, "LoadMeter", Meter)
+    argv = ["stepbench", "--preset", "vit_digits", "--dataset", "digits", "--batch-size", "16", "--rounds", "3",
+            "--min-time", "0", "--device", "cpu"]
+    busy = lambda n: False   # noqa: E731
+    spreads = stepbench.run(build().parse_args(argv))
     assert set(spreads) == {"eager", "static"}
     assert all(s.n == 3 and 0 < s.q1 <= s.median <= s.q3 for s in spreads.values())
     out = capsys.readouterr().out
-    assert "static (static buffers, not captured)" in out and "static / eager: " in out
+    assert "static (static buffers, not captured)" in out and "static / eager: " in out and "left out" not in out
+    calls.clear()
+    busy = lambda n: n % 2 == 0   # noqa: E731
+    spreads = stepbench.run(build().parse_args(argv))
+    out = capsys.readouterr().out
+    assert sorted(s.n for s in spreads.values()) == [1, 2]   # rounds alternate which step goes first
+    assert ("3 interleaved rounds; 3 of 6 timings taken while other processes took ≥ 10 % of the machine, left out"
+            in out)
+    assert "static / eager: not compared (fewer than 3 measurements on a side)" in out
 
 
 @pytest.mark.parametrize("args, message", [(["--batch-size", "0"], "batch_size must be a positive"),

@@ -9,8 +9,9 @@ so the CPU figures only show what the static buffers cost. Each step trains its 
 model (the preset at the dataset's shape, `TrainConfig` defaults: AdamW, clipping, label smoothing) on
 one fixed batch already on the device. The steps are timed in interleaved rounds (`bench.rounds`: every
 round times each once, the first one rotating), each time with `bench.timing.time_steps` (warm-up,
-which includes the capture, then at least 10 steps and 0.5 s); a step's figure is the median of its
-rounds' medians with their interquartile range, and the ratio is named only when those ranges are apart.
+which includes the capture, then at least 10 steps and 0.5 s); a timing taken while other processes held the
+machine (`bench.contention`) is left out and counted; a step's figure is the median of its other rounds' medians
+with their interquartile range, and the ratio is named only when those ranges are apart over 3 rounds or more.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from ablations.training.data import load_dataset
+from bench.contention import CONTENDED_PCT, LoadMeter
 from bench.env import resolve_device
 from bench.rounds import Spread, interleaved, ratio_or_noise
 from bench.timing import TimingConfig, time_steps
@@ -60,16 +62,25 @@ def run(args) -> dict[str, Spread]:
     x = torch.randn(args.batch_size, data.in_chans, data.img_size, data.img_size, generator=g).to(device)
     y = torch.randint(0, data.num_classes, (args.batch_size,), generator=g).to(device)
     medians: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    loaded = 0   # rounds taken while other processes held the machine: left out, as bench run leaves them out
     for _, kind in interleaved(KINDS, args.rounds):
         step = steps[kind]
-        medians[kind].append(time_steps(lambda: step(x, y, 1e-4), device, timing).median_ms)
+        with LoadMeter(device) as meter:
+            ms = time_steps(lambda: step(x, y, 1e-4), device, timing).median_ms
+        if meter.load is not None and meter.load.contended:
+            loaded += 1
+        else:
+            medians[kind].append(ms)
     spreads = {kind: Spread.of(values) for kind, values in medians.items()}
     static = "graphed" if steps["static"].graphed else "static buffers, not captured"
     dtype = cfg.resolved_dtype(device)
     print(f"{args.preset} training step, batch {args.batch_size}, {device.type} {dtype}, "
-          f"{args.rounds} interleaved rounds")
+          f"{args.rounds} interleaved rounds" + (f"; {loaded} of {len(KINDS) * args.rounds} timings taken while "
+                                                 f"other processes took ≥ {CONTENDED_PCT:g} % of the machine, "
+                                                 f"left out: measure again on an idle machine" if loaded else ""))
     for kind, s in spreads.items():
         label = f"{kind} ({static})" if kind == "static" else kind
-        print(f"  {label:<36} {s.median:8.3f} ms/step  [IQR {s.q1:.3f}–{s.q3:.3f}]")
+        print(f"  {label:<36} " + (f"{s.median:8.3f} ms/step  [IQR {s.q1:.3f}–{s.q3:.3f}], {s.n} round(s)" if s.n
+                                   else "— (every round under load)"))
     print(f"  static / eager: {ratio_or_noise(spreads['static'], spreads['eager'])}")
     return spreads

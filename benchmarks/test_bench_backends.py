@@ -2,7 +2,8 @@
 
 Two configs: `small` (the MNIST sweep config) and `vit_s16` (ViT-S/16 at 224 px). Batch sizes are
 kept small on CPU. CUDA work is synchronised inside the measured function, so the time is the device's.
-Each benchmark's `extra_info` carries what `python -m bench convert-json` needs for a measurement row.
+Each benchmark's `extra_info` carries what `python -m bench convert-json` needs for a measurement row, and what
+other processes took of the machine while it ran (`other_cpu_pct`, `contended`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from bench import MeasureConfig, complexity, default_step, device_name, resolve_device
+from bench.contention import LoadMeter
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer
 
 DEVICE = resolve_device("auto")
@@ -42,4 +44,7 @@ def test_step(benchmark, backend, config, mode):
     benchmark.extra_info.update({**cfg.to_dict(), **row, "tokens": cfg.tokens, "mode": mode,
                                  "batch_size": batch_size, "dtype": DTYPE, "compile": 0,
                                  "device": DEVICE.type, "device_name": device_name(DEVICE), "backend": backend})
-    benchmark.pedantic(synced_step, warmup_rounds=1, rounds=5 if config == "small" else 3, iterations=1)
+    with LoadMeter(DEVICE) as meter:   # what other processes took meanwhile: the report says it beside the figure
+        benchmark.pedantic(synced_step, warmup_rounds=1, rounds=5 if config == "small" else 3, iterations=1)
+    if meter.load is not None:
+        benchmark.extra_info.update(meter.load.columns())

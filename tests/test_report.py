@@ -1407,3 +1407,33 @@ def test_the_findings_table_bounds_an_answer_as_its_section_does():
                            "(within noise of chance).")
     assert caveated(Answer("d", "depth", "", None, no_verdict="one seed", unconverged=True)) == \
         "One seed a setting: no test."   # its own reason stands, as in the section
+
+
+def test_the_bench_section_says_the_load_its_figures_were_taken_under_and_leaves_loaded_rounds_out(tmp_path):
+    """`bench run` leaves rounds taken under load out of its summary: so does the report's table of it (img/s from
+    the other rounds, blank where none; memory from all), and the `make bench` table marks a benchmark taken under
+    load and says how many were, or that the load was not recorded."""
+    from ablations.analysis.report import _bench_section
+    from bench.schema import BENCH_COLUMNS
+
+    def row(**cells):
+        return {"run_id": hexid(str(cells)), "status": "ok", "device_name": "cpu", "dtype": "fp32", "mode": "infer",
+                "batch_size": 8, "step_ms_iqr": 0.1, "util_source": "cpu", **cells}
+
+    bench = tmp_path / "bench"
+    for attn, tokens, rate, contended in (("sdpa", 65, 100.0, 0), ("sdpa", 65, 104.0, 0), ("sdpa", 65, 10.0, 1),
+                                          ("bmm", 65, 50.0, 1), ("bmm", 197, 20.0, 0)):
+        append_row(bench / "backends.csv", row(attn=attn, tokens=tokens, throughput_img_s=rate, peak_mem_mb=tokens,
+                                               step_ms_median=8e3 / rate, contended=contended), BENCH_COLUMNS)
+    for attn, contended in (("sdpa", 0), ("bmm", 1)):
+        append_row(bench / "pytest-benchmark.csv", row(attn=attn, tokens=17, throughput_img_s=1000.0,
+                                                       step_ms_median=8.0, contended=contended), BENCH_COLUMNS)
+    lines = _bench_section(bench, tmp_path)
+    assert any("median step over pytest-benchmark's rounds; 1 of 2 benchmarks taken while other processes took ≥ 10 % "
+               "of the machine: †" in line for line in lines)
+    assert "| 17 | 8 | infer | bmm | 1,000.0 † | 8.00 (0.10) | — |" in lines
+    assert "| 17 | 8 | infer | sdpa | 1,000.0 | 8.00 (0.10) | — |" in lines
+    assert any("img/s: median over rounds; 2 of 5 rounds taken while other processes took ≥ 10 % of the machine: left "
+               "out of img/s, blank where every one was" in line for line in lines)
+    # sdpa at 65: the median of 100 and 104, not of those and the loaded 10; bmm at 65: every round loaded
+    assert "| bmm | — | 20.00 | 65.0 | 197.0 |" in lines and "| sdpa | 102.00 | — | 65.0 | — |" in lines

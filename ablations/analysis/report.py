@@ -64,9 +64,22 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
     (throughput and memory against sequence length)."""
     suite, tokens_csv = bench_dir / "pytest-benchmark.csv", bench_dir / "backends.csv"
     steps = ok_rows(read_rows(suite, BENCH_SCHEMA)) if suite.exists() else None
-    bench = read_rows(tokens_csv, BENCH_SCHEMA) if tokens_csv.exists() else None
+    bench = _quiet_speeds(ok_rows(read_rows(tokens_csv, BENCH_SCHEMA))) if tokens_csv.exists() else None
     scaling = figs.backend_scaling(bench, figures / "backends.png").name if bench is not None else None
-    return wording.bench_lines(suite, steps, tokens_csv, None if bench is None else ok_rows(bench), scaling)
+    return wording.bench_lines(suite, steps, tokens_csv, bench, scaling)
+
+
+def _quiet_speeds(rows: pd.DataFrame) -> pd.DataFrame:
+    """`bench run` rows with the speed of those taken while other processes held the machine (`contended`) blanked,
+    as `bench run` leaves them out of its own summary; their memory, which load does not move, kept."""
+    loaded = pd.to_numeric(rows["contended"], errors="coerce").eq(1) if "contended" in rows else None
+    if loaded is None or not loaded.any():
+        return rows
+    speeds = [c for c in ("throughput_img_s", "step_ms_median", "step_ms_iqr", "util_pct", "mfu") if c in rows]
+    out = rows.copy()
+    out[speeds] = out[speeds].astype(float)
+    out.loc[loaded, speeds] = float("nan")
+    return out
 
 
 REQUIRED = ("run_id", "status", "seed", "started_at", "dataset", "device", "device_name", "torch_version",

@@ -21,6 +21,7 @@ from ablations.analysis.stats import (
 from ablations.analysis.wording.method import either
 from ablations.analysis.wording.verdicts import cost_source, pct, seed_ranges, setting_name
 from ablations.choices import say
+from bench.contention import CONTENDED_PCT
 
 
 def shared_line(factor: str, shared: list[tuple[Any, list[str]]]) -> str:
@@ -285,17 +286,37 @@ def lacking_lines(absent: list[str], has_pos: bool, has_bench: bool) -> list[str
     return [f"Not in this folder: {'; '.join(x for x in lacks if x)}.", ""] if any(lacks) else []
 
 
+def _loaded(rows: pd.DataFrame) -> pd.Series | None:
+    """Which rows were taken while other processes held the machine (`contended`); None where none says."""
+    if "contended" not in rows or pd.to_numeric(rows["contended"], errors="coerce").isna().all():
+        return None
+    return pd.to_numeric(rows["contended"], errors="coerce").eq(1)
+
+
+def _load_said(loaded: pd.Series | None, what: str, then: str) -> str:
+    """The load the rows were taken under, in words."""
+    if loaded is None:
+        return "the machine's load not recorded"
+    if not loaded.any():
+        return f"other processes took under {CONTENDED_PCT:g} % of the machine throughout"
+    return (f"{int(loaded.sum())} of {len(loaded)} {what} taken while other processes took ≥ {CONTENDED_PCT:g} % of "
+            f"the machine: {then}")
+
+
 def bench_lines(suite: Path, steps: pd.DataFrame | None, tokens_csv: Path, bench: pd.DataFrame | None,
                 figure: str | None) -> list[str]:
     """The attention backends' section: `make bench`'s ok rows (`steps`, None where `suite` is missing) and
     `make bench-tokens`' ok rows (`bench`, None where `tokens_csv` is missing) with their figure's file name."""
     lines = ["## attention backends (bench)", ""]
     if steps is not None:
+        loaded = _loaded(steps)
         lines += [f"`make bench` ({', '.join(sorted(steps['device_name'].astype(str).unique()))}, "
-                  f"{', '.join(sorted(steps['dtype'].astype(str).unique()))}; median step over pytest-benchmark's rounds):",
+                  f"{', '.join(sorted(steps['dtype'].astype(str).unique()))}; median step over pytest-benchmark's "
+                  f"rounds; {_load_said(loaded, 'benchmarks', '†')}):",
                   "", "| tokens | batch | mode | attn | img/s | step ms (IQR) | MFU % |", "|---|---|---|---|---|---|---|"]
-        for _, r in steps.sort_values(["tokens", "mode", "attn"]).iterrows():
-            lines.append(f"| {r.tokens} | {r.batch_size} | {r['mode']} | {r.attn} | {r.throughput_img_s:,.1f} | "
+        for i, r in steps.sort_values(["tokens", "mode", "attn"]).iterrows():
+            mark = " †" if loaded is not None and loaded[i] else ""
+            lines.append(f"| {r.tokens} | {r.batch_size} | {r['mode']} | {r.attn} | {r.throughput_img_s:,.1f}{mark} | "
                          f"{r.step_ms_median:.2f} ({r.step_ms_iqr:.2f}) | {or_dash(_percent(r.get('mfu')), '.2g')} |")
         lines.append("")
     else:
@@ -304,14 +325,15 @@ def bench_lines(suite: Path, steps: pd.DataFrame | None, tokens_csv: Path, bench
         tokens = sorted(bench["tokens"].unique())
         devices = ", ".join(sorted(bench["device_name"].astype(str).unique()))
         lines += [f"Against sequence length (`make bench-tokens`; {devices}, "
-                  f"{', '.join(sorted(bench['dtype'].astype(str).unique()))}):", "",
+                  f"{', '.join(sorted(bench['dtype'].astype(str).unique()))}; img/s: median over rounds; "
+                  f"{_load_said(_loaded(bench), 'rounds', 'left out of img/s, blank where every one was')}):", "",
                   "| attn | " + " | ".join(f"img/s @ {t} tok" for t in tokens) + " | "
                   + " | ".join(f"peak MB @ {t} tok" for t in tokens) + " |", "|" + "---|" * (1 + 2 * len(tokens))]
         for attn, g in bench.groupby("attn"):
             by_t = g.groupby("tokens")
             rate, mem = by_t["throughput_img_s"].median(), by_t["peak_mem_mb"].median()
-            lines.append(f"| {attn} | " + " | ".join(f"{rate.get(t, float('nan')):.2f}" for t in tokens) + " | "
-                         + " | ".join(f"{mem.get(t, float('nan')):.1f}" for t in tokens) + " |")
+            lines.append(f"| {attn} | " + " | ".join(or_dash(rate.get(t), ".2f") for t in tokens) + " | "
+                         + " | ".join(or_dash(mem.get(t), ".1f") for t in tokens) + " |")
         lines += ["", figure_link("backends", figure), ""]
     else:
         lines += [f"_Missing: `{tokens_csv}`; `make bench-tokens` (`vitbench bench run --tokens 65,197,785 --batch-size 8 "

@@ -60,30 +60,22 @@ def positive(what: str) -> Callable[[str], int | None]:
     return integer(1, f"{what} must be a positive integer")
 
 
-def non_negative(what: str) -> Callable[[str], float]:
-    """argparse type: a finite number ≥ 0."""
+def non_negative(message: str) -> Callable[[str], float]:
+    """argparse type: a finite number ≥ 0; else the message and the text."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = -1.0
         if not 0 <= value < float("inf"):
-            raise argparse.ArgumentTypeError(f"{what} must be a number ≥ 0, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{message}, got {text!r}")
         return value
     return parse
 
 
 def seconds_or_auto(text: str) -> float | None:
     """argparse type: a number of seconds ≥ 0, or auto (None)."""
-    if text == "auto":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"the cost budget must be auto or a number of seconds ≥ 0, got {text!r}")
-    return value
+    return None if text == "auto" else non_negative("the cost budget must be auto or a number of seconds ≥ 0")(text)
 
 
 def margin_points(text: str):

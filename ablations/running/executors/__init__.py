@@ -62,9 +62,10 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
     ),
     "ray": (
         Option("--cpus-per-task", "CPUs each run asks the executor for (ray default 1)", "CPUS_PER_TASK",
-               type=non_negative("--cpus-per-task (CPUS_PER_TASK)")),
+               type=non_negative("--cpus-per-task (CPUS_PER_TASK) must be a number ≥ 0")),
         Option("--gpus-per-task", "GPUs each run asks for (ray default: 1 where the cluster has GPUs, else 0)",
-               "GPUS_PER_TASK", type=non_negative("--gpus-per-task (GPUS_PER_TASK)")),
+               "GPUS_PER_TASK",
+               type=non_negative("--gpus-per-task (GPUS_PER_TASK) must be a number ≥ 0")),
         MAX_RETRIES,
     ),
 }

@@ -543,8 +543,8 @@ def test_accuracy_against_compute_draws_one_front_per_dataset_and_budget(tmp_pat
     assert (figures / "pareto.png").exists() and (figures / "pareto-2.png").exists()
     fronts = {part.split("**", 1)[0]: part.split("**", 1)[1].split("![")[0]
               for part in text.split("\n**")[1:]}
-    assert "mine depth=" not in fronts["mnist5k, 20 epochs"] and "depth depth=2" in fronts["mnist5k, 20 epochs"]
-    assert "depth depth=" not in fronts["imagefolder, 4 epochs"] and "mine depth=2" in fronts["imagefolder, 4 epochs"]
+    assert "mine: depth=" not in fronts["mnist5k, 20 epochs"] and "depth: depth=2" in fronts["mnist5k, 20 epochs"]
+    assert "depth: depth=" not in fronts["imagefolder, 4 epochs"] and "mine: depth=2" in fronts["imagefolder, 4 epochs"]
 
 
 def test_variance_shares_are_given_from_eight_seeds_and_add_up(tmp_path):

@@ -9,7 +9,7 @@ from .lazy import lazy_names
 
 _WHERE = {
     "device_name": "env", "resolve_device": "env", "set_cudnn_attention": "env", "deterministic_algorithms": "env",
-    "MeasureConfig": "measure", "complexity": "measure", "default_step": "measure",
+    "LoadMeter": "contention", "MeasureConfig": "measure", "complexity": "measure", "default_step": "measure",
     "Spread": "rounds", "interleaved": "rounds", "ratio_or_noise": "rounds",
     "TimingConfig": "timing", "time_steps": "timing",
     "TrainConfig": "training.recipe", "autocast": "training.precision",

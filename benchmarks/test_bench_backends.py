@@ -11,8 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench import MeasureConfig, complexity, default_step, device_name, resolve_device
-from bench.contention import LoadMeter
+from bench import LoadMeter, MeasureConfig, complexity, default_step, device_name, resolve_device
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer
 
 DEVICE = resolve_device("auto")

@@ -33,6 +33,13 @@ def test_make_train_prints_the_rows_of_its_own_runs_even_when_they_were_done_bef
     out = capsys.readouterr().out
     table = out[out.index("run_id"):]
     assert "1 already done" in out and ids[0] in table and ids[1] not in table
+    # in the report's units: accuracy in %, a blank figure (no cost phase) a dash, not a raw float or NaN
+    row = read_table(tmp_path / "ablations" / "train.csv").set_index("seed").loc[0]
+    header, line = table.splitlines()[:2]
+    assert header.split() == ["run_id", "seed", "status", "test", "acc", "%", "train", "s", "GMACs", "infer", "img/s",
+                              "(cost", "phase)"]
+    cells = line.split()
+    assert cells[:4] == [ids[0], "0", "ok", f"{100 * row['test_acc']:.2f}"] and cells[-1] == "—"   # COST_ROUNDS=0
 
 
 def test_train_picks_the_datasets_base_preset_unless_one_is_named(tmp_path, capsys):

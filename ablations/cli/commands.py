@@ -236,6 +236,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     if results is None:
         return status
     summary(results, timings(args, t0))
-    shown = ["run_id", "seed", "status", "test_acc", "train_time_s", "gmacs", "throughput_img_s"]
-    print(pd.DataFrame(results[0].rows, columns=shown).to_string(index=False))  # its runs, trained now or before
+    print(_runs_table(results[0].rows))  # its runs, trained now or before
     return 0
+
+
+def _runs_table(rows: list[dict]) -> str:
+    """`train`'s runs, one line each, in the units the report uses (a blank figure as a dash)."""
+    columns = {"run_id": ("run_id", str), "seed": ("seed", str), "status": ("status", str),
+               "test_acc": ("test acc %", lambda v: f"{100 * v:.2f}"), "train_time_s": ("train s", lambda v: f"{v:.1f}"),
+               "gmacs": ("GMACs", lambda v: f"{v:.4g}"),
+               "throughput_img_s": ("infer img/s (cost phase)", lambda v: f"{v:,.0f}")}
+    table = pd.DataFrame(rows, columns=list(columns))
+    shown = {label: [fmt(v) if v == v and v is not None else "—" for v in table[name]]
+             for name, (label, fmt) in columns.items()}
+    return pd.DataFrame(shown).to_string(index=False)

@@ -152,9 +152,9 @@ RUN = (
                      "depend on its companions, nor on a CPU on the pack's width; on CUDA they do, so there every "
                      "pack trains N wide, narrower ones filled out, N is in the run id, and packs whose steps are CUDA "
                      "graphs train one at a time); 0: one run at a time; "
-                     "default auto: one run at a time on either device (on a CPU runs are compute bound; on CUDA "
-                     "packs of 3 took the main job as long as runs alone: benchmarks/packed_runs.py measures a "
-                     "pack's steps)", "PACK",
+                     "default auto: one run at a time on either device (a CPU run is compute bound; on CUDA, "
+                     "`.ci/gpu packed-main` times the main job packed against alone, and benchmarks/packed_runs.py "
+                     "a pack's steps)", "PACK",
            type=integer(0, "--pack (PACK) must be auto or an integer ≥ 0", auto=True), metavar="N|auto"),
     Option("--init", "a timm ViT checkpoint (.pth, .bin, .safetensors) to start every run from", "INIT", path=True),
     Option("--pretrained", "a timm model name whose pretrained weights timm downloads (network)", "PRETRAINED"),

@@ -65,9 +65,10 @@ def build(prog: str = "python -m ablations") -> Parser:
     """The whole command tree."""
     parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sweep = sub.add_parser("sweep", help=f"run sweeps: {', '.join(available_sweeps())}, a .toml path, or default "
-                                         f"({' '.join(default_sweeps())}: what make ablations runs)")
-    sweep.add_argument("sweeps", nargs="+")
+    named = (f"{', '.join(available_sweeps())}, a .toml path, or default ({' '.join(default_sweeps())}: what make "
+             f"ablations runs)")
+    sweep = sub.add_parser("sweep", help=f"run sweeps: {named}")
+    sweep.add_argument("sweeps", nargs="+", help=f"the sweeps to run, one or more: {named}")
     sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="hold a ViTConfig or TrainConfig field at this value in every point of every sweep "
                             "named (repeatable; e.g. --set flip=false); not a field a sweep varies, nor one the "

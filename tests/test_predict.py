@@ -205,3 +205,17 @@ def test_predict_on_a_run_that_had_not_converged_says_so(trained, capsys, tmp_pa
     rows.to_csv(history, index=False)
     assert cli.main(["predict", str(png), "--run", run_id, "--out", str(mine), "--figure", str(figure)]) == 0
     assert "had not converged" not in capsys.readouterr().err
+
+
+def test_predict_names_the_setting_of_what_the_runs_sweep_varies(trained, capsys):
+    """With the spec the sweep ran kept beside its table, the header says which setting the run is ('depth=2'),
+    not only its sweep and seed."""
+    out, run_id, png, _ = trained
+    spec = out / "ablations" / "depth.toml"
+    write_spec(spec, "depth", f"[{MODEL.depth}, {MODEL.depth + 1}]")
+    try:
+        assert cli.main(["predict", str(png), "--run", run_id, "--out", str(out), "--figure",
+                         str(out / "a.png")]) == 0
+    finally:
+        spec.unlink()
+    assert f"{run_id} (depth sweep, depth={MODEL.depth}, seed 0, digits, test acc" in capsys.readouterr().out

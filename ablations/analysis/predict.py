@@ -121,12 +121,25 @@ def load_run(out: Path, run_id: str, data_root: str | Path = "data") -> Loaded:
         raise ValueError(f"{path}: not this run's weights, or damaged ({type(err).__name__}); delete it and "
                          f"{again}") from None
     mean, std = recorded_normalisation(row) or _statistics(str(row["dataset"]), data_root)
-    factor = f"{sweep} sweep, seed {row['seed']}"
+    factor = ", ".join(t for t in (f"{sweep} sweep", _setting(SweepPaths.of(out, sweep).spec, row),
+                                   f"seed {row['seed']}") if t)
     classes, note = _row_classes(row, model.cfg.num_classes)
     unsettled = _not_converged(out, sweep, row, model.cfg.num_classes)
     return Loaded(model.eval(), f"{row['run_id']} ({factor}, {row['dataset']}, test acc "
                                 f"{100 * float(row['test_acc']):.2f} %)", mean, std, classes,
                   "\n".join(t for t in (note, unsettled) if t))
+
+
+def _setting(spec_copy: Path, row: pd.Series) -> str:
+    """The run's setting of what its sweep varies ('pos=sincos2d'), read off the spec copied beside its table; ''
+    where there is none (`train`'s runs, an older folder) or it cannot be read."""
+    from ablations.specs import load_spec
+
+    try:
+        factors = load_spec(spec_copy, check_files=False).factors if spec_copy.exists() else ()
+    except ValueError:
+        return ""
+    return ", ".join(f"{f}={row[f]}" for f in factors if f in row and row[f] == row[f])
 
 
 def _not_converged(out: Path, sweep: str, row: pd.Series, classes: int) -> str:

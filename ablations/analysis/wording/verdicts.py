@@ -98,7 +98,7 @@ def setting_name(value, factor: str) -> str:
 
 
 def setting_names(values: list, factor: str) -> str:
-    """'a', 'a and b', 'a, b and c': the first as `_name` says it, the rest by their values."""
+    """'a', 'a and b', 'a, b and c': the first as `setting_name` says it, the rest by their values."""
     said = [setting_name(values[0], factor), *map(str, values[1:])]
     return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1]
 

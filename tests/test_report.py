@@ -1437,3 +1437,21 @@ def test_the_bench_section_says_the_load_its_figures_were_taken_under_and_leaves
                "out of img/s, blank where every one was" in line for line in lines)
     # sdpa at 65: the median of 100 and 104, not of those and the loaded 10; bmm at 65: every round loaded
     assert "| bmm | — | 20.00 | 65.0 | 197.0 |" in lines and "| sdpa | 102.00 | — | 65.0 | — |" in lines
+
+
+def test_the_still_open_column_says_why_each_pair_is_open_as_its_interval_shows():
+    """An open pair's interval clear of 0 (the reference's lr 0.002 − 0.008: [+0.05, +0.61] at its look's level for
+    one pair) or inside the margin (a main job's patch 4 − 7 at 3 seeds: [-0.34, +0.48], TOST Holm p 0.061) is
+    open because it did not survive the adjustment over the sweep's pairs; only a pair neither clear of 0 nor inside
+    the margin is said to be so."""
+    from ablations.analysis.answers import Answer, Difference
+    from ablations.analysis.wording.summary import open_text
+
+    pairs = [Difference(8, 0.0033, 0.0005, 0.0061), Difference(7, 0.0007, -0.0034, 0.0048),
+             Difference(1, 0.0027, -0.0001, 0.0055)]
+    fixed = open_text(Answer("s", "lr", "", 2, open=pairs))
+    assert fixed == ("2 − 8: +0.33 [+0.05, +0.61], clear of 0, but not after Holm's adjustment over the sweep's pairs; "
+                     "2 − 7: +0.07 [-0.34, +0.48], inside ±0.5 points, but not after Holm's adjustment over the sweep's "
+                     "pairs; 2 − 1: +0.27 [-0.01, +0.55], neither clear of 0 nor inside ±0.5 points")
+    auto = open_text(Answer("s", "lr", "", 2, open=pairs[:1], look=(6, 6)))
+    assert auto == "2 − 8: +0.33 [+0.05, +0.61], clear of 0, but not after the design's step-down over its pairs"

@@ -54,10 +54,11 @@ def _method_tests(margin: float | RelativeMargin) -> str:
   is at chance (‡) and compared like any other; a sweep whose best setting is at chance, or with one seed a
   setting, or without saved predictions, gets no verdict.
 - **Pair tables.** The interval is the pair's own 95 % one at fixed seeds (p Holm-adjusted, so an interval
-  clear of 0 beside "inconclusive" did not survive the adjustment), under SEEDS=auto the repeated interval
-  (Jennison & Turnbull) at the level of the look the design stopped at (p the last look's, unadjusted; a pair
-  with the leader that the design decided shows the look and the level its p crossed, a pair of two other
-  settings the verdict of the last look's step-down). An open pair says how many seeds a setting would
+  clear of 0, or inside the margin, beside "inconclusive" did not survive the adjustment), under SEEDS=auto the
+  repeated interval (Jennison & Turnbull) at one pair's level of the look the design stopped at (so one clear of
+  0, or inside the margin, beside "inconclusive" did not survive the design's step-down; p the last look's,
+  unadjusted; a pair with the leader that the design decided shows the look and the level its p crossed, a pair
+  of two other settings the verdict of the last look's step-down). An open pair says how many seeds a setting would
   decide it by the design's own rule (the cap's level for one pair, seed terms shrinking, the test images'
   staying, over the 80 % interval of its difference; counted from one more than it has, as it is open at
   those), or that none can on this test set. P(a beats b) on a fresh seed, from {MIN_WIN_SEEDS} seeds a

@@ -24,12 +24,21 @@ def seeds_text(a: Answer) -> str:
 
 
 def open_text(a: Answer) -> str:
-    """Each open pair with its difference and interval and why it is open, in words a student follows."""
+    """Each open pair with its difference and interval and why it is open, in words a student follows. The interval
+    is the pair's own (at fixed seeds) or the repeated one at the design's stopping level: one clear of 0, or inside
+    the margin, did not survive the adjustment over the sweep's pairs, and says so."""
     if not a.open:
         return "—"
-    said = [f"{a.best} − {d.other}: {100 * d.diff:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}], neither clear of 0 "
-            f"nor inside {margin_text(a.margin)}" for d in a.open]
-    return "; ".join(said)
+    adjustment = "Holm's adjustment over the sweep's pairs" if a.look is None else "the design's step-down over its pairs"
+
+    def why(d) -> str:
+        if d.low > 0 or d.high < 0:
+            return f"clear of 0, but not after {adjustment}"
+        if -a.margin <= d.low and d.high <= a.margin:
+            return f"inside {margin_text(a.margin)}, but not after {adjustment}"
+        return f"neither clear of 0 nor inside {margin_text(a.margin)}"
+    return "; ".join(f"{a.best} − {d.other}: {100 * d.diff:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}], {why(d)}"
+                     for d in a.open)
 
 
 def caveated(a: Answer) -> str:

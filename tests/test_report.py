@@ -181,6 +181,8 @@ def test_runs_without_predictions_get_intervals_but_no_verdict(tmp_path):
     text = depth_section(tmp_path)
     assert "**No verdict**: 1 of 6 runs have no saved test predictions" in text and "Best:" not in text
     assert "| 2 | 3 | 94.50 [" in text
+    row = next(line for line in build_report(tmp_path).read_text().splitlines() if line.startswith("| depth |"))
+    assert "| No test: 1 of 6 runs have no saved test predictions" in row   # the findings table says why, too
 
 
 def test_one_seed_names_no_winner_and_says_what_a_second_seed_adds(tmp_path):

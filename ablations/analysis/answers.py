@@ -46,6 +46,7 @@ class Answer:
     look: tuple[int, int] | None = None    # (the look it stopped at, of how many), 1-based
     stop: str = ""
     no_verdict: str = ""
+    no_verdict_why: str = ""               # "unpaired": why the runs' test predictions cannot be compared
     at_chance: tuple = ()                  # settings within noise of chance, compared like the rest
     left_out: tuple = ()                   # SEEDS=auto: settings the design left out (a run diverged)
     unconverged: bool = False              # some setting's runs were still learning: the answer is this budget's
@@ -65,6 +66,7 @@ def answer(f: SweepFindings, sweep: str, question: str) -> Answer:
     v = f.verdict
     if v is None:
         found.no_verdict = f.no_test.kind if f.no_test is not None else "no test"
+        found.no_verdict_why = f.no_test.reason if f.no_test is not None else ""
         return found
     by_pair = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
     decided = f.design.final.decided if f.design is not None and f.design.final is not None else {}

@@ -120,7 +120,8 @@ def answer_text(a: Answer) -> str:
     it and by how much, those equivalent or identical to it, what stays open."""
     if a.no_verdict:
         return {"one setting": "One setting: nothing to compare.", "one seed": "One seed a setting: no test.",
-                "at chance": "No setting learned the task at this budget."}.get(a.no_verdict, "No test.")
+                "at chance": "No setting learned the task at this budget."}.get(
+            a.no_verdict, f"No test: {a.no_verdict_why}." if a.no_verdict_why else "No test.")
     f, best = a.factor, a.best
     acc = f"{100 * (1 - (a.best_error or 0)):.2f} %"
     # with a tie, the settings are compared with the first of the tied (Method): named, where "it" would not say which

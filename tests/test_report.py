@@ -111,6 +111,8 @@ def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tm
     # IQRs apart: the ratio is printed, and GMACs always (they are exact)
     assert "GMACs ×2.00; inference img/s ×0.50" in text
     assert "depth=3 seed 0: **diverged** loss became nan" in text and "\n| 3 |" not in text
+    row = next(line for line in text.splitlines() if line.startswith("| depth |"))   # the findings table says so too
+    assert "Not counted: 1 run(s) that did not finish: depth=3 seed 0 (diverged)." in row
     held = next(line for line in text.splitlines() if "Held fixed:" in line).split("Held fixed:", 1)[1]
     assert "dataset=digits" in held and "depth=" not in held
     # what this OUT lacks: one line, not a section per absent sweep, figure or benchmark

@@ -50,6 +50,7 @@ class Answer:
     at_chance: tuple = ()                  # settings within noise of chance, compared like the rest
     left_out: tuple = ()                   # SEEDS=auto: settings the design left out (a run diverged)
     unconverged: bool = False              # some setting's runs were still learning: the answer is this budget's
+    failed: tuple = ()                     # (setting, seed, status) of each run that did not finish, not counted
 
 
 def _signed(c: Comparison, f: SweepFindings, best: Hashable) -> tuple[float, float, float]:

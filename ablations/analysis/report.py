@@ -274,6 +274,10 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
                       + _closing_sections(out, all_rows, shown, tables, figures, data_root, has_pos, has_bench,
                                           read, reference))
     pages = {sweep: page if isinstance(page, SweepPage) else SweepPage(page) for sweep, page in zip(finished, built)}
+    for sweep, page in pages.items():   # the findings table names the runs its answer does not count
+        if page.answer is not None:
+            page.answer.failed = tuple((r[factors[sweep]], r["seed"], r["status"])
+                                       for r in failed_rows(tables[sweep]).to_dict("records"))
     lines += wording.findings_table([p.answer for p in pages.values() if p.answer is not None])
     for sweep, spec in shown.items():
         lines += wording.sweep_heading(sweep, spec.label)

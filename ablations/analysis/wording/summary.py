@@ -54,6 +54,9 @@ def caveated(a: Answer) -> str:
         one = len(a.at_chance) == 1
         said += (f" {setting_names(list(a.at_chance), a.factor)} {'does' if one else 'do'} not learn the task at "
                  f"this budget (within noise of chance).")
+    if a.failed:
+        runs = ", ".join(f"{setting_name(value, a.factor)} seed {seed} ({status})" for value, seed, status in a.failed)
+        said += f" Not counted: {len(a.failed)} run(s) that did not finish: {runs}."
     return f"Not converged; at this budget: {said}" if a.unconverged else said
 
 

@@ -1257,6 +1257,8 @@ def test_a_margin_given_as_a_share_of_the_error_is_resolved_on_each_sweeps_runs_
     text = build_report(tmp_path, margin=RelativeMargin(0.2)).read_text()
     assert "depth=2 is equivalent to it within ±0.55 points (20% of its 2." in text   # 0.2 × 2.75 % (97.25 %)
     assert "20% of the best setting's error unless the sweep sets" in " ".join(text.split())
+    third = build_report(tmp_path, margin=RelativeMargin(1 / 3)).read_text()   # 2.75 % / 3: 0.916… points
+    assert "within ±0.92 points" in third and not re.search(r"±\d+\.\d{3,}", third)   # said to 2 decimals
     spec = tmp_path / "rel.toml"
     spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1, 2]\nmargin = "20%"\n[model]\npreset = "vit_digits"\n'
                     '[train]\nepochs = 1\n')

@@ -77,7 +77,7 @@ def _verdict_marks(ax, x: list, centre: np.ndarray, settings: list[dict], whiske
     margin = 100 * settings[0]["margin"]
     ends = np.array([100 * v for d in settings if d.get("vs_best") for v in d["vs_best"][1:]])
     if len(ends) and (np.abs(ends) > margin).any():   # the band informs only where some interval leaves it
-        ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"±{margin:g}: equivalence margin")
+        ax.axhspan(-margin, margin, color="0.9", zorder=0, label=f"±{round(margin, 2):g}: equivalence margin")
     ax.axhline(0, color="0.4", lw=0.8, zorder=1, gid="reference")   # the best, not a trend
     for word, style in {"best": BEST_MARKER, **OUTCOME_MARKERS}.items():   # the best apart: 0 by definition
         where = [i for i, d in enumerate(settings) if d.get("decided") == word]

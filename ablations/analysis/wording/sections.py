@@ -79,7 +79,7 @@ def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
         verdict = {"A higher": "higher here", "B higher": "lower here",
                    "identical predictions": "identical"}.get(r.verdict, r.verdict)
         if r.verdict == "same within noise" and -margin <= r.low_pts and r.high_pts <= margin:   # all inside
-            verdict = f"equivalent (within ±{margin:g})"
+            verdict = f"equivalent (within ±{round(margin, 2):g})"
         difference = ("0 (same predictions)" if r.verdict == "identical predictions" else f"{r.diff_pts:+.2f}"
                       if r.low_pts != r.low_pts else f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}]")
         lines.append(f"| {r.sweep} | {r.point} | {r.seeds} | {100 * r.acc_a:.2f} | {100 * r.acc_b:.2f} | "
@@ -98,7 +98,7 @@ def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
     return lines + ["", f"{same}What this comparison could see: the median half-width of {whose} intervals is "
                         f"{half:.2f} points, so "
                         f"\"same within noise\" says no difference of about that size was found, not that the two "
-                        f"agree; a point is called equivalent only where its whole interval lies within ±{margin:g} "
+                        f"agree; a point is called equivalent only where its whole interval lies within ±{round(margin, 2):g} "
                         f"points (more common seeds narrow the intervals).", ""]
 
 
@@ -216,7 +216,7 @@ def interaction_lines(it: Interaction) -> list[str]:
     if it.contrasts is None:
         return [f"**Interaction of {a} and {b}: no test** ({it.reason}).", ""]
     shown = [c for c in it.contrasts if c.p_holm < ALPHA]
-    within = f"±{100 * it.margin:g} points"
+    within = f"±{round(100 * it.margin, 2):g} points"
     a1, b1 = it.levels[0][0], it.levels[1][0]
     table = [f"| {a} | {b} | difference of differences (points) [95 % interval] | Holm p: differ / within {within} "
              f"| verdict |", "|---|---|---|---|---|"]

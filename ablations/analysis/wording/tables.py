@@ -164,7 +164,8 @@ def components_markdown(f: SweepFindings) -> str:
 def pairs_heading(f: SweepFindings, margin_set: bool) -> str:
     """The line above a sweep's pair table (`margin_set`: the sweep's spec set the equivalence margin)."""
     return (f"Pairwise comparisons (seeds crossed with test images, each source counted once; equivalence "
-            f"margin {100 * f.margin:g} points{' set by the sweep' if margin_set else ''}; intervals are each pair's own, "
+            f"margin {round(100 * f.margin, 2):g} points{' set by the sweep' if margin_set else ''}; intervals are each "
+            f"pair's own, "
             + ("repeated over the looks, p-values the last look's, decided by Holm's step-down at each look"
                if f.design else "p-values Holm-adjusted over the pairs") + "; see Method):")
 

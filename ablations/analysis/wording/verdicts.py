@@ -300,7 +300,7 @@ def power_sentence(f: SweepFindings) -> str:
 
 
 def margin_text(margin: float) -> str:
-    return f"±{100 * margin:g} points"
+    return f"±{round(100 * margin, 2):g} points"
 
 
 def _seeds_text(f: SweepFindings) -> str:

@@ -30,6 +30,7 @@ from ablations.analysis.stats import MARGIN, MIN_SEEDS, accuracy_interval
 from ablations.choices import RelativeMargin
 from ablations.results import seed_design
 from ablations.results.experiments import differences
+from ablations.results.schema import uncontended
 from ablations.results.store import SweepPaths, Tables, failed_rows, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
 from bench.io.csvio import collecting_skips, read_rows, skipped
@@ -72,8 +73,8 @@ def _bench_section(bench_dir: Path, figures: Path) -> list[str]:
 def _quiet_speeds(rows: pd.DataFrame) -> pd.DataFrame:
     """`bench run` rows with the speed of those taken while other processes held the machine (`contended`) blanked,
     as `bench run` leaves them out of its own summary; their memory, which load does not move, kept."""
-    loaded = pd.to_numeric(rows["contended"], errors="coerce").eq(1) if "contended" in rows else None
-    if loaded is None or not loaded.any():
+    loaded = ~rows.index.isin(uncontended(rows).index)
+    if not loaded.any():
         return rows
     speeds = [c for c in ("throughput_img_s", "step_ms_median", "step_ms_iqr", "util_pct", "mfu") if c in rows]
     out = rows.copy()
@@ -274,20 +275,19 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
                       + _closing_sections(out, all_rows, shown, tables, figures, data_root, has_pos, has_bench,
                                           read, reference))
     pages = {sweep: page if isinstance(page, SweepPage) else SweepPage(page) for sweep, page in zip(finished, built)}
+    failed = {sweep: failed_rows(tables[sweep]).to_dict("records") for sweep in shown if sweep in tables}
     for sweep, page in pages.items():   # the findings table names the runs its answer does not count
         if page.answer is not None:
-            page.answer.failed = tuple((r[factors[sweep]], r["seed"], r["status"])
-                                       for r in failed_rows(tables[sweep]).to_dict("records"))
+            page.answer.failed = tuple((r[factors[sweep]], r["seed"], r["status"]) for r in failed[sweep])
     lines += wording.findings_table([p.answer for p in pages.values() if p.answer is not None])
     for sweep, spec in shown.items():
         lines += wording.sweep_heading(sweep, spec.label)
         if sweep not in tables:
             lines += wording.missing_table(sweep, SweepPaths.of(out, sweep).rows)
             continue
-        failed = failed_rows(tables[sweep])
         lines += pages[sweep].lines if sweep in pages else []
-        if len(failed):
-            lines += wording.failed_lines(factors[sweep], failed.to_dict("records"))
+        if failed[sweep]:
+            lines += wording.failed_lines(factors[sweep], failed[sweep])
     _write_csv(out / "verdicts.csv", [row for page in pages.values() for row in page.pairs], wording.PAIR_COLUMNS)
     _write_csv(out / "settings.csv", [row for page in pages.values() for row in page.settings],
                wording.SETTING_COLUMNS)

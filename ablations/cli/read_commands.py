@@ -61,8 +61,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         return 2
     for sweep, rows in changed.items():
         print(f"  {sweep:<12} {f'{rows} row(s) rewritten' if rows else 'already current'}")
-    print(f"{sum(changed.values())} row(s) of {len(changed)} table(s) under {out / 'ablations'} in the current format; "
-          f"run ids unchanged")
+    rewritten = sum(changed.values())
+    where = f"{len(changed)} table(s) under {out / 'ablations'}"
+    print(f"{rewritten} row(s) rewritten; all {where} are now in the current format, run ids unchanged" if rewritten
+          else f"nothing rewritten: all {where} were already in the current format")
     return 0
 
 

@@ -138,7 +138,9 @@ def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
     # the 0.30 points are 3 images that every seed gets wrong: the test images keep part of the differences its
     # data allow undecided at any number of seeds
     assert "| 1 | 2 | +0.30 [" in text and "seeds decides on this test set) |" in text
-    assert "Noise: a setting's mean ±" in text and "(its shares from 8 seeds a setting: with 3, the seed share" in text
+    assert "Noise: a setting's mean ±" in text
+    assert "(its sources' shares, seed, coin flips and test images, are given from 8 seeds a setting: with 3, the " \
+           "seed share" in text
 
 
 def test_the_power_sentence_gives_the_seeds_needed_over_the_interval_of_the_seed_spread(tmp_path):
@@ -562,7 +564,7 @@ def test_variance_shares_are_given_from_eight_seeds_and_add_up(tmp_path):
     shares = [int(x) for x in re.findall(r"a setting's mean ±[\d.]+ points s\.e\. \(seed (\d+) %, coin flips (\d+) %, "
                                          r"test images (\d+) %\)", row)[0]]
     assert len(shares) == 3 and 99 <= sum(shares) <= 101, row
-    assert "its shares from" not in text
+    assert "shares, seed, coin flips" not in text
 
 
 @pytest.mark.parametrize("link", ["ablations/weights", "ablations/preds/depth", "ablations/depth.csv"])
@@ -768,6 +770,7 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     said = not_converged(still_learning(flat, rows, "depth", classes=10), "depth")
     assert said.startswith("**Not converged**: depth=1: its training loss ended at 1.90 (mean over runs), far from "
                            "fitting the training set (guessing among 10 classes: 2.30)"), said
+    assert "still learning" not in said   # a flat last epoch is not a run still learning
     assert still_learning(flat, rows, "depth").converged   # without the classes, the last epoch alone says nothing
     fitted = flat.assign(train_loss=flat["train_loss"] * 0.3 / 1.9)
     assert still_learning(fitted, rows, "depth", classes=10).converged

@@ -49,7 +49,7 @@ class Answer:
     no_verdict_why: str = ""               # "unpaired": why the runs' test predictions cannot be compared
     at_chance: tuple = ()                  # settings within noise of chance, compared like the rest
     left_out: tuple = ()                   # SEEDS=auto: settings the design left out (a run diverged)
-    unconverged: bool = False              # some setting's runs were still learning: the answer is this budget's
+    unconverged: bool = False              # some setting's runs had not converged: the answer is this budget's
     failed: tuple = ()                     # (setting, seed, status) of each run that did not finish, not counted
 
 

@@ -156,8 +156,8 @@ def components_markdown(f: SweepFindings) -> str:
         shares = ", ".join(f"{name} {100 * x:.0f} %" for name, x in zip(names, p.shares()))
         said.append(f"{label} ±{100 * math.sqrt(p.total):.2f} points s.e."
                     + (f" ({shares})" if fewest >= MIN_SHARE_SEEDS else ""))
-    later = (f" (its shares from {MIN_SHARE_SEEDS} seeds a setting: with {fewest}, the seed share is mostly noise)"
-             if fewest < MIN_SHARE_SEEDS else "")
+    later = (f" (its sources' shares, seed, coin flips and test images, are given from {MIN_SHARE_SEEDS} seeds a "
+             f"setting: with {fewest}, the seed share is mostly noise)" if fewest < MIN_SHARE_SEEDS else "")
     return "Noise: " + "; ".join(said) + later + "."
 
 

@@ -442,8 +442,8 @@ def not_converged(c: Convergence, factor: str) -> str:
     if c.converged:
         return "" if c.checked else "Convergence not checked: these runs have no per-epoch history."
     why = [_unsettled(u, factor, c.epochs) for u in c.settings] + [shortfall(b) for b in c.below]
-    return (f"**Not converged**: {'; '.join(why)}. Those runs were still learning: their accuracies are a short "
-            f"budget's, not the settings' converged ones, and the order can change with more epochs (EPOCHS).")
+    return (f"**Not converged**: {'; '.join(why)}. Their accuracies are a short budget's, not the settings' "
+            f"converged ones, and the order can change with more epochs (EPOCHS).")
 
 
 def unconverged_headline(verdict: str) -> str:

@@ -529,28 +529,32 @@ def test_accuracy_against_compute_draws_one_front_per_dataset_and_budget(tmp_pat
     from ablations.analysis.report import _pareto_section
 
     rows = []
-    for sweep, dataset, epochs, accs in (("depth", "mnist5k", 20, {1: 0.97, 2: 0.98}),
-                                         ("mine", "imagefolder", 4, {1: 0.60, 2: 0.99}),
-                                         ("seeds", "mnist5k", 20, {2: 0.985})):     # one setting, many seeds
+    for sweep, dataset, data_id, epochs, accs in (("depth", "mnist5k", "", 20, {1: 0.97, 2: 0.98}),
+                                                  ("mine", "imagefolder", "files:aaa,resized:16", 4, {1: 0.60, 2: 0.99}),
+                                                  ("other", "imagefolder", "files:bbb", 4, {1: 0.30, 2: 0.35}),
+                                                  ("seeds", "mnist5k", "", 20, {2: 0.985})):  # one setting, many seeds
         for depth, acc in accs.items():
             for seed in range(3):
                 rows.append({"run_id": hexid(f"{sweep}{depth}{seed}"), "sweep": sweep, "status": "ok", "seed": seed,
-                             "depth": depth, "test_acc": acc + 0.001 * seed,
-                             "gflops": 0.001 * depth, "dataset": dataset, "epochs": epochs, "test_size": 1000})
+                             "depth": depth, "test_acc": acc + 0.001 * seed, "gflops": 0.001 * depth,
+                             "dataset": dataset, "data_id": data_id, "epochs": epochs, "test_size": 1000})
     figures = tmp_path / "figures"
     figures.mkdir()
     table = pd.DataFrame(rows)
     specs = {name: load_spec(write_spec(tmp_path / f"{name}.toml", "depth", "[1, 2]"))
-             for name in ("depth", "mine", "seeds")}
+             for name in ("depth", "mine", "other", "seeds")}
     text = "\n".join(_pareto_section({name: table[table["sweep"] == name] for name in specs}, specs, Tables(tmp_path),
                                      figures, tmp_path))
-    assert "**mnist5k, 20 epochs**" in text and "**imagefolder, 4 epochs**" in text
+    assert "**mnist5k, 20 epochs**" in text and "**imagefolder (files:aaa), 4 epochs**" in text
+    assert "**imagefolder (files:bbb), 4 epochs**" in text   # another folder is another test set: its own front
+    assert (figures / "pareto-3.png").exists()
     assert "Left out: seeds (one setting each: nothing to trade off)." in text and "seeds depth=" not in text
     assert (figures / "pareto.png").exists() and (figures / "pareto-2.png").exists()
     fronts = {part.split("**", 1)[0]: part.split("**", 1)[1].split("![")[0]
               for part in text.split("\n**")[1:]}
     assert "mine: depth=" not in fronts["mnist5k, 20 epochs"] and "depth: depth=2" in fronts["mnist5k, 20 epochs"]
-    assert "depth: depth=" not in fronts["imagefolder, 4 epochs"] and "mine: depth=2" in fronts["imagefolder, 4 epochs"]
+    mine = fronts["imagefolder (files:aaa), 4 epochs"]
+    assert "depth: depth=" not in mine and "other: depth=" not in mine and "mine: depth=2" in mine
 
 
 def test_variance_shares_are_given_from_eight_seeds_and_add_up(tmp_path):

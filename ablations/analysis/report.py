@@ -405,17 +405,24 @@ def setting_means(all_rows: pd.DataFrame, factors: dict[str, str], out: Path | N
             epochs = group["epochs"].iloc[0] if "epochs" in group else None
             found.append({"sweep": sweep, "value": value, "gflops": float(group["gflops"].iloc[0]),
                           "seeds": len(group), "acc_mean": interval.mean, "acc_low": interval.low,
-                          "acc_high": interval.high, "dataset": str(group["dataset"].iloc[0]),
+                          "acc_high": interval.high, "dataset": _data_name(group.iloc[0]),
                           "budget": (f"{int(epochs)} epoch{'s' * (int(epochs) != 1)}" if pd.notna(epochs)
                                      else "epochs not recorded")})
     return pd.DataFrame(found)
 
 
+def _data_name(row: pd.Series) -> str:
+    """The data a run was scored on, as one front's title: the dataset's name, and for an image folder the
+    contents its runs read (`files:` of its data_id), since two folders are two test sets."""
+    files = [part for part in str(row.get("data_id") or "").split(",") if part.startswith("files:")]
+    return f"{row['dataset']} ({files[0]})" if files else str(row["dataset"])
+
+
 def _pareto_section(tables: dict[str, pd.DataFrame], specs: dict[str, SweepSpec], read: Tables, figures: Path,
                     out: Path) -> list[str]:
-    """One front per dataset and training budget: accuracies on other test sets, or after other training,
-    are not on one scale. The largest group is `pareto.png`, the others `pareto-2.png`, … A sweep's settings
-    are over the runs its section analyses (under SEEDS=auto, its design's)."""
+    """One front per dataset (an image folder: per contents) and training budget: accuracies on other test sets,
+    or after other training, are not on one scale. The largest group is `pareto.png`, the others `pareto-2.png`,
+    … A sweep's settings are over the runs its section analyses (under SEEDS=auto, its design's)."""
     factors = {sweep: spec.factor for sweep, spec in specs.items()}
     analysed = [as_analysed(spec, tables[sweep], read) for sweep, spec in specs.items()]
     settings = setting_means(pd.concat(analysed, ignore_index=True) if analysed else pd.DataFrame(), factors, out)

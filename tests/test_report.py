@@ -1217,6 +1217,19 @@ def test_the_report_opens_with_a_findings_table_and_writes_every_pair_to_verdict
     assert f"{pair['p_differ']:.3g}" in shown
 
 
+def test_an_identical_pair_is_written_to_verdicts_csv_with_no_interval_ends(tmp_path):
+    """Two settings with the same predictions on every image and seed: verdicts.csv says 'identical', a difference
+    of 0 and 'none (same predictions)' for its interval, and leaves the interval's ends and the p-values blank (no
+    interval of width 0, which pandas would read as a measured one)."""
+    for seed in range(3):
+        for depth in (1, 2):
+            write_run(tmp_path, depth, seed, mask(range(40 + 7 * seed)))
+    build_report(tmp_path)
+    pair = pd.read_csv(tmp_path / "verdicts.csv").iloc[0]
+    assert (pair["outcome"], pair["diff_points"], pair["interval"]) == ("identical", 0, "none (same predictions)")
+    assert pair[["low_points", "high_points", "p_differ", "p_equivalent"]].isna().all(), pair
+
+
 def test_a_figure_draws_only_panels_that_can_vary_the_margin_where_it_informs_and_no_trend_through_starved_runs(
         tmp_path):
     """A learning-rate sweep: one model at every setting, so GMACs, speed and memory are one value each and their

@@ -116,8 +116,9 @@ VERDICTS_TABLE = [
            "identical (the same predictions, seed by seed: no test) or inconclusive", "text",
            choices=("better", "worse", "equivalent", "identical", "inconclusive")),
     Column("diff_points", "points", "a's mean test accuracy minus b's (paired: the mean of the per-seed differences)"),
-    Column("low_points", "points", "the lower end of the difference's interval (see `interval`)"),
-    Column("high_points", "points", "the upper end of the difference's interval"),
+    Column("low_points", "points", "the lower end of the difference's interval (see `interval`; blank for an identical "
+           "pair, which has none)"),
+    Column("high_points", "points", "the upper end of the difference's interval (blank for an identical pair)"),
     Column("interval", "", "what the interval is: the pair's own 95 % one (fixed seeds), or under SEEDS=auto the "
            "repeated interval at the level of the look the design stopped at (95 % over the looks)", "text"),
     Column("p_differ", "", "the two-sided p of a difference: Holm-adjusted over the sweep's pairs at fixed seeds, the "

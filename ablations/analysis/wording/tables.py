@@ -205,7 +205,8 @@ def pair_rows(f: SweepFindings, sweep: str) -> list[dict[str, Any]]:
                 look, level = decision.look + 1, decision.level
         p, p_equiv = (c.p, c.p_equiv) if last is not None else (c.p_holm, c.p_equiv_holm)
         rows.append({"sweep": sweep, "factor": f.factor, "a": c.a, "b": c.b, "outcome": str(outcome),
-                     "diff_points": 100 * c.diff, "low_points": 100 * low, "high_points": 100 * high,
+                     "diff_points": 100 * c.diff, "low_points": None if c.identical else 100 * low,
+                     "high_points": None if c.identical else 100 * high,
                      "interval": "none (same predictions)" if c.identical else kind,
                      "p_differ": None if c.identical else p, "p_equivalent": None if c.identical else p_equiv,
                      "level": level, "look": look, "seeds_a": seeds.get(c.a), "seeds_b": seeds.get(c.b),

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
     conv.add_argument("--check", action="store_true",
                       help="only check that the JSON and the CSV may be written there (before a benchmark writes "
                            "the JSON): exit 2 with one line where they lie in the committed reference")
-    peak = sub.add_parser("peak", help="measure (or read the cached) matmul peak")
+    peak = sub.add_parser("peak", help="measure this machine's matmul peak, the FLOP/s that MFU divides by")
     peak.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     peak.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
     args = parser.parse_args(argv)

@@ -19,7 +19,7 @@ from bench.grid import expand_grid, run_grid
 from bench.io.csvio import append_row
 from bench.io.overrides import parse_overrides
 from bench.measure import add_mfu
-from bench.mfu import matmul_peak_flops
+from bench.mfu import matmul_peak_flops, peak_size
 from bench.reference import refusal
 from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
 from bench.schema import BENCH_COLUMNS
@@ -149,8 +149,12 @@ def convert_json(json_path: Path, csv_path: Path) -> int:
 
 
 def peak(args: argparse.Namespace) -> None:
+    """The matmul peak that MFU divides by, measured now as a sweep or `bench run` measures it."""
     device = resolve_device(args.device)
-    print(f"{matmul_peak_flops(device, args.dtype) / 1e9:.1f} GFLOP/s ({device}, {args.dtype})")
+    flops, n = matmul_peak_flops(device, args.dtype), peak_size(device)
+    threads = f", {torch.get_num_threads()} thread(s)" if device.type == "cpu" else ""
+    print(f"{flops / 1e9:.1f} GFLOP/s ({device}, {args.dtype}{threads}): the best of repeated {n}×{n} matmuls, "
+          f"the peak that MFU divides by")
 
 
 def convert(args: argparse.Namespace) -> None:

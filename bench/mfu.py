@@ -26,9 +26,14 @@ from bench.training.precision import DTYPES
 TRAIN_FLOP_FACTOR = 3
 
 
+def peak_size(device: torch.device) -> int:
+    """The side n of the square matmul whose FLOP/s is the peak on `device` (the module docstring says why)."""
+    return 8192 if device.type == "cuda" else 1024 if torch.get_num_threads() <= 4 else 2048
+
+
 def measure_matmul_peak(device: torch.device, dtype: str, n: int | None = None) -> float:
     """Best FLOP/s of an n×n @ n×n product in `dtype` on `device`."""
-    n = n or (8192 if device.type == "cuda" else 1024 if torch.get_num_threads() <= 4 else 2048)
+    n = n or peak_size(device)
     a = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
     b = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
     timing = time_steps(lambda: a @ b, device, TimingConfig(warmup=2, min_repeats=5, min_time_s=0.5, max_repeats=50))

@@ -316,6 +316,20 @@ def test_bench_run_refuses_a_bad_list_or_flag_in_one_line_before_any_work(tmp_pa
     assert not (tmp_path / "bench").exists()
 
 
+def test_bench_peak_says_what_it_measured_and_what_it_is_for(monkeypatch, capsys):
+    """`bench peak` prints the FLOP/s with the device, dtype, threads and matmul size it measured it at, as the
+    denominator of MFU (it measures anew: nothing is cached between processes)."""
+    import bench.commands
+    from bench.__main__ import main
+    from bench.mfu import peak_size
+
+    monkeypatch.setattr(bench.commands, "matmul_peak_flops", lambda device, dtype: 1.5e11)
+    main(["peak", "--device", "cpu"])
+    n, threads = peak_size(torch.device("cpu")), torch.get_num_threads()
+    assert capsys.readouterr().out == (f"150.0 GFLOP/s (cpu, fp32, {threads} thread(s)): the best of repeated "
+                                       f"{n}×{n} matmuls, the peak that MFU divides by\n")
+
+
 def test_a_value_named_twice_is_one_point_not_extra_rounds_of_it(tmp_path, monkeypatch):
     import bench.commands
     from bench.__main__ import main

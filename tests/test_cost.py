@@ -508,7 +508,8 @@ def test_a_budget_that_fits_fewer_than_three_rounds_is_no_phase_said_in_one_line
     clock = _Clock(CostPlan(rounds=5, budget_s=10.0), None, [], torch.device("cpu"))
     clock.start = phase_clock["now"] - 18.0      # the first round took 18 s
     assert clock.plan_rounds([], items=4) == 1
-    assert clock.stopped.startswith("its first round took 18.0 s, so its 10 s budget (COST_BUDGET) fits 1 of the 3 rounds")
+    assert clock.stopped.startswith("no cost phase: its first round took 18.0 s, so its 10 s budget (COST_BUDGET) fits "
+                                    "1 of the 3 rounds")
     slow = _Clock(CostPlan(rounds=5, budget_s=10.0), None, [], torch.device("cpu"))
     slow.start = phase_clock["now"] - 4.0
     assert slow.plan_rounds([], items=4) == 2 and "no cost phase" in slow.stopped
@@ -566,6 +567,10 @@ def test_kept_steps_are_set_up_outside_the_budget_and_a_phase_short_of_three_rou
     assert empty.empty and (not (tmp_path / "d-cost.csv").exists() or read_table(tmp_path / "d-cost.csv").empty)
     lines = [line for line in capsys.readouterr().err.splitlines() if "no cost phase" in line]
     assert len(lines) == 1, lines
+    assert "fits 1 of the 3 rounds a speed comparison needs; the report states no speed ratio. To " \
+           "compare speed, measure with more rounds or a larger budget: make cost OUT=" in lines[0], lines
+    assert lines[0].endswith(" (3 or more rounds, no time limit unless COST_BUDGET / --cost-budget). COST_BUDGET=0 "
+                             "skips this phase without measuring."), lines
 
 
 @pytest.mark.parametrize("field,values,items", [("grad_clip", (0.0, 1.0, 2.0), 2), ("label_smoothing", (0.0, 0.1), 2),

@@ -533,9 +533,9 @@ class _Clock:
         if fit < self.plan.rounds:
             self.stopped = f"its {self.budget_s:.3g} s budget (COST_BUDGET{share}) fits {fit} of {self.plan.rounds} rounds"
             if fit < MIN_ROUNDS:   # fewer rounds than any comparison needs: none kept
-                self.stopped = (f"its first round took {first:.1f} s, so its {self.budget_s:.3g} s budget "
-                                f"(COST_BUDGET{share}) fits {fit} of the {MIN_ROUNDS} rounds a speed comparison needs: "
-                                f"no cost phase (COST_BUDGET=0 skips it without measuring)")
+                self.stopped = (f"no cost phase: its first round took {first:.1f} s, so its {self.budget_s:.3g} s "
+                                f"budget (COST_BUDGET{share}) fits {fit} of the {MIN_ROUNDS} rounds a speed comparison "
+                                f"needs")
         if fit > 1:
             spare = self.budget_s - first * fit      # beyond rounds as short as the first
             # after a set-up, rounds as the first (warmed) one, longer as far as the spare budget allows
@@ -615,8 +615,12 @@ def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clo
         later = (f"measure later on an idle machine: {command}" if loaded else
                  f"measure with more rounds or a larger budget: {command} ({MIN_ROUNDS} or more rounds, no time limit "
                  f"unless COST_BUDGET / --cost-budget)")
-    tqdm.write(f"cost {names}: {why}: {short} of {items} timed step(s) rest on fewer than {MIN_ROUNDS} quiet rounds, "
-               f"so the report states no speed ratio for them. To compare speed, {later}", file=sys.stderr)
+    none = not per_item and clock.stopped.startswith("no cost phase")
+    counted = ("the report states no speed ratio" if none else
+               f"{short} of {items} timed step(s) rest on fewer than {MIN_ROUNDS} quiet rounds, so the report states "
+               f"no speed ratio for them")
+    skip = " COST_BUDGET=0 skips this phase without measuring." if none and not clock.plan.alone else ""
+    tqdm.write(f"cost {names}: {why}; {counted}. To compare speed, {later}.{skip}", file=sys.stderr)
 
 
 def _row_item(row: dict[str, Any]) -> tuple:

@@ -612,6 +612,8 @@ def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_
     said = not_converged(still_learning(quick, rows, "depth"), "depth")
     assert said.startswith("**Not converged**: depth=1: its test accuracy rose 17.0 points over the last of 2 epochs")
     assert "; depth=2: its test accuracy rose 17.0 points" in said
+    backwards = still_learning(quick, rows.iloc[::-1], "depth", order=[1, 2])   # the sweep's order, not the rows'
+    assert [u.value for u in backwards.settings] == [1, 2]
     settled = quick.assign(test_acc=quick["epoch"].map({1: 0.975, 2: 0.976}))
     assert still_learning(settled, rows, "depth").converged
     quick.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)

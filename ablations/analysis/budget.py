@@ -115,14 +115,15 @@ def below_longer_budget(ok: pd.DataFrame, pool: pd.DataFrame, factor: str, margi
 
 
 def still_learning(history: pd.DataFrame, ok: pd.DataFrame, factor: str, classes: int | None = None,
-                   below: tuple[Shortfall, ...] = ()) -> Convergence:
+                   below: tuple[Shortfall, ...] = (), order: list | None = None) -> Convergence:
     """Whether each setting's runs (`ok`'s rows, named by `factor`) had converged, from their per-epoch history:
     still learning at their last epoch (test accuracy up by more than STILL_LEARNING over it, mean over the
     setting's runs), or, given the task's `classes`, ended far from fitting their training set (mean last
     training loss more than FAR_FROM_FIT of the way from the recipe's floor, label smoothing's least loss, to
     ln classes, the loss of guessing: a cosine schedule flattens the last epoch's gain, so the first rule alone
     misses a budget far too short). `below`: `below_longer_budget`'s settings, a third reason (and enough
-    alone). A setting is judged on its own runs: one that never fitted is not hidden by others that did."""
+    alone). A setting is judged on its own runs: one that never fitted is not hidden by others that did. The
+    settings come in `order` (the sweep's), else as the rows first name them."""
     needed = {"run_id", "epoch", "test_acc"}
     if history.empty or not needed <= set(history) or factor not in ok:
         return Convergence(0, (), tuple(below), checked=False)
@@ -130,7 +131,10 @@ def still_learning(history: pd.DataFrame, ok: pd.DataFrame, factor: str, classes
     epochs = int(pd.to_numeric(history.loc[history["run_id"].isin(set(ok["run_id"].astype(str))), "epoch"],
                                errors="coerce").max() or 0) if len(history) else 0
     unsettled = []
-    for value, runs in ok.groupby(factor, sort=False):
+    groups = list(ok.groupby(factor, sort=False))
+    if order is not None:
+        groups.sort(key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+    for value, runs in groups:
         mine = history[history["run_id"].isin(set(runs["run_id"].astype(str)))]
         gains, losses = [], []
         for _, run in mine.sort_values("epoch").groupby("run_id"):

@@ -120,7 +120,7 @@ def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Pa
         pd.to_numeric(ok["num_classes"], errors="coerce").notna().any() else None
     convergence = still_learning(history if history is not None else pd.DataFrame(), ok, factor, classes,
                                  below_longer_budget(ok, budgets if budgets is not None else pd.DataFrame(), factor,
-                                                     margin))
+                                                     margin), order)
     said = wording.not_converged(convergence, factor)
     learning = said if not convergence.converged else ""
     shown = findings.setting_rows(f)

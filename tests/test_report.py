@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import run_cli, write_spec
+from conftest import ROOT, run_cli, write_spec
 
 from ablations.analysis.findings import analyse
 from ablations.analysis.report import build_report
@@ -124,6 +124,17 @@ def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tm
     assert "## Method" in text and "Holm" in text and "Satterthwaite (1946)" in text and "TOST" in text
     assert (tmp_path / "figures" / "depth.png").stat().st_size < 300_000
     assert build_report(tmp_path).read_text() == text  # deterministic
+
+
+def test_a_report_names_the_bench_tables_it_does_not_read_and_the_command_that_writes_the_one_it_does(tmp_path):
+    """`bench run --name mine` writes bench/mine.csv, which the report does not read: it says so, rather than
+    leave the user to wonder; the command it gives for the backends' table is the one `make bench-tokens` runs."""
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "mine.csv").write_text("run_id\n")
+    text = build_report(tmp_path).read_text()
+    assert "Not read here: bench/mine.csv: the command that wrote each printed its own table" in text
+    command = "bench run --tokens 65,197,785 --batch-size 8 --name backends"
+    assert f"`vitbench {command}`" in text and f"-m {command}" in (ROOT / "Makefile").read_text()
 
 
 def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):

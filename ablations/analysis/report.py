@@ -49,15 +49,20 @@ def _phases_section(read: Tables) -> list[str]:
     return wording.phases_lines(table.tail(PHASES_SHOWN).to_dict("records"), len(table))
 
 
+BENCH_READ = ("pytest-benchmark.csv", "backends.csv")   # `make bench`'s and `make bench-tokens`' tables
+
+
 def _lacking(out: Path, specs: dict[str, SweepSpec], tables: dict[str, pd.DataFrame]
              ) -> tuple[list[str], bool, bool, list[str]]:
     """(the sweeps with no table here, whether a pos sweep has finished runs, whether bench results exist, one
-    line saying what this OUT lacks): a partial OUT's report shows what it has, not a section per absence."""
+    line saying what this OUT lacks and one naming the bench tables it does not read): a partial OUT's report
+    shows what it has, not a section per absence."""
     absent = [sweep for sweep in specs if sweep not in tables and not SweepPaths.of(out, sweep).rows.exists()]
     has_pos = any(spec.factor == "pos" and name in tables and not ok_rows(tables[name]).empty
                   for name, spec in specs.items())
-    has_bench = any((out / "bench" / name).exists() for name in ("pytest-benchmark.csv", "backends.csv"))
-    return absent, has_pos, has_bench, wording.lacking_lines(absent, has_pos, has_bench)
+    has_bench = any((out / "bench" / name).exists() for name in BENCH_READ)
+    unread = sorted(f"bench/{p.name}" for p in (out / "bench").glob("*.csv") if p.name not in BENCH_READ)
+    return absent, has_pos, has_bench, wording.lacking_lines(absent, has_pos, has_bench, unread)
 
 
 def _bench_section(bench_dir: Path, figures: Path) -> list[str]:

@@ -20,7 +20,7 @@ from ablations.analysis.stats import (
 )
 from ablations.analysis.wording.method import either
 from ablations.analysis.wording.verdicts import cost_source, pct, seed_ranges, setting_name
-from ablations.choices import say
+from ablations.choices import say, with_makefile
 from bench.contention import CONTENDED_PCT
 
 
@@ -275,15 +275,22 @@ def sittings_line(check: SittingCheck | None, factor: str) -> str:
             f"differences taken out (F = {check.f:.2f}, p = {check.p:.2g}).")
 
 
-def lacking_lines(absent: list[str], has_pos: bool, has_bench: bool) -> list[str]:
-    """What a partial OUT lacks and the command that produces each ([] when it lacks nothing)."""
+def lacking_lines(absent: list[str], has_pos: bool, has_bench: bool, unread: list[str] = ()) -> list[str]:
+    """What a partial OUT lacks and the command that produces each ([] when it lacks nothing), and the bench
+    tables it holds that the report does not read (`unread`)."""
+    tokens = "`vitbench bench run --tokens 65,197,785 --batch-size 8 --name backends`"
+    benches = f"`make bench` and `make bench-tokens`, the latter {tokens}" if with_makefile() else tokens
     lacks = [f"the sweeps {', '.join(absent)} ({either('`make ablate-<name>`', '`vitbench sweep <name>`')} trains "
              f"one)" if absent else "",
              "" if has_pos else f"the attention maps and position similarity (a sweep over pos: "
                                 f"{either('`make ablate-pos`', '`vitbench sweep pos`')})",
              "" if has_bench else f"the attention backends' benchmarks "
-                                  f"({either('`make bench` and `make bench-tokens`', '`vitbench bench run`')})"]
-    return [f"Not in this folder: {'; '.join(x for x in lacks if x)}.", ""] if any(lacks) else []
+                                  f"({benches})"]
+    lines = [f"Not in this folder: {'; '.join(x for x in lacks if x)}.", ""] if any(lacks) else []
+    if unread:
+        lines += [f"Not read here: {', '.join(unread)}: the command that wrote each printed its own table; the report "
+                  f"reads the attention backends' tables alone (bench/backends.csv, bench/pytest-benchmark.csv).", ""]
+    return lines
 
 
 def _loaded(rows: pd.DataFrame) -> pd.Series | None:
@@ -356,7 +363,7 @@ def report_head(newest: dict[str, Any] | None, datasets: list[str], span: tuple[
     span of the runs' start times."""
     lines = ["# vitbench report", ""]
     if newest is None:
-        return lines + ["No ablation results yet: run `make ablations` or a `make ablate-*` target.", ""]
+        return lines + [f"No ablation results yet: run {either('`make ablations`', '`vitbench sweep default`')}.", ""]
     return lines + [f"- ablation runs: device {newest['device']} ({newest['device_name']}); torch "
                     f"{newest['torch_version']}; git {newest['git_sha']}",
                     f"- data: {', '.join(datasets)}; runs from {span[0]} to {span[1]}", ""]

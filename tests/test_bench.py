@@ -864,6 +864,8 @@ def test_bench_run_states_a_backend_ratio_only_where_its_rounds_are_apart_from_t
     assert said["bmm@197"] == "not compared (fewer than 3 measurements on a side) of sdpa"
     assert said["einops@785"] == "—"                                          # nothing to compare with
     assert table.set_index("attn").loc["loop", "img/s"] == "101 [98, 105.5]"
+    fast = summary(rows("sdpa", [50620, 44594, 61400]) + rows("bmm", [43862, 42590, 53920]))
+    assert fast.set_index("attn").loc["sdpa", "img/s"] == "50,620 [47,607, 56,010]"   # not 5.062e+04
 
 
 def test_bench_run_states_no_ratio_from_rounds_taken_under_load():

@@ -244,6 +244,22 @@ def test_two_seeds_far_apart_and_far_above_chance_are_not_called_chance(tmp_path
     assert "‡" not in section and "No verdict" not in section and "| depth a |" in section
 
 
+def test_a_small_model_s_gmacs_are_printed_to_three_significant_digits_never_as_zero(tmp_path):
+    """A digits model of 0.0000449 GMACs: the settings' table gives it as that, not '0.0000' (a measured figure
+    shown as none); larger ones keep three digits (0.00121, 4.60) and from 100 on whole numbers."""
+    from ablations.analysis.wording import macs
+
+    assert [macs(x) for x in (4.4937e-5, 0.0012091, 4.6, 17.58, 1234.4)] == ["0.0000449", "0.00121", "4.60", "17.6",
+                                                                              "1,234"]
+    for seed in range(3):
+        write_run(tmp_path, 1, seed, mask(range(50 + seed)))
+        write_run(tmp_path, 2, seed, mask(range(60 + seed)))
+    rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
+    rows["gmacs"] = rows["gmacs"] * 4.4937e-3   # 0.0000449 and 0.0000899 GMACs
+    table = table_markdown(analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, None))
+    assert "| 0.0000449 |" in table and "| 0.0000899 |" in table and "0.0000 |" not in table, table
+
+
 def test_analysis_means_equal_pandas_and_the_newest_complete_cost_phase_is_used(tmp_path):
     ten_points_apart(tmp_path)
     write_cost(tmp_path, {1: [1, 1, 1, 1, 1], 2: [1, 1, 1, 1, 1]}, phase="old")

@@ -19,7 +19,7 @@ from ablations.analysis.stats import (
     Outcome,
 )
 from ablations.analysis.wording.method import either
-from ablations.analysis.wording.verdicts import cost_source, pct, seed_ranges, setting_name
+from ablations.analysis.wording.verdicts import cost_source, macs, pct, seed_ranges, setting_name
 from ablations.choices import say, with_makefile
 from bench.contention import CONTENDED_PCT
 
@@ -124,7 +124,7 @@ def pareto_front_lines(group: str, front: pd.DataFrame, factors: dict[str, str],
     return [f"**{group}**: Pareto front of the setting means (no setting is both cheaper and more "
             "accurate on average over its seeds; a front point's lead can be inside the noise, see each sweep's "
             "comparisons): " + ", ".join(
-                f"{r.sweep}: {setting_name(r.value, factors[r.sweep])} ({r.gflops:.5f} GFLOPs, {r.acc_mean * 100:.2f} %, "
+                f"{r.sweep}: {setting_name(r.value, factors[r.sweep])} ({macs(r.gflops)} GFLOPs, {r.acc_mean * 100:.2f} %, "
                 f"{r.seeds} seed{'s' if r.seeds != 1 else ''})" for r in front.itertuples()) + ".", "",
             f"![pareto {group}]({figure})", ""]
 

@@ -20,6 +20,7 @@ from ablations.analysis.wording.verdicts import (
     OUTCOME_WORDS,
     cost_source,
     interval_text,
+    macs,
     margin_text,
     pair_outcome,
     undecided_reason,
@@ -46,7 +47,7 @@ def table_markdown(f: SweepFindings) -> str:
              "|---|---|---|---|---|---|"]
     for s in f.settings:
         lines.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''} | "
-                     f"{s.gmacs:.4f} | {_median(s.infer.get('throughput_img_s'))} | "
+                     f"{macs(s.gmacs)} | {_median(s.infer.get('throughput_img_s'))} | "
                      f"{_median(s.train.get('throughput_img_s'))}{' †' if s.reused_from else ''} |")
     kinds = sorted({s.acc.kind for s in f.settings})
     notes = [f"Intervals: {'; '.join(kinds)}. Speed: {cost_source(f.cost)}, medians; the quartiles, memory, latency, "

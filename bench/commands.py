@@ -13,7 +13,7 @@ from typing import NoReturn
 import pandas as pd
 import torch
 
-from bench import choices
+from bench import choices, units
 from bench.env import device_name, environment, resolve_device, run_id
 from bench.grid import expand_grid, run_grid
 from bench.io.csvio import append_row
@@ -93,7 +93,7 @@ def summary(rows: list[dict]) -> pd.DataFrame:
         lines.append({**{k: first[k] for k in ("attn", *keys)},
                       "status": "ok" if len(ok) == len(runs) else str(runs[runs["status"] != "ok"].iloc[0]["status"]),
                       "rounds": len(quiet), "_rate": rate,
-                      "img/s": f"{_rate(rate.median)} [{_rate(rate.q1)}, {_rate(rate.q3)}]" if rate.n else "—",
+                      "img/s": f"{units.rate(rate.median)} [{units.rate(rate.q1)}, {units.rate(rate.q3)}]" if rate.n else "—",
                       "peak_mem_mb": _median(ok, "peak_mem_mb"), "gmacs": _median(ok, "gmacs"),
                       "mfu": _median(quiet, "mfu"),   # from the throughput: the same quiet rounds
                       "contended": int(pd.to_numeric(runs["contended"], errors="coerce").fillna(0).sum())
@@ -110,12 +110,6 @@ def summary(rows: list[dict]) -> pd.DataFrame:
         else:
             versus.append(f"{ratio_or_noise(line['_rate'], fastest['_rate'])} of {fastest['attn']}")
     return out.assign(**{"vs fastest": versus}).drop(columns="_rate")
-
-
-def _rate(img_s: float) -> str:
-    """A throughput as a reader reads it: whole images a second with thousands separated from 1,000 on
-    (50,620, not 5.062e+04), four significant digits below."""
-    return f"{img_s:,.0f}" if img_s >= 1000 else f"{img_s:.4g}"
 
 
 def _median(rows: pd.DataFrame, column: str) -> str:

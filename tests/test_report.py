@@ -247,7 +247,7 @@ def test_two_seeds_far_apart_and_far_above_chance_are_not_called_chance(tmp_path
 def test_a_small_model_s_gmacs_are_printed_to_three_significant_digits_never_as_zero(tmp_path):
     """A digits model of 0.0000449 GMACs: the settings' table gives it as that, not '0.0000' (a measured figure
     shown as none); larger ones keep three digits (0.00121, 4.60) and from 100 on whole numbers."""
-    from ablations.analysis.wording import macs
+    from bench.units import macs
 
     assert [macs(x) for x in (4.4937e-5, 0.0012091, 4.6, 17.58, 1234.4)] == ["0.0000449", "0.00121", "4.60", "17.6",
                                                                               "1,234"]

@@ -15,6 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ablations.results.store import ok_rows
+from bench.units import macs
 
 if TYPE_CHECKING:   # torch loads only with the figures that draw a model's tensors
     import torch
@@ -347,8 +348,6 @@ def accuracy_vs_gflops(settings: pd.DataFrame, path: Path, what: str = "", facto
                           fmt=marks[r["sweep"]], color=colours[r["sweep"]], ms=4, capsize=2, lw=1)
         side.set_yticks(y, labels=[f"{r['sweep']}: {r['value']}" for _, r in ordered.iterrows()], fontsize=7)
         side.set_xlabel("test accuracy (%)", fontsize=9)
-        from ablations.analysis.wording.verdicts import macs
-
         side.set_title(f"the {rows} settings at {macs(float(piled['gflops'].iloc[0]))} GFLOPs", fontsize=9)
         side.grid(alpha=0.3, axis="x")
     return save(fig, path)
@@ -496,8 +495,6 @@ def grid_heatmaps(cells: pd.DataFrame, a: str, b: str, path: Path, title: str, t
             high = cells.pivot(index=a, columns=b, values="acc_high").to_numpy(dtype=float) * 100
             notes = np.array([[f"{m:.2f}\n[{lo:.2f}, {hi:.2f}]" for m, lo, hi in zip(*r)] for r in zip(values, low, high)])
         else:
-            from ablations.analysis.wording.verdicts import macs
-
             fmt = macs if column == "gmacs" else "{:,.0f}".format
             notes = np.array([[fmt(v) if v == v else "—" for v in r] for r in values])
         span = {}

@@ -29,6 +29,7 @@ from ablations.running.interrupts import Interrupted
 from ablations.running.runner import SweepSummary, run_sweeps
 from ablations.running.tasks import RunOptions
 from ablations.specs import Point, SpecError, SweepSpec, default_sweeps, find_spec, load_spec
+from bench.units import macs
 
 
 def _start_executor(args: argparse.Namespace) -> Executor:
@@ -244,7 +245,7 @@ def _runs_table(rows: list[dict]) -> str:
     """`train`'s runs, one line each, in the units the report uses (a blank figure as a dash)."""
     columns = {"run_id": ("run_id", str), "seed": ("seed", str), "status": ("status", str),
                "test_acc": ("test acc %", lambda v: f"{100 * v:.2f}"), "train_time_s": ("train s", lambda v: f"{v:.1f}"),
-               "gmacs": ("GMACs", lambda v: f"{v:.4g}"),
+               "gmacs": ("GMACs", macs),
                "throughput_img_s": ("infer img/s (cost phase)", lambda v: f"{v:,.0f}")}
     table = pd.DataFrame(rows, columns=list(columns))
     shown = {label: [fmt(v) if v == v and v is not None else "—" for v in table[name]]

@@ -24,6 +24,7 @@ from bench.env import resolve_device
 from bench.flops import closed_form_size
 from bench.io.overrides import parse_overrides
 from bench.reference import refusal
+from bench.units import macs
 from vit import VisionTransformer, checkpoint_id, init_from_checkpoint
 
 
@@ -172,7 +173,7 @@ def dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
     paths = SweepPaths.of(options.out, sweep)
     done = finished_ids(paths)
     print(f"sweep {sweep}: {len(points)} points × {len(options.seeds)} seed(s)")
-    print(f"  {'factor':<16} {'seed':>4} {'params':>10} {'GMACs':>9} {'tokens':>6}  run_id        done")
+    print(f"  {'factor':<16} {'seed':>4} {'params':>10} {'GMACs':>10} {'tokens':>6}  run_id        done")
     costs: dict[str, dict[str, float] | None] = {}
     until = time.perf_counter() + DRY_RUN_COUNTING_S
     for task in make_tasks(points, options):
@@ -181,7 +182,7 @@ def dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
         if key not in costs:   # counted once per model, for as many as a few seconds allow: a big grid lists fast
             costs[key] = closed_form_size(VisionTransformer(cfg), cfg) if time.perf_counter() < until else None
         c = costs[key]
-        size = f"{c['params']:>10,} {c['gmacs']:>9.5f}" if c else f"{'—':>10} {'—':>9}"
+        size = f"{c['params']:>10,} {macs(c['gmacs']):>10}" if c else f"{'—':>10} {'—':>10}"
         print(f"  {task.point.label:<16} {task.seed:>4} {size} {cfg.tokens:>6}  {task.run_id}  "
               f"{'yes' if task.run_id in done else 'no'}")
     counted = sum(c is not None for c in costs.values())

@@ -19,9 +19,10 @@ from ablations.analysis.stats import (
     Outcome,
 )
 from ablations.analysis.wording.method import either
-from ablations.analysis.wording.verdicts import cost_source, macs, pct, seed_ranges, setting_name
+from ablations.analysis.wording.verdicts import cost_source, pct, seed_ranges, setting_name
 from ablations.choices import say, with_makefile
 from bench.contention import CONTENDED_PCT
+from bench.units import macs
 
 
 def shared_line(factor: str, shared: list[tuple[Any, list[str]]]) -> str:

@@ -20,13 +20,13 @@ from ablations.analysis.wording.verdicts import (
     OUTCOME_WORDS,
     cost_source,
     interval_text,
-    macs,
     margin_text,
     pair_outcome,
     undecided_reason,
 )
 from ablations.results.schema import SETTINGS_COLUMNS, VERDICTS_COLUMNS
 from bench.rounds import Spread
+from bench.units import macs
 
 
 def _spread_text(s: Spread | None, fmt: str) -> str:

@@ -149,18 +149,6 @@ def pct(x: float) -> str:
     return f"{100 * x:.2f}"
 
 
-def macs(x: float) -> str:
-    """A GMACs or GFLOPs figure to three significant digits and never in exponent form (0.0000398, 0.00121,
-    4.60), whole from 100 on (1,234): a small model's figure is never printed as 0.0000."""
-    if x != x:
-        return "—"
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    import numpy as np
-
-    return np.format_float_positional(x, precision=3, unique=False, fractional=False, trim="k")
-
-
 def seed_ranges(seeds: list[int]) -> str:
     """'0, 1, 2' for three seeds, '0–11' for a run of four or more in a row: 0–47, 50."""
     parts, start = [], 0

@@ -1,0 +1,23 @@
+"""How a figure is printed for a reader, wherever it is printed (report, tables, dry runs, bench summaries)."""
+
+from __future__ import annotations
+
+import math
+
+
+def macs(x: float) -> str:
+    """A GMACs or GFLOPs figure to three significant digits and never in exponent form (0.0000398, 0.00121,
+    4.60), whole from 100 on (1,234): a small model's figure is never printed as 0.0000."""
+    if x != x:
+        return "—"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if x == 0:
+        return "0"
+    return f"{x:.{max(0, 2 - math.floor(math.log10(abs(x))))}f}"
+
+
+def rate(img_s: float) -> str:
+    """A throughput as a reader reads it: whole images a second with thousands separated from 1,000 on
+    (50,620, not 5.062e+04), four significant digits below."""
+    return f"{img_s:,.0f}" if img_s >= 1000 else f"{img_s:.4g}"

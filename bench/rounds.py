@@ -16,6 +16,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from bench.units import ratio
+
 Item = TypeVar("Item")
 MIN_ROUNDS = 3   # rounds per item below which no ratio is stated (two rounds have no spread to speak of)
 
@@ -54,7 +56,7 @@ class Spread:
         return self.q1 <= other.q3 and other.q1 <= self.q3
 
 
-def ratio_or_noise(new: Spread, old: Spread, fmt: Callable[[float], str] = lambda r: f"×{r:.2f}",
+def ratio_or_noise(new: Spread, old: Spread, fmt: Callable[[float], str] = ratio,
                    least: int = MIN_ROUNDS) -> str:
     """`new / old` as a ratio where both rest on ≥ `least` measurements and their IQRs are apart, else "same
     within noise" (or why there is no ratio). `least` = 1 for a figure that is the same every time it is

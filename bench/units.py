@@ -17,6 +17,11 @@ def macs(x: float) -> str:
     return f"{x:.{max(0, 2 - math.floor(math.log10(abs(x))))}f}"
 
 
+def ratio(r: float) -> str:
+    """A ratio of two figures: ×1.31 to two decimals, and two significant digits below ×0.1 (×0.0039, never ×0.00)."""
+    return f"×{r:.2f}" if r >= 0.1 else f"×{r:.2g}"
+
+
 def rate(img_s: float) -> str:
     """A throughput as a reader reads it: whole images a second with thousands separated from 1,000 on
     (50,620, not 5.062e+04), four significant digits below."""

@@ -846,6 +846,16 @@ def test_plain_cuda_means_the_current_device_when_storages_are_counted(monkeypat
     assert exact_device(torch.device("cpu")) == torch.device("cpu")
 
 
+def test_a_ratio_far_below_one_keeps_its_digits():
+    """A loop backend 400× slower than sdpa (or a model with 1/250 of the GMACs) is ×0.0025, not ×0.00: a
+    stated ratio is never printed as zero; ratios from ×0.1 on keep two decimals."""
+    from bench.rounds import Spread, ratio_or_noise
+
+    slow, fast = Spread.of([1.0, 1.1, 0.9]), Spread.of([400.0, 410.0, 390.0])
+    assert ratio_or_noise(slow, fast) == "×0.0025" and ratio_or_noise(fast, slow) == "×400.00"
+    assert ratio_or_noise(Spread.of([131.0, 130.0, 132.0]), Spread.of([100.0, 99.0, 101.0])) == "×1.31"
+
+
 def test_bench_run_states_a_backend_ratio_only_where_its_rounds_are_apart_from_the_fastest():
     from bench.commands import summary
 

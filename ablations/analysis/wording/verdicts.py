@@ -26,6 +26,7 @@ from ablations.analysis.stats import (
 from ablations.choices import LOOKS, SPENDING, say
 from bench.contention import CONTENDED_PCT
 from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
+from bench.units import ratio
 
 
 def pair_outcome(f: SweepFindings, c: Comparison) -> tuple[str, str]:
@@ -338,7 +339,7 @@ def cost_sentence(f: SweepFindings) -> str:
                 else f"{label(first)} and {label(last)}")
         return (f"{f.factor} changes neither the model nor its training step: GMACs, speed and memory are one "
                 f"measurement for {both}; wall time of a training run from {label(first)} to {label(last)} {wall}.")
-    return (f"From {label(first)} to {label(last)}: GMACs ×{last.gmacs / first.gmacs:.2f}; inference img/s "
+    return (f"From {label(first)} to {label(last)}: GMACs {ratio(last.gmacs / first.gmacs)}; inference img/s "
             f"{figure('infer', 'throughput_img_s')}; training-step img/s {figure('train', 'throughput_img_s')}; "
             f"training-step peak memory {figure('train', 'peak_mem_mb', least=1)}; wall time of a training run {wall}.")
 

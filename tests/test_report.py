@@ -137,6 +137,20 @@ def test_a_report_names_the_bench_tables_it_does_not_read_and_the_command_that_w
     assert f"`vitbench {command}`" in text and f"-m {command}" in (ROOT / "Makefile").read_text()
 
 
+def test_the_report_command_ends_saying_what_it_wrote_where(tmp_path, capsys):
+    """`report` names REPORT.md, the two CSVs beside it and the figures it drew, each with its path."""
+    from ablations.__main__ import main
+
+    ten_points_apart(tmp_path)
+    code, out, _ = run_cli(main, ["report", "--out", str(tmp_path), "--reference", "none"], capsys)
+    drawn = set(re.findall(r"\]\((figures/[^)]+\.png)\)", (tmp_path / "REPORT.md").read_text()))
+    assert code == 0 and out.splitlines() == [
+        f"report → {tmp_path / 'REPORT.md'}",
+        f"  every pair → {tmp_path / 'verdicts.csv'}   every setting → {tmp_path / 'settings.csv'}   "
+        f"{len(drawn)} figure(s) → {tmp_path / 'figures'}/"], out
+    assert len(drawn) >= 2 and all((tmp_path / name).is_file() for name in drawn)
+
+
 def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
     for seed in range(3):
         write_run(tmp_path, 1, seed, mask(range(20)))

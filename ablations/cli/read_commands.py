@@ -4,6 +4,7 @@ the results store and the statistics, never the trainer, the runner or the execu
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -35,6 +36,13 @@ def cmd_report(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     print(f"report → {path}")
+    beside = [f"{what} → {out / name}" for what, name in (("every pair", "verdicts.csv"), ("every setting", "settings.csv"))
+              if (out / name).exists()]
+    drawn = set(re.findall(r"\]\((figures/[^)\s]+\.png)\)", path.read_text()))
+    if drawn:
+        beside.append(f"{len(drawn)} figure(s) → {out / 'figures'}/")
+    if beside:
+        print("  " + "   ".join(beside))
     if reference is None and args.reference != "none" and Path(out).resolve() != REFERENCE:
         print("note: no reference results here (they come with a checkout, in results/reference): the report has "
               "no section against the reference; --reference DIR compares with a results folder of yours",

@@ -151,6 +151,21 @@ def test_the_report_command_ends_saying_what_it_wrote_where(tmp_path, capsys):
     assert len(drawn) >= 2 and all((tmp_path / name).is_file() for name in drawn)
 
 
+def test_settings_all_identical_to_the_best_are_said_identical_once(tmp_path):
+    """Three settings with the same predictions on every image and seed: the answer says the other two are
+    identical to the first and stops there (each pair of them being identical follows from it); a pair identical
+    to each other but not to the best is still named."""
+    for seed in range(3):
+        for depth in (1, 2, 4):
+            write_run(tmp_path, depth, seed, mask(range(40 + 7 * seed)))
+    row = next(line for line in build_report(tmp_path).read_text().splitlines() if line.startswith("| depth |"))
+    assert "depth=2 and 4 are identical to depth=1 (the same predictions)." in row and "each other" not in row, row
+    for seed in range(3):
+        write_run(tmp_path, 6, seed, mask(range(20 + 7 * seed)))   # a better setting: the others stay twins
+    row = next(line for line in build_report(tmp_path).read_text().splitlines() if line.startswith("| depth |"))
+    assert row.count("identical to each other") == 1 and "depth=1, 2 and 4 are identical to each other." in row, row
+
+
 def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
     for seed in range(3):
         write_run(tmp_path, 1, seed, mask(range(20)))

@@ -75,7 +75,9 @@ def answer(f: SweepFindings, sweep: str, question: str) -> Answer:
     found.best, found.tied, found.equivalent, found.identical = v.best, v.tied, v.equivalent, v.identical
     found.at_chance, found.left_out = tuple(s.value for s in f.settings if s.at_chance), tuple(f.left_out or ())
     found.winner = v.winner
-    found.twins = [(c.a, c.b) for c in f.comparisons or [] if c.identical and v.best not in (c.a, c.b)]
+    # a pair both identical to the best is identical by that alone (the same predictions): not said again
+    found.twins = [(c.a, c.b) for c in f.comparisons or [] if c.identical and v.best not in (c.a, c.b)
+                   and not {c.a, c.b} <= set(v.identical)]
     found.best_error = 1 - best.acc.mean
     for other in v.beats:
         diff, low, high = _signed(by_pair[frozenset((v.best, other))], f, v.best)

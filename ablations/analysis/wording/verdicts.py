@@ -142,8 +142,19 @@ def answer_text(a: Answer) -> str:
     if a.open:
         said.append(f"{setting_names([d.other for d in a.open], f)} {'is' if len(a.open) == 1 else 'are'} undecided "
                     f"against {it}.")
-    said += [f"{setting_name(x, f)} and {y} are identical to each other." for x, y in a.twins]
+    said += [f"{setting_names(group, f)} are identical to each other." for group in _identical_groups(a.twins)]
     return " ".join(said)
+
+
+def _identical_groups(pairs: Sequence[tuple]) -> list[list]:
+    """Pairs with the same predictions joined into groups (the same predictions are the same everywhere:
+    a = b and b = c make a = c), each in the order its members first appear."""
+    groups: list[list] = []
+    for x, y in pairs:
+        joined = [g for g in groups if x in g or y in g]
+        merged = list(dict.fromkeys([v for g in joined for v in g] + [x, y]))
+        groups = [g for g in groups if g not in joined] + [merged]
+    return groups
 
 
 def pct(x: float) -> str:

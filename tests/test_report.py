@@ -994,6 +994,12 @@ def test_the_accuracy_panel_draws_the_verdicts_paired_differences_and_its_decisi
     box = panel.get_legend().get_window_extent()
     ends = [(d["value"], 100 * y) for d in wide for y in d["vs_best"]]
     assert not any(box.contains(*panel.transData.transform(point)) for point in ends), ends
+    # every setting identical to the best (attention backends): a scale of at least ±margin, not one of 1e-17
+    same = [dict(settings[1], value=v, best=2, vs_best=(0.0, 0.0, 0.0), decided=word)
+            for v, word in ((1, "identical"), (2, "best"), (4, "identical"))]
+    panel = sweep_figure_drawn(same, tmp_path / "s.png", "depth (blocks)").axes[0]
+    bottom, top, margin = *panel.get_ylim(), 100 * settings[0]["margin"]
+    assert bottom <= -margin and top >= margin, (bottom, top)
 
 
 def test_a_sweep_of_one_setting_draws_how_its_runs_spread_not_six_one_point_panels(tmp_path, monkeypatch):

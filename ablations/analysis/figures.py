@@ -90,6 +90,7 @@ def _verdict_marks(ax, x: list, centre: np.ndarray, settings: list[dict], whiske
     # would leave it none
     ax.autoscale_view()
     bottom, top = ax.get_ylim()
+    bottom, top = min(bottom, -margin), max(top, margin)   # at least the margin: every setting identical spans 0
     room = min(0.1 * len(ax.get_legend_handles_labels()[1]) + 0.05, 0.45)
     ax.set_ylim(bottom, top + (top - bottom) * room / (1 - room))
     ax.legend(fontsize=7, loc="best", framealpha=0.8)

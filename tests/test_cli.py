@@ -275,13 +275,18 @@ def test_sweep_set_holds_a_field_in_every_point_records_it_and_the_report_shows_
                       ("img_size=16", "img_size is fixed by the dataset (DATASET=digits)"),
                       ("colour=red", "--set colour: not a ViTConfig or TrainConfig field"),
                       ("flip", "--set 'flip' is not key=value"),
-                      ("flip=maybe", "TrainConfig.flip must be true or false")):
+                      ("flip=maybe", "TrainConfig.flip must be true or false (or unset), got 'maybe' (with --set flip=maybe at"),
+                      ("lr=-1", "TrainConfig.lr must be a finite number > 0, got -1.0 (with --set lr=-1 at every "
+                                "point)"),
+                      ("mlp_ratio=0", "mlp_ratio must be a positive number, got 0.0 (with --set mlp_ratio=0 at")):
         capsys.readouterr()
         assert ablations_main(["sweep", str(spec), "--dataset", "digits", "--seeds", "5", "--cost-rounds", "0",
                                "--out", str(out), "--set", bad]) == 2, bad
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, err
     assert len(read_table(out / "ablations" / "depth.csv")) == 2      # nothing trained for a refused --set
+    code = ablations_main(["train", "--dataset", "digits", "--seeds", "5", "--out", str(out), "--set", "lr=-1"])
+    assert code == 2 and "error: --set lr=-1: [train]: TrainConfig.lr must be" in capsys.readouterr().err
 
 
 def test_make_passes_args_to_every_sweep_target():

@@ -18,7 +18,16 @@ from ablations.results import tensorboard
 from ablations.results.store import SweepPaths, finished_ids, model_key
 from ablations.running.cost import CostPlan
 from ablations.running.tasks import RunOptions, make_tasks
-from ablations.specs import DATASET_FIELDS, MODEL_FIELDS, PACKED, TRAIN_FIELDS, Point, SweepSpec, base_preset
+from ablations.specs import (
+    DATASET_FIELDS,
+    MODEL_FIELDS,
+    PACKED,
+    TRAIN_FIELDS,
+    Point,
+    SpecError,
+    SweepSpec,
+    base_preset,
+)
 from ablations.training.data import cached_dataset, check_recipe
 from bench.env import resolve_device
 from bench.flops import closed_form_size
@@ -215,8 +224,7 @@ def prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
         specs = [SweepSpec.one_run("train", preset, model_changes, {})]
     else:
         specs = [dataclasses.replace(s, model_overrides={**s.model_overrides, **model_changes}) for s in specs]
-    sweep_points = [(s.name, s.points(data.img_size, data.in_chans, data.num_classes,
-                                      {**_train_changes(args), **train_changes}))
+    sweep_points = [(s.name, _points(args, s, data, {**_train_changes(args), **train_changes}))
                     for s in specs]  # every point of every sweep validated before any training
     for name, points in sweep_points:
         _check_recipes(name, points, data)
@@ -226,6 +234,21 @@ def prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
         _check_init(args.init or spec.init, points)
     return specs, sweep_points, data, data_id(args.dataset, args.data_root, args.img_size,
                                               native=data.train_x.shape[-1], digest=data.digest)
+
+
+def _points(args: argparse.Namespace, spec: SweepSpec, data: Any, train_changes: dict[str, Any]) -> list[Point]:
+    """The sweep's points for this dataset; a point the command's --set made invalid is refused naming the --set
+    as well as the spec (which the value is not in)."""
+    try:
+        return spec.points(data.img_size, data.in_chans, data.num_classes, train_changes)
+    except SpecError as err:
+        given = parse_overrides(getattr(args, "set", None) or [])
+        if not given:
+            raise
+        said = f"--set {' '.join(f'{k}={v}' for k, v in given.items())}"
+        if str(err).startswith(f"{spec.path}:") and spec.path == Path("--set"):   # `train`: its errors name --set
+            raise SpecError(said + str(err)[len("--set"):]) from None
+        raise SpecError(f"{err} (with {said} at every point)") from None
 
 
 def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:

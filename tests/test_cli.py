@@ -278,7 +278,8 @@ def test_sweep_set_holds_a_field_in_every_point_records_it_and_the_report_shows_
                       ("flip=maybe", "TrainConfig.flip must be true or false (or unset), got 'maybe' (with --set flip=maybe at"),
                       ("lr=-1", "TrainConfig.lr must be a finite number > 0, got -1.0 (with --set lr=-1 at every "
                                 "point)"),
-                      ("mlp_ratio=0", "mlp_ratio must be a positive number, got 0.0 (with --set mlp_ratio=0 at")):
+                      ("mlp_ratio=0", "mlp_ratio must be a positive number, got 0.0 (with --set mlp_ratio=0 at"),
+                      ("warmup_epochs=50", "warmup_epochs=50 is longer than the run's ")):
         capsys.readouterr()
         assert ablations_main(["sweep", str(spec), "--dataset", "digits", "--seeds", "5", "--cost-rounds", "0",
                                "--out", str(out), "--set", bad]) == 2, bad

@@ -175,7 +175,12 @@ def _holdout(labels: Tensor, k: int, seed: int, split: str) -> tuple[Tensor, Ten
 
 def check_recipe(data: Dataset, recipe) -> None:
     """ValueError, before any training, for a recipe this dataset cannot serve: a validation split that
-    leaves no image on either side (or cannot be stratified), a crop padding larger than the image."""
+    leaves no image on either side (or cannot be stratified), a crop padding larger than the image; or one that
+    cannot train as asked: a warm-up longer than the run, whose learning rate never reaches lr."""
+    if recipe.warmup_epochs > recipe.epochs:
+        raise ValueError(f"warmup_epochs={recipe.warmup_epochs:g} is longer than the run's {recipe.epochs} "
+                         f"epoch{'s' * (recipe.epochs != 1)}: its "
+                         f"learning rate would never reach lr={recipe.lr:g}; at most {recipe.epochs}")
     pad = augmentation(data, recipe)["crop_padding"]
     if pad and pad > data.img_size:
         raise ValueError(f"crop_padding={pad} px is larger than the {data.name} images ({data.img_size} px); "

@@ -94,7 +94,7 @@ INTO_REFERENCE = Option("--into-reference", "allow writing into a folder of comm
 MARGIN = Option("--margin", "the equivalence margin for sweeps whose spec sets none: accuracy points (default 0.5), "
                             "or N%% of the best setting's error rate (20%%); a pair is called equivalent when two "
                             "one-sided tests place its difference within ±margin", "MARGIN", type=margin_points,
-                default=0.005, metavar="POINTS|N%%")
+                default=0.005, metavar="POINTS|N%")
 
 # the options of `sweep` and `train`, in --help order
 RUN = (

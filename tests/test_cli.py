@@ -1,5 +1,6 @@
 """python -m ablations and the Makefile as a user types them: what a command refuses, and what it prints."""
 
+import argparse
 import re
 import subprocess
 import sys
@@ -112,6 +113,15 @@ def test_help_and_refused_arguments_never_load_torch(argv):
         assert out.returncode == 0 and f"usage: python -m {argv[0]}" in out.stdout
     else:
         assert out.returncode == 2 and ("invalid choice: 'nope'" in out.stderr or "seed -3 is out of range" in out.stderr)
+
+
+def test_no_help_text_shows_an_escaped_percent_sign(capsys):
+    """argparse formats a help string with %, not a metavar: `N%%` there printed as typed."""
+    from ablations.cli.parser import build
+
+    sub = next(a for a in build()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        assert "%%" not in parser.format_help(), name
 
 
 def test_help_names_every_choice_the_registries_hold(capsys):

@@ -209,7 +209,7 @@ def test_train_builds_its_point_as_a_sweep_does_so_the_same_model_and_recipe_are
     from_sweep = re.findall(r"\b[0-9a-f]{12}\b", capsys.readouterr().out)
     assert len(from_train) == 2 and from_train == from_sweep
     assert ablations_main(["train", "--preset", "vit_digits", "--set", "depth=0", *common]) == 2
-    assert "error: --set: point preset='vit_digits': ViTConfig.depth must be a positive int, got 0" in \
+    assert "error: --set depth=0: point preset='vit_digits': ViTConfig.depth must be a positive int, got 0" in \
         capsys.readouterr().err
 
 

@@ -35,10 +35,12 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
     shutil.copytree(sweep_out, copy)
     same = compare_outs(sweep_out, copy)
     assert same["point"].tolist() == ["depth=1", "depth=2"] and (same["seeds"] == 3).all()
-    assert (same["diff_pts"] == 0).all() and (same["low_pts"] == 0).all() and (same["high_pts"] == 0).all()
+    assert (same["diff_pts"] == 0).all() and same[["low_pts", "high_pts"]].isna().all().all()   # no width-0 interval
     assert (same["verdict"] == "identical predictions").all() and (same["family"] == 0).all()   # no interval taken
     assert main(["compare", str(sweep_out), str(copy)]) == 0
-    assert "; no point has an interval: see each one's verdict)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "; no point has an interval: see each one's verdict)" in printed and "NaN" not in printed
+    assert all(line.split()[-5:-3] == ["—", "—"] for line in printed.splitlines() if "identical predictions" in line)
 
     # B's depth-1 runs now give another wrong class wherever they were wrong: the same accuracy on the same
     # images, but not the same predictions, so a bounded "same within noise", never ±0

@@ -119,10 +119,8 @@ def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) 
     # a point with the same predictions on both sides, or without predictions, gets none)
     family = len({runs for _, c, _, runs in found if c is not None})
     for row, comparison, same, _ in found:
-        low = high = float("nan")
-        if same:
-            low = high = 0.0
-        elif comparison is not None:
+        low = high = float("nan")   # the same predictions: no interval (blank), not one of width 0
+        if comparison is not None:
             low, high = (100 * x for x in comparison.interval(1 - ALPHA / family))
         row.update(low_pts=low, high_pts=high, family=family, verdict=(
             "identical predictions" if same else "no predictions to bound it" if low != low else

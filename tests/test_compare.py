@@ -73,7 +73,11 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
     out = capsys.readouterr().out
     assert "with its interval, 95 % jointly over the 2 distinct point(s) that have one: Bonferroni)" in out
     assert f"largest |A − B|: {100 * accuracy[2]:.2f} points over 2 points" in out
-    assert pd.read_csv(tmp_path / "c.csv")["verdict"].tolist() == ["same within noise", "A higher"]
+    written = pd.read_csv(tmp_path / "c.csv")
+    assert written["verdict"].tolist() == ["same within noise", "A higher"]
+    # the CSV in the printed units: accuracy in % beside differences in points (not a fraction beside points)
+    assert written["acc_a"].tolist() == pytest.approx([100 * table.loc[p, "acc_a"] for p in written["point"]])
+    assert (written["acc_a"] - written["acc_b"]).tolist() == pytest.approx(written["diff_pts"].tolist())
 
 
 def test_folders_with_no_run_in_common_are_refused_naming_them(sweep_out, tmp_path, capsys):

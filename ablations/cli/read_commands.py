@@ -105,8 +105,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
           + ", ".join(f"{label} mean train_util_pct {table[column].mean():.1f}" if table[column].notna().any()
                       else f"{label} train_util_pct not measured (runs that shared the device)"
                       for label, column in (("A", "util_a"), ("B", "util_b")) if column in table))
-    if args.csv:
-        table.to_csv(args.csv, index=False)
+    if args.csv:   # in the printed table's units: accuracy in %, as its differences are in points
+        shown.to_csv(args.csv, index=False)
         print(f"table → {args.csv}")
     return 0
 

@@ -833,6 +833,9 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     assert said.startswith("**Not converged**: depth=1: its training loss ended at 1.90 (mean over runs), far from "
                            "fitting the training set (guessing among 10 classes: 2.30)"), said
     assert "still learning" not in said   # a flat last epoch is not a run still learning
+    alone = not_converged(still_learning(flat, rows, "depth", classes=10), "depth", settings=1)
+    assert "order" not in alone and alone.endswith("Its accuracy is a short budget's, not the setting's converged "
+                                                   "one, and can change with more epochs (EPOCHS).")   # one setting
     assert still_learning(flat, rows, "depth").converged   # without the classes, the last epoch alone says nothing
     fitted = flat.assign(train_loss=flat["train_loss"] * 0.3 / 1.9)
     assert still_learning(fitted, rows, "depth", classes=10).converged

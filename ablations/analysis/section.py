@@ -121,7 +121,7 @@ def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Pa
     convergence = still_learning(history if history is not None else pd.DataFrame(), ok, factor, classes,
                                  below_longer_budget(ok, budgets if budgets is not None else pd.DataFrame(), factor,
                                                      margin), order)
-    said = wording.not_converged(convergence, factor)
+    said = wording.not_converged(convergence, factor, len(f.settings))
     learning = said if not convergence.converged else ""
     shown = findings.setting_rows(f)
     if len(f.settings) == 1 and isinstance(factor, str):   # one setting: its runs' spread, not six one-point panels

@@ -448,12 +448,16 @@ def _unsettled(u: Unsettled, factor: str, epochs: int) -> str:
     return f"{factor}={u.value}: " + " and ".join(why)
 
 
-def not_converged(c: Convergence, factor: str) -> str:
+def not_converged(c: Convergence, factor: str, settings: int = 2) -> str:
     """The warning that some settings' runs had not converged, each named with every reason that holds; '' where
-    all had; where no per-epoch history was there to judge by, one line that says so."""
+    all had; where no per-epoch history was there to judge by, one line that says so. `settings`: how many the
+    sweep has (with one there is no order to change)."""
     if c.converged:
         return "" if c.checked else "Convergence not checked: these runs have no per-epoch history."
     why = [_unsettled(u, factor, c.epochs) for u in c.settings] + [shortfall(b) for b in c.below]
+    if settings == 1:
+        return (f"**Not converged**: {'; '.join(why)}. Its accuracy is a short budget's, not the setting's converged "
+                f"one, and can change with more epochs (EPOCHS).")
     return (f"**Not converged**: {'; '.join(why)}. Their accuracies are a short budget's, not the settings' "
             f"converged ones, and the order can change with more epochs (EPOCHS).")
 

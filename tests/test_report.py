@@ -806,12 +806,36 @@ def test_learning_curves_are_titled_with_their_sweep_not_its_factor(tmp_path, mo
     from ablations.analysis import figures
 
     titles = []
-    monkeypatch.setattr(figures, "save", lambda fig, path: titles.append(fig._suptitle.get_text()) or path)
+    monkeypatch.setattr(figures, "save", lambda fig, path, **kw: titles.append(fig._suptitle.get_text()) or path)
     history = pd.DataFrame({"run_id": ["a", "a"], "epoch": [1, 2], "test_acc": [0.5, 0.6], "train_loss": [1.0, 0.5]})
     rows = pd.DataFrame({"run_id": ["a"], "status": ["ok"], "depth": [4], "device": ["cpu"], "device_name": ["x"]})
     figures.learning_curves(history, rows, "depth", tmp_path / "s.png", [4], sweep="seeds")
     figures.learning_curves(history, rows, "depth", tmp_path / "d.png", [4], sweep="depth")
     assert titles == ["learning curves, seeds sweep (depth) on cpu (x)", "learning curves, depth sweep on cpu (x)"]
+
+
+def test_learning_curves_keep_their_legend_off_the_curves(tmp_path, monkeypatch):
+    """Six settings whose curves fill both panels: one legend for both, beside them, not inside a panel over the
+    lines (where matplotlib's 'best' place has no empty corner)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from ablations.analysis import figures
+
+    drawn = {}
+    monkeypatch.setattr(figures, "save", lambda fig, path, **kw: drawn.setdefault("fig", fig) and path)
+    settings = [1, 2, 3, 4, 5, 6]
+    history = pd.DataFrame([{"run_id": f"r{d}", "epoch": e, "test_acc": 0.1 + 0.02 * e * d, "train_loss": 2.3 / e / d}
+                            for d in settings for e in range(1, 16)])
+    rows = pd.DataFrame({"run_id": [f"r{d}" for d in settings], "status": "ok", "depth": settings, "device": "cpu",
+                         "device_name": "x"})
+    figures.learning_curves(history, rows, "depth", tmp_path / "c.png", settings, sweep="depth")
+    fig = drawn["fig"]
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    box = fig.legends[0].get_window_extent(renderer)
+    assert all(box.x0 >= ax.get_window_extent(renderer).x1 for ax in fig.axes)      # beside the panels
+    assert box.x1 <= fig.get_figwidth() * fig.dpi + 1                               # and inside the figure
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [str(d) for d in settings]
 
 
 def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_even_when_the_last_epoch_is_flat(tmp_path):

@@ -258,8 +258,9 @@ def _value_ticks(fig, axes, x: list, values: list, bottom: float = 0.0) -> None:
 
 def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path: Path,
                     order: list | None = None, sweep: str = "") -> Path:
-    """Test accuracy and train loss per epoch, one line per factor value (mean over seeds); titled with the
-    sweep's name (`sweep`, else the factor's)."""
+    """Test accuracy and train loss per epoch, one line per factor value (mean over seeds), with one legend for
+    both beside them (inside, it hid the curves of a sweep with many settings); titled with the sweep's name
+    (`sweep`, else the factor's)."""
     # a run killed after writing its history and rerun appears twice: keep the last record per epoch
     history = history.drop_duplicates(["run_id", "epoch"], keep="last")
     ok = ok_rows(rows)[["run_id", factor]]
@@ -271,7 +272,8 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
                      hue_order=[str(v) for v in order] if order else None)
         ax.set_ylabel(col.replace("_", " "))
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))   # whole epochs: no 1.5 ticks
-        ax.legend(title=factor, fontsize=8)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
         ax.grid(alpha=0.3)
     loss = data["train_loss"].to_numpy(dtype=float)
     loss = loss[np.isfinite(loss) & (loss > 0)]
@@ -281,7 +283,14 @@ def learning_curves(history: pd.DataFrame, rows: pd.DataFrame, factor: str, path
     devices = sorted({f"{d} ({n})" for d, n in zip(finished.get("device", []), finished.get("device_name", []))})
     fig.suptitle(f"learning curves, {sweep or factor} sweep" + (f" ({factor})" if sweep and sweep != factor else "")
                  + (f" on {', '.join(devices)}" if devices else ""))
-    return save(fig, path)
+    handles, labels = axes[0].get_legend_handles_labels()
+    legend = fig.legend(handles, labels, title=factor, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    width = legend.get_window_extent(FigureCanvasAgg(fig).get_renderer()).width / fig.dpi + 0.15   # inches, with a margin
+    panels = fig.get_figwidth()
+    fig.set_figwidth(panels + width)
+    fig.tight_layout(rect=(0, 0, panels / (panels + width), 1))
+    legend.set_bbox_to_anchor((panels / (panels + width), 0.5))
+    return save(fig, path, layout=False)
 
 
 def pareto_front(points: pd.DataFrame, acc: str = "test_acc") -> pd.DataFrame:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ablations import choices
 from ablations.choices import AUTO_CHECKPOINT_S, COST_ROUNDS, LARGE_RUNS, LOOKS, AutoSeeds, parse_seeds
-from bench.choices import CUDNN_ATTENTION, integer
+from bench.choices import CUDNN_ATTENTION, integer, non_negative
 
 
 @dataclass(frozen=True)
@@ -59,18 +59,6 @@ def seeds(text: str) -> tuple[int, ...] | AutoSeeds:
 def positive(what: str) -> Callable[[str], int | None]:
     return integer(1, f"{what} must be a positive integer")
 
-
-def non_negative(message: str) -> Callable[[str], float]:
-    """argparse type: a finite number ≥ 0; else the message and the text."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = -1.0
-        if not 0 <= value < float("inf"):
-            raise argparse.ArgumentTypeError(f"{message}, got {text!r}")
-        return value
-    return parse
 
 
 def seconds_or_auto(text: str) -> float | None:

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.choices import DTYPES, PRESETS, integer
+from bench.choices import DTYPES, PRESETS, integer, non_negative
 
 
 def _names(text: str) -> list[str]:
@@ -71,16 +71,20 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
     run.add_argument("--compile", type=int, choices=(0, 1), default=0,
                      help="1: torch.compile the model first (compile time is warm-up)")
     run.add_argument("--device", default="auto", help="auto (cuda if there is one), cpu, cuda or cuda:N")
-    run.add_argument("--warmup", type=int, default=3, help="untimed steps before timing (default 3)")
-    run.add_argument("--repeats", type=int, default=10, help="at least this many timed steps (default 10)")
-    run.add_argument("--min-time-s", type=float, default=1.0, help="and at least this many seconds of them (default 1)")
+    run.add_argument("--warmup", type=integer(0, "--warmup must be an integer ≥ 0"), default=3,
+                     help="untimed steps before timing (default 3)")
+    run.add_argument("--repeats", type=integer(1, "--repeats must be a positive integer"), default=10,
+                     help="at least this many timed steps (default 10)")
+    run.add_argument("--min-time-s", type=non_negative("--min-time-s must be a number of seconds ≥ 0"), default=1.0,
+                     help="and at least this many seconds of them (default 1)")
     run.add_argument("--rounds", type=integer(1, "--rounds must be a positive integer"), default=3,
                      help="interleaved rounds: every point measured once a round, so drift of the machine lands on "
                           "all alike; a ratio between backends is stated only from 3 rounds on (default 3)")
     run.add_argument("--out", default="results", help="appends to <out>/bench/<name>.csv (default results)")
     run.add_argument("--into-reference", action="store_true",
                      help="allow appending to a folder of committed reference results (results/reference)")
-    run.add_argument("--name", default="grid", help="the CSV's name under $OUT/bench/")
+    run.add_argument("--name", default="grid", help="the CSV's name under $OUT/bench/ (default grid; the report "
+                                                    "reads backends.csv, what make bench-tokens writes)")
     conv = sub.add_parser("convert-json", help="pytest-benchmark JSON to a CSV of measurement rows")
     conv.add_argument("json_path", type=Path)
     conv.add_argument("csv_path", type=Path)

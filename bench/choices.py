@@ -38,3 +38,16 @@ def integer(minimum: int, message: str, auto: bool = False) -> Callable[[str], i
             raise argparse.ArgumentTypeError(f"{message}, got {text!r}")
         return value
     return parse
+
+
+def non_negative(message: str) -> Callable[[str], float]:
+    """argparse type: a finite number ≥ 0; else the message and the text."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{message}, got {text!r}")
+        return value
+    return parse

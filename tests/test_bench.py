@@ -306,7 +306,10 @@ def test_tokens_must_be_a_square_grid_plus_cls():
 
 @pytest.mark.parametrize("argv, said", [(["--tokens", "0"], "got '0'"), (["--tokens", "65,x"], "got '65,x'"),
                                         (["--attn", ","], "got ','"), (["--dtype", ""], "got ''"),
-                                        (["--compile", "2"], "invalid choice: 2")])
+                                        (["--compile", "2"], "invalid choice: 2"),
+                                        (["--repeats", "0"], "--repeats must be a positive integer, got '0'"),
+                                        (["--warmup", "-1"], "--warmup must be an integer ≥ 0, got '-1'"),
+                                        (["--min-time-s", "nan"], "--min-time-s must be a number of seconds ≥ 0")])
 def test_bench_run_refuses_a_bad_list_or_flag_in_one_line_before_any_work(tmp_path, capsys, argv, said):
     from bench.__main__ import main
 

@@ -49,11 +49,8 @@ def _batches(text: str) -> list[int | None]:
     return values
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="measure a config or a grid")
+def _add_run(run: argparse.ArgumentParser) -> None:
+    """`bench run`'s options."""
     run.add_argument("--preset", default="vit_small_patch16_224", choices=sorted(PRESETS),
                      help="the model to measure (default vit_small_patch16_224)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -85,6 +82,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
                      help="allow appending to a folder of committed reference results (results/reference)")
     run.add_argument("--name", default="grid", help="the CSV's name under $OUT/bench/ (default grid; the report "
                                                     "reads backends.csv, what make bench-tokens writes)")
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run(sub.add_parser("run", help="measure a config or a grid"))
     conv = sub.add_parser("convert-json", help="pytest-benchmark JSON to a CSV of measurement rows")
     conv.add_argument("json_path", type=Path)
     conv.add_argument("csv_path", type=Path)

@@ -349,7 +349,7 @@ def test_bad_run_options_fail_before_work_naming_the_option(tmp_path, capsys, ar
 
 @pytest.mark.parametrize("argv,message", [(["--name", "../../x"], "--name '../../x'"),
                                           (["--name", ".hidden"], "--name '.hidden'"),
-                                          (["--repeats", "0"], "repeats must be ≥ 1")])
+                                          (["--repeats", "0"], "--repeats must be a positive integer")])
 def test_bench_run_refuses_a_bad_name_or_repeats(tmp_path, capsys, argv, message):
     from bench.__main__ import main
 

@@ -60,7 +60,6 @@ def positive(what: str) -> Callable[[str], int | None]:
     return integer(1, f"{what} must be a positive integer")
 
 
-
 def seconds_or_auto(text: str) -> float | None:
     """argparse type: a number of seconds ≥ 0, or auto (None)."""
     return None if text == "auto" else non_negative("the cost budget must be auto or a number of seconds ≥ 0")(text)

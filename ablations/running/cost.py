@@ -475,6 +475,7 @@ class _Clock:
         self.waited = 0.0
         self.stopped = ""
         self.abandoned = False   # stopped within its first round: no rows kept
+        self.too_short = False   # its budget fits fewer rounds than a comparison needs: no phase
         self.later: TimingConfig | None = None
 
     def elapsed(self) -> float:
@@ -533,6 +534,7 @@ class _Clock:
         if fit < self.plan.rounds:
             self.stopped = f"its {self.budget_s:.3g} s budget (COST_BUDGET{share}) fits {fit} of {self.plan.rounds} rounds"
             if fit < MIN_ROUNDS:   # fewer rounds than any comparison needs: none kept
+                self.too_short = True
                 self.stopped = (f"no cost phase: its first round took {first:.1f} s, so its {self.budget_s:.3g} s "
                                 f"budget (COST_BUDGET{share}) fits {fit} of the {MIN_ROUNDS} rounds a speed comparison "
                                 f"needs")
@@ -615,7 +617,7 @@ def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clo
         later = (f"measure later on an idle machine: {command}" if loaded else
                  f"measure with more rounds or a larger budget: {command} ({MIN_ROUNDS} or more rounds, no time limit "
                  f"unless COST_BUDGET / --cost-budget)")
-    none = not per_item and clock.stopped.startswith("no cost phase")
+    none = not per_item and clock.too_short
     counted = ("the report states no speed ratio" if none else
                f"{short} of {items} timed step(s) rest on fewer than {MIN_ROUNDS} quiet rounds, so the report states "
                f"no speed ratio for them")

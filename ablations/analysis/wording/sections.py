@@ -19,7 +19,7 @@ from ablations.analysis.stats import (
     Outcome,
 )
 from ablations.analysis.wording.method import either
-from ablations.analysis.wording.verdicts import cost_source, pct, seed_ranges, setting_name
+from ablations.analysis.wording.verdicts import cost_source, margin_text, pct, seed_ranges, setting_name
 from ablations.choices import say, with_makefile
 from bench.contention import CONTENDED_PCT
 from bench.units import macs
@@ -217,7 +217,7 @@ def interaction_lines(it: Interaction) -> list[str]:
     if it.contrasts is None:
         return [f"**Interaction of {a} and {b}: no test** ({it.reason}).", ""]
     shown = [c for c in it.contrasts if c.p_holm < ALPHA]
-    within = f"±{round(100 * it.margin, 2):g} points"
+    within = margin_text(it.margin)
     a1, b1 = it.levels[0][0], it.levels[1][0]
     table = [f"| {a} | {b} | difference of differences (points) [95 % interval] | Holm p: differ / within {within} "
              f"| verdict |", "|---|---|---|---|---|"]

@@ -13,6 +13,7 @@ import torch
 from conftest import rel_err, run_cli, write_spec
 
 import ablations.__main__ as cli
+from ablations.results.experiments import differences
 from ablations.results.schema import read_table
 from ablations.results.store import SweepPaths
 from ablations.training.checkpoints import Checkpointing
@@ -266,6 +267,8 @@ def test_a_sweep_packed_3_and_2_wide_gives_the_same_runs_bit_for_bit_and_shares_
         b = torch.load(next(narrow_paths.weights.glob(f"{rid}*")))
         assert all(torch.equal(a[k], b[k]) for k in a), rid
         assert next(wide_paths.preds.glob(f"{rid}*")).read_bytes() == next(narrow_paths.preds.glob(f"{rid}*")).read_bytes()
+    # what tells the two experiments apart reads as the packing on each side, not as a number against a word
+    assert differences(wide.iloc[0], alone.iloc[0], "depth") == "packed stacked vs no"
 
 
 

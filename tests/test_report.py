@@ -666,14 +666,15 @@ def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_
     quick = pd.DataFrame([{"run_id": r, "epoch": e, "lr": 0.002, "train_loss": 1 / e, "test_loss": 1 / e, "test_acc": acc,
                            "elapsed_s": e} for r in rows["run_id"] for e, acc in ((1, 0.67), (2, 0.84))])
     said = not_converged(still_learning(quick, rows, "depth"), "depth")
-    assert said.startswith("**Not converged**: depth=1: its test accuracy rose 17.0 points over the last of 2 epochs")
-    assert "; depth=2: its test accuracy rose 17.0 points" in said
+    # one clause names every setting it holds for, with each one's figure
+    assert said.startswith("**Not converged**: depth=1 and 2: their test accuracy rose 17.0 and 17.0 points over the "
+                           "last of 2 epochs (means over runs)."), said
     backwards = still_learning(quick, rows.iloc[::-1], "depth", order=[1, 2])   # the sweep's order, not the rows'
     assert [u.value for u in backwards.settings] == [1, 2]
     settled = quick.assign(test_acc=quick["epoch"].map({1: 0.975, 2: 0.976}))
     assert still_learning(settled, rows, "depth").converged
     quick.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
-    assert "**Not converged**: depth=1: its test accuracy rose 17.0 points" in depth_section(tmp_path)
+    assert "**Not converged**: depth=1 and 2: their test accuracy rose 17.0 and 17.0 points" in depth_section(tmp_path)
     row = next(line for line in build_report(tmp_path).read_text().splitlines() if line.startswith("| depth |"))
     assert "| Not converged; at this budget: depth=" in row   # the findings table carries it, as the section does
 
@@ -854,8 +855,8 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
                           "test_acc": 0.26 + 0.002 * min(e, 8) + 0.002 * (e == 9), "elapsed_s": e}
                          for r in rows["run_id"] for e in range(10)])
     said = not_converged(still_learning(flat, rows, "depth", classes=10), "depth")
-    assert said.startswith("**Not converged**: depth=1: its training loss ended at 1.90 (mean over runs), far from "
-                           "fitting the training set (guessing among 10 classes: 2.30)"), said
+    assert said.startswith("**Not converged**: depth=1 and 2: their training losses ended at 1.90 and 1.90 (means over "
+                           "runs), far from fitting the training set (guessing among 10 classes: 2.30)."), said
     assert "still learning" not in said   # a flat last epoch is not a run still learning
     alone = not_converged(still_learning(flat, rows, "depth", classes=10), "depth", settings=1)
     assert "order" not in alone and alone.endswith("Its accuracy is a short budget's, not the setting's converged "
@@ -865,7 +866,7 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     assert still_learning(fitted, rows, "depth", classes=10).converged
     flat.to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
     section = depth_section(tmp_path)
-    assert "**Not converged**: depth=1: its training loss ended at 1.90" in section[:2500]
+    assert "**Not converged**: depth=1 and 2: their training losses ended at 1.90" in section[:2500]
     # the verdict's own headline says it, not only a paragraph beside it
     headline = next(line for line in section.splitlines() if line.startswith("**") and "Not converged**:" not in line)
     assert headline.startswith("**Not converged; at this budget: depth="), headline
@@ -1389,7 +1390,7 @@ def test_a_one_seed_pass_that_has_not_converged_keeps_its_own_reason_for_no_verd
                   for e, acc in ((1, 0.67), (2, 0.84))]).to_csv(SweepPaths.of(tmp_path, "depth").history, index=False)
     section = depth_section(tmp_path)
     assert "**No verdict**: one seed per setting" in section and "No verdict (not converged)" not in section
-    assert "**Not converged**: depth=1: its test accuracy rose" in section
+    assert "**Not converged**: depth=1 and 2: their test accuracy rose" in section
 
 
 

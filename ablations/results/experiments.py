@@ -99,9 +99,10 @@ def differences(a, b, factor: str | Collection[str]) -> str:
     x, y = _parts(a, varied), _parts(b, varied)
     if x is None or y is None:
         return "a row whose settings cannot be read back"
-    # a field a run's identity leaves out reads as what its absence means: its default, or for `holdout_split`
-    # the random draw (`TrainConfig.identity` names a split only where it is not the random one)
-    defaults = {**ViTConfig().to_dict(), **TrainConfig().to_dict(), "holdout_split": "random"}
+    # a field a run's identity leaves out reads as what its absence means: its default, for `holdout_split` the
+    # random draw (`TrainConfig.identity` names a split only where it is not the random one), for `packed` a run
+    # alone (a packed run's identity names how it was packed)
+    defaults = {**ViTConfig().to_dict(), **TrainConfig().to_dict(), "holdout_split": "random", "packed": "no"}
     shown = lambda parts, k: parts.get(k, defaults.get(k, "—"))  # noqa: E731
     diffs = [f"{k} {shown(x, k) if shown(x, k) != '' else '—'} vs {shown(y, k) if shown(y, k) != '' else '—'}"
              for k in dict.fromkeys([*x, *y]) if shown(x, k) != shown(y, k)]

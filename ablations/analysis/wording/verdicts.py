@@ -100,7 +100,11 @@ def setting_name(value, factor: str) -> str:
 
 def setting_names(values: list, factor: str) -> str:
     """'a', 'a and b', 'a, b and c': the first as `setting_name` says it, the rest by their values."""
-    said = [setting_name(values[0], factor), *map(str, values[1:])]
+    return and_list([setting_name(values[0], factor), *map(str, values[1:])])
+
+
+def and_list(said: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
     return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1]
 
 
@@ -436,16 +440,24 @@ def shortfall(below: Shortfall) -> str:
             f"than the {margin_text(below.margin)} margin below it")
 
 
-def _unsettled(u: Unsettled, factor: str, epochs: int) -> str:
-    why = []
-    if u.gain is not None:
-        why.append(f"its test accuracy rose {100 * u.gain:.1f} points over the last of {epochs} epochs (mean over runs)")
-    if u.loss is not None and u.classes:
-        guess = math.log(u.classes)
-        floor = (f", against the {u.floor:.2f} label smoothing allows" if u.floor else "")
-        why.append(f"its training loss ended at {u.loss:.2f} (mean over runs){floor}, far from fitting the training "
-                   f"set (guessing among {u.classes} classes: {guess:.2f})")
-    return f"{factor}={u.value}: " + " and ".join(why)
+def _unsettled(us: list[Unsettled], factor: str, epochs: int) -> list[str]:
+    """The settings not converged, one clause a reason, each naming every setting it holds for in order."""
+    said = []
+    rising = [u for u in us if u.gain is not None]
+    if rising:
+        its, s = ("its", "") if len(rising) == 1 else ("their", "s")
+        said.append(f"{setting_names([u.value for u in rising], factor)}: {its} test accuracy rose "
+                    f"{and_list([f'{100 * u.gain:.1f}' for u in rising])} points over the last of {epochs} epochs "
+                    f"(mean{s} over runs)")
+    far = [u for u in us if u.loss is not None and u.classes]
+    for classes, floor in dict.fromkeys((u.classes, u.floor) for u in far):
+        group = [u for u in far if (u.classes, u.floor) == (classes, floor)]
+        loss, s = ("its training loss", "") if len(group) == 1 else ("their training losses", "s")
+        against = f", against the {floor:.2f} label smoothing allows" if floor else ""
+        said.append(f"{setting_names([u.value for u in group], factor)}: {loss} ended at "
+                    f"{and_list([f'{u.loss:.2f}' for u in group])} (mean{s} over runs){against}, far from fitting the "
+                    f"training set (guessing among {classes} classes: {math.log(classes):.2f})")
+    return said
 
 
 def not_converged(c: Convergence, factor: str, settings: int = 2) -> str:
@@ -454,7 +466,7 @@ def not_converged(c: Convergence, factor: str, settings: int = 2) -> str:
     sweep has (with one there is no order to change)."""
     if c.converged:
         return "" if c.checked else "Convergence not checked: these runs have no per-epoch history."
-    why = [_unsettled(u, factor, c.epochs) for u in c.settings] + [shortfall(b) for b in c.below]
+    why = _unsettled(list(c.settings), factor, c.epochs) + [shortfall(b) for b in c.below]
     if settings == 1:
         return (f"**Not converged**: {'; '.join(why)}. Its accuracy is a short budget's, not the setting's converged "
                 f"one, and can change with more epochs (EPOCHS).")

@@ -773,6 +773,12 @@ def test_a_sweep_without_a_cost_phase_says_none_was_kept_and_claims_nothing_was_
         in text and "measured alone." not in text.replace("speed alone.", "")
     assert "no cost phase (none kept here; make cost OUT=… (or vitbench cost --out …) measures one)" in text
     assert "--cost-rounds ≥ 1" not in text
+    assert "members of packs" not in text
+    table.assign(packed=1).to_csv(SweepPaths.of(tmp_path, "depth").rows, index=False)
+    packed = depth_section(tmp_path)   # a member's wall time is its pack's, and what shared the device were packs
+    assert ("6 of these 6 runs trained as members of packs (PACK: the seeds of a point as one stacked model): a "
+            "member's training wall time (`train_time_s`) is its whole pack's") in packed
+    assert "measured with up to 8 runs or packs sharing the device (JOBS)" in packed
 
 
 def test_a_design_file_of_another_experiment_is_not_applied_to_the_tables_runs(tmp_path):

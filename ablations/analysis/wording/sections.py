@@ -37,16 +37,24 @@ def shared_line(factor: str, shared: list[tuple[Any, list[str]]]) -> str:
 
 
 def sharing_note(ok: pd.DataFrame, phase: bool) -> list[str]:
-    """Training wall times measured while other runs shared the device (JOBS > 1) say so; `phase`: the sweep
-    has a cost phase (whose figures were measured with nothing else running)."""
+    """Training wall times that are not one run's own alone say so: a packed run's (its pack's, PACK) and those
+    measured while other runs shared the device (JOBS > 1); `phase`: the sweep has a cost phase (whose figures
+    were measured with nothing else running)."""
+    said = []
+    packed = pd.to_numeric(ok["packed"], errors="coerce") == 1 if "packed" in ok else pd.Series(False, ok.index)
+    if packed.any():
+        said.append(f"{int(packed.sum())} of these {len(ok)} runs trained as members of packs (PACK: the seeds of a "
+                    f"point as one stacked model): a member's training wall time (`train_time_s`) is its whole pack's, "
+                    f"and its training img/s and MFU count its own images over that time")
     jobs = pd.to_numeric(ok["jobs"], errors="coerce") if "jobs" in ok else pd.Series(dtype=float)
     shared = jobs[jobs > 1]
-    if shared.empty:
-        return []
-    return [f"Training wall times (`train_time_s`, `train_util_pct`) of {len(shared)} of these {len(ok)} runs were "
-            f"measured with up to {int(shared.max())} runs sharing the device (JOBS)"
-            + ("; the cost-phase figures were measured alone." if phase else "; no cost phase measured this sweep's "
-                                                                              "speed alone."), ""]
+    if not shared.empty:
+        what = "runs or packs" if packed.any() else "runs"
+        said.append(f"Training wall times (`train_time_s`, `train_util_pct`) of {len(shared)} of these {len(ok)} runs "
+                    f"were measured with up to {int(shared.max())} {what} sharing the device (JOBS)"
+                    + ("; the cost-phase figures were measured alone" if phase else
+                       "; no cost phase measured this sweep's speed alone"))
+    return [". ".join(said) + ".", ""] if said else []
 
 
 def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:

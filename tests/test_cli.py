@@ -26,6 +26,16 @@ def test_train_refuses_a_field_the_dataset_fixes_before_any_work(tmp_path, capsy
     assert not (tmp_path / "ablations").exists()
 
 
+def test_a_command_whose_runs_all_diverged_names_only_the_files_it_wrote(tmp_path, capsys):
+    """A learning rate far too high: the run diverges in its first epoch, leaving a row and no epochs, weights or
+    predictions; the summary names the table it wrote and no file or folder that is not there."""
+    assert ablations_main(["train", *QUICK, "--seeds", "0", "--set", "lr=1e4", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "  train    1 run: 0 already done, 1 diverged\n" in out
+    assert f"rows → {tmp_path / 'ablations' / 'train.csv'}\n" in out
+    assert "epochs →" not in out and "weights →" not in out and "predictions →" not in out
+
+
 def test_make_train_prints_the_rows_of_its_own_runs_even_when_they_were_done_before(tmp_path, capsys):
     assert ablations_main(["train", *QUICK, "--seeds", "0,1", "--out", str(tmp_path)]) == 0
     ids = dict(zip(*(read_table(tmp_path / "ablations" / "train.csv")[c] for c in ("seed", "run_id"))))

@@ -74,6 +74,24 @@ def write_cost(out, throughput_by_depth, phase="p1", rounds=5):
                             **ENV}, COST_COLUMNS)
 
 
+def test_a_sweep_none_of_whose_runs_finished_says_so_in_the_findings_and_its_section_grouping_like_failures(tmp_path):
+    """Every run diverged (lr far too high): the findings table has the sweep's row saying none finished, not no row;
+    its section says no verdict, then the failures, those with the same error on one line in the sweep's order; no
+    verdicts.csv is named, as none is written."""
+    for depth, seed in ((2, 0), (1, 0), (2, 1), (1, 1), (4, 0)):   # finished in another order than the sweep's
+        error = "loss became nan in epoch 1" if depth != 4 else "loss became inf in epoch 2"
+        write_run(tmp_path, depth, seed, None, status="diverged", error=error)
+    text = build_report(tmp_path).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| depth |"))
+    assert ("| None of its 5 runs finished: 5 diverged (depth=1 and 2 at seeds 0, 1; depth=4 at seed 0). | — | — | — |"
+            in row)
+    section = text.split("## depth", 1)[1].split("\n## ", 1)[0]
+    assert ("**No verdict: none of its 5 runs finished.**\n\n- depth=1 and 2 at seeds 0, 1: **diverged** loss became nan "
+            "in epoch 1\n- depth=4 at seed 0: **diverged** loss became inf in epoch 2\n") in section
+    assert "not counted above" not in section
+    assert "verdicts.csv" not in text and not (tmp_path / "verdicts.csv").exists()
+
+
 def ten_points_apart(out):
     for seed in range(3):
         write_run(out, 1, seed, mask(range(150 + 10 * seed)))   # 85, 84, 83 %
@@ -110,9 +128,9 @@ def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tm
     assert "Intervals: t over 3 seeds and 1,000 test images." in text
     # IQRs apart: the ratio is printed, and GMACs always (they are exact)
     assert "GMACs ×2.00; inference img/s ×0.50" in text
-    assert "depth=3 seed 0: **diverged** loss became nan" in text and "\n| 3 |" not in text
+    assert "- depth=3 at seed 0: **diverged** loss became nan" in text and "\n| 3 |" not in text
     row = next(line for line in text.splitlines() if line.startswith("| depth |"))   # the findings table says so too
-    assert "Not counted: 1 run(s) that did not finish: depth=3 seed 0 (diverged)." in row
+    assert "Not counted: 1 run(s) that did not finish: 1 diverged (depth=3 at seed 0)." in row
     held = next(line for line in text.splitlines() if "Held fixed:" in line).split("Held fixed:", 1)[1]
     assert "dataset=digits" in held and "depth=" not in held
     # what this OUT lacks: one line, not a section per absent sweep, figure or benchmark

@@ -23,6 +23,7 @@ import pandas as pd
 
 from ablations.analysis import designs, sittings, wording
 from ablations.analysis import figures as figs
+from ablations.analysis.answers import Answer
 from ablations.analysis.inside import inside_the_model
 from ablations.analysis.predictions import load_correct
 from ablations.analysis.section import SweepPage, as_analysed, sweep_section
@@ -257,6 +258,29 @@ def _tables(out: Path, specs: dict[str, SweepSpec], read: Tables
     return tables, tunings
 
 
+def _failed_in_order(spec: SweepSpec, rows: pd.DataFrame) -> list[dict]:
+    """A sweep's failed runs (rows) in the sweep's order of settings (those the spec lacks last), then by seed."""
+    order = {v: i for i, v in enumerate(dict.fromkeys(designs.setting_order(spec)))}
+    failed = failed_rows(rows).to_dict("records")
+    return sorted(failed, key=lambda r: (order.get(r[spec.factor], len(order)), str(r[spec.factor]), int(r["seed"])))
+
+
+def _answers(shown: dict[str, SweepSpec], pages: dict[str, SweepPage], failed: dict[str, list[dict]]) -> list[Answer]:
+    """The findings table's rows in the sweeps' order, each naming the runs its answer does not count; a sweep none
+    of whose runs finished has a row that says so."""
+    answers = []
+    for sweep, spec in shown.items():
+        runs = tuple((r[spec.factor], r["seed"], r["status"]) for r in failed.get(sweep, []))
+        page = pages.get(sweep)
+        if page is not None and page.answer is not None:
+            page.answer.failed = runs
+            answers.append(page.answer)
+        elif page is None and runs:
+            answers.append(Answer(sweep, spec.factor, spec.description or spec.label, None,
+                                  no_verdict="none finished", failed=runs))
+    return answers
+
+
 def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMargin, read: Tables,
                   reference: Path | None) -> list[str]:
     figures = out / "figures"
@@ -280,11 +304,8 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
                       + _closing_sections(out, all_rows, shown, tables, figures, data_root, has_pos, has_bench,
                                           read, reference))
     pages = {sweep: page if isinstance(page, SweepPage) else SweepPage(page) for sweep, page in zip(finished, built)}
-    failed = {sweep: failed_rows(tables[sweep]).to_dict("records") for sweep in shown if sweep in tables}
-    for sweep, page in pages.items():   # the findings table names the runs its answer does not count
-        if page.answer is not None:
-            page.answer.failed = tuple((r[factors[sweep]], r["seed"], r["status"]) for r in failed[sweep])
-    lines += wording.findings_table([p.answer for p in pages.values() if p.answer is not None])
+    failed = {sweep: _failed_in_order(spec, tables[sweep]) for sweep, spec in shown.items() if sweep in tables}
+    lines += wording.findings_table(_answers(shown, pages, failed), pairs=any(page.pairs for page in pages.values()))
     for sweep, spec in shown.items():
         lines += wording.sweep_heading(sweep, spec.label)
         if sweep not in tables:
@@ -292,7 +313,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
             continue
         lines += pages[sweep].lines if sweep in pages else []
         if failed[sweep]:
-            lines += wording.failed_lines(factors[sweep], failed[sweep])
+            lines += wording.failed_lines(factors[sweep], failed[sweep], finished=sweep in pages)
     _write_csv(out / "verdicts.csv", [row for page in pages.values() for row in page.pairs], wording.PAIR_COLUMNS)
     _write_csv(out / "settings.csv", [row for page in pages.values() for row in page.settings],
                wording.SETTING_COLUMNS)

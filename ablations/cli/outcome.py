@@ -103,7 +103,7 @@ def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> No
         reused = f", {r.reused} reused from other sweeps (same run_id)" if r.reused else ""
         resumed = f", {r.resumable} resumed from checkpoints" if r.resumable else ""
         stale = f", {r.stale_tmp} stale temporary files removed" if r.stale_tmp else ""
-        print(f"  {r.sweep:<8} {r.planned} runs: {r.skipped} already done{reused}{resumed}, {statuses}{stale}"
+        print(f"  {r.sweep:<8} {r.planned} run{'s' * (r.planned != 1)}: {r.skipped} already done{reused}{resumed}, {statuses}{stale}"
               f"{_packed(r.packs, r.pack_width)}")
         if r.said:
             print(f"           {r.said}")
@@ -112,8 +112,12 @@ def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> No
             print(f"           note: {len(low)} run(s) were busy only {min(low):.0f}–{max(low):.0f} % of the cores they "
                   f"were given (train_util_pct): other work held the machine, so their train_time_s and "
                   f"train_mfu understate it")
-        cost = f"   cost → {paths.cost}" if paths.cost.exists() else ""
-        print(f"           rows → {paths.rows}   epochs → {paths.history}{cost}")
-        print(f"           weights → {paths.weights}/   test predictions → {paths.preds}/")
+        tables = [f"{what} → {path}" for what, path in (("rows", paths.rows), ("epochs", paths.history),
+                                                          ("cost", paths.cost)) if path.exists()]
+        folders = [f"{what} → {path}/" for what, path in (("weights", paths.weights), ("test predictions", paths.preds))
+                   if path.is_dir() and any(path.iterdir())]
+        for written in (tables, folders):
+            if written:
+                print("           " + "   ".join(written))
     if report_hint and NEXT_STEP.get() and os.environ.get(REPORT_FOLLOWS) != "1":
         print(report_hint)

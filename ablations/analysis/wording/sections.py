@@ -19,7 +19,7 @@ from ablations.analysis.stats import (
     Outcome,
 )
 from ablations.analysis.wording.method import either
-from ablations.analysis.wording.verdicts import cost_source, margin_text, pct, seed_ranges, setting_name
+from ablations.analysis.wording.verdicts import cost_source, margin_text, pct, runs_named, seed_ranges, setting_name
 from ablations.choices import say, with_makefile
 from bench.contention import CONTENDED_PCT
 from bench.units import macs
@@ -389,10 +389,16 @@ def missing_table(sweep: str, path: Path) -> list[str]:
             f"{say(f'`make ablate-{sweep}`', f'`vitbench sweep {sweep}`')} writes it again._", ""]
 
 
-def failed_lines(factor: str, failed: list[dict[str, Any]]) -> list[str]:
-    """A sweep's failed runs (rows), each with its setting, seed, status and error."""
-    return [f"Failed runs ({len(failed)}), not counted above:",
-            *(f"- {factor}={r[factor]} seed {r['seed']}: **{r['status']}** {r['error']}" for r in failed), ""]
+def failed_lines(factor: str, failed: list[dict[str, Any]], finished: bool = True) -> list[str]:
+    """A sweep's failed runs (rows, in the sweep's order), those with the same status and error on one line naming
+    their settings and seeds; `finished`: some other run of the sweep finished (its section is above)."""
+    groups: dict[tuple[str, str], list[tuple]] = {}
+    for r in failed:
+        groups.setdefault((r["status"], r["error"]), []).append((r[factor], r["seed"]))
+    head = (f"Failed runs ({len(failed)}), not counted above:" if finished else
+            f"**No verdict: none of its {len(failed)} runs finished.**")
+    return [head, "", *(f"- {runs_named(factor, runs)}: **{status}** {error}" for (status, error), runs in groups.items()),
+            ""]
 
 
 def not_built(what: str) -> list[str]:

@@ -4,7 +4,7 @@ words, differences first (`answers.Answer` holds the figures)."""
 from __future__ import annotations
 
 from ablations.analysis.answers import Answer
-from ablations.analysis.wording.verdicts import answer_text, margin_text, setting_name, setting_names
+from ablations.analysis.wording.verdicts import answer_text, margin_text, runs_named, setting_name, setting_names
 
 
 def cheapest_text(a: Answer) -> str:
@@ -17,6 +17,8 @@ def cheapest_text(a: Answer) -> str:
 
 def seeds_text(a: Answer) -> str:
     low, high = a.seeds
+    if high == 0:   # no run finished
+        return "—"
     each = f"{high} each" if low == high else f"{low}–{high} a setting"
     if a.look is None:
         return f"{each} (fixed)"
@@ -45,8 +47,13 @@ def caveated(a: Answer) -> str:
     """The answer as the findings table gives it: with what bounds it, as the sweep's section says it (runs still
     learning, settings at chance, settings a SEEDS=auto design left out)."""
     said = answer_text(a)
+    statuses = dict.fromkeys(status for _, _, status in a.failed)
+    by_status = {status: [(v, s) for v, s, st in a.failed if st == status] for status in statuses}
+    runs = "; ".join(f"{len(these)} {status} ({runs_named(a.factor, these)})" for status, these in by_status.items())
+    if a.no_verdict == "none finished":
+        return f"None of its {len(a.failed)} runs finished: {runs}."
     if a.no_verdict:
-        return said
+        return said + (f" Not counted: {len(a.failed)} run(s) that did not finish: {runs}." if a.failed else "")
     if a.left_out:
         said = (f"Of the settings in the design: {said} Left out (a run diverged): "
                 f"{setting_names(list(a.left_out), a.factor)}.")
@@ -55,14 +62,14 @@ def caveated(a: Answer) -> str:
         said += (f" {setting_names(list(a.at_chance), a.factor)} {'does' if one else 'do'} not learn the task at "
                  f"this budget (within noise of chance).")
     if a.failed:
-        runs = ", ".join(f"{setting_name(value, a.factor)} seed {seed} ({status})" for value, seed, status in a.failed)
         said += f" Not counted: {len(a.failed)} run(s) that did not finish: {runs}."
     return f"Not converged; at this budget: {said}" if a.unconverged else said
 
 
-def findings_table(answers: list[Answer]) -> list[str]:
+def findings_table(answers: list[Answer], pairs: bool = True) -> list[str]:
     """The report's first table: a row per sweep, its question, its answer, the cheapest setting as good as the best
-    and what it saves, the seeds it took and why it stopped, what stays open."""
+    and what it saves, the seeds it took and why it stopped, what stays open; `pairs`: some pair was compared (and
+    verdicts.csv written)."""
     if not answers:
         return []
     lines = ["## Findings", "",
@@ -72,6 +79,6 @@ def findings_table(answers: list[Answer]) -> list[str]:
         cell = lambda text: text.replace("|", "\\|").replace("\n", " ")  # noqa: E731
         lines.append(f"| {a.sweep} | {cell(a.question)} | {cell(caveated(a))} | {cell(cheapest_text(a))} | "
                      f"{cell(seeds_text(a))} | {cell(open_text(a))} |")
-    return lines + ["", "Every pair's outcome, difference, interval, p, level, look and seeds: `verdicts.csv` beside "
-                        "this file (its columns: docs/columns.md). How the verdicts are reached: Method, at the end.",
-                    ""]
+    csv = ("Every pair's outcome, difference, interval, p, level, look and seeds: `verdicts.csv` beside this file (its "
+           "columns: docs/columns.md). " if pairs else "")
+    return lines + ["", f"{csv}How the verdicts are reached: Method, at the end.", ""]

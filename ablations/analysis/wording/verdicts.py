@@ -125,7 +125,7 @@ def answer_text(a: Answer) -> str:
     it and by how much, those equivalent or identical to it, what stays open."""
     if a.no_verdict:
         return {"one setting": "One setting: nothing to compare.", "one seed": "One seed a setting: no test.",
-                "at chance": "No setting learned the task at this budget."}.get(
+                "at chance": "No setting learned the task at this budget.", "none finished": "No run finished."}.get(
             a.no_verdict, f"No test: {a.no_verdict_why}." if a.no_verdict_why else "No test.")
     f, best = a.factor, a.best
     acc = f"{100 * (1 - (a.best_error or 0)):.2f} %"
@@ -159,6 +159,15 @@ def _identical_groups(pairs: Sequence[tuple]) -> list[list]:
         merged = list(dict.fromkeys([v for g in joined for v in g] + [x, y]))
         groups = [g for g in groups if g not in joined] + [merged]
     return groups
+
+
+def runs_named(factor: str, runs: Sequence[tuple]) -> str:
+    """Runs as (setting, seed) pairs, in their order: the settings with the same seeds named together, 'depth=1 and 2
+    at seeds 0, 1; depth=4 at seed 0'."""
+    seeds = {v: tuple(sorted({int(s) for w, s in runs if w == v})) for v, _ in runs}
+    groups = {ss: [v for v in seeds if seeds[v] == ss] for ss in seeds.values()}
+    return "; ".join(f"{setting_names(values, factor)} at seed{'s' * (len(ss) > 1)} {seed_ranges(list(ss))}"
+                     for ss, values in groups.items())
 
 
 def pct(x: float) -> str:

@@ -316,7 +316,7 @@ def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(t
 @pytest.mark.parametrize("argv,needle", [
     (["--pack", "two"], "--pack (PACK) must be auto or an integer ≥ 0, got 'two'"),
     (["--pack", "2", "--set", "dropout=0.1"], "packing needs dropout 0"),
-    (["--pack", "2", "--set", "compile=1"], "packing and torch.compile"),
+    (["--pack", "2", "--set", "compile=1"], "error: sweep p, point depth=1: packing and torch.compile"),
     (["--pack", "2", "--executor", "ray"], "packed runs train on the local executor"),
     (["--pack", "0", "--set", "pack_width=3"], "pack_width must be 0, or an int ≥ 2 for a packed run, got 3 (packed is 0)"),
     (["--pack", "3", "--set", "pack_width=2"], "pack_width=2 is narrower than PACK=3: a pack trains at its pinned width"),
@@ -578,8 +578,8 @@ def test_a_model_whose_packed_step_fails_on_the_device_is_refused_in_one_line_be
     code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"),
                                       "--seeds", "0,1", "--cost-rounds", "0", "--pack", "2"], capsys)
     assert code == 2 and len(tried) == 1   # refused at the first model tried
-    line = ("error: p depth=1: a packed training step of this model failed on cpu (RuntimeError: Input type (c10::BFloat16) and "
-            "bias type (float) should be the same); set PACK=0")
+    line = ("error: sweep p, point depth=1: a packed training step of this model failed on cpu (RuntimeError: Input "
+            "type (c10::BFloat16) and bias type (float) should be the same); set PACK=0")
     assert line in err and "more detail" not in err, err
     assert not (tmp_path / "o" / "ablations" / "p.csv").exists()
 

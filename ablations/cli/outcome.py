@@ -103,7 +103,8 @@ def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> No
         reused = f", {r.reused} reused from other sweeps (same run_id)" if r.reused else ""
         resumed = f", {r.resumable} resumed from checkpoints" if r.resumable else ""
         stale = f", {r.stale_tmp} stale temporary files removed" if r.stale_tmp else ""
-        print(f"  {r.sweep:<8} {r.planned} run{'s' * (r.planned != 1)}: {r.skipped} already done{reused}{resumed}, {statuses}{stale}"
+        runs = f"{r.planned} run{'s' * (r.planned != 1)}"
+        print(f"  {r.sweep:<8} {runs}: {r.skipped} already done{reused}{resumed}, {statuses}{stale}"
               f"{_packed(r.packs, r.pack_width)}")
         if r.said:
             print(f"           {r.said}")

@@ -273,7 +273,7 @@ def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:
                 tried[point.model, point.train] = pack_trial(point.model, point.train, device)
             said = tried[point.model, point.train]
         if said:
-            raise ValueError(f"{point.sweep} {point.label}: {said}")
+            raise ValueError(f"sweep {point.sweep}, point {point.label}: {said}")
 
 
 def _overrides(args: argparse.Namespace, specs: list[SweepSpec] = ()) -> tuple[dict[str, Any], dict[str, Any]]:

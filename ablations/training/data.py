@@ -27,6 +27,7 @@ import importlib.metadata
 import io
 import json
 import pickle
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,9 +283,10 @@ def _torchvision_loader(name: str) -> Callable[[Path, bool], Dataset]:
                     f"them there, or point DATA_ROOT (--data-root) at a folder that has them") from None
         try:
             train, test = cls(str(root), train=True, download=False), cls(str(root), train=False, download=False)
-        except RuntimeError as err:
+        except RuntimeError as err:   # torchvision's own way out (download=True) is --download here, said below
+            said = re.sub(r"\.?\s*You can use download=True to download it\.?", "", str(err))
             raise FileNotFoundError(
-                f"{name}: no usable copy under {root / folder} ({err}). Put the dataset there, point "
+                f"{name}: no usable copy under {root / folder} ({said}). Put the dataset there, point "
                 f"DATA_ROOT (--data-root) at the folder that holds it, or pass --download (DOWNLOAD=1) to fetch it"
             ) from None
         except (ValueError, OSError, EOFError, IndexError, KeyError, pickle.UnpicklingError) as err:

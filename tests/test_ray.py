@@ -137,6 +137,12 @@ def test_placement_larger_than_the_cluster_fails_before_any_run(tmp_path, capsys
                            "--executor", "ray", "--gpus-per-task", "1"]) == 2
     assert "asks for 1 CPU(s) and 1 GPU(s)" in capsys.readouterr().err
     assert not (tmp_path / "o" / "ablations").exists()
+    # a run that asks for nothing is not placed at all: every run would start at once
+    assert ablations_main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"),
+                           "--executor", "ray", "--cpus-per-task", "0", "--gpus-per-task", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "each run asks for 0 CPUs and 0 GPUs, which bounds nothing" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "o" / "ablations").exists()
 
 
 def test_missing_ray_names_the_extra(monkeypatch):

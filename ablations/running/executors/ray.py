@@ -95,6 +95,9 @@ class RayExecutor:
         has_gpus = resources.get("GPU", 0) > 0
         gpus = self.options.gpus_per_task if self.options.gpus_per_task is not None else (1.0 if has_gpus else 0.0)
         cpus = self.options.cpus_per_task if self.options.cpus_per_task is not None else 1.0
+        if cpus == 0 and gpus == 0:
+            raise ValueError("each run asks for 0 CPUs and 0 GPUs, which bounds nothing: Ray would start every run at "
+                             "once; give each run a CPU or more (--cpus-per-task, CPUS_PER_TASK) or a GPU")
         if gpus > resources.get("GPU", 0) or cpus > resources.get("CPU", 0):
             raise ValueError(f"each run asks for {cpus:g} CPU(s) and {gpus:g} GPU(s), but the whole cluster has "
                              f"{resources.get('CPU', 0):g} CPUs and {resources.get('GPU', 0):g} GPUs: no run could start")

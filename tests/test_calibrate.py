@@ -138,6 +138,10 @@ def test_pairs_are_disjoint_groups_and_identical_groups_give_no_difference():
     table = compare_pairs(runs, runs, seeds=3)
     assert list(table["pair"]) == [0, 1] and (table["diff_pts"] == 0).all() and (table["p"] == 1).all()
     assert Rate.of(5, 100).low < 0.05 < Rate.of(5, 100).high
+    # within α only where the whole interval is; a few trials whose interval reaches above α cannot say so
+    assert Rate.of(0, 6).against_alpha() == "not above α (its interval reaches 45.9 %: more trials would narrow it)"
+    assert Rate.of(1, 400).against_alpha() == "within α"
+    assert Rate.of(40, 400).against_alpha().startswith("ABOVE α")
     assert compare_settings({"A": runs[:3], "B": runs[:3]})[0].p == 1.0
 
 

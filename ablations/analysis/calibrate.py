@@ -79,6 +79,15 @@ class Rate:
     def text(self) -> str:
         return f"{self.hits}/{self.trials} = {100 * self.value:.1f} % [95 % interval {100 * self.low:.1f}, {100 * self.high:.1f}]"
 
+    def against_alpha(self) -> str:
+        """A false-positive rate's verdict: above α only where its whole interval is; within α only where its whole
+        interval is; else not shown above α, as too few trials cannot tell."""
+        if self.low > ALPHA:
+            return "ABOVE α: the test claims differences that are not there"
+        if self.high <= ALPHA:
+            return "within α"
+        return f"not above α (its interval reaches {100 * self.high:.1f} %: more trials would narrow it)"
+
 
 # --- from saved predictions ------------------------------------------------------------------------
 
@@ -448,8 +457,7 @@ def _saved_main(args, folder: Path) -> int:
         aa = trials[(trials["planted_pts"] == 0) & (trials["form"] == form)]
         fp = Rate.of(int(hit[aa.index].sum()), len(aa))
         within = within and fp.low <= ALPHA
-        verdict = "within α" if fp.low <= ALPHA else "ABOVE α: the test claims differences that are not there"
-        print(f"all A/A trials, {form}: false positives {fp.text()}: {verdict}")
+        print(f"all A/A trials, {form}: false positives {fp.text()}: {fp.against_alpha()}")
     print(f"{len(trials)} trials in {time.perf_counter() - t0:.1f} s; trials → {folder / 'calibration.csv'}")
     if pool.same is None or len(pool.same) < 2 * LOOKS[-1]:
         print(f"sequential design: not calibrated here (it needs 2 × {LOOKS[-1]} runs of one setting; the largest "
@@ -478,9 +486,8 @@ def _train_main(args, folder: Path) -> int:
     table = pd.concat([result.aa.assign(kind="A/A"), result.planted.assign(kind="planted")], ignore_index=True)
     table.to_csv(folder / "calibration.csv", index=False)
     fp = result.false_positives
-    verdict = "within α" if fp.low <= ALPHA else "ABOVE α: the test claims differences that are not there"
     print(f"A/A: {args.pairs} pairs of {args.seeds} vs {args.seeds} seeds of one setting: false positives at "
-          f"α = {ALPHA}: {fp.text()}: {verdict}")
+          f"α = {ALPHA}: {fp.text()}: {fp.against_alpha()}")
     print(f"     accuracy {100 * result.aa['acc_a'].mean():.2f} % (mean over runs); |A − B| median "
           f"{result.aa['diff_pts'].abs().median():.2f} points")
     if result.power is not None:

@@ -216,7 +216,12 @@ def test_tuning_picks_by_validation_accuracy_never_test_accuracy_and_warns_at_th
     assert sorted(kept.groupby("norm")["lr"].unique().map(tuple).items()) == [("post", (4e-3,)), ("pre", (2e-3,))]
     assert len(kept) == 6 and tuning.val_size == 144
     text = "\n".join(wording.tuning_lines(tuning, spec.factor, "x.png"))
-    assert "**Widen the grid**: post picked lr=0.004" in text and "pre picked" not in text
+    assert "**Widen the grid**: post picked lr=0.004, an end of the grid; a value beyond it may be better, so this " \
+           "setting may be compared below its best." in text and "pre picked" not in text
+    both = {**val, ("pre", 4e-3): 0.96}   # both at the same end: one line names them together
+    grouped = "\n".join(wording.tuning_lines(designs.select(spec, tuned_rows(spec, both, test))[1], spec.factor, "x"))
+    assert grouped.count("**Widen the grid**") == 1 and "**Widen the grid**: pre and post picked lr=0.004, an end " \
+        "of the grid; a value beyond it may be better, so these settings may be compared below their best." in grouped
     assert "| pre | lr=0.002 |" in text and "144 images, 10 % of it, drawn at random" in text
     assert "those of the runs that made each pick" in text and "A close pick" not in text
     # post leads its runner-up by 0.3 points: under one image per seed of 144 (0.69 points)

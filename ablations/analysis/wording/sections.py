@@ -19,7 +19,15 @@ from ablations.analysis.stats import (
     Outcome,
 )
 from ablations.analysis.wording.method import either
-from ablations.analysis.wording.verdicts import cost_source, margin_text, pct, runs_named, seed_ranges, setting_name
+from ablations.analysis.wording.verdicts import (
+    and_list,
+    cost_source,
+    margin_text,
+    pct,
+    runs_named,
+    seed_ranges,
+    setting_name,
+)
 from ablations.choices import say, with_makefile
 from bench.contention import CONTENDED_PCT
 from bench.units import macs
@@ -203,11 +211,15 @@ def tuning_lines(t: Tuning, factor: str, figure_name: str) -> list[str]:
         curve = "; ".join(f"{setting_label(k)}: {pct(acc)} ({c.seeds[k]})" for k, acc in c.curve.items())
         lines.append(f"| {label_text(c.setting)} | {picked} | {curve} |")
     lines.append("")
+    edges: dict[tuple, list] = {}   # the settings that picked the same end of a grid, named together
     for c in t.choices:
         for name in c.at_edge:
-            lines.append(f"- **Widen the grid**: {label_text(c.setting)} picked {name}="
-                         f"{label_text(c.chosen[t.fields.index(name)])}, an end of its grid; a value beyond it may be "
-                         f"better, so this setting may be compared below its best.")
+            edges.setdefault((name, c.chosen[t.fields.index(name)]), []).append(label_text(c.setting))
+    for (name, value), settings in edges.items():
+        one = len(settings) == 1
+        lines.append(f"- **Widen the grid**: {and_list(settings)} picked {name}={label_text(value)}, an end of the "
+                     f"grid; a value beyond it may be better, so {'this setting' if one else 'these settings'} may be "
+                     f"compared below {'its' if one else 'their'} best.")
     image = 1 / t.val_size if t.val_size else None
     for c in t.choices:
         why = close_pick(c, image)

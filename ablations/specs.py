@@ -90,7 +90,11 @@ BASE_PRESETS = {28: "vit_mnist", 8: "vit_digits", 32: "vit_cifar"}
 def base_preset(img_size: int) -> str:
     """The base preset for images of `img_size` px; ValueError naming the bases if there is none."""
     if img_size not in BASE_PRESETS:
-        raise ValueError(f"preset=auto has no base for {img_size} px images (bases: {BASE_PRESETS}); name a preset")
+        bases = ", ".join(f"{size} px {name}" for size, name in sorted(BASE_PRESETS.items()))
+        sizes = [str(size) for size in sorted(BASE_PRESETS)]
+        raise ValueError(f"preset=auto has no base model for {img_size} px images (bases: {bases}): set IMG_SIZE "
+                         f"(--img-size) to {', '.join(sizes[:-1])} or {sizes[-1]}, or name a preset (`preset = \"…\"` "
+                         f"in the spec's [model] table; --preset for train)")
     return BASE_PRESETS[img_size]
 
 

@@ -79,6 +79,26 @@ def test_other_width_fails_before_training_naming_key_and_shapes(tmp_path, timm_
     assert "depth mismatch" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
+def test_a_checkpoint_of_other_input_channels_is_fitted_as_timm_fits_it(tmp_path, timm_model):
+    """An RGB checkpoint fine-tuned on greyscale images: its first convolution summed over the channels computes, on
+    a grey image, what the RGB model computes on that image in all three channels. In a 4-channel model its channels
+    are repeated (R, G, B, R) and scaled by 3/4, so an image's RGB channels with a blank fourth, scaled by 4/3, give
+    what the RGB model gives on the image."""
+    rgb = save(timm_model, tmp_path / "rgb.pth")
+    logs = []
+    grey = init_from_checkpoint(VisionTransformer(ViTConfig(**{**KW, "in_chans": 1})), rgb, log=logs.append).eval()
+    images = torch.randn(3, 1, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(grey(images), timm_model(images.expand(-1, 3, -1, -1)), atol=1e-5, rtol=1e-5)
+    assert logs == ["init: patch_embed.proj.weight takes 3-channel images, the model 1: summed over its channels "
+                    "(timm's adapt_input_conv)"]
+    four = init_from_checkpoint(VisionTransformer(ViTConfig(**{**KW, "in_chans": 4})), rgb, log=lambda m: None).eval()
+    colour = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        padded = torch.cat([colour, torch.zeros(3, 1, 16, 16)], 1) * 4 / 3
+        torch.testing.assert_close(four(padded), timm_model(colour), atol=1e-5, rtol=1e-5)
+
+
 def test_other_class_count_reinitialises_only_the_head(tmp_path, timm_model):
     path = save(timm_model, tmp_path / "ckpt.pth")
     logs = []

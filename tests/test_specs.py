@@ -86,7 +86,9 @@ def test_every_shipped_sweep_is_valid_for_every_dataset_size(img_size, in_chans,
 def test_preset_auto_without_a_base_for_the_image_size_says_so(tmp_path):
     spec = tmp_path / "a.toml"
     spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1]\n')
-    with pytest.raises(SpecError, match=r"a\.toml.*preset=auto has no base for 20 px"):
+    with pytest.raises(SpecError, match=r"a\.toml.*preset=auto has no base model for 20 px images \(bases: 8 px "
+                                        r"vit_digits, 28 px vit_mnist, 32 px vit_cifar\): set IMG_SIZE \(--img-size\) "
+                                        r"to 8, 28 or 32, or name a preset"):
         load_spec(spec).points(20, 1, 10)
 
 

@@ -107,8 +107,9 @@ def checkpoint_id(path: str | Path) -> str:
 def adapt_timm_state_dict(model: VisionTransformer, state_dict: Mapping[str, Tensor],
                           log: Callable[[str], None] = print) -> tuple[dict[str, Tensor], list[str]]:
     """Fit a timm checkpoint to `model`: resample a learned pos_embed to the model's patch grid (timm's
-    `resample_abs_pos_embed`, bicubic, CLS position kept apart), and drop a head of another class count
-    (the model's fresh head stays). Returns the state dict and the keys the model keeps its own values for.
+    `resample_abs_pos_embed`, bicubic, CLS position kept apart), fit an RGB stem's first convolution to the model's
+    input channels (timm's `adapt_input_conv`: summed for one channel, else repeated and scaled), and drop a head
+    of another class count (the model's fresh head stays). Returns the state dict and the keys the model keeps its own values for.
     """
     from timm.layers import resample_abs_pos_embed
 
@@ -121,6 +122,16 @@ def adapt_timm_state_dict(model: VisionTransformer, state_dict: Mapping[str, Ten
         state["pos_embed"] = resample_abs_pos_embed(pos, [cfg.grid_size, cfg.grid_size], num_prefix_tokens=1)
         log(f"init: resampled pos_embed from a {old}×{old} to a {cfg.grid_size}×{cfg.grid_size} patch grid "
             f"(bicubic, CLS position kept)")
+    for key, weight in list(state.items()):   # an RGB stem's first convolution, for images of other channels
+        ours = model.state_dict().get(_RENAME.get(key, key))
+        if (ours is not None and weight.ndim == 4 and ours.ndim == 4 and weight.shape[1] == 3 != cfg.in_chans
+                and ours.shape[1] == cfg.in_chans and weight.shape[:1] + weight.shape[2:] == ours.shape[:1] + ours.shape[2:]):
+            from timm.models import adapt_input_conv
+
+            state[key] = adapt_input_conv(cfg.in_chans, weight)
+            how = "summed over its channels" if cfg.in_chans == 1 else "its channels repeated and scaled"
+            log(f"init: {key} takes {weight.shape[1]}-channel images, the model {cfg.in_chans}: {how} (timm's "
+                f"adapt_input_conv)")
     head = state.get("head.weight")
     if head is not None and head.shape[0] != cfg.num_classes and head.shape[1:] == (cfg.embed_dim,):
         state.pop("head.weight")
@@ -132,6 +143,6 @@ def adapt_timm_state_dict(model: VisionTransformer, state_dict: Mapping[str, Ten
 
 def init_from_checkpoint(model: VisionTransformer, path: str | Path,
                          log: Callable[[str], None] = print) -> VisionTransformer:
-    """Load a timm ViT checkpoint file into `model`, adapting grid and head; other mismatches raise."""
+    """Load a timm ViT checkpoint file into `model`, adapting grid, input channels and head; other mismatches raise."""
     state, keep = adapt_timm_state_dict(model, read_checkpoint(path), log)
     return load_timm_weights(model, state, missing_ok=keep)

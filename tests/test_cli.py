@@ -221,6 +221,11 @@ def test_train_builds_its_point_as_a_sweep_does_so_the_same_model_and_recipe_are
     assert ablations_main(["train", "--preset", "vit_digits", "--set", "depth=0", *common]) == 2
     assert "error: --set depth=0: point preset='vit_digits': ViTConfig.depth must be a positive int, got 0" in \
         capsys.readouterr().err
+    # a preset whose patch does not divide the dataset's images, with no --set given: named as train's, with the way out
+    assert ablations_main(["train", "--preset", "vit_tiny_patch16_224", *common]) == 2
+    assert ("error: train: point preset='vit_tiny_patch16_224': ViTConfig.img_size=8 is not divisible by "
+            "patch_size=16; IMG_SIZE (--img-size) shows the 8 px images at a side the patch size divides\n") in \
+        capsys.readouterr().err
 
 
 def test_compile_as_set_and_as_the_makefile_passes_it_is_one_training_and_a_bad_value_is_refused(tmp_path, capsys):

@@ -472,6 +472,12 @@ def test_the_drivers_progress_line_counts_the_settings_still_open_against_the_le
     open against it (three of four settings, not 'four open') and that the leader trains too; stopped at the cap
     with pairs open, it names them."""
     from ablations.analysis.wording import design_progress
+    from ablations.analysis.wording.verdicts import labels_named
+
+    assert labels_named(["num_heads=1", "num_heads=2", "num_heads=8"]) == "num_heads=1, 2 and 8"
+    assert labels_named(["7 × 1", "4 × 2"]) == "7 × 1 and 4 × 2"
+    assert labels_named(["patch_size=7, depth=1", "patch_size=7, depth=2"]) == \
+        "patch_size=7, depth=1 and patch_size=7, depth=2"
 
     rng = np.random.default_rng(3)
     drawn = sweep(rng, settings=4, seeds=5, n=400)
@@ -484,5 +490,5 @@ def test_the_drivers_progress_line_counts_the_settings_still_open_against_the_le
     still = [k for k in last.have if k != last.final.leader and k not in last.final.decided]
     assert last.done and still
     assert design_progress(last, "s").startswith(
-        f"s: stopped at look 2 of 2 (5 seeds, the cap: {', '.join(map(str, still))} still open); leader "
+        f"s: stopped at look 2 of 2 (5 seeds, the cap: {labels_named(still)} still open); leader "
         f"{last.final.leader}; decided against it: ")

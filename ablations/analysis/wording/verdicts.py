@@ -170,6 +170,15 @@ def runs_named(factor: str, runs: Sequence[tuple]) -> str:
                      for ss, values in groups.items())
 
 
+def labels_named(labels: Sequence[Hashable]) -> str:
+    """Point labels as a list: 'num_heads=1, 2 and 8' where all are one factor's, else 'a, b and c'."""
+    said = [str(k) for k in labels]
+    factors = {k.split("=", 1)[0] for k in said}
+    if len(factors) == 1 and all(k.count("=") == 1 and " " not in k.split("=", 1)[0] for k in said):
+        return setting_names([k.split("=", 1)[1] for k in said], factors.pop())
+    return and_list(said)
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.2f}"
 
@@ -420,7 +429,7 @@ def undecided_reason(f: SweepFindings, c: Comparison) -> str:
 def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = ()) -> str:
     """One line for the SEEDS=auto driver: where a sweep's design stands after its latest look."""
     if left_out:
-        name = f"{name} (left out, diverged: {', '.join(map(str, left_out))})"
+        name = f"{name} (left out, diverged: {labels_named(left_out)})"
     if not design.looks:
         return f"{name}: look 1 of {len(design.schedule)} needs {design.schedule[0]} seeds of every setting"
     last = design.final
@@ -431,7 +440,7 @@ def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = ()
                 f"chance (nothing learned the task at this budget; more seeds would not change that)")
     open_ = [k for k in design.have if k != last.leader and k not in last.decided]
     if design.done:
-        cap = f", the cap: {', '.join(map(str, open_))} still open" if open_ else ""
+        cap = f", the cap: {labels_named(open_)} still open" if open_ else ""
         return (f"{name}: stopped at look {last.index + 1} of {len(design.schedule)} ({last.seeds} seeds{cap}); "
                 f"leader {last.leader}; decided against it: {decided}")
     training = [k for k in design.need if k != last.leader]

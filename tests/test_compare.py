@@ -229,7 +229,11 @@ def test_packed_members_meet_the_runs_trained_alone_point_by_point_and_each_side
     assert ("a difference is the device's, the precision's and the packing's (the same function, other kernels) "
             "together.") in " ".join(wording.reference_lines(gpu, "REF", 0.5))
     assert main(["compare", str(packed), str(sweep_out)]) == 0
-    assert "A train_util_pct not measured (runs that shared the device), B mean train_util_pct " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "A train_util_pct not measured (runs that shared the device), B mean train_util_pct " in out
+    # a member's time is its pack's, said of the side that packed
+    assert "time_a: a packed run's train_time_s is its whole pack's (the pack's members trained at once)\n" in out
+    assert main(["compare", str(sweep_out), str(sweep_out)]) == 0 and "whole pack's" not in capsys.readouterr().out
     alone = compare_outs(sweep_out, sweep_out)
     assert "Trained in fp32 on cpu here and in fp32 on cpu in the reference." in " ".join(
         wording.reference_lines(alone, "REF", 0.5))

@@ -105,6 +105,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
           + ", ".join(f"{label} mean train_util_pct {table[column].mean():.1f}" if table[column].notna().any()
                       else f"{label} train_util_pct not measured (runs that shared the device)"
                       for label, column in (("A", "util_a"), ("B", "util_b")) if column in table))
+    packed = [f"time_{side}" for side in "ab" if f"packing_{side}" in table and (table[f"packing_{side}"] != "alone").any()]
+    if packed:
+        print(f"{' and '.join(packed)}: a packed run's train_time_s is its whole pack's (the pack's members trained at "
+              f"once)")
     if args.csv:   # in the printed table's units: accuracy in %, as its differences are in points
         shown.to_csv(args.csv, index=False)
         print(f"table → {args.csv}")

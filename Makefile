@@ -115,7 +115,7 @@ test-gpu: $(STAMP)  ## the CUDA-only tests (skipped without CUDA)
 KILLS ?= 24
 JOBS_KILLS ?= $(KILLS)
 crash-test: $(STAMP)  ## SIGKILLs, torn tables and a full disk against a small sweep; every run must survive
-	$(PY) tests/crash.py --kills $(KILLS) --jobs-kills $(JOBS_KILLS)
+	$(PY) tests/crash.py --kills $(KILLS) --jobs-kills $(JOBS_KILLS) $(call opt,--pack,$(PACK))
 
 # the sweeps marked `default = true` in ablations/sweeps/*.toml (patch, heads, depth), then the report
 ablations: $(STAMP)  ## the default sweeps (patch, heads, depth), then the report

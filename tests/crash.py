@@ -1,6 +1,6 @@
 """Crash test: a sweep abused as a hostile user and a hostile machine would, then rerun to completion.
 
-    python tests/crash.py --kills 24 [--workdir DIR] [--seed 0]      # make crash-test
+    python tests/crash.py --kills 24 [--workdir DIR] [--seed 0] [--pack N]     # make crash-test [PACK=N]
 
 On a small digits sweep (3 points × 3 seeds, 3 epochs, a checkpoint every epoch), it
 1. runs it once uninterrupted, for reference accuracies and weights;
@@ -65,6 +65,7 @@ epochs = 3
 """
 SEEDS = "0,1,2"
 RUNS = 9
+PACK = "0"   # --pack: the sweep's seeds trained as packs of at most this many (0: one run at a time)
 
 
 @dataclass
@@ -97,7 +98,7 @@ def sweep_cmd(spec: Path, out: Path, jobs: int = 1, marks: float = 0.0, cost_rou
     program = [str(ROOT / "tests" / "marked_sweep.py"), str(marks)] if marks else ["-m", "ablations"]
     return [sys.executable, *program, "sweep", str(spec), "--dataset", "digits", "--seeds", SEEDS,
             "--cost-rounds", str(cost_rounds), "--checkpoint-every", "1", "--device", "cpu", "--out", str(out),
-            "--jobs", str(jobs), "--max-retries", "20"]
+            "--jobs", str(jobs), "--max-retries", "20", "--pack", PACK]
 
 
 def env(work: Path) -> dict[str, str]:
@@ -418,7 +419,11 @@ def main() -> int:
     parser.add_argument("--jobs-kills", type=int, help="kills of the JOBS=2 campaign (default: --kills; 0 skips it)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, help="default: a new temporary folder, removed afterwards")
+    parser.add_argument("--pack", default="0", help="the sweep's PACK (--pack): N trains each point's seeds as packs "
+                                                     "of at most N; default 0, one run at a time")
     args = parser.parse_args()
+    global PACK
+    PACK = args.pack
     jobs_kills = args.kills if args.jobs_kills is None else args.jobs_kills
 
     def both(work: Path) -> int:

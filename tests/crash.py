@@ -101,6 +101,10 @@ def sweep_cmd(spec: Path, out: Path, jobs: int = 1, marks: float = 0.0, cost_rou
             "--jobs", str(jobs), "--max-retries", "20", "--pack", PACK]
 
 
+def _packs() -> str:
+    return "" if PACK in ("0", "auto") else f" in packs of at most {PACK} seeds (PACK={PACK})"
+
+
 def env(work: Path) -> dict[str, str]:
     return {**os.environ, "VITBENCH_CACHE": str(work / "cache"), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
 
@@ -205,7 +209,7 @@ def jobs_campaign(work: Path, kills: int, seed: int = 0) -> Tally:
     spec = work / "depth.toml"
     spec.write_text(SPEC)
     t0 = time.perf_counter()
-    print(f"JOBS=2 crash test in {work}: {RUNS} runs, {kills} kills (seed {seed})", flush=True)
+    print(f"JOBS=2 crash test in {work}: {RUNS} runs{_packs()}, {kills} kills (seed {seed})", flush=True)
     reference = work / "reference-jobs2"
     ref = run(spec, reference, work, jobs=2, cost_rounds=0)
     tally.check(ref.returncode == 0, f"the uninterrupted JOBS=2 sweep failed: {ref.stderr[-500:]}")
@@ -344,7 +348,7 @@ def campaign(work: Path, kills: int, seed: int = 0) -> Tally:
     spec = work / "depth.toml"  # named as the registered depth sweep, so that the report covers it
     spec.write_text(SPEC)
     t0 = time.perf_counter()
-    print(f"crash test in {work}: {RUNS} runs, {kills} kills (seed {seed})", flush=True)
+    print(f"crash test in {work}: {RUNS} runs{_packs()}, {kills} kills (seed {seed})", flush=True)
 
     reference = work / "reference"
     ref = run(spec, reference, work, cost_rounds=0)

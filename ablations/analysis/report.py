@@ -261,8 +261,10 @@ def _tables(out: Path, specs: dict[str, SweepSpec], read: Tables
 def _failed_in_order(spec: SweepSpec, rows: pd.DataFrame) -> list[dict]:
     """A sweep's failed runs (rows) in the sweep's order of settings (those the spec lacks last), then by seed."""
     order = {v: i for i, v in enumerate(dict.fromkeys(designs.setting_order(spec)))}
-    failed = failed_rows(rows).to_dict("records")
-    return sorted(failed, key=lambda r: (order.get(r[spec.factor], len(order)), str(r[spec.factor]), int(r["seed"])))
+    failed = failed_rows(rows)
+    at = failed[spec.factor].map(lambda v: order.get(v, len(order))) if spec.factor in failed else 0
+    return (failed.assign(_at=at, _seed=pd.to_numeric(failed["seed"], errors="coerce"))
+            .sort_values(["_at", "_seed"], kind="stable").drop(columns=["_at", "_seed"]).to_dict("records"))
 
 
 def _answers(shown: dict[str, SweepSpec], pages: dict[str, SweepPage], failed: dict[str, list[dict]]) -> list[Answer]:

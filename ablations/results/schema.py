@@ -29,12 +29,15 @@ TRAINING = [
     Column("class_names", "", "the class of each label index, as a JSON list (an image folder's class folders, "
                               "CIFAR's names); predict names its answers with it", "text"),
     Column("seed", "", "training seed: initial weights, batch order and augmentation", "int"),
-    Column("train_time_s", "s", "wall time of the training epochs, evaluation excluded", roles=("measured",)),
+    Column("train_time_s", "s", "wall time of the training epochs, evaluation excluded; for a packed run (packed 1), "
+                                "its whole pack's", roles=("measured",)),
     Column("train_loss", "", "mean cross-entropy over the last epoch's training images"),
     Column("test_loss", "", "mean cross-entropy over the test set after the last epoch"),
     Column("test_acc", "fraction", "test accuracy after the last epoch"),
     Column("best_test_acc", "fraction", "highest test accuracy after any epoch (not for model selection)"),
-    Column("train_throughput_img_s", "images/s", "training images per second over the whole run", roles=("measured",)),
+    Column("train_throughput_img_s", "images/s", "training images per second over the whole run; for a packed run, "
+                                                 "its own images over its pack's time (the pack's is the sum over its "
+                                                 "members)", roles=("measured",)),
     Column("train_util_pct", "%", "the run's own busy share, only where it had the device to itself: GPU "
                                   "utilisation from NVML's timestamped samples wholly inside its training "
                                   "(evaluation included; blank where no whole sample period fell inside it), "
@@ -45,7 +48,8 @@ TRAINING = [
                                   "ablations/phases/training.csv; older rows counted the other runs' kernels "
                                   "too); util_pct is the inference step's in the cost phase", roles=("measured",)),
     Column("train_mfu", "fraction", "training MFU over the whole run: 3 × gflops × train_throughput_img_s over the "
-                            "device's measured matmul peak; mfu is the cost phase's inference step", roles=("measured",)),
+                            "device's measured matmul peak (a packed run: its own share, the pack's is the sum over "
+                            "its members); mfu is the cost phase's inference step", roles=("measured",)),
     Column("init", "", "the starting checkpoint, file:sha256-prefix or timm:<name>; empty for random init", "text"),
     Column("test_size", "images", "test images behind test_acc (and in the run's predictions file)", "int"),
     Column("train_size", "images", "training images the run trained on (the training set less its validation "

@@ -165,8 +165,10 @@ SETTINGS_TABLE = [
       for mode in ("infer", "train") for q in (50, 90, 99)],
     Column("infer_j_per_img", "J", "energy per image of the inference step (blank where not readable)"),
     Column("train_j_per_img", "J", "energy per image of the training step"),
-    *_spread_columns("run_s", "s", "a training run's wall time, over seeds (as the runs trained, not interleaved)"),
-    *_spread_columns("run_mfu", "fraction", "the training runs' own model FLOP utilisation, over seeds"),
+    *_spread_columns("run_s", "s", "a training run's wall time, over seeds (as the runs trained, not interleaved; a "
+                                   "packed run's is its whole pack's)"),
+    *_spread_columns("run_mfu", "fraction", "the training runs' own model FLOP utilisation, over seeds (a packed "
+                                            "run's is its own share of its pack's)"),
     *_spread_columns("run_busy_pct", "%", "the training runs' own busy share, over seeds"),
     Column("reused_from", "", "sweeps whose identical runs (same run id) these are copied from", "text"),
 ]

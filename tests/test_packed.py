@@ -331,6 +331,20 @@ def test_packing_refusals_are_one_line_before_any_run(tmp_path, capsys, argv, ne
     assert code == 2 and needle in err, err
 
 
+def test_a_packed_dry_run_says_how_the_runs_left_would_train(tmp_path, capsys):
+    """DRY_RUN=1 with PACK: the packs the runs still to train would form, filler slots included; none when all
+    are done or nothing packs."""
+    spec = write_spec(tmp_path / "p.toml", "depth", "[1, 2]")
+    argv = ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"), "--seeds", "0,1,2",
+            "--cost-rounds", "0", "--dry-run"]
+    code, out, err = run_cli(cli.main, [*argv, "--pack", "2"], capsys)
+    assert code == 0, err
+    assert ("  PACK=2: 6 runs would train as 4 packs of 1–2 seeds (2 of 8 slots filler: a pack trains at least 2 "
+            "wide)\n") in out
+    code, out, err = run_cli(cli.main, [*argv, "--pack", "0"], capsys)
+    assert code == 0 and "would train" not in out, err
+
+
 @pytest.mark.parametrize("section", ["[train]\npacked = true", "[tune]\nlr = [0.001, 0.002]\npacked = true"])
 def test_a_spec_cannot_mark_its_runs_packed(tmp_path, capsys, section):
     spec = tmp_path / "p.toml"

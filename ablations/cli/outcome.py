@@ -20,15 +20,16 @@ def runs_said(n: int) -> str:
     return "1 run" if n == 1 else f"{n} runs"
 
 
-def _packed(widths: list[int], pinned: int = 0) -> str:
+def packs_text(widths: list[int], pinned: int = 0, verb: str = "trained") -> str:
     """"; 12 trained as 4 packs of 3 seeds" (of 2–3 seeds), with ", each 3 wide (the width is in their run ids;
     2 of 12 slots filler)" where the width is pinned (`pinned`), or "" where none trained packed. Unpinned, a pack
-    narrower than `MIN_PACK` trains that wide beside filler copies (`training.packed.train_pack`), said too."""
+    narrower than `MIN_PACK` trains that wide beside filler copies (`training.packed.train_pack`), said too.
+    `verb`: "runs would train" for a plan."""
     if not widths:
         return ""
     low, high = min(widths), max(widths)
     seeds = f"{low}" if low == high else f"{low}–{high}"
-    said = (f"; {sum(widths)} trained as {len(widths)} pack{'s' if len(widths) > 1 else ''} of {seeds} "
+    said = (f"; {sum(widths)} {verb} as {len(widths)} pack{'s' if len(widths) > 1 else ''} of {seeds} "
             f"seed{'s' if high > 1 else ''}")
     if not pinned:
         slots = sum(max(w, MIN_PACK) for w in widths)
@@ -105,7 +106,7 @@ def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> No
         stale = f", {r.stale_tmp} stale temporary files removed" if r.stale_tmp else ""
         runs = f"{r.planned} run{'s' * (r.planned != 1)}"
         print(f"  {r.sweep:<8} {runs}: {r.skipped} already done{reused}{resumed}, {statuses}{stale}"
-              f"{_packed(r.packs, r.pack_width)}")
+              f"{packs_text(r.packs, r.pack_width)}")
         if r.said:
             print(f"           {r.said}")
         if r.starved:

@@ -17,7 +17,7 @@ from ablations.choices import DEFAULT_SEEDS
 from ablations.results import tensorboard
 from ablations.results.store import SweepPaths, finished_ids, model_key
 from ablations.running.cost import CostPlan
-from ablations.running.tasks import RunOptions, make_tasks
+from ablations.running.tasks import RunOptions, make_tasks, pack_tasks
 from ablations.specs import (
     DATASET_FIELDS,
     MODEL_FIELDS,
@@ -194,6 +194,14 @@ def dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
         size = f"{c['params']:>10,} {macs(c['gmacs']):>10}" if c else f"{'—':>10} {'—':>10}"
         print(f"  {task.point.label:<16} {task.seed:>4} {size} {cfg.tokens:>6}  {task.run_id}  "
               f"{'yes' if task.run_id in done else 'no'}")
+    todo = [task for task in make_tasks(points, options) if task.run_id not in done]
+    packs = [len(task.members) for task in pack_tasks(todo) if task.members]
+    if packs:
+        from ablations.cli.outcome import packs_text
+
+        pinned = max((task.point.train.pack_width for task in todo), default=0)
+        verb = f"run{'s' * (len(todo) != 1)} would train"
+        print(f"  PACK={options.pack}:{packs_text(packs, pinned, verb)[1:]}")
     counted = sum(c is not None for c in costs.values())
     if counted < len(costs):
         print(f"  (params and GMACs of the first {counted} of {len(costs):,} models, counted in "

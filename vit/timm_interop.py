@@ -107,10 +107,10 @@ def checkpoint_id(path: str | Path) -> str:
 def adapt_timm_state_dict(model: VisionTransformer, state_dict: Mapping[str, Tensor],
                           log: Callable[[str], None] = print) -> tuple[dict[str, Tensor], list[str]]:
     """Fit a timm checkpoint to `model`: resample a learned pos_embed to the model's patch grid (timm's
-    `resample_abs_pos_embed`, bicubic, CLS position kept apart), fit an RGB stem's first convolution to the model's
-    input channels (timm's `adapt_input_conv`: summed for one channel, else repeated and scaled), and drop a head
-    of another class count (the model's fresh head stays). Returns the state dict and the keys the model keeps its own values for.
-    """
+    `resample_abs_pos_embed`, bicubic, CLS position kept apart), fit an RGB stem's first convolution to the
+    model's input channels (timm's `adapt_input_conv`: summed for one channel, else repeated and scaled), and
+    drop a head of another class count (the model's fresh head stays). Returns the state dict and the keys the
+    model keeps its own values for."""
     from timm.layers import resample_abs_pos_embed
 
     cfg, state, keep = model.cfg, dict(state_dict), []
@@ -122,8 +122,9 @@ def adapt_timm_state_dict(model: VisionTransformer, state_dict: Mapping[str, Ten
         state["pos_embed"] = resample_abs_pos_embed(pos, [cfg.grid_size, cfg.grid_size], num_prefix_tokens=1)
         log(f"init: resampled pos_embed from a {old}×{old} to a {cfg.grid_size}×{cfg.grid_size} patch grid "
             f"(bicubic, CLS position kept)")
+    target = model.state_dict()
     for key, weight in list(state.items()):   # an RGB stem's first convolution, for images of other channels
-        ours = model.state_dict().get(_RENAME.get(key, key))
+        ours = target.get(_RENAME.get(key, key))
         if (ours is not None and weight.ndim == 4 and ours.ndim == 4 and weight.shape[1] == 3 != cfg.in_chans
                 and ours.shape[1] == cfg.in_chans and weight.shape[:1] + weight.shape[2:] == ours.shape[:1] + ours.shape[2:]):
             from timm.models import adapt_input_conv

@@ -35,6 +35,7 @@ num_classes of the base. An unknown key, a bad value, or a point whose config is
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 
 try:
@@ -240,11 +241,18 @@ def _value_list(path: Path, where: str, values: Any, unique: bool = True) -> lis
     return values
 
 
+def _did_you_mean(name: Any, known) -> str:
+    """' (did you mean 'depth'?)' for a name one typo from a known one, else ''."""
+    close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _factor_name(path: Path, factor: Any) -> str:
     if factor in FACTOR_FIELDS:
         return factor
     fixed = " (the dataset sets it)" if factor in DATASET_FIELDS else (
-        " (set in [tune])" if factor in TUNE_SPLIT else " (set by PACK, --pack)" if factor == PACKED else "")
+        " (set in [tune])" if factor in TUNE_SPLIT else " (set by PACK, --pack)" if factor == PACKED else
+        _did_you_mean(factor, FACTOR_FIELDS))
     raise SpecError(f"{path}: [sweep] factor={factor!r} is not a field a sweep can vary{fixed}; a ViTConfig "
                     f"field but {', '.join(DATASET_FIELDS)}, or a TrainConfig field but {', '.join(TUNE_SPLIT)} "
                     f"and {PACKED}")
@@ -301,7 +309,8 @@ def _read_sections(path: Path) -> dict[str, Any]:
             raise SpecError(f"{path}: [{section}] {PACKED}: whether runs train packed is set by PACK (--pack), not "
                             f"by a spec")
         if unknown:
-            raise SpecError(f"{path}: [{section}] has unknown key {unknown[0]!r}; known: {sorted(_SECTIONS[section])}")
+            raise SpecError(f"{path}: [{section}] has unknown key {unknown[0]!r}"
+                            f"{_did_you_mean(unknown[0], _SECTIONS[section])}; known: {sorted(_SECTIONS[section])}")
     return data
 
 
@@ -312,9 +321,13 @@ def _factors(path: Path, sweep: dict, data: dict) -> tuple[tuple[str, ...], tupl
             raise SpecError(f"{path}: a [values] table and design belong to several factors (factors = [...])")
         factor = _factor_name(path, sweep.get("factor"))
         return (factor,), (tuple(_value_list(path, "[sweep] values", sweep.get("values"))),), "one"
-    if "factor" in sweep or "values" in sweep:
-        raise SpecError(f"{path}: [sweep] give factor and values (one factor) or factors and a [values] "
-                        f"table (several), not both")
+    if "factor" in sweep:
+        raise SpecError(f"{path}: [sweep] give factor (one field) or factors (several), not both")
+    if "values" in sweep:
+        names = sweep["factors"] if isinstance(sweep["factors"], list) and sweep["factors"] else ["depth"]
+        raise SpecError(f"{path}: [sweep] values is one factor's list; with factors, give each factor's list in a "
+                        f"[values] table ([values] {names[0]} = [...]), or name one factor (factor = "
+                        f"\"{names[0]}\")")
     names = sweep["factors"]
     if not isinstance(names, list) or len(names) < 2:
         raise SpecError(f"{path}: [sweep] factors must list two or more fields, got {names!r}")

@@ -30,7 +30,16 @@ def test_spec_with_invalid_point_fails_before_any_training(tmp_path, capsys):
 
 @pytest.mark.parametrize("text,message", [
     ('[sweep]\nfactor = "depth"\nvalues = [1]\nvalue = 3\n', "unknown key 'value'"),
-    ('[sweep]\nfactor = "depht"\nvalues = [1]\n', "factor='depht'"),
+    ('[sweep]\nfactor = "depht"\nvalues = [1]\n', r"factor='depht' is not a field a sweep can vary \(did you mean "
+                                                   r"'depth'\?\)"),
+    ('[sweep]\nfactor = "depth"\nvalues = [1]\n[train]\nepoch = 3\n', r"\[train\] has unknown key 'epoch' \(did you "
+                                                                     r"mean 'epochs'\?\); known"),
+    ('[sweep]\nfactor = "depth"\nvalues = [1]\n[train]\nfoo = 3\n', r"\[train\] has unknown key 'foo'; known"),
+    ('[sweep]\nfactors = ["depth", "num_heads"]\nvalues = [1, 2]\n', r"\[sweep\] values is one factor's list; with "
+                                                                     r"factors, give each factor's list in a \[values\] "
+                                                                     r"table \(\[values\] depth = \[...\]\)"),
+    ('[sweep]\nfactor = "depth"\nfactors = ["depth", "num_heads"]\n', r"give factor \(one field\) or factors "
+                                                                       r"\(several\), not both"),
     ('[sweep]\nfactor = "depth"\nvalues = [1]\n[train]\nepochs = 0\n', "TrainConfig.epochs"),
     ('[sweep]\nfactor = "depth"\nvalues = [1]\n[model]\nimg_size = 32\n', "img_size is set by the dataset"),
     ('[sweeps]\n', "unknown section"),

@@ -241,7 +241,7 @@ def _value_list(path: Path, where: str, values: Any, unique: bool = True) -> lis
     return values
 
 
-def _did_you_mean(name: Any, known) -> str:
+def did_you_mean(name: Any, known) -> str:
     """' (did you mean 'depth'?)' for a name one typo from a known one, else ''."""
     close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.75)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -252,7 +252,7 @@ def _factor_name(path: Path, factor: Any) -> str:
         return factor
     fixed = " (the dataset sets it)" if factor in DATASET_FIELDS else (
         " (set in [tune])" if factor in TUNE_SPLIT else " (set by PACK, --pack)" if factor == PACKED else
-        _did_you_mean(factor, FACTOR_FIELDS))
+        did_you_mean(factor, FACTOR_FIELDS))
     raise SpecError(f"{path}: [sweep] factor={factor!r} is not a field a sweep can vary{fixed}; a ViTConfig "
                     f"field but {', '.join(DATASET_FIELDS)}, or a TrainConfig field but {', '.join(TUNE_SPLIT)} "
                     f"and {PACKED}")
@@ -310,7 +310,7 @@ def _read_sections(path: Path) -> dict[str, Any]:
                             f"by a spec")
         if unknown:
             raise SpecError(f"{path}: [{section}] has unknown key {unknown[0]!r}"
-                            f"{_did_you_mean(unknown[0], _SECTIONS[section])}; known: {sorted(_SECTIONS[section])}")
+                            f"{did_you_mean(unknown[0], _SECTIONS[section])}; known: {sorted(_SECTIONS[section])}")
     return data
 
 
@@ -468,5 +468,6 @@ def find_spec(name: str, spec_dir: Path = SPEC_DIR) -> Path:
         return path
     candidate = spec_dir / f"{name}.toml"
     if not candidate.exists():
-        raise SpecError(f"no sweep named {name!r} in {spec_dir}; available: {available_sweeps()}")
+        raise SpecError(f"no sweep named {name!r} in {spec_dir}{did_you_mean(name, available_sweeps(spec_dir))}; "
+                        f"available: {available_sweeps(spec_dir)}")
     return candidate

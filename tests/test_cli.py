@@ -298,7 +298,8 @@ def test_sweep_set_holds_a_field_in_every_point_records_it_and_the_report_shows_
     assert "embed_dim=16" in held and "flip=True." in held and "crop_padding=1 (the dataset's default)" in held
     for bad, said in (("depth=3", "depth is what sweep depth varies (1, 2)"),
                       ("img_size=16", "img_size is fixed by the dataset (DATASET=digits)"),
-                      ("colour=red", "--set colour: not a ViTConfig or TrainConfig field"),
+                      ("colour=red", "--set colour: not a ViTConfig or TrainConfig field; model: ['attn'"),
+                      ("epoch=3", "--set epoch: not a ViTConfig or TrainConfig field (did you mean 'epochs'?); model:"),
                       ("flip", "--set 'flip' is not key=value"),
                       ("flip=maybe", "TrainConfig.flip must be true or false (or unset), got 'maybe' (with --set flip=maybe at"),
                       ("lr=-1", "TrainConfig.lr must be a finite number > 0, got -1.0 (with --set lr=-1 at every "

@@ -56,6 +56,16 @@ def test_spec_errors_name_file_and_field(tmp_path, text, message):
     assert "s.toml" in str(info.value)
 
 
+def test_a_misspelt_sweep_name_is_refused_with_the_sweep_it_is_one_typo_from():
+    from ablations.specs import find_spec
+
+    with pytest.raises(SpecError, match=r"no sweep named 'depht' in .* \(did you mean 'depth'\?\); available: \["):
+        find_spec("depht")
+    with pytest.raises(SpecError) as info:
+        find_spec("zzz")
+    assert "did you mean" not in str(info.value)
+
+
 @pytest.mark.parametrize("name", ["dd-cost", "lr-history"])
 def test_a_sweep_named_like_another_sweeps_side_table_is_refused_before_it_trains(tmp_path, capsys, name):
     """`dd-cost.csv` would be read as the cost table of a sweep `dd`, `lr-history.csv` as the epochs of `lr`:

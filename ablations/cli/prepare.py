@@ -27,6 +27,7 @@ from ablations.specs import (
     SpecError,
     SweepSpec,
     base_preset,
+    did_you_mean,
 )
 from ablations.training.data import cached_dataset, check_recipe
 from bench.env import resolve_device
@@ -307,8 +308,9 @@ def _overrides(args: argparse.Namespace, specs: list[SweepSpec] = ()) -> tuple[d
         elif key in TRAIN_FIELDS:
             train_changes[key] = value
         else:
-            raise ValueError(f"--set {key}: not a ViTConfig or TrainConfig field; model: {sorted(MODEL_FIELDS)}, "
-                             f"train: {sorted(TRAIN_FIELDS)}")
+            raise ValueError(f"--set {key}: not a ViTConfig or TrainConfig field"
+                             f"{did_you_mean(key, set(MODEL_FIELDS) | set(TRAIN_FIELDS) - {PACKED})}; model: "
+                             f"{sorted(MODEL_FIELDS)}, train: {sorted(set(TRAIN_FIELDS) - {PACKED})}")
     return model_changes, train_changes
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -146,7 +147,9 @@ class ViTConfig:
         """A copy with `changes` applied (validated); an unknown field raises `ValueError`."""
         unknown = sorted(set(changes) - set(self.to_dict()))
         if unknown:
-            raise ValueError(f"ViTConfig has no field {unknown[0]!r}; fields are {sorted(self.to_dict())}")
+            close = difflib.get_close_matches(unknown[0], sorted(self.to_dict()), n=1, cutoff=0.75)
+            raise ValueError(f"ViTConfig has no field {unknown[0]!r}{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                             f"fields are {sorted(self.to_dict())}")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

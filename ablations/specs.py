@@ -35,7 +35,6 @@ num_classes of the base. An unknown key, a bad value, or a point whose config is
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import itertools
 
 try:
@@ -58,6 +57,7 @@ from ablations.choices import (
 )
 from bench.training.recipe import TrainConfig
 from vit import PRESETS, ViTConfig
+from vit.config import did_you_mean
 
 __all__ = ["DATASET_FIELDS", "FACTOR_FIELDS", "SPEC_DIR", "Point", "SpecError", "SweepSpec", "available_sweeps", "default_sweeps",
            "find_spec", "load_spec"]
@@ -239,12 +239,6 @@ def _value_list(path: Path, where: str, values: Any, unique: bool = True) -> lis
     if unique and len(set(map(repr, values))) != len(values):
         raise SpecError(f"{path}: {where} has duplicates: {values!r}")
     return values
-
-
-def did_you_mean(name: Any, known) -> str:
-    """' (did you mean 'depth'?)' for a name one typo from a known one, else ''."""
-    close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _factor_name(path: Path, factor: Any) -> str:

@@ -39,8 +39,10 @@ def test_invalid_config_raises_naming_field_and_value(changes, message):
 
 
 def test_replace_rejects_unknown_field():
-    with pytest.raises(ValueError, match=r"ViTConfig has no field 'heads'; fields are \["):
+    with pytest.raises(ValueError, match=r"ViTConfig has no field 'heads' \(did you mean 'num_heads'\?\); fields are"):
         ViTConfig().replace(heads=3)
+    with pytest.raises(ValueError, match=r"ViTConfig has no field 'colour'; fields are \["):
+        ViTConfig().replace(colour=3)
     with pytest.raises(ValueError, match=r"ViTConfig has no field 'dept' \(did you mean 'depth'\?\); fields are"):
         ViTConfig().replace(dept=3)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,16 @@ def floats_as_floats(config: Any) -> None:
         value = getattr(config, f.name)
         if f.type == "float" and isinstance(value, int) and not isinstance(value, bool):
             object.__setattr__(config, f.name, float(value))
+
+
+def did_you_mean(name: object, known: Iterable[str]) -> str:
+    """' (did you mean 'depth'?)' for a name a typo away from one known name ('dept'), or part of just one
+    ('heads' of 'num_heads'); else ''."""
+    known = sorted(known)
+    close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.7)
+    within = [k for k in known if str(name) and str(name) in k]
+    guess = close[0] if close else within[0] if len(within) == 1 else None
+    return f" (did you mean {guess!r}?)" if guess else ""
 
 
 @dataclass(frozen=True)
@@ -147,8 +157,7 @@ class ViTConfig:
         """A copy with `changes` applied (validated); an unknown field raises `ValueError`."""
         unknown = sorted(set(changes) - set(self.to_dict()))
         if unknown:
-            close = difflib.get_close_matches(unknown[0], sorted(self.to_dict()), n=1, cutoff=0.75)
-            raise ValueError(f"ViTConfig has no field {unknown[0]!r}{f' (did you mean {close[0]!r}?)' if close else ''}; "
+            raise ValueError(f"ViTConfig has no field {unknown[0]!r}{did_you_mean(unknown[0], self.to_dict())}; "
                              f"fields are {sorted(self.to_dict())}")
         return dataclasses.replace(self, **changes)
 

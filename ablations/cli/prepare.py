@@ -27,7 +27,6 @@ from ablations.specs import (
     SpecError,
     SweepSpec,
     base_preset,
-    did_you_mean,
 )
 from ablations.training.data import cached_dataset, check_recipe
 from bench.env import resolve_device
@@ -36,6 +35,7 @@ from bench.io.overrides import parse_overrides
 from bench.reference import refusal
 from bench.units import macs
 from vit import VisionTransformer, checkpoint_id, init_from_checkpoint
+from vit.config import did_you_mean
 
 
 def _train_changes(args: argparse.Namespace) -> dict[str, Any]:

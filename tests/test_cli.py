@@ -450,6 +450,10 @@ def test_a_spec_may_ask_for_adaptive_seeds_and_the_dry_run_gives_the_most_runs_i
     assert out.count(" no\n") == 10
     assert ablations_main(["sweep", str(spec), *common, "--seeds", "7"]) == 0
     assert capsys.readouterr().out.count(" no\n") == 2
+    # a design of one look has no later look to train more seeds at
+    assert ablations_main(["sweep", str(spec), *common, "--seeds", "auto:4"]) == 0
+    out = capsys.readouterr().out
+    assert "SEEDS=auto:4: one look, at seeds 0–3 of every setting: 8 runs\n" in out and "then more" not in out
     tuned = tmp_path / "t.toml"
     tuned.write_text('[sweep]\nfactor = "depth"\nvalues = [1, 2]\nseeds = "auto"\n[tune]\nlr = [0.001, 0.002]\n')
     assert ablations_main(["sweep", str(tuned), *common]) == 0

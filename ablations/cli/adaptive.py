@@ -19,6 +19,7 @@ import pandas as pd
 
 from ablations.analysis.designs import select, with_settings
 from ablations.analysis.sequential import Design, gather, replay_gathered
+from ablations.analysis.wording.verdicts import seed_ranges
 from ablations.choices import OBRIEN_FLEMING, AutoSeeds, RelativeMargin
 from ablations.results import seed_design
 from ablations.results.identity import experiment_id
@@ -101,6 +102,10 @@ def dry_run_line(auto: AutoSeeds, points: int, spec: SweepSpec, how: str = "look
         return (f"  SEEDS={auto}, AUTO_TRAIN=cap: every setting's seeds 0–{looks[-1] - 1} at once{picks}, then the "
                 f"looks at {'/'.join(map(str, looks))} seeds read in order: {most if spec.tune else points * looks[-1]} "
                 f"runs; the list shows each point at the cap")
+    if len(looks) == 1:   # a design of one look trains its seeds and reads them once, as fixed seeds would
+        each = f" at every value of {', '.join(n for n, _ in spec.tune)}" if spec.tune else ""
+        return (f"  SEEDS={auto}: one look, at seeds {seed_ranges(list(range(looks[0])))} of every setting{each}: "
+                f"{first} runs")
     return (f"  SEEDS={auto}: seeds {', '.join(map(str, range(looks[0])))} of every setting first, then more (looks "
             f"at {'/'.join(map(str, looks))} seeds) only for the settings still open{picks}: {first} to {most} runs; "
             f"the list shows each point at the most seeds it may train")

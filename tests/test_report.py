@@ -283,6 +283,29 @@ def test_a_sweep_whose_best_setting_is_at_chance_gets_no_verdict(tmp_path):
     assert "| depth a |" not in section and " is best" not in section
 
 
+def test_a_seeds_auto_sweep_stopped_at_chance_says_where_its_design_stopped(tmp_path):
+    """Every setting guesses and a SEEDS=auto design read its first look: no verdict, and both the findings table
+    and the section say the design stopped there because the leader is at chance (not 'fixed' seeds)."""
+    from ablations.analysis.stats import ALPHA
+    from ablations.results import seed_design
+
+    for depth in (1, 2):
+        for seed in range(3):
+            write_run(tmp_path, depth, seed, mask(range(880 + 7 * seed + depth)))
+    paths = SweepPaths.of(tmp_path, "depth")
+    experiment = hexid("guessing")
+    read_table(paths.rows).assign(experiment_id=experiment).to_csv(paths.rows, index=False)
+    seed_design.write_design(paths, seed_design.new_design(0.005, ALPHA, 10, (3, 5), experiment=experiment))
+    text = build_report(tmp_path).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| depth |"))
+    assert "| 3 each; stopped at look 1 of 2: the leader is at chance |" in row and "(fixed)" not in row
+    assert ("is within noise of chance (10.0 % for guessing): no setting has learned the task at this budget, so no "
+            "comparison says anything about the factor; train longer (EPOCHS), or check that the labels can be "
+            "learned from the images. Intervals only; no setting is named best. Adaptive seeds (SEEDS=auto): looks "
+            "at 3/5 seeds a setting; stopped at look 1 of 2 (3 seeds each): the leader is within noise of "
+            "chance.") in text
+
+
 def test_two_seeds_far_apart_and_far_above_chance_are_not_called_chance(tmp_path):
     for seed, right in ((0, 300), (1, 550)):     # 30 % and 55 % on ten classes: learning, noisily
         write_run(tmp_path, 1, seed, mask(range(right, N_TEST)))

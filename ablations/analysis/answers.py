@@ -68,6 +68,11 @@ def answer(f: SweepFindings, sweep: str, question: str) -> Answer:
     if v is None:
         found.no_verdict = f.no_test.kind if f.no_test is not None else "no test"
         found.no_verdict_why = f.no_test.reason if f.no_test is not None else ""
+        if f.design is not None and f.design.final is not None:   # a SEEDS=auto design stopped with no verdict
+            last = f.design.final
+            found.look = (last.index + 1, len(f.design.schedule))
+            found.stop = ("the leader is at chance" if last.at_chance else
+                          "the cap" if last.index == len(f.design.schedule) - 1 else "no test")
         return found
     by_pair = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
     decided = f.design.final.decided if f.design is not None and f.design.final is not None else {}

@@ -136,6 +136,8 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
         findings.test_size = next(iter(correct.values())).shape[1]
         findings.setting_parts = _mean_parts([contrast([correct[v]], [1.0]).parts for v in order])
     _mark_chance(findings, ok)
+    if design is not None and design[0].final is not None:   # where it stopped is said with or without a test
+        findings.design, findings.left_out = design
     if len(settings) < 2:
         findings.no_test = NoTest("one setting")
         return findings
@@ -150,8 +152,7 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     if runs is None:
         findings.no_test = NoTest("unpaired", reason=reason)
         return findings
-    if design is not None and design[0].final is not None:
-        findings.design, findings.left_out = design
+    if findings.design is not None:
         findings.comparisons = design[0].final.comparisons
         findings.pair_parts = _mean_parts([c.parts for c in findings.comparisons
                                            if c.parts is not None and not c.identical])

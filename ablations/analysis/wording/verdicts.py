@@ -245,7 +245,8 @@ def verdict_sentence(f: SweepFindings) -> str:
     at fixed seeds the smallest difference it could detect and the seeds a 0.5-point difference would take, under
     SEEDS=auto where its design stopped; settings at chance; settings left out of the design."""
     if f.verdict is None:
-        return f"**No verdict**: {no_test(f)}. Intervals only; no setting is named best."
+        design = design_sentence(f)
+        return f"**No verdict**: {no_test(f)}. Intervals only; no setting is named best." + (f" {design}" if design else "")
     said = f"**{answer_text(answer(f, '', ''))}**"
     if f.left_out:
         said = "Of the settings in the design: " + said + _left_out(f)

@@ -331,6 +331,16 @@ def test_packing_refusals_are_one_line_before_any_run(tmp_path, capsys, argv, ne
     assert code == 2 and needle in err, err
 
 
+def test_train_s_table_says_a_packed_runs_time_is_its_packs(tmp_path, capsys):
+    argv = ["train", "--preset", "vit_digits", "--dataset", "digits", "--epochs", "1", "--seeds", "0,1",
+            "--cost-rounds", "0", "--out", str(tmp_path)]
+    code, out, err = run_cli(cli.main, [*argv, "--pack", "2"], capsys)
+    assert code == 0, err
+    assert out.endswith("train s: a packed run's is its whole pack's (its members trained at once)\n"), out
+    code, out, err = run_cli(cli.main, [*argv, "--pack", "0"], capsys)
+    assert code == 0 and "whole pack's" not in out, err
+
+
 def test_a_packed_dry_run_says_how_the_runs_left_would_train(tmp_path, capsys):
     """DRY_RUN=1 with PACK: the packs the runs still to train would form, filler slots included; none when all
     are done or nothing packs."""

@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub.add_parser("run", help="measure a config or a grid"))
     conv = sub.add_parser("convert-json", help="pytest-benchmark JSON to a CSV of measurement rows")
-    conv.add_argument("json_path", type=Path)
-    conv.add_argument("csv_path", type=Path)
+    conv.add_argument("json_path", type=Path, help="the pytest-benchmark JSON to read")
+    conv.add_argument("csv_path", type=Path, help="the CSV of measurement rows to write from it (replaced whole)")
     conv.add_argument("--into-reference", action="store_true",
                       help="allow writing into a folder of committed reference results")
     conv.add_argument("--check", action="store_true",
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
                            "the JSON): exit 2 with one line where they lie in the committed reference")
     peak = sub.add_parser("peak", help="measure this machine's matmul peak, the FLOP/s that MFU divides by")
     peak.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    peak.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
+    peak.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="the matmuls' precision (default fp32)")
     args = parser.parse_args(argv)
     if args.command == "convert-json" and args.check:   # the guard alone, before anything is written or imported
         from bench.reference import refusal

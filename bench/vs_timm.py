@@ -19,6 +19,7 @@ import pandas as pd
 import timm
 import torch
 
+from bench.choices import integer
 from bench.contention import LoadMeter
 from bench.env import device_name
 from bench.reference import refusal
@@ -32,10 +33,14 @@ MIN_ROUNDS = 3
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="vit_small_patch16_224",
-                        choices=[p for p in PRESETS if p.startswith("vit_") and "patch16" in p])
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--backends", default=",".join(ATTENTION_BACKENDS))
+                        choices=[p for p in PRESETS if p.startswith("vit_") and "patch16" in p],
+                        help="the model, built both as timm's ViT and as vitbench's with timm's weights")
+    parser.add_argument("--batch-size", type=integer(1, "--batch-size must be a positive integer"), default=8,
+                        help="images per inference step (default 8)")
+    parser.add_argument("--rounds", type=integer(1, "--rounds must be a positive integer"), default=7,
+                        help=f"interleaved rounds (default 7; a ratio needs {MIN_ROUNDS} or more kept)")
+    parser.add_argument("--backends", default=",".join(ATTENTION_BACKENDS),
+                        help=f"comma-separated attention backends to time against timm (default {','.join(ATTENTION_BACKENDS)})")
     parser.add_argument("--out", default="results", help="writes <out>/bench/vs-timm.csv (default results)")
     parser.add_argument("--into-reference", action="store_true",
                         help="allow writing into a folder of committed reference results")

@@ -132,6 +132,8 @@ def test_no_help_text_shows_an_escaped_percent_sign(capsys):
     sub = next(a for a in build()._actions if isinstance(a, argparse._SubParsersAction))
     for name, parser in sub.choices.items():
         assert "%%" not in parser.format_help(), name
+        # and every option and argument says what it is
+        assert not [a.dest for a in parser._actions if not a.help], name
 
 
 def test_help_names_every_choice_the_registries_hold(capsys):

@@ -24,8 +24,9 @@ import time
 from ablations import choices
 from ablations.choices import available_sweeps, default_sweeps
 from ablations.cli import known as known_commands
-from ablations.options import COST_FLAGS, DATA_ROOT, INTO_REFERENCE, MARGIN, OUT, add_options, run_options
+from ablations.options import COST_FLAGS, DATA_ROOT, INTO_REFERENCE, MARGIN, OUT, add_options, positive, run_options
 from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
+from bench.choices import non_negative
 
 
 class Parser(argparse.ArgumentParser):
@@ -137,15 +138,19 @@ def _calibrate(sub) -> None:
 def _stepbench(sub) -> None:
     step = sub.add_parser("stepbench", help="the training step alone, eager against static buffers (a CUDA graph "
                                             "on CUDA), in interleaved rounds (make bench-step)")
-    step.add_argument("--preset", default="vit_mnist", choices=sorted(choices.PRESETS))
+    step.add_argument("--preset", default="vit_mnist", choices=sorted(choices.PRESETS),
+                      help="the model whose training step is timed (default vit_mnist)")
     step.add_argument("--dataset", default="mnist5k", choices=sorted(choices.DATASETS),
                       help="gives the image shape and classes (default mnist5k: 28×28, 1 channel, 10 classes)")
-    step.add_argument("--batch-size", type=int, default=64)
-    step.add_argument("--device", default="auto")
+    step.add_argument("--batch-size", type=positive("--batch-size"), default=64,
+                      help="images per training step (default 64, the default recipe's)")
+    step.add_argument("--device", default="auto", help="auto (CUDA where there is one), cpu, cuda or cuda:N")
     step.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"],
                       help="autocast dtype (auto: bf16 on CUDA, fp32 on the CPU; fp16 has no graphed step)")
-    step.add_argument("--rounds", type=int, default=7)
-    step.add_argument("--min-time", type=float, default=0.5, help="seconds timed per step kind and round")
+    step.add_argument("--rounds", type=positive("--rounds"), default=7,
+                      help="interleaved rounds, each timing both step kinds (default 7)")
+    step.add_argument("--min-time", type=non_negative("--min-time must be a number of seconds ≥ 0"), default=0.5,
+                      help="seconds timed per step kind and round (default 0.5)")
 
 
 RUNS = {"sweep", "train", "cost", "calibrate", "stepbench"}   # they train or time models: their module loads torch

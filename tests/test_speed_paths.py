@@ -392,13 +392,21 @@ def test_the_step_benchmark_times_both_steps_in_interleaved_rounds_and_leaves_ou
     assert "static / eager: not compared (fewer than 3 measurements on a side)" in out
 
 
-@pytest.mark.parametrize("args, message", [(["--batch-size", "0"], "batch_size must be a positive"),
-                                           (["--rounds", "0"], "--rounds must be ≥ 1, got 0"),
+@pytest.mark.parametrize("args, message", [(["--batch-size", "0"], "argument --batch-size: --batch-size must be a "
+                                                                    "positive integer, got '0'"),
+                                           (["--rounds", "0"], "argument --rounds: --rounds must be a positive integer, "
+                                                               "got '0'"),
+                                           (["--min-time", "nan"], "--min-time must be a number of seconds ≥ 0, got "
+                                                                   "'nan'"),
                                            (["--device", "cuda:7"], "cuda:7"),
                                            (["--preset", "vit_mnist"], "img_size=8 is not divisible by patch_size=7")])
 def test_the_step_benchmark_refuses_bad_input_before_building_anything(args, message, capsys, monkeypatch):
     monkeypatch.setattr(stepbench, "build_steps", lambda *a: pytest.fail("built steps for bad input"))
-    assert main(["stepbench", "--preset", "vit_digits", "--dataset", "digits"] + args) == 2
+    try:   # a bad count is refused as the command line is read (argparse exits 2)
+        code = main(["stepbench", "--preset", "vit_digits", "--dataset", "digits"] + args)
+    except SystemExit as exit:
+        code = exit.code
+    assert code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
 

@@ -50,8 +50,6 @@ def run(args) -> dict[str, Spread]:
         device = resolve_device(args.device)
         cfg = TrainConfig(batch_size=args.batch_size, dtype=args.dtype)
         timing = TimingConfig(warmup=4, min_repeats=10, min_time_s=args.min_time)
-        if args.rounds < 1:
-            raise ValueError(f"--rounds must be ≥ 1, got {args.rounds}")
         data = load_dataset(args.dataset)
         model_cfg = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
                                                  num_classes=data.num_classes)

@@ -68,11 +68,7 @@ def answer(f: SweepFindings, sweep: str, question: str) -> Answer:
     if v is None:
         found.no_verdict = f.no_test.kind if f.no_test is not None else "no test"
         found.no_verdict_why = f.no_test.reason if f.no_test is not None else ""
-        if f.design is not None and f.design.final is not None:   # a SEEDS=auto design stopped with no verdict
-            last = f.design.final
-            found.look = (last.index + 1, len(f.design.schedule))
-            found.stop = ("the leader is at chance" if last.at_chance else
-                          "the cap" if last.index == len(f.design.schedule) - 1 else "no test")
+        _stopped(found, f)
         return found
     by_pair = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
     decided = f.design.final.decided if f.design is not None and f.design.final is not None else {}
@@ -90,13 +86,20 @@ def answer(f: SweepFindings, sweep: str, question: str) -> Answer:
     found.worse.sort(key=lambda d: -d.diff)
     found.open = [Difference(o, *_signed(by_pair[frozenset((v.best, o))], f, v.best)) for o in v.inconclusive]
     _cheapest(found, f)
-    if f.design is not None and f.design.final is not None:
-        last = f.design.final
-        found.look = (last.index + 1, len(f.design.schedule))
-        found.stop = ("every pair with the leader decided" if last.done and not v.inconclusive else
-                      "the leader is at chance" if last.at_chance else
-                      "the cap" if last.index == len(f.design.schedule) - 1 else "the rest stopped as futile")
+    _stopped(found, f)
     return found
+
+
+def _stopped(found: Answer, f: SweepFindings) -> None:
+    """Under SEEDS=auto, the look the design stopped at and why, with or without a verdict."""
+    if f.design is None or f.design.final is None:
+        return
+    last, v = f.design.final, f.verdict
+    found.look = (last.index + 1, len(f.design.schedule))
+    found.stop = ("every pair with the leader decided" if v is not None and last.done and not v.inconclusive else
+                  "the leader is at chance" if last.at_chance else
+                  "the cap" if last.index == len(f.design.schedule) - 1 else
+                  "the rest stopped as futile" if v is not None else "no test")
 
 
 def _cheapest(found: Answer, f: SweepFindings) -> None:

@@ -153,7 +153,7 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
         findings.no_test = NoTest("unpaired", reason=reason)
         return findings
     if findings.design is not None:
-        findings.comparisons = design[0].final.comparisons
+        findings.comparisons = findings.design.final.comparisons
         findings.pair_parts = _mean_parts([c.parts for c in findings.comparisons
                                            if c.parts is not None and not c.identical])
         findings.verdict = design_verdict(design[0], {s.value: s.acc.mean for s in settings})

@@ -250,6 +250,6 @@ def _runs_table(rows: list[dict]) -> str:
     table = pd.DataFrame(rows, columns=list(columns))
     shown = {label: [fmt(v) if v == v and v is not None else "—" for v in table[name]]
              for name, (label, fmt) in columns.items()}
-    packed = any(str(r.get("packed")) in ("1", "1.0", "True") for r in rows)
+    packed = (pd.to_numeric(pd.Series([r.get("packed") for r in rows], dtype=object), errors="coerce") == 1).any()
     return pd.DataFrame(shown).to_string(index=False) + ("\ntrain s: a packed run's is its whole pack's (its members "
                                                          "trained at once)" if packed else "")

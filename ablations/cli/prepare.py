@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ablations.choices import DEFAULT_SEEDS
+from ablations.cli.outcome import packs_text
 from ablations.results import tensorboard
 from ablations.results.store import SweepPaths, finished_ids, model_key
 from ablations.running.cost import CostPlan
@@ -186,7 +187,8 @@ def dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
     print(f"  {'factor':<16} {'seed':>4} {'params':>10} {'GMACs':>10} {'tokens':>6}  run_id        done")
     costs: dict[str, dict[str, float] | None] = {}
     until = time.perf_counter() + DRY_RUN_COUNTING_S
-    for task in make_tasks(points, options):
+    tasks = make_tasks(points, options)
+    for task in tasks:
         cfg = task.point.model
         key = model_key(cfg)
         if key not in costs:   # counted once per model, for as many as a few seconds allow: a big grid lists fast
@@ -195,11 +197,9 @@ def dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
         size = f"{c['params']:>10,} {macs(c['gmacs']):>10}" if c else f"{'—':>10} {'—':>10}"
         print(f"  {task.point.label:<16} {task.seed:>4} {size} {cfg.tokens:>6}  {task.run_id}  "
               f"{'yes' if task.run_id in done else 'no'}")
-    todo = [task for task in make_tasks(points, options) if task.run_id not in done]
+    todo = [task for task in tasks if task.run_id not in done]
     packs = [len(task.members) for task in pack_tasks(todo) if task.members]
     if packs:
-        from ablations.cli.outcome import packs_text
-
         pinned = max((task.point.train.pack_width for task in todo), default=0)
         verb = f"run{'s' * (len(todo) != 1)} would train"
         print(f"  PACK={options.pack}:{packs_text(packs, pinned, verb)[1:]}")

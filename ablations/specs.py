@@ -192,7 +192,7 @@ class SweepSpec:
             try:
                 preset = base_preset(img_size)
             except ValueError as err:
-                raise SpecError(f"{self.path}: [model] {err} in [model]") from None
+                raise SpecError(f"{self.path}: [model] {err}") from None
         base_train = {**self.train_overrides, **(train_changes or {})}
         if self.tune:
             base_train.update(holdout=self.holdout, holdout_seed=self.holdout_seed, holdout_split=self.holdout_split)
@@ -216,7 +216,10 @@ class SweepSpec:
                                                        "in_chans": in_chans, "num_classes": num_classes,
                                                        **model_changes})
                 except ValueError as err:
-                    raise SpecError(f"{self.path}: point {where}: {err}") from None
+                    patch = {**PRESETS[preset].to_dict(), **self.model_overrides, **model_changes}["patch_size"]
+                    hint = (f"; IMG_SIZE (--img-size) shows the {img_size} px images at a side the patch size divides"
+                            if isinstance(patch, int) and patch > 0 and img_size % patch else "")
+                    raise SpecError(f"{self.path}: point {where}: {err}{hint}") from None
                 try:
                     train_cfg = TrainConfig(**train)
                 except (TypeError, ValueError) as err:

@@ -252,15 +252,13 @@ def _points(args: argparse.Namespace, spec: SweepSpec, data: Any, train_changes:
         return spec.points(data.img_size, data.in_chans, data.num_classes, train_changes)
     except SpecError as err:
         text = str(err)
-        hint = (f"; IMG_SIZE (--img-size) shows the {data.img_size} px images at a side the patch size divides"
-                if "is not divisible by patch_size" in text else "")
         given = parse_overrides(getattr(args, "set", None) or [])
         said = f"--set {' '.join(f'{k}={v}' for k, v in given.items())}" if given else ""
         if text.startswith(f"{spec.path}:") and spec.path == Path("--set"):   # `train`'s one-run spec is named --set
-            raise SpecError((said or "train") + text[len("--set"):] + hint) from None
+            raise SpecError((said or "train") + text[len("--set"):]) from None
         if not given:
-            raise SpecError(text + hint) from None
-        raise SpecError(f"{text} (with {said} at every point){hint}") from None
+            raise
+        raise SpecError(f"{text} (with {said} at every point)") from None
 
 
 def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:

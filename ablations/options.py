@@ -182,9 +182,11 @@ COST_FLAGS = ("--out", "--device", "--cost-rounds", "--cost-budget", "--graphs",
               "--into-reference")  # of `cost`
 
 
-def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
+def add_options(parser: argparse.ArgumentParser, options: Sequence[Option],
+                changes: dict[str, dict[str, Any]] | None = None) -> None:
+    """Add every option to `parser`; `changes` maps a flag to the help or default it has in this command."""
     for option in options:
-        option.add_to(parser)
+        option.add_to(parser, **(changes or {}).get(option.flag, {}))
 
 
 def run_options(executor_options: dict[str, tuple[Option, ...]]) -> tuple[Option, ...]:

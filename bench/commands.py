@@ -25,6 +25,7 @@ from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
 from bench.schema import BENCH_COLUMNS
 from bench.timing import TimingConfig
 from bench.training.precision import DTYPES
+from bench.units import count
 from vit import ATTENTION_BACKENDS, PRESETS
 
 NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
@@ -67,8 +68,8 @@ def run(args: argparse.Namespace) -> None:
     rows = run_grid(points, device, out_csv, rounds=args.rounds)
     print(summary(rows).to_string(index=False))
     loaded = sum(int(r.get("contended") or 0) for r in rows)
-    print(f"\n{len(rows)} rows ({sum(r['status'] == 'ok' for r in rows)} ok; {args.rounds} interleaved round(s) of "
-          f"{len(points)} point(s)) appended to {out_csv}. img/s: median over rounds [quartiles]; vs fastest: a "
+    print(f"\n{len(rows)} rows ({sum(r['status'] == 'ok' for r in rows)} ok; {count(args.rounds, 'interleaved round')} of "
+          f"{count(len(points), 'point')}) appended to {out_csv}. img/s: median over rounds [quartiles]; vs fastest: a "
           f"ratio only where the quartiles of the two do not overlap over at least {MIN_ROUNDS} rounds, else "
           f"'same within noise'"
           + (f"; {loaded} measured while other processes took ≥ 10 % of the CPUs (contended = 1) are left out of "
@@ -152,7 +153,7 @@ def peak(args: argparse.Namespace) -> None:
     """The matmul peak that MFU divides by, measured now as a sweep or `bench run` measures it."""
     device = resolve_device(args.device)
     flops, n = matmul_peak_flops(device, args.dtype), peak_size(device)
-    threads = f", {torch.get_num_threads()} thread(s)" if device.type == "cpu" else ""
+    threads = f", {count(torch.get_num_threads(), 'thread')}" if device.type == "cpu" else ""
     print(f"{flops / 1e9:.1f} GFLOP/s ({device}, {args.dtype}{threads}): the best of repeated {n}×{n} matmuls, "
           f"the peak that MFU divides by")
 

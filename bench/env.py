@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench.units import count
+
 if TYPE_CHECKING:
     import torch
 
@@ -63,7 +65,7 @@ def resolve_device(name: str = "auto") -> torch.device:
             raise ValueError(f"device {name!r} asked for, but torch {torch.__version__} sees no CUDA GPU here; "
                              f"use DEVICE=cpu or DEVICE=auto")
         if (device.index or 0) >= torch.cuda.device_count():
-            raise ValueError(f"device {name!r} asked for, but only {torch.cuda.device_count()} GPU(s) are visible")
+            raise ValueError(f"device {name!r} asked for, but torch sees {count(torch.cuda.device_count(), 'GPU')}")
     elif device.type != "cpu":
         raise ValueError(f"device {name!r} is not supported: use auto, cpu, cuda or cuda:N")
     return device

@@ -5,6 +5,11 @@ from __future__ import annotations
 import math
 
 
+def count(n: int, word: str, plural: str = "") -> str:
+    """A count and its noun, in the number the count asks for: "1 seed", "3 seeds", "1,200 entries"."""
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+
+
 def macs(x: float) -> str:
     """A GMACs or GFLOPs figure to three significant digits and never in exponent form (0.0000398, 0.00121,
     4.60), whole from 100 on (1,234): a small model's figure is never printed as 0.0000."""

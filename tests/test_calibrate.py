@@ -171,4 +171,4 @@ def test_one_damaged_predictions_file_is_left_out_of_the_pool_and_named(tmp_path
     pool = saved_pool(out)
     assert len(pool.correct) == len(files) - 1
     err = capsys.readouterr().err
-    assert "1 predictions file(s) left out of the pool" in err and files[0].name in err
+    assert "1 predictions file left out of the pool" in err and files[0].name in err

@@ -136,6 +136,19 @@ def test_no_help_text_shows_an_escaped_percent_sign(capsys):
         assert not [a.dest for a in parser._actions if not a.help], name
 
 
+def test_train_help_offers_only_what_one_config_can_do(capsys):
+    """SEEDS=auto compares a sweep's settings: train (one setting) refuses it, so its help neither offers it nor
+    the option that says how it trains; the sweep's help offers both."""
+    helps = {}
+    for command in ("train", "sweep"):
+        with pytest.raises(SystemExit):
+            ablations_main([command, "--help"])
+        helps[command] = " ".join(capsys.readouterr().out.split())
+    assert "--auto-train" not in helps["train"] and "or auto:" not in helps["train"]
+    assert "one run each" in helps["train"] and "spec's seeds" not in helps["train"]
+    assert "--auto-train" in helps["sweep"] and "or auto:" in helps["sweep"]
+
+
 def test_help_names_every_choice_the_registries_hold(capsys):
     from ablations.choices import DATASETS
     from ablations.cli.commands import EXECUTORS, default_sweeps

@@ -71,7 +71,7 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
 
     assert main(["compare", str(sweep_out), str(copy), "--csv", str(tmp_path / "c.csv")]) == 0
     out = capsys.readouterr().out
-    assert "with its interval, 95 % jointly over the 2 distinct point(s) that have one: Bonferroni)" in out
+    assert "with its interval, 95 % jointly over the 2 distinct points with one: Bonferroni)" in out
     assert f"largest |A − B|: {100 * accuracy[2]:.2f} points over 2 points" in out
     written = pd.read_csv(tmp_path / "c.csv")
     assert written["verdict"].tolist() == ["same within noise", "A higher"]

@@ -331,7 +331,7 @@ def test_a_small_budget_plans_fewer_rounds_and_the_rows_say_how_many(tmp_path, c
     taken = int(rows["rounds"].iloc[0])
     assert taken == 12 and len(rows) == taken * 4 and (rows["rounds"] == taken).all()
     assert sorted(set(rows["round"])) == list(range(12))
-    assert f"cost c: {taken} round(s) of 4 timed steps in " in err and "(budget 0.5 s)" in err
+    assert f"cost c: {taken} rounds of 4 timed steps in " in err and "(budget 0.5 s)" in err
     again = run_cost_phase("c", points(), plan, torch.device("cpu"), tmp_path / "c-cost.csv")
     assert again["run_id"].tolist() == rows["run_id"].tolist()   # complete as it stands: a rerun reuses it
 
@@ -424,7 +424,7 @@ def test_make_cost_measures_an_out_trained_without_a_cost_phase_and_the_report_s
     assert rows["throughput_img_s"].isna().all() and not SweepPaths.of(out, "cz").cost.exists()
     assert "infer img/s" in build_report(out, reference=None).read_text()
     assert main(["cost", "--out", str(out), "--cost-rounds", "3"]) == 0
-    assert "2 point(s) measured, 4 row(s) given their speed" in capsys.readouterr().out
+    assert "2 points measured, speed written into 4 rows" in capsys.readouterr().out
     rows = read_table(SweepPaths.of(out, "cz").rows)
     assert rows["throughput_img_s"].notna().all() and (rows["cost_rounds"] == 3).all()
     section = build_report(out, reference=None).read_text().split("## cz", 1)[1]
@@ -447,7 +447,7 @@ def test_make_cost_times_only_the_points_of_the_experiment_the_report_shows(tmp_
     assert main(["sweep", *common, "--epochs", "2"]) == 0
     capsys.readouterr()
     assert main(["cost", "--out", str(out), "--cost-rounds", "3"]) == 0
-    assert "2 point(s) measured, 4 row(s) given their speed" in capsys.readouterr().out   # a model's speed fills both
+    assert "2 points measured, speed written into 4 rows" in capsys.readouterr().out   # a model's speed fills both
 
 
 def test_make_cost_fills_every_speed_column_a_sweeps_own_phase_fills(tmp_path, capsys):
@@ -488,7 +488,7 @@ def test_make_cost_and_migrate_set_a_torn_last_line_aside_and_refuse_a_broken_ta
         f.write(b"0123456789ab,2026-11-25T00:00")
     capsys.readouterr()
     assert main(["cost", "--out", str(out), "--cost-rounds", "1", "--cost-budget", "5"]) == 0
-    assert "1 point(s) measured, 1 row(s) given their speed" in capsys.readouterr().out
+    assert "1 point measured, speed written into 1 row" in capsys.readouterr().out
     assert read_table(paths.rows)["throughput_img_s"].notna().all()
     text = paths.rows.read_text().splitlines()
     paths.rows.write_text("\n".join([*text[:1], "a,b", *text[1:]]) + "\n")   # a broken line inside
@@ -562,7 +562,7 @@ def test_kept_steps_are_set_up_outside_the_budget_and_a_phase_short_of_three_rou
     assert sorted(set(phase["round"])) == [0, 1, 2] and (phase["status"] == "ok").all()
     assert phase.groupby(["mode", "depth"])["peak_mem_mb"].count().eq(1).all()   # taken once, at the set-up
     err = capsys.readouterr().err
-    assert "3 round(s) of 4 timed steps" in err and "of set-up (build, capture, warm-up; outside the budget)" in err
+    assert "3 rounds of 4 timed steps" in err and "of set-up (build, capture, warm-up; outside the budget)" in err
     empty = run_cost_phase("d", points, CostPlan(rounds=3, budget_s=1e-4), torch.device("cpu"), tmp_path / "d-cost.csv")
     assert empty.empty and (not (tmp_path / "d-cost.csv").exists() or read_table(tmp_path / "d-cost.csv").empty)
     lines = [line for line in capsys.readouterr().err.splitlines() if "no cost phase" in line]
@@ -604,7 +604,7 @@ def test_make_cost_on_another_device_keeps_the_rows_of_the_device_they_trained_o
     capsys.readouterr()
     assert main(["cost", "--out", str(out), "--cost-rounds", "1", "--cost-budget", "5"]) == 0
     said = capsys.readouterr().out
-    assert "0 row(s) given their speed; 2 row(s) trained on another device keep their own" in said
+    assert "speed written into 0 rows; 2 rows trained on another device left as they were" in said
     assert read_table(paths.rows)["throughput_img_s"].isna().all()
     assert (read_table(paths.cost)["device_name"] == here).all()
     assert f"Speed: cost phase on {here}, 1 interleaved rounds" in build_report(out, reference=None).read_text()

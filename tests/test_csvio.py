@@ -41,7 +41,7 @@ def test_skipped_lines_go_to_the_enclosing_collector_once_each_and_are_warnings_
         warnings.simplefilter("error")           # any warning inside the collector fails the test
         with collecting_skips() as notes:
             assert len(read_rows(path)) == 2 and len(read_rows(path)) == 2
-    assert notes == [f"{path}: skipped 1 malformed line(s): 3"]
+    assert notes == [f"{path}: skipped 1 malformed line: 3"]
     with pytest.warns(SkippedInput, match="skipped 1 malformed line"):
         read_rows(path)
 
@@ -66,6 +66,6 @@ def test_a_skipped_input_outside_a_report_is_one_line_without_source(tmp_path):
     import sys
 
     code = ("from bench.io.csvio import skipped\n"
-            "skipped('x.csv: skipped 1 malformed line(s): 3')\n")
+            "skipped('x.csv: skipped 1 malformed line: 3')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.stderr == "note: x.csv: skipped 1 malformed line(s): 3\n", done.stderr
+    assert done.stderr == "note: x.csv: skipped 1 malformed line: 3\n", done.stderr

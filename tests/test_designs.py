@@ -453,7 +453,7 @@ def test_rows_from_before_a_model_field_existed_are_the_same_experiment_as_new_r
     moved.to_csv(paths.rows, index=False)
     record(RunResult(new, [], None, save_preds(target, target)), paths)
     kept, notes = newest_experiment(read_table(paths.rows), ("depth",))
-    assert len(kept) == 1 and notes == [f"{len(table)} run(s) of another experiment (epochs 3 vs 20) left out: a table "
+    assert len(kept) == 1 and notes == [f"{len(table)} runs of another experiment (epochs 3 vs 20) left out: a table "
                                         f"is reported as one experiment, the newest; use another OUT to keep both"]
 
 
@@ -473,6 +473,6 @@ def test_runs_whose_validation_split_was_drawn_before_the_split_was_recorded_are
     table.to_csv(tmp_path / "norm-tuned.csv", index=False)
     kept, notes = newest_experiment(read_table(tmp_path / "norm-tuned.csv"), spec.varied)
     assert len(kept) == len(table) - 18 and (kept["holdout_split"] == "stratified").all()
-    assert notes == ["18 run(s) of another experiment (holdout_split random vs stratified) left "
+    assert notes == ["18 runs of another experiment (holdout_split random vs stratified) left "
                                          "out: a table is reported as one experiment, the newest; use another OUT "
                                          "to keep both"]

@@ -330,7 +330,7 @@ def test_a_run_that_keeps_losing_its_worker_is_recorded_after_max_retries_and_th
                LocalExecutor(ExecutorOptions(jobs=2, device="cpu", max_retries=1)).run(tasks, _always_dies, _no_data))
     assert got[0]["status"] == got[2]["status"] == "ok"
     assert got[1]["status"] == "error"
-    assert "worker lost: SIGKILL (killed; out of memory?), 2 time(s) (MAX_RETRIES=1)" in got[1]["error"]
+    assert "worker lost: SIGKILL (killed; out of memory?), 2 times (MAX_RETRIES=1)" in got[1]["error"]
     assert capsys.readouterr().err.count("retries it from its last checkpoint") == 1
 
 
@@ -524,6 +524,6 @@ def test_several_threads_a_run_beside_other_work_are_kept_and_named_in_one_note(
     monkeypatch.setattr(local, "FreeCores", Meter)
     two = local.LocalExecutor(ExecutorOptions(jobs=1, threads=2, device="cpu"))
     said = two.start()
-    assert two.threads == 2 and said.startswith("local: this process, 2 thread(s)")
-    assert ("note: THREADS=2 for 1 run(s) at once while other processes hold about 1.6 of 2 cores" in said) == noted
+    assert two.threads == 2 and said.startswith("local: this process, 2 threads")
+    assert ("note: THREADS=2 for 1 run at once while other processes hold about 1.6 of 2 cores" in said) == noted
     assert "note:" not in local.LocalExecutor(ExecutorOptions(jobs=1, threads=1, device="cpu")).start()

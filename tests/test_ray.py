@@ -135,7 +135,7 @@ def test_placement_larger_than_the_cluster_fails_before_any_run(tmp_path, capsys
     spec.write_text('[sweep]\nfactor = "depth"\nvalues = [1]\n[model]\npreset = "vit_digits"\n')
     assert ablations_main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"),
                            "--executor", "ray", "--gpus-per-task", "1"]) == 2
-    assert "asks for 1 CPU(s) and 1 GPU(s)" in capsys.readouterr().err
+    assert "asks for 1 CPU and 1 GPU, but the whole cluster has" in capsys.readouterr().err
     assert not (tmp_path / "o" / "ablations").exists()
     # a run that asks for nothing is not placed at all: every run would start at once
     assert ablations_main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"),

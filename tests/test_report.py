@@ -130,7 +130,7 @@ def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tm
     assert "GMACs ×2.00; inference img/s ×0.50" in text
     assert "- depth=3 at seed 0: **diverged** loss became nan" in text and "\n| 3 |" not in text
     row = next(line for line in text.splitlines() if line.startswith("| depth |"))   # the findings table says so too
-    assert "Not counted: 1 run(s) that did not finish: 1 diverged (depth=3 at seed 0)." in row
+    assert "Not counted: 1 run that did not finish: 1 diverged (depth=3 at seed 0)." in row
     held = next(line for line in text.splitlines() if "Held fixed:" in line).split("Held fixed:", 1)[1]
     assert "dataset=digits" in held and "depth=" not in held
     # what this OUT lacks: one line, not a section per absent sweep, figure or benchmark
@@ -165,7 +165,7 @@ def test_the_report_command_ends_saying_what_it_wrote_where(tmp_path, capsys):
     assert code == 0 and out.splitlines() == [
         f"report → {tmp_path / 'REPORT.md'}",
         f"  every pair → {tmp_path / 'verdicts.csv'}   every setting → {tmp_path / 'settings.csv'}   "
-        f"{len(drawn)} figure(s) → {tmp_path / 'figures'}/"], out
+        f"{len(drawn)} figures → {tmp_path / 'figures'}/"], out
     assert len(drawn) >= 2 and all((tmp_path / name).is_file() for name in drawn)
 
 
@@ -192,7 +192,7 @@ def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
     assert "**depth=1 has the highest mean, 98.00 %. depth=2 is undecided against it.**" in text
     assert " is best" not in text
     assert "A pair with this sweep's median noise detects only differences above about" in text
-    assert "SEEDS=auto would train at most 42 more run(s) here: depth=1 and the 1 setting(s) still open" in text
+    assert "SEEDS=auto would train at most 42 more runs here: depth=1 and the 1 setting still open" in text
     # the 0.30 points are 3 images that every seed gets wrong: the test images keep part of the differences its
     # data allow undecided at any number of seeds
     assert "| 1 | 2 | +0.30 [" in text and "seeds decides on this test set) |" in text
@@ -312,6 +312,13 @@ def test_two_seeds_far_apart_and_far_above_chance_are_not_called_chance(tmp_path
         write_run(tmp_path, 2, seed, mask(range(right + 20, N_TEST)))
     section = depth_section(tmp_path)
     assert "‡" not in section and "No verdict" not in section and "| depth a |" in section
+
+
+def test_a_count_takes_the_number_of_its_noun():
+    from bench.units import count
+
+    assert [count(n, "seed") for n in (0, 1, 2, 10_000)] == ["0 seeds", "1 seed", "2 seeds", "10,000 seeds"]
+    assert count(1, "entry", "entries") == "1 entry" and count(3, "entry", "entries") == "3 entries"
 
 
 def test_a_small_model_s_gmacs_are_printed_to_three_significant_digits_never_as_zero(tmp_path):
@@ -797,7 +804,7 @@ def test_a_verdict_over_a_design_that_left_a_setting_out_says_so_in_its_headline
     text = verdict_sentence(dataclasses.replace(f, left_out=(6,)))
     assert text.startswith("Of the settings in the design: **depth=1 has the highest mean, 97.50 %. depth=2 is "
                            "identical to it")
-    assert ("Left out of the design and of this verdict: depth=6 (a run diverged; its 2 finished run(s) average "
+    assert ("Left out of the design and of this verdict: depth=6 (a run diverged; the mean of its 2 finished runs: "
             "97.90 %, above depth=1's 97.50 %: no claim is made about it).") in text
 
 
@@ -845,7 +852,7 @@ def test_a_design_file_of_another_experiment_is_not_applied_to_the_tables_runs(t
     assert "is another experiment's" not in text and "Adaptive seeds (SEEDS=auto)" in text
     seed_design.write_design(paths, seed_design.new_design(0.005, ALPHA, 10, (5, 8), experiment=quick))
     text = build_report(tmp_path).read_text()   # its first look needs seeds 3 and 4 of both settings
-    assert "Trained with SEEDS=auto, but look 1 of its design needs 4 run(s) the table lacks" in text
+    assert "Trained with SEEDS=auto, but look 1 of its design needs 4 runs the table lacks" in text
 
 
 def test_learning_curves_are_titled_with_their_sweep_not_its_factor(tmp_path, monkeypatch):
@@ -1142,7 +1149,7 @@ def test_the_experiment_of_a_design_present_is_reported_though_a_quick_check_tra
     seed_design.write_design(paths, seed_design.new_design(0.005, ALPHA, 10, (3, 5), experiment=auto))
     text = build_report(tmp_path).read_text()
     assert "Adaptive seeds (SEEDS=auto)" in text and "Seeds 0, 1, 2;" in text
-    assert "2 run(s) of another experiment (epochs 2 vs 1) left out: a table is reported as one experiment, the one " \
+    assert "2 runs of another experiment (epochs 2 vs 1) left out: a table is reported as one experiment, the one " \
            "of the sweep's SEEDS=auto design" in text
     from ablations.running.remeasure import trained_points
 

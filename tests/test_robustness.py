@@ -80,7 +80,7 @@ def test_a_reader_skips_a_malformed_line_naming_file_and_line(tmp_path):
         f.write(b'garbage\x00\xff\n1,"open quote\nnot,a,number\n')
     append_row(path, {"a": 9, "b": "x9", "c": 4.5}, ["a", "b", "c"])
     schema = {"a": Column("a", "", "", "int"), "c": Column("c", "", "", "number")}
-    with pytest.warns(SkippedInput, match=r"t\.csv: skipped 3 malformed line\(s\): 5, 6, 7"):
+    with pytest.warns(SkippedInput, match=r"t\.csv: skipped 3 malformed lines: 5, 6, 7"):
         table = read_rows(path, schema)
     assert list(table["a"]) == [0, 1, 2, 9] and table["c"].dtype == float
 
@@ -180,7 +180,7 @@ def test_the_report_survives_a_bad_row_and_damaged_files_and_lists_them(tmp_path
     (tmp_path / "ablations" / "norm.csv").write_bytes(b"\x00\x01garbage\n")
     report = build_report(tmp_path).read_text()
     skipped = report.split("## Skipped inputs", 1)[1]
-    assert f"{csv}: skipped 1 malformed line(s): 6" in skipped
+    assert f"{csv}: skipped 1 malformed line: 6" in skipped
     assert f"{victim}: not a readable predictions file" in skipped
     assert f"{weights}: weights unreadable" in skipped
     assert f"{tmp_path / 'ablations' / 'norm.csv'}: line 1 is not a header" in skipped
@@ -449,7 +449,7 @@ def test_garbage_lines_cannot_outvote_the_real_rows(tmp_path):
     with open(csv, "a") as f:   # more garbage than real rows, each with the header's field count, all numbers
         for i in range(5):
             f.write(",".join(str(i + k) for k in range(width)) + "\n")
-    with pytest.warns(SkippedInput, match=r"skipped 5 malformed line\(s\): 4, 5, 6, 7, 8"):
+    with pytest.warns(SkippedInput, match=r"skipped 5 malformed lines: 4, 5, 6, 7, 8"):
         table = read_table(csv)
     assert list(table["run_id"]) == list(real["run_id"])
     summary = run_sweep("depth", points("depth", 1, 2), options(tmp_path))
@@ -464,11 +464,11 @@ def test_a_table_with_two_experiments_is_reported_as_the_newest_one_naming_the_o
     newer = [dataclasses.replace(p, train=dataclasses.replace(p.train, **change)) for p in points("depth", 1, 2)]
     capsys.readouterr()
     run_sweep("depth", newer, options(tmp_path))
-    assert f"holds 2 run(s) of another experiment ({differs}" in capsys.readouterr().err   # said before training
+    assert f"holds 2 runs of another experiment ({differs}" in capsys.readouterr().err   # said before training
     report = build_report(tmp_path).read_text()
     section = report.split("## depth", 1)[1].split("\n## ", 1)[0]
     assert "Seeds 0;" in section and "| 1 | 1 |" in section and "| 2 | 1 |" in section   # one seed each, not two
-    assert f"2 run(s) of another experiment ({differs}" in report.split("## Skipped inputs", 1)[1]
+    assert f"2 runs of another experiment ({differs}" in report.split("## Skipped inputs", 1)[1]
     if "epochs" in change:
         assert "epochs=2" in section
 

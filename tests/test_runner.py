@@ -295,7 +295,7 @@ def test_finished_gpu_runs_of_the_same_experiment_draw_no_note_and_a_lost_one_na
     longer = {**gpu_rows[0], "epochs": FAST.epochs + 1}
     runner._warn_other_experiment(paths, todo[4], pd.DataFrame([*gpu_rows, longer]))
     err = capsys.readouterr().err
-    assert f"holds 1 run(s) of another experiment (epochs {FAST.epochs + 1} vs {FAST.epochs})" in err
+    assert f"holds 1 run of another experiment (epochs {FAST.epochs + 1} vs {FAST.epochs})" in err
     lost = task_module.lost_outcome(todo[0], "the worker died").row
     assert (lost["device"], lost["dtype"], lost["status"], lost["run_id"]) == ("cuda", "bf16", "error", todo[0].run_id)
 

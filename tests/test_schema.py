@@ -46,15 +46,15 @@ def test_migrate_rewrites_an_older_table_with_its_exact_recipe_and_keeps_every_r
     recipe = OLD_RECIPE
     assert main(["migrate", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert len(rows) >= 12 and f" {len(rows)} row(s) rewritten" in printed
-    assert f"{len(rows)} row(s) rewritten; all 1 table(s) under" in printed and "now in the current format" in printed
+    assert len(rows) >= 12 and f" {len(rows)} rows rewritten" in printed
+    assert f"{len(rows)} rows rewritten; all 1 table under" in printed and "now in the current format" in printed
     migrated = list(csv.DictReader((out / "ablations" / "depth.csv").open()))
     assert [r["run_id"] for r in migrated] == [r["run_id"] for r in rows]
     for old, new in zip(rows, migrated):
         assert {k: new[k] for k in recipe} == {k: old[k] for k in recipe}   # recovered through the run id
         assert "mode" not in new
     assert main(["migrate", "--out", str(out)]) == 0   # idempotent
-    assert "nothing rewritten: all 1 table(s) under" in capsys.readouterr().out
+    assert "nothing rewritten: all 1 table under" in capsys.readouterr().out
     assert main(["migrate", "--out", str(tmp_path / "none")]) == 2
     assert "no ablations/ folder" in capsys.readouterr().err
 

@@ -484,7 +484,7 @@ def test_the_drivers_progress_line_counts_the_settings_still_open_against_the_le
     first = replay({k: (list(range(3)), c[:3], None) for k, c in drawn.items()}, looks=(3, 5))
     leader = first.final.leader
     assert not first.done and not first.final.decided and leader in first.need and len(first.need) == 4
-    assert design_progress(first, "s") == (f"s: look 1 (3 seeds) leaves 3 setting(s) undecided against the leader "
+    assert design_progress(first, "s") == (f"s: look 1 (3 seeds) leaves 3 settings undecided against the leader "
                                            f"{leader} (decided: none); they and the leader train to 5 seeds")
     last = replay({k: (list(range(5)), c, None) for k, c in drawn.items()}, looks=(3, 5))
     still = [k for k in last.have if k != last.final.leader and k not in last.final.decided]

@@ -181,7 +181,7 @@ def test_a_10000_setting_grid_lists_in_seconds_and_trains_only_with_large(tmp_pa
     out = ["--dataset", "digits", "--seeds", "0", "--out", str(tmp_path / "out")]
     assert ablations_main(["sweep", str(path), "--dry-run", *out]) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert listed[0] == "sweep big: 10000 points × 1 seed(s)" and sum(" no" in line for line in listed) == 10_000
+    assert listed[0] == "sweep big: 10,000 points × 1 seed" and sum(" no" in line for line in listed) == 10_000
     assert ablations_main(["sweep", str(path), *out]) == 2
     err = capsys.readouterr().err
     assert "may train 10,000 runs" in err and "--large (LARGE=1)" in err and len(err.strip().splitlines()) == 1

@@ -50,6 +50,7 @@ from ablations.specs import MODEL_FIELDS, TRAIN_FIELDS
 from bench.io.atomic import write_atomic
 from bench.reference import CHECKOUT_REFERENCE, refusal
 from bench.training.recipe import TrainConfig
+from bench.units import count
 from vit import PRESETS
 
 # the training mode's model: learns digits to 30–37 % (chance: 10 %) in about 1.4 s a run on a 2-core CPU, a
@@ -141,7 +142,7 @@ def saved_pool(out: Path) -> Pool:
             names.setdefault(setting, _point_name(r))
             where.setdefault(setting, set()).add(sweep)
     if damaged:
-        print(f"note: {len(damaged)} predictions file(s) left out of the pool: {damaged[0]}"
+        print(f"note: {count(len(damaged), 'predictions file')} left out of the pool: {damaged[0]}"
               + (f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""), file=sys.stderr)
     if not groups:
         raise ValueError(f"--from {out}: no finished run with saved test predictions under {out}/ablations "

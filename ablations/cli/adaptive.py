@@ -30,6 +30,7 @@ from ablations.running.runner import SweepSummary
 from ablations.running.tasks import RunOptions, Task, make_tasks
 from ablations.specs import Point, SweepSpec
 from bench.env import resolve_device
+from bench.units import count
 
 
 def replay_sweep(points: list[Point], options: RunOptions, paths: SweepPaths, design_file: dict[str, Any],
@@ -214,7 +215,7 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
         if not asked:
             break
         if asked == asked_before:
-            where = "; ".join(f"{n}: {len(v)} setting(s)" for n, v in asked.items())
+            where = "; ".join(f"{n}: {count(len(v), 'setting')}" for n, v in asked.items())
             print(f"error: SEEDS=auto: runs the design needs did not finish ({where}); their rows say why (status, "
                   f"error); fix that and rerun the same command to go on", file=sys.stderr)
             return (list(merged.values()) or None), 1

@@ -29,7 +29,7 @@ from ablations.running.interrupts import Interrupted
 from ablations.running.runner import SweepSummary, run_sweeps
 from ablations.running.tasks import RunOptions
 from ablations.specs import Point, SpecError, SweepSpec, default_sweeps, find_spec, load_spec
-from bench.units import macs
+from bench.units import count, macs
 
 
 def _start_executor(args: argparse.Namespace) -> Executor:
@@ -96,7 +96,7 @@ def _too_large(args: argparse.Namespace, sweep_points: list[tuple[str, list[Poin
     runs = sum(len(points) * len(plan.most[name]) for name, points in sweep_points)
     if runs <= LARGE_RUNS or args.large or args.dry_run:
         return ""
-    each = " + ".join(f"{n}: {len(p):,} settings × {len(plan.most[n])} seed(s)" for n, p in sweep_points)
+    each = " + ".join(f"{n}: {count(len(p), 'setting')} × {count(len(plan.most[n]), 'seed')}" for n, p in sweep_points)
     return (f"this command may train {'up to ' if plan.auto else ''}{runs:,} runs ({each}), more than "
             f"{LARGE_RUNS:,}; list them with --dry-run (DRY_RUN=1), shrink the grid, or pass --large (LARGE=1) to "
             f"train them all")

@@ -14,6 +14,7 @@ from ablations.cli.prepare import check_device, check_out
 from ablations.results.store import SweepError, SweepPaths
 from ablations.running.cost import CostPlan
 from bench.env import cudnn_attention, resolve_device
+from bench.units import count
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
@@ -33,9 +34,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
         return 2
     print(f"\nCost phase done in {(time.perf_counter() - t0) / 60:.1f} min on {device}.")
     for sweep, (points, filled, other) in done.items():
-        elsewhere = (f"; {other} row(s) trained on another device keep their own (the report's speed tables say "
-                     f"the phase's device)" if other else "")
-        print(f"  {sweep:<12} {points} point(s) measured, {filled} row(s) given their speed{elsewhere}   cost → "
+        elsewhere = (f"; {count(other, 'row')} trained on another device left as they were (the report's speed tables "
+                     f"say the phase's device)" if other else "")
+        print(f"  {sweep:<12} {count(points, 'point')} measured, speed written into {count(filled, 'row')}{elsewhere}   cost → "
               f"{SweepPaths.of(out, sweep).cost}")
     quoted = f"'{out}'"
     print(f"Next: {say(f'make report OUT={quoted}', f'vitbench report --out {quoted}')}: its speed tables and "

@@ -13,6 +13,7 @@ from ablations.results.store import SweepPaths
 from ablations.running.runner import SweepSummary
 from ablations.running.tasks import RunOptions, make_tasks
 from ablations.specs import Point
+from bench.units import count
 
 
 def runs_said(n: int) -> str:
@@ -111,7 +112,7 @@ def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> No
             print(f"           {r.said}")
         if r.starved:
             low = r.starved
-            print(f"           note: {len(low)} run(s) were busy only {min(low):.0f}–{max(low):.0f} % of the cores they "
+            print(f"           note: {count(len(low), 'run')}: busy only {min(low):.0f}–{max(low):.0f} % of the cores they "
                   f"were given (train_util_pct): other work held the machine, so their train_time_s and "
                   f"train_mfu understate it")
         tables = [f"{what} → {path}" for what, path in (("rows", paths.rows), ("epochs", paths.history),

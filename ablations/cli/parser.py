@@ -82,7 +82,10 @@ def build(prog: str = "python -m ablations") -> Parser:
                           "vit_digits at 8 px, vit_cifar at 32 px)")
     one.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a ViTConfig or TrainConfig field (repeatable)")
-    add_options(one, run_options(EXECUTOR_OPTIONS))
+    add_options(one, run_options(EXECUTOR_OPTIONS), changes={
+        "--seeds": {"help": "comma-separated training seeds, one run each (the intervals need two or more; "
+                            "default 0,1,2)"},
+        "--auto-train": {"help": argparse.SUPPRESS}})  # SEEDS=auto is a sweep's
     _read_commands(sub)
     cost = sub.add_parser("cost", help="measure the speed of every point trained under an OUT in one interleaved "
                                        "cost phase (for sweeps run with COST_ROUNDS=0 or on a busy machine); "

@@ -34,7 +34,7 @@ from bench.env import resolve_device
 from bench.flops import closed_form_size
 from bench.io.overrides import parse_overrides
 from bench.reference import refusal
-from bench.units import macs
+from bench.units import count, macs
 from vit import VisionTransformer, checkpoint_id, init_from_checkpoint
 from vit.config import did_you_mean
 
@@ -121,7 +121,7 @@ def _say_what_was_loaded(args: argparse.Namespace, data) -> None:
              f"image by its suffix, or a folder): {named}" if left else ""), file=sys.stderr)
 
 
-def _say_what_auto_is(data, presets: list[str]) -> None:
+def _say_what_auto_is(data, presets: list[str], train: bool) -> None:
     """preset = "auto" (the default of every built-in sweep and of train): one line naming the base model it
     stands for at this dataset's image size, and the augmentation the dataset trains with by default."""
     if "auto" not in presets:
@@ -132,10 +132,11 @@ def _say_what_auto_is(data, presets: list[str]) -> None:
     name = base_preset(data.img_size)
     cfg = PRESETS[name].replace(img_size=data.img_size, in_chans=data.in_chans, num_classes=data.num_classes)
     params = param_count(VisionTransformer(cfg))
+    before = "its --set overrides" if train else "each sweep's own changes"
     crops = f"random crops padded {data.crop_padding} px" if data.crop_padding else "no random crops"
     print(f"model: preset auto is {name} at {data.img_size} px ({data.name}): patch {cfg.patch_size}, width "
           f"{cfg.embed_dim}, depth {cfg.depth}, {cfg.num_heads} heads, {cfg.stem} stem, {params:,} parameters, before "
-          f"each sweep's own changes; trained with {crops} and {'horizontal flips' if data.flip else 'no flips'} "
+          f"{before}; trained with {crops} and {'horizontal flips' if data.flip else 'no flips'} "
           f"(the dataset's default; --set crop_padding=N, --set flip=true|false change them)", file=sys.stderr)
 
 
@@ -183,7 +184,7 @@ def dry_run(sweep: str, points: list[Point], options: RunOptions) -> None:
     """The sweep's runs, one line each (its setting, seed, size, run id, and whether it is done), with no training."""
     paths = SweepPaths.of(options.out, sweep)
     done = finished_ids(paths)
-    print(f"sweep {sweep}: {len(points)} points × {len(options.seeds)} seed(s)")
+    print(f"sweep {sweep}: {count(len(points), 'point')} × {count(len(options.seeds), 'seed')}")
     print(f"  {'factor':<16} {'seed':>4} {'params':>10} {'GMACs':>10} {'tokens':>6}  run_id        done")
     costs: dict[str, dict[str, float] | None] = {}
     until = time.perf_counter() + DRY_RUN_COUNTING_S
@@ -227,7 +228,7 @@ def prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
     model_changes, train_changes = _overrides(args, specs or [])
     data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
     _say_what_was_loaded(args, data)
-    _say_what_auto_is(data, [args.preset] if specs is None else [spec.preset for spec in specs])
+    _say_what_auto_is(data, [args.preset] if specs is None else [spec.preset for spec in specs], specs is None)
     if specs is None:
         preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
         specs = [SweepSpec.one_run("train", preset, model_changes, {})]

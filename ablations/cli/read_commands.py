@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from bench.reference import reference_root, refusal
+from bench.units import count
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -40,7 +41,7 @@ def cmd_report(args: argparse.Namespace) -> int:
               if (out / name).exists()]
     drawn = set(re.findall(r"\]\((figures/[^)\s]+\.png)\)", path.read_text()))
     if drawn:
-        beside.append(f"{len(drawn)} figure(s) → {out / 'figures'}/")
+        beside.append(f"{count(len(drawn), 'figure')} → {out / 'figures'}/")
     if beside:
         print("  " + "   ".join(beside))
     if reference is None and args.reference != "none" and Path(out).resolve() != REFERENCE:
@@ -68,10 +69,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for sweep, rows in changed.items():
-        print(f"  {sweep:<12} {f'{rows} row(s) rewritten' if rows else 'already current'}")
+        print(f"  {sweep:<12} {count(rows, 'row') + ' rewritten' if rows else 'already current'}")
     rewritten = sum(changed.values())
-    where = f"{len(changed)} table(s) under {out / 'ablations'}"
-    print(f"{rewritten} row(s) rewritten; all {where} are now in the current format, run ids unchanged" if rewritten
+    where = f"{count(len(changed), 'table')} under {out / 'ablations'}"
+    print(f"{count(rewritten, 'row')} rewritten; all {where} are now in the current format, run ids unchanged" if rewritten
           else f"nothing rewritten: all {where} were already in the current format")
     return 0
 
@@ -95,7 +96,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 2
     family = int(table["family"].iloc[0])
     print(f"A = {args.a}   B = {args.b}   (accuracy in %, difference in points"
-          + (f" with its interval, 95 % jointly over the {family} distinct point(s) that have one: Bonferroni)"
+          + (f" with its interval, 95 % jointly over the {count(family, 'distinct point')} with one: Bonferroni)"
              if family else "; no point has an interval: see each one's verdict)"))
     shown = table.copy()
     for column in ("acc_a", "acc_b"):

@@ -22,6 +22,7 @@ from ablations.results.identity import task_key
 from ablations.results.schema import util_share_runs
 from ablations.specs import Point
 from bench.training.recipe import TrainConfig
+from bench.units import count
 from vit import ViTConfig
 
 
@@ -164,6 +165,6 @@ def newest_experiment(rows: pd.DataFrame, factor: str | Collection[str],
         first = ok.loc[members[0]]
         which = ("the one of the sweep's SEEDS=auto design" if prefer and str(newest.get("experiment_id")) == prefer
                  else "the newest")
-        notes.append(f"{len(members)} run(s) of another experiment ({differences(first, newest, factor)}) left "
+        notes.append(f"{count(len(members), 'run')} of another experiment ({differences(first, newest, factor)}) left "
                      f"out: a table is reported as one experiment, {which}; use another OUT to keep both")
     return kept, notes

@@ -68,6 +68,7 @@ from bench.rounds import MIN_ROUNDS
 from bench.timing import TimingConfig
 from bench.training.recipe import TrainConfig
 from bench.training.step import adamw, train_mode, training_step
+from bench.units import count
 from vit import VisionTransformer, ViTConfig
 
 # Timing of one item in one round, by device. A CPU step of these models takes 5–50 ms: 0.25 s is 5–50
@@ -304,7 +305,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
         FOUND_BUSY.add(pid)
     bar.close()
     if progress:
-        taken = "none kept" if clock.abandoned or not kept else f"{kept[-1]['round'] + 1} round(s)"
+        taken = "none kept" if clock.abandoned or not kept else count(kept[-1]['round'] + 1, 'round')
         setup = f" after {setup_s:.1f} s of set-up (build, capture, warm-up; outside the budget)" if setup_s else ""
         # "no time limit" beside a phase stopped early would read as a contradiction: the stop says why on its line
         limit = "" if clock.stopped and clock.budget_s is not None and math.isinf(clock.budget_s) \
@@ -567,7 +568,7 @@ class _Clock:
         """Whether one more round (at this phase's mean round time) would take it past its budget."""
         assert self.budget_s is not None
         if self.elapsed() + self.elapsed() / done > self.budget_s:
-            self.stopped = f"stopped after {done} round(s) to stay within its {self.budget_s:.3g} s budget"
+            self.stopped = f"stopped after {count(done, 'round')} to stay within its {self.budget_s:.3g} s budget"
             return True
         return False
 
@@ -608,7 +609,7 @@ def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clo
     loaded = sum(1 for row in kept if row.get("contended"))
     why = "; ".join(filter(None, [clock.stopped, f"{loaded} of {len(kept)} timed steps ran while other processes held "
                                                  f"the machine and are left out" if loaded else ""]))
-    why = why or f"the phase was asked for {clock.plan.rounds} round(s) (COST_ROUNDS / --cost-rounds)"
+    why = why or f"the phase was asked for {count(clock.plan.rounds, 'round')} (COST_ROUNDS / --cost-rounds)"
     command = say(f"make cost OUT='{out}'", f"vitbench cost --out '{out}'")
     if clock.plan.alone:   # this is that command: run it again, not "run it"
         later = ("run this again on an idle machine" if loaded else
@@ -619,8 +620,8 @@ def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clo
                  f"unless COST_BUDGET / --cost-budget)")
     none = not per_item and clock.too_short
     counted = ("the report states no speed ratio" if none else
-               f"{short} of {items} timed step(s) rest on fewer than {MIN_ROUNDS} quiet rounds, so the report states "
-               f"no speed ratio for them")
+               f"for {short} of {count(items, 'timed step')}, which rest on fewer than {MIN_ROUNDS} quiet rounds, the report "
+               f"states no speed ratio")
     skip = " COST_BUDGET=0 skips this phase without measuring." if none and not clock.plan.alone else ""
     tqdm.write(f"cost {names}: {why}; {counted}. To compare speed, {later}.{skip}", file=sys.stderr)
 

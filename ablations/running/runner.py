@@ -47,6 +47,7 @@ from bench.env import cudnn_attention, resolve_device
 from bench.flops import param_count
 from bench.gpm import GPM_FIGURES
 from bench.mfu import TRAIN_FLOP_FACTOR, Peak
+from bench.units import count
 from vit import VisionTransformer
 
 __all__ = ["SweepError", "SweepSummary", "run_sweeps", "planned_bytes", "starved"]
@@ -302,7 +303,7 @@ def _events_of_finished_runs(sweep: _Sweep) -> None:
         epochs = history[history["run_id"].astype(str) == str(row["run_id"])]
         tensorboard.write_run(sweep.options.out, {**row, "sweep": sweep.name},
                               [e.to_dict() for _, e in epochs.iterrows()], sweep.label(str(row["run_id"])))
-    print(f"tensorboard: events of {len(missing)} finished run(s) of {sweep.name} written", file=sys.stderr)
+    print(f"tensorboard: events of {count(len(missing), 'finished run')} of {sweep.name} written", file=sys.stderr)
 
 
 def _warn_other_experiment(paths: SweepPaths, task: Task, ok: pd.DataFrame) -> None:
@@ -314,7 +315,7 @@ def _warn_other_experiment(paths: SweepPaths, task: Task, ok: pd.DataFrame) -> N
     factor = task.point.fields
     others = [r for _, r in ok.iterrows() if not same_experiment(r, mine, factor)]
     if others:
-        print(f"note: {paths.rows} holds {len(others)} run(s) of another experiment "
+        print(f"note: {paths.rows} holds {count(len(others), 'run')} of another experiment "
               f"({differences(others[-1], mine, factor)}); the report shows the newest experiment only and lists "
               f"the others under Skipped inputs. To keep both, use another OUT (--out)", file=sys.stderr)
 

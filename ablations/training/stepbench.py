@@ -25,6 +25,7 @@ from bench.rounds import Spread, interleaved, ratio_or_noise
 from bench.timing import TimingConfig, time_steps
 from bench.training.recipe import TrainConfig
 from bench.training.step import EagerStep, StaticStep, train_mode, training_parts
+from bench.units import count
 from vit import PRESETS, VisionTransformer, ViTConfig
 
 KINDS = ("eager", "static")
@@ -78,7 +79,7 @@ def run(args) -> dict[str, Spread]:
                                                  f"left out: measure again on an idle machine" if loaded else ""))
     for kind, s in spreads.items():
         label = f"{kind} ({static})" if kind == "static" else kind
-        print(f"  {label:<36} " + (f"{s.median:8.3f} ms/step  [IQR {s.q1:.3f}–{s.q3:.3f}], {s.n} round(s)" if s.n
+        print(f"  {label:<36} " + (f"{s.median:8.3f} ms/step  [IQR {s.q1:.3f}–{s.q3:.3f}], {count(s.n, 'round')}" if s.n
                                    else "— (every round under load)"))
     print(f"  static / eager: {ratio_or_noise(spreads['static'], spreads['eager'])}")
     return spreads

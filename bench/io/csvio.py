@@ -33,6 +33,7 @@ from typing import Protocol
 import pandas as pd
 
 from bench.io.atomic import write_atomic
+from bench.units import count
 
 MISSING_AS_NAN = ("int", "bool", "id", "time")   # kinds whose "nan" cell is a missing value written as a float NaN
 
@@ -282,7 +283,7 @@ def read_rows(path: str | Path, schema: Mapping[str, CellCheck] | None = None) -
             good.append((number, record))
     if bad:
         shown = ", ".join(map(str, sorted(bad)[:10])) + (" …" if len(bad) > 10 else "")
-        skipped(f"{path}: skipped {len(bad)} malformed line(s): {shown}")
+        skipped(f"{path}: skipped {count(len(bad), 'malformed line')}: {shown}")
     if not good:
         return pd.DataFrame(columns=header)
     text_columns = {name: str for name, column in (schema or {}).items()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ablations.analysis.answers import Answer
 from ablations.analysis.wording.verdicts import answer_text, margin_text, runs_named, setting_name, setting_names
+from bench.units import count
 
 
 def cheapest_text(a: Answer) -> str:
@@ -53,7 +54,7 @@ def caveated(a: Answer) -> str:
     if a.no_verdict == "none finished":
         return f"None of its {len(a.failed)} runs finished: {runs}."
     if a.no_verdict:
-        return said + (f" Not counted: {len(a.failed)} run(s) that did not finish: {runs}." if a.failed else "")
+        return said + (f" Not counted: {count(len(a.failed), 'run')} that did not finish: {runs}." if a.failed else "")
     if a.left_out:
         said = (f"Of the settings in the design: {said} Left out (a run diverged): "
                 f"{setting_names(list(a.left_out), a.factor)}.")
@@ -62,7 +63,7 @@ def caveated(a: Answer) -> str:
         said += (f" {setting_names(list(a.at_chance), a.factor)} {'does' if one else 'do'} not learn the task at "
                  f"this budget (within noise of chance).")
     if a.failed:
-        said += f" Not counted: {len(a.failed)} run(s) that did not finish: {runs}."
+        said += f" Not counted: {count(len(a.failed), 'run')} that did not finish: {runs}."
     return f"Not converged; at this budget: {said}" if a.unconverged else said
 
 

@@ -26,7 +26,7 @@ from ablations.analysis.stats import (
 from ablations.choices import LOOKS, SPENDING, say
 from bench.contention import CONTENDED_PCT
 from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
-from bench.units import ratio
+from bench.units import count, ratio
 
 
 def pair_outcome(f: SweepFindings, c: Comparison) -> tuple[str, str]:
@@ -235,7 +235,7 @@ def design_note(note: DesignNote) -> str:
     if note.kind == "other experiment":
         return (f"The SEEDS=auto design beside this table ({note.file}) is another experiment's (its runs are not "
                 f"these), so these runs are analysed at the seeds they have, as if fixed in advance.")
-    return (f"Trained with SEEDS=auto, but look {note.look} of its design needs {note.missing} run(s) the table lacks "
+    return (f"Trained with SEEDS=auto, but look {note.look} of its design needs {count(note.missing, 'run')} the table lacks "
             f"(rerun the sweep with SEEDS=auto to finish it); analysed below at the seeds there as if they were fixed "
             f"in advance, which they were not.")
 
@@ -268,7 +268,7 @@ def _detectable(f: SweepFindings) -> str:
         return (f"With {_seeds_text(f)} a pair with this sweep's median noise could detect no difference, however "
                 f"large: the spread of so few seeds is known too poorly ({budget}).")
     return (f"A pair with this sweep's median noise detects only differences above about "
-            f"{100 * v.detectable:.1f} points ({POWER:.0%} power, α = {ALPHA} with Holm over {m} pair(s); {budget}); "
+            f"{100 * v.detectable:.1f} points ({POWER:.0%} power, α = {ALPHA} with Holm over {count(m, 'pair')}; {budget}); "
             f"a pair whose difference every seed repeats detects less.")
 
 
@@ -280,7 +280,7 @@ def _left_out(f: SweepFindings) -> str:
     for k in f.left_out:
         s = next((x for x in f.settings if x.value == k), None)
         above = best is not None and s is not None and s.acc.mean > best.acc.mean
-        runs = (f"; its {len(s.seeds)} finished run(s) average {pct(s.acc.mean)} %"
+        runs = (f"; the mean of its {count(len(s.seeds), 'finished run')}: {pct(s.acc.mean)} %"
                 + (f", above {f.factor}={f.verdict.best}'s {pct(best.acc.mean)} %: no claim is made about it"
                    if above else "") if s is not None and s.seeds else "")
         notes.append(f"{f.factor}={k} (a run diverged{runs})")
@@ -297,8 +297,9 @@ def auto_sentence(f: SweepFindings) -> str:
     most = sum(max(LOOKS[-1] - len(s.seeds), 0) for s in open_)
     if not most:
         return ""
-    return (f"SEEDS=auto would train at most {most} more run(s) here: {f.factor}={v.best} and the {len(open_) - 1} "
-            f"setting(s) still open against it, up to {LOOKS[-1]} seeds each, fewer where a look decides "
+    still = count(len(open_) - 1, 'setting')
+    return (f"SEEDS=auto would train at most {count(most, 'more run')} here: {f.factor}={v.best} and the {still} "
+            f"still open against it, up to {LOOKS[-1]} seeds each, fewer where a look decides "
             f"(its runs at seeds 0, 1, 2 are reused).")
 
 
@@ -331,7 +332,7 @@ def power_sentence(f: SweepFindings) -> str:
             f"more test images: with this test set no number of seeds detects less than about "
             f"{100 * (f.floor or 0):.2f} points")
     return (f"Detecting a {100 * POWER_DELTA:.1f}-point difference at {POWER:.0%} power (α = {ALPHA}, Holm over "
-            f"{m} pair(s)) would take {need}; seed-to-seed s.d. {100 * f.seed_sd:.2f} points, measured here.")
+            f"{count(m, 'pair')}) would take {need}; seed-to-seed s.d. {100 * f.seed_sd:.2f} points, measured here.")
 
 
 def margin_text(margin: float) -> str:
@@ -340,7 +341,7 @@ def margin_text(margin: float) -> str:
 
 def _seeds_text(f: SweepFindings) -> str:
     counts = sorted({len(s.seeds) for s in f.settings})
-    return f"{'–'.join(map(str, counts))} seed(s) per setting"
+    return f"{'–'.join(map(str, counts))} seed{'s' if counts[-1] > 1 else ''} per setting"
 
 
 def _one_measurement(a: Setting, b: Setting) -> bool:
@@ -446,7 +447,7 @@ def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = ()
                 f"leader {last.leader}; decided against it: {decided}")
     training = [k for k in design.need if k != last.leader]
     with_leader = " and the leader" if last.leader in design.need else ""
-    return (f"{name}: look {last.index + 1} ({last.seeds} seeds) leaves {len(training)} setting(s) undecided "
+    return (f"{name}: look {last.index + 1} ({last.seeds} seeds) leaves {count(len(training), 'setting')} undecided "
             f"against the leader {last.leader} (decided: {decided}); they{with_leader} train to "
             f"{design.schedule[last.index + 1]} seeds")
 

@@ -53,6 +53,7 @@ from ablations.running.tasks import RunResult, Task, lost_outcome
 from ablations.training.train import SHARED_DEVICE_ENV
 from bench.contention import FreeCores
 from bench.env import resolve_device
+from bench.units import count
 
 RUNS_PER_GPU = 4  # JOBS=auto over several GPUs: worker processes per GPU
 RUNS_PER_GPU_THREADS = 8  # JOBS=auto on one GPU: runs in this process, each on its own stream
@@ -214,7 +215,7 @@ class WorkerPool:
                        f"{self.max_retries})", file=sys.stderr)
             queue.appendleft((task, attempt + 1))
             return
-        yield task, lost_outcome(task, f"worker lost: {how}, {attempt + 1} time(s) (MAX_RETRIES={self.max_retries}); "
+        yield task, lost_outcome(task, f"worker lost: {how}, {count(attempt + 1, 'time')} (MAX_RETRIES={self.max_retries}); "
                                        f"its last checkpoint is kept, so a rerun resumes it")
 
     def stop(self) -> None:
@@ -269,29 +270,29 @@ class LocalExecutor:
         free = meter()
         if free is None or free >= self.threads * self.jobs:
             return ""
-        return (f"\nnote: THREADS={self.threads} for {self.jobs} run(s) at once while other processes hold about "
+        return (f"\nnote: THREADS={self.threads} for {count(self.jobs, 'run')} at once while other processes hold about "
                 f"{meter.other_cores:.1f} of {meter.cores} cores: threads that share cores with other work wait on "
                 f"each other, so a run can take several times longer than at THREADS=1 (the default)")
 
     def _where(self) -> str:
         chosen = " (JOBS=auto)" if self.options.jobs is None else ""
         if self.jobs == 1:
-            return f"local: this process, {self.threads} thread(s){chosen}"
+            return f"local: this process, {count(self.threads, 'thread')}{chosen}"
         if self.in_process:
             refusal = shared_gpu_refusal(self._gpu_indices(), self.jobs) if self.gpus else ""
             if "PROHIBITED" in refusal:   # one process may hold a context on an EXCLUSIVE_PROCESS GPU: this one
                 raise ValueError(refusal)
             where = ("each on a CUDA stream of its own, a further one only while the GPU keeps 2 GiB free" if self.gpus else
-                     f"sharing this process's {self.threads} CPU thread(s)")
+                     f"sharing this process's {count(self.threads, 'CPU thread')}")
             return (f"local: up to {self.jobs} runs at once in this process{chosen} (WORKERS=threads), {where}; "
                     f"a run stopped by a signal resumes from its last checkpoint")
         if self.free is not None:
             return (f"local: up to {self.jobs} runs at once (JOBS=auto: before each run starts, as many as other "
-                    f"processes leave cores free), {self.threads} CPU thread(s) each; a run whose worker dies is "
+                    f"processes leave cores free), {count(self.threads, 'CPU thread')} each; a run whose worker dies is "
                     f"retried up to {self.options.max_retries}×")
         where = (f"round-robin over {self.gpus} GPUs" if self.spread else
                  f"sharing {self.options.device if self.gpus > 1 else 'the GPU'}" if self.gpus else
-                 f"{self.threads} CPU thread(s) each")
+                 f"{count(self.threads, 'CPU thread')} each")
         if self.gpus:
             refusal = shared_gpu_refusal(self._gpu_indices(), self.jobs)
             if refusal:

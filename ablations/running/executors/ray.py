@@ -25,6 +25,7 @@ from typing import Any
 from ablations.running.executors.base import ExecutorOptions, Loader, RunFn
 from ablations.running.tasks import RunResult, Task, lost_outcome
 from ablations.training.data import Dataset
+from bench.units import count
 
 INSTALL_HINT = "EXECUTOR=ray needs Ray: pip install -e '.[ray]' (or pip install 'ray>=2.9')"
 
@@ -53,6 +54,11 @@ def _run_on_worker(fn: RunFn, task: Task, data: Dataset, threads: int, init: byt
             options = dataclasses.replace(options, init=str(local))
         return fn(dataclasses.replace(task, options=options), data)
 
+
+
+def _many(n: float, word: str) -> str:
+    """A resource amount and its noun: "1 CPU", "0.5 CPUs", "0 GPUs"."""
+    return f"{n:g} {word}{'' if n == 1 else 's'}"
 
 class RayExecutor:
     remote = True
@@ -87,9 +93,9 @@ class RayExecutor:
         resources = ray.cluster_resources()
         nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
         cpus, gpus = self._placement(resources)
-        return (f"ray: {'joined ' + address if address else 'local cluster'}, {nodes} node(s), "
+        return (f"ray: {'joined ' + address if address else 'local cluster'}, {count(nodes, 'node')}, "
                 f"{resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs; "
-                f"each run asks for {cpus:g} CPU(s), {gpus:g} GPU(s), retried up to {self.options.max_retries}×")
+                f"each run asks for {_many(cpus, 'CPU')} and {_many(gpus, 'GPU')}; retried up to {self.options.max_retries}×")
 
     def _placement(self, resources: dict[str, float]) -> tuple[float, float]:
         has_gpus = resources.get("GPU", 0) > 0
@@ -99,8 +105,9 @@ class RayExecutor:
             raise ValueError("each run asks for 0 CPUs and 0 GPUs, which bounds nothing: Ray would start every run at "
                              "once; give each run a CPU or more (--cpus-per-task, CPUS_PER_TASK) or a GPU")
         if gpus > resources.get("GPU", 0) or cpus > resources.get("CPU", 0):
-            raise ValueError(f"each run asks for {cpus:g} CPU(s) and {gpus:g} GPU(s), but the whole cluster has "
-                             f"{resources.get('CPU', 0):g} CPUs and {resources.get('GPU', 0):g} GPUs: no run could start")
+            raise ValueError(f"each run asks for {_many(cpus, 'CPU')} and {_many(gpus, 'GPU')}, but the whole cluster has "
+                             f"{_many(resources.get('CPU', 0), 'CPU')} and {_many(resources.get('GPU', 0), 'GPU')}: "
+                             f"no run could start")
         return cpus, gpus
 
     def run(self, tasks: list[Task], fn: RunFn, load: Loader) -> Iterator[tuple[Task, RunResult]]:

@@ -329,7 +329,8 @@ def test_bench_peak_says_what_it_measured_and_what_it_is_for(monkeypatch, capsys
     monkeypatch.setattr(bench.commands, "matmul_peak_flops", lambda device, dtype: 1.5e11)
     main(["peak", "--device", "cpu"])
     n, threads = peak_size(torch.device("cpu")), torch.get_num_threads()
-    assert capsys.readouterr().out == (f"150.0 GFLOP/s (cpu, fp32, {threads} thread{'s' if threads > 1 else ''}): the best of repeated "
+    threads = f"{threads} thread{'s' if threads > 1 else ''}"
+    assert capsys.readouterr().out == (f"150.0 GFLOP/s (cpu, fp32, {threads}): the best of repeated "
                                        f"{n}×{n} matmuls, the peak that MFU divides by\n")
 
 

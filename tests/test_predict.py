@@ -63,6 +63,30 @@ def test_predict_prints_the_top_5_of_the_models_own_softmax_and_draws_the_attent
     assert figure.stat().st_size > 10_000
 
 
+def test_images_of_one_name_are_told_apart_by_their_folders_and_the_figure_keeps_a_readable_height(trained, capsys):
+    """Two files named x.png (an image folder's class folders) are a/x.png and b/x.png in the table and the
+    figure; of more images than the figure holds, it draws the first and says so, the table lists them all."""
+    from ablations.analysis.predict import FIGURE_IMAGES, image_labels
+
+    out, run_id, png, _ = trained
+    assert image_labels([png.parent / "a" / "x.png", png.parent / "b" / "x.png", png, png]) == [
+        "a/x.png", "b/x.png", "seven.png", "seven.png"]
+    assert image_labels([png.parent / "c" / "a" / "x.png", png.parent / "d" / "a" / "x.png"]) == ["c/a/x.png",
+                                                                                                  "d/a/x.png"]
+    for folder in "ab":
+        (out / folder).mkdir(exist_ok=True)
+        Image.open(png).save(out / folder / "x.png")
+    many = [out / "a" / "x.png", out / "b" / "x.png"] + [png] * FIGURE_IMAGES
+    figure = out / "many.png"
+    assert cli.main(["predict", *map(str, many), "--run", run_id, "--out", str(out), "--figure", str(figure)]) == 0
+    text = capsys.readouterr().out
+    rows = [line.split()[0] for line in text.splitlines() if line.split()[1:2] == ["1"]]
+    assert rows[:2] == ["a/x.png", "b/x.png"] and len(rows) == len(many)
+    assert f"attention → {figure} (the first {FIGURE_IMAGES} of {len(many)} images)" in text
+    with Image.open(figure) as drawn:
+        assert drawn.height < 110 * (2.1 * FIGURE_IMAGES + 1.5)   # dpi × inches: 12 rows, not 14
+
+
 @pytest.mark.parametrize("case,message", [
     ("missing", "no such image file"), ("unreadable", "not an image Pillow can read"),
     ("unknown run", "no finished run with that id"), ("two runs", "matches 2 runs"),

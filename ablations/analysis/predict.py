@@ -233,23 +233,43 @@ def predict(loaded: Loaded, images: torch.Tensor) -> tuple[torch.Tensor, list[to
     return logits.float().softmax(-1), attns
 
 
+FIGURE_IMAGES = 12   # rows of the attention figure: more would make it too tall to read
+
+
+def image_labels(paths: list[Path]) -> list[str]:
+    """Each image's file name, with as many of its folders as tell it apart from other files of the same name
+    (train/one/0.png and train/two/0.png are one/0.png and two/0.png; a file given twice is one file)."""
+    parts = [Path(p).parts for p in paths]
+    distinct = list(dict.fromkeys(parts))
+
+    def label(q: tuple[str, ...]) -> str:
+        for depth in range(1, len(q)):
+            if not any(o != q and o[-depth:] == q[-depth:] for o in distinct):
+                return "/".join(q[-depth:])
+        return str(Path(*q))
+
+    return [label(q) for q in parts]
+
+
 def top_table(paths: list[Path], probs: torch.Tensor, k: int = TOP, names: tuple[str, ...] = ()) -> pd.DataFrame:
     """One row per image and rank: the class (and its name where `names` has one that is not the index
     itself) and its probability."""
     values, classes = probs.topk(min(k, probs.shape[1]), dim=1)
     names = names if any(n != str(i) for i, n in enumerate(names)) else ()
-    return pd.DataFrame([{"image": Path(p).name, "rank": r + 1, "class": int(classes[i, r]),
+    return pd.DataFrame([{"image": label, "rank": r + 1, "class": int(classes[i, r]),
                           **({"name": names[int(classes[i, r])]} if names else {}),
                           "probability": float(values[i, r])}
-                         for i, p in enumerate(paths) for r in range(values.shape[1])])
+                         for i, label in enumerate(image_labels(paths)) for r in range(values.shape[1])])
 
 
 def attention_figure(loaded: Loaded, images: torch.Tensor, attns: list[torch.Tensor], probs: torch.Tensor,
                      labels: list[str], path: Path) -> Path:
-    """Each image under the pooled token's attention over its patches: per layer (mean over heads) and
-    rolled out over the layers (`figures.attention_grid`)."""
+    """The first `FIGURE_IMAGES` images under the pooled token's attention over their patches: per layer (mean
+    over heads) and rolled out over the layers (`figures.attention_grid`)."""
     cfg = loaded.model.cfg
-    query, g, n = POOLINGS[cfg.pool].query, cfg.grid_size, len(images)
+    n = min(len(images), FIGURE_IMAGES)
+    images, attns, probs, labels = images[:n], [a[:n] for a in attns], probs[:n], labels[:n]
+    query, g = POOLINGS[cfg.pool].query, cfg.grid_size
     maps = [query(a.mean(1)).reshape(n, g, g) for a in attns] + [query(figs.rollout(attns)).reshape(n, g, g)]
     titles = [f"layer {i + 1}" for i in range(len(attns))] + ["rollout"]
     title = f"{POOLINGS[cfg.pool].reader} attention over the patches: run {loaded.name}"

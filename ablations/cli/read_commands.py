@@ -117,7 +117,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from ablations.analysis.predict import attention_figure, load_run, load_weights, predict, read_images, top_table
+    from ablations.analysis.predict import (
+        FIGURE_IMAGES,
+        attention_figure,
+        image_labels,
+        load_run,
+        load_weights,
+        predict,
+        read_images,
+        top_table,
+    )
 
     images = [Path(p) for p in args.images]
     figure = Path(args.figure) if args.figure else Path(args.out) / "figures" / "predict-attention.png"
@@ -146,11 +155,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                                                    formatters={"probability": "{:.4f}".format}))
     try:
         figure.parent.mkdir(parents=True, exist_ok=True)
-        attention_figure(loaded, pictures, attns, probs, [p.name for p in images], figure)
+        attention_figure(loaded, pictures, attns, probs, image_labels(images), figure)
     except OSError as err:
         print(f"error: cannot write {figure} ({err.strerror or err}); pass --figure PATH", file=sys.stderr)
         return 2
-    print(f"attention → {figure}")
+    shown = f" (the first {FIGURE_IMAGES} of {len(images)} images)" if len(images) > FIGURE_IMAGES else ""
+    print(f"attention → {figure}{shown}")
     return 0
 
 

@@ -543,12 +543,12 @@ def test_seeds_auto_trained_to_the_cap_at_once_takes_the_look_by_look_decisions_
                        '[train]\nepochs = 6\nbatch_size = 64\n')
     alike = write_spec(tmp_path / "s.toml", "depth", "[1, 2]", "embed_dim = 16\nnum_heads = 2\nmlp_ratio = 1.0",
                        "epochs = 4\nlr = 1e-2\nbatch_size = 128")   # open at the first look: taken to the second
-    said = {}
+    said, progress = {}, {}
     for how in ("look", "cap"):
         argv = ["sweep", str(planted), str(alike), "--dataset", "digits", "--seeds", "auto:3,5", "--cost-rounds", "0",
                 "--auto-train", how, "--out", str(tmp_path / how)]
         assert ablations_main(argv) == 0
-        said[how] = capsys.readouterr().out
+        said[how], progress[how] = capsys.readouterr()
         assert ablations_main(argv) == 0
         assert capsys.readouterr().out.count("nothing new") == 2   # a rerun trains nothing
         assert ablations_main(["report", "--out", str(tmp_path / how)]) == 0
@@ -574,6 +574,9 @@ def test_seeds_auto_trained_to_the_cap_at_once_takes_the_look_by_look_decisions_
     front = [line for line in reports["look"].splitlines() if "Pareto front of the setting means" in line]
     assert front and front == [line for line in reports["cap"].splitlines()
                                if "Pareto front of the setting means" in line]
+    first = "s: every setting trains to the cap (5 seeds) at once; then the looks at 3/5 seeds are read in order"
+    assert first in progress["cap"] and first not in progress["look"]
+    assert "s: look 1 of 2 needs 3 seeds of every setting" in progress["look"]
     phases = {"t": 1, "s": 2}
     assert len(tables["look"]["t"]) == 6 and len(tables["look"]["s"]) == 10
     for name in ("t", "s"):
@@ -581,8 +584,9 @@ def test_seeds_auto_trained_to_the_cap_at_once_takes_the_look_by_look_decisions_
         looks = f"the design took {phases[name]} look{'s' * (phases[name] > 1)} and reads {runs} runs"
         assert (f"SEEDS=auto, AUTO_TRAIN=look: each look's seeds trained as the design asked, in {phases[name]} "
                 f"training phase{'s' * (phases[name] > 1)}; {looks}") in said["look"]
+        rest = {"t": "; the other 4 stay out of the verdicts\n", "s": "\n"}[name]   # 10 trained, 6 or 10 read
         assert (f"SEEDS=auto, AUTO_TRAIN=cap: every open setting trained to the cap (5 seeds) at once, in 1 training "
-                f"phase; {looks} (the rest stay out of the verdicts)") in said["cap"]
+                f"phase; {looks}{rest}") in said["cap"]
 
 
 def _done_line(out: str) -> tuple[float, dict[str, float]]:

@@ -24,7 +24,7 @@ from ablations.choices import OBRIEN_FLEMING, AutoSeeds, RelativeMargin
 from ablations.results import seed_design
 from ablations.results.identity import experiment_id
 from ablations.results.seed_design import first_look_seeds
-from ablations.results.store import SweepPaths, Tables, ok_rows
+from ablations.results.store import SweepPaths, Tables, is_ok, ok_rows
 from ablations.running.executors import Executor
 from ablations.running.runner import SweepSummary
 from ablations.running.tasks import RunOptions, Task, make_tasks
@@ -112,14 +112,16 @@ def dry_run_line(auto: AutoSeeds, points: int, spec: SweepSpec, how: str = "look
             f"the list shows each point at the most seeds it may train")
 
 
-def trained_as(how: str, phases: int, design: Design) -> str:
-    """The summary's line on how a sweep's SEEDS=auto seeds trained and what its design reads of them."""
+def trained_as(how: str, phases: int, design: Design, finished: int) -> str:
+    """The summary's line on how a sweep's SEEDS=auto seeds trained and what its design reads of them
+    (`finished`: the sweep's finished runs)."""
     when = f"in {phases} training phase{'s' * (phases != 1)}" if phases else "all trained before this command"
     took = (f"the design took {len(design.looks)} look{'s' * (len(design.looks) != 1)} and reads {design.runs} runs"
             if design.looks else "the design took no look")
     if how == "cap":
+        rest = finished - design.runs if design.looks else 0
         return (f"SEEDS=auto, AUTO_TRAIN=cap: every open setting trained to the cap ({design.schedule[-1]} seeds) at "
-                f"once, {when}; {took} (the rest stay out of the verdicts)")
+                f"once, {when}; {took}" + (f"; the other {rest} stay out of the verdicts" if rest > 0 else ""))
     return f"SEEDS=auto, AUTO_TRAIN=look: each look's seeds trained as the design asked, {when}; {took}"
 
 
@@ -207,7 +209,7 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
                 continue
             design, left_out = replay_sweep(points, options[name], SweepPaths.of(args.out, name), design_files[name],
                                             next(s for s in specs if s.name == name))
-            print(design_progress(design, name, left_out), file=sys.stderr)
+            print(design_progress(design, name, left_out, cap=how == "cap"), file=sys.stderr)
             designs[name] = design
             if design.need:
                 asked[name] = design.need if how == "look" else to_the_cap(design, list(design_files[name]["seeds"]))
@@ -234,7 +236,7 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
         for r in results:
             merged[r.sweep] = merged[r.sweep].merge(r) if r.sweep in merged else r
     summaries = [merged.get(name) or SweepSummary(name, SweepPaths.of(args.out, name)) for name, _ in sweep_points]
-    return [dataclasses.replace(r, said=trained_as(how, phases[r.sweep], designs[r.sweep]))
+    return [dataclasses.replace(r, said=trained_as(how, phases[r.sweep], designs[r.sweep], sum(map(is_ok, r.rows))))
             if r.sweep in designs else r for r in summaries], 0
 
 

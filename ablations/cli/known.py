@@ -2,8 +2,7 @@
 
 Each task is an image folder written as PNG files (the format a user's own images come in) and a sweep
 spec; the sweeps run through the same command a user runs (`sweep … --dataset imagefolder`, called in this
-process), and the
-report's own analysis (`ablations.analysis.findings.analyse`) must give the known answer:
+process), and the report's own analysis (`ablations.analysis.findings.analyse`) must give the known answer:
 
 - **positions**: the class is the quadrant that holds a bright square, so only a model that knows where
   its tokens are can solve it. pos=none (tokens as a set) stays at chance and is decided worse than

@@ -428,11 +428,15 @@ def undecided_reason(f: SweepFindings, c: Comparison) -> str:
     return f" ({span} seeds a setting would decide it)"
 
 
-def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = ()) -> str:
-    """One line for the SEEDS=auto driver: where a sweep's design stands after its latest look."""
+def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = (), cap: bool = False) -> str:
+    """One line for the SEEDS=auto driver: where a sweep's design stands after its latest look (`cap`: under
+    AUTO_TRAIN=cap, where the settings it asks for train to the cap at once)."""
     if left_out:
         name = f"{name} (left out, diverged: {labels_named(left_out)})"
     if not design.looks:
+        if cap:
+            return (f"{name}: every setting trains to the cap ({design.schedule[-1]} seeds) at once; then the looks "
+                    f"at {'/'.join(map(str, design.schedule))} seeds are read in order")
         return f"{name}: look 1 of {len(design.schedule)} needs {design.schedule[0]} seeds of every setting"
     last = design.final
     assert last is not None
@@ -449,7 +453,7 @@ def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = ()
     with_leader = " and the leader" if last.leader in design.need else ""
     return (f"{name}: look {last.index + 1} ({last.seeds} seeds) leaves {count(len(training), 'setting')} undecided "
             f"against the leader {last.leader} (decided: {decided}); they{with_leader} train to "
-            f"{design.schedule[last.index + 1]} seeds")
+            + (f"the cap ({design.schedule[-1]} seeds) at once" if cap else f"{design.schedule[last.index + 1]} seeds"))
 
 
 def shortfall(below: Shortfall) -> str:

@@ -72,7 +72,7 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
     assert main(["compare", str(sweep_out), str(copy), "--csv", str(tmp_path / "c.csv")]) == 0
     out = capsys.readouterr().out
     assert "with its interval, 95 % jointly over the 2 distinct points with one: Bonferroni)" in out
-    assert f"largest |A − B|: {100 * accuracy[2]:.2f} points over 2 points" in out
+    assert f"largest |A − B|: {100 * accuracy[2]:.2f} accuracy points over 2 points of the sweeps" in out
     written = pd.read_csv(tmp_path / "c.csv")
     assert written["verdict"].tolist() == ["same within noise", "A higher"]
     # the CSV in the printed units: accuracy in % beside differences in points (not a fraction beside points)
@@ -89,6 +89,9 @@ def test_folders_with_no_run_in_common_are_refused_naming_them(sweep_out, tmp_pa
     assert main(["compare", str(sweep_out), str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "empty have no finished run in common" in err
+    (tmp_path / "link").symlink_to(sweep_out)   # one folder under two names: nothing to compare
+    assert main(["compare", str(sweep_out), str(tmp_path / "link")]) == 2
+    assert f"error: A and B are one folder ({sweep_out.resolve()})" in capsys.readouterr().err
 
 
 def test_rows_of_an_older_table_with_blank_recipe_cells_join_their_points(tmp_path):
@@ -233,7 +236,9 @@ def test_packed_members_meet_the_runs_trained_alone_point_by_point_and_each_side
     assert "A train_util_pct not measured (runs that shared the device), B mean train_util_pct " in out
     # a member's time is its pack's, said of the side that packed
     assert "time_a: a packed run's train_time_s is its whole pack's (the pack's members trained at once)\n" in out
-    assert main(["compare", str(sweep_out), str(sweep_out)]) == 0 and "whole pack's" not in capsys.readouterr().out
+    shutil.copytree(sweep_out, tmp_path / "copy")
+    assert main(["compare", str(sweep_out), str(tmp_path / "copy")]) == 0
+    assert "whole pack's" not in capsys.readouterr().out
     alone = compare_outs(sweep_out, sweep_out)
     assert "Trained in fp32 on cpu here and in fp32 on cpu in the reference." in " ".join(
         wording.reference_lines(alone, "REF", 0.5))

@@ -89,6 +89,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"error: {side} {folder}: no ablations/ folder of sweep tables there; pass an OUT folder a sweep "
                   f"wrote", file=sys.stderr)
             return 2
+    if Path(args.a).resolve() == Path(args.b).resolve():
+        print(f"error: A and B are one folder ({Path(args.a).resolve()}): every point would be identical to itself; "
+              f"pass two OUT folders of the same sweeps", file=sys.stderr)
+        return 2
     try:
         table = compare_outs(Path(args.a), Path(args.b))
     except ValueError as err:
@@ -102,7 +106,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for column in ("acc_a", "acc_b"):
         shown[column] = 100 * shown[column]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep="—"))
-    print(f"largest |A − B|: {table['diff_pts'].abs().max():.2f} points over {len(table)} points; "
+    print(f"largest |A − B|: {table['diff_pts'].abs().max():.2f} accuracy points over "
+          f"{count(len(table), 'point')} of the sweeps; "
           + ", ".join(f"{label} mean train_util_pct {table[column].mean():.1f}" if table[column].notna().any()
                       else f"{label} train_util_pct not measured (runs that shared the device)"
                       for label, column in (("A", "util_a"), ("B", "util_b")) if column in table))

@@ -207,7 +207,7 @@ def calibrate_saved(pool: Pool, seeds: int, trials: int, alpha: float = ALPHA) -
     if pool.same is not None and len(pool.same) >= 2 * seeds:
         arrays = {"one setting": pool.same, **arrays}
     cases = [(source, delta) for source in arrays for delta in (0.0, *PLANTED)]
-    bar = tqdm(total=trials * len(cases), desc="trials", unit="trial", leave=False)
+    bar = tqdm(total=trials * len(cases) * len(FORMS), desc="trials", unit="trial", leave=False)   # as counted at the end
     for source, delta in cases:
         for i, (a, b) in enumerate(draw_groups(arrays[source], seeds, trials, source, delta)):
             for form, paired in FORMS.items():
@@ -216,7 +216,7 @@ def calibrate_saved(pool: Pool, seeds: int, trials: int, alpha: float = ALPHA) -
                 found.append({"source": source, "planted_pts": 100 * delta, "form": form, "trial": i,
                               "acc_a": a.mean(), "acc_b": b.mean(), "diff_pts": 100 * c.diff, "low_pts": 100 * c.low,
                               "high_pts": 100 * c.high, "p": c.p})
-            bar.update()
+            bar.update(len(FORMS))
     bar.close()
     return pd.DataFrame(found)
 

@@ -181,7 +181,7 @@ class RelativeMargin:
         return max(self.share * (1 - best_accuracy), 1e-4)
 
     def __str__(self) -> str:
-        return f"{100 * self.share:g}% of the best setting's error"
+        return f"{100 * self.share:g} % of the best setting's error"
 
 
 def parse_margin(value, where: str) -> float | RelativeMargin:

@@ -10,6 +10,11 @@ def count(n: int, word: str, plural: str = "") -> str:
     return f"{n:,} {word if n == 1 else plural or word + 's'}"
 
 
+def percent(fraction: float, digits: int = 0) -> str:
+    """A fraction as a percentage the way every figure here is printed: a space before the sign ("22 %")."""
+    return f"{100 * fraction:.{digits}f} %"
+
+
 def macs(x: float) -> str:
     """A GMACs or GFLOPs figure to three significant digits and never in exponent form (0.0000398, 0.00121,
     4.60), whole from 100 on (1,234): a small model's figure is never printed as 0.0000."""

@@ -533,7 +533,7 @@ def test_an_auto_budget_short_of_three_rounds_is_raised_to_them_only_where_they_
 
     raised = clock(45.0)
     assert raised.plan_rounds([], items=18) == 3 and raised.budget_s == pytest.approx(5.4, rel=0.05)
-    assert "raised from 4.5 s (10% of the runs' expected training) to the 3 rounds a comparison needs, 12% of it" \
+    assert "raised from 4.5 s (10 % of the runs' expected training) to the 3 rounds a comparison needs, 12 % of it" \
         in raised.stopped and "no cost phase" not in raised.stopped
     dear = clock(3 * 1.8 / RAISED_SHARE_MAX / 1.5)   # three rounds would be 1.5 × the share allowed
     assert dear.plan_rounds([], items=18) < 3 and "no cost phase" in dear.stopped and "raised" not in dear.stopped

@@ -1421,8 +1421,8 @@ def test_a_margin_given_as_a_share_of_the_error_is_resolved_on_each_sweeps_runs_
         write_run(tmp_path, 1, seed, mask(range(25 + seed)))
         write_run(tmp_path, 2, seed, mask(range(25 + seed + seed % 2)))
     text = build_report(tmp_path, margin=RelativeMargin(0.2)).read_text()
-    assert "depth=2 is equivalent to it within ±0.55 points (20% of its 2." in text   # 0.2 × 2.75 % (97.25 %)
-    assert "20% of the best setting's error unless the sweep sets" in " ".join(text.split())
+    assert "depth=2 is equivalent to it within ±0.55 points (20 % of its 2." in text   # 0.2 × 2.75 % (97.25 %)
+    assert "20 % of the best setting's error unless the sweep sets" in " ".join(text.split())
     third = build_report(tmp_path, margin=RelativeMargin(1 / 3)).read_text()   # 2.75 % / 3: 0.916… points
     assert "within ±0.92 points" in third and not re.search(r"±\d+\.\d{3,}", third)   # said to 2 decimals
     spec = tmp_path / "rel.toml"
@@ -1525,10 +1525,10 @@ def test_with_a_tie_for_the_lead_each_comparison_names_the_setting_it_is_against
                   best_error=0.022)
     assert answer_text(tied) == ("14 × 1 and 14 × 2 tie for the highest mean, 97.80 %. 7 × 1 is worse than 14 × 1 by "
                                  "0.40 points [0.10, 0.70]. 7 × 4 and 14 × 2 are equivalent to 14 × 1 within ±0.5 "
-                                 "points (23% of its 2.2 % error). 7 × 2 is undecided against 14 × 1.")
+                                 "points (23 % of its 2.2 % error). 7 × 2 is undecided against 14 × 1.")
     alone = dataclasses.replace(tied, tied=(), equivalent=("7 × 4",))
     assert answer_text(alone) == ("14 × 1 has the highest mean, 97.80 %. 7 × 1 is worse by 0.40 points [0.10, 0.70]. "
-                                  "7 × 4 is equivalent to it within ±0.5 points (23% of its 2.2 % error). 7 × 2 is "
+                                  "7 × 4 is equivalent to it within ±0.5 points (23 % of its 2.2 % error). 7 × 2 is "
                                   "undecided against it.")
 
 
@@ -1574,7 +1574,7 @@ def test_the_findings_table_bounds_an_answer_as_its_section_does():
 
     a = Answer("d", "depth", "", 2, equivalent=(4,), best_error=0.05, left_out=(6,), at_chance=(8,), unconverged=True)
     assert caveated(a) == ("Not converged; at this budget: Of the settings in the design: depth=2 has the highest "
-                           "mean, 95.00 %. depth=4 is equivalent to it within ±0.5 points (10% of its 5.0 % error). "
+                           "mean, 95.00 %. depth=4 is equivalent to it within ±0.5 points (10 % of its 5.0 % error). "
                            "Left out (a run diverged): depth=6. depth=8 does not learn the task at this budget "
                            "(within noise of chance).")
     assert caveated(Answer("d", "depth", "", None, no_verdict="one seed", unconverged=True)) == \

@@ -50,7 +50,7 @@ from ablations.specs import MODEL_FIELDS, TRAIN_FIELDS
 from bench.io.atomic import write_atomic
 from bench.reference import CHECKOUT_REFERENCE, refusal
 from bench.training.recipe import TrainConfig
-from bench.units import count
+from bench.units import count, percent
 from vit import PRESETS
 
 # the training mode's model: learns digits to 30–37 % (chance: 10 %) in about 1.4 s a run on a 2-core CPU, a
@@ -235,10 +235,10 @@ def summary_table(trials: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
         aa = g[g["planted_pts"] == 0]
         fp = Rate.of(int(hit[aa.index].sum()), len(aa))
         row = {"source": source, "form": form, f"false positives (A/A, α = {alpha})": fp.text(),
-               "p < 0.05": f"{(aa['p'] < 0.05).mean():.1%}", "p < 0.2": f"{(aa['p'] < 0.2).mean():.1%}",
+               "p < 0.05": percent((aa['p'] < 0.05).mean(), 1), "p < 0.2": percent((aa['p'] < 0.2).mean(), 1),
                "mean p": f"{aa['p'].mean():.2f}"}
         for delta, d in g[g["planted_pts"] > 0].groupby("planted_pts"):
-            row[f"power at {delta:g} pt"] = f"{hit[d.index].mean():.1%}"
+            row[f"power at {delta:g} pt"] = percent(hit[d.index].mean(), 1)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -492,7 +492,7 @@ def _train_main(args, folder: Path) -> int:
     print(f"     accuracy {100 * result.aa['acc_a'].mean():.2f} % (mean over runs); |A − B| median "
           f"{result.aa['diff_pts'].abs().median():.2f} points")
     if result.power is not None:
-        print(f"planted: {args.label_noise:.0%} of training labels randomised, {args.planted_pairs} pairs: "
+        print(f"planted: {percent(args.label_noise)} of training labels randomised, {args.planted_pairs} pairs: "
               f"mean cost {result.planted['diff_pts'].mean():.2f} points; detected (p < {ALPHA}, right sign) "
               f"{result.power.text()}")
     print(f"{runs} runs in {result.seconds / 60:.1f} min; pairs → {folder / 'calibration.csv'}")

@@ -68,7 +68,7 @@ from bench.rounds import MIN_ROUNDS
 from bench.timing import TimingConfig
 from bench.training.recipe import TrainConfig
 from bench.training.step import adamw, train_mode, training_step
-from bench.units import count
+from bench.units import count, percent
 from vit import VisionTransformer, ViTConfig
 
 # Timing of one item in one round, by device. A CPU step of these models takes 5–50 ms: 0.25 s is 5–50
@@ -525,12 +525,12 @@ class _Clock:
             return self.plan.rounds
         first = max(self.elapsed(), 1e-3)
         fit = max(1, min(self.plan.rounds, 1 + int(max(0.0, self.budget_s - first) // first)))
-        share = "" if self.plan.budget_s is not None else f", {BUDGET_SHARE:.0%} of the runs' expected training"
+        share = "" if self.plan.budget_s is not None else f", {percent(BUDGET_SHARE)} of the runs' expected training"
         needed = MIN_ROUNDS * first
         if fit < MIN_ROUNDS <= self.plan.rounds and self.plan.budget_s is None and expected \
                 and needed <= RAISED_SHARE_MAX * expected:   # auto: the rounds a comparison needs, where they are cheap
-            share = (f", raised from {self.budget_s:.3g} s ({BUDGET_SHARE:.0%} of the runs' expected training) to "
-                     f"the {MIN_ROUNDS} rounds a comparison needs, {needed / expected:.0%} of it")
+            share = (f", raised from {self.budget_s:.3g} s ({percent(BUDGET_SHARE)} of the runs' expected training) to "
+                     f"the {MIN_ROUNDS} rounds a comparison needs, {percent(needed / expected)} of it")
             self.budget_s, fit = needed, MIN_ROUNDS
         if fit < self.plan.rounds:
             self.stopped = f"its {self.budget_s:.3g} s budget (COST_BUDGET{share}) fits {fit} of {self.plan.rounds} rounds"

@@ -16,6 +16,7 @@ from ablations.analysis.stats import (
 from ablations.choices import LOOKS, RelativeMargin, with_makefile
 from bench.contention import CONTENDED_PCT
 from bench.rounds import MIN_ROUNDS
+from bench.units import percent
 
 
 def method(margin: float | RelativeMargin = MARGIN) -> str:
@@ -49,7 +50,7 @@ def _method_tests(margin: float | RelativeMargin) -> str:
   **identical** where the runs predicted the same class for every image, seed by seed (an observation, not a
   test); **inconclusive** otherwise, which is not a finding of equality. A tie for the highest mean goes to the
   first name in sorted order and is said. At fixed seeds an open pair's sweep states the smallest difference a pair
-  of its median noise could detect ((t₁₋α/2m + t_{{power}}) × the median s.e., {POWER:.0%} power) and the seeds a
+  of its median noise could detect ((t₁₋α/2m + t_{{power}}) × the median s.e., {percent(POWER)} power) and the seeds a
   {100 * POWER_DELTA:.1f}-point difference would take. A setting under 1/classes + {CHANCE_SDS:g} binomial s.d.
   is at chance (‡) and compared like any other; a sweep whose best setting is at chance, or with one seed a
   setting, or without saved predictions, gets no verdict.
@@ -83,7 +84,7 @@ def _method_checks() -> str:
 - **Checks.** The reference comparison pairs each point trained here and in the reference, Bonferroni over
   the points, equivalent only where the whole interval lies within the margin. Budget: a setting is **not
   converged** where its last epoch raised its accuracy by more than {100 * STILL_LEARNING:g} point, where its
-  last training loss is more than {FAR_FROM_FIT:.0%} of the way from the recipe's floor (label smoothing's) to
+  last training loss is more than {percent(FAR_FROM_FIT)} of the way from the recipe's floor (label smoothing's) to
   ln classes, or where the same model trained longer in the same OUT reaches more than the margin more
   (one-sided Welch at 5 %). Sittings (commits, hosts, processors, thread counts, precisions): the seed is the
   unit; seeds split between sittings are compared by a permutation test of their mean residuals, sittings

@@ -26,7 +26,7 @@ from ablations.analysis.stats import (
 from ablations.choices import LOOKS, SPENDING, say
 from bench.contention import CONTENDED_PCT
 from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
-from bench.units import count, ratio
+from bench.units import count, percent, ratio
 
 
 def pair_outcome(f: SweepFindings, c: Comparison) -> tuple[str, str]:
@@ -117,7 +117,7 @@ def margin_against_error(margin: float, error: float | None) -> str:
     points is a large part of what errs."""
     if not error or error <= 0:
         return margin_text(margin)
-    return f"{margin_text(margin)} ({margin / error:.0%} of its {100 * error:.1f} % error)"
+    return f"{margin_text(margin)} ({percent(margin / error)} of its {100 * error:.1f} % error)"
 
 
 def answer_text(a: Answer) -> str:
@@ -268,7 +268,7 @@ def _detectable(f: SweepFindings) -> str:
         return (f"With {_seeds_text(f)} a pair with this sweep's median noise could detect no difference, however "
                 f"large: the spread of so few seeds is known too poorly ({budget}).")
     return (f"A pair with this sweep's median noise detects only differences above about "
-            f"{100 * v.detectable:.1f} points ({POWER:.0%} power, α = {ALPHA} with Holm over {count(m, 'pair')}; {budget}); "
+            f"{100 * v.detectable:.1f} points ({percent(POWER)} power, α = {ALPHA} with Holm over {count(m, 'pair')}; {budget}); "
             f"a pair whose difference every seed repeats detects less.")
 
 
@@ -331,7 +331,7 @@ def power_sentence(f: SweepFindings) -> str:
     need = (f"about {f.seeds_for_delta} seeds per setting{spread}{floor}" if f.seeds_for_delta is not None else
             f"more test images: with this test set no number of seeds detects less than about "
             f"{100 * (f.floor or 0):.2f} points")
-    return (f"Detecting a {100 * POWER_DELTA:.1f}-point difference at {POWER:.0%} power (α = {ALPHA}, Holm over "
+    return (f"Detecting a {100 * POWER_DELTA:.1f}-point difference at {percent(POWER)} power (α = {ALPHA}, Holm over "
             f"{count(m, 'pair')}) would take {need}; seed-to-seed s.d. {100 * f.seed_sd:.2f} points, measured here.")
 
 

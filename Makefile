@@ -167,10 +167,12 @@ known: $(STAMP)  ## four synthetic tasks whose answers are known, through the sw
 IMAGES ?=
 RUN    ?=
 predict: $(STAMP)  ## a trained run on your images (IMAGES, RUN): top-5 and where it looks
+	$(if $(strip $(IMAGES)),,$(error make predict needs your images and a run: make predict IMAGES="digit.png x.jpg" RUN=<run_id>))
 	$(PY) -m ablations predict $(IMAGES) $(call opt,--run,$(RUN)) --out '$(OUT)' $(call qopt,--data-root,$(DATA_ROOT)) $(ARGS)
 
 # two OUT folders of the same sweeps (e.g. GRAPHS=1 and GRAPHS=0) point by point: make compare A=out1 B=out2
 compare: $(STAMP)  ## two OUT folders of the same sweeps, point by point (A, B)
+	$(if $(and $(strip $(A)),$(strip $(B))),,$(error make compare needs two OUT folders: make compare A=results-graphs B=results-eager))
 	$(PY) -m ablations compare '$(A)' '$(B)' $(ARGS)
 
 # the speed of every point trained under OUT, measured in one interleaved cost phase (COST_ROUNDS, COST_BUDGET)

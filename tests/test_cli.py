@@ -72,6 +72,20 @@ def make_dry(*args) -> str:
     return next(line for line in out.splitlines() if " -m ablations " in line)
 
 
+def test_make_predict_and_compare_without_their_inputs_say_which_in_one_line(capsys):
+    """Without IMAGES, or without A and B, the targets stop before Python starts and name the variables (an empty
+    A and B had reached compare as '' '': the working folder twice)."""
+    for target, given, said in (("compare", ["A=x"], "make compare needs two OUT folders: make compare A="),
+                                ("predict", ["RUN=3f2a9c"], 'make predict needs your images and a run: make predict '
+                                                            'IMAGES="')):
+        done = user_make("-n", target, *given)
+        assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert "compare 'x' 'y'" in make_dry("compare", "A=x", "B=y")
+    assert "predict a.png --run 3f2a9c" in make_dry("predict", "IMAGES=a.png", "RUN=3f2a9c")
+    code, _, err = run_cli(ablations_main, ["compare", "", "y"], capsys)
+    assert code == 2 and err == "error: A is empty: pass two OUT folders a sweep wrote (compare A B)\n"
+
+
 def test_make_download_and_data_root_reach_the_commands():
     assert "--download" in make_dry("ablate-depth", "DOWNLOAD=1")
     assert "--download" not in make_dry("ablate-depth")

@@ -85,6 +85,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"error: --csv {args.csv}: {message}", file=sys.stderr)
         return 2
     for side, folder in (("A", args.a), ("B", args.b)):
+        if not folder.strip():
+            print(f"error: {side} is empty: pass two OUT folders a sweep wrote (compare A B)", file=sys.stderr)
+            return 2
         if not (Path(folder) / "ablations").is_dir():
             print(f"error: {side} {folder}: no ablations/ folder of sweep tables there; pass an OUT folder a sweep "
                   f"wrote", file=sys.stderr)

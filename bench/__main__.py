@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.choices import DTYPES, PRESETS, integer, non_negative
+from bench.choices import DTYPES, PRESETS, Parser, integer, non_negative
 
 
 def _names(text: str) -> list[str]:
@@ -85,8 +85,7 @@ def _add_run(run: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m bench") -> None:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub.add_parser("run", help="measure a config or a grid"))
     conv = sub.add_parser("convert-json", help="pytest-benchmark JSON to a CSV of measurement rows")

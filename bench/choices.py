@@ -10,6 +10,8 @@ built from; `bench.training.precision.DTYPES` is built from `DTYPES` here. Atten
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,3 +53,16 @@ def non_negative(message: str) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"{message}, got {text!r}")
         return value
     return parse
+
+
+class Parser(argparse.ArgumentParser):
+    """A refused argument is one line (exit 2) naming it, not the usage block above it; a choice a typo away
+    from a known one is named ('swep': did you mean 'sweep'?)."""
+
+    def error(self, message: str):
+        found = re.search(r"invalid choice: '?([^'(]*?)'? \(choose from (.*)\)", message)   # argparse's wording
+        close = difflib.get_close_matches(found[1], [n.strip(" '") for n in found[2].split(",")], n=1, cutoff=0.7) \
+            if found else []
+        if close:
+            message = message.replace(found[0], found[0].replace(" (choose", f" (did you mean {close[0]!r}?) (choose"))
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")

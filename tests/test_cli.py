@@ -86,6 +86,26 @@ def test_make_predict_and_compare_without_their_inputs_say_which_in_one_line(cap
     assert code == 2 and err == "error: A is empty: pass two OUT folders a sweep wrote (compare A B)\n"
 
 
+@pytest.mark.parametrize("argv,said", [
+    (["swep", "depth"], "python -m ablations: error: argument command: invalid choice: 'swep' (did you mean 'sweep'?) "
+                        "(choose from "),
+    (["sweep", "depth", "--dataset", "mnst"], "invalid choice: 'mnst' (did you mean 'mnist'?) (choose from "),
+    (["sweep", "depth", "--dataset", "zzz"], "invalid choice: 'zzz' (choose from ")])
+def test_a_choice_a_typo_away_from_a_known_one_is_named_in_the_one_line_refusal(argv, said, capsys):
+    code, _, err = run_cli(ablations_main, argv, capsys)
+    assert code == 2 and said in err and err.count("\n") == 1 and err.endswith("(--help lists the options)\n"), err
+
+
+def test_bench_refuses_a_mistyped_command_in_one_line_naming_the_one_meant(capsys):
+    from bench.__main__ import main as bench_main
+
+    with pytest.raises(SystemExit) as stop:
+        bench_main(["rn"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("python -m bench: error: argument command: invalid choice: 'rn' "
+                                                   "(did you mean 'run'?)") and err.count("\n") == 1, err
+
+
 def test_make_download_and_data_root_reach_the_commands():
     assert "--download" in make_dry("ablate-depth", "DOWNLOAD=1")
     assert "--download" not in make_dry("ablate-depth")

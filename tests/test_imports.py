@@ -109,7 +109,8 @@ INNER = {
                   "running": ("running", 2), "analysis": ("analysis", 2),
                   "cli": ("cli", 3), "__main__": ("cli", 3)},
     # bench: the rest is measurement, 2
-    "bench": {"io": ("io", 0), "choices": ("io", 0), "loading": ("io", 0), "training": ("training", 1)},
+    "bench": {"io": ("io", 0), "choices": ("io", 0), "loading": ("io", 0), "units": ("io", 0),
+              "training": ("training", 1)},
 }
 
 
@@ -212,7 +213,8 @@ def test_reading_results_loads_no_trainer_runner_or_executor(tmp_path):
     shutil.copytree(source / "preds" / "depth", out / "ablations" / "preds" / "depth")
     for table in source.glob("depth*.csv"):
         shutil.copy(table, out / "ablations" / table.name)
-    commands = [["columns"], ["compare", str(out), str(out)], ["report", "--reference", "none", "--out", str(out)]]
+    shutil.copytree(out, tmp_path / "copy")
+    commands = [["columns"], ["compare", str(out), str(tmp_path / "copy")], ["report", "--reference", "none", "--out", str(out)]]
     code = (f"import json, sys; from ablations.__main__ import main\nfor argv in {commands!r}:\n"
             "    status = main(argv)\n"
             "    print(json.dumps([argv[0], status, sorted(m for m in sys.modules if m.startswith('ablations'))]))")

@@ -26,14 +26,7 @@ from ablations.choices import available_sweeps, default_sweeps
 from ablations.cli import known as known_commands
 from ablations.options import COST_FLAGS, DATA_ROOT, INTO_REFERENCE, MARGIN, OUT, add_options, positive, run_options
 from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
-from bench.choices import non_negative
-
-
-class Parser(argparse.ArgumentParser):
-    """A refused argument is one line (exit 2) naming it, not the usage block above it."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+from bench.choices import Parser, non_negative
 
 
 def _read_commands(sub) -> None:

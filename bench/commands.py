@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> None:
     rows = run_grid(points, device, out_csv, rounds=args.rounds)
     print(summary(rows).to_string(index=False))
     loaded = sum(int(r.get("contended") or 0) for r in rows)
-    print(f"\n{len(rows)} rows ({sum(r['status'] == 'ok' for r in rows)} ok; {count(args.rounds, 'interleaved round')} of "
+    ok = sum(r['status'] == 'ok' for r in rows)
+    print(f"\n{count(len(rows), 'row')} ({ok} ok; {count(args.rounds, 'interleaved round')} of "
           f"{count(len(points), 'point')}) appended to {out_csv}. img/s: median over rounds [quartiles]; vs fastest: a "
           f"ratio only where the quartiles of the two do not overlap over at least {MIN_ROUNDS} rounds, else "
           f"'same within noise'"
@@ -174,4 +175,4 @@ def convert(args: argparse.Namespace) -> None:
         _fail(str(err))
     if rows:
         fresh.replace(args.csv_path)
-    print(f"{rows} rows written to {args.csv_path}")
+    print(f"{count(rows, 'row')} written to {args.csv_path}")

@@ -90,6 +90,11 @@ def test_a_sweep_none_of_whose_runs_finished_says_so_in_the_findings_and_its_sec
             "in epoch 1\n- depth=4 at seed 0: **diverged** loss became inf in epoch 2\n") in section
     assert "not counted above" not in section
     assert "verdicts.csv" not in text and not (tmp_path / "verdicts.csv").exists()
+    one = tmp_path / "one"
+    write_run(one, 2, 0, None, status="diverged", error="loss became nan in epoch 1")
+    text = build_report(one).read_text()
+    assert "| Its one run did not finish: 1 diverged (depth=2 at seed 0). |" in text
+    assert "**No verdict: its one run did not finish.**" in text and "none of its 1 runs" not in text
 
 
 def ten_points_apart(out):

@@ -416,7 +416,8 @@ def preflight(paths: SweepPaths, runs: int, need: int) -> int:
         probe.unlink(missing_ok=True)
     free = shutil.disk_usage(base).free
     if free < need:
-        raise SweepError(f"OUT={out}: {free / 2**20:,.1f} MiB free, but the {runs} runs to do need about "
+        these = "the run to do needs" if runs == 1 else f"the {runs} runs to do need"
+        raise SweepError(f"OUT={out}: {free / 2**20:,.1f} MiB free, but {these} about "
                          f"{need / 2**20:,.1f} MiB (weights, a checkpoint per run in flight, predictions and rows); "
                          f"free space or choose another OUT (--out)")
     return clean_stale_tmp(paths)

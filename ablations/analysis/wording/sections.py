@@ -408,7 +408,8 @@ def failed_lines(factor: str, failed: list[dict[str, Any]], finished: bool = Tru
     for r in failed:
         groups.setdefault((r["status"], r["error"]), []).append((r[factor], r["seed"]))
     head = (f"Failed runs ({len(failed)}), not counted above:" if finished else
-            f"**No verdict: none of its {len(failed)} runs finished.**")
+            ("**No verdict: its one run did not finish.**" if len(failed) == 1 else
+             f"**No verdict: none of its {len(failed)} runs finished.**"))
     return [head, "", *(f"- {runs_named(factor, runs)}: **{status}** {error}" for (status, error), runs in groups.items()),
             ""]
 

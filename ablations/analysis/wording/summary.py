@@ -52,7 +52,8 @@ def caveated(a: Answer) -> str:
     by_status = {status: [(v, s) for v, s, st in a.failed if st == status] for status in statuses}
     runs = "; ".join(f"{len(these)} {status} ({runs_named(a.factor, these)})" for status, these in by_status.items())
     if a.no_verdict == "none finished":
-        return f"None of its {len(a.failed)} runs finished: {runs}."
+        return (f"Its one run did not finish: {runs}." if len(a.failed) == 1 else
+                f"None of its {len(a.failed)} runs finished: {runs}.")
     if a.no_verdict:
         return said + (f" Not counted: {count(len(a.failed), 'run')} that did not finish: {runs}." if a.failed else "")
     if a.left_out:

@@ -399,7 +399,9 @@ def test_the_step_benchmark_times_both_steps_in_interleaved_rounds_and_leaves_ou
                                            (["--min-time", "nan"], "--min-time must be a number of seconds ≥ 0, got "
                                                                    "'nan'"),
                                            (["--device", "cuda:7"], "cuda:7"),
-                                           (["--preset", "vit_mnist"], "img_size=8 is not divisible by patch_size=7")])
+                                           (["--preset", "vit_mnist"], "img_size=8 is not divisible by patch_size=7"),
+                                           (["--dataset", "imagefolder", "--data-root", "/nonexistent"],
+                                            "imagefolder: /nonexistent needs train/ and")])
 def test_the_step_benchmark_refuses_bad_input_before_building_anything(args, message, capsys, monkeypatch):
     monkeypatch.setattr(stepbench, "build_steps", lambda *a: pytest.fail("built steps for bad input"))
     try:   # a bad count is refused as the command line is read (argparse exits 2)

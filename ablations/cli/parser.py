@@ -138,6 +138,8 @@ def _stepbench(sub) -> None:
                       help="the model whose training step is timed (default vit_mnist)")
     step.add_argument("--dataset", default="mnist5k", choices=sorted(choices.DATASETS),
                       help="gives the image shape and classes (default mnist5k: 28×28, 1 channel, 10 classes)")
+    DATA_ROOT.add_to(step, help="where torchvision datasets and an image folder live (DATA_ROOT), read for their "
+                                "shape and classes")
     step.add_argument("--batch-size", type=positive("--batch-size"), default=64,
                       help="images per training step (default 64, the default recipe's)")
     step.add_argument("--device", default="auto", help="auto (CUDA where there is one), cpu, cuda or cuda:N")

@@ -51,7 +51,7 @@ def run(args) -> dict[str, Spread]:
         device = resolve_device(args.device)
         cfg = TrainConfig(batch_size=args.batch_size, dtype=args.dtype)
         timing = TimingConfig(warmup=4, min_repeats=10, min_time_s=args.min_time)
-        data = load_dataset(args.dataset)
+        data = load_dataset(args.dataset, args.data_root)
         model_cfg = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
                                                  num_classes=data.num_classes)
     except FileNotFoundError as err:
@@ -74,7 +74,7 @@ def run(args) -> dict[str, Spread]:
     static = "graphed" if steps["static"].graphed else "static buffers, not captured"
     dtype = cfg.resolved_dtype(device)
     print(f"{args.preset} training step, batch {args.batch_size}, {device.type} {dtype}, "
-          f"{args.rounds} interleaved rounds" + (f"; {loaded} of {len(KINDS) * args.rounds} timings taken while "
+          f"{count(args.rounds, 'interleaved round')}" + (f"; {loaded} of {len(KINDS) * args.rounds} timings taken while "
                                                  f"other processes took ≥ {CONTENDED_PCT:g} % of the machine, "
                                                  f"left out: measure again on an idle machine" if loaded else ""))
     for kind, s in spreads.items():

@@ -352,7 +352,7 @@ def test_an_unwritable_event_folder_stops_the_sweep_before_any_run(tmp_path):
     assert not SweepPaths.of(out, "tb").rows.exists()
 
 
-def test_a_rerun_with_tensorboard_writes_the_events_of_runs_finished_without_them(tmp_path):
+def test_a_rerun_with_tensorboard_writes_the_events_of_runs_finished_without_them(tmp_path, capsys):
     pytest.importorskip("tensorboard")
     from ablations.results import tensorboard
 
@@ -366,6 +366,11 @@ def test_a_rerun_with_tensorboard_writes_the_events_of_runs_finished_without_the
     for run_id, depth in zip(rows["run_id"], rows["depth"]):
         (where,) = tensorboard.written(out, "tb", run_id)
         assert where.name == f"depth={depth},seed=0,{run_id}" and any(where.glob("events.out.tfevents.*")), run_id
+    from ablations.cli.outcome import summary
+
+    capsys.readouterr()
+    summary([again], "Done.")   # the closing summary names the folder beside the weights and predictions
+    assert f"tensorboard → {out / 'tensorboard' / 'tb'}/" in capsys.readouterr().out
 
 
 def test_tensorboard_without_the_package_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):

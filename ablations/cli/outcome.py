@@ -117,7 +117,8 @@ def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> No
                   f"train_mfu understate it")
         tables = [f"{what} → {path}" for what, path in (("rows", paths.rows), ("epochs", paths.history),
                                                           ("cost", paths.cost)) if path.exists()]
-        folders = [f"{what} → {path}/" for what, path in (("weights", paths.weights), ("test predictions", paths.preds))
+        folders = [f"{what} → {path}/" for what, path in (("weights", paths.weights), ("test predictions", paths.preds),
+                                                          ("tensorboard", paths.out / "tensorboard" / r.sweep))
                    if path.is_dir() and any(path.iterdir())]
         for written in (tables, folders):
             if written:

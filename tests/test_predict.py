@@ -90,7 +90,8 @@ def test_images_of_one_name_are_told_apart_by_their_folders_and_the_figure_keeps
 @pytest.mark.parametrize("case,message", [
     ("missing", "no such image file"), ("unreadable", "not an image Pillow can read"),
     ("unknown run", "no finished run with that id"), ("two runs", "matches 2 runs"),
-    ("neither", "give --run RUN_ID"), ("weights without preset", "--weights needs --preset")])
+    ("neither", "give --run RUN_ID"), ("weights without preset", "--weights needs --preset"),
+    ("unwritable figure", "; pass --figure PATH")])
 def test_predict_bad_inputs_are_one_line_errors(trained, tmp_path, capsys, case, message):
     out, run_id, png, _ = trained
     image, run = str(png), ["--run", run_id[:6]]
@@ -112,8 +113,15 @@ def test_predict_bad_inputs_are_one_line_errors(trained, tmp_path, capsys, case,
         run = []
     elif case == "weights without preset":
         run = ["--weights", str(png)]
-    assert cli.main(["predict", image, *run, "--out", str(out), "--figure", str(tmp_path / "f.png")]) == 2
+    figure = tmp_path / "f.png"
+    if case == "unwritable figure":   # its folder is a file: the system's reason, once, and the option that fixes it
+        (tmp_path / "file").write_text("")
+        figure = tmp_path / "file" / "f.png"
+    assert cli.main(["predict", image, *run, "--out", str(out), "--figure", str(figure)]) == 2
     err = capsys.readouterr().err
+    if case == "unwritable figure":   # after the run's notes: the system's reason alone, not a writer's advice
+        err = err.splitlines()[-1] + "\n"
+        assert err.startswith(f"error: cannot write {figure} (") and "free space" not in err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
 
 

@@ -97,6 +97,30 @@ def test_a_sweep_none_of_whose_runs_finished_says_so_in_the_findings_and_its_sec
     assert "**No verdict: its one run did not finish.**" in text and "none of its 1 runs" not in text
 
 
+def test_a_report_that_cannot_be_written_leaves_the_last_one_whole_and_says_why_once(tmp_path, capsys, monkeypatch):
+    """REPORT.md, verdicts.csv and settings.csv are replaced whole or not at all: a disk that fills as the report
+    is written leaves the previous files as they were and no temporary file, and the command says the system's
+    reason in one line."""
+    import errno
+    import os
+
+    from ablations.__main__ import main
+
+    ten_points_apart(tmp_path)
+    assert main(["report", "--out", str(tmp_path), "--reference", "none"]) == 0
+    before = {name: (tmp_path / name).read_bytes() for name in ("REPORT.md", "verdicts.csv", "settings.csv")}
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    code, _, err = run_cli(main, ["report", "--out", str(tmp_path), "--reference", "none"], capsys)
+    assert code == 2 and err == (f"error: --out {tmp_path}: cannot write the report there (No space left on "
+                                 f"device); choose a writable OUT\n")
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
 def ten_points_apart(out):
     for seed in range(3):
         write_run(out, 1, seed, mask(range(150 + 10 * seed)))   # 85, 84, 83 %

@@ -3,6 +3,7 @@ setting means, backend scaling, position-embedding similarity, and attention rol
 
 from __future__ import annotations
 
+import io
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ablations.results.store import ok_rows
+from bench.io.atomic import write_atomic
 from bench.units import macs
 
 if TYPE_CHECKING:   # torch loads only with the figures that draw a model's tensors
@@ -30,11 +32,14 @@ def subplots(*args, figsize: tuple[float, float], **kwargs):
     return fig, fig.subplots(*args, **kwargs)
 
 
-def save(fig, path: Path, layout: bool = True) -> Path:
-    """The figure as a PNG at DPI, laid out tight first unless it already is (`layout=False`)."""
+def save(fig, path: Path, layout: bool = True, **savefig) -> Path:
+    """The figure as a PNG at DPI (`savefig`: more of savefig's options), laid out tight first unless it already is
+    (`layout=False`); written whole or not at all (`bench.io.atomic`), so a killed report leaves no torn PNG."""
     if layout:
         fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    png = io.BytesIO()
+    fig.savefig(png, **{"dpi": DPI, "format": "png", **savefig})
+    write_atomic(path, png.getvalue())
     return path
 
 
@@ -407,8 +412,7 @@ def position_similarity(tables: dict[str, torch.Tensor], grid: int, path: Path) 
         ax.set_yticks([])
     fig.suptitle("position-embedding similarity: tile (i, j) = patch (i, j) against every patch "
                  "(each encoding on its own colour scale)")
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    return path
+    return save(fig, path, layout=False, bbox_inches="tight")
 
 
 def rollout(attns: list[torch.Tensor]) -> torch.Tensor:
@@ -453,8 +457,7 @@ def attention_grid(images: torch.Tensor, maps: list[torch.Tensor], titles: list[
     fig.subplots_adjust(top=1 - 0.55 / fig.get_figheight())   # the column titles just under the figure's title
     fig.colorbar(shown, ax=axes, fraction=0.025, pad=0.02, label="attention (share of the row)")
     fig.suptitle(title, fontsize=10, y=1 - 0.1 / fig.get_figheight(), va="top")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
+    return save(fig, path, layout=False, dpi=110, bbox_inches="tight")
 
 
 def tuning_curves(curves: dict[str, dict[tuple, float]], chosen: dict[str, tuple], field: str, path: Path,

@@ -34,6 +34,7 @@ from ablations.results.experiments import differences
 from ablations.results.schema import uncontended
 from ablations.results.store import SweepPaths, Tables, failed_rows, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
+from bench.io.atomic import WriteError, write_atomic
 from bench.io.csvio import collecting_skips, read_rows, skipped
 from bench.reference import CHECKOUT_REFERENCE
 from bench.schema import BENCH_SCHEMA
@@ -116,9 +117,12 @@ class Section:
     build: Callable[[], list[str]]
 
     def lines(self) -> list[str]:
-        """Its lines; one that fails on bad input says so instead of failing the report."""
+        """Its lines; one that fails on bad input says so instead of failing the report. A file it cannot write
+        (a full disk) fails the report, before REPORT.md and its tables are replaced."""
         try:
             return self.build()
+        except WriteError:
+            raise
         except Exception as err:
             skipped(f"{self.what}: could not be built ({type(err).__name__}: {str(err)[:200]})")
             return wording.not_built(self.what)
@@ -205,7 +209,7 @@ def build_report(out: Path, data_root: str | Path = "data", reference: Path | No
     lines += wording.skipped_lines(notes)
     lines.append(wording.method(margin))
     path = Path(out) / "REPORT.md"
-    path.write_text("\n".join(lines) + "\n")
+    write_atomic(path, ("\n".join(lines) + "\n").encode())   # whole or not at all: a killed report tears nothing
     return path
 
 
@@ -363,7 +367,7 @@ def _write_csv(path: Path, rows: list[dict], columns) -> None:
     if not rows:
         path.unlink(missing_ok=True)
         return
-    pd.DataFrame(rows, columns=list(columns)).to_csv(path, index=False, float_format="%.6g")
+    write_atomic(path, pd.DataFrame(rows, columns=list(columns)).to_csv(index=False, float_format="%.6g").encode())
 
 
 def _closing_sections(out: Path, all_rows: pd.DataFrame, specs: dict[str, SweepSpec],

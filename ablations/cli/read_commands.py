@@ -4,12 +4,18 @@ the results store and the statistics, never the trainer, the runner or the execu
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
 
 from bench.reference import reference_root, refusal
 from bench.units import count
+
+
+def why(err: OSError) -> str:
+    """The system's reason for a failed write ("No space left on device"), without the advice a writer added."""
+    return os.strerror(err.errno) if err.errno else str(err)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -33,8 +39,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                      else default_reference(out))
         path = build_report(out, data_root=args.data_root, reference=reference, margin=args.margin)
     except OSError as err:
-        print(f"error: --out {out}: cannot write the report there ({err.strerror or err}); choose a writable OUT",
-              file=sys.stderr)
+        print(f"error: --out {out}: cannot write the report there ({why(err)}); choose a writable OUT", file=sys.stderr)
         return 2
     print(f"report → {path}")
     beside = [f"{what} → {out / name}" for what, name in (("every pair", "verdicts.csv"), ("every setting", "settings.csv"))
@@ -165,7 +170,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         figure.parent.mkdir(parents=True, exist_ok=True)
         attention_figure(loaded, pictures, attns, probs, image_labels(images), figure)
     except OSError as err:
-        print(f"error: cannot write {figure} ({err.strerror or err}); pass --figure PATH", file=sys.stderr)
+        print(f"error: cannot write {figure} ({why(err)}); pass --figure PATH", file=sys.stderr)
         return 2
     shown = f" (the first {FIGURE_IMAGES} of {len(images)} images)" if len(images) > FIGURE_IMAGES else ""
     print(f"attention → {figure}{shown}")

@@ -8,12 +8,17 @@ import os
 from pathlib import Path
 
 
+class WriteError(OSError):
+    """A file that could not be written (a full disk, a folder that is not one): not bad input, so whatever
+    catches bad input lets it through."""
+
+
 def tmp_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.{os.getpid()}.tmp")
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:
-    """Replace `path` with `data`; on failure the temporary file is removed and the `OSError` (errno kept)
+    """Replace `path` with `data`; on failure the temporary file is removed and the `WriteError` (errno kept)
     names `path` and the fix."""
     path = Path(path)
     tmp = tmp_path(path)
@@ -24,5 +29,5 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         os.replace(tmp, path)
     except OSError as err:
         tmp.unlink(missing_ok=True)
-        raise OSError(err.errno, f"{path}: could not write {len(data):,} bytes ({err.strerror or err}); "
+        raise WriteError(err.errno, f"{path}: could not write {len(data):,} bytes ({err.strerror or err}); "
                                  f"free space or choose another OUT, then rerun to resume") from None

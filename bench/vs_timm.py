@@ -22,6 +22,7 @@ import torch
 from bench.choices import integer
 from bench.contention import LoadMeter
 from bench.env import device_name
+from bench.io.atomic import write_atomic
 from bench.reference import refusal
 from bench.rounds import Spread, interleaved, ratio_or_noise
 from bench.timing import TimingConfig, time_steps
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                       "timm_version": timm.__version__})
     path = Path(args.out) / "bench" / "vs-timm.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(table).to_csv(path, index=False)
+    write_atomic(path, pd.DataFrame(table).to_csv(index=False).encode())
     print(f"table → {path}")
     return {name: s.median for name, s in spreads.items()}
 

@@ -450,7 +450,7 @@ def _saved_main(args, folder: Path) -> int:
     t0 = time.perf_counter()
     trials = calibrate_saved(pool, args.seeds, args.trials)
     folder.mkdir(parents=True, exist_ok=True)
-    trials.to_csv(folder / "calibration.csv", index=False)
+    write_atomic(folder / "calibration.csv", trials.to_csv(index=False).encode())
     print(summary_table(trials).to_string(index=False))
     hit = detected(trials)
     within = True
@@ -468,7 +468,7 @@ def _saved_main(args, folder: Path) -> int:
                      *sittings_alarms(Path(args.source), max(20, args.trials // 10))]))
     t0 = time.perf_counter()
     design = calibrate_design(pool.same, args.design_trials)
-    design.to_csv(folder / "sequential.csv", index=False)
+    write_atomic(folder / "sequential.csv", design.to_csv(index=False).encode())
     print("\n".join(design_lines(design)))
     design_fp = Rate.of(int(design.loc[design["case"] == "A/A", "any_different"].sum()),
                         int((design["case"] == "A/A").sum()))
@@ -485,7 +485,7 @@ def _train_main(args, folder: Path) -> int:
     result = calibrate(args.pairs, args.seeds, args.planted_pairs, args.label_noise, keep=folder / "runs")
     folder.mkdir(parents=True, exist_ok=True)
     table = pd.concat([result.aa.assign(kind="A/A"), result.planted.assign(kind="planted")], ignore_index=True)
-    table.to_csv(folder / "calibration.csv", index=False)
+    write_atomic(folder / "calibration.csv", table.to_csv(index=False).encode())
     fp = result.false_positives
     print(f"A/A: {args.pairs} pairs of {args.seeds} vs {args.seeds} seeds of one setting: false positives at "
           f"α = {ALPHA}: {fp.text()}: {fp.against_alpha()}")

@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+from bench.io.atomic import write_atomic
 from bench.reference import reference_root, refusal
 from bench.units import count
 
@@ -124,7 +125,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"{' and '.join(packed)}: a packed run's train_time_s is its whole pack's (the pack's members trained at "
               f"once)")
     if args.csv:   # in the printed table's units: accuracy in %, as its differences are in points
-        shown.to_csv(args.csv, index=False)
+        write_atomic(args.csv, shown.to_csv(index=False).encode())
         print(f"table → {args.csv}")
     return 0
 

@@ -57,12 +57,13 @@ def non_negative(message: str) -> Callable[[str], float]:
 
 class Parser(argparse.ArgumentParser):
     """A refused argument is one line (exit 2) naming it, not the usage block above it; a choice a typo away
-    from a known one is named ('swep': did you mean 'sweep'?)."""
+    from a known one, or part of just one, is named ('swep': did you mean 'sweep'?)."""
 
     def error(self, message: str):
         found = re.search(r"invalid choice: '?([^'(]*?)'? \(choose from (.*)\)", message)   # argparse's wording
-        close = difflib.get_close_matches(found[1], [n.strip(" '") for n in found[2].split(",")], n=1, cutoff=0.7) \
-            if found else []
-        if close:
+        known = [n.strip(" '") for n in found[2].split(",")] if found else []
+        close = difflib.get_close_matches(found[1], known, n=1, cutoff=0.7) if found else []
+        close = close or [k for k in known if found[1] and found[1] in k][:2]   # part of one name: 'vit_tiny'
+        if len(close) == 1:
             message = message.replace(found[0], found[0].replace(" (choose", f" (did you mean {close[0]!r}?) (choose"))
         self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")

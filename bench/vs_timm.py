@@ -19,20 +19,22 @@ import pandas as pd
 import timm
 import torch
 
-from bench.choices import integer
+from bench.choices import Parser, integer
 from bench.contention import LoadMeter
 from bench.env import device_name
 from bench.io.atomic import write_atomic
 from bench.reference import refusal
 from bench.rounds import Spread, interleaved, ratio_or_noise
 from bench.timing import TimingConfig, time_steps
+from bench.units import count
 from vit import ATTENTION_BACKENDS, PRESETS, VisionTransformer, load_timm_weights
 
 MIN_ROUNDS = 3
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python -m bench.vs_timm", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="vit_small_patch16_224",
                         choices=[p for p in PRESETS if p.startswith("vit_") and "patch16" in p],
                         help="the model, built both as timm's ViT and as vitbench's with timm's weights")
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     spreads, loaded = _rounds(models, torch.randn(args.batch_size, cfg.in_chans, cfg.img_size, cfg.img_size),
                               args.rounds)
     print(f"{args.preset}, eager fp32 inference, batch {args.batch_size}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}, timm {timm.__version__}, median of {args.rounds} interleaved rounds "
+          f"torch {torch.__version__}, timm {timm.__version__}, median of {count(args.rounds, 'interleaved round')} "
           f"(rounds taken under load left out: {sum(loaded.values())})")
     print(f"{'model':<8} {'img/s':>9} {'IQR':>17} {'rounds':>6}  vs timm")
     table = []

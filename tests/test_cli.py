@@ -90,7 +90,9 @@ def test_make_predict_and_compare_without_their_inputs_say_which_in_one_line(cap
     (["swep", "depth"], "python -m ablations: error: argument command: invalid choice: 'swep' (did you mean 'sweep'?) "
                         "(choose from "),
     (["sweep", "depth", "--dataset", "mnst"], "invalid choice: 'mnst' (did you mean 'mnist'?) (choose from "),
-    (["sweep", "depth", "--dataset", "zzz"], "invalid choice: 'zzz' (choose from ")])
+    (["sweep", "depth", "--dataset", "zzz"], "invalid choice: 'zzz' (choose from "),
+    (["train", "--preset", "vit_tiny"], "invalid choice: 'vit_tiny' (did you mean 'vit_tiny_patch16_224'?) (choose"),
+    (["train", "--preset", "vit"], "invalid choice: 'vit' (choose from ")])   # part of many names: none named
 def test_a_choice_a_typo_away_from_a_known_one_is_named_in_the_one_line_refusal(argv, said, capsys):
     code, _, err = run_cli(ablations_main, argv, capsys)
     assert code == 2 and said in err and err.count("\n") == 1 and err.endswith("(--help lists the options)\n"), err

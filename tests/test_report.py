@@ -941,6 +941,12 @@ def test_runs_far_from_fitting_their_training_set_are_labelled_not_converged_eve
     assert said.startswith("**Not converged**: depth=1 and 2: their training losses ended at 1.90 and 1.90 (means over "
                            "runs), far from fitting the training set (guessing among 10 classes: 2.30)."), said
     assert "still learning" not in said   # a flat last epoch is not a run still learning
+    rising = flat.assign(test_acc=flat["test_acc"] + 0.1 * (flat["epoch"] == 10))   # +0.2 + 10 points: one clause
+    both = not_converged(still_learning(rising, rows, "depth", classes=10), "depth")
+    assert both.startswith("**Not converged**: depth=1 and 2: their test accuracy rose 10.2 and 10.2 points over the "
+                           "last of 10 epochs (means over runs), and their training losses ended at 1.90 and 1.90 "
+                           "(means over runs), far from fitting"), both
+    assert both.count("depth=1 and 2") == 1
     alone = not_converged(still_learning(flat, rows, "depth", classes=10), "depth", settings=1)
     assert "order" not in alone and alone.endswith("Its accuracy is a short budget's, not the setting's converged "
                                                    "one, and can change with more epochs (EPOCHS).")   # one setting

@@ -465,23 +465,30 @@ def shortfall(below: Shortfall) -> str:
 
 
 def _unsettled(us: list[Unsettled], factor: str, epochs: int) -> list[str]:
-    """The settings not converged, one clause a reason, each naming every setting it holds for in order."""
-    said = []
+    """The settings not converged, one clause a reason, each naming every setting it holds for in order; reasons
+    that hold for the same settings share one clause."""
+    said: list[tuple[list, str]] = []   # (the settings, what holds for them)
     rising = [u for u in us if u.gain is not None]
     if rising:
         its, s = ("its", "") if len(rising) == 1 else ("their", "s")
-        said.append(f"{setting_names([u.value for u in rising], factor)}: {its} test accuracy rose "
-                    f"{and_list([f'{100 * u.gain:.1f}' for u in rising])} points over the last of {epochs} epochs "
-                    f"(mean{s} over runs)")
+        said.append(([u.value for u in rising], f"{its} test accuracy rose "
+                     f"{and_list([f'{100 * u.gain:.1f}' for u in rising])} points over the last of {epochs} epochs "
+                     f"(mean{s} over runs)"))
     far = [u for u in us if u.loss is not None and u.classes]
     for classes, floor in dict.fromkeys((u.classes, u.floor) for u in far):
         group = [u for u in far if (u.classes, u.floor) == (classes, floor)]
         loss, s = ("its training loss", "") if len(group) == 1 else ("their training losses", "s")
         against = f", against the {floor:.2f} label smoothing allows" if floor else ""
-        said.append(f"{setting_names([u.value for u in group], factor)}: {loss} ended at "
-                    f"{and_list([f'{u.loss:.2f}' for u in group])} (mean{s} over runs){against}, far from fitting the "
-                    f"training set (guessing among {classes} classes: {math.log(classes):.2f})")
-    return said
+        said.append(([u.value for u in group], f"{loss} ended at {and_list([f'{u.loss:.2f}' for u in group])} "
+                     f"(mean{s} over runs){against}, far from fitting the training set (guessing among {classes} "
+                     f"classes: {math.log(classes):.2f})"))
+    merged: list[tuple[list, str]] = []
+    for values, clause in said:
+        if merged and merged[-1][0] == values:
+            merged[-1] = (values, f"{merged[-1][1]}, and {clause}")
+        else:
+            merged.append((values, clause))
+    return [f"{setting_names(values, factor)}: {clause}" for values, clause in merged]
 
 
 def not_converged(c: Convergence, factor: str, settings: int = 2) -> str:

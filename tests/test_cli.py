@@ -466,6 +466,8 @@ def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive
     assert "False vs True: better (SEEDS=auto: stopped at look 1, 6 runs)" in summary
     assert "sincos2d vs none: better (SEEDS=auto: stopped at look " in summary
     assert "known-shuffled: stopped at look 1: even the leader" in done.out + done.err
+    assert re.search(r"depth=2 [\d.]+ % ‡; no verdict \(even the best setting, depth=\d \([\d.]+ %\), is within noise "
+                     r"of chance \(25\.0 % for guessing\)\) \(SEEDS=auto: stopped at look 1, 6 runs\)\n", summary), summary
     report = (tmp_path / "REPORT.md").read_text()
     assert "Adaptive seeds (SEEDS=auto): looks at 3/5/8/12/18/24 seeds" in report
     assert "stopped at look 1 of 6 (3 seeds each): every other setting decided against the leader" in report

@@ -104,9 +104,9 @@ def check(task: KnownCase, f) -> tuple[bool, str]:
     settings = ", ".join(f"{f.factor}={s.value} {100 * s.acc.mean:.1f} %{' ‡' if s.at_chance else ''}"
                          for s in f.settings)
     pairs = "; ".join(f"{c.a} vs {c.b}: {outcome_of(c)}" for c in f.comparisons or [])
-    if f.design is not None and f.design.final is not None:
-        pairs += f" (SEEDS=auto: stopped at look {f.design.final.index + 1}, {f.design.runs} runs)"
-    said = f"{settings}; " + (pairs or f"no verdict ({no_test(f).split(': ', 1)[0].split('. ', 1)[0]})")
+    design = (f" (SEEDS=auto: stopped at look {f.design.final.index + 1}, {f.design.runs} runs)"
+              if f.design is not None and f.design.final is not None else "")
+    said = f"{settings}; " + (pairs or f"no verdict ({no_test(f).split(': ', 1)[0].split('. ', 1)[0]})") + design
     by_value = {s.value: s for s in f.settings}
     outcome = {frozenset((c.a, c.b)): c for c in f.comparisons or []}
     if task.name == "positions":

@@ -333,6 +333,10 @@ def test_a_seeds_auto_sweep_stopped_at_chance_says_where_its_design_stopped(tmp_
             "learned from the images. Intervals only; no setting is named best. Adaptive seeds (SEEDS=auto): looks "
             "at 3/5 seeds a setting; stopped at look 1 of 2 (3 seeds each): the leader is within noise of "
             "chance.") in text
+    assert "Its equivalence margin is the design's" not in text   # the report's margin is the design's
+    other = build_report(tmp_path, margin=0.01).read_text()   # MARGIN=1: the design's ±0.5 still decides, said
+    assert ("Its equivalence margin is the design's, ±0.5 points, which its looks decided with, not the ±1 points "
+            "this report was asked for (MARGIN applies to sweeps at fixed seeds).") in other
 
 
 def test_two_seeds_far_apart_and_far_above_chance_are_not_called_chance(tmp_path):

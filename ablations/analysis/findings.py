@@ -118,6 +118,7 @@ class SweepFindings:
     left_out: tuple = ()                      # SEEDS=auto: settings left out of the design (a run diverged)
     adaptive: bool = False                    # trained under SEEDS=auto (its design complete or not)
     unread: int = 0                           # SEEDS=auto: finished runs of the table the design did not read
+    margin_asked: float | None = None         # SEEDS=auto: the report's margin where it differs from the design's
 
 
 def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_phase: pd.DataFrame | None,
@@ -205,6 +206,8 @@ def analyse_sweep(rows: pd.DataFrame, factor: str, order: list, paths: SweepPath
     found = analyse(read_rows, factor, order, paths.preds, cost_phase,
                     margin if design_margin is None else design_margin, design)
     found.adaptive = design_margin is not None
+    if design_margin is not None and not math.isclose(design_margin, margin):
+        found.margin_asked = margin
     if design is not None:
         found.unread = len(ok_rows(rows)) - len(ok_rows(read_rows))
     return found, read_rows, note

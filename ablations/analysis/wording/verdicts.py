@@ -90,7 +90,10 @@ def design_sentence(f: SweepFindings) -> str:
               f"verdict." if f.unread else "")
     return (f"Adaptive seeds (SEEDS=auto): looks at {'/'.join(map(str, d.schedule))} seeds a setting{spending}; stopped at look "
             f"{last.index + 1} of {len(d.schedule)} ({seeds}): {why}."
-            + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left + unread)
+            + (" Stopped undecided (futile): " + "; ".join(futile) + "." if futile else "") + left + unread
+            + (f" Its equivalence margin is the design's, {margin_text(f.margin)}, which its looks decided with, not "
+               f"the {margin_text(f.margin_asked)} this report was asked for (MARGIN applies to sweeps at fixed "
+               f"seeds)." if f.margin_asked is not None else ""))
 
 
 def setting_name(value, factor: str) -> str:

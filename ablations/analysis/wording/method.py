@@ -42,9 +42,10 @@ def _method_tests(margin: float | RelativeMargin) -> str:
   than in {100 * FLOOR_QUANTILE:g} % of draws (Laplace's q/n where no image varies), so no interval is ±0.
 - **Verdicts.** Each pair is **better** or **worse** where its two-sided p survives Holm's step-down over
   the sweep's pairs; **equivalent** where two one-sided tests (TOST) reject a difference beyond ±δ (δ =
-  {margin if isinstance(margin, RelativeMargin) else f"{round(100 * margin, 2):g} points"} unless the sweep sets `margin`;
-  Holm-adjusted too). The default, ±0.5 points, is about two seed-to-seed s.d. of one run on the reference task
-  (0.26 points over its 48 same-setting seeds): a smaller difference does not change which setting a reader
+  {margin if isinstance(margin, RelativeMargin) else f"{round(100 * margin, 2):g} points"} unless the sweep sets `margin`, or
+  its SEEDS=auto design decided with another; Holm-adjusted too). The default, ±0.5 points, is about two
+  seed-to-seed s.d. of one run on the reference task (0.26 points over its 48 same-setting seeds): a smaller
+  difference does not change which setting a reader
   would pick. On an easy task it is a large share of the error, so each answer states that share, and a margin
   given as "N%" (`--margin 20%`, `margin = "20%"` in a spec) is that share of the best setting's error;
   **identical** where the runs predicted the same class for every image, seed by seed (an observation, not a

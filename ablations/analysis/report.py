@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 
 from ablations.analysis import designs, sittings, wording
 from ablations.analysis import figures as figs
@@ -165,8 +166,11 @@ def _sections(sections: list[Section]) -> list[list[str]]:
     forked processes where that is safe (`_may_fork`; each draws its own figures; what they read is what this
     process has read, copied by the fork), their skipped inputs said here in section order, as one process would
     have said them; otherwise, or where a worker dies, one after another here."""
+    def shown(lines):   # a bar on a terminal (never in a log or a pipe): the report takes seconds to a minute
+        return tqdm(lines, total=len(sections), desc="report: sections", unit="section", leave=False, disable=None)
+
     def here() -> list[list[str]]:
-        return [section.lines() for section in sections]
+        return [section.lines() for section in shown(sections)]
     workers = min(len(sections), _cores())
     if workers < 2 or not _may_fork():
         return here()
@@ -175,7 +179,7 @@ def _sections(sections: list[Section]) -> list[list[str]]:
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
                                  initializer=_one_thread) as pool:
-            built = list(pool.map(_forked, range(len(sections))))
+            built = list(shown(pool.map(_forked, range(len(sections)))))
     except BrokenProcessPool:
         return here()
     finally:

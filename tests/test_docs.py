@@ -15,6 +15,18 @@ def test_the_readme_fits_in_200_lines_and_opens_with_what_vitbench_answers():
     assert headings[:3] == ["## What it answers", "## Quick start", "## Measure a model"]
 
 
+def test_the_readmes_answers_are_the_committed_reports():
+    """Every figure the README quotes from the reference (a difference's interval, a ratio, a share of the error)
+    is in the committed report's findings table, so the README never says what the data no longer do."""
+    readme = (ROOT / "README.md").read_text()
+    quoted = readme.split("## What it answers", 1)[1].split("## Quick start", 1)[0]
+    report = (ROOT / "results" / "reference" / "REPORT.md").read_text()
+    findings = report.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    figures = re.findall(r"\[[-−\d.]+, [-−+\d.]+\]|[×÷]\d+\.\d+|\d+ % of its [\d.]+ % error|[+-]?\d+\.\d+ points"
+                         r"|[+-]\d+\.\d+(?= \[)", quoted)
+    assert len(figures) >= 8 and [f for f in figures if f not in findings] == []
+
+
 def test_every_link_and_every_repository_path_the_docs_name_exists():
     """Markdown links resolve from the page that holds them; a path in backticks under one of the repository's
     folders (a sweep's TOML, a benchmark script) exists in the checkout, wildcards and placeholders aside."""

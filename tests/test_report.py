@@ -1092,11 +1092,11 @@ def test_the_accuracy_panel_draws_the_verdicts_paired_differences_and_its_decisi
     assert [s["decided"] for s in settings] == ["worse", "best"]
     fig = sweep_figure_drawn(settings, tmp_path / "d.png", "depth (blocks)")
     panel = fig.axes[0]
-    assert panel.get_title() == "test accuracy − the best's (2), points"
+    assert panel.get_title() == "test accuracy − the highest mean's (2), points"
     worse = [line for line in panel.get_lines() if line.get_label() == "worse"]
     assert len(worse) == 1 and worse[0].get_ydata()[0] == pytest.approx(100 * want)
     # the best is drawn as itself, not in the plain marker an inconclusive setting gets
-    best = [line for line in panel.get_lines() if line.get_label() == "best"]
+    best = [line for line in panel.get_lines() if line.get_label() == "highest mean"]   # as the verdicts name it
     assert len(best) == 1 and list(best[0].get_xdata()) == [2] and best[0].get_ydata()[0] == 0
     plain = [line for line in panel.get_lines() if line.get_marker() == "o"]
     assert not any(2 in list(line.get_xdata()) for line in plain), "the best also drawn as a plain point"
@@ -1430,7 +1430,7 @@ def test_a_figure_draws_only_panels_that_can_vary_the_margin_where_it_informs_an
     same = [dict(d, gmacs=0.003, mem=settings[0]["mem"], starved=1) for d in settings]
     fig = sweep_figure_drawn(same, tmp_path / "lr.png", "peak learning rate")
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles == ["test accuracy − the best's (2), points", "training run wall time (s)"], titles
+    assert titles == ["test accuracy − the highest mean's (2), points", "training run wall time (s)"], titles
     assert any("The same at every setting, so not drawn: GMACs per image, inference img/s, training-step img/s"
                in " ".join(t.get_text().split()) for t in fig.texts)
     wall = fig.axes[1]

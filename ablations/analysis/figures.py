@@ -88,7 +88,8 @@ def _verdict_marks(ax, x: list, centre: np.ndarray, settings: list[dict], whiske
     for word, style in {"best": BEST_MARKER, **OUTCOME_MARKERS}.items():   # the best apart: 0 by definition
         where = [i for i, d in enumerate(settings) if d.get("decided") == word]
         if where:
-            ax.plot([x[i] for i in where], centre[where], linestyle="none", label=word, zorder=3, **style)
+            ax.plot([x[i] for i in where], centre[where], linestyle="none", zorder=3,
+                    label="highest mean" if word == "best" else word, **style)   # as the verdicts name it
     for end in whiskers:   # the intervals' ends as invisible points, so that the legend's "best" place avoids them
         ax.plot(x, end, linestyle="none", marker="none", label="_whisker")
     # room above the intervals for the legend (a line of it about a tenth of the panel), where wide intervals
@@ -130,7 +131,8 @@ def _sweep_panels(settings: list[dict]) -> tuple[list[tuple[str, tuple]], list[s
     accs = [d["acc"] for d in settings]
     against = [d.get("vs_best") for d in settings]
     paired = all(v is not None for v in against) and len(settings) > 1
-    accuracy = f"test accuracy − the best's ({settings[0]['best']}), points" if paired else "test accuracy (%)"
+    accuracy = (f"test accuracy − the highest mean's ({settings[0]['best']}), points" if paired
+                else "test accuracy (%)")
     panels = [(accuracy, ([100 * v[0] for v in against], [100 * v[1] for v in against], [100 * v[2] for v in against])
                if paired else ([100 * a.mean for a in accs], [100 * a.low for a in accs], [100 * a.high for a in accs])),
               ("GMACs per image", ([d["gmacs"] for d in settings],) * 3),

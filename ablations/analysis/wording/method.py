@@ -90,8 +90,8 @@ def _method_checks() -> str:
   (one-sided Welch at 5 %). Sittings (commits, hosts, processors, thread counts, precisions): the seed is the
   unit; seeds split between sittings are compared by a permutation test of their mean residuals, sittings
   within a seed by an F test of setting + seed + sitting; a difference is said in bold.
-- **Figures.** Accuracy: each setting's difference from the best with its pair's interval (repeated under
-  SEEDS=auto), the ±margin band where it informs, the marker the verdict; speed and memory: the cost phase's
+- **Figures.** Accuracy: each setting's difference from the one with the highest mean, with its pair's interval
+  (repeated under SEEDS=auto), the ±margin band where it informs, the marker the verdict; speed and memory: the cost phase's
   median with its IQR; training wall time: over seeds; hollow markers: runs copied from another sweep.
 """
 

@@ -1104,7 +1104,7 @@ def test_the_accuracy_panel_draws_the_verdicts_paired_differences_and_its_decisi
     assert panel.get_ylim()[0] < 100 * want < 0 < panel.get_ylim()[1]   # not from zero: a difference, 0 in view
     text = build_report(tmp_path).read_text()
     assert "each setting's difference from depth=2, marked by its verdict" in text
-    assert "Accuracy: each setting's difference from the best with its pair's interval" in text   # Method
+    assert "Accuracy: each setting's difference from the one with the highest mean, with its pair's interval" in text   # Method
     # intervals that span the whole panel (a short digits sweep): the legend still sits clear of every end
     wide = [dict(settings[1], value=v, best=2, vs_best=vs, decided=word) for v, vs, word in (
         (1, (-0.001, -0.031, 0.029), "inconclusive"), (2, (0.0, 0.0, 0.0), "best"),

@@ -121,6 +121,17 @@ def test_a_report_that_cannot_be_written_leaves_the_last_one_whole_and_says_why_
     assert not list(tmp_path.rglob("*.tmp"))
 
 
+def test_a_folder_with_no_finished_run_gets_no_comparison_with_the_reference(tmp_path):
+    """Only a bench table here: the report says no ablation results yet and sets nothing beside the reference
+    (it had a section saying that no point was also trained there)."""
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "mine.csv").write_text("attn,throughput_img_s\nsdpa,100\n")
+    text = build_report(tmp_path, reference=ROOT / "results" / "reference").read_text()
+    assert "No ablation results yet" in text and "## against the reference" not in text
+    write_run(tmp_path, 1, 0, mask(range(50)))   # one finished run: the section is there
+    assert "## against the reference" in build_report(tmp_path, reference=ROOT / "results" / "reference").read_text()
+
+
 def ten_points_apart(out):
     for seed in range(3):
         write_run(out, 1, seed, mask(range(150 + 10 * seed)))   # 85, 84, 83 %

@@ -392,7 +392,7 @@ def _closing_sections(out: Path, all_rows: pd.DataFrame, specs: dict[str, SweepS
     if has_bench:
         sections.append(Section("attention backends (bench)",
                                 partial(_bench_section, out / "bench", figures=figures)))
-    if reference is not None:
+    if reference is not None and not ok_rows(all_rows).empty:   # no finished run here: nothing to set beside it
         sections.append(Section("against the reference", partial(_reference_section, mine=read,
                                                                  theirs=Tables(reference))))
     return sections

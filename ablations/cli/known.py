@@ -12,7 +12,7 @@ process), and the report's own analysis (`ablations.analysis.findings.analyse`) 
   predictions on every image of every seed.
 - **shuffled**: the same images under random labels: nothing can be learned, so every setting is at
   chance and the sweep gives no verdict.
-- **planted**: flip=false against flip=true on the quadrant task: flipping loses left from right, about
+- **planted**: flip=False against flip=True on the quadrant task: flipping loses left from right, about
   half the answers; the difference is decided at 3 seeds.
 
 Prints one line per check and exits 1 if any fails. The runs resume like any sweep (rerun: nothing trains).
@@ -57,7 +57,7 @@ TASKS = (
     KnownCase("shuffled", "shuffled", "depth", "[1, 2]", ("flip=false",),
               "every setting at chance: no verdict"),
     KnownCase("planted", "quadrants", "flip", "[false, true]", (),
-              "flip=false decided better than flip=true"),
+              "flip=False decided better than flip=True"),
 )
 
 

@@ -452,6 +452,7 @@ def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive
     assert status == 0, summary + done.err[-2000:]
     assert summary.count("PASS") == 4 and "FAIL" not in summary
     assert "sincos2d vs none: better" in summary and "bmm vs einops: identical" in summary
+    assert "expected flip=False decided better than flip=True\n        got: flip=False " in summary   # one spelling
     assert re.search(r"no verdict \(even the best setting, depth=\d \([\d.]+ %\), is within noise of chance "
                      r"\(25\.0 % for guessing\)\)\n", summary), summary   # the reason whole, not cut off
     report = (tmp_path / "REPORT.md").read_text()

@@ -64,6 +64,7 @@ class Parser(argparse.ArgumentParser):
         known = [n.strip(" '") for n in found[2].split(",")] if found else []
         close = difflib.get_close_matches(found[1], known, n=1, cutoff=0.7) if found else []
         close = close or [k for k in known if found[1] and found[1] in k][:2]   # part of one name: 'vit_tiny'
+        # the rule of vit.config.did_you_mean, not imported: a refused argument loads no vit (tests/test_cli.py)
         if len(close) == 1:
             message = message.replace(found[0], found[0].replace(" (choose", f" (did you mean {close[0]!r}?) (choose"))
         self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")

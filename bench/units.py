@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 
-def count(n: int, word: str, plural: str = "") -> str:
-    """A count and its noun, in the number the count asks for: "1 seed", "3 seeds", "1,200 entries"."""
-    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+def count(n: float, word: str, plural: str = "") -> str:
+    """A count and its noun, in the number the count asks for: "1 seed", "3 seeds", "1,200 entries", "0.5 CPUs"."""
+    shown = f"{n:,}" if isinstance(n, int) else f"{n:g}"
+    return f"{shown} {word if n == 1 else plural or word + 's'}"
 
 
 def percent(fraction: float, digits: int = 0) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, MIN_PACK, AutoSeeds, say
-from ablations.cli.outcome import restarting, runs_said, summary, timings
+from ablations.cli.outcome import restarting, summary, timings
 from ablations.cli.prepare import dry_run, prepare, run_options, stated_changes
 from ablations.results import seed_design
 from ablations.results.store import SweepError, SweepPaths, keep_spec, sweep_lock
@@ -64,12 +64,12 @@ def _run_all(args: argparse.Namespace, sweep_points: list[tuple[str, list[Point]
         return None, 2
     except OSError as err:  # a full disk, a folder gone read-only: every finished run is kept
         where = f"{err.filename}: " if err.filename and str(err.filename) not in str(err.strerror) else ""
-        print(f"error: {where}{err.strerror or err}; {runs_said(len(recorded))} finished and kept "
+        print(f"error: {where}{err.strerror or err}; {count(len(recorded), 'run')} finished and kept "
               f"(rerun the same command to resume)", file=sys.stderr)
         return None, 2
     except KeyboardInterrupt as err:  # the workers are stopped and the locks released by now
         signal_name = str(err) if isinstance(err, Interrupted) else "SIGINT"
-        print(f"\ninterrupted ({signal_name}): {runs_said(len(recorded))} finished and kept"
+        print(f"\ninterrupted ({signal_name}): {count(len(recorded), 'run')} finished and kept"
               f"{restarting(sweep_points, options, recorded)}; rerun the same command to resume", file=sys.stderr)
         return None, err.exit_status if isinstance(err, Interrupted) else 130
     finally:

@@ -9,16 +9,12 @@ import os
 import time
 
 from ablations.choices import MIN_PACK
+from ablations.results import tensorboard
 from ablations.results.store import SweepPaths
 from ablations.running.runner import SweepSummary
 from ablations.running.tasks import RunOptions, make_tasks
 from ablations.specs import Point
 from bench.units import count
-
-
-def runs_said(n: int) -> str:
-    """"1 run", "3 runs"."""
-    return "1 run" if n == 1 else f"{n} runs"
 
 
 def packs_text(widths: list[int], pinned: int = 0, verb: str = "trained") -> str:
@@ -105,8 +101,7 @@ def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> No
         reused = f", {r.reused} reused from other sweeps (same run_id)" if r.reused else ""
         resumed = f", {r.resumable} resumed from checkpoints" if r.resumable else ""
         stale = f", {r.stale_tmp} stale temporary files removed" if r.stale_tmp else ""
-        runs = f"{r.planned} run{'s' * (r.planned != 1)}"
-        print(f"  {r.sweep:<8} {runs}: {r.skipped} already done{reused}{resumed}, {statuses}{stale}"
+        print(f"  {r.sweep:<8} {count(r.planned, 'run')}: {r.skipped} already done{reused}{resumed}, {statuses}{stale}"
               f"{packs_text(r.packs, r.pack_width)}")
         if r.said:
             print(f"           {r.said}")
@@ -118,7 +113,7 @@ def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> No
         tables = [f"{what} → {path}" for what, path in (("rows", paths.rows), ("epochs", paths.history),
                                                           ("cost", paths.cost)) if path.exists()]
         folders = [f"{what} → {path}/" for what, path in (("weights", paths.weights), ("test predictions", paths.preds),
-                                                          ("tensorboard", paths.out / "tensorboard" / r.sweep))
+                                                          ("tensorboard", tensorboard.sweep_folder(paths.out, r.sweep)))
                    if path.is_dir() and any(path.iterdir())]
         for written in (tables, folders):
             if written:

@@ -34,15 +34,20 @@ def available() -> str:
     return ""
 
 
+def sweep_folder(out: str | Path, sweep: str) -> Path:
+    """Where a sweep's runs' event folders live: `<out>/tensorboard/<sweep>/`."""
+    return Path(out) / "tensorboard" / sweep
+
+
 def folder(out: str | Path, sweep: str, run_id: str, label: str = "", seed: Any = None) -> Path:
     """The run's event folder: named by its setting and seed, then its run id (which alone keeps it unique)."""
     name = ",".join(p for p in (label.replace(", ", ","), "" if seed is None else f"seed={seed}", run_id) if p)
-    return Path(out) / "tensorboard" / sweep / re.sub(r"[^A-Za-z0-9=.,_+-]", "", name)
+    return sweep_folder(out, sweep) / re.sub(r"[^A-Za-z0-9=.,_+-]", "", name)
 
 
 def written(out: str | Path, sweep: str, run_id: str) -> list[Path]:
     """The run's event folders already there, whatever setting they were named by."""
-    root = Path(out) / "tensorboard" / sweep
+    root = sweep_folder(out, sweep)
     return [p for p in root.glob(f"*{run_id}") if p.is_dir() and (p.name == run_id or p.name.endswith(f",{run_id}"))]
 
 

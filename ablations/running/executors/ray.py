@@ -55,11 +55,6 @@ def _run_on_worker(fn: RunFn, task: Task, data: Dataset, threads: int, init: byt
         return fn(dataclasses.replace(task, options=options), data)
 
 
-
-def _many(n: float, word: str) -> str:
-    """A resource amount and its noun: "1 CPU", "0.5 CPUs", "0 GPUs"."""
-    return f"{n:g} {word}{'' if n == 1 else 's'}"
-
 class RayExecutor:
     remote = True
     jobs = None  # runs go to the cluster's nodes, not this machine
@@ -95,7 +90,7 @@ class RayExecutor:
         cpus, gpus = self._placement(resources)
         return (f"ray: {'joined ' + address if address else 'local cluster'}, {count(nodes, 'node')}, "
                 f"{resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs; "
-                f"each run asks for {_many(cpus, 'CPU')} and {_many(gpus, 'GPU')}; retried up to {self.options.max_retries}×")
+                f"each run asks for {count(cpus, 'CPU')} and {count(gpus, 'GPU')}; retried up to {self.options.max_retries}×")
 
     def _placement(self, resources: dict[str, float]) -> tuple[float, float]:
         has_gpus = resources.get("GPU", 0) > 0
@@ -105,8 +100,8 @@ class RayExecutor:
             raise ValueError("each run asks for 0 CPUs and 0 GPUs, which bounds nothing: Ray would start every run at "
                              "once; give each run a CPU or more (--cpus-per-task, CPUS_PER_TASK) or a GPU")
         if gpus > resources.get("GPU", 0) or cpus > resources.get("CPU", 0):
-            raise ValueError(f"each run asks for {_many(cpus, 'CPU')} and {_many(gpus, 'GPU')}, but the whole cluster has "
-                             f"{_many(resources.get('CPU', 0), 'CPU')} and {_many(resources.get('GPU', 0), 'GPU')}: "
+            raise ValueError(f"each run asks for {count(cpus, 'CPU')} and {count(gpus, 'GPU')}, but the whole cluster has "
+                             f"{count(resources.get('CPU', 0), 'CPU')} and {count(resources.get('GPU', 0), 'GPU')}: "
                              f"no run could start")
         return cpus, gpus
 

@@ -151,7 +151,7 @@ def test_the_inner_rule_sees_a_sideways_import():
 
 
 # what reads a sweep's files by path: the results package alone calls them (the others ask `store.Tables`)
-TABLE_READERS = {"read_table", "read_design", "latest_cost_phase", "read_rows"}
+TABLE_READERS = {"read_table", "read_design", "read_rows"}
 # bench's own tables (pytest-benchmark and `bench run`), which the report's bench section reads
 BENCH_TABLE_READERS = {"ablations.analysis.report"}
 

@@ -187,7 +187,6 @@ def draw_groups(pool: np.ndarray, seeds: int, trials: int, source: str, delta: f
         yield a, (plant(b, delta, rng) if delta else b)
 
 
-SOURCES = ("runs", "coin flips", "one setting")
 SOURCE_KEYS = {"runs": 1, "coin flips": 0, "one setting": 2}   # each source's own random stream
 
 

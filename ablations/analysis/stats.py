@@ -541,11 +541,6 @@ class Verdict:
     identical: tuple[Hashable, ...] = ()  # settings whose runs predicted exactly what the best's did
     tied: tuple[Hashable, ...] = ()       # settings whose mean equals the best's exactly (the best is first by name)
 
-    @property
-    def tied_with(self) -> tuple[Hashable, ...]:
-        """The settings not shown worse than the best: identical, equivalent or inconclusive."""
-        return self.identical + self.equivalent + self.inconclusive
-
 
 def leading(means: Mapping[Hashable, float | Fraction]) -> tuple[Hashable, tuple[Hashable, ...]]:
     """The setting with the highest mean and the others tied with it (the same mean exactly). A tie is broken by

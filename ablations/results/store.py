@@ -445,11 +445,6 @@ def complete_phase(csv_path: Path, pid: str, items: int) -> pd.DataFrame | None:
     return phase if len(phase) and len(phase) >= int(phase["rounds"].iloc[0]) * items else None
 
 
-def latest_cost_phase(paths: SweepPaths) -> pd.DataFrame | None:
-    """The sweep's newest complete cost phase (`newest_complete_phase` of its cost table), or None."""
-    return newest_complete_phase(read_table(paths.cost) if paths.cost.exists() else None)
-
-
 def newest_complete_phase(cost: pd.DataFrame | None) -> pd.DataFrame | None:
     """The newest cost phase whose every planned row is there (a phase cut short by a kill is not)."""
     if cost is None or cost.empty or "phase_id" not in cost:

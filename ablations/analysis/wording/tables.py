@@ -29,14 +29,6 @@ from bench.rounds import Spread
 from bench.units import macs
 
 
-def _spread_text(s: Spread | None, fmt: str) -> str:
-    if s is None or not s.n:
-        return "—"
-    if s.n == 1 or s.iqr == 0:
-        return format(s.median, fmt)
-    return f"{format(s.median, fmt)} [{format(s.q1, fmt)}, {format(s.q3, fmt)}]"
-
-
 def table_markdown(f: SweepFindings) -> str:
     """The settings' table (six columns, which every Markdown viewer renders): seeds, accuracy with its interval,
     GMACs, and the cost phase's inference and training-step throughput; a line beneath on where the figures
@@ -93,10 +85,6 @@ def setting_rows_csv(f: SweepFindings, sweep: str) -> list[dict[str, Any]]:
                **spread("run_busy_pct", s.runs.get("train_util_pct")), "reused_from": " ".join(s.reused_from)}
         rows.append({k: row.get(k) for k in SETTINGS_COLUMNS})
     return rows
-
-
-def _or_dash_spread(s: Spread | None, fmt: str) -> str:
-    return "—" if s is None or s.median != s.median else format(s.median, fmt)
 
 
 def comparisons_markdown(f: SweepFindings) -> str:

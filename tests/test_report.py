@@ -97,6 +97,17 @@ def test_a_sweep_none_of_whose_runs_finished_says_so_in_the_findings_and_its_sec
     assert "**No verdict: its one run did not finish.**" in text and "none of its 1 runs" not in text
 
 
+def test_the_head_names_the_commit_or_says_none_was_recorded(tmp_path, monkeypatch):
+    """A run from an installed wheel has no commit (its git_sha cell is blank): the head says so, not 'git nan'."""
+    write_run(tmp_path, 2, 0, mask(range(10)))
+    assert "; git abc\n" in build_report(tmp_path).read_text()
+    monkeypatch.setitem(ENV, "git_sha", "")
+    blank = tmp_path / "blank"
+    write_run(blank, 2, 0, mask(range(10)))
+    head = build_report(blank).read_text().split("\n## ", 1)[0]
+    assert "torch x; no git commit recorded (not run from a checkout)\n" in head and "nan" not in head
+
+
 def test_a_report_that_cannot_be_written_leaves_the_last_one_whole_and_says_why_once(tmp_path, capsys, monkeypatch):
     """REPORT.md, verdicts.csv and settings.csv are replaced whole or not at all: a disk that fills as the report
     is written leaves the previous files as they were and no temporary file, and the command says the system's

@@ -385,8 +385,10 @@ def report_head(newest: dict[str, Any] | None, datasets: list[str], span: tuple[
     lines = ["# vitbench report", ""]
     if newest is None:
         return lines + [f"No ablation results yet: run {either('`make ablations`', '`vitbench sweep default`')}.", ""]
+    sha = newest.get("git_sha")
+    commit = f"git {sha}" if isinstance(sha, str) and sha.strip() else "no git commit recorded (not run from a checkout)"
     return lines + [f"- ablation runs: device {newest['device']} ({newest['device_name']}); torch "
-                    f"{newest['torch_version']}; git {newest['git_sha']}",
+                    f"{newest['torch_version']}; {commit}",
                     f"- data: {', '.join(datasets)}; runs from {span[0]} to {span[1]}", ""]
 
 

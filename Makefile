@@ -163,7 +163,7 @@ calibrate: $(STAMP)  ## the report's test against known answers on saved runs: e
 known: $(STAMP)  ## four synthetic tasks whose answers are known, through the sweep command
 	$(PY) -m ablations known --out '$(OUT)/known' $(call opt,--seeds,$(SEEDS)) $(call opt,--jobs,$(JOBS)) $(ARGS)
 
-# a trained run on your images: make predict IMAGES="digit.png x.jpg" RUN=3f2a9c (top-5 and attention figure)
+# a trained run on your images: make predict IMAGES="digit.png x.jpg" RUN=3f2a9c (files or folders; top-5 and attention figure)
 IMAGES ?=
 RUN    ?=
 predict: $(STAMP)  ## a trained run on your images (IMAGES, RUN): top-5 and where it looks

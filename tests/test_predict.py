@@ -1,6 +1,8 @@
 """python -m ablations predict: a run trained here, on a PNG and a JPEG written here. The probabilities
 equal the model's softmax recomputed by hand from the pixels; each bad input is one line, exit 2."""
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -87,8 +89,26 @@ def test_images_of_one_name_are_told_apart_by_their_folders_and_the_figure_keeps
         assert drawn.height < 110 * (2.1 * FIGURE_IMAGES + 1.5)   # dpi × inches: 12 rows, not 14
 
 
+def test_a_folder_stands_for_the_images_under_it_in_sorted_order(trained, tmp_path, capsys):
+    """`predict FOLDER` predicts what naming its image files (its subfolders' too) one by one predicts; other files
+    are left out."""
+    out, run_id, png, jpg = trained
+    folder = tmp_path / "images"
+    (folder / "b").mkdir(parents=True)
+    shutil.copy(png, folder / "b" / "seven.png")
+    shutil.copy(jpg, folder / "three.jpg")
+    (folder / "README.txt").write_text("not an image")
+    files = [folder / "b" / "seven.png", folder / "three.jpg"]
+    tables = []
+    for args in ([str(folder)], list(map(str, files))):
+        assert cli.main(["predict", *args, "--run", run_id, "--out", str(out), "--figure", str(tmp_path / "f.png")]) == 0
+        tables.append(capsys.readouterr().out)
+    assert tables[0] == tables[1] and "seven.png" in tables[0] and "README" not in tables[0]
+
+
 @pytest.mark.parametrize("case,message", [
-    ("missing", "no such image file"), ("unreadable", "not an image Pillow can read"),
+    ("missing", "no such image file or folder"), ("unreadable", "not an image Pillow can read"),
+    ("empty folder", "a folder with no image files in it"),
     ("unknown run", "no finished run with that id"), ("two runs", "matches 2 runs"),
     ("neither", "give --run RUN_ID"), ("weights without preset", "--weights needs --preset"),
     ("unwritable figure", "; pass --figure PATH")])
@@ -97,6 +117,10 @@ def test_predict_bad_inputs_are_one_line_errors(trained, tmp_path, capsys, case,
     image, run = str(png), ["--run", run_id[:6]]
     if case == "missing":
         image = str(tmp_path / "nope.png")
+    elif case == "empty folder":   # a file Pillow has no suffix for is not an image
+        (tmp_path / "empty" / "sub").mkdir(parents=True)
+        (tmp_path / "empty" / "sub" / "notes.txt").write_text("")
+        image = str(tmp_path / "empty")
     elif case == "unreadable":
         (tmp_path / "text.png").write_text("not a picture")
         image = str(tmp_path / "text.png")

@@ -206,6 +206,27 @@ def _statistics(dataset: str, data_root: str | Path) -> tuple[tuple[float, ...],
     return tuple(data.mean), tuple(data.std)
 
 
+def image_files(names: list[str | Path]) -> list[Path]:
+    """The images named: a file as given; a folder as every file under it (its subfolders too, an image folder's
+    classes) whose suffix Pillow reads, in sorted order. ValueError naming a path that is neither, or a folder
+    with no image in it."""
+    from PIL import Image
+
+    readable = {suffix.lower() for suffix in Image.registered_extensions()}
+    files: list[Path] = []
+    for name in map(Path, names):
+        if name.is_dir():
+            found = sorted(f for f in name.rglob("*") if f.is_file() and f.suffix.lower() in readable)
+            if not found:
+                raise ValueError(f"{name}: a folder with no image files in it (nor in its subfolders)")
+            files += found
+        elif name.is_file():
+            files.append(name)
+        else:
+            raise ValueError(f"{name}: no such image file or folder")
+    return files
+
+
 def read_images(paths: list[Path], cfg: ViTConfig) -> torch.Tensor:
     """(n, C, H, W) in [0, 1]: each image in the model's channels, read as an image folder's images are
     (`data.read_square`: true brightness, shorter side resized to img_size, centre-cropped)."""

@@ -41,7 +41,7 @@ def _read_commands(sub) -> None:
     MARGIN.add_to(report)
     predict = sub.add_parser("predict", help="a trained run (or a checkpoint) on your images: the top-5 classes with "
                                              "their probabilities, and a figure of where its classifier looks")
-    predict.add_argument("images", nargs="+", help="image files (any format Pillow reads)")
+    predict.add_argument("images", nargs="+", help="image files (any format Pillow reads), or folders of them")
     predict.add_argument("--run", help="a finished run's run_id (or its first characters) under --out")
     predict.add_argument("--weights", help="instead of --run: a checkpoint file (a timm ViT, or a vitbench "
                                            "weights/<sweep>/<run_id>.pt) for the model of --preset")

@@ -134,6 +134,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from ablations.analysis.predict import (
         FIGURE_IMAGES,
         attention_figure,
+        image_files,
         image_labels,
         load_run,
         load_weights,
@@ -142,7 +143,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
         top_table,
     )
 
-    images = [Path(p) for p in args.images]
     figure = Path(args.figure) if args.figure else Path(args.out) / "figures" / "predict-attention.png"
     if not args.figure and reference_root(figure.parent) is not None:   # a committed run: its figure goes to results/
         figure = Path("results") / "figures" / figure.name
@@ -151,6 +151,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
               f"writes into; choose another path", file=sys.stderr)
         return 2
     try:
+        images = image_files(args.images)
         if bool(args.run) == bool(args.weights):
             raise ValueError("give --run RUN_ID (a run under --out) or --weights FILE --preset NAME, one of them")
         if args.weights and not args.preset:

@@ -565,7 +565,9 @@ def test_kept_steps_are_set_up_outside_the_budget_and_a_phase_short_of_three_rou
     assert "3 rounds of 4 timed steps" in err and "of set-up (build, capture, warm-up; outside the budget)" in err
     empty = run_cost_phase("d", points, CostPlan(rounds=3, budget_s=1e-4), torch.device("cpu"), tmp_path / "d-cost.csv")
     assert empty.empty and (not (tmp_path / "d-cost.csv").exists() or read_table(tmp_path / "d-cost.csv").empty)
-    lines = [line for line in capsys.readouterr().err.splitlines() if "no cost phase" in line]
+    err = capsys.readouterr().err
+    assert "cost d: no round of 4 timed steps kept in " in err
+    lines = [line for line in err.splitlines() if "no cost phase" in line]
     assert len(lines) == 1, lines
     assert "fits 1 of the 3 rounds a speed comparison needs; the report states no speed ratio. To " \
            "compare speed, measure with more rounds or a larger budget: make cost OUT=" in lines[0], lines

@@ -305,12 +305,13 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
         FOUND_BUSY.add(pid)
     bar.close()
     if progress:
-        taken = "none kept" if clock.abandoned or not kept else count(kept[-1]['round'] + 1, 'round')
+        taken = (f"no round of {len(items)} timed steps kept" if clock.abandoned or not kept
+                 else f"{count(kept[-1]['round'] + 1, 'round')} of {len(items)} timed steps")
         setup = f" after {setup_s:.1f} s of set-up (build, capture, warm-up; outside the budget)" if setup_s else ""
         # "no time limit" beside a phase stopped early would read as a contradiction: the stop says why on its line
         limit = "" if clock.stopped and clock.budget_s is not None and math.isinf(clock.budget_s) \
             else f" ({clock.describe()})"
-        tqdm.write(f"cost {names}: {taken} of {len(items)} timed steps in {clock.elapsed():.1f} s{limit}{setup}",
+        tqdm.write(f"cost {names}: {taken} in {clock.elapsed():.1f} s{limit}{setup}",
                    file=sys.stderr)
     _say_what_is_missing(kept, len(items), names, clock, sweeps[0][2].parent.parent)
     rows = sitting.rows

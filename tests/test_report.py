@@ -17,7 +17,7 @@ from ablations.analysis.findings import analyse
 from ablations.analysis.report import build_report
 from ablations.analysis.stats import MARGIN as MARGIN_DEFAULT
 from ablations.analysis.stats import contrast
-from ablations.analysis.wording import setting_rows_csv, table_markdown
+from ablations.analysis.wording import setting_rows_csv, sharing_note, table_markdown
 from ablations.results.schema import ABLATION_COLUMNS, COST_COLUMNS, read_table
 from ablations.results.store import SweepPaths, Tables, newest_complete_phase, save_preds
 from ablations.specs import load_spec
@@ -879,9 +879,14 @@ def test_a_sweep_without_a_cost_phase_says_none_was_kept_and_claims_nothing_was_
     assert "members of packs" not in text
     table.assign(packed=1).to_csv(SweepPaths.of(tmp_path, "depth").rows, index=False)
     packed = depth_section(tmp_path)   # a member's wall time is its pack's, and what shared the device were packs
-    assert ("6 of these 6 runs trained as members of packs (PACK: the seeds of a point as one stacked model): a "
+    assert ("All 6 of its runs trained as members of packs (PACK: the seeds of a point as one stacked model): a "
             "member's training wall time (`train_time_s`) is its whole pack's") in packed
-    assert "measured with up to 8 runs or packs sharing the device (JOBS)" in packed
+    assert ("Training wall times (`train_time_s`, `train_util_pct`) of all 6 of its runs were measured with up to 8 "
+            "runs or packs sharing the device (JOBS)") in packed
+    some = " ".join(sharing_note(pd.DataFrame({"packed": [1, 0] * 3, "jobs": [8, 1, 1, 1, 1, 1]}), phase=True))
+    assert "3 of its 6 runs trained as members of packs" in some and "of 1 of its 6 runs were measured with" in some
+    one = " ".join(sharing_note(pd.DataFrame({"packed": [1], "jobs": [2]}), phase=True))
+    assert one.startswith("Its one run trained as a member of a pack (PACK") and "of its one run were measured" in one
 
 
 def test_a_design_file_of_another_experiment_is_not_applied_to_the_tables_runs(tmp_path):

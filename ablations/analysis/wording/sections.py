@@ -49,16 +49,22 @@ def sharing_note(ok: pd.DataFrame, phase: bool) -> list[str]:
     measured while other runs shared the device (JOBS > 1); `phase`: the sweep has a cost phase (whose figures
     were measured with nothing else running)."""
     said = []
+
+    def of_its(k: int) -> str:   # "3 of its 8 runs", "all 8 of its runs", "its one run"
+        return f"{k} of its {len(ok)} runs" if k < len(ok) else "its one run" if k == 1 else f"all {k} of its runs"
+
     packed = pd.to_numeric(ok["packed"], errors="coerce") == 1 if "packed" in ok else pd.Series(False, ok.index)
     if packed.any():
-        said.append(f"{int(packed.sum())} of these {len(ok)} runs trained as members of packs (PACK: the seeds of a "
+        runs = of_its(int(packed.sum()))
+        member = "a member of a pack" if packed.sum() == 1 else "members of packs"
+        said.append(f"{runs[0].upper()}{runs[1:]} trained as {member} (PACK: the seeds of a "
                     f"point as one stacked model): a member's training wall time (`train_time_s`) is its whole pack's, "
                     f"and its training img/s and MFU count its own images over that time")
     jobs = pd.to_numeric(ok["jobs"], errors="coerce") if "jobs" in ok else pd.Series(dtype=float)
     shared = jobs[jobs > 1]
     if not shared.empty:
         what = "runs or packs" if packed.any() else "runs"
-        said.append(f"Training wall times (`train_time_s`, `train_util_pct`) of {len(shared)} of these {len(ok)} runs "
+        said.append(f"Training wall times (`train_time_s`, `train_util_pct`) of {of_its(len(shared))} "
                     f"were measured with up to {int(shared.max())} {what} sharing the device (JOBS)"
                     + ("; the cost-phase figures were measured alone" if phase else
                        "; no cost phase measured this sweep's speed alone"))

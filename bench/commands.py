@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> None:
 
 def summary(rows: list[dict]) -> pd.DataFrame:
     """One line per point over its rounds taken on a quiet machine (`contended` rounds left out): img/s as median
-    [quartiles] and MFU (blank where every round was contended), peak memory, GMACs, and its throughput against
+    [quartiles] and MFU as a percentage (blank where every round was contended), peak memory, GMACs, and its throughput against
     the fastest backend of the points that differ from it in attention alone (`rounds.ratio_or_noise`: "same
     within noise" where the rounds' quartiles overlap, none with fewer than MIN_ROUNDS quiet rounds on a side)."""
     table = pd.DataFrame(rows)
@@ -97,7 +97,7 @@ def summary(rows: list[dict]) -> pd.DataFrame:
                       "rounds": len(quiet), "_rate": rate,
                       "img/s": f"{units.rate(rate.median)} [{units.rate(rate.q1)}, {units.rate(rate.q3)}]" if rate.n else "—",
                       "peak_mem_mb": _median(ok, "peak_mem_mb"), "gmacs": _median(ok, "gmacs"),
-                      "mfu": _median(quiet, "mfu"),   # from the throughput: the same quiet rounds
+                      "MFU": _median(quiet, "mfu", percent=True),   # from the throughput: the same quiet rounds
                       "contended": int(pd.to_numeric(runs["contended"], errors="coerce").fillna(0).sum())
                       if "contended" in runs else 0})
     out = pd.DataFrame(lines)
@@ -114,9 +114,12 @@ def summary(rows: list[dict]) -> pd.DataFrame:
     return out.assign(**{"vs fastest": versus}).drop(columns="_rate")
 
 
-def _median(rows: pd.DataFrame, column: str) -> str:
+def _median(rows: pd.DataFrame, column: str, percent: bool = False) -> str:
+    """The column's median to four significant digits (a fraction as a percentage to three), or "—"."""
     values = pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else pd.Series(dtype=float)
-    return f"{values.median():.4g}" if len(values) else "—"
+    if not len(values):
+        return "—"
+    return f"{100 * values.median():.3g} %" if percent else f"{values.median():.4g}"
 
 
 def convert_json(json_path: Path, csv_path: Path) -> int:

@@ -899,8 +899,8 @@ def test_bench_run_states_no_ratio_from_rounds_taken_under_load():
     assert table.loc["einops", "rounds"] == 2 and table.loc["einops", "img/s"] == "98.5 [98.25, 98.75]"
     assert table.loc["einops", "vs fastest"] == "not compared (fewer than 3 measurements on a side) of bmm"
     assert table.loc["einops", "contended"] == 3
-    assert table.loc["einops", "mfu"] == "0.0985"   # from the quiet rounds, as its img/s (not 0.0105 of them all)
-    assert table.loc["loop", "img/s"] == "—" and table.loc["loop", "mfu"] == "—"   # every round under load: blank
+    assert table.loc["einops", "MFU"] == "9.85 %"   # from the quiet rounds, as its img/s (not 1.05 % of them all)
+    assert table.loc["loop", "img/s"] == "—" and table.loc["loop", "MFU"] == "—"   # every round under load: blank
 
 
 def test_bench_run_refuses_rounds_below_one_in_one_line(tmp_path, capsys):

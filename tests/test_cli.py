@@ -362,6 +362,15 @@ def test_sweep_set_holds_a_field_in_every_point_records_it_and_the_report_shows_
                                "--out", str(out), "--set", bad]) == 2, bad
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, err
+    for bad, said in ((["--set", "epochs=3", "--epochs", "2"], "--set epochs=3 and --epochs 2 both set epochs; give it once"),
+                      (["--set", "dtype=bf16", "--dtype", "fp32"], "--set dtype=bf16 and --dtype fp32 both set dtype"),
+                      (["--set", "compile=false", "--compile", "1"], "--set compile=false and --compile 1 both set")):
+        for command in (["sweep", str(spec)], ["train"]):   # not the --set one of them silently, the flag the other
+            capsys.readouterr()
+            assert ablations_main([*command, "--dataset", "digits", "--seeds", "5", "--cost-rounds", "0",
+                                   "--out", str(out), *bad]) == 2, bad
+            err = capsys.readouterr().err
+            assert said in err and err.count("\n") == 1, err
     assert len(read_table(out / "ablations" / "depth.csv")) == 2      # nothing trained for a refused --set
     code = ablations_main(["train", "--dataset", "digits", "--seeds", "5", "--out", str(out), "--set", "lr=-1"])
     assert code == 2 and "error: --set lr=-1: [train]: TrainConfig.lr must be" in capsys.readouterr().err

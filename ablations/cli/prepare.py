@@ -287,13 +287,20 @@ def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:
             raise ValueError(f"sweep {point.sweep}, point {point.label}: {said}")
 
 
+FLAGS = {"epochs": "--epochs", "dtype": "--dtype", "compile": "--compile"}   # training fields a flag sets too
+
+
 def _overrides(args: argparse.Namespace, specs: list[SweepSpec] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
     """--set KEY=VALUE as (model changes, training changes); ValueError in one line for an item that is not
     key=value, a field that is neither, one the dataset fixes, or a factor a sweep varies."""
     model_changes, train_changes = {}, {}
+    flags = _train_changes(args) if hasattr(args, "epochs") else {}
     for key, value in parse_overrides(getattr(args, "set", None) or []).items():
         if key == PACKED:
             raise ValueError(f"--set {key}={value}: whether runs train packed is set by PACK (--pack N), not by --set")
+        if key in FLAGS and key in flags and flags[key] != value:
+            given = next((item for item in reversed(args.set) if item.split("=", 1)[0].strip() == key), key)
+            raise ValueError(f"--set {given} and {FLAGS[key]} {getattr(args, key)} both set {key}; give it once")
         if key in DATASET_FIELDS:
             raise ValueError(f"--set {key}={value}: {key} is fixed by the dataset (DATASET={args.dataset}), which "
                              f"sets img_size, in_chans and num_classes of the model; choose another DATASET, or a "

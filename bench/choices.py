@@ -23,6 +23,7 @@ except ModuleNotFoundError:  # Python 3.10: the backport, a dependency there
 PRESETS = tuple(tomllib.loads((Path(__file__).resolve().parents[1] / "vit" / "presets.toml").read_text()))
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # name -> torch dtype attribute
 MODES = ("infer", "train")
+EPOCHS = 20   # a training run's epochs unless a spec, --epochs or --set says otherwise (TrainConfig's default)
 # whether F.scaled_dot_product_attention may run cuDNN's attention kernel on CUDA (`bench.env.set_cudnn_attention`)
 CUDNN_ATTENTION = ("auto", "off")
 

@@ -26,7 +26,7 @@ from ablations.choices import available_sweeps, default_sweeps
 from ablations.cli import known as known_commands
 from ablations.options import COST_FLAGS, DATA_ROOT, INTO_REFERENCE, MARGIN, OUT, add_options, positive, run_options
 from ablations.running.executors import OPTIONS as EXECUTOR_OPTIONS
-from bench.choices import Parser, non_negative
+from bench.choices import EPOCHS, Parser, non_negative
 
 
 def _read_commands(sub) -> None:
@@ -78,6 +78,7 @@ def build(prog: str = "python -m ablations") -> Parser:
     add_options(one, run_options(EXECUTOR_OPTIONS), changes={
         "--seeds": {"help": "comma-separated training seeds, one run each (the intervals need two or more; "
                             "default 0,1,2)"},
+        "--epochs": {"help": f"training epochs (default {EPOCHS})"},
         "--auto-train": {"help": argparse.SUPPRESS}})  # SEEDS=auto is a sweep's
     _read_commands(sub)
     cost = sub.add_parser("cost", help="measure the speed of every point trained under an OUT in one interleaved "

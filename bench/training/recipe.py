@@ -7,7 +7,7 @@ import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from bench.choices import DTYPES
+from bench.choices import DTYPES, EPOCHS
 from vit.config import floats_as_floats
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class TrainConfig:
     """How a model is trained; each field is a column of a training row (`docs/columns.md`). The defaults
     are the best mnist5k recipe measured within ~60 s on a 2-core CPU (docs/robustness.md)."""
 
-    epochs: int = field(default=20, metadata=_doc("", "training epochs", "int"))
+    epochs: int = field(default=EPOCHS, metadata=_doc("", "training epochs", "int"))
     batch_size: int = field(default=64, metadata=_doc("images", "training images per optimisation step", "int"))
     lr: float = field(default=2e-3, metadata=_doc("", "peak AdamW learning rate, reached after warmup_epochs of "
                                                       "linear warm-up, then cosine decay to 0"))

@@ -10,6 +10,7 @@ datasets are named here, their one list; `ablations.training.data.loader(name)` 
 from __future__ import annotations
 
 import math
+import shlex
 
 try:
     import tomllib
@@ -69,6 +70,15 @@ def say(make: str, cli: str) -> str:
     """A command to tell the user: the `make …` form with the `vitbench …` one beside it in a checkout, the
     `vitbench …` form alone where there is no Makefile."""
     return f"{make} (or {cli})" if with_makefile() else cli
+
+
+def say_out(target: str, out: str | Path) -> str:
+    """`say` for a command on an OUT folder: `make <target> OUT=…` beside `vitbench <target> --out …`, the folder
+    quoted for a POSIX shell where it needs it; the vitbench form alone for a folder whose name holds a single
+    quote, which the Makefile's own quoting cannot pass on."""
+    word = shlex.quote(str(out))
+    cli = f"vitbench {target} --out {word}"
+    return cli if "'" in str(out) else say(f"make {target} OUT={word}", cli)
 
 
 def check_looks(looks: Sequence[int], most: int | None = None) -> tuple[int, ...]:

@@ -2,6 +2,7 @@
 
 import argparse
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -733,10 +734,15 @@ def test_without_a_makefile_the_next_step_is_told_as_the_vitbench_command(tmp_pa
             "--out", str(tmp_path / "o")]
     assert choices.with_makefile()   # this checkout
     assert ablations_main(argv) == 0
-    assert f"Next: make report OUT='{tmp_path / 'o'}' (or vitbench report --out '{tmp_path / 'o'}')" in \
+    assert f"Next: make report OUT={tmp_path / 'o'} (or vitbench report --out {tmp_path / 'o'})" in \
         capsys.readouterr().out
+    odd = tmp_path / "my res's"   # a word the shell must be given quoted; the Makefile's own quoting cannot take it
+    assert ablations_main(argv[:-1] + [str(odd)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Next: "))
+    assert line.startswith(f"Next: vitbench report --out {shlex.quote(str(odd))}: ") and "make " not in line
+    assert shlex.split(line.split(": ", 1)[1].split(":", 1)[0])[-1] == str(odd)
     monkeypatch.setattr(choices, "SPEC_DIR", tmp_path / "site-packages" / "ablations" / "sweeps")
     assert not choices.with_makefile()
     assert ablations_main(argv) == 0
     out = capsys.readouterr().out
-    assert f"Next: vitbench report --out '{tmp_path / 'o'}': figures" in out and "make " not in out
+    assert f"Next: vitbench report --out {tmp_path / 'o'}: figures" in out and "make " not in out

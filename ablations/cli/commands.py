@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, MIN_PACK, AutoSeeds, say
+from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, MIN_PACK, AutoSeeds, say_out
 from ablations.cli.outcome import restarting, summary, timings
 from ablations.cli.prepare import dry_run, prepare, run_options, stated_changes
 from ablations.results import seed_design
@@ -210,9 +210,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     results, status = _train_locked(args, specs, sweep_points, options, plan, executor)
     if results is None:
         return status
-    quoted = f"'{Path(args.out)}'"
     summary(results, timings(args, t0),
-             f"Next: {say(f'make report OUT={quoted}', f'vitbench report --out {quoted}')}: figures and "
+             f"Next: {say_out('report', Path(args.out))}: figures and "
              f"{Path(args.out) / 'REPORT.md'} from these tables")
     return status   # 1 where an adaptive design is left unfinished (said above the summary)
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ablations.choices import say
+from ablations.choices import say_out
 from ablations.cli.prepare import check_device, check_out
 from ablations.results.store import SweepError, SweepPaths
 from ablations.running.cost import CostPlan
@@ -38,8 +38,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
                      f"say the phase's device)" if other else "")
         print(f"  {sweep:<12} {count(points, 'point')} measured, speed written into {count(filled, 'row')}{elsewhere}   cost → "
               f"{SweepPaths.of(out, sweep).cost}")
-    quoted = f"'{out}'"
-    print(f"Next: {say(f'make report OUT={quoted}', f'vitbench report --out {quoted}')}: its speed tables and "
+    print(f"Next: {say_out('report', out)}: its speed tables and "
           f"figures read these phases")
     return 0
 

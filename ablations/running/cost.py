@@ -54,7 +54,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from ablations.choices import COST_ROUNDS, say
+from ablations.choices import COST_ROUNDS, say_out
 from ablations.results.schema import COST_COLUMNS
 from ablations.results.store import complete_phase, is_ok, model_key
 from ablations.specs import Point
@@ -611,7 +611,7 @@ def _say_what_is_missing(kept: list[dict[str, Any]], items: int, names: str, clo
     why = "; ".join(filter(None, [clock.stopped, f"{loaded} of {len(kept)} timed steps ran while other processes held "
                                                  f"the machine and are left out" if loaded else ""]))
     why = why or f"the phase was asked for {count(clock.plan.rounds, 'round')} (COST_ROUNDS / --cost-rounds)"
-    command = say(f"make cost OUT='{out}'", f"vitbench cost --out '{out}'")
+    command = say_out("cost", out)
     if clock.plan.alone:   # this is that command: run it again, not "run it"
         later = ("run this again on an idle machine" if loaded else
                  f"run this again with {MIN_ROUNDS} or more rounds (COST_ROUNDS / --cost-rounds) or a larger budget")

@@ -77,13 +77,14 @@ INTO_REF = $(call switch,--into-reference,$(INTO_REFERENCE))
 
 install: $(STAMP)  ## the .venv with the project and its test extras (every target installs on first use)
 
+# the stamp of every subset of the extras installed (in the order given): an install with test,ray is one with test
 $(VENV)/.installed-%: pyproject.toml
 	$(PYTHON) -m venv $(if $(strip $(TORCH_SPEC)),,--system-site-packages) $(VENV)
 	$(if $(strip $(TORCH_SPEC)),,$(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$$($(VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/vitbench-base-env.pth")
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(if $(strip $(TORCH_SPEC)),$(VENV)/bin/pip install --quiet $(TORCH_SPEC))
 	$(VENV)/bin/pip install --quiet -e '.[$(EXTRAS)]'
-	touch $@
+	$(VENV)/bin/python -c "import itertools as i, pathlib, sys; e = sys.argv[2].split(','); [pathlib.Path(sys.argv[1], '.installed-' + '-'.join(c)).touch() for n in range(1, len(e) + 1) for c in i.combinations(e, n)]" '$(VENV)' '$(EXTRAS)'
 
 # INSTALL=0: the Python at hand must import everything the goals need (no network, no pip): the test extra
 # only for the goals that run the suite or the linter (and a bare `make`/`make install`), other extras as named

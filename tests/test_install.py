@@ -77,7 +77,13 @@ def test_new_extras_on_an_existing_venv_install_what_it_lacks(tmp_path):
     assert same.returncode == 0 and "pip install" not in same.stdout
     more = make("-n", "install", f"VENV={venv}", "EXTRAS=test,tensorboard")  # the line the TENSORBOARD=1 error gives
     assert more.returncode == 0 and "pip install --quiet -e '.[test,tensorboard]'" in more.stdout
-    assert f"touch {venv}/.installed-test-tensorboard" in more.stdout
+    stamp = next(line for line in more.stdout.splitlines() if ".installed-" in line)   # the recipe's last line
+    subprocess.run(stamp.replace(f"{venv}/bin/python", sys.executable), shell=True, check=True, cwd=ROOT)
+    assert {p.name for p in venv.glob(".installed-*")} == {".installed-test", ".installed-tensorboard",
+                                                          ".installed-test-tensorboard"}
+    for extras in ("test", "tensorboard", "test,tensorboard"):   # what an install with more extras holds
+        again = make("-n", "install", f"VENV={venv}", f"EXTRAS={extras}")
+        assert again.returncode == 0 and "pip install" not in again.stdout, extras
 
 
 def test_the_wheel_installs_the_three_packages_only_and_builds_without_a_deprecation(tmp_path):

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from ablations.results.schema import read_table as read_rows  # noqa: E402
 from bench.io.csvio import SkippedInput  # noqa: E402
+from bench.units import count  # noqa: E402
 
 warnings.simplefilter("ignore", SkippedInput)  # the campaign damages tables on purpose; it checks the report
 
@@ -209,11 +210,11 @@ def jobs_campaign(work: Path, kills: int, seed: int = 0) -> Tally:
     spec = work / "depth.toml"
     spec.write_text(SPEC)
     t0 = time.perf_counter()
-    print(f"JOBS=2 crash test in {work}: {RUNS} runs{_packs()}, {kills} kills (seed {seed})", flush=True)
+    print(f"JOBS=2 crash test in {work}: {RUNS} runs{_packs()}, {count(kills, 'kill')} (seed {seed})", flush=True)
     reference = work / "reference-jobs2"
     ref = run(spec, reference, work, jobs=2, cost_rounds=0)
     tally.check(ref.returncode == 0, f"the uninterrupted JOBS=2 sweep failed: {ref.stderr[-500:]}")
-    print(f"  reference JOBS=2 sweep: {len(finished(reference, spec.stem))} runs in {time.perf_counter() - t0:.0f} s",
+    print(f"  reference JOBS=2 sweep: {count(len(finished(reference, spec.stem)), 'run')} in {time.perf_counter() - t0:.0f} s",
           flush=True)
     out = work / "out-jobs2"
     while tally.kills < kills:
@@ -234,11 +235,13 @@ def jobs_campaign(work: Path, kills: int, seed: int = 0) -> Tally:
     tally.check(finished(out, spec.stem) == finished(reference, spec.stem),
                 "weights differ from the uninterrupted JOBS=2 sweep's")
     tally.resumed_runs = int((ok["resumed_after"].fillna(0) > 0).sum())
-    print(f"  {tally.kills} kills: {tally.worker_kills} workers SIGKILLed, {tally.driver_kills} drivers SIGKILLed, "
-          f"{tally.term_stops} SIGTERMs (slowest stop {tally.slowest_stop_s:.1f} s); {tally.finished_before_kill} "
-          f"sweeps finished before their next kill", flush=True)
-    print(f"  end state: {len(ok)} ok rows for {RUNS} runs, {len(same)} accuracies and weights equal to the "
-          f"uninterrupted JOBS=2 sweep's; {tally.resumed_runs} runs resumed from a checkpoint", flush=True)
+    print(f"  {count(tally.kills, 'kill')}: {count(tally.worker_kills, 'worker')} SIGKILLed, "
+          f"{count(tally.driver_kills, 'driver')} SIGKILLed, {count(tally.term_stops, 'SIGTERM')} (slowest stop "
+          f"{tally.slowest_stop_s:.1f} s); {count(tally.finished_before_kill, 'sweep')} finished before their next "
+          f"kill", flush=True)
+    print(f"  end state: {count(len(ok), 'ok row')} for {count(RUNS, 'run')}, {len(same)} accuracies and weights equal "
+          f"to the uninterrupted JOBS=2 sweep's; {count(tally.resumed_runs, 'run')} resumed from a checkpoint",
+          flush=True)
     print(f"JOBS=2 crash test: {'PASS' if not tally.problems else 'FAIL: ' + '; '.join(tally.problems)} "
           f"in {time.perf_counter() - t0:.0f} s", flush=True)
     return tally
@@ -336,8 +339,9 @@ def fill_small_filesystem(spec: Path, work: Path, tally: Tally) -> None:
         final = finished(out, spec.stem)
         tally.check(len(final) == RUNS and all(final.get(r) == d for r, d in kept.items()),
                     "full disk: the rerun did not finish every run keeping those done before")
-        tally.disk_full = (f"4 MiB tmpfs filled after {len(kept)} runs: exit 2 with "
-                           f"'{lines[0][:90] if lines else '?'}…'; rerun finished all {len(final)}")
+        said = lines[0].replace(str(out), "OUT") if lines else "?"   # the whole line, its folder shortened
+        tally.disk_full = (f"4 MiB tmpfs filled after {count(len(kept), 'run')}: exit {proc.returncode} with "
+                           f"'{said}'; rerun finished all {len(final)}")
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
@@ -348,13 +352,13 @@ def campaign(work: Path, kills: int, seed: int = 0) -> Tally:
     spec = work / "depth.toml"  # named as the registered depth sweep, so that the report covers it
     spec.write_text(SPEC)
     t0 = time.perf_counter()
-    print(f"crash test in {work}: {RUNS} runs{_packs()}, {kills} kills (seed {seed})", flush=True)
+    print(f"crash test in {work}: {RUNS} runs{_packs()}, {count(kills, 'kill')} (seed {seed})", flush=True)
 
     reference = work / "reference"
     ref = run(spec, reference, work, cost_rounds=0)
     tally.check(ref.returncode == 0, f"the uninterrupted sweep failed: {ref.stderr[-500:]}")
     ref_rows = read_rows(reference / "ablations" / "depth.csv").set_index("run_id")
-    print(f"  reference sweep: {len(ref_rows)} runs in {time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"  reference sweep: {count(len(ref_rows), 'run')} in {time.perf_counter() - t0:.0f} s", flush=True)
 
     out = work / "out"
     while tally.kills < kills:
@@ -363,8 +367,8 @@ def campaign(work: Path, kills: int, seed: int = 0) -> Tally:
             shutil.rmtree(out / "ablations" / "weights", ignore_errors=True)
             for f in (out / "ablations").glob("depth*.csv"):
                 f.rename(f.with_name(f"done-{tally.kills}-{f.name}"))
-    print(f"  {tally.kills} kills ({tally.kills_in_save} inside a save step, {tally.kills_in_startup} during "
-          f"start-up); {tally.finished_before_kill} sweeps finished before their kill", flush=True)
+    print(f"  {count(tally.kills, 'kill')} ({tally.kills_in_save} inside a save step, {tally.kills_in_startup} during "
+          f"start-up); {count(tally.finished_before_kill, 'sweep')} finished before their kill", flush=True)
 
     csv, history = out / "ablations" / "depth.csv", out / "ablations" / "depth-history.csv"
     before = finished(out, spec.stem)
@@ -408,9 +412,10 @@ def campaign(work: Path, kills: int, seed: int = 0) -> Tally:
     tally.check(status == 0, f"the report command exited {status}")
     text = (out / "REPORT.md").read_text() if status == 0 else ""
     tally.garbage_skipped = text.count("malformed line")
-    print(f"  end state: {len(ok)} ok rows for {RUNS} runs, {len(same)} accuracies and weights equal to the "
-          f"uninterrupted sweep's; {tally.resumed_runs} runs resumed from a checkpoint; torn line cut: "
-          f"{bool(tally.torn_cut)}; report lists {tally.garbage_skipped} tables with skipped lines", flush=True)
+    print(f"  end state: {count(len(ok), 'ok row')} for {count(RUNS, 'run')}, {len(same)} accuracies and weights "
+          f"equal to the uninterrupted sweep's; {count(tally.resumed_runs, 'run')} resumed from a checkpoint; torn line "
+          f"cut: {bool(tally.torn_cut)}; report lists {count(tally.garbage_skipped, 'table')} with skipped lines",
+          flush=True)
     print(f"  small filesystem: {tally.disk_full}", flush=True)
     print(f"crash test: {'PASS' if not tally.problems else 'FAIL: ' + '; '.join(tally.problems)} "
           f"in {time.perf_counter() - t0:.0f} s", flush=True)

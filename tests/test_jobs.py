@@ -338,7 +338,20 @@ def _disk_full(task, data):
     raise OSError(errno.ENOSPC, "No space left on device", "/out/ablations/j.csv")
 
 
-def test_a_full_disk_inside_a_worker_stops_the_command_with_the_one_job_line(tmp_path, capsys):
+def _checkpoint_unwritable(task, data):   # the writer's own error, which names its fix
+    from bench.io.atomic import write_atomic
+
+    write_atomic(Path("/proc/no-such-folder/c.safetensors"), b"x" * 2000)
+
+
+@pytest.mark.parametrize("fail,said", [
+    (_disk_full, "error: /out/ablations/j.csv: No space left on device; 0 runs finished and kept; rerun the same "
+                 "command to resume\n"),
+    (_checkpoint_unwritable, "error: /proc/no-such-folder/c.safetensors: could not write 2,000 bytes (No such file or "
+                             "directory); 0 runs finished and kept; free space or choose another OUT, then rerun to "
+                             "resume\n")])
+def test_a_full_disk_inside_a_worker_stops_the_command_with_the_one_job_line(tmp_path, capsys, fail, said):
+    """One line, its next step said once and last."""
     spec = write_spec(tmp_path / "full.toml", "depth", "[1, 2]")
     import ablations.cli.commands as commands
     import ablations.running.runner as runner
@@ -346,7 +359,7 @@ def test_a_full_disk_inside_a_worker_stops_the_command_with_the_one_job_line(tmp
     original = runner.run_sweeps
 
     def with_full_disk(plans, executor, recorded, locked=False, spent=None):
-        return original(plans, executor, fn=_disk_full, recorded=recorded, locked=locked, spent=spent)
+        return original(plans, executor, fn=fail, recorded=recorded, locked=locked, spent=spent)
     commands.run_sweeps = with_full_disk
     try:
         code = cli.main(["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"), "--seeds", "0,1",
@@ -355,8 +368,7 @@ def test_a_full_disk_inside_a_worker_stops_the_command_with_the_one_job_line(tmp
         commands.run_sweeps = original
     err = capsys.readouterr().err
     assert code == 2
-    assert "error: /out/ablations/j.csv: No space left on device; 0 runs finished and kept" in err
-    assert "Traceback" not in err
+    assert err.endswith(said) and err.count("rerun") == 1 and "Traceback" not in err, err
 
 
 def test_the_preflight_counts_a_checkpoint_per_run_in_flight(tmp_path):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+WRITE_FIX = "free space or choose another OUT, then rerun to resume"   # how a write that failed ends its message
+
 
 class WriteError(OSError):
     """A file that could not be written (a full disk, a folder that is not one): not bad input, so whatever
@@ -30,4 +32,4 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     except OSError as err:
         tmp.unlink(missing_ok=True)
         raise WriteError(err.errno, f"{path}: could not write {len(data):,} bytes ({err.strerror or err}); "
-                                 f"free space or choose another OUT, then rerun to resume") from None
+                                 f"{WRITE_FIX}") from None

@@ -32,7 +32,7 @@ from typing import Protocol
 
 import pandas as pd
 
-from bench.io.atomic import write_atomic
+from bench.io.atomic import WRITE_FIX, WriteError, write_atomic
 from bench.units import count
 
 MISSING_AS_NAN = ("int", "bool", "id", "time")   # kinds whose "nan" cell is a missing value written as a float NaN
@@ -113,8 +113,8 @@ def _write_all(fd: int, data: bytes, path: Path) -> None:
         except OSError:
             pass
         reason = err.strerror or str(err)
-        raise OSError(err.errno, f"{path}: could not write {len(data)} bytes ({reason}); nothing of them was "
-                                 f"kept. Free space or choose another OUT, then rerun to resume") from None
+        raise WriteError(err.errno, f"{path}: could not write {len(data):,} bytes ({reason}); nothing of them "
+                                    f"was kept; {WRITE_FIX}") from None
 
 
 def _heal_tail(fd: int, path: Path) -> None:

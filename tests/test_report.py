@@ -138,7 +138,7 @@ def test_a_folder_with_no_finished_run_gets_no_comparison_with_the_reference(tmp
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "mine.csv").write_text("attn,throughput_img_s\nsdpa,100\n")
     text = build_report(tmp_path, reference=ROOT / "results" / "reference").read_text()
-    assert "No ablation results yet" in text and "## against the reference" not in text
+    assert "No sweep results yet" in text and "## against the reference" not in text
     write_run(tmp_path, 1, 0, mask(range(50)))   # one finished run: the section is there
     assert "## against the reference" in build_report(tmp_path, reference=ROOT / "results" / "reference").read_text()
 
@@ -201,7 +201,13 @@ def test_a_report_names_the_bench_tables_it_does_not_read_and_the_command_that_w
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "mine.csv").write_text("run_id\n")
     text = build_report(tmp_path).read_text()
-    assert "Not read here: bench/mine.csv: the command that wrote each printed its own table" in text
+    assert ("Not read here: bench/mine.csv: the command that wrote each printed its own table; the report reads the "
+            "sweeps' tables, and of the bench tables the attention backends' alone") in text
+    write_run(tmp_path / "one", 1, 0, mask(range(50)))   # a `train` command's table: read by no section, and said so
+    SweepPaths.of(tmp_path / "one", "depth").rows.rename(SweepPaths.of(tmp_path / "one", "train").rows)
+    one = build_report(tmp_path / "one").read_text()
+    assert ("Not read here: ablations/train.csv: the command that wrote each printed its own table; the report reads "
+            "the sweeps' tables; a `train` command's runs are one setting") in one and "bench tables" not in one
     command = "bench run --tokens 65,197,785 --batch-size 8 --name backends"
     assert f"`vitbench {command}`" in text and f"-m {command}" in (ROOT / "Makefile").read_text()
 

@@ -64,7 +64,8 @@ def _lacking(out: Path, specs: dict[str, SweepSpec], tables: dict[str, pd.DataFr
     has_pos = any(spec.factor == "pos" and name in tables and not ok_rows(tables[name]).empty
                   for name, spec in specs.items())
     has_bench = any((out / "bench" / name).exists() for name in BENCH_READ)
-    unread = sorted(f"bench/{p.name}" for p in (out / "bench").glob("*.csv") if p.name not in BENCH_READ)
+    unread = (["ablations/train.csv"] if SweepPaths.of(out, "train").rows.exists() else []) + \
+        sorted(f"bench/{p.name}" for p in (out / "bench").glob("*.csv") if p.name not in BENCH_READ)
     return absent, has_pos, has_bench, wording.lacking_lines(absent, has_pos, has_bench, unread)
 
 

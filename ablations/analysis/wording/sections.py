@@ -315,8 +315,12 @@ def lacking_lines(absent: list[str], has_pos: bool, has_bench: bool, unread: lis
                                   f"({benches})"]
     lines = [f"Not in this folder: {'; '.join(x for x in lacks if x)}.", ""] if any(lacks) else []
     if unread:
+        train = ("; a `train` command's runs are one setting, which no verdict compares: a sweep of your settings "
+                 "(a TOML file) gives them a section" if "ablations/train.csv" in unread else "")
+        bench = (", and of the bench tables the attention backends' alone (bench/backends.csv, "
+                 "bench/pytest-benchmark.csv)" if any(u.startswith("bench/") for u in unread) else "")
         lines += [f"Not read here: {', '.join(unread)}: the command that wrote each printed its own table; the report "
-                  f"reads the attention backends' tables alone (bench/backends.csv, bench/pytest-benchmark.csv).", ""]
+                  f"reads the sweeps' tables{bench}{train}.", ""]
     return lines
 
 
@@ -390,7 +394,7 @@ def report_head(newest: dict[str, Any] | None, datasets: list[str], span: tuple[
     span of the runs' start times."""
     lines = ["# vitbench report", ""]
     if newest is None:
-        return lines + [f"No ablation results yet: run {either('`make ablations`', '`vitbench sweep default`')}.", ""]
+        return lines + [f"No sweep results yet: run {either('`make ablations`', '`vitbench sweep default`')}.", ""]
     sha = newest.get("git_sha")
     commit = f"git {sha}" if isinstance(sha, str) and sha.strip() else "no git commit recorded (not run from a checkout)"
     return lines + [f"- ablation runs: device {newest['device']} ({newest['device_name']}); torch "

@@ -40,7 +40,8 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
     assert main(["compare", str(sweep_out), str(copy)]) == 0
     printed = capsys.readouterr().out
     assert "; no point has an interval: see each one's verdict)" in printed and "NaN" not in printed
-    assert all(line.split()[-5:-3] == ["—", "—"] for line in printed.splitlines() if "identical predictions" in line)
+    assert all(line.split()[-4:-2] == ["—", "—"] for line in printed.splitlines() if "identical predictions" in line)
+    assert "family" not in printed   # the header says how many points the intervals hold over (here none)
 
     # B's depth-1 runs now give another wrong class wherever they were wrong: the same accuracy on the same
     # images, but not the same predictions, so a bounded "same within noise", never ±0
@@ -74,7 +75,7 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
     assert "with its interval, 95 % jointly over the 2 distinct points with one: Bonferroni)" in out
     assert f"largest |A − B|: {100 * accuracy[2]:.2f} accuracy points over 2 points of the sweeps" in out
     written = pd.read_csv(tmp_path / "c.csv")
-    assert written["verdict"].tolist() == ["same within noise", "A higher"]
+    assert written["verdict"].tolist() == ["same within noise", "A higher"] and (written["family"] == 2).all()
     # the CSV in the printed units: accuracy in % beside differences in points (not a fraction beside points)
     assert written["acc_a"].tolist() == pytest.approx([100 * table.loc[p, "acc_a"] for p in written["point"]])
     assert (written["acc_a"] - written["acc_b"]).tolist() == pytest.approx(written["diff_pts"].tolist())

@@ -114,7 +114,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     shown = table.copy()
     for column in ("acc_a", "acc_b"):
         shown[column] = 100 * shown[column]
-    print(shown.to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep="—"))
+    print(shown.drop(columns="family").to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep="—"))
     print(f"largest |A − B|: {table['diff_pts'].abs().max():.2f} accuracy points over "
           f"{count(len(table), 'point')} of the sweeps; "
           + ", ".join(f"{label} mean train_util_pct {table[column].mean():.1f}" if table[column].notna().any()

@@ -3,6 +3,7 @@ above chance, its bad inputs are one line naming what is wrong, and IMG_SIZE sho
 at another side (a 224 px checkpoint fine-tuned on 32 px images)."""
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -77,7 +78,9 @@ def test_an_image_folder_trains_above_chance(tmp_path):
     (lambda root: [f.unlink() for f in (root / "train" / "vertical").iterdir()], r"train/vertical holds no image"),
     (lambda root: (root / "train" / "horizontal" / "3.png").write_bytes(b"not a png"),
      r"train/horizontal/3\.png: not an image Pillow can read"),
-    (lambda root: [(root / "val").rename(root / "elsewhere")], "needs train/ and val/ \\(or test/\\) folders"),
+    (lambda root: [(root / "val").rename(root / "elsewhere")], "images needs train/ and val/ \\(or test/\\) folders"),
+    (lambda root: root.rename(root.with_name("moved")), "images: no such folder; it needs train/ and val/"),
+    (lambda root: [shutil.rmtree(root), root.write_text("")], "images: not a folder; it needs train/ and val/"),
 ])
 def test_a_bad_image_folder_is_one_line_naming_what_is_wrong(tmp_path, damage, message, capsys):
     from ablations.__main__ import main

@@ -368,7 +368,9 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
     root = Path(data_root).expanduser()
     splits = _splits(root)
     if splits is None:
-        raise FileNotFoundError(f"imagefolder: {root} needs train/ and val/ (or test/) folders, each with a folder "
+        where = (f"{root} needs" if root.is_dir() else f"{root}: {'not a folder' if root.exists() else 'no such folder'};"
+                 f" it needs")
+        raise FileNotFoundError(f"imagefolder: {where} train/ and val/ (or test/) folders, each with a folder "
                                 f"per class; point DATA_ROOT (--data-root) at the folder that holds them")
     evaluate = splits[1]
     classes = {folder.name: _class_names(folder) for folder in splits}

@@ -148,7 +148,7 @@ bench-speed: $(STAMP)  ## the four backends against timm's ViT-S/16, side by sid
 
 # the training step alone, eager against static buffers (a CUDA graph on CUDA), interleaved rounds
 bench-step: $(STAMP)  ## the training step alone, eager against static buffers (a CUDA graph on CUDA)
-	$(PY) -m ablations stepbench $(call opt,--device,$(DEVICE)) $(call qopt,--data-root,$(DATA_ROOT)) $(ARGS)
+	$(PY) -m ablations stepbench $(call opt,--preset,$(PRESET)) $(call opt,--dataset,$(DATASET)) $(call opt,--device,$(DEVICE)) $(call qopt,--data-root,$(DATA_ROOT)) $(ARGS)
 
 # the report's test against known answers: A/A trials (false-positive rate against α, p-value distribution)
 # and planted 0.5- and 1-point differences (power), from the saved predictions of the runs under FROM (no

@@ -374,13 +374,14 @@ def test_the_step_benchmark_times_both_steps_in_interleaved_rounds_and_leaves_ou
             self.load = Load(50.0 if busy(len(calls)) else 0.0, None, None)
 
     monkeypatch.setattr(stepbench, "LoadMeter", Meter)
-    argv = ["stepbench", "--preset", "vit_digits", "--dataset", "digits", "--batch-size", "16", "--rounds", "3",
+    argv = ["stepbench", "--dataset", "digits", "--batch-size", "16", "--rounds", "3",   # preset auto: the base
             "--min-time", "0", "--device", "cpu"]
     busy = lambda n: False   # noqa: E731
     spreads = stepbench.run(build().parse_args(argv))
     assert set(spreads) == {"eager", "static"}
     assert all(s.n == 3 and 0 < s.q1 <= s.median <= s.q3 for s in spreads.values())
     out = capsys.readouterr().out
+    assert out.startswith("vit_digits training step, batch 16, cpu fp32")   # the dataset's base model
     assert "static (static buffers, not captured)" in out and "static / eager: " in out and "left out" not in out
     calls.clear()
     busy = lambda n: n % 2 == 0   # noqa: E731
@@ -401,7 +402,7 @@ def test_the_step_benchmark_times_both_steps_in_interleaved_rounds_and_leaves_ou
                                            (["--device", "cuda:7"], "cuda:7"),
                                            (["--preset", "vit_mnist"], "img_size=8 is not divisible by patch_size=7"),
                                            (["--dataset", "imagefolder", "--data-root", "/nonexistent"],
-                                            "imagefolder: /nonexistent needs train/ and")])
+                                            "imagefolder: /nonexistent: no such folder; it needs train/ and")])
 def test_the_step_benchmark_refuses_bad_input_before_building_anything(args, message, capsys, monkeypatch):
     monkeypatch.setattr(stepbench, "build_steps", lambda *a: pytest.fail("built steps for bad input"))
     try:   # a bad count is refused as the command line is read (argparse exits 2)

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ablations.choices import DEFAULT_SEEDS, LARGE_RUNS, MIN_PACK, AutoSeeds, say_out
-from ablations.cli.outcome import restarting, summary, timings
+from ablations.cli.outcome import restarting, summary, timings, write_failed
 from ablations.cli.prepare import dry_run, prepare, run_options, stated_changes
 from ablations.results import seed_design
 from ablations.results.store import SweepError, SweepPaths, keep_spec, sweep_lock
@@ -29,7 +29,6 @@ from ablations.running.interrupts import Interrupted
 from ablations.running.runner import SweepSummary, run_sweeps
 from ablations.running.tasks import RunOptions
 from ablations.specs import Point, SpecError, SweepSpec, default_sweeps, find_spec, load_spec
-from bench.io.atomic import WRITE_FIX
 from bench.units import count, macs
 
 
@@ -64,10 +63,7 @@ def _run_all(args: argparse.Namespace, sweep_points: list[tuple[str, list[Point]
         print(f"error: {err}", file=sys.stderr)
         return None, 2
     except OSError as err:  # a full disk, a folder gone read-only: every finished run is kept
-        where = f"{err.filename}: " if err.filename and str(err.filename) not in str(err.strerror) else ""
-        said = str(err.strerror or err).removesuffix(WRITE_FIX).rstrip("; ")   # the fix is said once, last
-        fix = WRITE_FIX if said != str(err.strerror or err) else "rerun the same command to resume"
-        print(f"error: {where}{said}; {count(len(recorded), 'run')} finished and kept; {fix}", file=sys.stderr)
+        print(write_failed(err, len(recorded)), file=sys.stderr)
         return None, 2
     except KeyboardInterrupt as err:  # the workers are stopped and the locks released by now
         signal_name = str(err) if isinstance(err, Interrupted) else "SIGINT"

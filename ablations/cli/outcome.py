@@ -14,6 +14,7 @@ from ablations.results.store import SweepPaths
 from ablations.running.runner import SweepSummary
 from ablations.running.tasks import RunOptions, make_tasks
 from ablations.specs import Point
+from bench.io.atomic import WRITE_FIX
 from bench.units import count
 
 
@@ -70,6 +71,15 @@ NEXT_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("next_step", de
 
 
 REPORT_FOLLOWS = "VITBENCH_REPORT_FOLLOWS"   # set by `make ablations`, which writes the report next: no "Next:" line
+
+
+def write_failed(err: OSError, kept: int) -> str:
+    """The one line a command ends with when a file could not be written (a full disk, a folder gone read-only):
+    what failed, the runs kept, and the next step, once and last (a writer's own fix where it names one)."""
+    where = f"{err.filename}: " if err.filename and str(err.filename) not in str(err.strerror) else ""
+    said = str(err.strerror or err).removesuffix(WRITE_FIX).rstrip("; ")
+    fix = WRITE_FIX if said != str(err.strerror or err) else "rerun the same command to resume"
+    return f"error: {where}{said}; {count(kept, 'run')} finished and kept; {fix}"
 
 
 def _took(seconds: float) -> str:

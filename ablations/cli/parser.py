@@ -135,8 +135,9 @@ def _calibrate(sub) -> None:
 def _stepbench(sub) -> None:
     step = sub.add_parser("stepbench", help="the training step alone, eager against static buffers (a CUDA graph "
                                             "on CUDA), in interleaved rounds (make bench-step)")
-    step.add_argument("--preset", default="vit_mnist", choices=sorted(choices.PRESETS),
-                      help="the model whose training step is timed (default vit_mnist)")
+    step.add_argument("--preset", default="auto", choices=["auto", *sorted(choices.PRESETS)],
+                      help="the model whose training step is timed (default auto: the dataset's base, as in the "
+                           "sweeps)")
     step.add_argument("--dataset", default="mnist5k", choices=sorted(choices.DATASETS),
                       help="gives the image shape and classes (default mnist5k: 28×28, 1 channel, 10 classes)")
     DATA_ROOT.add_to(step, help="where torchvision datasets and an image folder live (DATA_ROOT), read for their "

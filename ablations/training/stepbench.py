@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from ablations.specs import base_preset
 from ablations.training.data import load_dataset
 from bench.contention import CONTENDED_PCT, LoadMeter
 from bench.env import resolve_device
@@ -52,8 +53,9 @@ def run(args) -> dict[str, Spread]:
         cfg = TrainConfig(batch_size=args.batch_size, dtype=args.dtype)
         timing = TimingConfig(warmup=4, min_repeats=10, min_time_s=args.min_time)
         data = load_dataset(args.dataset, args.data_root)
-        model_cfg = PRESETS[args.preset].replace(img_size=data.img_size, in_chans=data.in_chans,
-                                                 num_classes=data.num_classes)
+        preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
+        model_cfg = PRESETS[preset].replace(img_size=data.img_size, in_chans=data.in_chans,
+                                            num_classes=data.num_classes)
     except FileNotFoundError as err:
         raise ValueError(str(err)) from None
     steps = build_steps(model_cfg, cfg, device)
@@ -73,7 +75,7 @@ def run(args) -> dict[str, Spread]:
     spreads = {kind: Spread.of(values) for kind, values in medians.items()}
     static = "graphed" if steps["static"].graphed else "static buffers, not captured"
     dtype = cfg.resolved_dtype(device)
-    print(f"{args.preset} training step, batch {args.batch_size}, {device.type} {dtype}, "
+    print(f"{preset} training step, batch {args.batch_size}, {device.type} {dtype}, "
           f"{count(args.rounds, 'interleaved round')}" + (f"; {loaded} of {len(KINDS) * args.rounds} timings taken while "
                                                  f"other processes took ≥ {CONTENDED_PCT:g} % of the machine, "
                                                  f"left out: measure again on an idle machine" if loaded else ""))

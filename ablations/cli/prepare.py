@@ -292,7 +292,8 @@ FLAGS = {"epochs": "--epochs", "dtype": "--dtype", "compile": "--compile"}   # t
 
 def _overrides(args: argparse.Namespace, specs: list[SweepSpec] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
     """--set KEY=VALUE as (model changes, training changes); ValueError in one line for an item that is not
-    key=value, a field that is neither, one the dataset fixes, or a factor a sweep varies."""
+    key=value, a field that is neither, one the dataset fixes, a factor a sweep varies, or one its own flag
+    (`FLAGS`) sets to another value."""
     model_changes, train_changes = {}, {}
     flags = _train_changes(args) if hasattr(args, "epochs") else {}
     for key, value in parse_overrides(getattr(args, "set", None) or []).items():

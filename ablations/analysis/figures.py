@@ -176,6 +176,8 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
                     copied=[i for i, d in enumerate(settings) if d.get("reused")] if wall else [],
                     verdict=ylabel == accuracy and paired)
         _scales(ax, x, numeric, centre, high, size=ylabel != accuracy)
+        if ylabel == accuracy and not paired:
+            _chance_line(ax, settings)
         ax.set_title(ylabel, fontsize=10)
         ax.set_xlabel(axis_label, fontsize=9)
         ax.grid(alpha=0.3)
@@ -188,6 +190,19 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
     _value_ticks(fig, [ax for ax in axes if ax.has_data()], x, values,
                  bottom=(0.16 * (said.count("\n") + 1) + 0.08) / height if said else 0.0)
     return save(fig, path, layout=False)   # laid out by `_value_ticks`, with every label
+
+
+def _chance_line(ax, settings: list[dict]) -> None:
+    """Where some setting's accuracy is within noise of guessing, guessing's accuracy as a dashed line (what the
+    report marks ‡), so that a flat panel of unlearned settings is not read as settings alike."""
+    chance = next((d["chance"] for d in settings if d.get("chance")), None)
+    if chance is None:
+        return
+    ax.axhline(100 * chance, color="0.45", lw=1, ls="--", zorder=1, gid="chance",
+               label=f"guessing ({100 * chance:.1f} %)")
+    bottom, top = ax.get_ylim()
+    ax.set_ylim(min(bottom, 100 * chance - 1), top + 0.15 * (top - bottom))   # room for the legend above
+    ax.legend(fontsize=7, loc="upper right", framealpha=0.8)
 
 
 def _draw_panel(ax, x: list, figures: tuple, settings: list[dict], numeric: bool, trend: bool, copied: list[int],

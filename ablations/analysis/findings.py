@@ -355,7 +355,8 @@ def setting_rows(f: SweepFindings) -> list[dict[str, Any]]:
     difference from the verdict's best setting, (difference, low, high) as fractions from the paired comparison
     the verdict tests ((0, 0, 0) for the best itself; None where the sweep has no comparisons or no verdict), and
     `decided`: what the verdict says of the setting against the best ("best", "worse", "equivalent", "identical",
-    "inconclusive"; None without a verdict)."""
+    "inconclusive"; None without a verdict); `chance`: the accuracy of guessing where the setting's is within
+    noise of it (`at_chance`), else None."""
     against = _against_best(f)
     v = f.verdict
     decided = {} if v is None else {v.best: "best", **{s: Outcome.WORSE for s in v.beats},
@@ -365,7 +366,8 @@ def setting_rows(f: SweepFindings) -> list[dict[str, Any]]:
     return [{"value": s.value, "acc": s.acc, "gmacs": s.gmacs, "infer": s.infer.get("throughput_img_s"),
              "train": s.train.get("throughput_img_s"), "mem": s.train.get("peak_mem_mb"), "train_s": s.train_s,
              "reused": bool(s.reused_from), "vs_best": against.get(s.value), "best": f.verdict.best if against else None,
-             "margin": f.margin, "decided": decided.get(s.value), "starved": s.starved}
+             "margin": f.margin, "decided": decided.get(s.value), "starved": s.starved,
+             "chance": f.chance if s.at_chance else None}
             for s in f.settings]
 
 

@@ -91,7 +91,9 @@ def _method_checks() -> str:
   unit; seeds split between sittings are compared by a permutation test of their mean residuals, sittings
   within a seed by an F test of setting + seed + sitting; a difference is said in bold.
 - **Figures.** Accuracy: each setting's difference from the one with the highest mean, with its pair's interval
-  (repeated under SEEDS=auto), the ±margin band where it informs, the marker the verdict; speed and memory: the cost phase's
+  (repeated under SEEDS=auto), the ±margin band where it informs, the marker the verdict; without a verdict each
+  setting's accuracy with its interval, and guessing's accuracy dashed where some setting is within noise of it;
+  speed and memory: the cost phase's
   median with its IQR; training wall time: over seeds; hollow markers: runs copied from another sweep.
 """
 

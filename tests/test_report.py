@@ -553,10 +553,13 @@ def test_settings_at_chance_are_drawn_beside_guessings_accuracy_and_learned_ones
     accuracy panel; the ten-points-apart sweep, far above it, gets no such line."""
     from ablations.analysis.findings import setting_rows
 
-    def chance_line(out):
+    def chance_line(out):   # no cost phase: its three panels are named under the figure, not drawn blank
         rows = read_table(SweepPaths.of(out, "depth").rows)
         settings = setting_rows(analyse(rows, "depth", [1, 2], SweepPaths.of(out, "depth").preds, None))
         fig = sweep_figure_drawn(settings, out / "d.png", "depth (blocks)")
+        assert [ax.get_title() for ax in fig.axes][1:] == ["GMACs per image", "training run wall time (s)"]
+        assert any("Not measured here, so not drawn: inference img/s, training-step img/s, training-step peak memory "
+                   "(MB)." in " ".join(t.get_text().split()) for t in fig.texts)
         return [line for line in fig.axes[0].get_lines() if line.get_gid() == "chance"]
 
     for seed in range(3):

@@ -150,15 +150,18 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
     setting's difference from the best setting with the 95 % interval of the paired comparison the verdict
     tests, the equivalence margin as a band where some interval leaves it; else each setting's accuracy with
     its own interval), GMACs, inference and training-step throughput and training-step peak memory (median and
-    IQR over the cost phase's rounds; left out, and named below, where every setting has the same), training
-    wall time (median and IQR over seeds; a setting whose runs were copied from another sweep drawn hollow; no
-    trend through runs starved of CPU). Numeric factors are joined by lines; categorical ones are not. `note`:
+    IQR over the cost phase's rounds; left out, and named below, where every setting has the same or none has
+    one), training wall time (median and IQR over seeds; a setting whose runs were copied from another sweep
+    drawn hollow; no trend through runs starved of CPU). Numeric factors are joined by lines; categorical ones are not. `note`:
     said after the title (e.g. "not converged"), not under every axis."""
     values = [d["value"] for d in settings]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     x = values if numeric else list(range(len(values)))
     axis_label = textwrap.fill(label, 30)   # panels side by side: a long factor label on two lines
     panels, same, accuracy, paired = _sweep_panels(settings)
+    unmeasured = [title for title, (centre, _, _) in panels if title != accuracy
+                  and not np.isfinite(np.asarray(centre, dtype=float)).any()]   # named under the figure, not drawn
+    panels = [p for p in panels if p[0] not in unmeasured]
     columns = min(3, len(panels))
     rows = -(-len(panels) // columns)
     fig, axes = subplots(rows, columns, figsize=(3.5 * columns, 3.1 * rows + 0.6), squeeze=False)
@@ -182,8 +185,9 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
         ax.set_xlabel(axis_label, fontsize=9)
         ax.grid(alpha=0.3)
     fig.suptitle(f"{label} sweep on {device}" + (f" ({note})" if note else ""), fontsize=11)
-    said = textwrap.fill(f"The same at every setting, so not drawn: {', '.join(same)}.", int(13 * 3.5 * columns)) \
-        if same else ""
+    notes = ([f"The same at every setting, so not drawn: {', '.join(same)}."] if same else []) + \
+        ([f"Not measured here, so not drawn: {', '.join(unmeasured)}."] if unmeasured else [])
+    said = textwrap.fill(" ".join(notes), int(13 * 3.5 * columns)) if notes else ""
     if said:
         fig.text(0.5, 0.01, said, ha="center", va="bottom", fontsize=8, color="0.3")
     height = fig.get_figheight()   # the note's lines, 0.16 in each, and a margin

@@ -1208,18 +1208,21 @@ def test_settings_that_share_a_models_gflops_get_a_labelled_panel_of_their_own_n
               "seeds": 3} for (s, v), m in zip((("attn", "bmm"), ("attn", "sdpa"), ("pos", "learned"), ("pos", "none")),
                                                  (0.975, 0.976, 0.972, 0.979))]
     alone = [{"sweep": "depth", "value": 6, "gflops": 0.0085, "acc_mean": 0.977, "acc_low": 0.97, "acc_high": 0.985,
+              "seeds": 3},
+             {"sweep": "heads", "value": 8, "gflops": 0.0095, "acc_mean": 0.978, "acc_low": 0.97, "acc_high": 0.985,
               "seeds": 3}]
     drawn = {}
     real = figs.save
     monkeypatch.setattr(figs, "save", lambda fig, where, **kw: drawn.setdefault("fig", fig) and real(fig, where, **kw))
-    figs.accuracy_vs_gflops(pd.DataFrame(piled + alone), tmp_path / "p.png")
+    factors = {"attn": "attn", "pos": "pos", "depth": "depth", "heads": "num_heads"}
+    figs.accuracy_vs_gflops(pd.DataFrame(piled + alone), tmp_path / "p.png", factors=factors)
     ax, side = drawn["fig"].axes
     xs = sorted(float(x) for c in ax.containers for x in c.lines[0].get_xdata())
-    assert xs == pytest.approx([0.006, 0.0085])                 # the pile once, the setting alone where it is
+    assert xs == pytest.approx([0.006, 0.0085, 0.0095])         # the pile once, the settings alone where they are
     assert [t.get_text() for t in side.get_yticklabels()] == ["pos: learned", "attn: bmm", "attn: sdpa", "pos: none"]
     assert "4 settings" in side.get_title() and any(t.get_text() == "6" for t in ax.texts)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert [label for label in labels if not label.startswith(("Pareto", "4 settings"))] == ["depth"]
+    assert [label for label in labels if not label.startswith(("Pareto", "4 settings"))] == ["depth", "heads (num_heads)"]
 
 
 def test_the_experiment_of_a_design_present_is_reported_though_a_quick_check_trained_after_it(tmp_path):

@@ -351,7 +351,7 @@ def accuracy_vs_gflops(settings: pd.DataFrame, path: Path, what: str = "", facto
     for sweep, group in alone.groupby("sweep", sort=True):
         mean = 100 * group["acc_mean"].to_numpy()
         low, high = 100 * group["acc_low"].to_numpy(), 100 * group["acc_high"].to_numpy()
-        label = sweep if not factors else f"{sweep} ({factors[sweep]})"
+        label = sweep if not factors or factors[sweep] == sweep else f"{sweep} ({factors[sweep]})"   # not "depth (depth)"
         ax.errorbar(group["gflops"], mean, yerr=[mean - low, high - mean], fmt=marks[sweep], ms=5, capsize=3,
                     ls="none", color=colours[sweep], label=label)
     for i, (x, group) in enumerate(alone.groupby(alone["gflops"].round(12))):   # a few settings of one model: one
@@ -370,7 +370,8 @@ def accuracy_vs_gflops(settings: pd.DataFrame, path: Path, what: str = "", facto
     ax.set_xlabel("GFLOPs per image (forward)")
     one_seed = bool(len(settings)) and (settings["seeds"] == 1).all() if "seeds" in settings else False
     ax.set_ylabel("test accuracy (%)" + ("" if one_seed else ", mean over seeds"))
-    ax.legend(fontsize=7, loc="best")
+    # below the axes: inside, it hid the intervals of whatever sat in its corner
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, frameon=False)
     ax.grid(alpha=0.3, which="both")
     ax.set_title(f"accuracy against compute{f': {what}' if what else ''}\n(each setting with its 95 % interval)",
                  fontsize=10)

@@ -478,6 +478,8 @@ def test_the_drivers_progress_line_counts_the_settings_still_open_against_the_le
     assert labels_named(["7 × 1", "4 × 2"]) == "7 × 1 and 4 × 2"
     assert labels_named(["patch_size=7, depth=1", "patch_size=7, depth=2"]) == \
         "patch_size=7, depth=1 and patch_size=7, depth=2"
+    assert labels_named(["patch_size=7, depth=1", "patch_size=7, depth=2", "patch_size=14, depth=1"]) == \
+        "patch_size=7, depth=1; patch_size=7, depth=2 and patch_size=14, depth=1"   # a grid's labels hold commas
 
     rng = np.random.default_rng(3)
     drawn = sweep(rng, settings=4, seeds=5, n=400)
@@ -492,3 +494,9 @@ def test_the_drivers_progress_line_counts_the_settings_still_open_against_the_le
     assert design_progress(last, "s").startswith(
         f"s: stopped at look 2 of 2 (5 seeds, the cap: {labels_named(still)} still open); leader "
         f"{last.final.leader}; decided against it: ")
+    planted = sweep(np.random.default_rng(4), settings=4, seeds=5, n=400, winner_by=0.05)
+    grid = {f"patch_size={k}, depth=1": c for k, c in planted.items()}   # a grid's labels: decided ones by ";"
+    settled = replay({k: (list(range(5)), c, None) for k, c in grid.items()}, looks=(3, 5))
+    assert len(settled.final.decided) == 3
+    said = design_progress(settled, "g").split("decided against it: ", 1)[1]
+    assert said.count("; ") == len(settled.final.decided) - 1 and said.count(", depth=1 (") == len(settled.final.decided)

@@ -548,6 +548,20 @@ def test_the_sweep_figure_is_a_readable_grid_with_honest_axes(tmp_path, values, 
     assert bool(joined) == numeric                                        # categories are points, not a trend
 
 
+def test_intervals_that_differ_in_their_seeds_alone_are_said_once_with_the_range():
+    """A SEEDS=auto sweep's settings rest on 3 and 5 seeds: the table's note says 't over 3–5 seeds' once, not the
+    same kind twice (sorted as text, 12 came before 3); other kinds stay as they are, fewest seeds first."""
+    from ablations.analysis.wording.tables import interval_kinds
+
+    kinds = ["t over 5 seeds and 360 test images", "t over 3 seeds and 360 test images",
+             "t over 12 seeds and 360 test images"]
+    assert interval_kinds(kinds) == ["t over 3–12 seeds and 360 test images"]
+    assert interval_kinds(["t over 3 seeds, test set held fixed", "binomial over 360 test images (1 seed)",
+                           "t over 2 seeds and 360 test images"]) == [
+        "binomial over 360 test images (1 seed)", "t over 2 seeds and 360 test images",
+        "t over 3 seeds, test set held fixed"]
+
+
 def test_settings_at_chance_are_drawn_beside_guessings_accuracy_and_learned_ones_are_not(tmp_path):
     """Runs that learned nothing (10.5–11.5 % on 10 classes: the report's ‡) get guessing's 10 % dashed on the
     accuracy panel; the ten-points-apart sweep, far above it, gets no such line."""

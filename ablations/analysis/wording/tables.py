@@ -4,6 +4,7 @@ interval's width; the figure's caption and the pairs' heading."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from ablations.analysis.findings import (
@@ -29,6 +30,23 @@ from bench.rounds import Spread
 from bench.units import macs
 
 
+def interval_kinds(kinds: list[str]) -> list[str]:
+    """The settings' kinds of interval, once each; those that differ in their number of seeds alone as one, with
+    the range ('t over 3–5 seeds and 360 test images', not that twice with 3 and with 5), fewest seeds first."""
+    grouped: dict[str, set[int]] = {}
+    for kind in kinds:
+        found = re.fullmatch(r"t over (\d+) seeds(.*)", kind)
+        grouped.setdefault(found.group(2) if found else kind, set()).add(int(found.group(1)) if found else -1)
+    said = []
+    for rest, seeds in sorted(grouped.items(), key=lambda kv: (min(kv[1]), kv[0])):
+        if seeds == {-1}:
+            said.append(rest)
+        else:
+            low, high = min(seeds), max(seeds)
+            said.append(f"t over {low if low == high else f'{low}–{high}'} seeds{rest}")
+    return said
+
+
 def table_markdown(f: SweepFindings) -> str:
     """The settings' table (six columns, which every Markdown viewer renders): seeds, accuracy with its interval,
     GMACs, and the cost phase's inference and training-step throughput; a line beneath on where the figures
@@ -41,7 +59,7 @@ def table_markdown(f: SweepFindings) -> str:
         lines.append(f"| {s.value} | {len(s.seeds)} | {interval_text(s.acc)}{' ‡' if s.at_chance else ''} | "
                      f"{macs(s.gmacs)} | {_median(s.infer.get('throughput_img_s'))} | "
                      f"{_median(s.train.get('throughput_img_s'))}{' †' if s.reused_from else ''} |")
-    kinds = sorted({s.acc.kind for s in f.settings})
+    kinds = interval_kinds([s.acc.kind for s in f.settings])
     notes = [f"Intervals: {'; '.join(kinds)}. Speed: {cost_source(f.cost)}, medians; the quartiles, memory, latency, "
              f"MFU, utilisation and the runs' own wall times of every setting are in settings.csv."]
     if any(s.at_chance for s in f.settings):

@@ -404,7 +404,8 @@ def test_known_stops_at_a_stop_signal_with_its_status_and_trains_no_further_task
     assert known.cmd_known(known_args("--out", str(tmp_path), "--only", "backends", "planted"), stopped) == status
     assert len(called) == 1
     err = capsys.readouterr().err
-    assert f"known: stopped by {signal} during backends" in err
+    assert err.strip().endswith(f"known: stopped by {signal} during backends; planted did not start")
+    assert "resume" not in err   # the sweep's own line names the way on, once
 
 
 def test_known_refuses_an_out_it_cannot_write_or_whose_data_leads_into_the_reference_in_one_line(tmp_path, capsys):

@@ -194,8 +194,9 @@ def cmd_known(args: argparse.Namespace, run_command: Callable[[list[str]], int])
         finally:
             NEXT_STEP.reset(token)
         if status in STOPPED:   # Ctrl-C, SIGTERM, SIGHUP: the command stops here, as the sweep did
-            print(f"\nknown: stopped by {STOPPED[status]} during {task.name}; its finished runs are kept, and the "
-                  f"same command resumes", file=sys.stderr)
+            left = [t.name for t in tasks[tasks.index(task) + 1:]]   # the sweep said what it kept and how to resume
+            print(f"\nknown: stopped by {STOPPED[status]} during {task.name}"
+                  + (f"; {', '.join(left)} did not start" if left else ""), file=sys.stderr)
             return status
         if status != 0:
             results.append((task, False, f"the sweep command exited {status}"))

@@ -124,6 +124,31 @@ def test_a_short_training_calibration_resumes_after_an_interruption(tmp_path, mo
     assert again.aa["p"].tolist() == result.aa["p"].tolist()
 
 
+def test_a_training_calibration_stopped_by_a_signal_says_how_many_runs_it_kept_and_exits_as_the_sweeps_do(
+        tmp_path, monkeypatch, capsys):
+    """SIGTERM after two runs (the third raises as the signal handler does): exit 143 and one line with the count
+    of runs kept and where, as a stopped sweep says it."""
+    import signal
+
+    import ablations.training.train
+    from ablations.running.interrupts import Interrupted
+
+    real, calls = ablations.training.train.train, []
+
+    def stopped_at_the_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise Interrupted(signal.SIGTERM)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(ablations.training.train, "train", stopped_at_the_third)
+    code = ablations_main(["calibrate", "--train", "--pairs", "1", "--seeds", "2", "--planted-pairs", "0",
+                           "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 143, err
+    assert err.splitlines()[-1] == (f"interrupted (SIGTERM): 2 runs finished and kept in {tmp_path / 'calibrate' / 'runs'}; "
+                                    f"rerun the same command to resume")
+
+
 def test_label_noise_changes_only_the_share_of_training_labels_asked_for():
     data = cached_dataset("digits")
     noisy = with_label_noise(data, 0.3, seed=1)

@@ -527,7 +527,9 @@ def run(args) -> int:
         raise ValueError(f"--out {args.out}: cannot create {folder} ({err.strerror})") from None
     try:
         return _saved_main(args, folder) if args.source else _train_main(args, folder)
-    except KeyboardInterrupt:
-        kept = "; finished runs are kept and a rerun resumes" if args.train else ""
-        print(f"\ninterrupted{kept}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:   # SIGTERM and SIGHUP arrive as KeyboardInterrupt too (`Interrupted`)
+        kept = sum(1 for _ in (folder / "runs").rglob("*.npy")) if args.train else 0
+        said = (f": {count(kept, 'run')} finished and kept in {folder / 'runs'}; rerun the same command to resume"
+                if args.train else "")
+        print(f"\ninterrupted ({err or 'SIGINT'}){said}", file=sys.stderr)
+        return getattr(err, "exit_status", 130)

@@ -65,7 +65,13 @@ def run(args: argparse.Namespace) -> None:
         out_csv.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         _fail(f"--out {args.out}: cannot create {out_csv.parent} ({err.strerror}); choose another OUT")
-    rows = run_grid(points, device, out_csv, rounds=args.rounds)
+    rows: list[dict] = []
+    try:
+        run_grid(points, device, out_csv, rounds=args.rounds, rows=rows)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted (SIGINT): {len(rows)} of {count(len(points) * args.rounds, 'measurement')} appended to "
+              f"{out_csv}; no table printed, as its ratios need every round; rerun to measure again", file=sys.stderr)
+        raise SystemExit(130) from None
     print(summary(rows).to_string(index=False))
     loaded = sum(int(r.get("contended") or 0) for r in rows)
     ok = sum(r['status'] == 'ok' for r in rows)

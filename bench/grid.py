@@ -102,11 +102,12 @@ def expand_grid(base: ViTConfig, backends: list[str], tokens: list[int], batch_s
 
 
 def run_grid(points: list[GridPoint], device: torch.device, out_csv: Path,
-             build: Callable[[ViTConfig], torch.nn.Module] = VisionTransformer, rounds: int = 1
-             ) -> list[dict[str, object]]:
+             build: Callable[[ViTConfig], torch.nn.Module] = VisionTransformer, rounds: int = 1,
+             rows: list[dict[str, object]] | None = None) -> list[dict[str, object]]:
     """Every point once per round, in interleaved rounds (`rounds.interleaved`), each measurement a row
-    appended to `out_csv` as it is taken."""
-    rows = []
+    appended to `out_csv` as it is taken, and to `rows` (the list returned: a caller that passes one sees the
+    rows taken before an interruption)."""
+    rows = [] if rows is None else rows
     order = list(interleaved(points, rounds))
     for _, point in tqdm(order, desc=f"bench ({rounds} round{'s' * (rounds > 1)})", unit="point"):
         row = measure_point(point, device, build)

@@ -13,6 +13,7 @@ written to `<out>/bench/vs-timm.csv`.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -90,8 +91,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = _arguments(argv)
     models = _models(args.preset, args.backends.split(","))
     cfg = PRESETS[args.preset]
-    spreads, loaded = _rounds(models, torch.randn(args.batch_size, cfg.in_chans, cfg.img_size, cfg.img_size),
-                              args.rounds)
+    try:
+        spreads, loaded = _rounds(models, torch.randn(args.batch_size, cfg.in_chans, cfg.img_size, cfg.img_size),
+                                  args.rounds)
+    except KeyboardInterrupt:
+        print("\ninterrupted (SIGINT): nothing written (the table needs every round)", file=sys.stderr)
+        raise SystemExit(130) from None
     print(f"{args.preset}, eager fp32 inference, batch {args.batch_size}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, timm {timm.__version__}, median of {count(args.rounds, 'interleaved round')} "
           f"(rounds taken under load left out: {sum(loaded.values())})")

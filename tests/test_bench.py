@@ -903,6 +903,31 @@ def test_bench_run_states_no_ratio_from_rounds_taken_under_load():
     assert table.loc["loop", "img/s"] == "—" and table.loc["loop", "MFU"] == "—"   # every round under load: blank
 
 
+def test_bench_run_stopped_by_ctrl_c_keeps_its_rows_and_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    """Ctrl-C at the third of 6 measurements: the two taken are in the CSV, the command exits 130 with one line
+    saying so, and no traceback."""
+    import bench.grid
+    from bench.__main__ import main
+
+    real, calls = bench.grid.measure_point, []
+
+    def interrupted_at_the_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+    monkeypatch.setattr(bench.grid, "measure_point", interrupted_at_the_third)
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "--preset", "vit_digits", "--attn", "sdpa,bmm", "--batch-size", "8", "--repeats", "1",
+              "--warmup", "0", "--min-time-s", "0", "--rounds", "3", "--name", "x", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 130 and "Traceback" not in err
+    csv = tmp_path / "bench" / "x.csv"
+    assert err.splitlines()[-1] == (f"interrupted (SIGINT): 2 of 6 measurements appended to {csv}; no table printed, "
+                                    f"as its ratios need every round; rerun to measure again")
+    assert len(pd.read_csv(csv)) == 2
+
+
 def test_bench_run_refuses_rounds_below_one_in_one_line(tmp_path, capsys):
     from bench.__main__ import main
 
@@ -949,3 +974,29 @@ def test_a_report_whose_report_file_links_into_the_reference_is_refused_and_writ
     err = capsys.readouterr().err
     assert f"its REPORT.md leads into {reference}" in err and len(err.strip().splitlines()) == 1
     assert (reference / "REPORT.md").read_text() == "# the committed report\n"
+
+
+def test_vs_timm_states_each_backend_against_timm_and_a_ctrl_c_writes_nothing(tmp_path, capsys, monkeypatch):
+    """`make bench-speed`'s table from its rounds (the models and their timing replaced): a ratio where the
+    quartiles are apart, the CSV written; Ctrl-C during the rounds exits 130 in one line and writes no table."""
+    import bench.vs_timm as vs
+    from bench.rounds import Spread
+
+    monkeypatch.setattr(vs, "_models", lambda preset, backends: {})
+    rates = {"timm": Spread.of([100.0, 101.0, 102.0]), "sdpa": Spread.of([120.0, 121.0, 122.0]),
+             "loop": Spread.of([99.0, 101.0, 103.0])}
+    monkeypatch.setattr(vs, "_rounds", lambda models, x, rounds: (rates, dict.fromkeys(rates, 0)))
+    medians = vs.main(["--rounds", "3", "--backends", "sdpa,loop", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert medians == {"timm": 101.0, "sdpa": 121.0, "loop": 101.0}
+    assert f"×{121 / 101:.3f}" in out and "same within noise" in out
+    assert len(pd.read_csv(tmp_path / "bench" / "vs-timm.csv")) == 3
+
+    def interrupted(models, x, rounds):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(vs, "_rounds", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        vs.main(["--out", str(tmp_path / "stopped")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 130 and err.strip() == "interrupted (SIGINT): nothing written (the table needs every round)"
+    assert not (tmp_path / "stopped" / "bench").exists()

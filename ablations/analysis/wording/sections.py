@@ -76,8 +76,8 @@ def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
     per point both folders trained), with what the comparison could see; `margin`: the equivalence margin in
     points."""
     lines = ["## against the reference", "",
-             f"The same points (same model, recipe, data and seed) in `{reference}`, trained "
-             f"on another machine or at another commit; the difference is here − reference, with an "
+             f"The same points (same model, recipe, data and seed) in `{reference}`, trained there apart from "
+             f"these runs; the difference is here − reference, with an "
              f"interval over the common seeds (paired by seed) and the test images, each source counted once "
              f"(one common seed: the test images' alone).", ""]
     if not len(table):

@@ -57,6 +57,19 @@ def test_two_jobs_write_the_rows_of_one_job(tmp_path):
     pd.testing.assert_frame_equal(one[same].reset_index(drop=True), two[same].reset_index(drop=True))
 
 
+def test_more_runs_at_once_than_cores_are_started_with_a_note_saying_they_take_turns():
+    """JOBS × THREADS above the cores the process may use: the executor's first lines say the runs take turns on
+    them (a summary that later finds them busy a fraction of the time would otherwise blame other processes);
+    at the cores or below, no note."""
+    cores = len(os.sched_getaffinity(0))
+    over = LocalExecutor(ExecutorOptions(jobs=cores + 1, device="cpu")).start()
+    assert over.startswith(f"local: up to {cores + 1} runs at once, 1 CPU thread each;")
+    assert (f"note: JOBS={cores + 1} × THREADS=1 asks for more threads than this machine's {cores} core"
+            in over) and "take turns" in over
+    if cores > 1:
+        assert "note:" not in LocalExecutor(ExecutorOptions(jobs=cores, device="cpu")).start()
+
+
 def test_runs_side_by_side_in_one_process_write_the_rows_of_one_job(tmp_path):
     """WORKERS=threads (the default on one GPU; here on the CPU): three runs at once in this process, each seeding
     and building its model under the lock, give every run the losses, accuracies and predictions of JOBS=1."""

@@ -187,7 +187,7 @@ def test_workers_sharing_a_gpu_run_under_the_daemon_and_one_worker_per_gpu_needs
     executor = LocalExecutor(ExecutorOptions(jobs=2, device="cuda", workers="processes"))
     line = executor.start()
     folder = executor.mps.own
-    assert line.startswith("local: 2 runs at once, sharing the GPU, under a private MPS daemon")
+    assert line.startswith("local: up to 2 runs at once, sharing the GPU, under a private MPS daemon")
     try:
         got = list(executor.run(_tasks(tmp_path, (0, 1, 2)), _pipe_folder, _no_data))
     finally:

@@ -118,8 +118,8 @@ def summary(results: list[SweepSummary], done: str, report_hint: str = "") -> No
         if r.starved:
             low = r.starved
             print(f"           note: {count(len(low), 'run')}: busy only {min(low):.0f}–{max(low):.0f} % of the cores they "
-                  f"were given (train_util_pct): other work held the machine, so their train_time_s and "
-                  f"train_mfu understate it")
+                  f"were given (train_util_pct): the cores were shared (with other processes, or with more runs than "
+                  f"cores), so their train_time_s and train_mfu are not a run's alone")
         tables = [f"{what} → {path}" for what, path in (("rows", paths.rows), ("epochs", paths.history),
                                                           ("cost", paths.cost)) if path.exists()]
         folders = [f"{what} → {path}/" for what, path in (("weights", paths.weights), ("test predictions", paths.preds),

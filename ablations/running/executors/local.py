@@ -262,9 +262,17 @@ class LocalExecutor:
         return self._where() + self._crowded()
 
     def _crowded(self) -> str:
-        """A note where runs of several threads each start beside other work ("" otherwise): their threads then
-        wait on each other, and the threads, part of what reproduces a run, are kept as asked."""
-        if self.threads == 1 or self.gpus:
+        """A note where JOBS (as given) × THREADS asks for more threads than the machine has cores, or where runs
+        of several threads each start beside other work ("" otherwise): their threads then wait on each other, and
+        the threads, part of what reproduces a run, are kept as asked."""
+        if self.gpus:
+            return ""
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        if self.options.jobs is not None and self.jobs > 1 and not self.in_process and self.jobs * self.threads > cores:
+            return (f"\nnote: JOBS={self.jobs} × THREADS={self.threads} asks for more threads than this machine's "
+                    f"{count(cores, 'core')}: runs in flight take turns on them, so their training wall times are "
+                    f"not a run's alone; JOBS=auto runs as many as the cores allow")
+        if self.threads == 1:
             return ""
         meter = FreeCores()
         free = meter()
@@ -299,7 +307,7 @@ class LocalExecutor:
                 raise ValueError(refusal)
         if self.mps is not None:
             where += f", {self.mps.start()}"
-        return (f"local: {self.jobs} runs at once{chosen}, {where}; a run whose worker dies is retried up to "
+        return (f"local: up to {self.jobs} runs at once{chosen}, {where}; a run whose worker dies is retried up to "
                 f"{self.options.max_retries}×")
 
     def _gpu_indices(self) -> list[int]:

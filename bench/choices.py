@@ -68,4 +68,7 @@ class Parser(argparse.ArgumentParser):
         # the rule of vit.config.did_you_mean, not imported: a refused argument loads no vit (tests/test_cli.py)
         if len(close) == 1:
             message = message.replace(found[0], found[0].replace(" (choose", f" (did you mean {close[0]!r}?) (choose"))
+        commands = next((list(a.choices) for a in self._actions if isinstance(a, argparse._SubParsersAction)), [])
+        if commands and message == "the following arguments are required: command":   # a bare `vitbench`
+            self.exit(2, f"{self.prog}: error: name a command: {', '.join(commands)} (--help says what each does)\n")
         self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")

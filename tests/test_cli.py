@@ -109,6 +109,18 @@ def test_bench_refuses_a_mistyped_command_in_one_line_naming_the_one_meant(capsy
                                                    "(did you mean 'run'?)") and err.count("\n") == 1, err
 
 
+def test_no_command_at_all_is_answered_with_the_commands_there_are(capsys):
+    from bench.__main__ import main as bench_main
+
+    code, _, err = run_cli(ablations_main, [], capsys)
+    assert code == 2 and err == ("python -m ablations: error: name a command: sweep, train, report, predict, cost, "
+                                 "migrate, columns, known, compare, calibrate, stepbench (--help says what each does)\n")
+    with pytest.raises(SystemExit) as stop:
+        bench_main([])
+    assert stop.value.code == 2 and capsys.readouterr().err == (
+        "python -m bench: error: name a command: run, convert-json, peak (--help says what each does)\n")
+
+
 def test_make_download_and_data_root_reach_the_commands():
     assert "--download" in make_dry("ablate-depth", "DOWNLOAD=1")
     assert "--download" not in make_dry("ablate-depth")

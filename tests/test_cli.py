@@ -196,6 +196,10 @@ def test_train_help_offers_only_what_one_config_can_do(capsys):
     assert "--auto-train" not in helps["train"] and "or auto:" not in helps["train"]
     assert "one run each" in helps["train"] and "spec's seeds" not in helps["train"]
     assert "--auto-train" in helps["sweep"] and "or auto:" in helps["sweep"]
+    assert "--epochs EPOCHS training epochs (default 20)" in helps["train"]   # train has no spec to override
+    assert "--epochs EPOCHS override the spec's epochs" in helps["sweep"]
+    for command in ("train", "sweep"):   # what each dataset is, not its name alone
+        assert "synthetic: random images and labels, nothing to learn" in helps[command]
 
 
 def test_help_names_every_choice_the_registries_hold(capsys):

@@ -552,3 +552,18 @@ def test_several_threads_a_run_beside_other_work_are_kept_and_named_in_one_note(
     assert two.threads == 2 and said.startswith("local: this process, 2 threads")
     assert ("note: THREADS=2 for 1 run at once while other processes hold about 1.6 of 2 cores" in said) == noted
     assert "note:" not in local.LocalExecutor(ExecutorOptions(jobs=1, threads=1, device="cpu")).start()
+
+
+def test_the_summary_says_runs_busy_a_fraction_of_their_cores_shared_them_without_blaming_other_work(tmp_path, capsys):
+    """The runs' cores may have been shared with this command's own runs (JOBS above the cores), not only with
+    other processes: the note names both, and what it means for their figures."""
+    from ablations.cli.outcome import summary
+    from ablations.results.store import SweepPaths
+    from ablations.running.runner import SweepSummary
+
+    summary([SweepSummary("d", SweepPaths.of(tmp_path, "d"), planned=4, statuses={"ok": 4}, starved=[49.6, 70.2])],
+            "Done in 1 s.")
+    out = capsys.readouterr().out
+    assert ("note: 2 runs: busy only 50–70 % of the cores they were given (train_util_pct): the cores were shared "
+            "(with other processes, or with more runs than cores), so their train_time_s and train_mfu are not a "
+            "run's alone") in out

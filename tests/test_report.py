@@ -687,6 +687,8 @@ def test_no_command_writes_into_the_reference_unless_told_and_the_report_compare
     rows.to_csv(SweepPaths.of(mine, "depth").rows, index=False)
     text = build_report(mine, reference=reference).read_text()
     section = text.split("## against the reference", 1)[1].split("\n## ", 1)[0]
+    assert f"in `{reference}`, trained there apart from these runs;" in section   # where or when: not known
+    assert "another machine" not in section
     assert "| depth | depth=1 | 3 | 84.00 | 84.00 | 0 (same predictions) | identical |" in section   # no interval
     assert "| depth | depth=2 | 3 |" in section and "-0.10 [" in section
     row = next(line for line in section.splitlines() if line.startswith("| depth | depth=2 |"))

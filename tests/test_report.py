@@ -1239,6 +1239,10 @@ def test_settings_that_share_a_models_gflops_get_a_labelled_panel_of_their_own_n
     assert "4 settings" in side.get_title() and any(t.get_text() == "6" for t in ax.texts)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert [label for label in labels if not label.startswith(("Pareto", "4 settings"))] == ["depth", "heads (num_heads)"]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(drawn["fig"]).get_renderer()   # the legend below the axes, over no interval
+    assert ax.get_legend().get_window_extent(renderer).y1 < ax.get_window_extent(renderer).y0
 
 
 def test_the_experiment_of_a_design_present_is_reported_though_a_quick_check_trained_after_it(tmp_path):

@@ -48,6 +48,35 @@ def test_same_size_checkpoint_reproduces_timm_logits(tmp_path, timm_model, suffi
         assert (ours(images) - timm_model(images)).abs().max().item() < 1e-5
 
 
+class _NotWeights:   # an object a weights-only load refuses to unpickle
+    pass
+
+
+def test_a_timm_training_checkpoint_loads_and_an_unsafe_one_is_refused_in_a_few_words(tmp_path, timm_model):
+    """timm's train.py saves {'state_dict': …, 'args': argparse.Namespace, …}: its weights load as timm's logits
+    say, the Namespace allowed and nothing else. A checkpoint pickling another object is refused naming it,
+    without torch's advice to load with weights_only=False."""
+    import argparse
+
+    from vit.timm_interop import read_checkpoint
+
+    state = {k: v.contiguous() for k, v in timm_model.state_dict().items()}
+    torch.save({"epoch": 3, "arch": "vit", "state_dict": state, "args": argparse.Namespace(lr=0.1)},
+               tmp_path / "train.pth")
+    ours = init_from_checkpoint(VisionTransformer(ViTConfig(**KW)), tmp_path / "train.pth", log=lambda m: None).eval()
+    images = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        assert (ours(images) - timm_model(images)).abs().max().item() < 1e-5
+    torch.save({"state_dict": state, "extra": _NotWeights()}, tmp_path / "unsafe.pth")
+    with pytest.raises(ValueError) as refused:
+        read_checkpoint(tmp_path / "unsafe.pth")
+    said = str(refused.value)
+    assert said == (f"checkpoint {tmp_path / 'unsafe.pth'}: not a readable .pth file (it pickles a "
+                    f"{_NotWeights.__module__}._NotWeights object, which a weights-only load refuses; save the state dict "
+                    f"alone); check the file or download it again")
+    assert "weights_only" not in said and "\x1b" not in said
+
+
 def test_larger_image_resamples_positions_and_trains_with_init_recorded(tmp_path, timm_model):
     path = save(timm_model, tmp_path / "ckpt.pth")
     logs = []

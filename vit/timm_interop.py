@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -71,6 +72,30 @@ def load_timm_weights(model: VisionTransformer, state_dict: Mapping[str, Tensor]
 CHECKPOINT_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 
 
+def _torch_load(path: Path):
+    """torch.load with weights only, plus argparse.Namespace: timm's training script saves its arguments as one
+    beside the weights, and a Namespace runs no code when it is unpickled."""
+    import argparse
+
+    serialization = torch.serialization
+    if hasattr(serialization, "safe_globals"):   # torch ≥ 2.5: allowed for this load alone
+        with serialization.safe_globals([argparse.Namespace]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    serialization.add_safe_globals([argparse.Namespace])
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _why_unreadable(err: Exception) -> str:
+    """A load's error in a few words: its first sentence, or the object a weights-only load refused (torch's
+    own text goes on to advise loading with weights_only=False, which vitbench does not do)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))
+    refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    if refused:
+        return f"it pickles a {refused[1]} object, which a weights-only load refuses; save the state dict alone"
+    first = re.split(r"\.\s", text.strip(), maxsplit=1)[0].splitlines()[0] if text.strip() else "empty or truncated"
+    return f"{type(err).__name__}: {first}"
+
+
 def read_checkpoint(path: str | Path) -> dict[str, Tensor]:
     """A state dict from `.pth`/`.pt`/`.bin` (torch.load, weights_only) or `.safetensors`."""
     path = Path(path).expanduser()
@@ -84,10 +109,9 @@ def read_checkpoint(path: str | Path) -> dict[str, Tensor]:
 
             state = load_file(str(path))
         else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = _torch_load(path)
     except Exception as err:  # EOFError, UnpicklingError, SafetensorError, RuntimeError (zip), ...
-        raise ValueError(f"checkpoint {path}: not a readable {path.suffix} file ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else 'empty or truncated'}); "
+        raise ValueError(f"checkpoint {path}: not a readable {path.suffix} file ({_why_unreadable(err)}); "
                          f"check the file or download it again") from None
     if not isinstance(state, dict) or not state:
         raise ValueError(f"checkpoint {path}: holds no state dict (got {type(state).__name__})")

@@ -128,6 +128,9 @@ SWEEP_NAMES := $(basename $(notdir $(wildcard ablations/sweeps/*.toml)))
 .PHONY: $(addprefix ablate-,$(SWEEP_NAMES))
 $(addprefix ablate-,$(SWEEP_NAMES)): ablate-%: $(STAMP)  ## one sweep per ablations/sweeps/<name>.toml
 	$(PY) -m ablations sweep $* $(RUN_ARGS) $(ARGS)
+# any other name: one line naming the sweeps there are (make's own "No rule to make target" names none)
+ablate-%:
+	$(error make ablate-$*: no sweep named '$*' (no ablations/sweeps/$*.toml); the sweeps: $(SWEEP_NAMES))
 
 train: $(STAMP)  ## one config (PRESET), once per seed
 	$(PY) -m ablations train $(call opt,--preset,$(PRESET)) $(RUN_ARGS) $(ARGS)

@@ -76,7 +76,9 @@ def make_dry(*args) -> str:
 def test_make_predict_and_compare_without_their_inputs_say_which_in_one_line(capsys):
     """Without IMAGES, or without A and B, the targets stop before Python starts and name the variables (an empty
     A and B had reached compare as '' '': the working folder twice)."""
-    for target, given, said in (("compare", ["A=x"], "make compare needs two OUT folders: make compare A="),
+    for target, given, said in (("ablate-dpth", [], "make ablate-dpth: no sweep named 'dpth' (no "
+                                                    "ablations/sweeps/dpth.toml); the sweeps: attn depth heads"),
+                                ("compare", ["A=x"], "make compare needs two OUT folders: make compare A="),
                                 ("predict", ["RUN=3f2a9c"], 'make predict needs your images and a run: make predict '
                                                             'IMAGES="')):
         done = user_make("-n", target, *given)

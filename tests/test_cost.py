@@ -430,6 +430,9 @@ def test_make_cost_measures_an_out_trained_without_a_cost_phase_and_the_report_s
     section = build_report(out, reference=None).read_text().split("## cz", 1)[1]
     speed = section.split("| depth | seeds |", 1)[1].split("\n\n", 1)[0]
     assert "| 1 | " in speed and not [line for line in speed.splitlines() if line.endswith("| — | — |")]
+    assert main(["cost", "--out", str(tmp_path / "missing")]) == 2
+    assert f"--out {tmp_path / 'missing'}: no such folder; pass the OUT folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
     assert main(["cost", "--out", str(tmp_path / "empty")]) == 2
     assert "no finished run under" in capsys.readouterr().err
 

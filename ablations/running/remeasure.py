@@ -82,6 +82,9 @@ def measure_out(out: Path, plan: CostPlan, device: torch.device, graphs: bool = 
     """{sweep: (points measured, rows filled, rows trained on another device and left as they were)}; the
     phase itself goes to each sweep's cost table under its own device. ValueError naming `out` when it
     holds no finished run."""
+    if not Path(out).is_dir():
+        raise ValueError(f"--out {out}: {'not a folder' if Path(out).exists() else 'no such folder'}; pass the OUT "
+                         f"folder a sweep wrote (it holds ablations/)")
     points_of = trained_points(out)
     if not points_of:
         raise ValueError(f"--out {out}: no finished run under {out / 'ablations'}; run a sweep into it first")

@@ -40,6 +40,11 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
+def allowed_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system says, else every core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 @functools.lru_cache(maxsize=1)
 def git_sha() -> str:
     try:

@@ -13,7 +13,6 @@ reader says `poll_s`: from a background thread), `finish()` at its end → the r
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Protocol
@@ -21,6 +20,7 @@ from typing import Protocol
 import torch
 
 from bench.energy import MIN_WINDOW_S, energy_counter
+from bench.env import allowed_cores
 from bench.nvml import nvml_device
 
 
@@ -38,8 +38,7 @@ class Reader(Protocol):
 def thread_cores() -> int:
     """The cores this process's torch threads can keep busy: its torch thread count, at most the cores it
     may run on."""
-    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(allowed, torch.get_num_threads()))
+    return max(1, min(allowed_cores(), torch.get_num_threads()))
 
 
 class CpuReader:

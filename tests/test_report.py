@@ -1377,7 +1377,7 @@ def test_sweep_sections_built_in_forked_processes_give_the_report_of_one_process
     built = {}
     monkeypatch.setattr(report, "_may_fork", lambda: True)   # earlier tests may have left a thread (tqdm's monitor)
     for cores in (1, 5):
-        monkeypatch.setattr(report, "_cores", lambda cores=cores: cores)
+        monkeypatch.setattr(report, "allowed_cores", lambda cores=cores: cores)
         shutil.rmtree(tmp_path / "figures", ignore_errors=True)
         builders.write_text("")
         text = build_report(tmp_path, reference=reference).read_text()

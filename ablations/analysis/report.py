@@ -9,7 +9,6 @@ it is computed from the tables; the same CSVs give the same report.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from ablations.results.experiments import differences
 from ablations.results.schema import uncontended
 from ablations.results.store import SweepPaths, Tables, failed_rows, ok_rows, sweep_names
 from ablations.specs import SPEC_DIR, SpecError, SweepSpec, available_sweeps, load_spec, spec_of_table
+from bench.env import allowed_cores
 from bench.io.atomic import WriteError, write_atomic
 from bench.io.csvio import collecting_skips, read_rows, skipped
 from bench.reference import CHECKOUT_REFERENCE
@@ -133,13 +133,6 @@ class Section:
 _FORKED: list[Section] = []   # the sections forked workers build: inherited by the fork, never pickled
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:   # not Linux
-        return os.cpu_count() or 1
-
-
 def _may_fork() -> bool:
     """Whether this process can fork workers safely: on Linux (macOS's system libraries are not safe across a
     fork: Python spawns there), and with no other Python thread running (one could hold a lock the workers would
@@ -172,7 +165,7 @@ def _sections(sections: list[Section]) -> list[list[str]]:
 
     def here() -> list[list[str]]:
         return [section.lines() for section in shown(sections)]
-    workers = min(len(sections), _cores())
+    workers = min(len(sections), allowed_cores())
     if workers < 2 or not _may_fork():
         return here()
     global _FORKED

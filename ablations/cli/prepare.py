@@ -295,7 +295,7 @@ def _overrides(args: argparse.Namespace, specs: list[SweepSpec] = ()) -> tuple[d
     key=value, a field that is neither, one the dataset fixes, a factor a sweep varies, or one its own flag
     (`FLAGS`) sets to another value."""
     model_changes, train_changes = {}, {}
-    flags = _train_changes(args) if hasattr(args, "epochs") else {}
+    flags = _train_changes(args)
     for key, value in parse_overrides(getattr(args, "set", None) or []).items():
         if key == PACKED:
             raise ValueError(f"--set {key}={value}: whether runs train packed is set by PACK (--pack N), not by --set")

@@ -21,15 +21,16 @@ def why(err: OSError) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from ablations.analysis.report import REFERENCE, build_report, default_reference
+    from ablations.results.store import out_refusal
 
     out = Path(args.out)
     message = refusal(out, args.into_reference)
     if message:
         print(f"error: {message}", file=sys.stderr)
         return 2
-    if not out.is_dir():
-        print(f"error: --out {out}: {'not a folder' if out.exists() else 'no such folder'}; pass the OUT folder a "
-              f"sweep wrote (it holds ablations/)", file=sys.stderr)
+    refused = out_refusal(out)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
         return 2
     if args.reference not in (None, "none") and not (Path(args.reference) / "ablations").is_dir():
         print(f"error: --reference {args.reference}: no ablations/ folder of sweep tables there; pass a results "

@@ -180,6 +180,16 @@ class Tables:
         return found
 
 
+def out_refusal(out: str | Path) -> str:
+    """"" where `out` is a folder; else why it cannot be an OUT a sweep wrote (no such folder, or a file), in one
+    line naming the flag."""
+    out = Path(out)
+    if out.is_dir():
+        return ""
+    return (f"--out {out}: {'not a folder' if out.exists() else 'no such folder'}; pass the OUT folder a sweep wrote "
+            f"(it holds ablations/)")
+
+
 def sweep_names(out: str | Path) -> list[str]:
     """The sweeps with a result table under `<out>/ablations/`, by name."""
     return [csv.stem for csv in sorted((Path(out) / "ablations").glob("*.csv")) if not csv.stem.endswith(SIDE_TABLES)]

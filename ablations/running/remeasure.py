@@ -14,7 +14,16 @@ import torch
 
 from ablations.results.migrate import check_rewritable, rewrite_table
 from ablations.results.schema import ABLATION_COLUMNS
-from ablations.results.store import SweepPaths, Tables, is_ok, model_key, ok_rows, row_figures, sweep_lock
+from ablations.results.store import (
+    SweepPaths,
+    Tables,
+    is_ok,
+    model_key,
+    ok_rows,
+    out_refusal,
+    row_figures,
+    sweep_lock,
+)
 from ablations.running.cost import CostPlan, run_cost_phases
 from ablations.specs import Point, SpecError, load_spec, spec_of_table
 from bench.env import environment
@@ -82,9 +91,9 @@ def measure_out(out: Path, plan: CostPlan, device: torch.device, graphs: bool = 
     """{sweep: (points measured, rows filled, rows trained on another device and left as they were)}; the
     phase itself goes to each sweep's cost table under its own device. ValueError naming `out` when it
     holds no finished run."""
-    if not Path(out).is_dir():
-        raise ValueError(f"--out {out}: {'not a folder' if Path(out).exists() else 'no such folder'}; pass the OUT "
-                         f"folder a sweep wrote (it holds ablations/)")
+    refused = out_refusal(out)
+    if refused:
+        raise ValueError(refused)
     points_of = trained_points(out)
     if not points_of:
         raise ValueError(f"--out {out}: no finished run under {out / 'ablations'}; run a sweep into it first")

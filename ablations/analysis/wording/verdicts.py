@@ -106,11 +106,15 @@ def setting_names(values: list, factor: str) -> str:
     return and_list([setting_name(values[0], factor), *map(str, values[1:])])
 
 
+def parted(said: Sequence[str]) -> str:
+    """How items of a list are parted: ", ", or "; " where items hold commas themselves (a grid's
+    'patch_size=7, depth=1')."""
+    return "; " if any(", " in x for x in said) else ", "
+
+
 def and_list(said: Sequence[str]) -> str:
-    """'a', 'a and b', 'a, b and c'; items that hold commas themselves (a grid's 'patch_size=7, depth=1') are
-    parted by semicolons: 'a, b; c, d and e, f'."""
-    comma = "; " if any(", " in x for x in said) else ", "
-    return said[0] if len(said) == 1 else comma.join(said[:-1]) + " and " + said[-1]
+    """'a', 'a and b', 'a, b and c'; items that hold commas are parted by semicolons: 'a, b; c, d and e, f'."""
+    return said[0] if len(said) == 1 else parted(said).join(said[:-1]) + " and " + said[-1]
 
 
 def _points(x: float) -> str:
@@ -445,7 +449,7 @@ def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = ()
         return f"{name}: look 1 of {len(design.schedule)} needs {design.schedule[0]} seeds of every setting"
     last = design.final
     assert last is not None
-    decided = ("; " if any(", " in str(k) for k in last.decided) else ", ").join(
+    decided = parted([str(k) for k in last.decided]).join(
         f"{k} ({d.outcome} at look {d.look + 1})" for k, d in last.decided.items()) or "none"
     if last.at_chance:
         return (f"{name}: stopped at look {last.index + 1}: even the leader, {last.leader}, is within noise of "

@@ -52,7 +52,7 @@ from ablations.running.spawned import Raised, worker_main
 from ablations.running.tasks import RunResult, Task, lost_outcome
 from ablations.training.train import SHARED_DEVICE_ENV
 from bench.contention import FreeCores
-from bench.env import resolve_device
+from bench.env import allowed_cores, resolve_device
 from bench.units import count
 
 RUNS_PER_GPU = 4  # JOBS=auto over several GPUs: worker processes per GPU
@@ -267,7 +267,7 @@ class LocalExecutor:
         the threads, part of what reproduces a run, are kept as asked."""
         if self.gpus:
             return ""
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = allowed_cores()
         if self.options.jobs is not None and self.jobs > 1 and not self.in_process and self.jobs * self.threads > cores:
             return (f"\nnote: JOBS={self.jobs} × THREADS={self.threads} asks for more threads than this machine's "
                     f"{count(cores, 'core')}: runs in flight take turns on them, so their training wall times are "

@@ -347,6 +347,64 @@ def test_a_run_that_keeps_losing_its_worker_is_recorded_after_max_retries_and_th
     assert capsys.readouterr().err.count("retries it from its last checkpoint") == 1
 
 
+# --- one process draws every bar: a worker's epochs go to the driver ------------------------------------
+
+def _three_epochs(task, data):
+    """Three epochs reported as a run's are (`epoch_bar`); seed 1's first attempt then kills its own worker."""
+    from ablations.training.train import epoch_bar
+
+    bar = epoch_bar(range(1, 4), "epochs", True)
+    for epoch in bar:
+        time.sleep(0.05)
+        bar.set_postfix(loss=f"{1 / epoch:.3f}", acc=f"{epoch / 10:.4f}")
+    marker = Path(task.options.out) / f"{task.run_id}.tried"
+    if task.seed == 1 and not marker.exists():
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return RunResult({"run_id": task.run_id, "seed": task.seed, "status": "ok"})
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_workers_send_their_epochs_to_the_driver_which_draws_a_bar_a_run_on_a_terminal_only(tmp_path, capsys,
+                                                                                             terminal):
+    from ablations.running.executors.local import WorkerPool
+
+    pool = WorkerPool(2, 1, 0, 1, _three_epochs, _no_data)
+    pool.draw = terminal
+    got = [(t.seed, o.row["status"]) for t, o in pool.run(_tasks(tmp_path, (0, 1, 2)))]
+    assert sorted(got) == [(0, "ok"), (1, "ok"), (2, "ok")]      # epochs are never taken for outcomes
+    err = capsys.readouterr().err
+    assert "its worker died" in err                              # seed 1 died after sending its epochs: retried
+    assert pool.bars == {}
+    if terminal:
+        assert all(f"depth=1 seed={seed}: epochs" in err for seed in (0, 1, 2)), err
+        assert "3/3" in err and "acc=0.3000, loss=0.333" in err
+    else:
+        assert "epochs" not in err
+
+
+def test_relayed_epochs_tick_at_the_start_and_after_each_epoch_with_tqdms_postfix():
+    import io
+
+    from tqdm import tqdm
+
+    from ablations.training.train import CONTEXT, EpochTick, epoch_bar
+
+    ticks: list[EpochTick] = []
+    CONTEXT.relay = ticks.append
+    try:
+        bar = epoch_bar(range(3, 5), "epochs", True)
+        for epoch in bar:
+            bar.set_postfix(loss=f"{epoch:.3f}", acc="0.5")
+        assert epoch_bar(range(3, 5), "epochs", False).disable     # no progress asked: a disabled bar, no ticks
+    finally:
+        CONTEXT.relay = None
+    reference = tqdm(file=io.StringIO())
+    reference.set_postfix(loss="4.000", acc="0.5")
+    assert ticks == [EpochTick("epochs", 0, 2, ""), EpochTick("epochs", 1, 2, "acc=0.5, loss=3.000"),
+                     EpochTick("epochs", 2, 2, reference.postfix)]
+
+
 def _disk_full(task, data):
     raise OSError(errno.ENOSPC, "No space left on device", "/out/ablations/j.csv")
 

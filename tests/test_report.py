@@ -827,6 +827,22 @@ def test_runs_still_learning_at_their_last_epoch_are_labelled_not_converged(tmp_
     assert "| Not converged; at this budget: depth=" in row   # the findings table carries it, as the section does
 
 
+def test_a_float_field_swept_with_whole_values_is_named_as_its_spec_names_it_in_every_sentence(tmp_path, capsys):
+    """mlp_ratio = [1, 2] comes back from the table as 1.0 and 2.0; the verdict, the convergence warning and the
+    Pareto front all say mlp_ratio=1."""
+    from ablations.__main__ import main
+
+    spec = write_spec(tmp_path / "mlp.toml", "mlp_ratio", "[1, 2]", train="epochs = 1")
+    out = tmp_path / "o"
+    code, _, err = run_cli(main, ["sweep", str(spec), "--dataset", "digits", "--seeds", "0,1", "--cost-rounds", "0",
+                                  "--out", str(out)], capsys)
+    assert code == 0, err
+    text = build_report(out).read_text()
+    assert "**Not converged**: mlp_ratio=1 and 2:" in text
+    assert re.search(r"Pareto front .*: mlp: mlp_ratio=[12] \(", text)
+    assert "mlp_ratio=1.0" not in text and "mlp_ratio=2.0" not in text
+
+
 def test_seed_lists_are_written_as_ranges_from_four_in_a_row():
     from ablations.analysis.wording import seed_ranges
 

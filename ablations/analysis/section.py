@@ -35,8 +35,12 @@ def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
 
 
 def as_analysed(spec: SweepSpec, rows: pd.DataFrame, read: Tables) -> pd.DataFrame:
-    """The rows of a sweep's table that its section analyses (under SEEDS=auto, its design's runs alone)."""
-    return findings.as_designed(rows, spec.factor, _order(spec, rows), read.paths(spec.name), read)[0]
+    """The rows of a sweep's table that its section analyses (under SEEDS=auto, its design's runs alone), each
+    setting named as its spec names it (a table reads mlp_ratio 1 back as 1.0)."""
+    order = _order(spec, rows)
+    analysed = findings.as_designed(rows, spec.factor, order, read.paths(spec.name), read)[0]
+    named = {value: value for value in order}
+    return analysed.assign(**{spec.factor: analysed[spec.factor].map(lambda v: named.get(v, v))})
 
 
 def _held_fixed(rows: pd.DataFrame, spec: SweepSpec) -> list[tuple[str, Any, bool]]:

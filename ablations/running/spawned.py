@@ -57,7 +57,16 @@ class Raised:
 
 def serve(conn, fn, load) -> None:
     """A worker's loop (after `ablations.running.spawned.worker_main`): receive a task, run it, send its outcome
-    back; until the driver sends None or goes away."""
+    back; until the driver sends None or goes away. A run's epochs are sent as they end (`EpochTick`), before its
+    outcome, and the driver draws them: bars from several processes would overwrite each other's line."""
+    from ablations.training.train import CONTEXT
+
+    def relay(tick) -> None:
+        try:
+            conn.send(tick)
+        except OSError:   # the driver is gone, and this worker with it
+            pass
+    CONTEXT.relay = relay
     while True:
         try:
             task = conn.recv()

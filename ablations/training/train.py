@@ -88,11 +88,22 @@ class Occupancy:
         return mark[0] <= 1 and self.in_flight <= 1 and self.started == mark[1]
 
 
+@dataclass(frozen=True)
+class EpochTick:
+    """A run's progress after `n` of its `total` epochs, sent by a worker process to the driver, which draws it."""
+    desc: str
+    n: int
+    total: int
+    postfix: str
+
+
 class _Context(threading.local):
     """What the thread that runs a training knows of its neighbours: a stop event and the process's occupancy
-    (both None for a run alone in its process)."""
+    (both None for a run alone in its process), and where its epochs' progress goes instead of a bar of its own
+    (`relay`: a worker process sends it to its driver, so that one process draws every bar)."""
     stop: threading.Event | None = None
     occupancy: Occupancy | None = None
+    relay: Callable[[EpochTick], None] | None = None
 
 
 CONTEXT = _Context()
@@ -108,6 +119,30 @@ def beside_others(stop: threading.Event, occupancy: Occupancy):
             yield
     finally:
         CONTEXT.stop = CONTEXT.occupancy = None
+
+
+class _RelayedEpochs:
+    """The iterable and `set_postfix` of a tqdm bar over epochs, reported as `EpochTick`s to `relay`: one as it
+    starts, one after each epoch."""
+
+    def __init__(self, epochs: range, desc: str, relay: Callable[[EpochTick], None]) -> None:
+        self.epochs, self.desc, self.relay, self.postfix = epochs, desc, relay, ""
+
+    def __iter__(self):
+        self.relay(EpochTick(self.desc, 0, len(self.epochs), ""))
+        for n, epoch in enumerate(self.epochs, 1):
+            yield epoch
+            self.relay(EpochTick(self.desc, n, len(self.epochs), self.postfix))
+
+    def set_postfix(self, **values: str) -> None:
+        self.postfix = ", ".join(f"{key}={value}" for key, value in sorted(values.items()))   # as tqdm writes it
+
+
+def epoch_bar(epochs: range, desc: str, progress: bool):
+    """A run's progress over `epochs`: a tqdm bar in this process, or ticks to CONTEXT.relay where one is set."""
+    if progress and CONTEXT.relay is not None:
+        return _RelayedEpochs(epochs, desc, CONTEXT.relay)
+    return tqdm(epochs, desc=desc, unit="ep", leave=False, disable=not progress)
 
 
 def check_stop() -> None:
@@ -305,7 +340,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     span = UtilSampler(reader) if reader.source != "cpu" else None   # a device's: over the whole run (`_run_util`)
     train_step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, graphs)
     tests, vals = _evaluations(compiled, data, held_out, device, dtype, cfg, evaluation)
-    epochs = tqdm(range(first, cfg.epochs + 1), desc="epochs", unit="ep", leave=False, disable=not progress)
+    epochs = epoch_bar(range(first, cfg.epochs + 1), "epochs", progress)
     mark = CONTEXT.occupancy.mark() if CONTEXT.occupancy is not None else None
     with span or contextlib.nullcontext():
         for epoch in epochs:

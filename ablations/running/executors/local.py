@@ -50,7 +50,7 @@ from ablations.running.executors.threads import ThreadPool
 from ablations.running.interrupts import SIGNALS
 from ablations.running.spawned import Raised, worker_main
 from ablations.running.tasks import RunResult, Task, lost_outcome
-from ablations.training.train import SHARED_DEVICE_ENV
+from ablations.training.train import SHARED_DEVICE_ENV, EpochTick
 from bench.contention import FreeCores
 from bench.env import allowed_cores, resolve_device
 from bench.units import count
@@ -74,6 +74,12 @@ def visible_gpu(index: int, visible: str | None) -> str:
     driver's own CUDA_VISIBLE_DEVICES where it has one (GPU 0 of "2,3" is physical GPU 2)."""
     entries = [v.strip() for v in (visible or "").split(",") if v.strip()]
     return entries[index] if index < len(entries) else str(index)
+
+
+def _named(task: Task) -> str:
+    """A run (or a pack) as its bar names it: 'depth=2 seed=1', 'depth=2 seeds=0,1,2'."""
+    seeds = [run.seed for run in task.runs]
+    return f"{task.point.label} seed{'s' * (len(seeds) > 1)}={','.join(map(str, seeds))}"
 
 
 def death_text(exitcode: int | None) -> str:
@@ -125,6 +131,10 @@ class WorkerPool:
         self.fn, self.load = fn, load
         self.ctx = mp.get_context("spawn")
         self.workers: list[_Worker] = []
+        # each worker's run in progress, a bar a slot under the driver's own, drawn on a terminal only: in a log,
+        # bars at several positions are cursor movements, and the driver's bar counts the runs there
+        self.draw = sys.stderr.isatty()
+        self.bars: dict[int, tqdm] = {}
 
     def _start(self, slot: int) -> _Worker:
         ours, theirs = self.ctx.Pipe()
@@ -191,13 +201,39 @@ class WorkerPool:
             worker.task, worker.attempt = task, attempt
             running += 1
 
+    def _show(self, worker: _Worker, tick: EpochTick) -> None:
+        """Draw a worker's epoch progress under the driver's bar (on a terminal)."""
+        if not self.draw or worker.task is None:
+            return
+        bar = self.bars.get(worker.slot)
+        if bar is None:
+            bar = self.bars[worker.slot] = tqdm(total=tick.total, desc=f"{_named(worker.task)}: {tick.desc}", unit="ep",
+                                                leave=False)
+        bar.n = tick.n
+        bar.set_postfix_str(tick.postfix, refresh=False)
+        bar.refresh()
+
+    def _unshow(self, slot: int) -> None:
+        bar = self.bars.pop(slot, None)
+        if bar is not None:
+            bar.close()
+
     def _collect(self, worker: _Worker, queue: collections.deque) -> Iterator[tuple[Task, RunResult]]:
         task, attempt = worker.task, worker.attempt
         assert task is not None
+        result, closed = None, False
         try:
-            result = worker.conn.recv() if worker.conn.poll() else None
+            while result is None and worker.conn.poll():
+                message = worker.conn.recv()
+                if isinstance(message, EpochTick):
+                    self._show(worker, message)
+                else:
+                    result = message
         except (EOFError, OSError):  # killed mid-send, or its pipe closed
-            result = None
+            closed = True
+        if result is None and not closed and worker.process.is_alive():   # only its epochs so far
+            return
+        self._unshow(worker.slot)
         if result is not None:
             worker.task = None
             if isinstance(result, Raised):
@@ -221,6 +257,8 @@ class WorkerPool:
     def stop(self) -> None:
         """Stop every worker (SIGTERM, SIGKILL after STOP_GRACE_S) and wait until each is gone."""
         with _signals_ignored():
+            for slot in list(self.bars):
+                self._unshow(slot)
             for worker in self.workers:
                 if worker.process.is_alive():
                     worker.process.terminate()

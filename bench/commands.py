@@ -88,7 +88,8 @@ def summary(rows: list[dict]) -> pd.DataFrame:
     """One line per point over its rounds taken on a quiet machine (`contended` rounds left out): img/s as median
     [quartiles] and MFU as a percentage (blank where every round was contended), peak memory, GMACs, and its throughput against
     the fastest backend of the points that differ from it in attention alone (`rounds.ratio_or_noise`: "same
-    within noise" where the rounds' quartiles overlap, none with fewer than MIN_ROUNDS quiet rounds on a side)."""
+    within noise" where the rounds' quartiles overlap, none with fewer than MIN_ROUNDS quiet rounds on a side); the
+    backend of the highest median is called fastest only where it is apart from every other."""
     table = pd.DataFrame(rows)
     keys = ["tokens", "batch_size", "dtype", "mode"]
     lines = []
@@ -113,8 +114,9 @@ def summary(rows: list[dict]) -> pd.DataFrame:
         fastest = max(group, key=lambda x: x["_rate"].median, default=None)
         if len(group) < 2 or not line["_rate"].n:
             versus.append("—")
-        elif fastest is line:
-            versus.append("fastest")
+        elif fastest is line:   # named fastest only where every other is apart from it
+            close = [x["attn"] for x in group if x is not line and ratio_or_noise(x["_rate"], line["_rate"])[:1] != "×"]
+            versus.append(f"highest median, not apart from {', '.join(close)}" if close else "fastest")
         else:
             versus.append(f"{ratio_or_noise(line['_rate'], fastest['_rate'])} of {fastest['attn']}")
     return out.assign(**{"vs fastest": versus}).drop(columns="_rate")

@@ -870,9 +870,12 @@ def test_bench_run_states_a_backend_ratio_only_where_its_rounds_are_apart_from_t
 
     table = summary(rows("sdpa", [100, 101, 102]) + rows("bmm", [90, 91, 92]) + rows("loop", [95, 101, 110])
                     + rows("bmm", [50, 51], tokens=197) + rows("sdpa", [60, 61], tokens=197)
-                    + rows("einops", [7.0, 7.5, 8.0], tokens=785))
+                    + rows("einops", [7.0, 7.5, 8.0], tokens=785)
+                    + rows("sdpa", [100, 101, 102], tokens=401) + rows("bmm", [90, 91, 92], tokens=401))
     said = dict(zip(table["attn"] + "@" + table["tokens"].astype(str), table["vs fastest"]))
-    assert said["sdpa@65"] == "fastest"
+    assert said["sdpa@401"] == "fastest"                                     # apart from every other
+    assert said["sdpa@65"] == "highest median, not apart from loop"          # loop within noise: no winner named
+    assert said["sdpa@197"] == "highest median, not apart from bmm"
     assert said["bmm@65"] == f"×{91 / 101:.2f} of sdpa"                       # quartiles apart: a ratio
     assert said["loop@65"] == "same within noise (IQRs overlap) of sdpa"      # quartiles overlap: no winner
     assert said["bmm@197"] == "not compared (fewer than 3 measurements on a side) of sdpa"

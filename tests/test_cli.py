@@ -276,6 +276,18 @@ def test_preset_and_dtype_names_have_one_source_that_help_reads_without_torch():
     assert str(DTYPES["bf16"]) == "torch.bfloat16"
 
 
+def test_a_bad_point_of_a_sweep_on_the_datasets_base_model_is_refused_in_its_one_line(tmp_path, capsys):
+    """The line saying what preset auto is comes once every point is valid: a refusal is the command's one line."""
+    spec = tmp_path / "d0.toml"
+    spec.write_text('[sweep]\nfactor = "depth"\nvalues = [0, 1]\n\n[model]\npreset = "auto"\n')
+    code, _, err = run_cli(ablations_main, ["sweep", str(spec), "--dataset", "digits", "--seeds", "0", "--dry-run",
+                                            "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and err == f"error: {spec}: point depth=0: ViTConfig.depth must be a positive int, got 0\n", err
+    code, _, err = run_cli(ablations_main, ["sweep", "depth", "--dataset", "digits", "--seeds", "0", "--dry-run",
+                                            "--out", str(tmp_path / "o")], capsys)
+    assert code == 0 and err.startswith("model: preset auto is vit_digits at 8 px (digits)"), err
+
+
 def test_train_builds_its_point_as_a_sweep_does_so_the_same_model_and_recipe_are_the_same_runs(tmp_path, capsys):
     """`train --set depth=3 --set lr=0.002` and a one-value depth sweep with lr 0.002 list the same run ids; a
     bad --set value names --set, the point and the field."""

@@ -228,7 +228,7 @@ def prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
     model_changes, train_changes = _overrides(args, specs or [])
     data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
     _say_what_was_loaded(args, data)
-    _say_what_auto_is(data, [args.preset] if specs is None else [spec.preset for spec in specs], specs is None)
+    presets, train = [args.preset] if specs is None else [spec.preset for spec in specs], specs is None
     if specs is None:
         preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
         specs = [SweepSpec.one_run("train", preset, model_changes, {})]
@@ -242,6 +242,7 @@ def prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
     _fetch_pretrained(args)
     for spec, (_, points) in zip(specs, sweep_points):
         _check_init(args.init or spec.init, points)
+    _say_what_auto_is(data, presets, train)   # once every point is valid: a refusal is the command's one line
     return specs, sweep_points, data, data_id(args.dataset, args.data_root, args.img_size,
                                               native=data.train_x.shape[-1], digest=data.digest)
 

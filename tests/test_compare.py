@@ -30,6 +30,17 @@ def sweep_out(tmp_path_factory):
     return out
 
 
+def test_a_float_field_swept_with_whole_values_names_its_points_as_a_spec_writes_them(tmp_path):
+    """mlp_ratio 1 and 2 come back from the table as 1.0 and 2.0; the points are mlp_ratio=1 and 2, as the report's."""
+    out = tmp_path / "a"
+    points = [Point("mlp", "mlp_ratio", r, TINY.replace(mlp_ratio=float(r)), TrainConfig(epochs=1, batch_size=128))
+              for r in (1, 2)]
+    run_sweep("mlp", points, RunOptions(dataset="digits", out=str(out), seeds=(0, 1), progress=False,
+                                        cost=CostPlan(rounds=0)))
+    shutil.copytree(out, tmp_path / "b")
+    assert compare_outs(out, tmp_path / "b")["point"].tolist() == ["mlp_ratio=1", "mlp_ratio=2"]
+
+
 def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_called_worse(sweep_out, tmp_path, capsys):
     copy = tmp_path / "b"
     shutil.copytree(sweep_out, copy)

@@ -76,6 +76,11 @@ def _sortable(column: pd.Series) -> pd.Series:
     return numeric if numeric.notna().sum() == column.notna().sum() else column.astype(str)
 
 
+def _shown(value):
+    """A point's value as a spec writes it: a whole number read back from a table as a float (mlp_ratio 1.0) as 1."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) -> pd.DataFrame:
     """One row per point that both folders ran; ValueError if they share no finished run. `tables`: the two
     folders' tables as the caller read them (else read here)."""
@@ -93,7 +98,7 @@ def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) 
         varying = [c for c in keys if rows_a[c].nunique(dropna=True) > 1]  # the others are one value per table
         if varying:   # the points in the order of their settings, whatever order the runs finished in
             rows_a = rows_a.sort_values(varying, kind="stable", key=_sortable)
-        rows_a = rows_a.assign(point=[", ".join(f"{c}={v}" for c, v in zip(varying, values)) or "all"
+        rows_a = rows_a.assign(point=[", ".join(f"{c}={_shown(v)}" for c, v in zip(varying, values)) or "all"
                                       for values in rows_a[varying].itertuples(index=False)])
         rows_b = rows_b.loc[rows_a["key"]].assign(point=rows_a["point"].to_numpy())  # same runs, same order
         runs_a, _ = load_runs(rows_a, "point", SweepPaths.of(a, sweep).preds)

@@ -467,7 +467,7 @@ def test_a_table_with_two_experiments_is_reported_as_the_newest_one_naming_the_o
     assert f"holds 2 runs of another experiment ({differs}" in capsys.readouterr().err   # said before training
     report = build_report(tmp_path).read_text()
     section = report.split("## depth", 1)[1].split("\n## ", 1)[0]
-    assert "Seeds 0;" in section and "| 1 | 1 |" in section and "| 2 | 1 |" in section   # one seed each, not two
+    assert "Seed 0;" in section and "| 1 | 1 |" in section and "| 2 | 1 |" in section   # one seed each, not two
     assert f"2 runs of another experiment ({differs}" in report.split("## Skipped inputs", 1)[1]
     if "epochs" in change:
         assert "epochs=2" in section

@@ -155,7 +155,7 @@ def pareto_front_lines(group: str, front: pd.DataFrame, factors: dict[str, str],
 def runs_line(seeds: list[int], datasets: list[str], test_size: int | None, devices: str) -> str:
     """A sweep section's first line: its seeds (sorted), data, test-set size and devices."""
     test = f"{test_size:,} test images" if test_size else "test-set size not recorded"
-    return f"Seeds {seed_ranges(seeds)}; {', '.join(datasets)}, {test}; device {devices}."
+    return f"Seed{'s' * (len(seeds) != 1)} {seed_ranges(seeds)}; {', '.join(datasets)}, {test}; device {devices}."
 
 
 def _float(value) -> float | None:

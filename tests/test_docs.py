@@ -68,3 +68,10 @@ def test_the_committed_reference_report_opens_with_its_findings_and_reads_in_min
     pair_rows = sum(len(b) - 2 for b in blocks if " a | " in b[0] and " b | " in b[0])
     setting_rows = sum(len(b) - 2 for b in blocks if "| test acc % [95 % interval] |" in b[0])
     assert pair_rows == len(pairs) and setting_rows == len(settings)
+
+
+def test_every_make_variable_is_named_where_the_docs_list_every_target_and_variable():
+    makefile = (ROOT / "Makefile").read_text()
+    variables = re.findall(r"^([A-Z_]+)\s*\?=", makefile, flags=re.M)
+    listed = (ROOT / "docs" / "targets.md").read_text()
+    assert len(variables) > 30 and [v for v in variables if not re.search(rf"\b{v}\b", listed)] == []

@@ -353,7 +353,7 @@ def _three_epochs(task, data):
     """Three epochs reported as a run's are (`epoch_bar`); seed 1's first attempt then kills its own worker."""
     from ablations.training.train import epoch_bar
 
-    bar = epoch_bar(range(1, 4), "epochs", True)
+    bar = epoch_bar(range(1, 4), f"{task.point.label} seed={task.seed}: epochs", True)
     for epoch in bar:
         time.sleep(0.05)
         bar.set_postfix(loss=f"{1 / epoch:.3f}", acc=f"{epoch / 10:.4f}")
@@ -381,6 +381,18 @@ def test_workers_send_their_epochs_to_the_driver_which_draws_a_bar_a_run_on_a_te
         assert "3/3" in err and "acc=0.3000, loss=0.333" in err
     else:
         assert "epochs" not in err
+
+
+@pytest.mark.parametrize("jobs,pack", [(1, 0), (2, 0), (2, 2)])
+def test_each_runs_epoch_bar_names_the_run_alone_in_the_driver_in_a_worker_and_in_a_pack(tmp_path, capsys,
+                                                                                         monkeypatch, jobs, pack):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)   # a terminal: the driver draws the workers' bars
+    points = [Point("j", "depth", 1, TINY, TrainConfig(epochs=2, batch_size=256))]
+    opts = RunOptions(dataset="digits", out=str(tmp_path), seeds=(0, 1), cost=CostPlan(rounds=0), pack=pack)
+    run_sweep("j", points, opts, LocalExecutor(ExecutorOptions(jobs=jobs, device="cpu")))
+    err = capsys.readouterr().err
+    named = ["depth=1 seeds=0,1: epochs (pack of 2)"] if pack else ["depth=1 seed=0: epochs", "depth=1 seed=1: epochs"]
+    assert all(f"{name}: " in err for name in named), err
 
 
 def test_relayed_epochs_tick_at_the_start_and_after_each_epoch_with_tqdms_postfix():

@@ -112,7 +112,8 @@ def execute(task: Task, data: Dataset) -> RunResult:
         model = _build(task)
         row.update(closed_form_size(model, task.point.model))
         result = train(model, data, task.point.train, task.seed, device, progress=options.progress,
-                       checkpoint=_checkpointing(task), graphs=options.graphs, evaluation=options.evaluation)
+                       checkpoint=_checkpointing(task), graphs=options.graphs, evaluation=options.evaluation,
+                       name=f"{task.point.label} seed={task.seed}")
         return _finished(task, model, row, result, data, device)
     except Exception as err:
         _failed(row, err)
@@ -176,7 +177,8 @@ def _fitting(members: list[Member], data: Dataset, pack: Task, device: torch.dev
         return [r for i in range(0, len(members), widest) for r in _fitting(members[i:i + widest], data, pack, device)]
     try:
         return train_pack(members, data, pack.point.train, device, progress=pack.options.progress,
-                          graphs=pack.options.graphs)
+                          graphs=pack.options.graphs,
+                          name=f"{pack.point.label} seeds={','.join(str(m.seed) for m in members)}")
     except torch.cuda.OutOfMemoryError as err:   # torch.OutOfMemoryError since torch 2.5, this name since 1.13
         if device.type == "cuda":
             torch.cuda.empty_cache()

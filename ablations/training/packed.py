@@ -405,13 +405,13 @@ def _results(members: list[Member], states: list[_MemberState], packed: PackedMo
 
 
 def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: torch.device,
-               progress: bool = True, graphs: bool = True) -> list[TrainResult | Diverged]:
+               progress: bool = True, graphs: bool = True, name: str = "") -> list[TrainResult | Diverged]:
     """Train the members (models of one config, each initialised by the caller under its seed) as one pack;
     each gets its TrainResult, or the Diverged that stopped it. The pack trains `cfg.pack_width` wide where that
     is set, else as wide as its members and at least `MIN_PACK`, filled out with dropped copies of the first
     member. Checkpoints as `train` writes them, one file a member; a pack resumes where every member's checkpoint
     stands at the same epoch. `graphs`: on CUDA the step is captured into a CUDA graph per batch size
-    (`GraphedPackedStep`); elsewhere it runs eagerly."""
+    (`GraphedPackedStep`); elsewhere it runs eagerly. `name`: the pack, as its progress bar names it."""
     dtype = cfg.resolved_dtype(device)
     data, held_out = recipe_data(data, cfg)
     real = len(members)
@@ -432,7 +432,7 @@ def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: t
     vals = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
     done = states[0].done
     step, train_time, first = done.step, done.train_time_s, done.epoch + 1
-    epochs = epoch_bar(range(first, cfg.epochs + 1), f"epochs (pack of {real})", progress)
+    epochs = epoch_bar(range(first, cfg.epochs + 1), f"{name + ': ' if name else ''}epochs (pack of {real})", progress)
     for epoch in epochs:
         check_stop()
         train_mode(packed.template, cfg)

@@ -317,12 +317,12 @@ def _evaluations(model: nn.Module, data: Dataset, held_out: tuple[Tensor, Tensor
 
 def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: torch.device,
           progress: bool = True, checkpoint: Checkpointing | None = None, graphs: bool = True,
-          evaluation: str = "eager") -> TrainResult:
+          evaluation: str = "eager", name: str = "") -> TrainResult:
     """Train `model` (initialised by the caller under `seed`) on `data`; evaluate every epoch. With
     `checkpoint`, resume from its file when there is one and write it as `checkpoint` says. `graphs`:
     the static-buffer step (`StaticStep`: one CUDA graph per batch size on CUDA), else the eager one.
     `evaluation`: how each epoch's evaluation runs (`evaluation.evaluator`: "eager", or "graphed" on CUDA
-    where the step is not compiled), the same figures either way."""
+    where the step is not compiled), the same figures either way. `name`: the run, as its progress bar names it."""
     dtype = cfg.resolved_dtype(device)
     data, held_out = recipe_data(data, cfg)
     model = model.to(device)
@@ -340,7 +340,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     span = UtilSampler(reader) if reader.source != "cpu" else None   # a device's: over the whole run (`_run_util`)
     train_step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, graphs)
     tests, vals = _evaluations(compiled, data, held_out, device, dtype, cfg, evaluation)
-    epochs = epoch_bar(range(first, cfg.epochs + 1), "epochs", progress)
+    epochs = epoch_bar(range(first, cfg.epochs + 1), f"{name}: epochs" if name else "epochs", progress)
     mark = CONTEXT.occupancy.mark() if CONTEXT.occupancy is not None else None
     with span or contextlib.nullcontext():
         for epoch in epochs:

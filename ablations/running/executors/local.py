@@ -76,12 +76,6 @@ def visible_gpu(index: int, visible: str | None) -> str:
     return entries[index] if index < len(entries) else str(index)
 
 
-def _named(task: Task) -> str:
-    """A run (or a pack) as its bar names it: 'depth=2 seed=1', 'depth=2 seeds=0,1,2'."""
-    seeds = [run.seed for run in task.runs]
-    return f"{task.point.label} seed{'s' * (len(seeds) > 1)}={','.join(map(str, seeds))}"
-
-
 def death_text(exitcode: int | None) -> str:
     """How a worker ended, in words: 'SIGKILL (killed; out of memory?)', 'exit status 1'."""
     if exitcode is None:
@@ -207,8 +201,7 @@ class WorkerPool:
             return
         bar = self.bars.get(worker.slot)
         if bar is None:
-            bar = self.bars[worker.slot] = tqdm(total=tick.total, desc=f"{_named(worker.task)}: {tick.desc}", unit="ep",
-                                                leave=False)
+            bar = self.bars[worker.slot] = tqdm(total=tick.total, desc=tick.desc, unit="ep", leave=False)
         bar.n = tick.n
         bar.set_postfix_str(tick.postfix, refresh=False)
         bar.refresh()

@@ -97,6 +97,15 @@ def test_a_sweep_none_of_whose_runs_finished_says_so_in_the_findings_and_its_sec
     assert "**No verdict: its one run did not finish.**" in text and "none of its 1 runs" not in text
 
 
+def test_a_sweep_left_with_one_setting_by_failures_names_the_settings_that_finished_no_run(tmp_path):
+    for seed in (0, 1):
+        write_run(tmp_path, 2, seed, mask(range(10 + seed)))
+        write_run(tmp_path, 4, seed, None, status="diverged", error="loss became nan in epoch 1")
+    section = build_report(tmp_path).read_text().split("## depth", 1)[1].split("\n## ", 1)[0]
+    assert ("**No verdict**: depth=4 finished no run (failed runs, below), so one setting is left: nothing to "
+            "compare.") in section
+
+
 def test_the_head_names_the_commit_or_says_none_was_recorded(tmp_path, monkeypatch):
     """A run from an installed wheel has no commit (its git_sha cell is blank): the head says so, not 'git nan'."""
     write_run(tmp_path, 2, 0, mask(range(10)))

@@ -76,14 +76,15 @@ class CostSource:
 
 @dataclass(frozen=True)
 class NoTest:
-    """Why a sweep has no test: "one setting"; "one seed" (`some`: only some settings have one); "at chance"
-    (`best`, `best_acc`: the best setting, within noise of guessing); "unpaired" (`reason`: why its runs' test
-    predictions cannot be compared)."""
+    """Why a sweep has no test: "one setting" (`lost`: the settings none of whose runs finished, if any); "one seed"
+    (`some`: only some settings have one); "at chance" (`best`, `best_acc`: the best setting, within noise of
+    guessing); "unpaired" (`reason`: why its runs' test predictions cannot be compared)."""
     kind: str
     some: bool = False
     best: Any = None
     best_acc: float = math.nan
     reason: str = ""
+    lost: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,8 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     if design is not None and design[0].final is not None:   # where it stopped is said with or without a test
         findings.design, findings.left_out = design
     if len(settings) < 2:
-        findings.no_test = NoTest("one setting")
+        lost = tuple(dict.fromkeys(v for v in rows[factor] if v not in order)) if factor in rows else ()
+        findings.no_test = NoTest("one setting", lost=lost)
         return findings
     lowest = min(len(s.seeds) for s in settings)
     if lowest < MIN_SEEDS:

@@ -213,6 +213,9 @@ def no_test(f: SweepFindings) -> str:
     if why is None:
         return ""
     if why.kind == "one setting":
+        if why.lost:
+            return (f"{setting_names(list(why.lost), f.factor)} finished no run (failed runs, below), so one setting "
+                    f"is left: nothing to compare")
         return "one setting only: nothing to compare"
     if why.kind == "one seed":
         return (f"one seed per setting{' (for some)' if why.some else ''}. Its intervals cover the test images only: "

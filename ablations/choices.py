@@ -10,6 +10,7 @@ datasets are named here, their one list; `ablations.training.data.loader(name)` 
 from __future__ import annotations
 
 import math
+import re
 import shlex
 
 try:
@@ -112,8 +113,32 @@ class AutoSeeds:
         return "auto" if self.looks == LOOKS else "auto:" + ",".join(map(str, self.looks))
 
 
+MAX_RANGE = 10_000   # seeds one range of SEEDS may name ("0-17")
+
+
+class _BadRange(ValueError):
+    pass
+
+
+def _seed_items(value: str) -> tuple[int, ...]:
+    """'0,1,2' and ranges as the report writes them, both ends included ('0-17', '0–17', '0-4,10')."""
+    found: list[int] = []
+    for item in (s.strip() for s in value.split(",")):
+        if not item:
+            continue
+        ends = re.fullmatch(r"(\d+)\s*[-–]\s*(\d+)", item)
+        if ends is None:
+            found.append(int(item))   # ValueError for anything else
+            continue
+        first, last = int(ends[1]), int(ends[2])
+        if not first <= last < first + MAX_RANGE:
+            raise _BadRange(f"a range of seeds runs upward over at most {MAX_RANGE:,} of them, got {item!r}")
+        found.extend(range(first, last + 1))
+    return tuple(found)
+
+
 def parse_seeds(value) -> tuple[int, ...] | AutoSeeds:
-    """SEEDS as text ("0,1,2", "auto", "auto:3,5,8,12") or as a spec gives it (a list, or one of those
+    """SEEDS as text ("0,1,2", "0-17", "auto", "auto:3,5,8,12") or as a spec gives it (a list, or one of those
     strings); ValueError in one line naming what is wrong."""
     if isinstance(value, str) and value.strip().startswith("auto"):
         text = value.strip()
@@ -128,9 +153,11 @@ def parse_seeds(value) -> tuple[int, ...] | AutoSeeds:
         return AutoSeeds(check_looks(looks, most=MAX_LOOK))
     if isinstance(value, str):
         try:
-            values = tuple(int(s) for s in value.split(",") if s.strip())
+            values = _seed_items(value)
+        except _BadRange:
+            raise
         except ValueError:
-            raise ValueError(f"seeds must be comma-separated integers or auto, got {value!r}") from None
+            raise ValueError(f"seeds must be comma-separated integers, ranges (0-17) or auto, got {value!r}") from None
     elif isinstance(value, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in value):
         values = tuple(value)
     else:

@@ -97,7 +97,8 @@ RUN = (
                          "checkpoint on CIFAR); an image folder is stored at it (default: the dataset's own side; "
                          "32 for imagefolder)", "IMG_SIZE", type=positive("--img-size (IMG_SIZE)")),
     Option("--epochs", "override the spec's epochs", "EPOCHS", type=positive("--epochs (EPOCHS)")),
-    Option("--seeds", "comma-separated training seeds (the report's intervals and tests need two or more), "
+    Option("--seeds", "comma-separated training seeds and ranges, 0,1,2 or 0-17 (the report's intervals and tests "
+                      "need two or more), "
                       f"or auto: seeds 0,1,2 of every setting, then more, up to {LOOKS[-1]}, for the pairs still open "
                       f"that more seeds can decide (a group-sequential design that keeps the error rates; "
                       f"auto:{','.join(map(str, LOOKS))} names the looks, the last the cap); default: the spec's "

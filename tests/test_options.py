@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from conftest import user_make
+from conftest import run_cli, user_make
 
 from ablations.__main__ import main as ablations_main
 from ablations.options import COST_FLAGS, run_options
@@ -137,3 +137,22 @@ def test_a_run_options_default_and_choices_are_its_declarations():
             with pytest.raises(ValueError, match=rf"^{name}='nope' is unknown; choose one of \["):
                 RunOptions(**{name: "nope"})
             RunOptions(**{name: list(option.choices)[-1]})   # every declared choice is taken
+
+
+@pytest.mark.parametrize("given,seeds", [("0-4", (0, 1, 2, 3, 4)), ("0–2,10", (0, 1, 2, 10)), ("7", (7,)),
+                                         (" 3 , 1-2 ", (3, 1, 2))])
+def test_seeds_take_ranges_as_the_report_writes_them_both_ends_included(given, seeds):
+    from ablations.choices import parse_seeds
+
+    assert parse_seeds(given) == seeds
+
+
+@pytest.mark.parametrize("given,said", [("5-2", "a range of seeds runs upward over at most 10,000 of them, got '5-2'"),
+                                        ("0-10000", "a range of seeds runs upward over at most 10,000 of them"),
+                                        ("0-2,1", "seeds name a seed twice: '0-2,1'"),
+                                        ("0-", "seeds must be comma-separated integers, ranges (0-17) or auto"),
+                                        ("-1", "seed -1 is out of range")])
+def test_a_bad_range_of_seeds_is_one_line_naming_it(capsys, given, said, tmp_path):
+    code, _, err = run_cli(ablations_main, ["sweep", "depth", "--seeds", given, "--dry-run", "--out", str(tmp_path)],
+                           capsys)
+    assert code == 2 and said in err and err.count("\n") == 1, err

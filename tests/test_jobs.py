@@ -577,6 +577,29 @@ def test_auto_jobs_start_as_many_one_thread_runs_as_cores_are_free_before_each_r
     assert len({r["pid"] for r in got}) >= 2 and asked    # freed: more workers joined, each asked first
 
 
+def _twenty_epochs(task, data):
+    from ablations.training.train import epoch_bar
+
+    for _ in epoch_bar(range(20), "epochs", True):
+        time.sleep(0.01)
+    return RunResult({"run_id": task.run_id, "seed": task.seed, "status": "ok"})
+
+
+def test_free_cores_are_asked_when_a_run_ends_not_at_every_epoch_a_worker_sends(tmp_path):
+    """The meter measures between two calls: asked at each of a worker's epochs it would measure over a tenth of a
+    second, and a short lull would start a run on a busy machine."""
+    from ablations.running.executors.local import WorkerPool
+
+    asked = []
+
+    def one_free():
+        asked.append(1)
+        return 1
+    pool = WorkerPool(2, 1, 0, 0, _twenty_epochs, _no_data, capacity=one_free)
+    got = [o.row["seed"] for _, o in pool.run(_tasks(tmp_path, (0, 1, 2)))]
+    assert sorted(got) == [0, 1, 2] and 1 <= len(asked) <= 4, asked   # at the start and after each run, not 60 times
+
+
 def test_the_free_core_meter_counts_other_processes_not_this_commands_own(monkeypatch):
     from bench import contention
 

@@ -157,13 +157,17 @@ class WorkerPool:
         try:
             for slot in range(min(self.size, len(tasks)) if self.capacity is None else 0):
                 self._start(slot)
-            while queue or any(w.task for w in self.workers):
-                self._dispatch(queue)
+            ended = True   # runs start where one ended (or at the start), not at a worker's epoch tick: `capacity`
+            while queue or any(w.task for w in self.workers):   # measures the free cores between two starts
+                if ended:
+                    self._dispatch(queue)
                 busy = [w for w in self.workers if w.task is not None]
                 ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy]))
+                ended = False
                 for worker in busy:
                     if worker.conn in ready or worker.process.sentinel in ready:
                         yield from self._collect(worker, queue)
+                        ended = ended or worker.task is None or worker not in self.workers
         finally:
             self.stop()
 

@@ -116,24 +116,23 @@ class AutoSeeds:
 MAX_RANGE = 10_000   # seeds one range of SEEDS may name ("0-17")
 
 
-class _BadRange(ValueError):
-    pass
-
-
 def _seed_items(value: str) -> tuple[int, ...]:
-    """'0,1,2' and ranges as the report writes them, both ends included ('0-17', '0–17', '0-4,10')."""
+    """'0,1,2' and ranges as the report writes them, both ends included ('0-17', '0–17', '0-4,10'); ValueError in
+    one line naming what is wrong."""
     found: list[int] = []
     for item in (s.strip() for s in value.split(",")):
-        if not item:
-            continue
         ends = re.fullmatch(r"(\d+)\s*[-–]\s*(\d+)", item)
-        if ends is None:
-            found.append(int(item))   # ValueError for anything else
-            continue
-        first, last = int(ends[1]), int(ends[2])
-        if not first <= last < first + MAX_RANGE:
-            raise _BadRange(f"a range of seeds runs upward over at most {MAX_RANGE:,} of them, got {item!r}")
-        found.extend(range(first, last + 1))
+        if ends is not None:
+            first, last = int(ends[1]), int(ends[2])
+            if not first <= last < first + MAX_RANGE:
+                raise ValueError(f"a range of seeds runs upward over at most {MAX_RANGE:,} of them, got {item!r}")
+            found.extend(range(first, last + 1))
+        elif item:
+            try:
+                found.append(int(item))
+            except ValueError:
+                raise ValueError(f"seeds must be comma-separated integers, ranges (0-17) or auto, got {value!r}") \
+                    from None
     return tuple(found)
 
 
@@ -152,12 +151,7 @@ def parse_seeds(value) -> tuple[int, ...] | AutoSeeds:
             raise ValueError(f"seeds: the looks of auto must be comma-separated integers, got {value!r}") from None
         return AutoSeeds(check_looks(looks, most=MAX_LOOK))
     if isinstance(value, str):
-        try:
-            values = _seed_items(value)
-        except _BadRange:
-            raise
-        except ValueError:
-            raise ValueError(f"seeds must be comma-separated integers, ranges (0-17) or auto, got {value!r}") from None
+        values = _seed_items(value)
     elif isinstance(value, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in value):
         values = tuple(value)
     else:

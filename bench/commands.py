@@ -115,7 +115,7 @@ def summary(rows: list[dict]) -> pd.DataFrame:
         if len(group) < 2 or not line["_rate"].n:
             versus.append("—")
         elif fastest is line:   # named fastest only where every other is apart from it
-            close = [x["attn"] for x in group if x is not line and ratio_or_noise(x["_rate"], line["_rate"])[:1] != "×"]
+            close = [x["attn"] for x in group if x is not line and not x["_rate"].apart(line["_rate"])]
             versus.append(f"highest median, not apart from {', '.join(close)}" if close else "fastest")
         else:
             versus.append(f"{ratio_or_noise(line['_rate'], fastest['_rate'])} of {fastest['attn']}")

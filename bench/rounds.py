@@ -55,6 +55,10 @@ class Spread:
     def overlaps(self, other: Spread) -> bool:
         return self.q1 <= other.q3 and other.q1 <= self.q3
 
+    def apart(self, other: Spread, least: int = MIN_ROUNDS) -> bool:
+        """Both rest on ≥ `least` measurements and their IQRs do not overlap: a difference worth a ratio."""
+        return min(self.n, other.n) >= least and not self.overlaps(other)
+
 
 def ratio_or_noise(new: Spread, old: Spread, fmt: Callable[[float], str] = ratio,
                    least: int = MIN_ROUNDS) -> str:
@@ -63,8 +67,8 @@ def ratio_or_noise(new: Spread, old: Spread, fmt: Callable[[float], str] = ratio
     measured (a step's peak memory)."""
     if not (new.n and old.n) or old.median == 0:
         return "not measured"
+    if new.apart(old, least):
+        return fmt(new.median / old.median)
     if min(new.n, old.n) < least:
         return f"not compared (fewer than {least} measurements on a side)"
-    if new.overlaps(old):
-        return "same within noise (IQRs overlap)"
-    return fmt(new.median / old.median)
+    return "same within noise (IQRs overlap)"

@@ -135,7 +135,6 @@ def still_learning(history: pd.DataFrame, ok: pd.DataFrame, factor: str, classes
     if order is not None:
         groups.sort(key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
     for value, runs in groups:
-        value = next((v for v in order if v == value), value) if order is not None else value   # as the spec names it
         mine = history[history["run_id"].isin(set(runs["run_id"].astype(str)))]
         gains, losses = [], []
         for _, run in mine.sort_values("epoch").groupby("run_id"):

@@ -34,13 +34,21 @@ def _order(spec: SweepSpec, rows: pd.DataFrame) -> list:
     return order + sorted(v for v in present if v not in order)
 
 
+def _as_spec_names(rows: pd.DataFrame, factor: str, order: list) -> pd.DataFrame:
+    """The rows with each setting as its spec names it (a table reads mlp_ratio 1 back as 1.0), so that every
+    sentence, table and figure made from them names it one way."""
+    if factor not in rows:
+        return rows
+    named = {value: value for value in order}
+    return rows.assign(**{factor: rows[factor].map(lambda v: named.get(v, v))})
+
+
 def as_analysed(spec: SweepSpec, rows: pd.DataFrame, read: Tables) -> pd.DataFrame:
     """The rows of a sweep's table that its section analyses (under SEEDS=auto, its design's runs alone), each
-    setting named as its spec names it (a table reads mlp_ratio 1 back as 1.0)."""
+    setting named as its spec names it."""
     order = _order(spec, rows)
-    analysed = findings.as_designed(rows, spec.factor, order, read.paths(spec.name), read)[0]
-    named = {value: value for value in order}
-    return analysed.assign(**{spec.factor: analysed[spec.factor].map(lambda v: named.get(v, v))})
+    return _as_spec_names(findings.as_designed(rows, spec.factor, order, read.paths(spec.name), read)[0], spec.factor,
+                          order)
 
 
 def _held_fixed(rows: pd.DataFrame, spec: SweepSpec) -> list[tuple[str, Any, bool]]:
@@ -108,6 +116,7 @@ def sweep_section(spec: SweepSpec, rows: pd.DataFrame, read: Tables, figures: Pa
     """`read`: the OUT's record; `budgets`: every standing row under it, for runs of the same models trained
     for more epochs."""
     sweep, factor, order = spec.name, spec.factor, _order(spec, rows)
+    rows = _as_spec_names(rows, factor, order)
     paths, phase = read.paths(sweep), read.cost_phase(sweep)
     given = spec.margin or margin
     if isinstance(given, RelativeMargin):   # a share of the best setting's error: resolved on these runs

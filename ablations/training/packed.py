@@ -432,7 +432,7 @@ def train_pack(members: list[Member], data: Dataset, cfg: TrainConfig, device: t
     vals = (held_out[0].to(device), held_out[1].to(device)) if held_out else None
     done = states[0].done
     step, train_time, first = done.step, done.train_time_s, done.epoch + 1
-    epochs = epoch_bar(range(first, cfg.epochs + 1), f"{name + ': ' if name else ''}epochs (pack of {real})", progress)
+    epochs = epoch_bar(range(first, cfg.epochs + 1), f"epochs (pack of {real})", progress, name)
     for epoch in epochs:
         check_stop()
         train_mode(packed.template, cfg)

@@ -138,8 +138,10 @@ class _RelayedEpochs:
         self.postfix = ", ".join(f"{key}={value}" for key, value in sorted(values.items()))   # as tqdm writes it
 
 
-def epoch_bar(epochs: range, desc: str, progress: bool):
-    """A run's progress over `epochs`: a tqdm bar in this process, or ticks to CONTEXT.relay where one is set."""
+def epoch_bar(epochs: range, desc: str, progress: bool, name: str = ""):
+    """A run's progress over `epochs`, named `name: desc`: a tqdm bar in this process, or ticks to CONTEXT.relay
+    where one is set."""
+    desc = f"{name}: {desc}" if name else desc
     if progress and CONTEXT.relay is not None:
         return _RelayedEpochs(epochs, desc, CONTEXT.relay)
     return tqdm(epochs, desc=desc, unit="ep", leave=False, disable=not progress)
@@ -340,7 +342,7 @@ def train(model: nn.Module, data: Dataset, cfg: TrainConfig, seed: int, device: 
     span = UtilSampler(reader) if reader.source != "cpu" else None   # a device's: over the whole run (`_run_util`)
     train_step = make_step(model, compiled, optimizer, scaler, cfg, device, dtype, graphs)
     tests, vals = _evaluations(compiled, data, held_out, device, dtype, cfg, evaluation)
-    epochs = epoch_bar(range(first, cfg.epochs + 1), f"{name}: epochs" if name else "epochs", progress)
+    epochs = epoch_bar(range(first, cfg.epochs + 1), "epochs", progress, name)
     mark = CONTEXT.occupancy.mark() if CONTEXT.occupancy is not None else None
     with span or contextlib.nullcontext():
         for epoch in epochs:

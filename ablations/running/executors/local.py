@@ -201,7 +201,7 @@ class WorkerPool:
 
     def _show(self, worker: _Worker, tick: EpochTick) -> None:
         """Draw a worker's epoch progress under the driver's bar (on a terminal)."""
-        if not self.draw or worker.task is None:
+        if not self.draw:
             return
         bar = self.bars.get(worker.slot)
         if bar is None:

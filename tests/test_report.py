@@ -44,7 +44,7 @@ def write_run(out, depth, seed, correct_mask, status="ok", error=""):
     paths = SweepPaths.of(out, "depth")
     run_id = f"{depth:06d}{seed:06d}"
     row = {"run_id": run_id, "status": status, "error": error, "depth": depth, "seed": seed, "sweep": "depth",
-           "started_at": f"2026-01-0{depth}T00:00:0{seed}", "epochs": 1, "lr": 0.002, "num_classes": 10, **ENV}
+           "started_at": f"2026-01-0{depth}T00:00:{seed:02d}", "epochs": 1, "lr": 0.002, "num_classes": 10, **ENV}
     if status == "ok":
         target = torch.arange(N_TEST) % 10
         pred = torch.where(torch.as_tensor(correct_mask), target, (target + 1) % 10)
@@ -265,6 +265,39 @@ def test_report_calls_settings_three_images_apart_indistinguishable(tmp_path):
     assert "Noise: a setting's mean ±" in text
     assert "(its sources' shares, seed, coin flips and test images, are given from 8 seeds a setting: with 3, the " \
            "seed share" in text
+
+
+@pytest.mark.parametrize("seeds, more, reuse", [
+    ((0, 1), 44, "it trains seeds 0–23 and reuses the runs here at seeds 0, 1)"),
+    ((5, 30, 31), 46, "it trains seeds 0–23 and reuses the runs here at seeds 5)"),
+    ((30, 31, 32), 48, "it trains seeds 0–23; no run here is at one of them)"),
+])
+def test_the_seeds_auto_sentence_counts_and_names_only_the_runs_it_would_reuse(tmp_path, seeds, more, reuse):
+    """SEEDS=auto trains seeds 0 to its cap: runs at other seeds are not reused, and the sentence names the ones
+    that are rather than seeds 0, 1, 2 whatever the sweep ran."""
+    for seed in seeds:
+        write_run(tmp_path, 1, seed, mask(range(20)))
+        write_run(tmp_path, 2, seed, mask(range(23)))
+    text = depth_section(tmp_path)
+    assert (f"SEEDS=auto would train at most {more} more runs here: depth=1 and the 1 setting still open against "
+            f"it, up to 24 seeds each, fewer where a look decides ({reuse}.") in text, text
+
+
+def test_a_decided_pairs_interval_end_just_clear_of_0_is_not_printed_as_0(tmp_path):
+    """Holm's p just under α, so the pair is decided and its interval's lower end is a few thousandths of a point
+    above 0: the verdict and the pair table print that end with its first significant digit, never as 0.00."""
+    from ablations.analysis.wording.verdicts import bound
+
+    assert (bound(0.0123, True), bound(0.000028), bound(-0.00004, True), bound(0.0), bound(-0.0123)) == \
+        ("+1.23", "0.003", "-0.004", "0.00", "-1.23")
+    for seed in (5, 30, 31):
+        write_run(tmp_path, 1, seed, mask(range(20)))
+        write_run(tmp_path, 2, seed, mask(range(23 + seed % 2)))
+    text = depth_section(tmp_path)
+    verdict = re.search(r"depth=2 is worse by 0\.37 points \[([0-9.]+), 0\.73\]", text)
+    row = re.search(r"^\| 1 \| 2 \| \+0\.37 \[\+([0-9.]+), \+0\.73\] ⁼ \| (0\.04\d*) /", text, re.M)
+    assert verdict and row, text
+    assert float(row.group(2)) < 0.05 and verdict.group(1) == row.group(1) and 0 < float(row.group(1)) < 0.01
 
 
 def test_the_power_sentence_gives_the_seeds_needed_over_the_interval_of_the_seed_spread(tmp_path):

@@ -21,6 +21,7 @@ from ablations.analysis.stats import (
 from ablations.analysis.wording.method import either
 from ablations.analysis.wording.verdicts import (
     and_list,
+    bound,
     cost_source,
     margin_text,
     pct,
@@ -103,8 +104,9 @@ def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
                    "identical predictions": "identical"}.get(r.verdict, r.verdict)
         if r.verdict == "same within noise" and -margin <= r.low_pts and r.high_pts <= margin:   # all inside
             verdict = f"equivalent (within ±{round(margin, 2):g})"
+        low, high = bound(r.low_pts / 100, True), bound(r.high_pts / 100, True)
         difference = ("0 (same predictions)" if r.verdict == "identical predictions" else f"{r.diff_pts:+.2f}"
-                      if r.low_pts != r.low_pts else f"{r.diff_pts:+.2f} [{r.low_pts:+.2f}, {r.high_pts:+.2f}]")
+                      if r.low_pts != r.low_pts else f"{r.diff_pts:+.2f} [{low}, {high}]")
         lines.append(f"| {r.sweep} | {r.point} | {r.seeds} | {100 * r.acc_a:.2f} | {100 * r.acc_b:.2f} | "
                      f"{difference} | {verdict} |")
     identical = table["verdict"] == "identical predictions"
@@ -250,8 +252,8 @@ def interaction_lines(it: Interaction) -> list[str]:
     for c in it.contrasts:
         (ai, bj) = c.a
         outcome = "interaction" if c.outcome() in (Outcome.BETTER, Outcome.WORSE) else c.outcome()
-        table.append(f"| {label_text(ai)} | {label_text(bj)} | {100 * c.diff:+.2f} [{100 * c.low:+.2f}, {100 * c.high:+.2f}] | "
-                     f"{c.p_holm:.3f} / {c.p_equiv_holm:.3f} | {outcome} |")
+        table.append(f"| {label_text(ai)} | {label_text(bj)} | {100 * c.diff:+.2f} [{bound(c.low, True)}, "
+                     f"{bound(c.high, True)}] | {c.p_holm:.3f} / {c.p_equiv_holm:.3f} | {outcome} |")
     what = (f"each row: ({a}={{a}} − {a}={label_text(a1)}) at {b}={{b}} minus the same at {b}={label_text(b1)}; 0 where the "
             f"effect of {a} does not depend on {b}")
     if shown:

@@ -4,7 +4,7 @@ words, differences first (`answers.Answer` holds the figures)."""
 from __future__ import annotations
 
 from ablations.analysis.answers import Answer
-from ablations.analysis.wording.verdicts import answer_text, margin_text, runs_named, setting_name, setting_names
+from ablations.analysis.wording.verdicts import answer_text, bound, margin_text, runs_named, setting_name, setting_names
 from bench.units import count
 
 
@@ -40,7 +40,7 @@ def open_text(a: Answer) -> str:
         if -a.margin <= d.low and d.high <= a.margin:
             return f"inside {margin_text(a.margin)}, but not after {adjustment}"
         return f"neither clear of 0 nor inside {margin_text(a.margin)}"
-    return "; ".join(f"{a.best} − {d.other}: {100 * d.diff:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}], {why(d)}"
+    return "; ".join(f"{a.best} − {d.other}: {100 * d.diff:+.2f} [{bound(d.low, True)}, {bound(d.high, True)}], {why(d)}"
                      for d in a.open)
 
 

@@ -19,6 +19,7 @@ from ablations.analysis.stats import (
 )
 from ablations.analysis.wording.verdicts import (
     OUTCOME_WORDS,
+    bound,
     cost_source,
     interval_text,
     margin_text,
@@ -129,7 +130,7 @@ def comparisons_markdown(f: SweepFindings) -> str:
             labelled = labelled or bool(at)
         low, high = pair_interval(f, c)
         p, p_equiv = (c.p_holm, c.p_equiv_holm) if last is None else (c.p, c.p_equiv)
-        lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]{mark} | "
+        lines.append(f"| {c.a} | {c.b} | {100 * c.diff:+.2f} [{bound(low, True)}, {bound(high, True)}]{mark} | "
                      f"{p:.3g} / {p_equiv:.3g} | {win} | {OUTCOME_WORDS[outcome]}{at} |")
     return "\n".join(lines + [""] + [f"_{n}_" for n in _pair_notes(f, labelled)])
 

@@ -121,6 +121,16 @@ def _points(x: float) -> str:
     return f"{100 * x:.2f}"
 
 
+def bound(x: float, sign: bool = False) -> str:
+    """An interval's end (a fraction) in points with 2 decimals; an end those round to 0 while it is not (a decided
+    pair's end just clear of 0) gets the decimals of its first significant digit, so it does not read as touching 0."""
+    value = 100 * x
+    decimals = 2
+    if value != 0 and math.isfinite(value) and abs(value) < 0.005:
+        decimals = min(6, -math.floor(math.log10(abs(value))))
+    return f"{value:+.{decimals}f}" if sign else f"{value:.{decimals}f}"
+
+
 def margin_against_error(margin: float, error: float | None) -> str:
     """The equivalence margin in points and as a share of the best setting's error rate: on an easy task ±0.5
     points is a large part of what errs."""
@@ -144,8 +154,8 @@ def answer_text(a: Answer) -> str:
         said = [f"{setting_names([best, *a.tied], f)} tie for the highest mean, {acc}."]
     else:
         said = [f"{setting_name(best, f)} {'is best' if a.winner else 'has the highest mean'}, {acc}."]
-    said += [f"{setting_name(d.other, f)} is worse{than} by {_points(d.diff)} points [{_points(d.low)}, "
-             f"{_points(d.high)}]." for d in a.worse]
+    said += [f"{setting_name(d.other, f)} is worse{than} by {_points(d.diff)} points [{bound(d.low)}, "
+             f"{bound(d.high)}]." for d in a.worse]
     if a.identical:
         said.append(f"{setting_names(list(a.identical), f)} {'is' if len(a.identical) == 1 else 'are'} identical to {it} "
                     f"(the same predictions).")
@@ -204,7 +214,7 @@ def seed_ranges(seeds: list[int]) -> str:
 
 
 def interval_text(i: Interval) -> str:
-    return f"{pct(i.mean)} [{pct(i.low)}, {pct(i.high)}]" if not math.isnan(i.low) else pct(i.mean)
+    return f"{pct(i.mean)} [{bound(i.low)}, {bound(i.high)}]" if not math.isnan(i.low) else pct(i.mean)
 
 
 def no_test(f: SweepFindings) -> str:
@@ -300,19 +310,22 @@ def _left_out(f: SweepFindings) -> str:
 
 
 def auto_sentence(f: SweepFindings) -> str:
-    """For a sweep at fixed seeds that leaves pairs with its leader open: the most runs SEEDS=auto would add
-    (the runs there are its first look's, where their seeds are 0, 1, 2)."""
+    """For a sweep at fixed seeds that leaves pairs with its leader open: the most runs SEEDS=auto would add.
+    SEEDS=auto trains seeds 0 up to its cap, so of the runs here it reuses those at seeds below the cap."""
     v = f.verdict
     if f.adaptive or f.design is not None or v is None or not v.inconclusive:
         return ""
+    cap = LOOKS[-1]
     open_ = [s for s in f.settings if s.value in (v.best, *v.inconclusive)]
-    most = sum(max(LOOKS[-1] - len(s.seeds), 0) for s in open_)
+    most = sum(cap - len({seed for seed in s.seeds if 0 <= seed < cap}) for s in open_)
     if not most:
         return ""
+    reused = sorted({seed for s in open_ for seed in s.seeds if 0 <= seed < cap})
+    reuse = (f"it trains seeds {seed_ranges(list(range(cap)))} and reuses the runs here at seeds {seed_ranges(reused)}"
+             if reused else f"it trains seeds {seed_ranges(list(range(cap)))}; no run here is at one of them")
     still = count(len(open_) - 1, 'setting')
     return (f"SEEDS=auto would train at most {count(most, 'more run')} here: {f.factor}={v.best} and the {still} "
-            f"still open against it, up to {LOOKS[-1]} seeds each, fewer where a look decides "
-            f"(its runs at seeds 0, 1, 2 are reused).")
+            f"still open against it, up to {cap} seeds each, fewer where a look decides ({reuse}).")
 
 
 def chance_sentence(f: SweepFindings) -> str:

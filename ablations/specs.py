@@ -218,7 +218,8 @@ class SweepSpec:
                 except ValueError as err:
                     patch = {**PRESETS[preset].to_dict(), **self.model_overrides, **model_changes}["patch_size"]
                     hint = (f"; IMG_SIZE (--img-size) shows the {img_size} px images at a side the patch size divides"
-                            if isinstance(patch, int) and patch > 0 and img_size % patch else "")
+                            if isinstance(patch, int) and patch > 0 and img_size % patch and "patch_size" in str(err)
+                            else "")   # only under the error it fixes, not under another field's that came first
                     raise SpecError(f"{self.path}: point {where}: {err}{hint}") from None
                 try:
                     train_cfg = TrainConfig(**train)

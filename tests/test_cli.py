@@ -308,6 +308,15 @@ def test_train_builds_its_point_as_a_sweep_does_so_the_same_model_and_recipe_are
     assert ("error: train: point preset='vit_tiny_patch16_224': ViTConfig.img_size=8 is not divisible by "
             "patch_size=16; IMG_SIZE (--img-size) shows the 8 px images at a side the patch size divides\n") in \
         capsys.readouterr().err
+    # the same preset with a --set that is not the cause: train's refusal, the --set named after it; a --set that is
+    # the cause leads, and a hint for the patch size appears only under the patch size's error
+    assert ablations_main(["train", "--preset", "vit_tiny_patch16_224", "--set", "depth=1", *common]) == 2
+    assert ("error: train: point preset='vit_tiny_patch16_224': ViTConfig.img_size=8 is not divisible by "
+            "patch_size=16; IMG_SIZE (--img-size) shows the 8 px images at a side the patch size divides (with --set "
+            "depth=1)\n") in capsys.readouterr().err
+    assert ablations_main(["train", "--preset", "vit_tiny_patch16_224", "--set", "depth=0", *common]) == 2
+    assert ("error: --set depth=0: point preset='vit_tiny_patch16_224': ViTConfig.depth must be a positive int, got "
+            "0\n") in capsys.readouterr().err
 
 
 def test_compile_as_set_and_as_the_makefile_passes_it_is_one_training_and_a_bad_value_is_refused(tmp_path, capsys):

@@ -257,10 +257,25 @@ def _points(args: argparse.Namespace, spec: SweepSpec, data: Any, train_changes:
         given = parse_overrides(getattr(args, "set", None) or [])
         said = f"--set {' '.join(f'{k}={v}' for k, v in given.items())}" if given else ""
         if text.startswith(f"{spec.path}:") and spec.path == Path("--set"):   # `train`'s one-run spec is named --set
-            raise SpecError((said or "train") + text[len("--set"):]) from None
+            raise SpecError(_train_refusal(text[len("--set"):], given, spec, data, train_changes)) from None
         if not given:
             raise
         raise SpecError(f"{text} (with {said} at every point)") from None
+
+
+def _train_refusal(reason: str, given: dict[str, Any], spec: SweepSpec, data: Any, train_changes: dict[str, Any]) -> str:
+    """`train`'s refusal of its one point: led by the --set, unless the point without it is refused for the same
+    reason (the preset itself does not fit the dataset), then by "train" with the --set named after it."""
+    said = f"--set {' '.join(f'{k}={v}' for k, v in given.items())}" if given else ""
+    if said:
+        without = {k: v for k, v in train_changes.items() if k not in given}
+        try:
+            dataclasses.replace(spec, model_overrides={}).points(data.img_size, data.in_chans, data.num_classes, without)
+        except SpecError as err:
+            if str(err).endswith(reason):
+                return f"train{reason} (with {said})"
+        return said + reason
+    return "train" + reason
 
 
 def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:

@@ -141,6 +141,16 @@ def test_a_report_that_cannot_be_written_leaves_the_last_one_whole_and_says_why_
     assert not list(tmp_path.rglob("*.tmp"))
 
 
+def test_a_folder_with_nothing_to_report_gets_the_next_step_and_no_method(tmp_path):
+    """Only a `train` command's table: the report says what to run, and not how verdicts it has none of are reached;
+    with one sweep run, the Method section is there."""
+    append_row(SweepPaths.of(tmp_path, "train").rows, {"run_id": "a" * 12, "status": "ok", "seed": 0}, ABLATION_COLUMNS)
+    text = build_report(tmp_path).read_text()
+    assert "No sweep results yet" in text and "ablations/train.csv" in text and "## Method" not in text, text
+    write_run(tmp_path, 1, 0, mask(range(50)))
+    assert "## Method" in build_report(tmp_path).read_text()
+
+
 def test_a_folder_with_no_finished_run_gets_no_comparison_with_the_reference(tmp_path):
     """Only a bench table here: the report says no ablation results yet and sets nothing beside the reference
     (it had a section saying that no point was also trained there)."""

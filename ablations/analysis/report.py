@@ -203,9 +203,10 @@ def build_report(out: Path, data_root: str | Path = "data", reference: Path | No
     A damaged row or file is skipped and listed at the end under "Skipped inputs"."""
     read = Tables(out)   # each table under `out` read once, for every section
     with collecting_skips() as notes:
-        lines = _report_lines(Path(out), data_root, margin, read, reference)
+        lines, found = _report_lines(Path(out), data_root, margin, read, reference)
     lines += wording.skipped_lines(notes)
-    lines.append(wording.method(margin))
+    if found:   # the method of what was found; a folder with nothing to report is told what to run, and that is all
+        lines.append(wording.method(margin))
     path = Path(out) / "REPORT.md"
     write_atomic(path, ("\n".join(lines) + "\n").encode())   # whole or not at all: a killed report tears nothing
     return path
@@ -286,7 +287,9 @@ def _answers(shown: dict[str, SweepSpec], pages: dict[str, SweepPage], failed: d
 
 
 def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMargin, read: Tables,
-                  reference: Path | None) -> list[str]:
+                  reference: Path | None) -> tuple[list[str], bool]:
+    """The report's lines before its skipped inputs and Method, and whether they report anything (a sweep's runs or a
+    closing section)."""
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     specs = _specs(out)
@@ -321,7 +324,8 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
     _write_csv(out / "verdicts.csv", [row for page in pages.values() for row in page.pairs], wording.PAIR_COLUMNS)
     _write_csv(out / "settings.csv", [row for page in pages.values() for row in page.settings],
                wording.SETTING_COLUMNS)
-    return lines + [line for section in built[len(finished):] for line in section]
+    closing = [line for section in built[len(finished):] for line in section]
+    return lines + closing, bool(newest) or bool(closing)
 
 
 @dataclass(frozen=True)

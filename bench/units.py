@@ -37,3 +37,13 @@ def rate(img_s: float) -> str:
     """A throughput as a reader reads it: whole images a second with thousands separated from 1,000 on
     (50,620, not 5.062e+04), four significant digits below."""
     return f"{img_s:,.0f}" if img_s >= 1000 else f"{img_s:.4g}"
+
+
+def binary_size(nbytes: float) -> str:
+    """A number of bytes in the binary unit that keeps it between 1 and 1,024, to one decimal: 1.5 MiB, 29.5 GiB."""
+    value, unit = float(nbytes), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"

@@ -94,6 +94,28 @@ def test_a_bad_image_folder_is_one_line_naming_what_is_wrong(tmp_path, damage, m
     assert status == 2 and len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0]
 
 
+def test_a_folder_is_refused_before_any_image_is_read_where_its_points_or_the_free_memory_refuse(tmp_path, monkeypatch,
+                                                                                                   capsys):
+    """Reading a folder of photographs is the long part: a preset with no base model at IMG_SIZE is refused from the
+    folder's listing, and images that would not fit in the memory free now are refused with what they would take."""
+    from ablations.__main__ import main
+    from ablations.training import data
+
+    def read_square(*_, **__):
+        raise AssertionError("an image was read")
+
+    root = write_folder(tmp_path / "images", per_class=(4, 2))
+    monkeypatch.setattr(data, "read_square", read_square)
+    common = ["--dataset", "imagefolder", "--data-root", str(root), "--out", str(tmp_path / "o"), "--dry-run"]
+    assert main(["sweep", "depth", "--img-size", "30", *common]) == 2
+    assert "[model] preset=auto has no base model for 30 px images" in capsys.readouterr().err
+    assert data.imagefolder_shape(root, 64) == data.FolderShape(64, 3, 2, 12)
+    monkeypatch.setattr(data, "available_memory", lambda: 2**20)   # 12 images × 3 × 64² × 11 bytes: 1.5 MiB
+    assert main(["train", "--preset", "vit_tiny_patch16_224", "--img-size", "64", *common]) == 2
+    assert capsys.readouterr().err == ("error: imagefolder: reading 12 images at 64 px takes about 1.5 MiB of memory, "
+                                       "and 1.0 MiB is free; a smaller IMG_SIZE (--img-size) fits them\n")
+
+
 def test_a_test_folder_serves_as_the_evaluation_split(tmp_path):
     data = load_dataset("imagefolder", write_folder(tmp_path / "images", per_class=(6, 3), split="test"))
     assert data.train_x.shape[2:] == (32, 32) and len(data.test_y) == 6  # stored at 32 px by default

@@ -29,7 +29,7 @@ from ablations.specs import (
     SweepSpec,
     base_preset,
 )
-from ablations.training.data import cached_dataset, check_recipe
+from ablations.training.data import cached_dataset, check_recipe, imagefolder_shape
 from bench.env import resolve_device
 from bench.flops import closed_form_size
 from bench.io.overrides import parse_overrides
@@ -226,16 +226,21 @@ def prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
     check_out(args)
     check_device(args)
     model_changes, train_changes = _overrides(args, specs or [])
-    data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
-    _say_what_was_loaded(args, data)
+    # an image folder's shape comes from its listing, so its points are checked before its images are read (long)
+    shape = imagefolder_shape(args.data_root, args.img_size) if args.dataset == "imagefolder" else None
+    data = None if shape else cached_dataset(args.dataset, args.data_root, args.download, args.img_size)
+    sizes = shape or data
     presets, train = [args.preset] if specs is None else [spec.preset for spec in specs], specs is None
     if specs is None:
-        preset = base_preset(data.img_size) if args.preset == "auto" else args.preset
+        preset = base_preset(sizes.img_size) if args.preset == "auto" else args.preset
         specs = [SweepSpec.one_run("train", preset, model_changes, {})]
     else:
         specs = [dataclasses.replace(s, model_overrides={**s.model_overrides, **model_changes}) for s in specs]
-    sweep_points = [(s.name, _points(args, s, data, {**_train_changes(args), **train_changes}))
+    sweep_points = [(s.name, _points(args, s, sizes, {**_train_changes(args), **train_changes}))
                     for s in specs]  # every point of every sweep validated before any training
+    if data is None:
+        data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
+    _say_what_was_loaded(args, data)
     for name, points in sweep_points:
         _check_recipes(name, points, data)
         _check_packing(args, points)

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from ablations.choices import DATASETS, default_augmentation
 from bench.io.atomic import write_atomic
+from bench.units import binary_size
 
 SPLIT_SEED = 0
 # model-sized float images augmented at once by `Dataset.epoch_batches` (its index tensors take some 8× more
@@ -361,10 +362,19 @@ def read_square(path: Path, side: int, mode: str = "RGB", raw: bytes | None = No
     return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
 
 
-def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SIZE) -> Dataset:
-    """DATA_ROOT holds `train/` and `val/` (or `test/`), each a folder per class of images in any format
-    Pillow reads; classes are the train folder's subfolders, sorted; normalised with the training
-    images' per-channel mean and standard deviation."""
+@dataclass(frozen=True)
+class FolderShape:
+    """What an image folder gives a model, known from its listing before any image is read."""
+    img_size: int
+    in_chans: int
+    num_classes: int
+    images: int
+
+
+def imagefolder_shape(data_root: str | Path, side: int | None = None) -> FolderShape:
+    """An image folder's shape from its listing alone (no image read), or the loader's one-line refusal of a folder
+    it cannot read (splits or classes missing, a class with no image)."""
+    side = side or IMAGEFOLDER_SIZE
     root = Path(data_root).expanduser()
     splits = _splits(root)
     if splits is None:
@@ -382,6 +392,46 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
     if len(classes["train"]) < 2:
         raise ValueError(f"imagefolder: {root / 'train'} has {len(classes['train'])} class folder(s); a classifier "
                          f"needs at least 2")
+    images = 0
+    for folder in splits:
+        for name in classes["train"]:
+            files = _image_files(folder / name)
+            if not files:
+                raise ValueError(f"imagefolder: {folder / name} holds no image ({', '.join(sorted(IMAGE_SUFFIXES))})")
+            images += len(files)
+    return FolderShape(side, 3, len(classes["train"]), images)
+
+
+# an image folder's peak memory while it is read and its parsed copy written, per stored value (image × channel ×
+# pixel): its uint8 pixels, stacked, their float32 copy and the cache's (10.2–10.6 bytes measured at 256 and 512 px)
+READ_BYTES_PER_VALUE = 11
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel can give without swapping (Linux's MemAvailable), or None where it does not say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SIZE) -> Dataset:
+    """DATA_ROOT holds `train/` and `val/` (or `test/`), each a folder per class of images in any format
+    Pillow reads; classes are the train folder's subfolders, sorted; normalised with the training
+    images' per-channel mean and standard deviation. Refused in one line before any image is read where
+    `imagefolder_shape` refuses, and where reading them at `side` px would take more memory than is free now."""
+    shape = imagefolder_shape(data_root, side)
+    need, free = shape.images * 3 * side * side * READ_BYTES_PER_VALUE, available_memory()
+    if free is not None and need > free:
+        raise ValueError(f"imagefolder: reading {shape.images:,} images at {side} px takes about {binary_size(need)} of "
+                         f"memory, and {binary_size(free)} is free; a smaller IMG_SIZE (--img-size) fits them")
+    root = Path(data_root).expanduser()
+    splits = _splits(root)
+    assert splits is not None
+    classes = {folder.name: _class_names(folder) for folder in splits}
     arrays, digest = [], hashlib.sha256()
     for folder in splits:
         images, labels = [], []

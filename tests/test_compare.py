@@ -92,6 +92,23 @@ def test_a_folder_against_its_copy_is_the_same_everywhere_and_a_worse_copy_is_ca
     assert (written["acc_a"] - written["acc_b"]).tolist() == pytest.approx(written["diff_pts"].tolist())
 
 
+def test_an_interval_end_just_clear_of_0_is_printed_clear_of_0(sweep_out, tmp_path, monkeypatch, capsys):
+    """A point called A higher whose interval starts 0.003 points above 0 prints that end as 0.003, not 0.00; a
+    point without an interval prints — for both ends."""
+    import ablations.analysis.compare as compare
+
+    table = pd.DataFrame([{"sweep": "cmp", "point": "depth=1", "seeds": 3, "acc_a": 0.9, "acc_b": 0.89,
+                           "diff_pts": 1.0, "low_pts": 0.003, "high_pts": 1.997, "verdict": "A higher", "family": 1},
+                          {"sweep": "cmp", "point": "depth=2", "seeds": 3, "acc_a": 0.9, "acc_b": 0.9, "diff_pts": 0.0,
+                           "low_pts": float("nan"), "high_pts": float("nan"), "verdict": "identical predictions",
+                           "family": 1}])
+    monkeypatch.setattr(compare, "compare_outs", lambda a, b: table)
+    (tmp_path / "ablations").mkdir()
+    assert main(["compare", str(sweep_out), str(tmp_path)]) == 0
+    lines = {line.split()[1]: line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] == ["cmp"]}
+    assert lines["depth=1"][6:8] == ["0.003", "2.00"] and lines["depth=2"][6:8] == ["—", "—"], lines
+
+
 def test_folders_with_no_run_in_common_are_refused_naming_them(sweep_out, tmp_path, capsys):
     (tmp_path / "bare").mkdir()   # not a folder a sweep wrote: named as such
     assert main(["compare", str(sweep_out), str(tmp_path / "bare")]) == 2

@@ -86,6 +86,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ablations.analysis.compare import compare_outs
+    from ablations.analysis.wording.verdicts import bound
 
     message = refusal(Path(args.csv).parent, False) if args.csv else None
     if message:
@@ -115,7 +116,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     shown = table.copy()
     for column in ("acc_a", "acc_b"):
         shown[column] = 100 * shown[column]
-    print(shown.drop(columns="family").to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep="—"))
+    ends = {column: (lambda v: "—" if v != v else bound(v / 100)) for column in ("low_pts", "high_pts")}
+    print(shown.drop(columns="family").to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep="—",
+                                                 formatters=ends))
     print(f"largest |A − B|: {table['diff_pts'].abs().max():.2f} accuracy points over "
           f"{count(len(table), 'point')} of the sweeps; "
           + ", ".join(f"{label} mean train_util_pct {table[column].mean():.1f}" if table[column].notna().any()

@@ -506,7 +506,7 @@ def test_the_known_answer_suite_gets_every_known_answer_at_fixed_and_at_adaptive
     assert re.search(r"no verdict \(even the best setting, depth=\d \([\d.]+ %\), is within noise of chance "
                      r"\(25\.0 % for guessing\)\)\n", summary), summary   # the reason whole, not cut off
     report = (tmp_path / "REPORT.md").read_text()
-    assert "pos=none (" in report and "does not learn this task at this budget" in report
+    assert "pos=none (" in report and "not shown to learn this task at this budget" in report
     assert "| bmm | einops | 0 (same predictions) | — | — | identical |" in report
     argv = ["known", "--out", str(tmp_path), "--seeds", "auto"]
     status = ablations_main(argv)

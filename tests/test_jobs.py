@@ -395,6 +395,15 @@ def test_each_runs_epoch_bar_names_the_run_alone_in_the_driver_in_a_worker_and_i
     assert all(f"{name}: " in err for name in named), err
 
 
+def test_a_run_in_this_process_draws_no_epoch_bar_into_a_log(tmp_path, capsys):
+    """One job, stderr not a terminal (a log): the sweep's bar only, no nested epoch bar and its cursor-ups."""
+    points = [Point("j", "depth", 1, TINY, TrainConfig(epochs=2, batch_size=256))]
+    opts = RunOptions(dataset="digits", out=str(tmp_path), seeds=(0,), cost=CostPlan(rounds=0))
+    run_sweep("j", points, opts, LocalExecutor(ExecutorOptions(jobs=1, device="cpu")))
+    err = capsys.readouterr().err
+    assert "sweep j" in err and "epochs" not in err and "\x1b[A" not in err, err
+
+
 def test_relayed_epochs_tick_at_the_start_and_after_each_epoch_with_tqdms_postfix():
     import io
 

@@ -240,6 +240,13 @@ def test_a_leader_at_chance_stops_the_design_at_its_first_look():
     assert design.runs == 3 * LOOKS[0]
     learned = replay({k: (range(12), v, None) for k, v in guessing.items()}, chance=0.1)
     assert not learned.final.at_chance
+    # a leader under 25 % + 3 binomial s.d. (31.5 % on 400 images), but 12 seeds at 29 % put it more than 3 standard
+    # errors above guessing: it learned a little, and the design goes on; at 3 seeds it cannot show that yet
+    weak = {0: (rng.random((12, 400)) < 0.29).astype(float), 1: guessing[1], 2: guessing[2]}
+    assert weak[0].mean() < 0.315
+    learned = replay({k: (range(12), v, None) for k, v in weak.items()}, looks=(12, 24), chance=0.25)
+    assert learned.looks[0].leader == 0 and not learned.looks[0].at_chance
+    assert replay({k: (range(12), v, None) for k, v in weak.items()}, chance=0.25).final.at_chance
 
 
 def test_the_step_down_spends_alpha_per_pair_so_the_family_wise_bound_is_alpha():

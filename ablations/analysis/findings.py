@@ -137,7 +137,7 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
     if correct is not None:
         findings.test_size = next(iter(correct.values())).shape[1]
         findings.setting_parts = _mean_parts([contrast([correct[v]], [1.0]).parts for v in order])
-    _mark_chance(findings, ok)
+    _mark_chance(findings, ok, factor, correct)
     if design is not None and design[0].final is not None:   # where it stopped is said with or without a test
         findings.design, findings.left_out = design
     if len(settings) < 2:
@@ -285,14 +285,15 @@ def _mean_parts(parts: list[Components]) -> Components | None:
     return Components(*(float(np.mean([getattr(p, name) for p in parts])) for name in ("seed", "seed_image", "image")))
 
 
-def _mark_chance(f: SweepFindings, ok: pd.DataFrame) -> None:
-    """Flag settings whose mean accuracy is within noise of guessing (`stats.at_chance`)."""
+def _mark_chance(f: SweepFindings, ok: pd.DataFrame, factor: str, correct: dict[Hashable, np.ndarray] | None) -> None:
+    """Flag settings whose runs are within noise of guessing (`stats.at_chance`)."""
     classes = pd.to_numeric(ok["num_classes"], errors="coerce").dropna() if "num_classes" in ok else pd.Series([])
     if classes.empty:
         return
     f.chance = 1.0 / float(classes.iloc[0])
     for s in f.settings:
-        s.at_chance = at_chance(s.acc.mean, f.chance, f.test_size)
+        accs = ok.loc[ok[factor] == s.value, "test_acc"].astype(float).to_numpy()
+        s.at_chance = at_chance(s.acc.mean, f.chance, f.test_size, accs, correct.get(s.value) if correct else None)
 
 
 def _power(f: SweepFindings, ok: pd.DataFrame, factor: str) -> None:

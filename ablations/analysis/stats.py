@@ -60,7 +60,8 @@ POWER = 0.80
 MARGIN = 0.005      # default equivalence margin δ: ±0.5 points
 MIN_SEEDS = 2       # a test needs the spread between seeds
 MIN_WIN_SEEDS = 5   # P(a beats b) is given from this many runs a side
-CHANCE_SDS = 3.0    # a setting is "at chance" within this many binomial s.d. of 1 / classes
+CHANCE_SDS = 3.0    # a setting is "at chance" within this many binomial s.d. of 1 / classes (and s.e. of its mean)
+CHANCE_LEVEL = float(2 * sps.norm.cdf(CHANCE_SDS) - 1)   # the two-sided confidence of ±CHANCE_SDS s.d.: 0.9973
 FLOOR_QUANTILE = ALPHA / 2   # a run variance is floored where coin flips alone would give less this rarely
 
 
@@ -278,12 +279,20 @@ class Comparison:
         return Outcome.EQUIVALENT if self.p_equiv_holm < alpha else Outcome.INCONCLUSIVE
 
 
-def at_chance(mean: float, chance: float, test_size: int | None) -> bool:
+def at_chance(mean: float, chance: float, test_size: int | None, accs: Sequence[float] | None = None,
+              correct: np.ndarray | None = None) -> bool:
     """Whether a mean accuracy is within noise of guessing: under 1 / classes + CHANCE_SDS binomial s.d. over
     the test images, a rule of the test set alone (two seeds far apart are not called chance because their
-    interval is wide)."""
+    interval is wide), and, given the runs (`accs`, and `correct` as for `accuracy_interval`), within CHANCE_SDS
+    standard errors of it over the seeds and test images (a setting whose runs show it above guessing has learned
+    something, however little; at CHANCE_SDS, not 95 %, so that a leader chosen among guessers is still one)."""
     noise = CHANCE_SDS * math.sqrt(chance * (1 - chance) / test_size) if test_size else 0.0
-    return mean < chance + noise
+    if not mean < chance + noise:
+        return False
+    if accs is None or len(accs) == 0:
+        return True
+    low = accuracy_interval(accs, test_size, correct, confidence=CHANCE_LEVEL).low
+    return not low > chance
 
 
 def probability_of_improvement(a: np.ndarray, b: np.ndarray) -> float:

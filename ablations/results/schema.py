@@ -152,7 +152,8 @@ SETTINGS_TABLE = [
     Column("acc_low_pct", "%", "lower end of its 95 % interval (see `acc_interval`)"),
     Column("acc_high_pct", "%", "upper end of its 95 % interval"),
     Column("acc_interval", "", "what the interval covers (seeds and test images, seeds alone, or binomial)", "text"),
-    Column("at_chance", "", "the mean is within noise of guessing (1/classes + 3 binomial s.d.)", "bool"),
+    Column("at_chance", "", "the mean is within noise of guessing (under 1/classes + 3 binomial s.d., and within 3 "
+           "standard errors of 1/classes)", "bool"),
     Column("params", "", "trainable parameters", "int"),
     Column("gmacs", "GMAC", "multiply-adds of one forward pass of one image"),
     *_spread_columns("infer_img_s", "img/s", "inference throughput in the cost phase (median over its rounds)"),

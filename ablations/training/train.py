@@ -139,12 +139,13 @@ class _RelayedEpochs:
 
 
 def epoch_bar(epochs: range, desc: str, progress: bool, name: str = ""):
-    """A run's progress over `epochs`, named `name: desc`: a tqdm bar in this process, or ticks to CONTEXT.relay
-    where one is set."""
+    """A run's progress over `epochs`, named `name: desc`: ticks to CONTEXT.relay where one is set (the driver
+    draws them), else a tqdm bar in this process on a terminal only (in a log, a bar nested under the sweep's
+    writes a line and a cursor-up at every update; the sweep's bar says which runs ended)."""
     desc = f"{name}: {desc}" if name else desc
     if progress and CONTEXT.relay is not None:
         return _RelayedEpochs(epochs, desc, CONTEXT.relay)
-    return tqdm(epochs, desc=desc, unit="ep", leave=False, disable=not progress)
+    return tqdm(epochs, desc=desc, unit="ep", leave=False, disable=not (progress and sys.stderr.isatty()))
 
 
 def check_stop() -> None:

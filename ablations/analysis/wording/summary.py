@@ -61,8 +61,8 @@ def caveated(a: Answer) -> str:
                 f"{setting_names(list(a.left_out), a.factor)}.")
     if a.at_chance:
         one = len(a.at_chance) == 1
-        said += (f" {setting_names(list(a.at_chance), a.factor)} {'does' if one else 'do'} not learn the task at "
-                 f"this budget (within noise of chance).")
+        said += (f" {setting_names(list(a.at_chance), a.factor)} {'is' if one else 'are'} within noise of chance: "
+                 f"not shown to learn the task at this budget.")
     if a.failed:
         said += f" Not counted: {count(len(a.failed), 'run')} that did not finish: {runs}."
     return f"Not converged; at this budget: {said}" if a.unconverged else said

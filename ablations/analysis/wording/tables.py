@@ -64,8 +64,9 @@ def table_markdown(f: SweepFindings) -> str:
     notes = [f"Intervals: {'; '.join(kinds)}. Speed: {cost_source(f.cost)}, medians; the quartiles, memory, latency, "
              f"MFU, utilisation and the runs' own wall times of every setting are in settings.csv."]
     if any(s.at_chance for s in f.settings):
-        notes.append(f"‡ within noise of chance ({100 * (f.chance or 0):.1f} % for guessing): not learned at this "
-                     f"budget (under chance + {CHANCE_SDS:g} binomial s.d. over the test images).")
+        notes.append(f"‡ within noise of chance ({100 * (f.chance or 0):.1f} % for guessing): not shown to learn at "
+                     f"this budget (under chance + {CHANCE_SDS:g} binomial s.d. over the test images, and within "
+                     f"{CHANCE_SDS:g} standard errors of it over the seeds and test images).")
     reused = sorted({sweep for s in f.settings for sweep in s.reused_from})
     if reused:
         notes.append(f"† runs copied from the {', '.join(reused)} sweep (same run id, so the same result; trained at "

@@ -233,7 +233,7 @@ def no_test(f: SweepFindings) -> str:
                 f"and a test would then take into account (SEEDS=0,1,2)")
     if why.kind == "at chance":
         return (f"even the best setting, {f.factor}={why.best} ({pct(why.best_acc)} %), is within noise of chance "
-                f"({100 * (f.chance or 0):.1f} % for guessing): no setting has learned the task at this budget, so no "
+                f"({100 * (f.chance or 0):.1f} % for guessing): no setting is shown to learn the task at this budget, so no "
                 f"comparison says anything about the factor; train longer (EPOCHS), or check that the labels can be "
                 f"learned from the images")
     return why.reason
@@ -335,8 +335,8 @@ def chance_sentence(f: SweepFindings) -> str:
         return ""
     names = ", ".join(f"{f.factor}={s.value} ({pct(s.acc.mean)} %)" for s in low)
     one = len(low) == 1
-    return (f"{names} {'does' if one else 'do'} not learn this task at this budget: within noise of chance "
-            f"({100 * (f.chance or 0):.1f} % for guessing, ‡), compared above like any other setting; "
+    return (f"{names} {'is' if one else 'are'} within noise of chance ({100 * (f.chance or 0):.1f} % for guessing, "
+            f"‡): not shown to learn this task at this budget, and compared above like any other setting; "
             f"{'it' if one else 'they'} may learn with more epochs (EPOCHS).")
 
 
@@ -469,7 +469,7 @@ def design_progress(design: Design, name: str, left_out: Sequence[Hashable] = ()
         f"{k} ({d.outcome} at look {d.look + 1})" for k, d in last.decided.items()) or "none"
     if last.at_chance:
         return (f"{name}: stopped at look {last.index + 1}: even the leader, {last.leader}, is within noise of "
-                f"chance (nothing learned the task at this budget; more seeds would not change that)")
+                f"chance (no setting is shown to learn the task at this budget; train longer: EPOCHS)")
     open_ = [k for k in design.have if k != last.leader and k not in last.decided]
     if design.done:
         cap = f", the cap: {labels_named(open_)} still open" if open_ else ""

@@ -17,6 +17,7 @@ from ablations.analysis.stats import (
     ALPHA,
     Comparison,
     accuracy_interval,
+    at_chance,
     compare_settings,
     contrast,
     detectable_difference,
@@ -539,3 +540,25 @@ def test_one_outcome_vocabulary_with_words_and_markers_for_every_kind_a_pair_can
     assert set(PAIR_OUTCOMES) - {Outcome.BETTER} <= set(OUTCOME_MARKERS)   # a setting against the best: never above it
     assert [f"{o}" for o in Outcome] == [str(o) for o in Outcome] == [o.value for o in Outcome]
     assert Outcome.BETTER == "better" and {"worse": 1}[Outcome.WORSE] == 1
+
+
+def test_the_chance_rule_calls_a_guessing_leader_learned_rarely_and_a_weak_learner_learned_at_24_seeds():
+    """Both rates of `at_chance` on simulated runs whose answer is known (ten classes, 360 test images, the digits
+    regime): the leader of five settings that all guess, chosen for its high mean, is called above chance in under
+    3 % of sweeps at 24 seeds (the 3-standard-error rule: 0.1 % of 1,000 sweeps; its 95 % interval clear of chance:
+    8.8 %), and a setting that learned 3 points beyond guessing, under the 3 binomial s.d. of the test set alone (4.7
+    points), is called above chance in over 95 % of sweeps at 24 seeds, where the test-set rule alone called it
+    chance in 300 of 300."""
+    rng = np.random.default_rng(0)
+    n, seeds, chance = 360, 24, 0.1
+
+    def learned(p: float, k: int) -> bool:
+        runs = [(rng.random((seeds, n)) < p).astype(float) for _ in range(k)]
+        lead = max(runs, key=lambda c: c.mean())
+        assert at_chance(lead.mean(), chance, n) == (lead.mean() < chance + 3 * math.sqrt(chance * 0.9 / n))
+        return not at_chance(lead.mean(), chance, n, lead.mean(axis=1), lead)
+
+    false = sum(learned(chance, 5) for _ in range(300))
+    assert false < 9, false   # under 3 %
+    weak = sum(learned(chance + 0.03, 1) for _ in range(100))
+    assert weak >= 95 and at_chance(chance + 0.03, chance, n), weak

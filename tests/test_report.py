@@ -409,6 +409,20 @@ def test_a_setting_its_seeds_show_above_chance_is_not_called_at_chance_however_l
     assert "| 4 | 3 | " in text and text.split("| 4 | 3 | ")[1].split("|")[0].endswith("‡ ")
 
 
+def test_a_best_setting_at_chance_beside_one_whose_runs_show_learning_still_gets_a_comparison(tmp_path):
+    """depth=1's two seeds at 12.6 % are within noise of guessing (two seeds show little), depth=2's 24 at 12.5 % are
+    not: "no setting is shown to learn" would be false, so the pair is compared and depth=1 alone carries ‡."""
+    rng = np.random.default_rng(1)
+    for seed, right in ((0, 128), (1, 124)):
+        write_run(tmp_path, 1, seed, mask(np.sort(rng.choice(1000, 1000 - right, replace=False))))
+    for seed in range(24):
+        write_run(tmp_path, 2, seed, mask(np.sort(rng.choice(1000, 875 + int(rng.integers(-3, 4)), replace=False))))
+    text = depth_section(tmp_path)
+    assert "No verdict" not in text and "no setting is shown to learn" not in text, text
+    assert text.split("| 1 | 2 | ")[1].split("|")[0].endswith("‡ ") and "‡" not in text.split("| 2 | 24 | ")[1].split("|")[0]
+    assert "depth=1 (12.60 %) is within noise of chance" in text
+
+
 def test_a_sweep_whose_best_setting_is_at_chance_gets_no_verdict(tmp_path):
     for depth in (1, 2):     # shuffled labels: every setting guesses
         for seed in range(3):

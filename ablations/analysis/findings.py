@@ -149,7 +149,7 @@ def analyse(rows: pd.DataFrame, factor: str, order: list, preds_dir: Path, cost_
         findings.no_test = NoTest("one seed", some=not all(len(s.seeds) == 1 for s in settings))
         return findings
     best = max(settings, key=lambda s: s.acc.mean)
-    if best.at_chance:
+    if all(s.at_chance for s in settings):   # the best among them: its runs may be too few to show what another's do
         findings.no_test = NoTest("at chance", best=best.value, best_acc=best.acc.mean)
         return findings
     if runs is None:

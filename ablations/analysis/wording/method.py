@@ -54,7 +54,7 @@ def _method_tests(margin: float | RelativeMargin) -> str:
   of its median noise could detect ((t₁₋α/2m + t_{{power}}) × the median s.e., {percent(POWER)} power) and the seeds a
   {100 * POWER_DELTA:.1f}-point difference would take. A setting under 1/classes + {CHANCE_SDS:g} binomial s.d. over
   the test images and within {CHANCE_SDS:g} standard errors of 1/classes over its seeds and test images is at chance
-  (‡: not shown to learn) and compared like any other; a sweep whose best setting is at chance, or with one seed a
+  (‡: not shown to learn) and compared like any other; a sweep whose settings are all at chance, or with one seed a
   setting, or without saved predictions, gets no verdict.
 - **Pair tables.** The interval is the pair's own 95 % one at fixed seeds (p Holm-adjusted, so an interval
   clear of 0, or inside the margin, beside "inconclusive" did not survive the adjustment), under SEEDS=auto the

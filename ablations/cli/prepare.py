@@ -262,16 +262,16 @@ def _points(args: argparse.Namespace, spec: SweepSpec, data: Any, train_changes:
         given = parse_overrides(getattr(args, "set", None) or [])
         said = f"--set {' '.join(f'{k}={v}' for k, v in given.items())}" if given else ""
         if text.startswith(f"{spec.path}:") and spec.path == Path("--set"):   # `train`'s one-run spec is named --set
-            raise SpecError(_train_refusal(text[len("--set"):], given, spec, data, train_changes)) from None
+            raise SpecError(_train_refusal(text[len("--set"):], given, said, spec, data, train_changes)) from None
         if not given:
             raise
         raise SpecError(f"{text} (with {said} at every point)") from None
 
 
-def _train_refusal(reason: str, given: dict[str, Any], spec: SweepSpec, data: Any, train_changes: dict[str, Any]) -> str:
-    """`train`'s refusal of its one point: led by the --set, unless the point without it is refused for the same
-    reason (the preset itself does not fit the dataset), then by "train" with the --set named after it."""
-    said = f"--set {' '.join(f'{k}={v}' for k, v in given.items())}" if given else ""
+def _train_refusal(reason: str, given: dict[str, Any], said: str, spec: SweepSpec, data: Any,
+                   train_changes: dict[str, Any]) -> str:
+    """`train`'s refusal of its one point: led by the --set (`said`), unless the point without it is refused for the
+    same reason (the preset itself does not fit the dataset), then by "train" with the --set named after it."""
     if said:
         without = {k: v for k, v in train_changes.items() if k not in given}
         try:

@@ -310,6 +310,18 @@ def test_a_decided_pairs_interval_end_just_clear_of_0_is_not_printed_as_0(tmp_pa
     assert float(row.group(2)) < 0.05 and verdict.group(1) == row.group(1) and 0 < float(row.group(1)) < 0.01
 
 
+def test_seeds_past_the_count_are_said_to_be_over_it_not_blamed_on_the_test_set(tmp_path):
+    """Seeds spread 17 points apart on 1,000 test images: a 0.5-point difference needs more seeds than are counted,
+    which is the seeds' spread, not the test set's (whose share is negligible): the sentence says so."""
+    rng = np.random.default_rng(3)
+    for seed in range(3):
+        for depth in (1, 2):
+            write_run(tmp_path, depth, seed, mask(np.sort(rng.choice(1000, int(rng.integers(50, 500)), replace=False))))
+    text = depth_section(tmp_path)
+    assert ("would take over 10,000 seeds per setting (the test images' share is negligible here); seed-to-seed "
+            "s.d. 16.70 points") in text and "more test images" not in text, text
+
+
 def test_the_power_sentence_gives_the_seeds_needed_over_the_interval_of_the_seed_spread(tmp_path):
     for seed in range(4):
         write_run(tmp_path, 1, seed, mask(range(20 + 4 * (seed % 2))))

@@ -62,6 +62,7 @@ MIN_SEEDS = 2       # a test needs the spread between seeds
 MIN_WIN_SEEDS = 5   # P(a beats b) is given from this many runs a side
 CHANCE_SDS = 3.0    # a setting is "at chance" within this many binomial s.d. of 1 / classes (and s.e. of its mean)
 CHANCE_LEVEL = float(2 * sps.norm.cdf(CHANCE_SDS) - 1)   # the two-sided confidence of ±CHANCE_SDS s.d.: 0.9973
+MOST_SEEDS = 10_000  # the most seeds a setting that `seeds_needed` counts up to
 FLOOR_QUANTILE = ALPHA / 2   # a run variance is floored where coin flips alone would give less this rarely
 
 
@@ -497,14 +498,15 @@ def detectable_difference(se: float, comparisons: int, df: float = math.inf, alp
 
 
 def seeds_needed(seed_var: float, image_var: float, delta: float, comparisons: int, alpha: float = ALPHA,
-                 power: float = POWER, most: int = 10_000, paired_var: float | None = None) -> int | None:
+                 power: float = POWER, most: int = MOST_SEEDS, paired_var: float | None = None) -> int | None:
     """Seeds per setting for a two-sided test at the strictest Holm level α/m to detect a difference
     `delta` (fraction) with `power`, when the difference of two settings' means over s seeds has
     variance 2·seed_var/s + image_var with 2(s − 1) degrees of freedom (seed_var: the variance of one
     run's accuracy between seeds, coin flips included; image_var: what the finite test set adds, which
     more seeds do not remove). Settings compared seed by seed: `paired_var`, the variance of one seed's
     difference, in place of 2·seed_var, with s − 1 degrees of freedom. None when the test set's share
-    alone is too large for `delta`."""
+    alone is too large for `delta` (`detectable_difference` of its s.e. is at least `delta`), or when more than
+    `most` seeds would be needed."""
     if _quantiles(comparisons, math.inf, alpha, power) ** 2 * image_var >= delta ** 2:
         return None
 

@@ -733,7 +733,7 @@ def test_a_phase_abandoned_on_a_busy_machine_is_not_set_up_again_by_the_commands
     phase at every look, which then gets none at once: no set-up again, and its one line is said once."""
     from ablations.running import cost
 
-    monkeypatch.setattr(cost, "FOUND_BUSY", set())
+    monkeypatch.setattr(cost, "GIVEN_UP", set())
     calls = {"set_up": 0, "rounds": 0}
     real_once = cost._once_per_process
 
@@ -757,6 +757,35 @@ def test_a_phase_abandoned_on_a_busy_machine_is_not_set_up_again_by_the_commands
     other = [("c", points()[:1], tmp_path / "d-cost.csv")]   # another phase is measured as ever
     cost.run_cost_phases(other, PLAN, torch.device("cpu"), progress=False)
     assert calls == {"set_up": 2, "rounds": 2}
+
+
+def test_a_phase_too_long_for_its_budget_is_not_measured_again_by_the_commands_next_look(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """A budget that fits one round of the three a comparison needs: no phase, said once; SEEDS=auto's next look asks
+    for the same phase and gets none at once (its first round again took 13 s a look, six times, on an image
+    folder), while another phase is measured as ever."""
+    import dataclasses
+
+    from ablations.running import cost
+
+    monkeypatch.setattr(cost, "GIVEN_UP", set())
+    calls = {"set_up": 0}
+    real_once = cost._once_per_process
+
+    def once(*args, **kwargs):
+        calls["set_up"] += 1
+        return real_once(*args, **kwargs)
+    monkeypatch.setattr(cost, "_once_per_process", once)
+    tight = dataclasses.replace(PLAN, budget_s=1e-6)
+    csv = tmp_path / "c-cost.csv"
+    first = cost.run_cost_phases([("c", points(), csv)], tight, torch.device("cpu"), progress=True)
+    said = capsys.readouterr().err
+    again = cost.run_cost_phases([("c", points(), csv)], tight, torch.device("cpu"), progress=True)
+    assert first["c"].empty and again["c"].empty and calls == {"set_up": 1}
+    assert "no cost phase: its first round took" in said and capsys.readouterr().err == ""
+    other = [("c", points()[:1], tmp_path / "d-cost.csv")]   # another phase is measured as ever
+    cost.run_cost_phases(other, PLAN, torch.device("cpu"), progress=False)
+    assert calls == {"set_up": 2}
 
 
 def test_a_row_read_by_cpu_time_gives_the_mfu_of_its_cpu_time_throughput_and_no_wall_clock_latency():

@@ -185,8 +185,9 @@ def run_adaptive(args: argparse.Namespace, specs: list[SweepSpec], sweep_points:
                  executor: Executor | None = None) -> tuple[list[SweepSummary] | None, int]:
     """Sweeps of which some (`auto`) train under adaptive seeds: look by look, replay each such sweep's design
     on its finished runs and train the seeds it asks for; the sweeps with fixed seeds train beside the first
-    look. Every point stays in the command, so each look's cost phase is the first one, reused. The summaries
-    of all looks merged, or (None, status) as `run_all` (the command's way to train a step of sweep_points)."""
+    look. Every point stays in the command, so each look's cost phase is the first one, reused (or none, where the
+    first gave it up: `cost.GIVEN_UP`). The summaries of all looks merged, or (None, status) as `run_all` (the
+    command's way to train a step of sweep_points)."""
     from ablations.analysis.wording import design_progress  # the statistics load only for adaptive seeds
 
     design_files, refused = _design_files(args.out, specs, sweep_points, options, auto)

@@ -259,9 +259,10 @@ def _measure_item(item: _Item, model: torch.nn.Module, costs: dict[str, Any], de
     return row
 
 
-# the phases this process abandoned on a busy machine (CUDA): a later look of the same command (SEEDS=auto) asks
-# for the same phase and gets none at once, rather than its set-up again and the same sentence again
-FOUND_BUSY: set[str] = set()
+# the phases this process gave up: abandoned on a busy machine (CUDA), or their first round too long for three rounds
+# in the budget; a later look of the same command (SEEDS=auto) asks for the same phase and gets none at once, rather
+# than its set-up and first round again and the same sentence again
+GIVEN_UP: set[str] = set()
 
 
 def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan, device: torch.device,
@@ -281,7 +282,7 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     found = {sweep: complete_phase(csv, pid, len(own[sweep])) for sweep, _, csv in sweeps}
     if reuse and all(phase is not None for phase in found.values()):
         return found  # type: ignore[return-value]
-    if pid in FOUND_BUSY:   # this command found the machine busy for this very phase: no set-up, nothing said again
+    if pid in GIVEN_UP:   # this command gave this very phase up (busy, or too long): no set-up, nothing said again
         return {sweep: pd.DataFrame(columns=COST_COLUMNS) for sweep, _, _ in sweeps}
     for _, _, csv in sweeps:
         drop_rows(csv, "phase_id", {pid})  # an attempt cut short: its rounds are not of this sitting
@@ -301,8 +302,8 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     bar = tqdm(total=plan.rounds * len(items), desc=f"cost {names} ({clock.describe()})", unit="step", leave=False,
                disable=not progress)
     kept = _rounds(sitting, clock, order, len(items), sweeps, names, bar)
-    if clock.abandoned:
-        FOUND_BUSY.add(pid)
+    if clock.abandoned or clock.too_short:
+        GIVEN_UP.add(pid)
     bar.close()
     if progress:
         taken = (f"no round of {len(items)} timed steps kept" if clock.abandoned or not kept

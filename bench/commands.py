@@ -53,7 +53,11 @@ def run(args: argparse.Namespace) -> None:
     try:
         device = resolve_device(args.device)
         timing = TimingConfig(warmup=args.warmup, min_repeats=args.repeats, min_time_s=args.min_time_s)
-        base = PRESETS[args.preset].replace(**parse_overrides(args.set))
+        given = parse_overrides(args.set)
+        try:
+            base = PRESETS[args.preset].replace(**given)
+        except ValueError as err:   # the --set named, as the command's one line
+            raise ValueError(f"--set {' '.join(f'{k}={v}' for k, v in given.items())}: {err}") from None
         points = expand_grid(base, args.attn, args.tokens or [0], args.batch_size, args.dtype, args.mode,
                              bool(args.compile), timing, device)
     except ValueError as err:

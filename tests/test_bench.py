@@ -506,7 +506,8 @@ def test_bench_cli_set_overrides_the_preset_and_bad_overrides_fail_first(tmp_pat
     fast = ["--attn", "bmm", "--warmup", "0", "--repeats", "1", "--min-time-s", "0", "--out", str(tmp_path)]
     # vit_mnist's conv stem cannot reach an 8×8 grid of 7 px patches (56 px): the error names stem
     for argv, message in ((["--tokens", "65"], "stem='conv' with patch_size=7.*stem='patch'"),
-                          (["--set", "stems=patch"], "no field 'stems'"),
+                          (["--set", "stems=patch"], "^error: --set stems=patch: ViTConfig has no field 'stems'"),
+                          (["--set", "depth=x"], "^error: --set depth=x: ViTConfig.depth must be a positive int"),
                           (["--set", "depth"], "'depth' is not key=value")):
         with pytest.raises(SystemExit) as exit_:
             main(["run", "--preset", "vit_mnist", *argv, *fast])

@@ -111,9 +111,13 @@ def test_a_folder_is_refused_before_any_image_is_read_where_its_points_or_the_fr
     assert "[model] preset=auto has no base model for 30 px images" in capsys.readouterr().err
     assert data.imagefolder_shape(root, 64) == data.FolderShape(64, 3, 2, 12)
     monkeypatch.setattr(data, "available_memory", lambda: 2**20)   # 12 images × 3 × 64² × 11 bytes: 1.5 MiB
+    assert 12 * 3 * 51 ** 2 * data.READ_BYTES_PER_VALUE <= 2**20 < 12 * 3 * 52 ** 2 * data.READ_BYTES_PER_VALUE
     assert main(["train", "--preset", "vit_tiny_patch16_224", "--img-size", "64", *common]) == 2
     assert capsys.readouterr().err == ("error: imagefolder: reading 12 images at 64 px takes about 1.5 MiB of memory, "
-                                       "and 1.0 MiB is free; a smaller IMG_SIZE (--img-size) fits them\n")
+                                       "and 1.0 MiB is free; IMG_SIZE (--img-size) 51 or less fits them\n")
+    monkeypatch.setattr(data, "available_memory", lambda: 100)
+    assert main(["train", "--preset", "vit_tiny_patch16_224", "--img-size", "64", *common]) == 2
+    assert capsys.readouterr().err.endswith("and 100 B is free; fewer images, or a machine with more memory, would\n")
 
 
 def test_a_test_folder_serves_as_the_evaluation_split(tmp_path):

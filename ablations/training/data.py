@@ -26,6 +26,7 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import math
 import pickle
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -426,8 +427,11 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
     shape = imagefolder_shape(data_root, side)
     need, free = shape.images * 3 * side * side * READ_BYTES_PER_VALUE, available_memory()
     if free is not None and need > free:
+        fits = math.isqrt(free // (shape.images * 3 * READ_BYTES_PER_VALUE))   # the largest side they fit at
+        way = (f"IMG_SIZE (--img-size) {fits} or less fits them" if fits >= 1 else
+               "fewer images, or a machine with more memory, would")
         raise ValueError(f"imagefolder: reading {shape.images:,} images at {side} px takes about {binary_size(need)} of "
-                         f"memory, and {binary_size(free)} is free; a smaller IMG_SIZE (--img-size) fits them")
+                         f"memory, and {binary_size(free)} is free; {way}")
     root = Path(data_root).expanduser()
     splits = _splits(root)
     assert splits is not None

@@ -17,7 +17,7 @@ from bench import choices, units
 from bench.env import device_name, environment, resolve_device, run_id
 from bench.grid import expand_grid, run_grid
 from bench.io.csvio import append_row
-from bench.io.overrides import parse_overrides
+from bench.io.overrides import overrides_text, parse_overrides
 from bench.measure import add_mfu
 from bench.mfu import matmul_peak_flops, peak_size
 from bench.reference import refusal
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> None:
         try:
             base = PRESETS[args.preset].replace(**given)
         except ValueError as err:   # the --set named, as the command's one line
-            raise ValueError(f"--set {' '.join(f'{k}={v}' for k, v in given.items())}: {err}") from None
+            raise ValueError(f"{overrides_text(given)}: {err}") from None
         points = expand_grid(base, args.attn, args.tokens or [0], args.batch_size, args.dtype, args.mode,
                              bool(args.compile), timing, device)
     except ValueError as err:

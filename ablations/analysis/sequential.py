@@ -252,9 +252,9 @@ def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequen
     tested again against the new one, and trains on if that is open. `chance`: 1 / classes; a leader within
     noise of it (`stats.at_chance`) stops the design: no setting is shown to learn the task, so no comparison
     says anything about the factor until it trains longer. The leader is the setting with the highest mean, a tie
-    going to the first name in sorted order (`stats.leading`). Settings identical seed by seed (here, or at an earlier look:
-    `twins`) move together: all train the next look's seeds or none do, so they stay paired; a setting once
-    seen identical to the leader stays decided identical while that leader leads."""
+    going to the first name in sorted order (`stats.leading`). Settings identical seed by seed (here, or at an
+    earlier look: `twins`) move together: all train the next look's seeds or none do, so they stay paired; a
+    setting once seen identical to the leader stays decided identical while that leader leads."""
     looks = check_looks(looks)
     level = nominal_levels(looks, alpha, spending)[index]
     found = compare_settings(correct, margin=margin, seeds=seeds, preds=preds)
@@ -283,15 +283,10 @@ def look(correct: Mapping[Hashable, np.ndarray], seeds: Mapping[Hashable, Sequen
     training = {k for k in correct if k == leader or k not in decided}
     training |= {k for group in groups if group & training for k in group}   # twins: all of a group or none
     still = tuple(k for k in correct if k in training)
-    guessing = chance is not None and _at_chance(np.asarray(correct[leader]), float(means[leader]), chance)
+    lead = np.asarray(correct[leader])
+    guessing = chance is not None and at_chance(float(means[leader]), chance, lead.shape[1], lead.mean(axis=1), lead)
     return Look(index, looks[index], level, found, leader, decided, () if last or guessing else still, guessing,
                 outcomes, tied, tuple(groups))
-
-
-def _at_chance(correct: np.ndarray, mean: float, chance: float) -> bool:
-    """Whether a setting's runs ((seeds, images) 0/1, `mean` their accuracy) are within noise of guessing
-    (`stats.at_chance`)."""
-    return at_chance(mean, chance, correct.shape[1], correct.mean(axis=1), correct)
 
 
 def _decide(found: list[Comparison], leader: Hashable, standing: Mapping[Hashable, Decision],

@@ -32,7 +32,7 @@ from ablations.specs import (
 from ablations.training.data import cached_dataset, check_recipe, imagefolder_shape
 from bench.env import resolve_device
 from bench.flops import closed_form_size
-from bench.io.overrides import parse_overrides
+from bench.io.overrides import overrides_text, parse_overrides
 from bench.reference import refusal
 from bench.units import count, macs
 from vit import VisionTransformer, checkpoint_id, init_from_checkpoint
@@ -260,7 +260,7 @@ def _points(args: argparse.Namespace, spec: SweepSpec, data: Any, train_changes:
     except SpecError as err:
         text = str(err)
         given = parse_overrides(getattr(args, "set", None) or [])
-        said = f"--set {' '.join(f'{k}={v}' for k, v in given.items())}" if given else ""
+        said = overrides_text(given) if given else ""
         if text.startswith(f"{spec.path}:") and spec.path == Path("--set"):   # `train`'s one-run spec is named --set
             raise SpecError(_train_refusal(text[len("--set"):], given, said, spec, data, train_changes)) from None
         if not given:

@@ -27,3 +27,8 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
             raise ValueError(f"--set {item!r} is not key=value")
         changes[key] = parse_value(value)
     return changes
+
+
+def overrides_text(changes: dict[str, Any]) -> str:
+    """`{"depth": 6, "stem": "patch"}` → `--set depth=6 stem=patch`: the overrides named as a refusal names them."""
+    return "--set " + " ".join(f"{key}={value}" for key, value in changes.items())

@@ -72,6 +72,16 @@ def _runs_in_this_process(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _no_phase_given_up_before(monkeypatch):
+    """Each test starts as a command does, with no cost phase given up (`cost.GIVEN_UP` lasts a process): two tests
+    that ask for the same phase each measure it."""
+    from ablations.running import cost
+
+    monkeypatch.setattr(cost, "GIVEN_UP", set())
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _seed_everything():
     random.seed(0)
     np.random.seed(0)

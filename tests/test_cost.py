@@ -733,7 +733,6 @@ def test_a_phase_abandoned_on_a_busy_machine_is_not_set_up_again_by_the_commands
     phase at every look, which then gets none at once: no set-up again, and its one line is said once."""
     from ablations.running import cost
 
-    monkeypatch.setattr(cost, "GIVEN_UP", set())
     calls = {"set_up": 0, "rounds": 0}
     real_once = cost._once_per_process
 
@@ -768,7 +767,6 @@ def test_a_phase_too_long_for_its_budget_is_not_measured_again_by_the_commands_n
 
     from ablations.running import cost
 
-    monkeypatch.setattr(cost, "GIVEN_UP", set())
     calls = {"set_up": 0}
     real_once = cost._once_per_process
 

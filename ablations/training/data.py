@@ -365,11 +365,14 @@ def read_square(path: Path, side: int, mode: str = "RGB", raw: bytes | None = No
 
 @dataclass(frozen=True)
 class FolderShape:
-    """What an image folder gives a model, known from its listing before any image is read."""
+    """What an image folder gives a model, known from its listing before any image is read; `files`, what the loader
+    reads: for train/ and then val/ (or test/), each class's image files, in the order of `classes` (sorted)."""
     img_size: int
     in_chans: int
     num_classes: int
     images: int
+    classes: tuple[str, ...] = field(default=(), compare=False)
+    files: tuple[tuple[tuple[Path, ...], ...], ...] = field(default=(), compare=False, repr=False)
 
 
 def imagefolder_shape(data_root: str | Path, side: int | None = None) -> FolderShape:
@@ -393,14 +396,14 @@ def imagefolder_shape(data_root: str | Path, side: int | None = None) -> FolderS
     if len(classes["train"]) < 2:
         raise ValueError(f"imagefolder: {root / 'train'} has {len(classes['train'])} class folder(s); a classifier "
                          f"needs at least 2")
-    images = 0
+    files = []
     for folder in splits:
-        for name in classes["train"]:
-            files = _image_files(folder / name)
-            if not files:
+        files.append(tuple(tuple(_image_files(folder / name)) for name in classes["train"]))
+        for name, found in zip(classes["train"], files[-1]):
+            if not found:
                 raise ValueError(f"imagefolder: {folder / name} holds no image ({', '.join(sorted(IMAGE_SUFFIXES))})")
-            images += len(files)
-    return FolderShape(side, 3, len(classes["train"]), images)
+    return FolderShape(side, 3, len(classes["train"]), sum(len(f) for split in files for f in split),
+                       tuple(classes["train"]), tuple(files))
 
 
 # an image folder's peak memory while it is read and its parsed copy written, per stored value (image × channel ×
@@ -433,16 +436,10 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
         raise ValueError(f"imagefolder: reading {shape.images:,} images at {side} px takes about {binary_size(need)} of "
                          f"memory, and {binary_size(free)} is free; {way}")
     root = Path(data_root).expanduser()
-    splits = _splits(root)
-    assert splits is not None
-    classes = {folder.name: _class_names(folder) for folder in splits}
     arrays, digest = [], hashlib.sha256()
-    for folder in splits:
+    for split in shape.files:
         images, labels = [], []
-        for label, name in enumerate(classes["train"]):
-            files = _image_files(folder / name)
-            if not files:
-                raise ValueError(f"imagefolder: {folder / name} holds no image ({', '.join(sorted(IMAGE_SUFFIXES))})")
+        for label, files in enumerate(split):
             for f in files:   # each file read once: what is parsed is what the digest names
                 raw = f.read_bytes()
                 digest.update(_digest_line(f, root, raw))
@@ -454,8 +451,8 @@ def load_imagefolder(data_root: Path, download: bool, side: int = IMAGEFOLDER_SI
     mean = tuple(float(m) for m in train.mean((0, 2, 3)))
     std = tuple(max(float(s), 1e-3) for s in train.std((0, 2, 3)))
     return Dataset("imagefolder", train, torch.as_tensor(ytr, dtype=torch.int64), *_tensors(xte, yte, 255.0),
-                   len(classes["train"]), mean, std, **default_augmentation("imagefolder", side),
-                   classes=tuple(classes["train"]), digest=digest.hexdigest())
+                   shape.num_classes, mean, std, **default_augmentation("imagefolder", side),
+                   classes=shape.classes, digest=digest.hexdigest())
 
 
 def published_statistics(name: str) -> tuple[tuple[float, ...], tuple[float, ...]] | None:

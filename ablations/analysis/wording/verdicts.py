@@ -349,17 +349,19 @@ def power_sentence(f: SweepFindings) -> str:
     floor = (f" (the test images alone limit any number of seeds to about {100 * f.floor:.2f} points)"
              if f.floor and f.floor >= 0.0001 else " (the test images' share is negligible here)")
     low, high = f.seeds_range or (None, None)
-    # no count of seeds: the test set's share alone is too large (the floor), or more than stats.MOST_SEEDS are needed
-    beyond = "more than the test set allows" if (f.floor or 0) >= POWER_DELTA else f"over {MOST_SEEDS:,}"
+    # no count of seeds: the test set's share alone is too large (the floor), else more than stats.MOST_SEEDS
+    limited = (f.floor or 0) >= POWER_DELTA
     spread = ""
     if f.seeds_range is not None and f.seed_sd_range is not None and low != high:
-        top = f"{high}" if high is not None else beyond
+        top = f"{high}" if high is not None else "more than the test set allows" if limited else f"over {MOST_SEEDS:,}"
         spread = (f", between {low} and {top} over the 95 % interval of the seed-to-seed s.d. "
                   f"({100 * f.seed_sd_range[0]:.2f}–{100 * f.seed_sd_range[1]:.2f} points)")
-    need = (f"about {f.seeds_for_delta} seeds per setting{spread}{floor}" if f.seeds_for_delta is not None else
-            f"more test images: with this test set no number of seeds detects less than about "
-            f"{100 * (f.floor or 0):.2f} points" if (f.floor or 0) >= POWER_DELTA else
-            f"over {MOST_SEEDS:,} seeds per setting{floor}")
+    if f.seeds_for_delta is not None:
+        need = f"about {f.seeds_for_delta} seeds per setting{spread}{floor}"
+    elif limited:
+        need = f"more test images: with this test set no number of seeds detects less than about {100 * f.floor:.2f} points"
+    else:
+        need = f"over {MOST_SEEDS:,} seeds per setting{floor}"
     return (f"Detecting a {100 * POWER_DELTA:.1f}-point difference at {percent(POWER)} power (α = {ALPHA}, Holm over "
             f"{count(m, 'pair')}) would take {need}; seed-to-seed s.d. {100 * f.seed_sd:.2f} points, measured here.")
 

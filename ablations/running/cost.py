@@ -16,7 +16,8 @@ command will do (estimated from the first round's training steps, the runs' epoc
 between BUDGET_FLOOR_S and BUDGET_CAP_S (what the process pays once, the matmul peak of the MFU and the
 first optimizer, is paid before its clock starts, so no round carries it); an auto budget that fits fewer
 than MIN_ROUNDS rounds is raised to MIN_ROUNDS rounds where those take at most RAISED_SHARE_MAX of that
-training (else there is no phase). After
+training (else there is no phase). The first round times the training steps first, so an auto budget is known
+early, and stops as soon as the time it has taken shows that the budget cannot fit MIN_ROUNDS rounds. After
 the first round it plans as many rounds as fit (at most `rounds`); a round taken entirely under load waits,
 within the budget and at most QUIET_WAIT_S, for the machine to quiet down; a phase that would overrun stops
 after the round in hand and its rows record the rounds it took. The budget is planned from the first round's
@@ -293,7 +294,10 @@ def run_cost_phases(sweeps: list[tuple[str, list[Point], Path]], plan: CostPlan,
     sitting = _Sitting(pid, plan, device, graphs, environment(device), models, costs,
                        Steps(device, device.type == "cuda" if plan.keep_steps is None else plan.keep_steps),
                        own, where, {sweep: [] for sweep, _, _ in sweeps})
-    order, setup_s = list(distinct.items()), 0.0
+    # training steps first: once they are timed the runs' expected training, and so an auto budget, is known, and a
+    # first round that already cannot fit the rounds a comparison needs stops there
+    order = sorted(distinct.items(), key=lambda kv: kv[1].mode != "train")
+    setup_s = 0.0
     if sitting.steps.keep:   # every step built once: built, captured and warmed up before the clock starts
         for item_id, item in tqdm(order, desc=f"cost {names}: set-up", unit="step", leave=False, disable=not progress):
             sitting.set_up(item_id, item)
@@ -333,6 +337,9 @@ def _rounds(sitting: _Sitting, clock: _Clock, order: list, items: int, sweeps: l
         kept += [row for _, _, row in this_round]
         if clock.abandoned:   # busy from its first timed steps: nothing of this sitting is kept
             sitting.rows = {sweep: [] for sweep in sitting.rows}
+            break
+        if clock.too_short:   # its first round stopped where it showed it could not fit the rounds needed
+            kept, sitting.rows = [], {sweep: [] for sweep in sitting.rows}
             break
         if r == 0 and clock.busy(this_round):
             sitting.keep(this_round, planned, write=False)
@@ -435,6 +442,9 @@ class _Sitting:
             this_round.append((item_id, item, row))
             bar.update()
             if r == 0 and len(this_round) == BUSY_ITEMS < len(order) and clock.busy(this_round, early=True):
+                break
+            if r == 0 and len(this_round) < len(order) and clock.cannot_fit(
+                    this_round, len(order), training_left=any(i.mode == "train" for _, i in order[len(this_round):])):
                 break
         return this_round
 
@@ -548,6 +558,28 @@ class _Clock:
             self.later = dataclasses.replace(base, min_time_s=min(default.min_time_s,
                                                                   max(0.0, spare / ((fit - 1) * items))))
         return fit
+
+    def cannot_fit(self, so_far: list[tuple[str, _Item, dict[str, Any]]], items: int, training_left: bool) -> bool:
+        """Whether the first round, still under way after `so_far`, already shows that its budget fits fewer rounds
+        than a comparison needs, whatever its remaining steps take: the round takes at least the time passed, and
+        an auto budget is known once every training step is timed (`training_left`: not yet). Marks the phase too short."""
+        need, elapsed = min(MIN_ROUNDS, self.plan.rounds), self.elapsed()
+        if self.plan.budget_s is not None:
+            budget, share = float(self.plan.budget_s), ""
+        elif self.workload is not None and training_left:
+            return False   # the expected training, and so the budget, is not known yet
+        else:
+            expected = self.expected_training_s(so_far)
+            budget, share = self.plan.budget(expected), f", {percent(BUDGET_SHARE)} of the runs' expected training"
+            if expected and MIN_ROUNDS <= self.plan.rounds and MIN_ROUNDS * elapsed <= RAISED_SHARE_MAX * expected:
+                return False   # it may yet be raised to the rounds a comparison needs (`plan_rounds`)
+        if need * elapsed <= budget:
+            return False
+        self.budget_s, self.too_short = budget, True
+        self.stopped = (f"no cost phase: its first round passed {elapsed:.1f} s after {len(so_far)} of its {items} timed "
+                        f"steps, so its {budget:.3g} s budget (COST_BUDGET{share}) fits fewer than the {need} rounds a "
+                        f"speed comparison needs")
+        return True
 
     def busy(self, first_round: list[tuple[str, _Item, dict[str, Any]]], early: bool = False) -> bool:
         """On CUDA, whether the first round's timed steps ran while other processes held the machine: `early`, its

@@ -90,7 +90,8 @@ def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: in
     labels = torch.randint(0, num_classes, (mcfg.batch_size,), device=device)
     step, alive = (step_factory or default_step(mcfg, device))(model, images, labels)
     first = mcfg.measure_memory and memory_first(device, mcfg)
-    peak = peak_mem_mb(step, device, alive) if first else None
+    grads = mcfg.mode == "train"   # an inference step's memory leaves out gradients a training step left behind
+    peak = peak_mem_mb(step, device, alive, grads) if first else None
     timing: Timing
     energy = EnergyMeter(_on_device(device, "energy", energy_counter))
     with LoadMeter(device) as meter, UtilSampler(_on_device(device, "reader", reader_for)) as sampler:
@@ -108,7 +109,7 @@ def measure(model: nn.Module, input_shape: tuple[int, int, int], num_classes: in
         **meter.load.columns(),
     }
     if mcfg.measure_memory and not first:
-        peak = peak_mem_mb(step, device, alive)
+        peak = peak_mem_mb(step, device, alive, grads)
     row["peak_mem_mb"] = peak
     if mcfg.measure_mfu and gflops is not None:
         peak = matmul_peak(device, mcfg.dtype)

@@ -17,8 +17,11 @@ import torch
 from bench.training.step import resident_bytes
 
 
-def peak_mem_mb(step: Callable[[], object], device: torch.device, track: Iterable[object] = ()) -> float:
+def peak_mem_mb(step: Callable[[], object], device: torch.device, track: Iterable[object] = (),
+                grads: bool = True) -> float:
     """Peak MiB of tensor memory while `step()` runs; `track`: modules/optimizers/tensors alive already.
+    `grads=False` (an inference step): gradients that an earlier training step left on the tracked modules'
+    parameters are not counted, as the step neither needs nor touches them.
     A step that captures a CUDA graph measures its own first call (`own_peak_bytes`, what it added to what
     was alive; see `bench.training.step.StaticStep`): that is taken over the allocator's peak, which would count
     the capture's scaffolding too."""
@@ -26,7 +29,7 @@ def peak_mem_mb(step: Callable[[], object], device: torch.device, track: Iterabl
         track = list(track)
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-        resident = resident_bytes(track, device)
+        resident = resident_bytes(track, device, grads=grads)
         untracked = torch.cuda.memory_allocated(device) - resident
         step()
         torch.cuda.synchronize(device)
@@ -34,6 +37,7 @@ def peak_mem_mb(step: Callable[[], object], device: torch.device, track: Iterabl
         if own is not None:
             return (resident + own) / 2**20
         return (torch.cuda.max_memory_allocated(device) - max(0, untracked)) / 2**20
+    from torch.distributed._tools import mem_tracker
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()
@@ -43,8 +47,10 @@ def peak_mem_mb(step: Callable[[], object], device: torch.device, track: Iterabl
         tracker.track_external(*track)
         with tracker:
             step()
-    snapshot = tracker.get_tracker_snapshot("peak")
-    return max((per_device.get("Total", 0) for per_device in snapshot.values()), default=0) / 2**20
+    snapshot = tracker.get_tracker_snapshot("peak")   # per device: bytes by kind at the peak, and their "Total"
+    grad = getattr(getattr(mem_tracker, "_MemRefType", None), "GRAD", None)
+    return max((per_device.get("Total", 0) - (0 if grads else per_device.get(grad, 0))
+                for per_device in snapshot.values()), default=0) / 2**20
 
 
 class _NoHook:

@@ -735,6 +735,32 @@ def test_a_frozen_backbones_training_step_has_its_cpu_peak_and_it_is_below_the_f
     assert 0 < peaks["all_but_head"] < peaks["none"]
 
 
+def test_an_inference_steps_peak_leaves_out_the_gradients_a_training_step_left_on_the_model():
+    """The cost phase times a model's training step and its inference step on one model: the inference peak is the
+    same before and after the training step left its gradients (it counted them after), and the training step's
+    own peak still counts them."""
+    from bench.measure import measure
+
+    cpu = torch.device("cpu")
+    torch.manual_seed(0)
+    model = VisionTransformer(PRESETS["vit_digits"])
+    timing = TimingConfig(warmup=1, min_repeats=1, min_time_s=0.0)
+    infer = MeasureConfig(mode="infer", batch_size=64, timing=timing, measure_mfu=False)
+    before = measure(model, (1, 8, 8), 10, infer, cpu)["peak_mem_mb"]
+    train = measure(model, (1, 8, 8), 10, MeasureConfig(mode="train", batch_size=64, timing=timing,
+                                                        measure_mfu=False), cpu)["peak_mem_mb"]
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None) / 2**20
+    assert grads > 0.05       # the training step left them: 0.07 MiB here
+    after = measure(model, (1, 8, 8), 10, infer, cpu)["peak_mem_mb"]
+    assert after == before < train
+    images = torch.randn(64, 1, 8, 8)
+
+    def forward():
+        with torch.inference_mode():
+            return model(images)
+    assert peak_mem_mb(forward, cpu, [model, images]) == pytest.approx(before + grads)     # counted by default
+
+
 def test_resident_bytes_counts_each_tracked_storage_once_in_allocator_blocks():
     from bench.training.step import ALLOCATOR_BLOCK, resident_bytes
 
@@ -744,6 +770,7 @@ def test_resident_bytes_counts_each_tracked_storage_once_in_allocator_blocks():
     assert resident_bytes([model], cpu) == 2 * block
     model(torch.randn(4, 10)).sum().backward()
     assert resident_bytes([model], cpu) == 4 * block  # and their gradients
+    assert resident_bytes([model], cpu, grads=False) == 2 * block   # but where told not to
     opt = torch.optim.AdamW(model.parameters())
     opt.step()
     big = torch.zeros(1000)             # 4,000 bytes: eight blocks
@@ -770,7 +797,7 @@ def test_a_cuda_peak_leaves_out_what_was_allocated_before_and_is_not_tracked(mon
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     cuda = torch.device("cuda")
     assert peak_mem_mb(step, cuda) == 4.0                    # nothing tracked: the step alone
-    monkeypatch.setattr(memory, "resident_bytes", lambda track, device: 3 * mib)
+    monkeypatch.setattr(memory, "resident_bytes", lambda track, device, grads=True: 3 * mib)
     assert peak_mem_mb(step, cuda, ["model"]) == 7.0          # and the 3 MiB it was given to track
 
 

@@ -39,9 +39,10 @@ def exact_device(device: torch.device) -> torch.device:
     return device
 
 
-def resident_bytes(track: Iterable[object], device: torch.device) -> int:
+def resident_bytes(track: Iterable[object], device: torch.device, grads: bool = True) -> int:
     """Bytes the allocator holds for the distinct storages on `device` of `track`: modules (parameters, their
-    gradients, buffers), optimizers (state tensors) and tensors; a storage shared by several is counted once.
+    gradients unless `grads=False`, buffers), optimizers (state tensors) and tensors; a storage shared by several
+    is counted once.
     `device` may be plain "cuda": it means the current CUDA device (a tensor there says "cuda:0", and torch
     holds "cuda:0" and "cuda" unequal)."""
     device = exact_device(device)
@@ -56,7 +57,8 @@ def resident_bytes(track: Iterable[object], device: torch.device) -> int:
         if isinstance(obj, torch.nn.Module):
             for p in obj.parameters():
                 add(p)
-                add(p.grad)
+                if grads:
+                    add(p.grad)
             for b in obj.buffers():
                 add(b)
         elif isinstance(obj, torch.optim.Optimizer):

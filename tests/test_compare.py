@@ -273,6 +273,34 @@ def test_packed_members_meet_the_runs_trained_alone_point_by_point_and_each_side
         wording.reference_lines(alone, "REF", 0.5))
 
 
+def test_runs_of_another_cpu_model_are_named_as_such_in_the_reference_section_and_by_compare(sweep_out, tmp_path,
+                                                                                              capsys):
+    """The same code and seeds on an Intel Xeon and on an AMD EPYC gave other predictions at every one of the main
+    job's 33 runs: a comparison of two folders whose runs trained on two CPU models names both, and says that a
+    difference may be the device model's, where "fp32 on cpu" on both sides said nothing of it."""
+    from ablations.analysis import wording
+
+    other = tmp_path / "epyc"
+    shutil.copytree(sweep_out, other)
+    csv = other / "ablations" / "cmp.csv"
+    rows = read_table(csv)
+    here = set(rows["device_name"])
+    rows.assign(device_name="AMD EPYC").to_csv(csv, index=False)
+    met = compare_outs(sweep_out, other)
+    assert set(met["device_a"]) == here and set(met["device_b"]) == {"AMD EPYC"} and "AMD EPYC" not in here
+    said = " ".join(wording.reference_lines(met, "REF", 0.5))
+    assert (f"Trained in fp32 on cpu ({next(iter(here))}) here and in fp32 on cpu (AMD EPYC) in the reference: a "
+            f"difference is the device model's (its kernels sum in another order, so the same seed trains to other "
+            f"floats).") in said
+    assert main(["compare", str(sweep_out), str(other)]) == 0
+    out = capsys.readouterr().out
+    assert f"A trained on {next(iter(here))}, B on AMD EPYC: on another device model the same seed trains to " \
+           f"other floats\n" in out and "device_a" not in out
+    unnamed = met.assign(device_b="")   # a table that recorded no device name: nothing to name
+    assert "Trained in fp32 on cpu here and in fp32 on cpu in the reference." in " ".join(
+        wording.reference_lines(unnamed, "REF", 0.5))
+
+
 def test_a_point_whose_predictions_are_gone_shows_its_difference_without_an_interval(sweep_out, tmp_path):
     from ablations.analysis.wording.sections import reference_lines
 

@@ -4,7 +4,8 @@ Two result folders (OUT) that ran the same sweeps under different conditions, e.
 `GRAPHS=0`, two torch versions or two machines, are matched run by run: the model, training settings,
 dataset and seed (`experiments.point_key`), not the device, the step kind, the precision or the packing, so a
 GPU's bf16 runs meet a CPU's fp32 runs of the same points and packed members meet runs trained alone, and each
-side's precision and device (`dtype_a`, `dtype_b`) and packing (`packing_a`, `packing_b`: alone, packed, or packed
+side's precision and device kind (`dtype_a`, `dtype_b`), CPU model or GPU name (`device_a`, `device_b`: the same
+seed trains to other floats on another model's kernels) and packing (`packing_a`, `packing_b`: alone, packed, or packed
 N wide) are named. For each point (the runs that differ only
 by seed) it gives the mean test accuracy of each folder over the seeds both have, their difference with
 an interval over the seeds (paired by seed) and the test images, each source of variation counted
@@ -59,6 +60,13 @@ def _trained_in(rows: pd.DataFrame) -> str:
     return " + ".join(sorted({f"{d} on {v}" for d, v in zip(dtype, device)}))
 
 
+def _devices(rows: pd.DataFrame) -> str:
+    """'Intel(R) Xeon(R) Processor', 'NVIDIA H200': the CPU models or GPU names the rows trained on (several joined by
+    ' + '; '' where no row recorded one)."""
+    names = rows["device_name"].dropna().astype(str) if "device_name" in rows else pd.Series(dtype=str)
+    return " + ".join(sorted({name for name in names if name.strip()}))
+
+
 def _packing(rows: pd.DataFrame) -> str:
     """'alone', 'packed', 'packed 3 wide': how the rows' runs were packed (several joined by ' + ')."""
     def one(packed, width) -> str:
@@ -107,7 +115,8 @@ def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) 
             other = rows_b.loc[runs["key"]]
             row = {"sweep": sweep, "point": point, "seeds": len(runs), "acc_a": runs["test_acc"].mean(),
                    "acc_b": other["test_acc"].mean(), "dtype_a": _trained_in(runs), "dtype_b": _trained_in(other),
-                   "packing_a": _packing(runs), "packing_b": _packing(other)}
+                   "packing_a": _packing(runs), "packing_b": _packing(other),
+                   "device_a": _devices(runs), "device_b": _devices(other)}
             row["diff_pts"] = 100 * (row["acc_a"] - row["acc_b"])
             comparison, same = None, False
             if runs_a and runs_b and runs_a[point].correct.shape == runs_b[point].correct.shape:

@@ -113,7 +113,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"A = {args.a}   B = {args.b}   (accuracy in %, difference in points"
           + (f" with its interval, 95 % jointly over the {count(family, 'distinct point')} with one: Bonferroni)"
              if family else "; no point has an interval: see each one's verdict)"))
-    shown = table.copy()
+    models = [" + ".join(sorted({d for d in table[c] if d})) if c in table else "" for c in ("device_a", "device_b")]
+    if all(models) and models[0] != models[1]:
+        print(f"A trained on {models[0]}, B on {models[1]}: on another device model the same seed trains to other "
+              f"floats")
+    shown = table.drop(columns=["device_a", "device_b"], errors="ignore")
     for column in ("acc_a", "acc_b"):
         shown[column] = 100 * shown[column]
     ends = {column: (lambda v: "—" if v != v else bound(v / 100)) for column in ("low_pts", "high_pts")}

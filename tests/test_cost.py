@@ -571,6 +571,10 @@ def test_a_first_round_stops_once_its_training_steps_show_the_auto_budget_cannot
         "10 % of the runs' expected training) fits fewer than the 3 rounds" in said
     timed.clear()
     cost.GIVEN_UP.clear()
+    one = cost.run_cost_phases([("c", points(), tmp_path / "e-cost.csv")], dataclasses.replace(auto, rounds=1),
+                               torch.device("cpu"), workload=(32, 1), progress=False)
+    assert timed == ["train", "train", "infer", "infer"] and len(one["c"]) == 4   # one round asked for: kept
+    timed.clear()
     long = cost.run_cost_phases([("c", points(), tmp_path / "d-cost.csv")], auto, torch.device("cpu"),
                                 workload=(10 ** 7, 100), progress=False)
     assert timed[:4] == ["train", "train", "infer", "infer"] and len(long["c"]) == 3 * 4

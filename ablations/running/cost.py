@@ -564,6 +564,8 @@ class _Clock:
         than a comparison needs, whatever its remaining steps take: the round takes at least the time passed, and
         an auto budget is known once every training step is timed (`training_left`: not yet). Marks the phase too short."""
         need, elapsed = min(MIN_ROUNDS, self.plan.rounds), self.elapsed()
+        if need <= 1:   # one round asked for: the first is kept whatever it takes (`plan_rounds` fits at least one)
+            return False
         if self.plan.budget_s is not None:
             budget, share = float(self.plan.budget_s), ""
         elif self.workload is not None and training_left:

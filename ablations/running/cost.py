@@ -79,7 +79,7 @@ from vit import VisionTransformer, ViTConfig
 CPU_TIMING = TimingConfig(warmup=3, min_repeats=5, min_time_s=0.25)
 CUDA_TIMING = TimingConfig(warmup=3, min_repeats=20, min_time_s=0.05)
 BUDGET_SHARE = 0.10      # of the command's expected training time, when no budget is given
-BUDGET_FLOOR_S = 2.0     # at least this: a quick pass gets its first round (and a rough median) all the same
+BUDGET_FLOOR_S = 2.0     # at least this: a quick pass whose rounds are short still gets the rounds a comparison needs
 BUDGET_CAP_S = 600.0     # at most this, so a long job's measurement stays a side matter
 # an auto budget too short for the MIN_ROUNDS rounds a comparison needs is raised to them where they take at most
 # this share of the expected training (a GPU's short main job: rounds of ~2 s against ~45 s of training)

@@ -67,6 +67,12 @@ def _devices(rows: pd.DataFrame) -> str:
     return " + ".join(sorted({name for name in names if name.strip()}))
 
 
+def differing_devices(table: pd.DataFrame) -> tuple[str, str] | None:
+    """(A's, B's) CPU models or GPU names in `compare_outs`' table, where both sides recorded one and they differ."""
+    models = [" + ".join(sorted({d for d in table[c] if d})) if c in table else "" for c in ("device_a", "device_b")]
+    return (models[0], models[1]) if all(models) and models[0] != models[1] else None
+
+
 def _packing(rows: pd.DataFrame) -> str:
     """'alone', 'packed', 'packed 3 wide': how the rows' runs were packed (several joined by ' + ')."""
     def one(packed, width) -> str:

@@ -85,7 +85,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ablations.analysis.compare import compare_outs
+    from ablations.analysis.compare import compare_outs, differing_devices
     from ablations.analysis.wording.verdicts import bound
 
     message = refusal(Path(args.csv).parent, False) if args.csv else None
@@ -113,8 +113,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"A = {args.a}   B = {args.b}   (accuracy in %, difference in points"
           + (f" with its interval, 95 % jointly over the {count(family, 'distinct point')} with one: Bonferroni)"
              if family else "; no point has an interval: see each one's verdict)"))
-    models = [" + ".join(sorted({d for d in table[c] if d})) if c in table else "" for c in ("device_a", "device_b")]
-    if all(models) and models[0] != models[1]:
+    if models := differing_devices(table):
         print(f"A trained on {models[0]}, B on {models[1]}: on another device model the same seed trains to other "
               f"floats")
     shown = table.drop(columns=["device_a", "device_b"], errors="ignore")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from ablations.analysis.compare import differing_devices
 from ablations.analysis.designs import Interaction, Tuning, close_pick, label_text, setting_label
 from ablations.analysis.findings import (
     CostSource,
@@ -90,13 +91,12 @@ def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
                   f"lower only outside what chance over the whole table allows." if family > 1 else "")
     here_in, there_in = (" + ".join(sorted(set(table[c]))) for c in ("dtype_a", "dtype_b"))
     packs = [" + ".join(sorted(set(table[c]))) if c in table else "alone" for c in ("packing_a", "packing_b")]
-    models = [" + ".join(sorted({d for d in table[c] if d})) if c in table else "" for c in ("device_a", "device_b")]
-    named = all(models) and models[0] != models[1]   # e.g. two CPU models: both recorded, and not the same
+    models = differing_devices(table)   # e.g. two CPU models
     whose = (["the device's", "the precision's"] if here_in != there_in else
              ["the device model's (its kernels sum in another order, so the same seed trains to other floats)"]
-             if named else []) + (["the packing's (the same function, other kernels)"] if packs[0] != packs[1] else [])
-    here_in, there_in = (f"{trained}{f' ({model})' if named else ''}{'' if pack == 'alone' else f', {pack}'}"
-                         for trained, model, pack in zip((here_in, there_in), models, packs))
+             if models else []) + (["the packing's (the same function, other kernels)"] if packs[0] != packs[1] else [])
+    here_in, there_in = (f"{trained}{f' ({model})' if model else ''}{'' if pack == 'alone' else f', {pack}'}"
+                         for trained, model, pack in zip((here_in, there_in), models or ("", ""), packs))
     lines[-2] += (f" Trained in {here_in} here and in {there_in} in the reference" +
                   (f": a difference is {', '.join(whose[:-1])}{' and ' if len(whose) > 1 else ''}{whose[-1]}"
                    f"{' together' if len(whose) > 1 else ''}." if whose else "."))

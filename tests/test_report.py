@@ -117,6 +117,20 @@ def test_the_head_names_the_commit_or_says_none_was_recorded(tmp_path, monkeypat
     assert "torch x; no git commit recorded (not run from a checkout)\n" in head and "nan" not in head
 
 
+def test_the_head_names_every_device_and_commit_the_runs_came_from_with_their_counts(tmp_path, monkeypatch):
+    """A sweep extended on another machine or at another commit: the head said only the newest run's device and
+    commit (the reference read 'git 0bcfbb619916', the commit of 6 of its 551 runs); it names each, the most runs
+    first."""
+    for seed in (0, 1, 2):
+        write_run(tmp_path, 2, seed, mask(range(10)))
+    monkeypatch.setitem(ENV, "device_name", "other cpu")
+    monkeypatch.setitem(ENV, "git_sha", "def")
+    write_run(tmp_path, 4, 0, mask(range(10)))   # the newest run, alone on its device and commit
+    head = build_report(tmp_path).read_text().split("\n## ", 1)[0]
+    assert ("- ablation runs: device cpu (test cpu) for 3 runs, cpu (other cpu) for 1; torch x; git abc for 3 runs, "
+            "def for 1\n") in head, head
+
+
 def test_a_report_that_cannot_be_written_leaves_the_last_one_whole_and_says_why_once(tmp_path, capsys, monkeypatch):
     """REPORT.md, verdicts.csv and settings.csv are replaced whole or not at all: a disk that fills as the report
     is written leaves the previous files as they were and no temporary file, and the command says the system's

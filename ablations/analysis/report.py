@@ -296,7 +296,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
     tables, tunings = _tables(out, specs, read)
     all_rows = pd.concat(tables.values(), ignore_index=True) if tables else pd.DataFrame()
     newest = None if all_rows.empty else all_rows.sort_values("started_at").iloc[-1].to_dict()
-    lines = wording.report_head(newest, sorted(all_rows["dataset"].astype(str).unique()) if newest else [],
+    lines = wording.report_head(all_rows, sorted(all_rows["dataset"].astype(str).unique()) if newest else [],
                                 (all_rows["started_at"].min(), all_rows["started_at"].max()) if newest else None)
     if newest:
         lines += Section("training phases on a GPU", partial(_phases_section, read)).lines()

@@ -394,16 +394,28 @@ def grid_caption(source: str) -> str:
     return f"_Accuracy: mean over seeds with its 95 % interval beneath. Training throughput: {source}._"
 
 
-def report_head(newest: dict[str, Any] | None, datasets: list[str], span: tuple[Any, Any] | None) -> list[str]:
-    """The report's title and, given the newest run (a row), its device, torch and commit, the datasets and the
-    span of the runs' start times."""
+def report_head(runs: pd.DataFrame, datasets: list[str], span: tuple[Any, Any] | None) -> list[str]:
+    """The report's title and, given the runs (rows of every sweep), the devices, torch versions and commits they
+    ran on (each with its count of runs where they differ, the most runs first), the datasets and the span of the
+    runs' start times."""
     lines = ["# vitbench report", ""]
-    if newest is None:
+    if runs.empty:
         return lines + [f"No sweep results yet: run {either('`make ablations`', '`vitbench sweep default`')}.", ""]
-    sha = newest.get("git_sha")
-    commit = f"git {sha}" if isinstance(sha, str) and sha.strip() else "no git commit recorded (not run from a checkout)"
-    return lines + [f"- ablation runs: device {newest['device']} ({newest['device_name']}); torch "
-                    f"{newest['torch_version']}; {commit}",
+    runs = runs.drop_duplicates("run_id") if "run_id" in runs else runs   # a run several sweeps share counts once
+
+    def column(name: str) -> pd.Series:
+        return runs[name].fillna("").astype(str).str.strip() if name in runs else pd.Series("", index=runs.index)
+
+    def values(cells: pd.Series) -> str:   # "a", or "a for 545 runs, b for 6"
+        counts = cells.value_counts(sort=True)
+        if len(counts) == 1:
+            return str(counts.index[0])
+        return ", ".join(f"{value} for {n}{' runs' if i == 0 else ''}" for i, (value, n) in enumerate(counts.items()))
+    devices = column("device") + " (" + column("device_name") + ")"
+    shas = column("git_sha").where(column("git_sha") != "", "no git commit recorded (not run from a checkout)")
+    commit = values(shas)
+    commit = commit if commit.startswith("no git commit") and "," not in commit else f"git {commit}"
+    return lines + [f"- ablation runs: device {values(devices)}; torch {values(column('torch_version'))}; {commit}",
                     f"- data: {', '.join(datasets)}; runs from {span[0]} to {span[1]}", ""]
 
 

@@ -39,9 +39,22 @@ def test_runs_from_one_sitting_are_not_checked_and_settings_each_in_a_sitting_of
     assert check_sittings(one, "depth") is None and sittings_line(None, "depth") == ""
     confounded = sweep(rng).assign(git_sha=lambda t: t["depth"].astype(str))   # each setting at its own commit
     check = check_sittings(confounded, "depth")
-    assert check.p is None and check.sittings == 4 and check.varied == {"commit": 4}
+    assert check.p is None and check.confounded and check.sittings == 4 and check.varied == {"commit": 4}
     assert "each setting's in a sitting of its own: a difference between depth settings here cannot be told apart " \
            "from one between sittings" in sittings_line(check, "depth")
+
+
+def test_a_sweep_extended_by_one_seed_on_another_processor_is_too_few_to_test_not_confounded():
+    """Seeds 0-2 on one processor and seed 3 on another: every setting has runs in both sittings, so nothing is
+    confounded, but one seed in a sitting is too few to test. The line said 'each setting's in a sitting of its
+    own: a difference … cannot be told apart from one between sittings', which was false."""
+    rng = np.random.default_rng(3)
+    rows = sweep(rng, seeds=4, split=3).assign(device_name=lambda t: np.where(t.seed < 3, "Xeon", "EPYC"))
+    check = check_sittings(rows, "depth")
+    assert check.p is None and not check.confounded and check.varied == {"commit": 2, "processor": 2}
+    line = sittings_line(check, "depth")
+    assert line == ("Runs from 2 sittings (2 commits, 2 processors), too few to test whether the sittings differ: the "
+                    "verdicts pool each setting's runs from them as alike.")
 
 
 def test_one_setting_over_many_seeds_is_tested_across_its_sittings_and_the_line_names_what_varied():

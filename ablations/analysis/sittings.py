@@ -31,12 +31,14 @@ ALPHA_SITTINGS = 0.05
 @dataclass(frozen=True)
 class SittingCheck:
     """sittings: how many; varied: {column word: distinct values}; f, p: the F test of a sitting effect with the
-    settings' differences taken out (None where no setting spans two sittings); runs: runs tested."""
+    settings' differences taken out (None where no setting spans two sittings, or too few runs to test); runs: runs
+    tested; confounded: every setting's runs are in one sitting of their own (no test can tell the two apart)."""
     sittings: int
     varied: dict[str, int]
     f: float | None
     p: float | None
     runs: int
+    confounded: bool = False
 
     @property
     def differ(self) -> bool:
@@ -64,7 +66,7 @@ def check_sittings(ok: pd.DataFrame, factor: str) -> SittingCheck | None:
                          "seed": ok["seed"].astype(str) if "seed" in ok else ok.index.astype(str)}).dropna()
     spanning = (data.groupby("setting")["sitting"].nunique() > 1).any()
     if not spanning:
-        return SittingCheck(int(sitting.nunique()), varied, None, None, len(data))
+        return SittingCheck(int(sitting.nunique()), varied, None, None, len(data), confounded=True)
     test = _within_seeds(data) if (data.groupby("seed")["sitting"].nunique() > 1).any() else _between_seeds(data)
     if test is None:
         return SittingCheck(int(sitting.nunique()), varied, None, None, len(data))

@@ -295,9 +295,12 @@ def sittings_line(check: SittingCheck | None, factor: str) -> str:
     """The report's sentence on a sweep's sittings ('' where its runs come from one)."""
     if check is None:
         return ""
-    if check.p is None:
+    if check.confounded:
         return (f"Runs from {check.describe()}, each setting's in a sitting of its own: a difference between "
                 f"{factor} settings here cannot be told apart from one between sittings.")
+    if check.p is None:
+        return (f"Runs from {check.describe()}, too few to test whether the sittings differ: the verdicts pool each "
+                f"setting's runs from them as alike.")
     if check.differ:
         return (f"**Runs differ by sitting.** These {check.runs} runs come from {check.describe()}; with the "
                 f"settings' own differences taken out their accuracy still differs between sittings (F = "

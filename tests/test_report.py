@@ -680,6 +680,39 @@ def test_intervals_that_differ_in_their_seeds_alone_are_said_once_with_the_range
         "t over 3 seeds, test set held fixed"]
 
 
+def test_wall_times_of_runs_on_two_devices_are_neither_compared_nor_drawn_and_a_lone_panels_titles_fit(tmp_path,
+                                                                                                        monkeypatch):
+    """A sweep extended on another machine (seed 2 on another CPU model): its runs' wall times are two machines',
+    so the report compares none (it gave a ratio over them) and the figure leaves their panel out, saying why.
+    With the cost panels unmeasured too, one panel is left: its title and the figure's, longer than it is wide,
+    wrap onto lines of their own within the figure (they ran off its edges)."""
+    from ablations.analysis.findings import setting_rows
+    from ablations.analysis.wording import cost_sentence
+
+    for seed in range(3):
+        if seed == 2:
+            monkeypatch.setitem(ENV, "device_name", "another cpu")
+        write_run(tmp_path, 1, seed, mask(range(20 + seed)))
+        write_run(tmp_path, 2, seed, mask(range(30 + seed)))
+    rows = read_table(SweepPaths.of(tmp_path, "depth").rows)
+    found = analyse(rows, "depth", [1, 2], SweepPaths.of(tmp_path, "depth").preds, None)
+    assert "wall time of a training run not compared (their runs trained on 2 devices: another cpu, test cpu)" \
+        in cost_sentence(found)
+    fig = sweep_figure_drawn(setting_rows(found), tmp_path / "d.png", "depth (blocks)")
+    assert [ax.get_title() for ax in fig.axes][1:] == ["GMACs per image"]
+    assert any("Not drawn: training run wall time (s) (the runs trained on 2 devices)." in " ".join(t.get_text().split())
+               for t in fig.texts)
+    one = [{**d, "gmacs": 0.01} for d in setting_rows(found)]   # GMACs the same: the accuracy panel alone
+    alone = sweep_figure_drawn(one, tmp_path / "e.png", "number of transformer blocks")
+    [panel] = alone.axes
+    assert "\n" in panel.get_title() and "\n" in alone._suptitle.get_text()
+    renderer = alone.canvas.get_renderer()
+    width = alone.get_figwidth() * alone.dpi
+    for text in (panel.title, alone._suptitle):   # within the figure, both edges
+        box = text.get_window_extent(renderer)
+        assert 0 <= box.x0 and box.x1 <= width, (text.get_text(), box, width)
+
+
 def test_settings_at_chance_are_drawn_beside_guessings_accuracy_and_learned_ones_are_not(tmp_path):
     """Runs that learned nothing (10.5–11.5 % on 10 classes: the report's ‡) get guessing's 10 % dashed on the
     accuracy panel; the ten-points-apart sweep, far above it, gets no such line."""

@@ -161,10 +161,20 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
     panels, same, accuracy, paired = _sweep_panels(settings)
     unmeasured = [title for title, (centre, _, _) in panels if title != accuracy
                   and not np.isfinite(np.asarray(centre, dtype=float)).any()]   # named under the figure, not drawn
-    panels = [p for p in panels if p[0] not in unmeasured]
+    devices = sorted({name for d in settings for name in d.get("devices", ())})
+    mixed = [title for title, _ in panels if title.startswith("training run") and title not in unmeasured] \
+        if len(devices) > 1 else []   # wall times of runs on other devices: no comparison to draw
+    panels = [p for p in panels if p[0] not in unmeasured + mixed]
     columns = min(3, len(panels))
     rows = -(-len(panels) // columns)
-    fig, axes = subplots(rows, columns, figsize=(3.5 * columns, 3.1 * rows + 0.6), squeeze=False)
+    # a title wider than the panels (one panel; several devices) wraps rather than running off the figure
+    title = textwrap.fill(f"{label} sweep on {device}" + (f" ({note})" if note else ""), int(9 * 3.5 * columns))
+    notes = ([f"The same at every setting, so not drawn: {', '.join(same)}."] if same else []) + \
+        ([f"Not measured here, so not drawn: {', '.join(unmeasured)}."] if unmeasured else []) + \
+        ([f"Not drawn: {', '.join(mixed)} (the runs trained on {len(devices)} devices)."] if mixed else [])
+    said = textwrap.fill(" ".join(notes), int(13 * 3.5 * columns)) if notes else ""
+    extra = 0.2 * title.count("\n") + (0.16 * (said.count("\n") + 1) if said else 0.0)   # their lines, in inches
+    fig, axes = subplots(rows, columns, figsize=(3.5 * columns, 3.1 * rows + 0.6 + extra), squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.remove()
     axes = axes.flat[:len(panels)]
@@ -181,13 +191,11 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
         _scales(ax, x, numeric, centre, high, size=ylabel != accuracy)
         if ylabel == accuracy and not paired:
             _chance_line(ax, settings)
-        ax.set_title(ylabel, fontsize=10)
+        # alone in its figure a long title has no neighbour's margin to run into: on two lines
+        ax.set_title(textwrap.fill(ylabel, 40) if columns == 1 else ylabel, fontsize=10)
         ax.set_xlabel(axis_label, fontsize=9)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{label} sweep on {device}" + (f" ({note})" if note else ""), fontsize=11)
-    notes = ([f"The same at every setting, so not drawn: {', '.join(same)}."] if same else []) + \
-        ([f"Not measured here, so not drawn: {', '.join(unmeasured)}."] if unmeasured else [])
-    said = textwrap.fill(" ".join(notes), int(13 * 3.5 * columns)) if notes else ""
+    fig.suptitle(title, fontsize=11)
     if said:
         fig.text(0.5, 0.01, said, ha="center", va="bottom", fontsize=8, color="0.3")
     height = fig.get_figheight()   # the note's lines, 0.16 in each, and a margin

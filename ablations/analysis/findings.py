@@ -59,6 +59,7 @@ class Setting:
     runs: dict[str, Spread] = field(default_factory=dict)      # train_util_pct, train_mfu of the runs, over seeds
     at_chance: bool = False                                    # accuracy within noise of guessing
     starved: int = 0                                           # runs that got too little CPU while they trained
+    devices: tuple[str, ...] = ()                              # the CPU models or GPU names its runs trained on
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,8 @@ def _setting(g: pd.DataFrame, value: Hashable, test_size: int | None, correct: d
                    int(g["params"].iloc[0]), float(g["gmacs"].iloc[0]), Spread.of(g["train_time_s"].astype(float)),
                    infer.get(value, {}), train.get(value, {}), reused,
                    {c: Spread.of(pd.to_numeric(g[c], errors="coerce")) for c in RUN_FIGURES if c in g},
-                   starved=sum(starved(r.to_dict()) for _, r in g.iterrows()))
+                   starved=sum(starved(r.to_dict()) for _, r in g.iterrows()),
+                   devices=tuple(sorted(set(g["device_name"].dropna().astype(str)))) if "device_name" in g else ())
 
 
 def _cost_source(cost_phase: pd.DataFrame | None, ok: pd.DataFrame) -> CostSource:
@@ -369,7 +371,7 @@ def setting_rows(f: SweepFindings) -> list[dict[str, Any]]:
     return [{"value": s.value, "acc": s.acc, "gmacs": s.gmacs, "infer": s.infer.get("throughput_img_s"),
              "train": s.train.get("throughput_img_s"), "mem": s.train.get("peak_mem_mb"), "train_s": s.train_s,
              "reused": bool(s.reused_from), "vs_best": against.get(s.value), "best": f.verdict.best if against else None,
-             "margin": f.margin, "decided": decided.get(s.value), "starved": s.starved,
+             "margin": f.margin, "decided": decided.get(s.value), "starved": s.starved, "devices": s.devices,
              "chance": f.chance if s.at_chance else None}
             for s in f.settings]
 

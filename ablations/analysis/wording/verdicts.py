@@ -395,8 +395,10 @@ def cost_sentence(f: SweepFindings) -> str:
             else said
 
     hungry = first.starved + last.starved
+    devices = sorted(set(first.devices) | set(last.devices))
     wall = ("not compared (one side was trained in another sweep, at another time)"
             if first.reused_from or last.reused_from else
+            f"not compared (their runs trained on {len(devices)} devices: {', '.join(devices)})" if len(devices) > 1 else
             f"not compared ({hungry} of these runs got too little CPU while they trained: other work held the "
             f"machine)" if hungry else ratio_or_noise(last.train_s, first.train_s))
     if first.infer and first.train and _one_measurement(first, last):

@@ -152,7 +152,8 @@ def sweep_figure(settings: list[dict], path: Path, label: str, device: str, note
     its own interval), GMACs, inference and training-step throughput and training-step peak memory (median and
     IQR over the cost phase's rounds; left out, and named below, where every setting has the same or none has
     one), training wall time (median and IQR over seeds; a setting whose runs were copied from another sweep
-    drawn hollow; no trend through runs starved of CPU). Numeric factors are joined by lines; categorical ones are not. `note`:
+    drawn hollow; no trend through runs starved of CPU; left out, and said below, where the runs trained on more than
+    one device). Numeric factors are joined by lines; categorical ones are not. `note`:
     said after the title (e.g. "not converged"), not under every axis."""
     values = [d["value"] for d in settings]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)

@@ -119,9 +119,10 @@ IDENTITY = [
     Column("git_sha", "", "commit of vitbench that produced the row", "text"),
     Column("host", "", "machine name", "text", roles=("measured",)),
     Column("device", "", "cpu or cuda", "text"),
-    Column("device_name", "", "CPU model or GPU name: another model's kernels sum in another order, so a training "
-                              "run of the same seed compares bit for bit only on the same model (`compare` and the "
-                              "report's comparison with a reference name both where they differ)", "text"),
+    Column("device_name", "", "CPU model or GPU name: another model's kernels can sum in another order, so a "
+                              "training run of the same seed is reproduced bit for bit only on the same model "
+                              "(`compare` and the report's comparison with a reference name both where they differ)",
+           "text"),
     Column("torch_version", "", "PyTorch version", "text"),
     Column("dtype", "", "fp32, or bf16/fp16 autocast", "text", ("fp32", "bf16", "fp16")),
     Column("compile", "0/1", "whether the model ran under torch.compile", "int", ("0", "1")),

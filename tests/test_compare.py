@@ -290,12 +290,12 @@ def test_runs_of_another_cpu_model_are_named_as_such_in_the_reference_section_an
     assert set(met["device_a"]) == here and set(met["device_b"]) == {"AMD EPYC"} and "AMD EPYC" not in here
     said = " ".join(wording.reference_lines(met, "REF", 0.5))
     assert (f"Trained in fp32 on cpu ({next(iter(here))}) here and in fp32 on cpu (AMD EPYC) in the reference: a "
-            f"difference is the device model's (its kernels sum in another order, so the same seed trains to other "
+            f"difference is the device model's (its kernels can sum in another order, so the same seed can train to other "
             f"floats).") in said
     assert main(["compare", str(sweep_out), str(other)]) == 0
     out = capsys.readouterr().out
-    assert f"A trained on {next(iter(here))}, B on AMD EPYC: on another device model the same seed trains to " \
-           f"other floats\n" in out and "device_a" not in out
+    assert f"A trained on {next(iter(here))}, B on AMD EPYC: on another device model the same seed can train " \
+           f"to other floats\n" in out and "device_a" not in out
     unnamed = met.assign(device_b="")   # a table that recorded no device name: nothing to name
     assert "Trained in fp32 on cpu here and in fp32 on cpu in the reference." in " ".join(
         wording.reference_lines(unnamed, "REF", 0.5))

@@ -5,7 +5,7 @@ Two result folders (OUT) that ran the same sweeps under different conditions, e.
 dataset and seed (`experiments.point_key`), not the device, the step kind, the precision or the packing, so a
 GPU's bf16 runs meet a CPU's fp32 runs of the same points and packed members meet runs trained alone, and each
 side's precision and device kind (`dtype_a`, `dtype_b`), CPU model or GPU name (`device_a`, `device_b`: the same
-seed trains to other floats on another model's kernels) and packing (`packing_a`, `packing_b`: alone, packed, or packed
+seed can train to other floats on another model's kernels) and packing (`packing_a`, `packing_b`: alone, packed, or packed
 N wide) are named. For each point (the runs that differ only
 by seed) it gives the mean test accuracy of each folder over the seeds both have, their difference with
 an interval over the seeds (paired by seed) and the test images, each source of variation counted

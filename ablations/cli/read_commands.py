@@ -114,8 +114,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
           + (f" with its interval, 95 % jointly over the {count(family, 'distinct point')} with one: Bonferroni)"
              if family else "; no point has an interval: see each one's verdict)"))
     if models := differing_devices(table):
-        print(f"A trained on {models[0]}, B on {models[1]}: on another device model the same seed trains to other "
-              f"floats")
+        print(f"A trained on {models[0]}, B on {models[1]}: on another device model the same seed can train to "
+              f"other floats")
     shown = table.drop(columns=["device_a", "device_b"], errors="ignore")
     for column in ("acc_a", "acc_b"):
         shown[column] = 100 * shown[column]

@@ -93,7 +93,7 @@ def reference_lines(table: pd.DataFrame, reference, margin: float) -> list[str]:
     packs = [" + ".join(sorted(set(table[c]))) if c in table else "alone" for c in ("packing_a", "packing_b")]
     models = differing_devices(table)   # e.g. two CPU models
     whose = (["the device's", "the precision's"] if here_in != there_in else
-             ["the device model's (its kernels sum in another order, so the same seed trains to other floats)"]
+             ["the device model's (its kernels can sum in another order, so the same seed can train to other floats)"]
              if models else []) + (["the packing's (the same function, other kernels)"] if packs[0] != packs[1] else [])
     here_in, there_in = (f"{trained}{f' ({model})' if model else ''}{'' if pack == 'alone' else f', {pack}'}"
                          for trained, model, pack in zip((here_in, there_in), models or ("", ""), packs))

@@ -797,8 +797,10 @@ def test_a_cuda_peak_leaves_out_what_was_allocated_before_and_is_not_tracked(mon
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     cuda = torch.device("cuda")
     assert peak_mem_mb(step, cuda) == 4.0                    # nothing tracked: the step alone
-    monkeypatch.setattr(memory, "resident_bytes", lambda track, device, grads=True: 3 * mib)
+    monkeypatch.setattr(memory, "resident_bytes", lambda track, device, grads=True: (3 if grads else 2) * mib)
     assert peak_mem_mb(step, cuda, ["model"]) == 7.0          # and the 3 MiB it was given to track
+    # an inference step: the model's 1 MiB of gradients (left by a training step) is taken off with the untracked
+    assert peak_mem_mb(step, cuda, ["model"], grads=False) == 6.0
 
 
 def test_bench_run_batches_auto_by_the_models_forward_cost(capsys):

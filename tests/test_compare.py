@@ -276,7 +276,7 @@ def test_packed_members_meet_the_runs_trained_alone_point_by_point_and_each_side
 def test_runs_of_another_cpu_model_are_named_as_such_in_the_reference_section_and_by_compare(sweep_out, tmp_path,
                                                                                               capsys):
     """The same code and seeds on an Intel Xeon and on an AMD EPYC gave other predictions at every one of the main
-    job's 33 runs: a comparison of two folders whose runs trained on two CPU models names both, and says that a
+    job's 27 runs: a comparison of two folders whose runs trained on two CPU models names both, and says that a
     difference may be the device model's, where "fp32 on cpu" on both sides said nothing of it."""
     from ablations.analysis import wording
 

@@ -129,6 +129,10 @@ def test_the_head_names_every_device_and_commit_the_runs_came_from_with_their_co
     head = build_report(tmp_path).read_text().split("\n## ", 1)[0]
     assert ("- ablation runs: device cpu (test cpu) for 3 runs, cpu (other cpu) for 1; torch x; git abc for 3 runs, "
             "def for 1\n") in head, head
+    monkeypatch.setitem(ENV, "device_name", "")   # a row from before the device's name was recorded: its kind alone
+    old = tmp_path / "old"
+    write_run(old, 2, 0, mask(range(10)))
+    assert "- ablation runs: device cpu; torch x; git def\n" in build_report(old).read_text()
 
 
 def test_a_report_that_cannot_be_written_leaves_the_last_one_whole_and_says_why_once(tmp_path, capsys, monkeypatch):

@@ -414,7 +414,8 @@ def report_head(runs: pd.DataFrame, datasets: list[str], span: tuple[Any, Any] |
         if len(counts) == 1:
             return str(counts.index[0])
         return ", ".join(f"{value} for {n}{' runs' if i == 0 else ''}" for i, (value, n) in enumerate(counts.items()))
-    devices = column("device") + " (" + column("device_name") + ")"
+    named = column("device_name")
+    devices = column("device") + (" (" + named + ")").where(named != "", "")   # a table from before the name: kind alone
     shas = column("git_sha").where(column("git_sha") != "", "no git commit recorded (not run from a checkout)")
     commit = values(shas)
     commit = commit if commit.startswith("no git commit") and "," not in commit else f"git {commit}"

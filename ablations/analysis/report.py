@@ -295,10 +295,10 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
     specs = _specs(out)
     tables, tunings = _tables(out, specs, read)
     all_rows = pd.concat(tables.values(), ignore_index=True) if tables else pd.DataFrame()
-    newest = None if all_rows.empty else all_rows.sort_values("started_at").iloc[-1].to_dict()
-    lines = wording.report_head(all_rows, sorted(all_rows["dataset"].astype(str).unique()) if newest else [],
-                                (all_rows["started_at"].min(), all_rows["started_at"].max()) if newest else None)
-    if newest:
+    runs = not all_rows.empty
+    lines = wording.report_head(all_rows, sorted(all_rows["dataset"].astype(str).unique()) if runs else [],
+                                (all_rows["started_at"].min(), all_rows["started_at"].max()) if runs else None)
+    if runs:
         lines += Section("training phases on a GPU", partial(_phases_section, read)).lines()
     absent, has_pos, has_bench, lacking = _lacking(out, specs, tables)
     lines += lacking
@@ -325,7 +325,7 @@ def _report_lines(out: Path, data_root: str | Path, margin: float | RelativeMarg
     _write_csv(out / "settings.csv", [row for page in pages.values() for row in page.settings],
                wording.SETTING_COLUMNS)
     closing = [line for section in built[len(finished):] for line in section]
-    return lines + closing, bool(newest) or bool(closing)
+    return lines + closing, runs or bool(closing)
 
 
 @dataclass(frozen=True)

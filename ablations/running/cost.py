@@ -539,8 +539,7 @@ class _Clock:
         fit = max(1, min(self.plan.rounds, 1 + int(max(0.0, self.budget_s - first) // first)))
         share = "" if self.plan.budget_s is not None else f", {percent(BUDGET_SHARE)} of the runs' expected training"
         needed = MIN_ROUNDS * first
-        if fit < MIN_ROUNDS <= self.plan.rounds and self.plan.budget_s is None and expected \
-                and needed <= RAISED_SHARE_MAX * expected:   # auto: the rounds a comparison needs, where they are cheap
+        if fit < MIN_ROUNDS and self._raisable(expected, first):
             share = (f", raised from {self.budget_s:.3g} s ({percent(BUDGET_SHARE)} of the runs' expected training) to "
                      f"the {MIN_ROUNDS} rounds a comparison needs, {percent(needed / expected)} of it")
             self.budget_s, fit = needed, MIN_ROUNDS
@@ -559,6 +558,12 @@ class _Clock:
                                                                   max(0.0, spare / ((fit - 1) * items))))
         return fit
 
+    def _raisable(self, expected: float | None, first: float) -> bool:
+        """Whether an auto budget is raised to the MIN_ROUNDS rounds a comparison needs, for a first round of `first`
+        seconds: where those rounds take at most RAISED_SHARE_MAX of the `expected` training."""
+        return self.plan.budget_s is None and MIN_ROUNDS <= self.plan.rounds and bool(expected) \
+            and MIN_ROUNDS * first <= RAISED_SHARE_MAX * expected
+
     def cannot_fit(self, so_far: list[tuple[str, _Item, dict[str, Any]]], items: int, training_left: bool) -> bool:
         """Whether the first round, still under way after `so_far`, already shows that its budget fits fewer rounds
         than a comparison needs, whatever its remaining steps take: the round takes at least the time passed, and
@@ -573,8 +578,8 @@ class _Clock:
         else:
             expected = self.expected_training_s(so_far)
             budget, share = self.plan.budget(expected), f", {percent(BUDGET_SHARE)} of the runs' expected training"
-            if expected and MIN_ROUNDS <= self.plan.rounds and MIN_ROUNDS * elapsed <= RAISED_SHARE_MAX * expected:
-                return False   # it may yet be raised to the rounds a comparison needs (`plan_rounds`)
+            if self._raisable(expected, elapsed):   # it may yet be raised to the rounds a comparison needs
+                return False
         if need * elapsed <= budget:
             return False
         self.budget_s, self.too_short = budget, True

@@ -21,7 +21,7 @@ from bench.io.overrides import overrides_text, parse_overrides
 from bench.measure import add_mfu
 from bench.mfu import matmul_peak_flops, peak_size
 from bench.reference import refusal
-from bench.rounds import MIN_ROUNDS, Spread, ratio_or_noise
+from bench.rounds import ALPHA, MIN_ROUNDS, Spread, ratio_or_noise
 from bench.schema import BENCH_COLUMNS
 from bench.timing import TimingConfig
 from bench.training.precision import DTYPES
@@ -81,8 +81,8 @@ def run(args: argparse.Namespace) -> None:
     ok = sum(r['status'] == 'ok' for r in rows)
     print(f"\n{count(len(rows), 'row')} ({ok} ok; {count(args.rounds, 'interleaved round')} of "
           f"{count(len(points), 'point')}) appended to {out_csv}. img/s: median over rounds [quartiles]; vs fastest: a "
-          f"ratio only where the quartiles of the two do not overlap over at least {MIN_ROUNDS} rounds, else "
-          f"'same within noise'"
+          f"ratio (of the medians) only where each has at least {MIN_ROUNDS} rounds and a t-test of the two, round "
+          f"by round, gives p < {ALPHA}, else 'same within noise'"
           + (f"; {loaded} measured while other processes took ≥ 10 % of the CPUs (contended = 1) are left out of "
              f"img/s and of every ratio (rounds counts the others): measure again on an idle machine"
              if loaded else ""))
@@ -92,17 +92,19 @@ def summary(rows: list[dict]) -> pd.DataFrame:
     """One line per point over its rounds taken on a quiet machine (`contended` rounds left out): img/s as median
     [quartiles] and MFU as a percentage (blank where every round was contended), peak memory, GMACs, and its throughput against
     the fastest backend of the points that differ from it in attention alone (`rounds.ratio_or_noise`: "same
-    within noise" where the rounds' quartiles overlap, none with fewer than MIN_ROUNDS quiet rounds on a side); the
+    within noise" where a t-test of the two, round by round, does not call them different, none with fewer than
+    MIN_ROUNDS quiet rounds on a side); the
     backend of the highest median is called fastest only where it is apart from every other."""
     table = pd.DataFrame(rows)
     keys = ["tokens", "batch_size", "dtype", "mode"]
     lines = []
     for _, runs in table.groupby("run_id", sort=False):
+        runs = runs.assign(_round=range(len(runs)))   # a point's rows come one a round, in order
         ok = runs[runs["status"] == "ok"]
         first = runs.iloc[0]
         # rounds taken while other processes held the machine are left out of the figures and the ratios
         quiet = ok[pd.to_numeric(ok["contended"], errors="coerce").fillna(0) != 1] if "contended" in ok else ok
-        rate = Spread.of(pd.to_numeric(quiet["throughput_img_s"], errors="coerce").tolist())
+        rate = Spread.of(pd.to_numeric(quiet["throughput_img_s"], errors="coerce").tolist(), quiet["_round"].tolist())
         lines.append({**{k: first[k] for k in ("attn", *keys)},
                       "status": "ok" if len(ok) == len(runs) else str(runs[runs["status"] != "ok"].iloc[0]["status"]),
                       "rounds": len(quiet), "_rate": rate,

@@ -5,8 +5,9 @@
 Models are timed in interleaved rounds (`bench.rounds`: each round times every model once, the
 starting model rotating), so drift of the machine (thermal, other load) hits all of them alike; the
 figure per model is the median over its rounds. A round taken while other processes held the machine
-(`bench.contention`) is left out, and a ratio to timm is printed only where the two IQRs are apart and
-each model kept at least `MIN_ROUNDS` rounds; otherwise the line says why not. The table is also
+(`bench.contention`) is left out, and a ratio to timm is printed only where each model kept at least
+`MIN_ROUNDS` rounds and a t-test of the two, round by round, calls them different (`bench.rounds`);
+otherwise the line says why not. The table is also
 written to `<out>/bench/vs-timm.csv`.
 """
 
@@ -72,19 +73,21 @@ def _models(preset: str, backends: list[str]) -> dict[str, torch.nn.Module]:
 def _rounds(models: dict[str, torch.nn.Module], images: torch.Tensor, rounds: int) -> tuple[dict, dict[str, int]]:
     """Images/s of each model in interleaved rounds, those taken under load left out, and how many were."""
     per_round: dict[str, list[float]] = {name: [] for name in models}
+    taken: dict[str, list[int]] = {name: [] for name in models}   # the round of each figure: compared round by round
     loaded: dict[str, int] = {name: 0 for name in models}
     timing = TimingConfig(warmup=1, min_repeats=3, min_time_s=0.5)
     with torch.inference_mode():
         for model in models.values():  # one untimed pass each: allocator, oneDNN primitives
             model(images)
-        for _, name in interleaved(list(models), rounds):
+        for r, name in interleaved(list(models), rounds):
             with LoadMeter() as meter:
                 ms = time_steps(lambda: models[name](images), "cpu", timing).median_ms
             if meter.load is not None and meter.load.contended:
                 loaded[name] += 1
             else:
                 per_round[name].append(len(images) / (ms / 1e3))
-    return {name: Spread.of(rates) for name, rates in per_round.items()}, loaded
+                taken[name].append(r)
+    return {name: Spread.of(rates, taken[name]) for name, rates in per_round.items()}, loaded
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

@@ -24,7 +24,8 @@ CUDA and cuBLAS but runs no attention.
 Prints, per setting: the kernel torch picks for each model's training batch, the seconds the first calls took
 beyond the steady time in the first thread and in the second (summed over models and steps: what a thread pays
 once), and a training step's steady time summed over the models; median and range over the rounds, and against the
-first setting where the interquartile ranges over ≥ 3 rounds are apart. One sitting, the machine otherwise idle:
+first setting where a t-test of the rounds, round by round, calls them different (`bench.rounds`).
+One sitting, the machine otherwise idle:
 say its load.
 """
 
@@ -252,7 +253,7 @@ def summarise(found: dict[str, list[dict]], args: argparse.Namespace) -> None:
         for key in ("first_s", "second_s", "train_ms"):
             values = [g[key] for g in found[setting]]
             versus = "(reference)" if setting == settings[0] else ratio_or_noise(
-                Spread.of(values), Spread.of([g[key] for g in found[settings[0]]]))
+                Spread.by_round(values), Spread.by_round([g[key] for g in found[settings[0]]]))
             cells.append((f"{statistics.median(values):.2f} [{min(values):.2f}–{max(values):.2f}]", versus))
         print(f"{setting:>9} {cells[0][0]:>26} {cells[0][1]:>20} {cells[1][0]:>20} {cells[2][0]:>22} {cells[2][1]:>20}")
     for setting in settings:

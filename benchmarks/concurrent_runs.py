@@ -14,7 +14,7 @@ step: `StaticStep.WARMUP`, 1 by default; threads only, which build their steps i
 interleaved rounds, each pass into a fresh folder through the sweep runner and the local executor (`--workers`:
 threads or processes), in one process, and prints per combination: the wall time of the training alone
 and the training steps per second of all runs together (median and range over the rounds), the ratio to the
-first combination (only where the interquartile ranges over ≥ 3 rounds are apart), the GPU's busy % over the training
+first combination (only where a t-test of the rounds, round by round, calls them different), the GPU's busy % over the training
 phases (NVML, the whole device; blank without a GPU), and whether every run's test
 predictions, final training loss and test loss equal those of the first pass bit for bit (a run's arithmetic
 must not depend on what trains beside it, nor its figures on how it is evaluated or warmed up before a capture),
@@ -277,15 +277,15 @@ def gpu_busy(out: Path) -> float:
 
 def summarise(combos: list[Combo], walls: dict, same: dict, steps: int, busy: dict, failed: dict) -> int:
     """Per (JOBS, evaluation, capture warm-up, thread reuse): median wall time and steps/s with their range over
-    rounds, the ratio to the first (a ratio only where the interquartile ranges are apart), the GPU's median busy %
+    rounds, the ratio to the first (only where a paired t-test of the rounds calls them different), the GPU's median busy %
     over the training phases (blank without one), the most runs of a pass that did not finish ok, and whether its
     runs equal the first pass's; 1 where any does not. A combination with a run that did not finish trained fewer
     steps than counted: its time, rate and ratio are blank."""
-    base = Spread.of([steps / w for w in walls[combos[0]]]) if not failed[combos[0]] else None
+    base = Spread.by_round([steps / w for w in walls[combos[0]]]) if not failed[combos[0]] else None
     rows = []
     for combo in combos:
         whole = not failed[combo]
-        rate = Spread.of([steps / w for w in walls[combo]])
+        rate = Spread.by_round([steps / w for w in walls[combo]])
         rows.append({"jobs": combo[0], "evaluation": combo[1], "warmup": combo[2], "threads": combo[3], "pack": combo[4],
                      "wall_s": f"{np.median(walls[combo]):,.1f}" if whole else "—",
                      "steps_per_s": f"{rate.median:,.1f}" if whole else "—",

@@ -15,7 +15,8 @@ stream of its own as `WORKERS=threads` trains them, each doing EPOCHS epochs of 
 The modes are timed in interleaved rounds (each round runs every mode once, the first one rotating), the
 graphs captured before the first round; it prints each mode's training steps per second of all runs together
 (median and range over the rounds), `graphed eval` and `train()` against `eager eval` and `train() graphed`
-against `train()` (a ratio only where the interquartile ranges are apart). One sitting, the machine otherwise idle: say its load.
+against `train()` (a ratio only where a t-test of the rounds, round by round, calls them different).
+One sitting, the machine otherwise idle: say its load.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{args.runs} runs side by side on {name} ({cfg.resolved_dtype(device)}), {args.epochs} epochs of "
           f"{len(data.train_y)} images each per mode, {args.rounds} interleaved rounds")
-    spreads = {m: Spread.of(v) for m, v in rates.items()}
+    spreads = {m: Spread.by_round(v) for m, v in rates.items()}
     for m, s in spreads.items():
         print(f"  {m:<15} {s.median:8.0f} steps/s  [{min(rates[m]):.0f}–{max(rates[m]):.0f}]")
     for mode, base in (("graphed eval", "eager eval"), ("train()", "eager eval"), ("train() graphed", "train()")):

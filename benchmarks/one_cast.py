@@ -10,8 +10,9 @@ For each width (0: one model alone, the step a run trains with; k: a pack of k, 
 64 a member, the step with the weights cast once and the step with them cast at each use, from the same weights. Each
 round times STEPS steps of every item, in interleaved rounds (the first item rotating); it prints each item's
 member-steps per second (median and range over the rounds), the one cast against the casts at each use (a ratio only
-where the interquartile ranges are apart), and the kernels one step launches on CUDA (torch.profiler, on an eager twin:
-a graph replays the same kernels in one launch), elsewhere the torch ops it dispatches (`packed_runs.ops_per_step`).
+where a t-test of the rounds, round by round, calls them different), and the kernels one step launches on
+CUDA (torch.profiler, on an eager twin: a graph replays the same kernels in one launch), elsewhere the torch ops
+it dispatches (`packed_runs.ops_per_step`).
 `--bits N`: both train N more steps on the same batches from the same weights, and it says how many state tensors
 (weights, buffers, AdamW state) differ between them (0: the one cast gives the same bits; on CUDA with `--stem patch`:
 the conv stem's bits do not repeat there even between two identical trainings).
@@ -117,8 +118,8 @@ def _table(rates: dict[tuple[int, str], list[float]], cfg, recipe: TrainConfig, 
         twin, x, y = item(w, c, cfg, recipe, device, graphs=False)   # a graph replays these in one launch
         twin(x, y, 1e-3)
         n = packed_runs.kernels_per_step(twin, x, y) if cuda else packed_runs.ops_per_step(twin, x, y)
-        spread = Spread.of(values)
-        against = ratio_or_noise(spread, Spread.of(rates[(w, "each")])) if c == "once" else "—"
+        spread = Spread.by_round(values)
+        against = ratio_or_noise(spread, Spread.by_round(rates[(w, "each")])) if c == "once" else "—"
         print(f"{'alone' if w == 0 else w:>6} {'at each use' if c == 'each' else 'once a step':>13} "
               f"{spread.median:>15.1f} {min(values):>9.1f}–{max(values):<9.1f}  {against:<34} "
               f"{n} ({n / max(w, 1):.0f})")

@@ -9,7 +9,8 @@ members' own batches) and, as width 0, one model alone (`bench.training.step.mak
 with); with `--graphs 1` (default) on CUDA both are captured into CUDA graphs as the sweeps train them, with
 `--graphs 0` both run eagerly. Each round times STEPS steps of every item, in interleaved rounds (the first item
 rotating); it prints each item's member-steps per second (median and range over the rounds), the ratio of a member's
-rate in the pack to the lone run's (a ratio only where the interquartile ranges are apart), and on CUDA the kernels
+rate in the pack to the lone run's (a ratio only where a paired t-test of the rounds calls them different), and on
+CUDA the kernels
 one step launches, and per member (torch.profiler, on an eager twin of each item: a graph replays the same kernels
 in one launch).
 
@@ -112,11 +113,11 @@ def kernels_per_step(step, x, y) -> int | None:
 
 def _table(rates: dict[int, list[float]], kernels: dict[int, int | None]) -> None:
     """Each width's member-steps per second, against the run alone, and its kernels a step and a member."""
-    alone = Spread.of(rates[0])
+    alone = Spread.by_round(rates[0])
     print(f"{'width':>6} {'member-steps/s':>15} {'range':>19}  {'member against a run alone':<28} kernels/step "
           f"(per member)")
     for k, values in rates.items():
-        spread = Spread.of(values)
+        spread = Spread.by_round(values)
         against = "—" if k == 0 else ratio_or_noise(spread, alone)
         count = kernels.get(k)
         print(f"{'alone' if k == 0 else k:>6} {spread.median:>15.1f} {min(values):>9.1f}–{max(values):<9.1f}  "

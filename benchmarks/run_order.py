@@ -8,7 +8,7 @@ is `--sweeps default`), then trains
 every run of the sweeps into a fresh folder once per order (`RUN_ORDER`: listed, longest) in each of `--rounds`
 interleaved rounds: each pass finds that cost phase's tables in its folder, reuses them and goes straight to
 training, its runs ordered by them. Prints per order: the training phase's wall time (median and range over the
-rounds), the ratio to the first order (only where the interquartile ranges over ≥ 3 rounds are apart), the
+rounds), the ratio to the first order (only where a t-test of the rounds, round by round, calls them different), the
 training time that list scheduling of the runs in that order onto JOBS slots predicts from the first pass's
 own run times (`train_time_s`; runs side by side on one GPU slow each other, so there it is a guide only),
 and whether every run's test predictions, training loss and test loss equal the first pass's bit for bit (the
@@ -149,10 +149,10 @@ def predicted(template: Path, times: dict[str, float], slots: int, orders: list[
 
 
 def summarise(orders, walls, same, predicted_s, slots) -> int:
-    base = Spread.of(walls[orders[0]])
+    base = Spread.by_round(walls[orders[0]])
     rows = []
     for order in orders:
-        spread = Spread.of(walls[order])
+        spread = Spread.by_round(walls[order])
         rows.append({"run_order": order, "training_s": spread.median,
                      "range": f"{min(walls[order]):.1f}–{max(walls[order]):.1f}",
                      f"vs {orders[0]}": "(reference)" if order == orders[0] else ratio_or_noise(spread, base),

@@ -10,8 +10,8 @@ start to exit, each in two ways in interleaved rounds (`bench.rounds`):
 The commands: `dry run` (`sweep default --dry-run`: the sweep's modules, its plan, the exit), `one run` (`train`: one
 run of one epoch on the 8×8 digits on the CPU, no cost phase: the trainer's first optimizer loads
 `torch._dynamo`) and `report` (`report` of that run's folder: pandas, scipy, matplotlib, seaborn). Prints each
-command's median wall time and range per way and `now` against `plain` (a ratio only where the interquartile
-ranges over ≥ 3 rounds are apart). One sitting, the machine otherwise idle: say its load.
+command's median wall time and range per way and `now` against `plain` (a ratio only where a t-test
+of the rounds, round by round, calls them different). One sitting, the machine otherwise idle: say its load.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def main() -> int:
     print(f"\ncommands from start to exit, {args.rounds} interleaved rounds, load average {load:.2f} at the end "
           f"({os.cpu_count()} cores)")
     for command in cmds:
-        now, plain = Spread.of(walls[command, "now"]), Spread.of(walls[command, "plain"])
+        now, plain = Spread.by_round(walls[command, "now"]), Spread.by_round(walls[command, "plain"])
         print(f"  {command:8} now {now.median:6.2f} s [{min(walls[command, 'now']):.2f}–{max(walls[command, 'now']):.2f}]"
               f"   plain {plain.median:6.2f} s [{min(walls[command, 'plain']):.2f}–{max(walls[command, 'plain']):.2f}]"
               f"   now / plain: {ratio_or_noise(now, plain)}")

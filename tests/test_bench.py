@@ -911,8 +911,8 @@ def test_bench_run_states_a_backend_ratio_only_where_its_rounds_are_apart_from_t
     assert said["sdpa@401"] == "fastest"                                     # apart from every other
     assert said["sdpa@65"] == "highest median, not apart from loop"          # loop within noise: no winner named
     assert said["sdpa@197"] == "highest median, not apart from bmm"
-    assert said["bmm@65"] == f"×{91 / 101:.2f} of sdpa"                       # quartiles apart: a ratio
-    assert said["loop@65"] == "same within noise (IQRs overlap) of sdpa"      # quartiles overlap: no winner
+    assert said["bmm@65"] == f"×{91 / 101:.2f} of sdpa"                       # apart round by round: a ratio
+    assert said["loop@65"] == "same within noise of sdpa"      # the test calls them alike: no winner
     assert said["bmm@197"] == "not compared (fewer than 3 measurements on a side) of sdpa"
     assert said["einops@785"] == "—"                                          # nothing to compare with
     assert table.set_index("attn").loc["loop", "img/s"] == "101 [98, 105.5]"

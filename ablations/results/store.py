@@ -464,8 +464,14 @@ def newest_complete_phase(cost: pd.DataFrame | None) -> pd.DataFrame | None:
     return max(complete, key=lambda g: str(g["started_at"].max())) if complete else None
 
 
+def _rounds_of(rows: pd.DataFrame) -> list[tuple] | None:
+    """Each cost row's round as (phase, round): items timed in the same rounds are compared round by round."""
+    return list(zip(rows["phase_id"].astype(str), rows["round"].astype(int))) \
+        if {"phase_id", "round"} <= set(rows) else None
+
+
 def _spread_of(rows: pd.DataFrame) -> dict[str, Spread]:
-    return {f: Spread.of(rows[f].astype(float)) for f in SPEED_FIGURES if f in rows}
+    return {f: Spread.of(rows[f].astype(float), _rounds_of(rows)) for f in SPEED_FIGURES if f in rows}
 
 
 #: what a row read by CPU time leaves blank: wall-clock figures that CPU time does not stand in for (the latency
@@ -508,7 +514,7 @@ def spreads(phase: pd.DataFrame, by: list[str]) -> dict[tuple, dict[str, Spread]
     for key, group in every.groupby(by, sort=False):   # a step's peak memory is the allocator's: load does not move it
         if "peak_mem_mb" in group:
             found.setdefault(key if isinstance(key, tuple) else (key,), {})["peak_mem_mb"] = Spread.of(
-                group["peak_mem_mb"].astype(float))
+                group["peak_mem_mb"].astype(float), _rounds_of(group))
     return found
 
 

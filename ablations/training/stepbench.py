@@ -11,7 +11,8 @@ one fixed batch already on the device. The steps are timed in interleaved rounds
 round times each once, the first one rotating), each time with `bench.timing.time_steps` (warm-up,
 which includes the capture, then at least 10 steps and 0.5 s); a timing taken while other processes held the
 machine (`bench.contention`) is left out and counted; a step's figure is the median of its other rounds' medians
-with their interquartile range, and the ratio is named only when those ranges are apart over 3 rounds or more.
+with their interquartile range, and the ratio is named only where each has 3 rounds or more and a t-test of the two,
+round by round, calls them different (`bench.rounds`).
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ def run(args) -> dict[str, Spread]:
     x = torch.randn(args.batch_size, data.in_chans, data.img_size, data.img_size, generator=g).to(device)
     y = torch.randint(0, data.num_classes, (args.batch_size,), generator=g).to(device)
     medians: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    taken: dict[str, list[int]] = {kind: [] for kind in KINDS}   # the round of each median: compared round by round
     loaded = 0   # rounds taken while other processes held the machine: left out, as bench run leaves them out
-    for _, kind in interleaved(KINDS, args.rounds):
+    for r, kind in interleaved(KINDS, args.rounds):
         step = steps[kind]
         with LoadMeter(device) as meter:
             ms = time_steps(lambda: step(x, y, 1e-4), device, timing).median_ms
@@ -72,7 +74,8 @@ def run(args) -> dict[str, Spread]:
             loaded += 1
         else:
             medians[kind].append(ms)
-    spreads = {kind: Spread.of(values) for kind, values in medians.items()}
+            taken[kind].append(r)
+    spreads = {kind: Spread.of(values, taken[kind]) for kind, values in medians.items()}
     static = "graphed" if steps["static"].graphed else "static buffers, not captured"
     dtype = cfg.resolved_dtype(device)
     print(f"{preset} training step, batch {args.batch_size}, {device.type} {dtype}, "

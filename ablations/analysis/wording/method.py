@@ -15,7 +15,7 @@ from ablations.analysis.stats import (
 )
 from ablations.choices import LOOKS, RelativeMargin, with_makefile
 from bench.contention import CONTENDED_PCT
-from bench.rounds import MIN_ROUNDS
+from bench.rounds import ALPHA, MIN_ROUNDS
 from bench.units import percent
 
 
@@ -103,11 +103,13 @@ def _method_cost() -> str:
     return f"""- **Cost.** Before training, every point of a command's sweeps is measured side by side in interleaved
   rounds (every point once a round, the start rotating), with nothing else running: an inference step and the
   training step the runs train with (one CUDA graph per step on CUDA unless GRAPHS=0). Figures are medians over
-  rounds with [Q1, Q3] (settings.csv); a ratio is printed only where each side rests on {MIN_ROUNDS} rounds or
-  more taken while other processes used under {CONTENDED_PCT:.0f} % of the machine and their IQRs do not
-  overlap, else "same within noise". On a busy CPU each step's CPU time stands in for its wall time (an item
-  with too few quiet rounds is read by CPU time over every round: its throughput and MFU from that time, its
-  wall-clock latencies and busy share blank) and its ratios are said as approximate (≈):
+  rounds with [Q1, Q3] (settings.csv); a ratio (of the medians) is printed only where each side rests on
+  {MIN_ROUNDS} rounds or more taken while other processes used under {CONTENDED_PCT:.0f} % of the machine and a
+  t-test of the logarithms gives p < {ALPHA}, else "same within noise": paired by round, so that what a
+  round's drift does to both cancels (Welch's test where the two were timed in different phases). On a busy
+  CPU each step's CPU time stands in for its wall time (an item with too few quiet rounds is read by CPU time
+  over every round: its throughput and MFU from that time, its wall-clock latencies and busy share blank) and
+  its ratios are said as approximate (≈):
   beside 4 CPU burners on 2 cores they came within 10 % of a quiet machine's wall-clock ratios for most of the
   main job's points, but up to 19 % off for some inference steps (`benchmarks/speed_under_load.py`), since
   time-slicing costs a step cache refills in proportion to its working set. Peak memory is one step's

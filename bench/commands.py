@@ -93,8 +93,8 @@ def summary(rows: list[dict]) -> pd.DataFrame:
     [quartiles] and MFU as a percentage (blank where every round was contended), peak memory, GMACs, and its throughput against
     the fastest backend of the points that differ from it in attention alone (`rounds.ratio_or_noise`: "same
     within noise" where a t-test of the two, round by round, does not call them different, none with fewer than
-    MIN_ROUNDS quiet rounds on a side); the
-    backend of the highest median is called fastest only where it is apart from every other."""
+    MIN_ROUNDS quiet rounds on a side); the backend of the highest median is called fastest only where it is apart
+    from every other."""
     table = pd.DataFrame(rows)
     keys = ["tokens", "batch_size", "dtype", "mode"]
     lines = []

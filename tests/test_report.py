@@ -214,7 +214,7 @@ def test_report_names_a_winner_ten_points_ahead_with_t_intervals_and_failures(tm
     assert f"| 2 | 3 | 94.50 [{low:.2f}, {high:.2f}] |" in text
     assert "Seeds 0, 1, 2; digits, 1,000 test images; device cpu (test cpu)." in text
     assert "Intervals: t over 3 seeds and 1,000 test images." in text
-    # IQRs apart: the ratio is printed, and GMACs always (they are exact)
+    # apart round by round: the ratio is printed, and GMACs always (they are exact)
     assert "GMACs ×2.00; inference img/s ×0.50" in text
     assert "- depth=3 at seed 0: **diverged** loss became nan" in text and "\n| 3 |" not in text
     row = next(line for line in text.splitlines() if line.startswith("| depth |"))   # the findings table says so too
@@ -1834,7 +1834,7 @@ def test_with_a_tie_for_the_lead_each_comparison_names_the_setting_it_is_against
 def test_the_cheapest_setting_as_good_as_the_best_by_compute_then_by_a_training_step_stated_faster():
     """The findings table's cheapest column: the setting of fewest GMACs among the best and those shown equivalent
     or identical to it; where all have the best's GMACs (heads, attention backends), the fastest training step, but
-    only where the cost phase states it faster (quartiles apart over ≥ 3 rounds), never a setting shown worse."""
+    only where the cost phase states it faster (its test over ≥ 3 rounds), never a setting shown worse."""
     from ablations.analysis.answers import Answer, _cheapest
     from ablations.analysis.findings import CostSource, Setting, SweepFindings
     from ablations.analysis.stats import accuracy_interval
@@ -1860,7 +1860,7 @@ def test_the_cheapest_setting_as_good_as_the_best_by_compute_then_by_a_training_
                                                          "(CPU time under load)")
     assert cheapest(same, 2, [4, 8]) == "—"   # the best is the fastest of those as good
     near = [setting(2, 0.003, 1700, spread=0.05), setting(8, 0.003, 1656, spread=0.05)]
-    assert cheapest(near, 8, [2]) == "—"      # quartiles overlap: not stated faster
+    assert cheapest(near, 8, [2]) == "—"      # within noise: not stated faster
     few = [setting(2, 0.003, 2163, rounds=2), setting(8, 0.003, 1656)]
     assert cheapest(few, 8, [2]) == "—"       # 2 rounds on a side: no ratio
 

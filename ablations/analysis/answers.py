@@ -105,7 +105,7 @@ def _stopped(found: Answer, f: SweepFindings) -> None:
 def _cheapest(found: Answer, f: SweepFindings) -> None:
     """The setting of fewest GMACs not shown worse than the best (the best, its equivalents and identical twins),
     and what it saves against the best; where none has fewer GMACs than the best, the one of the same GMACs whose
-    training step is the fastest, where the cost phase states it faster than the best's (quartiles apart)."""
+    training step is the fastest, where the cost phase states it faster than the best's (`bench.rounds`' test)."""
     from bench.rounds import ratio_or_noise
 
     pool = [s for s in f.settings if s.value in (found.best, *found.equivalent, *found.identical)]

@@ -15,12 +15,12 @@ one step launches, and per member (torch.profiler, on an eager twin of each item
 in one launch).
 
 `--bits N`: it also trains seed 1 for N steps in a pack of seeds 0, 2, 1 and again in the same pack, in one of other
-companions, in another slot and in a pack of 2, on the device, and says how many of its state tensors differ from
-the first in each (0: a member's bits do not depend on that there; the same pack twice: whether the device repeats
-itself at all). `--ops`: it also counts the torch operations one step of each item dispatches (views and 0-dim ops
-left out; the packs' fused kernels called once for all members, as on CUDA), a count any device gives. `--top N`:
-the N kernels of one step that took the most GPU time, alone and in the widest pack (on a CPU the N torch ops with
-the most CPU time).
+companions, in another slot, in a pack of 2 and in one of 24 (in its twelfth slot), on the device, and says how many
+of its state tensors differ from the first in each (0: a member's bits do not depend on that there; the same pack
+twice: whether the device repeats itself at all). `--ops`: it also counts the torch operations one step of each item
+dispatches (views and 0-dim ops left out; the packs' fused kernels called once for all members, as on CUDA), a count
+any device gives. `--top N`: the N kernels of one step that took the most GPU time, alone and in the widest pack (on
+a CPU the N torch ops with the most CPU time).
 
 One sitting, the machine otherwise idle: say its load. Where the model cannot train packed on the device
 (`pack_refusal`, or its one-step `pack_trial` fails) the patch stem is timed, and the first line says so.
@@ -191,7 +191,7 @@ def _top_table(twins: dict[int, tuple], n: int) -> None:
 
 #: the packs `member_bits` trains seed 1 in, each against the first: (what differs from it, the pack's seeds)
 BITS_PACKS = [("the same pack again", [0, 2, 1]), ("other companions", [3, 4, 1]), ("another slot", [1, 0, 2]),
-              ("another width", [1, 0])]
+              ("another width", [1, 0]), ("a pack of 24", [*range(5, 16), 1, *range(16, 28)])]
 
 
 def member_bits(cfg, recipe: TrainConfig, device: torch.device, steps: int,

@@ -72,22 +72,19 @@ def _models(preset: str, backends: list[str]) -> dict[str, torch.nn.Module]:
 
 def _rounds(models: dict[str, torch.nn.Module], images: torch.Tensor, rounds: int) -> tuple[dict, dict[str, int]]:
     """Images/s of each model in interleaved rounds, those taken under load left out, and how many were."""
-    per_round: dict[str, list[float]] = {name: [] for name in models}
-    taken: dict[str, list[int]] = {name: [] for name in models}   # the round of each figure: compared round by round
+    per_round: dict[str, list[float]] = {name: [] for name in models}   # one a round, NaN where left out
     loaded: dict[str, int] = {name: 0 for name in models}
     timing = TimingConfig(warmup=1, min_repeats=3, min_time_s=0.5)
     with torch.inference_mode():
         for model in models.values():  # one untimed pass each: allocator, oneDNN primitives
             model(images)
-        for r, name in interleaved(list(models), rounds):
+        for _, name in interleaved(list(models), rounds):
             with LoadMeter() as meter:
                 ms = time_steps(lambda: models[name](images), "cpu", timing).median_ms
-            if meter.load is not None and meter.load.contended:
-                loaded[name] += 1
-            else:
-                per_round[name].append(len(images) / (ms / 1e3))
-                taken[name].append(r)
-    return {name: Spread.of(rates, taken[name]) for name, rates in per_round.items()}, loaded
+            contended = meter.load is not None and meter.load.contended
+            loaded[name] += contended
+            per_round[name].append(float("nan") if contended else len(images) / (ms / 1e3))
+    return {name: Spread.by_round(rates) for name, rates in per_round.items()}, loaded
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

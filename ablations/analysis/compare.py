@@ -25,7 +25,7 @@ import pandas as pd
 
 from ablations.analysis.predictions import load_runs
 from ablations.analysis.stats import ALPHA, paired_difference
-from ablations.results.experiments import HOW, point_key
+from ablations.results.experiments import HOW, device_names, point_key
 from ablations.results.store import SweepPaths, Tables, sweep_names
 from bench.training.recipe import TrainConfig
 from vit import ViTConfig
@@ -58,13 +58,6 @@ def _trained_in(rows: pd.DataFrame) -> str:
     dtype = rows["dtype"].astype(str) if "dtype" in rows else pd.Series("?", index=rows.index)
     device = rows["device"].astype(str).str.split(":").str[0] if "device" in rows else pd.Series("?", index=rows.index)
     return " + ".join(sorted({f"{d} on {v}" for d, v in zip(dtype, device)}))
-
-
-def _devices(rows: pd.DataFrame) -> str:
-    """'Intel(R) Xeon(R) Processor', 'NVIDIA H200': the CPU models or GPU names the rows trained on (several joined by
-    ' + '; '' where no row recorded one)."""
-    names = rows["device_name"].dropna().astype(str) if "device_name" in rows else pd.Series(dtype=str)
-    return " + ".join(sorted({name for name in names if name.strip()}))
 
 
 def differing_devices(table: pd.DataFrame) -> tuple[str, str] | None:
@@ -122,7 +115,7 @@ def compare_outs(a: Path, b: Path, tables: tuple[Tables, Tables] | None = None) 
             row = {"sweep": sweep, "point": point, "seeds": len(runs), "acc_a": runs["test_acc"].mean(),
                    "acc_b": other["test_acc"].mean(), "dtype_a": _trained_in(runs), "dtype_b": _trained_in(other),
                    "packing_a": _packing(runs), "packing_b": _packing(other),
-                   "device_a": _devices(runs), "device_b": _devices(other)}
+                   "device_a": " + ".join(device_names(runs)), "device_b": " + ".join(device_names(other))}
             row["diff_pts"] = 100 * (row["acc_a"] - row["acc_b"])
             comparison, same = None, False
             if runs_a and runs_b and runs_a[point].correct.shape == runs_b[point].correct.shape:

@@ -33,7 +33,7 @@ from ablations.analysis.stats import (
     seeds_needed,
     verdict,
 )
-from ablations.results.experiments import starved
+from ablations.results.experiments import device_names, starved
 from ablations.results.schema import uncontended
 from ablations.results.store import SweepPaths, Tables, cpu_timed, model_key, ok_rows, spreads
 from bench.io.csvio import skipped
@@ -182,7 +182,7 @@ def _setting(g: pd.DataFrame, value: Hashable, test_size: int | None, correct: d
                    infer.get(value, {}), train.get(value, {}), reused,
                    {c: Spread.of(pd.to_numeric(g[c], errors="coerce")) for c in RUN_FIGURES if c in g},
                    starved=sum(starved(r.to_dict()) for _, r in g.iterrows()),
-                   devices=tuple(sorted(set(g["device_name"].dropna().astype(str)))) if "device_name" in g else ())
+                   devices=device_names(g))
 
 
 def _cost_source(cost_phase: pd.DataFrame | None, ok: pd.DataFrame) -> CostSource:

@@ -124,6 +124,12 @@ def starved(row) -> bool:
     return util < STARVED_SHARE * 100.0 / util_share_runs(row)
 
 
+def device_names(rows: pd.DataFrame) -> tuple[str, ...]:
+    """The CPU models or GPU names the rows trained on, sorted (none where no row recorded one)."""
+    names = rows["device_name"].dropna().astype(str).str.strip() if "device_name" in rows else pd.Series(dtype=str)
+    return tuple(sorted(set(names) - {""}))
+
+
 def latest_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """A table's rows that still stand: the last ok row of each run, and the last failure of each run that
     never finished (a failure followed by an ok row of the same run is history, not a failed run)."""

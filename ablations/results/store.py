@@ -471,7 +471,8 @@ def _rounds_of(rows: pd.DataFrame) -> list[tuple] | None:
 
 
 def _spread_of(rows: pd.DataFrame) -> dict[str, Spread]:
-    return {f: Spread.of(rows[f].astype(float), _rounds_of(rows)) for f in SPEED_FIGURES if f in rows}
+    rounds = _rounds_of(rows)
+    return {f: Spread.of(rows[f].astype(float), rounds) for f in SPEED_FIGURES if f in rows}
 
 
 #: what a row read by CPU time leaves blank: wall-clock figures that CPU time does not stand in for (the latency

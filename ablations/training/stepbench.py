@@ -63,19 +63,16 @@ def run(args) -> dict[str, Spread]:
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch_size, data.in_chans, data.img_size, data.img_size, generator=g).to(device)
     y = torch.randint(0, data.num_classes, (args.batch_size,), generator=g).to(device)
-    medians: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    taken: dict[str, list[int]] = {kind: [] for kind in KINDS}   # the round of each median: compared round by round
+    medians: dict[str, list[float]] = {kind: [] for kind in KINDS}   # one a round, NaN where left out
     loaded = 0   # rounds taken while other processes held the machine: left out, as bench run leaves them out
-    for r, kind in interleaved(KINDS, args.rounds):
+    for _, kind in interleaved(KINDS, args.rounds):
         step = steps[kind]
         with LoadMeter(device) as meter:
             ms = time_steps(lambda: step(x, y, 1e-4), device, timing).median_ms
-        if meter.load is not None and meter.load.contended:
-            loaded += 1
-        else:
-            medians[kind].append(ms)
-            taken[kind].append(r)
-    spreads = {kind: Spread.of(values, taken[kind]) for kind, values in medians.items()}
+        contended = meter.load is not None and meter.load.contended
+        loaded += contended
+        medians[kind].append(float("nan") if contended else ms)
+    spreads = {kind: Spread.by_round(values) for kind, values in medians.items()}
     static = "graphed" if steps["static"].graphed else "static buffers, not captured"
     dtype = cfg.resolved_dtype(device)
     print(f"{preset} training step, batch {args.batch_size}, {device.type} {dtype}, "

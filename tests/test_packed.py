@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import math
 import re
+import time
 
 import pytest
 import torch
@@ -272,9 +273,17 @@ def test_a_sweep_packed_3_and_2_wide_gives_the_same_runs_bit_for_bit_and_shares_
 
 
 
-def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(tmp_path, capsys):
+def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(tmp_path, capsys, monkeypatch):
     """As on CUDA, where `--pack N` pins the width: `--set pack_width=3` on the CPU, 2 seeds a point filled out to
-    3; the summary says the width, the rows hold it, and the runs' ids are not the unpinned runs'."""
+    3; the summary says the width, the rows hold it, and the runs' ids are not the unpinned runs'. Its start names
+    what the packs' one-step trials took of it (each made to take 0.2 s longer here)."""
+    import ablations.training.packed as packed_module
+    real = packed_module.pack_trial
+
+    def slow(*args):
+        time.sleep(0.2)
+        return real(*args)
+    monkeypatch.setattr(packed_module, "pack_trial", slow)
     spec = write_spec(tmp_path / "p.toml", "depth", "[1]")
 
     def sweep(out, *more):
@@ -286,6 +295,9 @@ def test_a_sweep_with_its_pack_width_pinned_says_so_and_its_runs_are_their_own(t
     assert "  p        2 runs: 0 already done, 2 ok; 2 trained as 1 pack of 2 seeds, 3 wide (the width is in their " \
            "run ids; 1 of 3 slots filler)\n" in said
     assert (pinned["pack_width"] == 3).all() and (pinned["packed"] == 1).all()
+    start, trials = map(float, re.search(r"^Done in [\d.]+ s: start ([\d.]+) s \(the packs' trials ([\d.]+) s\), ",
+                                         said, re.M).groups())
+    assert 0.2 <= trials <= start, said
     said, free = sweep("free")
     assert "2 trained as 1 pack of 2 seeds\n" in said and (free["pack_width"] == 0).all()
     code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "wide"),
@@ -630,18 +642,20 @@ def test_a_pinned_trial_takes_the_packs_width_and_batch_and_says_a_pack_that_doe
     assert said == ("a pack 3 wide of this model does not fit in cpu memory at batch 16 (OutOfMemoryError: CUDA out "
                     "of memory. Tried to allocate 3.00 GiB); set PACK=1"), said
 
-def test_each_distinct_model_is_tried_packed_once_before_a_packed_sweep(tmp_path, capsys, monkeypatch):
+def test_each_distinct_model_is_tried_packed_once_a_command_before_its_packed_sweeps(tmp_path, capsys, monkeypatch):
     import ablations.training.packed as packed_module
     tried, real = [], packed_module.pack_trial
 
     def counted(model_cfg, cfg, device):
-        tried.append(model_cfg.depth)
+        tried.append((model_cfg.depth, model_cfg.num_heads))
         return real(model_cfg, cfg, device)
     monkeypatch.setattr(packed_module, "pack_trial", counted)
-    spec = write_spec(tmp_path / "p.toml", "depth", "[1, 2]")
-    code, _, err = run_cli(cli.main, ["sweep", str(spec), "--dataset", "digits", "--out", str(tmp_path / "o"),
-                                      "--seeds", "0,1", "--cost-rounds", "0", "--pack", "2", "--dry-run"], capsys)
-    assert code == 0 and tried == [1, 2], err
+    depth = write_spec(tmp_path / "depth.toml", "depth", "[1, 2]")
+    heads = write_spec(tmp_path / "heads.toml", "num_heads", "[1, 2]")   # heads=2 is depth's depth=2: one model
+    code, _, err = run_cli(cli.main, ["sweep", str(depth), str(heads), "--dataset", "digits", "--out",
+                                      str(tmp_path / "o"), "--seeds", "0,1", "--cost-rounds", "0", "--pack", "2",
+                                      "--dry-run"], capsys)
+    assert code == 0 and sorted(tried) == [(1, 2), (2, 1), (2, 2)], err
 
 
 @pytest.mark.gpu

@@ -88,15 +88,18 @@ def _took(seconds: float) -> str:
 
 def timings(args: argparse.Namespace, work_started: float) -> str:
     """Where the command's time went, from its start (`args.started`, set by the parser) to now: the start
-    before any work (imports, the data, the checks), the cost phase and the training (`args.spent`, which
-    `run_sweeps` fills), and the rest (the workers' start, reading and writing the tables, SEEDS=auto's looks)."""
+    before any work (imports, the data, the checks, among them the packs' one-step trials, `args.pack_trials_s`),
+    the cost phase and the training (`args.spent`, which `run_sweeps` fills), and the rest (the workers' start,
+    reading and writing the tables, SEEDS=auto's looks)."""
     now, spent = time.perf_counter(), getattr(args, "spent", None) or {}
+    trials = getattr(args, "pack_trials_s", 0.0)
     started = getattr(args, "started", work_started)
     parts = [("start", work_started - started), ("cost phase", spent.get("cost phase", 0.0)),
              ("training", spent.get("training", 0.0))]
     rest = (now - started) - sum(seconds for _, seconds in parts)
     phases = spent.get("training phases", 0)
     said = [f"{what} {_took(seconds)}" + (f" in {phases} phases" if what == "training" and phases > 1 else "")
+            + (f" (the packs' trials {_took(trials)})" if what == "start" and trials >= 0.05 else "")
             for what, seconds in parts if seconds >= 0.05]
     return f"Done in {_took(now - started)}: " + ", ".join([*said, f"the rest {_took(max(rest, 0.0))}"]) + "."
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import sys
 import time
 from pathlib import Path
@@ -241,9 +242,10 @@ def prepare(args: argparse.Namespace, specs: list[SweepSpec] | None
     if data is None:
         data = cached_dataset(args.dataset, args.data_root, args.download, args.img_size)  # the runs reuse it
     _say_what_was_loaded(args, data)
+    tried: dict[tuple, str] = {}   # a model shared by sweeps is tried packed once a command
     for name, points in sweep_points:
         _check_recipes(name, points, data)
-        _check_packing(args, points)
+        _check_packing(args, points, tried)
     _fetch_pretrained(args)
     for spec, (_, points) in zip(specs, sweep_points):
         _check_init(args.init or spec.init, points)
@@ -283,9 +285,10 @@ def _train_refusal(reason: str, given: dict[str, Any], said: str, spec: SweepSpe
     return "train" + reason
 
 
-def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:
+def _check_packing(args: argparse.Namespace, points: list[Point], tried: dict[tuple, str]) -> None:
     """ValueError in one line where packed runs cannot train: on Ray, a recipe that cannot (`pack_refusal`), or a
-    model whose one packed step fails on the device (`pack_trial`, once per model and recipe)."""
+    model whose one packed step fails on the device (`pack_trial`, once per model and recipe: `tried` holds what each
+    trial said, across the command's sweeps)."""
     if not any(p.train.packed for p in points):
         return
     if getattr(args, "executor", "local") != "local":
@@ -295,14 +298,18 @@ def _check_packing(args: argparse.Namespace, points: list[Point]) -> None:
         raise ValueError(f"pack_width={narrow} is narrower than PACK={pack_width(args)}: a pack trains at its pinned "
                          f"width, so set PACK={narrow} or pack_width={pack_width(args)}")
     from ablations.training.packed import pack_refusal, pack_trial
+    from bench.loading import without_gc
 
+    with without_gc():   # what the first optimizer loads, packed or not: outside the trials' own time
+        importlib.import_module("torch._dynamo")
     device = resolve_device(args.device)
-    tried: dict[tuple, str] = {}
     for point in points:
         said = pack_refusal(point.train, max(point.model.dropout, point.model.attn_dropout), device)
         if not said:
             if (point.model, point.train) not in tried:
+                start = time.perf_counter()
                 tried[point.model, point.train] = pack_trial(point.model, point.train, device)
+                args.pack_trials_s = getattr(args, "pack_trials_s", 0.0) + time.perf_counter() - start
             said = tried[point.model, point.train]
         if said:
             raise ValueError(f"sweep {point.sweep}, point {point.label}: {said}")

@@ -54,6 +54,7 @@ from ablations.training.train import (
     on_device,
     run_identity,
 )
+from bench.loading import without_gc
 from bench.training.precision import OneCast, autocast
 from bench.training.recipe import TrainConfig
 from bench.training.step import (
@@ -175,14 +176,17 @@ def pack_optimizer(packed: PackedModel, cfg: TrainConfig, capturable: bool = Fal
     CUDA (one launch a group, each element by the same arithmetic wherever it falls), `foreach` elsewhere: the CPU's
     fused kernel runs a vector body and a scalar tail that round differently, so an element's update would depend on
     where its member's slice falls in the stacked tensor. `capturable` (CUDA): its step counts on the device and its
-    learning rate a device tensor, as a CUDA graph needs."""
+    learning rate a device tensor, as a CUDA graph needs. The process's first optimizer loads `torch._dynamo`, here
+    as in `adamw` without the garbage collector's passes meanwhile."""
     if cfg.freeze == "all_but_head":
         freeze_all_but_head(packed.template)
         for name, p in packed.params.items():
             p.requires_grad_(name.startswith("head."))
     cuda = next(iter(packed.params.values())).is_cuda
-    return torch.optim.AdamW(param_groups(packed.template, cfg.weight_decay, cfg.layer_decay, stacked=packed.params),
-                             lr=cfg.lr, **({"fused": True} if cuda else {"foreach": True}), capturable=capturable)
+    with without_gc():
+        return torch.optim.AdamW(param_groups(packed.template, cfg.weight_decay, cfg.layer_decay,
+                                              stacked=packed.params),
+                                 lr=cfg.lr, **({"fused": True} if cuda else {"foreach": True}), capturable=capturable)
 
 
 class PackedStep(EagerStep):

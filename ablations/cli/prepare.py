@@ -300,13 +300,13 @@ def _check_packing(args: argparse.Namespace, points: list[Point], tried: dict[tu
     from ablations.training.packed import pack_refusal, pack_trial
     from bench.loading import without_gc
 
-    with without_gc():   # what the first optimizer loads, packed or not: outside the trials' own time
-        importlib.import_module("torch._dynamo")
     device = resolve_device(args.device)
     for point in points:
         said = pack_refusal(point.train, max(point.model.dropout, point.model.attn_dropout), device)
         if not said:
             if (point.model, point.train) not in tried:
+                with without_gc():   # what the first optimizer loads, packed or not: outside the trials' own time
+                    importlib.import_module("torch._dynamo")
                 start = time.perf_counter()
                 tried[point.model, point.train] = pack_trial(point.model, point.train, device)
                 args.pack_trials_s = getattr(args, "pack_trials_s", 0.0) + time.perf_counter() - start
